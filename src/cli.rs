@@ -1,0 +1,185 @@
+//! Command-line definitions (clap) and nothing else: validation of values that clap cannot check
+//! alone happens in the value parsers below, so every refusal names the value and the fix.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+use crate::dtype::Dtype;
+use crate::estimate::{Optimizer, Precision};
+use crate::units::{self, Bytes, Decimal};
+
+/// Why does the GPU memory peak exceed the estimate, and will this workload fit on that card?
+#[derive(Debug, Parser)]
+#[command(name = "iteragpu", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Memory arithmetic before any GPU is touched: weights, KV cache, training states, reserve.
+    Estimate(EstimateArgs),
+}
+
+/// Cache strategies for the KV term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CacheKind {
+    /// Grows with the tokens (sliding layers of the model keep their window).
+    Dynamic,
+    /// Preallocated to --max-cache-len.
+    Static,
+    /// Every layer keeps at most --window tokens (default: the model's window).
+    Sliding,
+    /// Quantized tokens (--kv-quant-bits, --kv-group-size) with a full-precision residual.
+    Quantized,
+    /// Layers in host memory; the GPU holds two layers at a time.
+    Offloaded,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Weights")]
+pub struct EstimateArgs {
+    /// Number of parameters, in digits (7000000000).
+    #[arg(long, value_name = "N", value_parser = positive_u64, requires = "bits", conflicts_with = "model")]
+    pub parameters: Option<u64>,
+    /// Bits per stored parameter: 4, 8, 16, 32 or an effective width such as 4.5.
+    #[arg(long, value_name = "B", value_parser = bits, requires = "parameters")]
+    pub bits: Option<Decimal>,
+    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards.
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Compute dtype of the weights (default: the config's torch_dtype, else float32).
+    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    pub dtype: Option<Dtype>,
+
+    /// Reserve in GiB (2^30 bytes), as in the guide: --reserve-gib 4.
+    #[arg(long, value_name = "GIB", value_parser = gib, conflicts_with = "reserve", help_heading = "Reserve")]
+    pub reserve_gib: Option<(Bytes, String)>,
+    /// Reserve as a size: 4GiB, 4.5GB or raw bytes (a bare 4G is ambiguous and refused).
+    #[arg(long, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
+    pub reserve: Option<Bytes>,
+
+    /// Attention layers that keep a KV cache (without --model).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub kv_layers: Option<u64>,
+    /// KV heads per layer: the model's key/value heads, not its query heads (without --model).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub kv_heads: Option<u64>,
+    /// Dimension of one head (without --model).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub head_dim: Option<u64>,
+    /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
+    #[arg(long, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub tokens: Option<u64>,
+    /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
+    #[arg(long, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub sequences: Option<u64>,
+    /// Bytes per cached value (2 for bf16/fp16). Default: the compute dtype's width.
+    #[arg(long, value_name = "N", value_parser = positive_u64, conflicts_with = "kv_dtype", help_heading = "KV cache")]
+    pub kv_bytes: Option<u64>,
+    /// Dtype of cached values, instead of --kv-bytes.
+    #[arg(long, value_name = "DTYPE", value_parser = dtype, help_heading = "KV cache")]
+    pub kv_dtype: Option<Dtype>,
+    /// Cache strategy.
+    #[arg(long, value_enum, default_value = "dynamic", help_heading = "KV cache")]
+    pub cache: CacheKind,
+    /// Preallocated length of a static cache (default: --tokens).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub max_cache_len: Option<u64>,
+    /// Window of the sliding strategy (default: the model's sliding_window).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub window: Option<u64>,
+    /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4).
+    #[arg(long, value_name = "N", default_value = "4", value_parser = kv_quant_bits, help_heading = "KV cache")]
+    pub kv_quant_bits: u64,
+    /// Values per quantization group of a quantized cache.
+    #[arg(long, value_name = "N", default_value = "64", value_parser = positive_u64, help_heading = "KV cache")]
+    pub kv_group_size: u64,
+    /// Most recent tokens kept in full precision by a quantized cache.
+    #[arg(long, value_name = "N", default_value = "128", value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
+    pub kv_residual: u64,
+
+    /// Estimate a training step instead of inference.
+    #[arg(long, help_heading = "Training")]
+    pub train: bool,
+    /// Optimizer whose states are counted.
+    #[arg(long, value_enum, default_value = "adamw", requires = "train", help_heading = "Training")]
+    pub optimizer: Optimizer,
+    /// Training precision.
+    #[arg(long, value_enum, default_value = "bf16-mixed", requires = "train", help_heading = "Training")]
+    pub precision: Precision,
+    /// LoRA rank: train adapters on --lora-targets instead of the whole model.
+    #[arg(long, value_name = "R", value_parser = positive_u64, requires_all = ["train", "lora_targets"], help_heading = "Training")]
+    pub lora_rank: Option<u64>,
+    /// Modules that get LoRA adapters, comma-separated (q_proj,v_proj).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "lora_rank", help_heading = "Training")]
+    pub lora_targets: Vec<String>,
+    /// Recompute activations in the backward pass (keep only each layer's input).
+    #[arg(long, requires = "train", help_heading = "Training")]
+    pub gradient_checkpointing: bool,
+    /// Attention that does not store the s×s score matrix (flash / memory-efficient SDPA).
+    #[arg(long, requires = "train", help_heading = "Training")]
+    pub flash_attention: bool,
+
+    /// Print JSON (schema iteragpu.estimate/1) instead of the table.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+}
+
+/// A count that must be a whole number greater than zero.
+pub fn positive_u64(text: &str) -> Result<u64, String> {
+    let t = text.trim().replace('_', "");
+    if t.starts_with('-') {
+        return Err(format!("`{text}` is negative; give a whole number greater than 0"));
+    }
+    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{text}` is not a whole number; write the digits out (7000000000, not 7e9 or 7B)"
+        ));
+    }
+    match t.parse::<u64>() {
+        Ok(0) => Err("0 is not allowed; give a whole number greater than 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{text}` is larger than {}; no real workload has that many",
+            units::group_thousands(u64::MAX as u128)
+        )),
+    }
+}
+
+fn bits(text: &str) -> Result<Decimal, String> {
+    let d = Decimal::parse(text).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("0 bits stores nothing; give the stored width such as 16, 8, 4 or 4.5".into());
+    }
+    if d.to_f64() > 64.0 {
+        return Err(format!("{d} bits is wider than any element type (at most 64)"));
+    }
+    Ok(d)
+}
+
+fn gib(text: &str) -> Result<(Bytes, String), String> {
+    let d = Decimal::parse(text).map_err(|e| e.to_string())?;
+    let bytes = d
+        .mul_div_ceil(units::GIB as u128, 1)
+        .ok_or_else(|| format!("{text} GiB is too large"))?;
+    let bytes = Bytes::from_u128(bytes).map_err(|e| format!("{text} GiB: {e}"))?;
+    Ok((bytes, format!("--reserve-gib {d}")))
+}
+
+fn size(text: &str) -> Result<Bytes, String> {
+    units::parse_size(text).map_err(|e| e.to_string())
+}
+
+fn dtype(text: &str) -> Result<Dtype, String> {
+    text.parse::<Dtype>().map_err(|e| e.to_string())
+}
+
+fn kv_quant_bits(text: &str) -> Result<u64, String> {
+    let n = positive_u64(text)?;
+    if n > 8 {
+        return Err(format!("{n} bits is no quantization of a 16-bit cache; use 2, 4 or 8"));
+    }
+    Ok(n)
+}

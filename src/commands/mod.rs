@@ -1,0 +1,3 @@
+//! One function per subcommand: turn validated arguments into work, and write the output.
+
+pub mod estimate;

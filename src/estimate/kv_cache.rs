@@ -1,0 +1,287 @@
+//! The KV cache: bytes kept for attention keys and values, per cache strategy.
+//!
+//! Dense and uniform: `2 (K and V) × layers × KV heads × head_dim × tokens × sequences × bytes`.
+//! Each strategy changes how many tokens each layer keeps (or how they are stored); the
+//! behaviours follow transformers' `cache_utils.py` (DynamicLayer, DynamicSlidingWindowLayer,
+//! StaticLayer, StaticSlidingWindowLayer, QuantizedLayer, offloading).
+
+use serde::Serialize;
+
+use super::{EstimateError, Kind, Term, g, plural};
+use crate::model::KvLayout;
+use crate::units::Bytes;
+
+/// How the cache keeps tokens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "strategy", rename_all = "snake_case")]
+pub enum CacheStrategy {
+    /// Grows with the tokens; a model's sliding layers keep at most their window.
+    Dynamic,
+    /// Preallocated to `max_cache_len` tokens whatever the tokens processed.
+    Static { max_cache_len: u64 },
+    /// Every layer keeps at most `window` tokens.
+    Sliding { window: u64 },
+    /// Tokens quantized to `bits` in groups of `group_size`, the last `residual` at full precision.
+    Quantized { bits: u64, group_size: u64, residual: u64 },
+    /// Layers live in host memory; the GPU holds the layer in use and the one being prefetched.
+    Offloaded,
+}
+
+impl CacheStrategy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CacheStrategy::Dynamic => "dynamic",
+            CacheStrategy::Static { .. } => "static",
+            CacheStrategy::Sliding { .. } => "sliding",
+            CacheStrategy::Quantized { .. } => "quantized",
+            CacheStrategy::Offloaded => "offloaded",
+        }
+    }
+}
+
+/// A KV-cache question: this layout, this many tokens and sequences, this element width.
+#[derive(Clone, Debug)]
+pub struct KvRequest {
+    pub layout: KvLayout,
+    /// Tokens per sequence (prompt + generated).
+    pub tokens: u64,
+    /// Sequences held together (batch, concurrent requests).
+    pub sequences: u64,
+    /// Bytes per cached element (2 for bf16/fp16).
+    pub element_bytes: u64,
+    pub strategy: CacheStrategy,
+}
+
+impl KvRequest {
+    /// Bytes per token per sequence over all layers (no window applied).
+    pub fn bytes_per_token(&self) -> u64 {
+        (self.layout.elements_per_token() * self.element_bytes as u128)
+            .try_into()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Tokens layer `window` keeps under the dynamic or static strategy.
+    fn kept(&self, window: Option<u64>) -> u64 {
+        match (&self.strategy, window) {
+            // DynamicSlidingWindowLayer keeps the last window−1 tokens as a view of the
+            // window-sized tensor built by the last update: min(tokens, window) stay allocated.
+            (CacheStrategy::Dynamic, Some(w)) => self.tokens.min(w),
+            (CacheStrategy::Static { max_cache_len }, Some(w)) => (*max_cache_len).min(w),
+            (CacheStrategy::Static { max_cache_len }, None) => *max_cache_len,
+            (CacheStrategy::Sliding { window }, own) => self.tokens.min(*window).min(own.unwrap_or(u64::MAX)),
+            _ => self.tokens,
+        }
+    }
+
+    /// Bytes of one layer at full precision for its kept tokens.
+    fn layer_bytes(&self, index: usize) -> u128 {
+        let layer = self.layout.layers[index];
+        layer.width() as u128 * self.kept(layer.window) as u128 * self.sequences as u128 * self.element_bytes as u128
+    }
+}
+
+/// The KV-cache terms of a request.
+pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
+    let overflow = || EstimateError::overflow("the KV cache", "--tokens, --sequences and the layout");
+    let layout = &req.layout;
+    let n = layout.layers.len();
+    let tokens = plural(req.tokens, "token");
+    let seqs = plural(req.sequences, "sequence");
+    let e = req.element_bytes;
+    let uniform = n > 0 && layout.layers.iter().all(|l| *l == layout.layers[0]);
+    let base = |kept: &str| {
+        if uniform && layout.layers[0].key_width == layout.layers[0].value_width {
+            format!(
+                "2 (K and V) × {n} layers × {} elements per token ({}) × {kept} × {seqs} × {e} bytes",
+                g(layout.layers[0].key_width),
+                layout.description,
+            )
+        } else {
+            format!(
+                "Σ over {n} layers of (K + V widths) × kept tokens × {seqs} × {e} bytes; {}; {kept}",
+                layout.description
+            )
+        }
+    };
+    let mut out = Vec::new();
+    match &req.strategy {
+        CacheStrategy::Dynamic | CacheStrategy::Static { .. } | CacheStrategy::Sliding { .. } => {
+            let total: u128 = (0..n).map(|i| req.layer_bytes(i)).sum();
+            let kept = match &req.strategy {
+                CacheStrategy::Dynamic if layout.sliding_layers() > 0 => {
+                    notes.push("transformers' DynamicSlidingWindowLayer keeps window−1 tokens as a view of a window-sized tensor: a sliding layer holds min(tokens, window) tokens after a decoding step, and the whole prompt right after a prefill longer than the window".into());
+                    format!("full layers keep {tokens}, sliding layers min({tokens}, window)")
+                }
+                CacheStrategy::Dynamic => tokens.clone(),
+                CacheStrategy::Static { max_cache_len } => {
+                    if layout.sliding_layers() > 0 {
+                        format!(
+                            "preallocated: full layers {}, sliding layers min({}, window)",
+                            plural(*max_cache_len, "token"),
+                            g(*max_cache_len)
+                        )
+                    } else {
+                        format!("preallocated to max_cache_len = {}", plural(*max_cache_len, "token"))
+                    }
+                }
+                CacheStrategy::Sliding { window } => format!("min({tokens}, window {}) kept per layer", g(*window)),
+                _ => tokens.clone(),
+            };
+            out.push(
+                Term::new(
+                    format!("KV cache ({})", req.strategy.name()),
+                    Bytes::from_u128(total).map_err(overflow())?,
+                    Kind::Calculated,
+                    base(&kept),
+                )
+                .input("layers", n as u64)
+                .input("tokens", req.tokens)
+                .input("sequences", req.sequences)
+                .input("element_bytes", e)
+                .input("strategy", req.strategy.name()),
+            );
+            if let CacheStrategy::Static { max_cache_len } = req.strategy {
+                if max_cache_len < req.tokens {
+                    return Err(EstimateError::Input(format!(
+                        "--max-cache-len {max_cache_len} is shorter than the {} tokens to keep; a static cache cannot hold them: raise --max-cache-len",
+                        g(req.tokens)
+                    )));
+                }
+            }
+        }
+        CacheStrategy::Quantized {
+            bits,
+            group_size,
+            residual,
+        } => {
+            // QuantizedLayer (KIVI-style): after the prefill every token is quantized, then up to
+            // `residual` new tokens stay in full precision before being requantized together.
+            // Upper bound: all tokens quantized + a full residual window, per layer, K and V:
+            //   ⌈elements·bits/8⌉ codes + ⌈elements/group⌉ × 2 (scale and zero point) × e bytes.
+            let mut total = 0u128;
+            for layer in &layout.layers {
+                for width in [layer.key_width, layer.value_width] {
+                    let elements = width as u128 * req.tokens as u128 * req.sequences as u128;
+                    let codes = (elements * *bits as u128).div_ceil(8);
+                    let meta = elements.div_ceil(*group_size as u128) * 2 * e as u128;
+                    let full = width as u128 * (*residual).min(req.tokens) as u128 * req.sequences as u128 * e as u128;
+                    total += codes + meta + full;
+                }
+            }
+            out.push(
+                Term::new(
+                    format!("KV cache (quantized, {bits}-bit)"),
+                    Bytes::from_u128(total).map_err(overflow())?,
+                    Kind::Assumed,
+                    format!(
+                        "per layer, K and V: ⌈elements × {bits} ÷ 8⌉ codes + ⌈elements ÷ {group_size}⌉ × 2 (scale, zero point) × {e} bytes + min({tokens}, residual {residual}) tokens at {e} bytes; elements = width × {tokens} × {seqs}",
+                    ),
+                )
+                .input("bits", *bits)
+                .input("group_size", *group_size)
+                .input("residual", *residual)
+                .input("tokens", req.tokens)
+                .input("sequences", req.sequences),
+            );
+            notes.push("the quantized-cache figure is an upper bound: the backend (quanto or HQQ) packs codes and stores scales in its own layout, and requantizes all tokens each time the residual fills".into());
+        }
+        CacheStrategy::Offloaded => {
+            let per_layer: Vec<u128> = (0..n).map(|i| req.layer_bytes(i)).collect();
+            let on_gpu = per_layer
+                .windows(2)
+                .map(|w| w[0] + w[1])
+                .max()
+                .unwrap_or_else(|| per_layer.iter().sum());
+            let all: u128 = per_layer.iter().sum();
+            out.push(
+                Term::new(
+                    "KV cache (offloaded: on the GPU)",
+                    Bytes::from_u128(on_gpu).map_err(overflow())?,
+                    Kind::Calculated,
+                    base(&format!("{tokens}, of which only 2 consecutive layers (the one in use and the one prefetched) stay on the GPU")),
+                )
+                .input("layers_on_gpu", 2u64.min(n as u64))
+                .input("tokens", req.tokens)
+                .input("sequences", req.sequences),
+            );
+            out.push(
+                Term::new(
+                    "KV cache (offloaded: in host memory)",
+                    Bytes::from_u128(all - on_gpu).map_err(overflow())?,
+                    Kind::Calculated,
+                    "the other layers, in CPU memory (not GPU memory)",
+                )
+                .info(),
+            );
+        }
+    }
+    if let Some(latent) = layout.latent {
+        let bytes = latent.width as u128 * n as u128 * req.tokens as u128 * req.sequences as u128 * e as u128;
+        out.push(
+            Term::new(
+                "KV cache, compressed MLA latent (vLLM/SGLang layout)",
+                Bytes::from_u128(bytes).map_err(overflow())?,
+                Kind::Calculated,
+                format!(
+                    "{n} layers × (kv_lora_rank {} + rope {}) × {tokens} × {seqs} × {e} bytes: what servers that keep the latent store; transformers keeps the decompressed K and V above",
+                    latent.kv_lora_rank, latent.rope_dim
+                ),
+            )
+            .info(),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(tokens: u64, sequences: u64, strategy: CacheStrategy) -> KvRequest {
+        KvRequest {
+            layout: KvLayout::uniform(32, 8, 128, None),
+            tokens,
+            sequences,
+            element_bytes: 2,
+            strategy,
+        }
+    }
+
+    fn total(r: &KvRequest) -> u64 {
+        terms(r, &mut vec![]).unwrap()[0].bytes.get()
+    }
+
+    #[test]
+    fn the_guides_example() {
+        assert_eq!(total(&req(8192, 1, CacheStrategy::Dynamic)), 1_073_741_824);
+        assert_eq!(total(&req(8192, 4, CacheStrategy::Dynamic)), 4 * 1_073_741_824);
+    }
+
+    #[test]
+    fn static_preallocates() {
+        let r = req(1000, 1, CacheStrategy::Static { max_cache_len: 8192 });
+        assert_eq!(total(&r), 1_073_741_824);
+        let short = req(9000, 1, CacheStrategy::Static { max_cache_len: 8192 });
+        assert!(terms(&short, &mut vec![]).is_err());
+    }
+
+    #[test]
+    fn sliding_caps_tokens() {
+        let r = req(8192, 1, CacheStrategy::Sliding { window: 4096 });
+        assert_eq!(total(&r), 1_073_741_824 / 2);
+    }
+
+    #[test]
+    fn offloaded_keeps_two_layers() {
+        let r = req(8192, 1, CacheStrategy::Offloaded);
+        assert_eq!(total(&r), 1_073_741_824 / 16);
+    }
+
+    #[test]
+    fn quantized_is_smaller_than_full() {
+        let r = req(8192, 1, CacheStrategy::Quantized { bits: 4, group_size: 64, residual: 128 });
+        let q = total(&r);
+        assert!(q < 1_073_741_824 / 3, "{q}");
+        assert!(q > 1_073_741_824 / 4, "{q}");
+    }
+}

@@ -1,0 +1,212 @@
+//! Pure arithmetic before any GPU is touched: each memory term with its exact bytes, its formula
+//! and whether it is *calculated* (follows from the inputs) or *assumed* (a model or a choice).
+
+pub mod kv_cache;
+pub mod render;
+pub mod reserve;
+pub mod training;
+pub mod weights;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::model::Architecture;
+use crate::model::safetensors::Stored;
+use crate::units::{Bytes, Overflow, checked_sum};
+
+pub use kv_cache::{CacheStrategy, KvRequest};
+pub use reserve::Reserve;
+pub use training::{Optimizer, Precision, TrainingRequest};
+pub use weights::WeightsSource;
+
+/// Schema tag of `estimate --json`.
+pub const SCHEMA: &str = "iteragpu.estimate/1";
+
+/// Whether a figure follows from the inputs or rests on a model or a choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Exact arithmetic on the inputs (weights, KV cache of a known layout, optimizer states).
+    Calculated,
+    /// A model or a stated choice (reserve, activations, transient buffers).
+    Assumed,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Calculated => "calculated",
+            Kind::Assumed => "assumed",
+        }
+    }
+}
+
+/// One line of the estimate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Term {
+    /// What the bytes are for: `weights`, `KV cache`, `optimizer states`, …
+    pub name: String,
+    /// Exact integer bytes.
+    pub bytes: Bytes,
+    pub kind: Kind,
+    /// The arithmetic, with the numbers used.
+    pub formula: String,
+    /// `false` for lines shown for information (stored format, alternative layouts, CPU-side bytes).
+    pub in_total: bool,
+    /// The inputs of the formula, by name.
+    pub inputs: Map<String, Value>,
+}
+
+impl Term {
+    pub fn new(name: impl Into<String>, bytes: Bytes, kind: Kind, formula: impl Into<String>) -> Term {
+        Term {
+            name: name.into(),
+            bytes,
+            kind,
+            formula: formula.into(),
+            in_total: true,
+            inputs: Map::new(),
+        }
+    }
+    pub fn info(mut self) -> Term {
+        self.in_total = false;
+        self
+    }
+    pub fn input(mut self, key: &str, value: impl Into<Value>) -> Term {
+        self.inputs.insert(key.to_string(), value.into());
+        self
+    }
+}
+
+/// Everything `estimate` was asked, validated.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub weights: Option<WeightsSource>,
+    pub kv: Option<KvRequest>,
+    pub training: Option<TrainingRequest>,
+    pub reserve: Option<Reserve>,
+}
+
+/// The model summary shown with an estimate from `--model`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelSummary {
+    pub path: String,
+    pub architecture: Architecture,
+    /// Parameters from config.json (u128 would not survive JSON readers: stored as u64).
+    pub parameters: u64,
+    /// KV-cache bytes per token and per sequence at the cache element width used.
+    pub kv_bytes_per_token: Option<u64>,
+}
+
+/// The result: terms, total and what the total leaves out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Estimate {
+    pub schema: &'static str,
+    pub tool_version: &'static str,
+    pub terms: Vec<Term>,
+    /// Sum of the terms with `in_total`: the preparation hypothesis.
+    pub total_bytes: Bytes,
+    /// What the hypothesis does not contain.
+    pub left_out: Vec<String>,
+    pub notes: Vec<String>,
+    pub model: Option<ModelSummary>,
+    /// The stored format read from safetensors headers, apart from the config-based count.
+    pub stored: Option<Stored>,
+}
+
+/// Why an estimate cannot be made from valid-looking inputs.
+#[derive(Debug, thiserror::Error)]
+pub enum EstimateError {
+    #[error("{what}: {source}; check {hint}")]
+    Overflow {
+        what: String,
+        hint: String,
+        source: Overflow,
+    },
+    #[error("{0}")]
+    Input(String),
+}
+
+impl EstimateError {
+    pub fn overflow(what: &str, hint: &str) -> impl FnOnce(Overflow) -> EstimateError {
+        let (what, hint) = (what.to_string(), hint.to_string());
+        move |source| EstimateError::Overflow { what, hint, source }
+    }
+}
+
+/// Runs every requested part of the estimate.
+pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
+    let mut terms = Vec::new();
+    let mut notes = Vec::new();
+    let mut left_out = Vec::new();
+
+    match (&req.training, &req.weights) {
+        (Some(training), Some(source)) => {
+            terms.extend(training::terms(source, training, &mut notes, &mut left_out)?);
+        }
+        (Some(_), None) => {
+            return Err(EstimateError::Input("a training estimate needs the model's size".into()));
+        }
+        (None, weights) => {
+            match weights {
+                Some(source) => terms.extend(weights::terms(source, &mut notes)?),
+                None => left_out.push("weights".into()),
+            }
+            left_out.extend(["activations", "gradients", "optimizer states"].map(String::from));
+        }
+    }
+    match &req.kv {
+        Some(kv) => terms.extend(kv_cache::terms(kv, &mut notes)?),
+        None if req.training.is_none() => left_out.push("KV cache".into()),
+        None => {}
+    }
+    left_out.push("temporary buffers of each operation (workspaces, intermediate tensors)".into());
+    left_out.push("memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)".into());
+    left_out.push("allocator rounding and fragmentation (reserved but unallocated memory)".into());
+    match &req.reserve {
+        Some(reserve) => terms.push(reserve.term()),
+        None => notes.push("no reserve stated: add --reserve-gib or --reserve SIZE for the margin you intend to keep".into()),
+    }
+    let total_bytes = checked_sum(terms.iter().filter(|t| t.in_total).map(|t| t.bytes))
+        .map_err(EstimateError::overflow("the total", "the inputs"))?;
+
+    let model = match &req.weights {
+        Some(WeightsSource::Model(m)) => Some(ModelSummary {
+            path: m.path.clone(),
+            parameters: u64::try_from(m.architecture.parameters())
+                .map_err(|_| EstimateError::overflow("the parameter count", "the config")(Overflow))?,
+            kv_bytes_per_token: req.kv.as_ref().map(|k| k.bytes_per_token()),
+            architecture: m.architecture.clone(),
+        }),
+        _ => None,
+    };
+    let stored = match &req.weights {
+        Some(WeightsSource::Model(m)) => m.stored.clone(),
+        _ => None,
+    };
+    Ok(Estimate {
+        schema: SCHEMA,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        terms,
+        total_bytes,
+        left_out,
+        notes,
+        model,
+        stored,
+    })
+}
+
+/// `1` → `1 sequence`, `4` → `4 sequences`.
+pub(crate) fn plural(n: u64, word: &str) -> String {
+    let n_text = crate::units::group_thousands(n as u128);
+    if n == 1 {
+        format!("{n_text} {word}")
+    } else {
+        format!("{n_text} {word}s")
+    }
+}
+
+/// Shorthand for grouped integers in formulas.
+pub(crate) fn g(n: impl Into<u128>) -> String {
+    crate::units::group_thousands(n.into())
+}

@@ -1,0 +1,128 @@
+//! How an estimate is shown: a table for people, `--json` for programs.
+
+use std::fmt::Write as _;
+
+use super::{Estimate, Term, g};
+use crate::units::Bytes;
+
+/// The human-readable table.
+pub fn table(est: &Estimate) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "iteragpu estimate: arithmetic before any GPU is touched");
+    if let Some(model) = &est.model {
+        let a = &model.architecture;
+        let _ = writeln!(
+            out,
+            "model: {} ({}), {} parameters from config.json; {} layers, hidden {}, {} attention heads, {} KV heads of {}{}",
+            model.path,
+            a.model_type,
+            g(model.parameters),
+            a.dims.num_layers,
+            g(a.dims.hidden_size),
+            a.dims.num_heads,
+            a.dims.num_kv_heads,
+            a.dims.head_dim,
+            a.moe.map_or(String::new(), |m| format!(
+                "; {} experts, {} active per token",
+                m.experts, m.active
+            )),
+        );
+        if let Some(per_token) = model.kv_bytes_per_token {
+            let _ = writeln!(
+                out,
+                "KV cache per token and per sequence: {} bytes ({})",
+                g(per_token),
+                a.kv.description
+            );
+        }
+    }
+    let _ = writeln!(out);
+    let counted: Vec<&Term> = est.terms.iter().filter(|t| t.in_total).collect();
+    let info: Vec<&Term> = est.terms.iter().filter(|t| !t.in_total).collect();
+    let total_name = "preparation hypothesis";
+    let name_width = est
+        .terms
+        .iter()
+        .map(|t| t.name.chars().count())
+        .chain([total_name.len(), 4])
+        .max()
+        .unwrap_or(4);
+    let bytes_width = est
+        .terms
+        .iter()
+        .map(|t| t.bytes.grouped().len())
+        .chain([est.total_bytes.grouped().len(), 5])
+        .max()
+        .unwrap_or(5);
+    let row = |out: &mut String, name: &str, bytes: Bytes, kind: &str, formula: &str| {
+        let pad = name_width - name.chars().count();
+        let _ = writeln!(
+            out,
+            "  {name}{:pad$}  {:>bytes_width$}  {:>9.2} GB  {:>9.2} GiB  {kind:<10}  {formula}",
+            "",
+            bytes.grouped(),
+            bytes.gb(),
+            bytes.gib(),
+        );
+    };
+    let header = format!(
+        "  {:name_width$}  {:>bytes_width$}  {:>12}  {:>13}  {:<10}  {}",
+        "term", "bytes", "GB", "GiB", "kind", "formula"
+    );
+    let _ = writeln!(out, "{header}");
+    for t in &counted {
+        row(&mut out, &t.name, t.bytes, t.kind.label(), &t.formula);
+    }
+    let _ = writeln!(out, "  {}", "─".repeat(header.chars().count().saturating_sub(2).min(100)));
+    row(
+        &mut out,
+        total_name,
+        est.total_bytes,
+        "",
+        &format!("sum of the {} terms above", counted.len()),
+    );
+    if !info.is_empty() {
+        let _ = writeln!(out, "\nshown for information, not in the total:");
+        for t in &info {
+            row(&mut out, &t.name, t.bytes, t.kind.label(), &t.formula);
+        }
+    }
+    if let Some(stored) = &est.stored {
+        let _ = writeln!(out, "\nstored format (safetensors headers, {} bytes read):", g(stored.bytes_read));
+        for (dtype, t) in &stored.by_dtype {
+            let b = Bytes(t.bytes);
+            let _ = writeln!(
+                out,
+                "  {dtype:<8} {:>width$} bytes  {}  ({} tensors, {} values)",
+                b.grouped(),
+                b.both(),
+                g(t.tensors),
+                g(t.elements),
+                width = bytes_width
+            );
+        }
+        if stored.shards.len() > 1 {
+            for shard in &stored.shards {
+                let _ = writeln!(out, "  {}: {} bytes of tensors", shard.file, g(shard.data_bytes));
+            }
+        }
+    }
+    let _ = writeln!(out, "\nleft out of this figure: {}.", est.left_out.join("; "));
+    let _ = writeln!(
+        out,
+        "A preparation hypothesis proves nothing about fit: only a measurement of the complete workload on the card (iteragpu measure) can."
+    );
+    let mut notes = est.notes.clone();
+    if let Some(model) = &est.model {
+        notes.extend(model.architecture.notes.iter().cloned());
+    }
+    for note in notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    out
+}
+
+/// The `--json` document.
+pub fn json(est: &Estimate) -> String {
+    serde_json::to_string_pretty(est).expect("an estimate always serializes") + "\n"
+}

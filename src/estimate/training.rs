@@ -1,0 +1,383 @@
+//! Training terms: weights in their training precision, gradients, optimizer states, master
+//! weights, and activations. Everything but activations follows from the tensors' shapes; the
+//! activation term is a published model (Korthikanti et al. 2022) and is labelled *assumed*.
+
+use serde::Serialize;
+
+use super::weights::{self, WeightsSource};
+use super::{EstimateError, Kind, Term, g};
+use crate::model::inventory::TensorGroup;
+use crate::units::Bytes;
+
+/// Optimizers whose states we can count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    Adamw,
+    Adam,
+    Sgd,
+    SgdMomentum,
+    #[value(name = "adamw-8bit")]
+    Adamw8bit,
+    Adafactor,
+}
+
+/// Where the trainable parameters live and in which width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// Everything in float32.
+    Fp32,
+    /// torch.autocast to bfloat16: fp32 parameters (the master copy), 16-bit copies for compute.
+    Bf16Mixed,
+    /// torch.autocast to float16 with a GradScaler: as bf16-mixed.
+    Fp16Mixed,
+    /// Parameters, gradients and optimizer states in bfloat16 (`model.to(torch.bfloat16)`).
+    Bf16,
+}
+
+impl Precision {
+    /// Bytes of a trainable parameter, its gradient and each optimizer state element.
+    fn param_bytes(self) -> u64 {
+        match self {
+            Precision::Bf16 => 2,
+            _ => 4,
+        }
+    }
+    /// Bytes of one activation element.
+    fn activation_bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 => 4,
+            _ => 2,
+        }
+    }
+    fn mixed(self) -> bool {
+        matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16Mixed => "bf16-mixed",
+            Precision::Fp16Mixed => "fp16-mixed",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// LoRA adapters on the named modules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lora {
+    pub rank: u64,
+    pub targets: Vec<String>,
+}
+
+/// A training step to estimate.
+#[derive(Clone, Debug)]
+pub struct TrainingRequest {
+    pub optimizer: Optimizer,
+    pub precision: Precision,
+    pub lora: Option<Lora>,
+    pub gradient_checkpointing: bool,
+    pub flash_attention: bool,
+    /// Micro-batch and sequence length, needed for activations.
+    pub batch: Option<u64>,
+    pub context: Option<u64>,
+}
+
+/// Trainable tensors: the model's own (full fine-tuning) or the LoRA adapters'.
+fn trainable(source: &WeightsSource, req: &TrainingRequest) -> Result<Trainable, EstimateError> {
+    match (&req.lora, source) {
+        (None, WeightsSource::Model(m)) => Ok(Trainable::Shapes(m.architecture.groups.clone())),
+        (None, WeightsSource::Numbers { parameters, .. }) => Ok(Trainable::Count(*parameters as u128)),
+        (Some(_), WeightsSource::Numbers { .. }) => Err(EstimateError::Input(
+            "--lora-rank needs the model's real shapes: pass --model PATH (a config.json) instead of --parameters".into(),
+        )),
+        (Some(lora), WeightsSource::Model(m)) => {
+            let mut adapters = Vec::new();
+            for target in &lora.targets {
+                let matched: Vec<&TensorGroup> = m
+                    .architecture
+                    .groups
+                    .iter()
+                    .filter(|grp| grp.linear_dims().is_some() && grp.module() == target)
+                    .collect();
+                if matched.is_empty() {
+                    let mut names: Vec<&str> = m
+                        .architecture
+                        .groups
+                        .iter()
+                        .filter(|grp| grp.linear_dims().is_some())
+                        .map(TensorGroup::module)
+                        .collect();
+                    names.sort_unstable();
+                    names.dedup();
+                    return Err(EstimateError::Input(format!(
+                        "--lora-targets `{target}` matches no linear layer of this {} model; its linear layers are: {}",
+                        m.architecture.model_type,
+                        names.join(", ")
+                    )));
+                }
+                for grp in matched {
+                    let (inp, out) = grp.linear_dims().unwrap_or((0, 0));
+                    let base = grp.name.trim_end_matches(".weight");
+                    // peft LoraLayer: lora_A Linear(in, r), lora_B Linear(r, out), no biases.
+                    adapters.push(TensorGroup {
+                        name: format!("{base}.lora_A.weight"),
+                        shape: vec![lora.rank, inp],
+                        count: grp.count,
+                        role: crate::model::Role::Linear,
+                    });
+                    adapters.push(TensorGroup {
+                        name: format!("{base}.lora_B.weight"),
+                        shape: vec![out, lora.rank],
+                        count: grp.count,
+                        role: crate::model::Role::Linear,
+                    });
+                }
+            }
+            Ok(Trainable::Shapes(adapters))
+        }
+    }
+}
+
+enum Trainable {
+    Shapes(Vec<TensorGroup>),
+    Count(u128),
+}
+
+impl Trainable {
+    fn count(&self) -> u128 {
+        match self {
+            Trainable::Shapes(groups) => groups.iter().map(TensorGroup::total).sum(),
+            Trainable::Count(n) => *n,
+        }
+    }
+}
+
+/// Optimizer-state bytes for the trainable tensors.
+fn optimizer_bytes(opt: Optimizer, trainable: &Trainable, s: u128) -> Result<(u128, String), EstimateError> {
+    let n = trainable.count();
+    Ok(match opt {
+        Optimizer::Sgd => (0, "plain SGD (momentum 0) keeps no state".into()),
+        Optimizer::SgdMomentum => (n * s, format!("{} parameters × 1 momentum buffer × {s} bytes", g(n))),
+        Optimizer::Adam | Optimizer::Adamw => (
+            2 * n * s,
+            format!("{} parameters × 2 states (exp_avg, exp_avg_sq) × {s} bytes", g(n)),
+        ),
+        // bitsandbytes AdamW8bit: blockwise 8-bit states (blocks of 256 with an fp32 absmax);
+        // tensors under 4,096 elements keep 32-bit states (min_8bit_size).
+        Optimizer::Adamw8bit => {
+            let per_tensor = |numel: u128| {
+                if numel < 4096 {
+                    2 * numel * 4
+                } else {
+                    2 * (numel + numel.div_ceil(256) * 4)
+                }
+            };
+            let bytes = match trainable {
+                Trainable::Shapes(groups) => groups.iter().map(|grp| per_tensor(grp.numel() as u128) * grp.count as u128).sum(),
+                Trainable::Count(n) => per_tensor(*n),
+            };
+            (bytes, format!("{} parameters × 2 states × (1 byte + 4 bytes per 256-value block); tensors under 4,096 values keep fp32 states", g(n)))
+        }
+        // transformers Adafactor (beta1 None): factored second moment, a row and a column
+        // vector for tensors of 2+ dimensions, a full vector otherwise.
+        Optimizer::Adafactor => match trainable {
+            Trainable::Count(_) => {
+                return Err(EstimateError::Input(
+                    "adafactor factors its states by tensor shape: pass --model PATH so the shapes are known".into(),
+                ));
+            }
+            Trainable::Shapes(groups) => {
+                let elements: u128 = groups
+                    .iter()
+                    .map(|grp| {
+                        let per = match grp.shape.as_slice() {
+                            [] => 1,
+                            [n] => *n as u128,
+                            shape => {
+                                let (last, rest) = shape.split_last().unwrap_or((&1, &[]));
+                                let (second, head) = rest.split_last().unwrap_or((&1, &[]));
+                                let head: u128 = head.iter().map(|d| *d as u128).product();
+                                head * (*second as u128) + head * (*last as u128)
+                            }
+                        };
+                        per * grp.count as u128
+                    })
+                    .sum();
+                (elements * s, format!("factored second moment: rows + columns of each matrix ({} values) × {s} bytes", g(elements)))
+            }
+        },
+    })
+}
+
+/// All terms of a training step.
+pub fn terms(
+    source: &WeightsSource,
+    req: &TrainingRequest,
+    notes: &mut Vec<String>,
+    left_out: &mut Vec<String>,
+) -> Result<Vec<Term>, EstimateError> {
+    let overflow = || EstimateError::overflow("the training terms", "the model size and dimensions");
+    let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
+    let trainable = trainable(source, req)?;
+    let n = trainable.count();
+    let s = req.precision.param_bytes() as u128;
+    let mut out = Vec::new();
+    let precision = req.precision.name();
+
+    if req.lora.is_some() {
+        // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
+        out.extend(weights::terms(source, notes)?);
+        let adapter_dtype = if req.precision == Precision::Bf16 { "bfloat16" } else { "float32" };
+        out.push(
+            Term::new(
+                format!("LoRA adapters ({adapter_dtype})"),
+                to_bytes(n * s)?,
+                Kind::Calculated,
+                format!("{} trainable parameters (r × (in + out) per targeted layer) × {s} bytes", g(n)),
+            )
+            .input("trainable_parameters", n as u64),
+        );
+        notes.push("peft keeps LoRA adapters in float32 under autocast (autocast_adapter_dtype) and the base weights frozen: no gradients or optimizer states for them".into());
+    } else if req.precision.mixed() {
+        out.push(
+            Term::new(
+                "master weights (fp32 parameters)",
+                to_bytes(n * 4)?,
+                Kind::Calculated,
+                format!("{} parameters × 4 bytes: under torch.autocast the parameters themselves stay float32", g(n)),
+            )
+            .input("parameters", n as u64),
+        );
+        out.push(Term::new(
+            "weights, 16-bit compute copies",
+            to_bytes(n * 2)?,
+            Kind::Assumed,
+            format!("{} parameters × 2 bytes: autocast's cast cache, held by the forward pass for the backward pass", g(n)),
+        ));
+    } else {
+        out.push(
+            Term::new(
+                format!("weights ({precision})"),
+                to_bytes(n * s)?,
+                Kind::Calculated,
+                format!("{} parameters × {s} bytes", g(n)),
+            )
+            .input("parameters", n as u64),
+        );
+    }
+    out.push(Term::new(
+        format!("gradients ({})", if s == 4 { "fp32" } else { "bf16" }),
+        to_bytes(n * s)?,
+        Kind::Calculated,
+        format!("{} trainable parameters × {s} bytes (one gradient per trainable parameter)", g(n)),
+    ));
+    let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, &trainable, s)?;
+    out.push(
+        Term::new(
+            format!("optimizer states ({:?})", req.optimizer).to_lowercase(),
+            to_bytes(opt_bytes)?,
+            Kind::Calculated,
+            opt_formula,
+        )
+        .input("optimizer", format!("{:?}", req.optimizer).to_lowercase()),
+    );
+    notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
+
+    match (source, req.batch, req.context) {
+        (WeightsSource::Model(m), Some(b), Some(sq)) => {
+            out.extend(activation_terms(&m.architecture, req, b, sq).map_err(|_| overflow()(crate::units::Overflow))?);
+        }
+        (WeightsSource::Model(_), _, _) => {
+            left_out.push("activations (give --batch and --context to estimate them)".into());
+        }
+        _ => left_out.push("activations (they need the model's dimensions: pass --model PATH with --batch and --context)".into()),
+    }
+    Ok(out)
+}
+
+/// Activations per Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+/// Transformer Models", §4.1): per layer `s·b·h·(34 + 5·a·s/h)` bytes with 16-bit activations,
+/// of which attention 11·sbh + 5·a·s²·b, MLP 19·sbh, norms 4·sbh. Adapted here: the MLP part uses
+/// the model's real width (2·sbh + 4·sbI plain, 2·sbh + 6·sbI gated, + sbh dropout mask; equal to
+/// 19·sbh for I = 4h), MoE layers count the routed experts' width per token, flash attention
+/// drops the 5·a·s²·b score term, and gradient checkpointing keeps only each layer's input
+/// (2·sbh) plus one layer recomputed at a time.
+fn activation_terms(
+    arch: &crate::model::Architecture,
+    req: &TrainingRequest,
+    b: u64,
+    s: u64,
+) -> Result<Vec<Term>, crate::units::Overflow> {
+    let d = arch.dims;
+    let (b128, s128, h) = (b as u128, s as u128, d.hidden_size as u128);
+    let sbh = s128 * b128 * h;
+    let mlp = |inter: u128| {
+        let per_i = if d.gated_mlp { 6 } else { 4 };
+        2 * sbh + per_i * s128 * b128 * inter + sbh
+    };
+    let dense_inter = d.intermediate_size as u128;
+    let moe_inter = arch
+        .moe
+        .map(|m| (m.active * m.expert_intermediate + m.shared_intermediate) as u128);
+    let scores = if req.flash_attention {
+        0
+    } else {
+        5 * d.num_heads as u128 * s128 * s128 * b128
+    };
+    let layer = |inter: u128| 11 * sbh + scores + mlp(inter) + 4 * sbh;
+    let moe_layers = arch.moe.map_or(0, |m| m.moe_layers) as u128;
+    let dense_layers = d.num_layers as u128 - moe_layers;
+    let full: u128 = dense_layers * layer(dense_inter) + moe_layers * layer(moe_inter.unwrap_or(dense_inter));
+    let scale = |v: u128| v * req.precision.activation_bytes() as u128 / 2;
+    let (bytes, formula) = if req.gradient_checkpointing {
+        let largest = layer(moe_inter.unwrap_or(0).max(dense_inter));
+        (
+            scale(d.num_layers as u128 * 2 * sbh + largest),
+            format!(
+                "gradient checkpointing: {} layers × 2·s·b·h (layer inputs) + one layer recomputed (s·b·h·(34 + 5·a·s/h) adapted); s={}, b={}, h={}",
+                d.num_layers,
+                g(s),
+                g(b),
+                g(d.hidden_size)
+            ),
+        )
+    } else {
+        (
+            scale(full),
+            format!(
+                "{} layers × s·b·h·(34{} ) adapted to the MLP width (Korthikanti et al. 2022); s={}, b={}, h={}, a={}",
+                d.num_layers,
+                if req.flash_attention { ", flash attention: no s² term" } else { " + 5·a·s/h" },
+                g(s),
+                g(b),
+                g(d.hidden_size),
+                d.num_heads
+            ),
+        )
+    };
+    let mut out = vec![
+        Term::new("activations", Bytes::from_u128(bytes)?, Kind::Assumed, formula)
+            .input("batch", b)
+            .input("context", s)
+            .input("gradient_checkpointing", req.gradient_checkpointing)
+            .input("flash_attention", req.flash_attention),
+    ];
+    // transformers' causal-LM loss upcasts the logits to float32; cross-entropy keeps the fp32
+    // log-softmax for the backward pass.
+    let logits = b128 * s128 * d.vocab_size as u128;
+    let e = req.precision.activation_bytes() as u128;
+    let per = if e < 4 { e + 4 + 4 } else { 4 + 4 };
+    out.push(Term::new(
+        "logits and loss",
+        Bytes::from_u128(logits * per)?,
+        Kind::Assumed,
+        format!(
+            "b·s·vocab = {} values × {per} bytes (logits{}, fp32 log-softmax kept for backward)",
+            g(logits),
+            if e < 4 { " in 16-bit, fp32 upcast" } else { " in fp32" }
+        ),
+    ));
+    Ok(out)
+}

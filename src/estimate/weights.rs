@@ -1,0 +1,219 @@
+//! The weights term: from a parameter count and a bit width, or from a model's real tensors with
+//! the storage format (quantized or not) and the compute format kept apart.
+
+use super::{EstimateError, Kind, Term, g};
+use crate::dtype::Dtype;
+use crate::model::Architecture;
+use crate::model::quantization::Format;
+use crate::model::safetensors::Stored;
+use crate::units::{Bytes, Decimal};
+
+/// Where the weight figure comes from.
+#[derive(Clone, Debug)]
+pub enum WeightsSource {
+    /// `--parameters N --bits B`: a uniform compact storage of B bits per parameter.
+    Numbers { parameters: u64, bits: Decimal },
+    /// `--model PATH`.
+    Model(Box<ModelWeights>),
+}
+
+/// A model read from disk and the format it will compute in.
+#[derive(Clone, Debug)]
+pub struct ModelWeights {
+    pub path: String,
+    pub architecture: Architecture,
+    pub stored: Option<Stored>,
+    /// The dtype the unquantized weights are loaded in and activations computed in.
+    pub compute_dtype: Dtype,
+    /// Where `compute_dtype` came from (`--dtype`, the config's torch_dtype, …).
+    pub dtype_source: String,
+}
+
+impl WeightsSource {
+    /// Total parameters (the model's own count, or the number given).
+    pub fn parameters(&self) -> u128 {
+        match self {
+            WeightsSource::Numbers { parameters, .. } => *parameters as u128,
+            WeightsSource::Model(m) => m.architecture.parameters(),
+        }
+    }
+}
+
+/// `ceil(parameters × bits ÷ 8)`: bytes are rounded up, never truncated.
+pub fn bytes_for_bits(parameters: u64, bits: Decimal) -> Option<u128> {
+    bits.mul_div_ceil(parameters as u128, 8)
+}
+
+/// The weights terms for inference (and the frozen base of LoRA training).
+pub fn terms(source: &WeightsSource, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
+    let overflow = || EstimateError::overflow("the weights", "--parameters and --bits");
+    match source {
+        WeightsSource::Numbers { parameters, bits } => {
+            let bytes = bytes_for_bits(*parameters, *bits)
+                .ok_or_else(|| overflow()(crate::units::Overflow))
+                .and_then(|b| Bytes::from_u128(b).map_err(overflow()))?;
+            let mut formula = format!("{} parameters × {bits} bits ÷ 8", g(*parameters));
+            if !bits.mul_div_is_exact(*parameters as u128, 8) {
+                formula.push_str(", rounded up to a whole byte");
+            }
+            if bits.to_f64() < 16.0 {
+                notes.push(format!(
+                    "{bits} bits per parameter assumes a uniform compact storage; a real quantized load adds scales and zero points and keeps some modules (embeddings, norms, output head) in higher precision: use --model with the checkpoint's config for those"
+                ));
+            }
+            Ok(vec![
+                Term::new("weights", bytes, Kind::Calculated, formula)
+                    .input("parameters", *parameters)
+                    .input("bits", bits.to_string()),
+            ])
+        }
+        WeightsSource::Model(m) => model_terms(m, notes),
+    }
+}
+
+fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
+    let arch = &m.architecture;
+    let e = m.compute_dtype.bytes() as u128;
+    let overflow = || EstimateError::overflow("the weights", "the config's sizes");
+    let mut terms = Vec::new();
+    match &arch.quantization {
+        None => {
+            let params = arch.parameters();
+            let bytes = Bytes::from_u128(params * e).map_err(overflow())?;
+            terms.push(
+                Term::new(
+                    format!("weights ({})", m.compute_dtype),
+                    bytes,
+                    Kind::Calculated,
+                    format!("{} parameters × {e} bytes ({}, {})", g(params), m.compute_dtype, m.dtype_source),
+                )
+                .input("parameters", params as u64)
+                .input("dtype", m.compute_dtype.torch_name()),
+            );
+        }
+        Some(q) => {
+            let mut quantized_params = 0u128;
+            let mut quantized_bytes = 0u128;
+            let mut quantized_tensors = 0u64;
+            let mut largest = 0u128;
+            let mut other_params = 0u128;
+            for group in &arch.groups {
+                match group.linear_dims().filter(|_| q.applies_to(group)) {
+                    Some((inp, out)) => {
+                        quantized_params += group.total();
+                        quantized_bytes += q.linear_bytes(inp, out) * group.count as u128;
+                        quantized_tensors += group.count;
+                        largest = largest.max(group.numel() as u128);
+                    }
+                    None => other_params += group.total(),
+                }
+            }
+            let storage = Bytes::from_u128(quantized_bytes).map_err(overflow())?;
+            terms.push(
+                Term::new(
+                    format!("weights, quantized storage ({})", q.label()),
+                    storage,
+                    Kind::Calculated,
+                    format!(
+                        "{}; over {} weights holding {} parameters",
+                        q.formula(),
+                        g(quantized_tensors),
+                        g(quantized_params)
+                    ),
+                )
+                .input("quantized_parameters", quantized_params as u64)
+                .input("format", q.label()),
+            );
+            let others = Bytes::from_u128(other_params * e).map_err(overflow())?;
+            terms.push(
+                Term::new(
+                    format!("weights, unquantized modules ({})", m.compute_dtype),
+                    others,
+                    Kind::Calculated,
+                    format!(
+                        "{} parameters (embeddings, norms, biases{}) × {e} bytes ({})",
+                        g(other_params),
+                        if q.quantize_lm_head { "" } else { ", output head" },
+                        m.compute_dtype
+                    ),
+                )
+                .input("parameters", other_params as u64),
+            );
+            let compute = match &q.format {
+                Format::Bnb4 {
+                    compute_dtype: Some(d),
+                    ..
+                } => *d,
+                _ => m.compute_dtype,
+            };
+            let transient = Bytes::from_u128(largest * compute.bytes() as u128).map_err(overflow())?;
+            terms.push(
+                Term::new(
+                    format!("compute format: {compute} (dequantized weight, transient)"),
+                    transient,
+                    Kind::Assumed,
+                    format!(
+                        "largest quantized weight {} values × {} bytes ({compute}): one layer dequantized at a time",
+                        g(largest),
+                        compute.bytes()
+                    ),
+                )
+                .input("compute_dtype", compute.torch_name()),
+            );
+            notes.push(format!(
+                "storage format {} and compute format {compute} are different: the kernels dequantize on the fly, so the stored bytes are not the bytes multiplied",
+                q.label()
+            ));
+        }
+    }
+    if let Some(stored) = &m.stored {
+        let mut parts: Vec<String> = stored
+            .by_dtype
+            .iter()
+            .map(|(dtype, t)| format!("{dtype} {}", g(t.bytes)))
+            .collect();
+        parts.sort();
+        terms.push(
+            Term::new(
+                "weights as stored (safetensors headers)",
+                Bytes(stored.data_bytes),
+                Kind::Calculated,
+                format!("{} shard(s): {}", stored.shards.len(), parts.join(", ")),
+            )
+            .info()
+            .input("elements", stored.elements),
+        );
+        let counted = arch.parameters();
+        if arch.quantization.is_none() && stored.elements as u128 != counted {
+            let tied = if arch.tied_embeddings { " (tied embeddings are stored once)" } else { "" };
+            notes.push(format!(
+                "the checkpoint stores {} values but the config describes {} parameters{tied}: extra or missing tensors (buffers, extra heads) are in the files",
+                g(stored.elements),
+                g(counted)
+            ));
+        }
+        if let Some(total) = stored.index_total_size {
+            if total != stored.data_bytes {
+                notes.push(format!(
+                    "model.safetensors.index.json declares total_size {} but the shard headers describe {} bytes",
+                    g(total),
+                    g(stored.data_bytes)
+                ));
+            }
+        }
+    }
+    Ok(terms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_up() {
+        let bits = Decimal::parse("4.5").unwrap();
+        assert_eq!(bytes_for_bits(7, bits), Some(4)); // 3.9375 → 4
+        assert_eq!(bytes_for_bits(7_000_000_000, Decimal::parse("16").unwrap()), Some(14_000_000_000));
+        assert_eq!(bytes_for_bits(3, Decimal::parse("1").unwrap()), Some(1));
+    }
+}

@@ -1,0 +1,53 @@
+//! iteragpu: why a GPU memory peak exceeds its estimate, and whether a workload fits on a card.
+//!
+//! The library holds every concept in its own module; the binary only parses and maps errors to
+//! exit codes (0 ok, 1 bad input, 2 PyTorch or GPU missing, 3 workload failed, results kept).
+
+pub mod cli;
+pub mod commands;
+pub mod dtype;
+pub mod estimate;
+pub mod model;
+pub mod units;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Exit statuses, as documented in the README.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const BAD_INPUT: u8 = 1;
+    pub const MISSING_RUNTIME: u8 = 2;
+    pub const WORKLOAD_FAILED: u8 = 3;
+}
+
+/// Parses `args`, runs the command and returns the exit status. Never panics on bad input.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            // clap exits 2 on a usage error; here 2 means "PyTorch or GPU missing", so usage
+            // errors become 1. Help and version still print and succeed.
+            let code = if err.use_stderr() { exit::BAD_INPUT } else { exit::OK };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let result = match &cli.command {
+        cli::Command::Estimate(args) => commands::estimate::run(args, &mut stdout),
+    };
+    match result {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit::BAD_INPUT)
+        }
+    }
+}

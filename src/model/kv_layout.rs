@@ -1,0 +1,68 @@
+//! What each decoder layer keeps in the KV cache per token: widths of K and V (heads × head
+//! dimension, the model's KV heads, never silently its query heads) and a sliding window if any.
+
+use serde::Serialize;
+
+/// One attention layer's cache shape per token and per sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct KvLayer {
+    /// Elements of K per token: `num_key_value_heads × head_dim` (MLA: heads × (nope + rope)).
+    pub key_width: u64,
+    /// Elements of V per token: `num_key_value_heads × head_dim` (MLA: heads × v_head_dim).
+    pub value_width: u64,
+    /// Sliding window in tokens when the layer attends to a window only.
+    pub window: Option<u64>,
+}
+
+impl KvLayer {
+    pub fn width(&self) -> u64 {
+        self.key_width + self.value_width
+    }
+}
+
+/// The compressed latent that some servers (vLLM, SGLang) keep for multi-head latent attention
+/// instead of the decompressed K and V that transformers keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LatentLayout {
+    /// Elements per token per layer: `kv_lora_rank + qk_rope_head_dim`.
+    pub width: u64,
+    pub kv_lora_rank: u64,
+    pub rope_dim: u64,
+}
+
+/// Per-layer cache widths for a whole model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KvLayout {
+    pub layers: Vec<KvLayer>,
+    /// Present for MLA models (deepseek_v3): the alternative compressed layout.
+    pub latent: Option<LatentLayout>,
+    /// How the widths were derived, for the formula column.
+    pub description: String,
+}
+
+impl KvLayout {
+    /// `layers` identical layers of `heads × head_dim` for K and for V.
+    pub fn uniform(layers: u64, heads: u64, head_dim: u64, window: Option<u64>) -> KvLayout {
+        let width = heads * head_dim;
+        KvLayout {
+            layers: (0..layers)
+                .map(|_| KvLayer {
+                    key_width: width,
+                    value_width: width,
+                    window,
+                })
+                .collect(),
+            latent: None,
+            description: format!("{layers} layers × 2 (K and V) × {heads} KV heads × {head_dim}"),
+        }
+    }
+
+    /// Elements per token summed over layers, K and V together, ignoring windows.
+    pub fn elements_per_token(&self) -> u128 {
+        self.layers.iter().map(|l| l.width() as u128).sum()
+    }
+
+    pub fn sliding_layers(&self) -> usize {
+        self.layers.iter().filter(|l| l.window.is_some()).count()
+    }
+}

@@ -1,0 +1,54 @@
+//! What a model is, read from its files: `config.json` families turned into a parameter inventory
+//! and a KV-cache layout, its quantization settings, and the stored format from safetensors headers.
+
+pub mod config;
+pub mod families;
+pub mod inventory;
+pub mod kv_layout;
+pub mod quantization;
+pub mod safetensors;
+
+use std::path::PathBuf;
+
+pub use config::Config;
+pub use families::{Architecture, Family};
+pub use inventory::{Role, TensorGroup};
+pub use kv_layout::{KvLayer, KvLayout};
+pub use quantization::Quantization;
+
+/// Everything that can be wrong with a model given by `--model`.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read {path}: {source}; check the path (--model takes a config.json or a folder holding one)")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} holds no config.json; point --model at a Hugging Face model folder or at its config.json")]
+    NoConfig(PathBuf),
+    #[error("{path} is not valid JSON (line {line}, column {column}): {message}; fix the file or download it again")]
+    Json {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{0} has no `model_type` field, so its family is unknown; give the size with --parameters N --bits B instead")]
+    NoModelType(PathBuf),
+    #[error("{path}: field `{field}` {problem}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        problem: String,
+    },
+    #[error(
+        "{path}: unknown model_type `{model_type}`. Supported families: {supported}. For another architecture, give its size with --parameters N --bits B (and the KV cache with --kv-layers, --kv-heads, --head-dim)"
+    )]
+    UnknownFamily {
+        path: PathBuf,
+        model_type: String,
+        supported: String,
+    },
+    #[error("{0}")]
+    Safetensors(#[from] safetensors::HeaderError),
+}

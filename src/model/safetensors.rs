@@ -1,0 +1,313 @@
+//! The stored format of a checkpoint, read from safetensors headers only.
+//!
+//! A safetensors file is an 8-byte little-endian header length N, N bytes of JSON describing each
+//! tensor (dtype, shape, byte offsets), then the raw data. We read the 8 bytes and the header —
+//! never tensor data — cap N before allocating, validate the header with the `safetensors` crate
+//! (offsets contiguous, sizes consistent with dtype × shape), and check from the file's metadata
+//! that the file really is as long as the header says.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Largest header accepted: the limit of the reference implementation (`safetensors` crate).
+pub const HEADER_CAP: u64 = 100_000_000;
+
+/// Why a safetensors file or its index was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is {len} bytes long, too short for a safetensors file (at least 8 bytes of header length); the download is probably incomplete")]
+    TooShort { path: PathBuf, len: u64 },
+    #[error("{path} declares a {declared}-byte header, above the {HEADER_CAP}-byte cap; the file is corrupt or not a safetensors file")]
+    HeaderTooLarge { path: PathBuf, declared: u64 },
+    #[error("{path} is truncated: its header says it needs {needed} bytes but the file has {actual}; download it again")]
+    Truncated {
+        path: PathBuf,
+        needed: u64,
+        actual: u64,
+    },
+    #[error("{path} has an invalid safetensors header: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("{index} lists shard `{shard}`, which is not in {dir}; download the missing shard or remove the index")]
+    MissingShard {
+        index: PathBuf,
+        shard: String,
+        dir: PathBuf,
+    },
+}
+
+/// Bytes and elements stored in one dtype.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DtypeTotal {
+    pub bytes: u64,
+    pub elements: u64,
+    pub tensors: u64,
+}
+
+/// One safetensors file, as its header describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    pub file: String,
+    /// Length of the file on disk.
+    pub file_bytes: u64,
+    /// Length of the JSON header.
+    pub header_bytes: u64,
+    /// Bytes of tensor data the header describes.
+    pub data_bytes: u64,
+    pub tensors: u64,
+    /// Stored bytes per safetensors dtype (`BF16`, `F32`, `F8_E4M3`, `I32`, …).
+    pub by_dtype: BTreeMap<String, DtypeTotal>,
+}
+
+/// Every shard of a checkpoint folder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Stored {
+    pub shards: Vec<Shard>,
+    pub by_dtype: BTreeMap<String, DtypeTotal>,
+    pub data_bytes: u64,
+    pub elements: u64,
+    pub tensors: u64,
+    /// `metadata.total_size` of `model.safetensors.index.json`, when present.
+    pub index_total_size: Option<u64>,
+    /// Bytes this scan read from disk (headers only).
+    pub bytes_read: u64,
+}
+
+/// Parses a header given the bytes that follow the 8-byte length; returns per-dtype totals and the
+/// data length the header describes. Public so that the fuzz target exercises the same code.
+pub fn parse_header(header: &[u8]) -> Result<(u64, u64, BTreeMap<String, DtypeTotal>), String> {
+    let metadata: safetensors::tensor::Metadata =
+        serde_json::from_slice(header).map_err(|e| e.to_string())?;
+    let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
+    let mut count = 0u64;
+    for info in metadata.tensors().values() {
+        let elements: u64 = info.shape.iter().map(|d| *d as u64).product();
+        let bytes = (info.data_offsets.1 - info.data_offsets.0) as u64;
+        let entry = by_dtype.entry(format!("{:?}", info.dtype)).or_default();
+        entry.bytes += bytes;
+        entry.elements += elements;
+        entry.tensors += 1;
+        count += 1;
+    }
+    Ok((metadata.data_len() as u64, count, by_dtype))
+}
+
+/// Reads one shard's header from any reader whose total length is `file_len`.
+pub fn scan_reader<R: Read>(path: &Path, mut reader: R, file_len: u64) -> Result<(Shard, u64), HeaderError> {
+    let io = |source| HeaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if file_len < 8 {
+        return Err(HeaderError::TooShort {
+            path: path.to_path_buf(),
+            len: file_len,
+        });
+    }
+    let mut len_bytes = [0u8; 8];
+    reader.read_exact(&mut len_bytes).map_err(io)?;
+    let declared = u64::from_le_bytes(len_bytes);
+    if declared > HEADER_CAP {
+        return Err(HeaderError::HeaderTooLarge {
+            path: path.to_path_buf(),
+            declared,
+        });
+    }
+    if 8 + declared > file_len {
+        return Err(HeaderError::Truncated {
+            path: path.to_path_buf(),
+            needed: 8 + declared,
+            actual: file_len,
+        });
+    }
+    let mut header = vec![0u8; declared as usize];
+    reader.read_exact(&mut header).map_err(io)?;
+    let (data_bytes, tensors, by_dtype) = parse_header(&header).map_err(|message| HeaderError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    })?;
+    let needed = 8 + declared + data_bytes;
+    if needed > file_len {
+        return Err(HeaderError::Truncated {
+            path: path.to_path_buf(),
+            needed,
+            actual: file_len,
+        });
+    }
+    let shard = Shard {
+        file: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        file_bytes: file_len,
+        header_bytes: declared,
+        data_bytes,
+        tensors,
+        by_dtype,
+    };
+    Ok((shard, 8 + declared))
+}
+
+/// Reads one shard's header from disk.
+pub fn scan_file(path: &Path) -> Result<(Shard, u64), HeaderError> {
+    let io = |source| HeaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    scan_reader(path, file, len)
+}
+
+/// Scans every shard of a folder: those listed by `model.safetensors.index.json` when present,
+/// else every `*.safetensors` file. `Ok(None)` when the folder holds none.
+pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| HeaderError::Io { path, source }
+    };
+    let index_path = dir.join("model.safetensors.index.json");
+    let mut bytes_read = 0u64;
+    let mut index_total_size = None;
+    let files: Vec<PathBuf> = if index_path.is_file() {
+        let text = std::fs::read(&index_path).map_err(io(&index_path))?;
+        bytes_read += text.len() as u64;
+        let index: serde_json::Value = serde_json::from_slice(&text).map_err(|e| HeaderError::Invalid {
+            path: index_path.clone(),
+            message: format!("not valid JSON (line {}, column {}): {e}", e.line(), e.column()),
+        })?;
+        index_total_size = index
+            .pointer("/metadata/total_size")
+            .and_then(serde_json::Value::as_u64);
+        let map = index
+            .get("weight_map")
+            .and_then(serde_json::Value::as_object)
+            .ok_or_else(|| HeaderError::Invalid {
+                path: index_path.clone(),
+                message: "has no `weight_map` object".into(),
+            })?;
+        let mut names: Vec<&str> = map.values().filter_map(serde_json::Value::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut files = Vec::with_capacity(names.len());
+        for name in names {
+            let path = dir.join(name);
+            if !path.is_file() {
+                return Err(HeaderError::MissingShard {
+                    index: index_path.clone(),
+                    shard: name.to_string(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+            files.push(path);
+        }
+        files
+    } else {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io(dir))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors") && p.is_file())
+            .collect();
+        files.sort();
+        files
+    };
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut stored = Stored {
+        shards: Vec::with_capacity(files.len()),
+        by_dtype: BTreeMap::new(),
+        data_bytes: 0,
+        elements: 0,
+        tensors: 0,
+        index_total_size,
+        bytes_read,
+    };
+    for file in files {
+        let (shard, read) = scan_file(&file)?;
+        stored.bytes_read += read;
+        stored.data_bytes += shard.data_bytes;
+        stored.tensors += shard.tensors;
+        for (dtype, total) in &shard.by_dtype {
+            let entry = stored.by_dtype.entry(dtype.clone()).or_default();
+            entry.bytes += total.bytes;
+            entry.elements += total.elements;
+            entry.tensors += total.tensors;
+            stored.elements += total.elements;
+        }
+        stored.shards.push(shard);
+    }
+    Ok(Some(stored))
+}
+
+/// Writes a header (no data) for tests and benchmarks; `set_len` then makes the file sparse.
+pub fn header_bytes(tensors: &[(&str, &str, Vec<u64>)]) -> (Vec<u8>, u64) {
+    let bits = |dtype: &str| -> u64 {
+        match dtype {
+            "F64" | "I64" | "U64" => 64,
+            "F32" | "I32" | "U32" => 32,
+            "F16" | "BF16" | "I16" | "U16" => 16,
+            "F4" => 4,
+            _ => 8,
+        }
+    };
+    let mut offset = 0u64;
+    let mut map = serde_json::Map::new();
+    for (name, dtype, shape) in tensors {
+        let size = shape.iter().product::<u64>() * bits(dtype) / 8;
+        map.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}),
+        );
+        offset += size;
+    }
+    let json = serde_json::to_vec(&serde_json::Value::Object(map)).expect("a JSON map serializes");
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    (out, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    #[test]
+    fn reads_header_without_data() {
+        let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8]), ("b", "F32", vec![3])]);
+        let len = bytes.len() as u64 + data;
+        let (shard, read) = scan_reader(Path::new("x.safetensors"), Cursor::new(&bytes), len).unwrap();
+        assert_eq!(shard.data_bytes, 64 + 12);
+        assert_eq!(shard.by_dtype["BF16"].bytes, 64);
+        assert_eq!(shard.by_dtype["F32"].elements, 3);
+        assert_eq!(read, bytes.len() as u64);
+    }
+
+    #[test]
+    fn refuses_truncated_and_oversized() {
+        let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8])]);
+        let short = bytes.len() as u64 + data - 1;
+        assert!(matches!(
+            scan_reader(Path::new("x"), Cursor::new(&bytes), short),
+            Err(HeaderError::Truncated { .. })
+        ));
+        let mut huge = (HEADER_CAP + 1).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        assert!(matches!(
+            scan_reader(Path::new("x"), Cursor::new(&huge), u64::MAX),
+            Err(HeaderError::HeaderTooLarge { .. })
+        ));
+        assert!(matches!(
+            scan_reader(Path::new("x"), Cursor::new(&[1u8, 2]), 2),
+            Err(HeaderError::TooShort { .. })
+        ));
+    }
+}
