@@ -680,8 +680,6 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
     gated_mlp(&mut b, "model.layers.*.mlp", hidden, inter, layers - moe_layers, false);
     let mlp = "model.layers.*.mlp";
     b.push(format!("{mlp}.gate.weight"), &[experts, hidden], moe_layers, Role::Router);
-    // Stored in every checkpoint; a buffer in some implementations, a parameter in DeepSeek's own code.
-    b.push(format!("{mlp}.gate.e_score_correction_bias"), &[experts], moe_layers, Role::Other);
     gated_mlp(&mut b, &format!("{mlp}.experts.*"), hidden, moe_inter, moe_layers * experts, false);
     if shared > 0 {
         gated_mlp(&mut b, &format!("{mlp}.shared_experts"), hidden, moe_inter * shared, moe_layers, false);
@@ -689,6 +687,12 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
     b.norm("model.norm", hidden, 1, false);
     if !tied {
         b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
+    }
+    if moe_layers > 0 && experts > 0 {
+        notes.push(format!(
+            "each MoE router also holds an e_score_correction_bias of {experts} values, a buffer in transformers (not counted as parameters; DeepSeek's own code counts it, giving {} more)",
+            crate::units::group_thousands((experts * moe_layers) as u128)
+        ));
     }
     if let Some(n) = f.opt_u64("num_nextn_predict_layers")?.filter(|n| *n > 0) {
         notes.push(format!(
