@@ -41,10 +41,10 @@ pub enum CacheKind {
 #[command(next_help_heading = "Weights")]
 pub struct EstimateArgs {
     /// Number of parameters, in digits (7000000000).
-    #[arg(long, value_name = "N", value_parser = positive_u64, requires = "bits", conflicts_with = "model")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "bits", conflicts_with = "model")]
     pub parameters: Option<u64>,
     /// Bits per stored parameter: 4, 8, 16, 32 or an effective width such as 4.5.
-    #[arg(long, value_name = "B", value_parser = bits, requires = "parameters")]
+    #[arg(long, allow_negative_numbers = true, value_name = "B", value_parser = bits, requires = "parameters")]
     pub bits: Option<Decimal>,
     /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards.
     #[arg(long, value_name = "PATH")]
@@ -54,29 +54,29 @@ pub struct EstimateArgs {
     pub dtype: Option<Dtype>,
 
     /// Reserve in GiB (2^30 bytes), as in the guide: --reserve-gib 4.
-    #[arg(long, value_name = "GIB", value_parser = gib, conflicts_with = "reserve", help_heading = "Reserve")]
+    #[arg(long, allow_negative_numbers = true, value_name = "GIB", value_parser = gib, conflicts_with = "reserve", help_heading = "Reserve")]
     pub reserve_gib: Option<(Bytes, String)>,
     /// Reserve as a size: 4GiB, 4.5GB or raw bytes (a bare 4G is ambiguous and refused).
-    #[arg(long, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
     pub reserve: Option<Bytes>,
 
     /// Attention layers that keep a KV cache (without --model).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub kv_layers: Option<u64>,
     /// KV heads per layer: the model's key/value heads, not its query heads (without --model).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub kv_heads: Option<u64>,
     /// Dimension of one head (without --model).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub head_dim: Option<u64>,
     /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
-    #[arg(long, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub tokens: Option<u64>,
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
-    #[arg(long, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub sequences: Option<u64>,
     /// Bytes per cached value (2 for bf16/fp16). Default: the compute dtype's width.
-    #[arg(long, value_name = "N", value_parser = positive_u64, conflicts_with = "kv_dtype", help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "kv_dtype", help_heading = "KV cache")]
     pub kv_bytes: Option<u64>,
     /// Dtype of cached values, instead of --kv-bytes.
     #[arg(long, value_name = "DTYPE", value_parser = dtype, help_heading = "KV cache")]
@@ -85,10 +85,10 @@ pub struct EstimateArgs {
     #[arg(long, value_enum, default_value = "dynamic", help_heading = "KV cache")]
     pub cache: CacheKind,
     /// Preallocated length of a static cache (default: --tokens).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub max_cache_len: Option<u64>,
     /// Window of the sliding strategy (default: the model's sliding_window).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub window: Option<u64>,
     /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4).
     #[arg(long, value_name = "N", default_value = "4", value_parser = kv_quant_bits, help_heading = "KV cache")]

@@ -260,8 +260,8 @@ mod tests {
         assert_eq!(parse_size("4GiB").unwrap(), Bytes(4 * GIB));
         assert_eq!(parse_size("4.5GB").unwrap(), Bytes(4_500_000_000));
         assert_eq!(parse_size("512 MiB").unwrap(), Bytes(512 << 20));
-        // 13.04 × 2^30 = 14,002,702,254.08 → rounded up.
-        assert_eq!(parse_size("13.04GiB").unwrap(), Bytes(14_002_702_255));
+        // 13.04 × 2^30 = 14,001,593,384.96 → rounded up.
+        assert_eq!(parse_size("13.04GiB").unwrap(), Bytes(14_001_593_385));
     }
 
     #[test]

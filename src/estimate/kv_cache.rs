@@ -88,43 +88,47 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
     let tokens = plural(req.tokens, "token");
     let seqs = plural(req.sequences, "sequence");
     let e = req.element_bytes;
-    let uniform = n > 0 && layout.layers.iter().all(|l| *l == layout.layers[0]);
+    let same_kv = layout.layers.iter().all(|l| l.key_width == l.value_width);
     let base = |kept: &str| {
-        if uniform && layout.layers[0].key_width == layout.layers[0].value_width {
-            format!(
-                "2 (K and V) × {n} layers × {} elements per token ({}) × {kept} × {seqs} × {e} bytes",
-                g(layout.layers[0].key_width),
-                layout.description,
-            )
+        if same_kv {
+            format!("2 (K and V) × {} × {kept} × {seqs} × {e} bytes", layout.description)
         } else {
-            format!(
-                "Σ over {n} layers of (K + V widths) × kept tokens × {seqs} × {e} bytes; {}; {kept}",
-                layout.description
-            )
+            format!("(K + V) × {} × {kept} × {seqs} × {e} bytes", layout.description)
         }
     };
+    let sliding = layout.sliding_layers();
+    let window = layout.window().unwrap_or(0);
     let mut out = Vec::new();
     match &req.strategy {
         CacheStrategy::Dynamic | CacheStrategy::Static { .. } | CacheStrategy::Sliding { .. } => {
             let total: u128 = (0..n).map(|i| req.layer_bytes(i)).sum();
             let kept = match &req.strategy {
-                CacheStrategy::Dynamic if layout.sliding_layers() > 0 => {
+                CacheStrategy::Dynamic if sliding > 0 => {
                     notes.push("transformers' DynamicSlidingWindowLayer keeps window−1 tokens as a view of a window-sized tensor: a sliding layer holds min(tokens, window) tokens after a decoding step, and the whole prompt right after a prefill longer than the window".into());
-                    format!("full layers keep {tokens}, sliding layers min({tokens}, window)")
-                }
-                CacheStrategy::Dynamic => tokens.clone(),
-                CacheStrategy::Static { max_cache_len } => {
-                    if layout.sliding_layers() > 0 {
-                        format!(
-                            "preallocated: full layers {}, sliding layers min({}, window)",
-                            plural(*max_cache_len, "token"),
-                            g(*max_cache_len)
-                        )
+                    let capped = g(req.tokens.min(window));
+                    if sliding == n {
+                        format!("min({tokens}, window {}) = {capped} tokens kept per layer", g(window))
                     } else {
-                        format!("preallocated to max_cache_len = {}", plural(*max_cache_len, "token"))
+                        format!(
+                            "{} full layers keep {tokens}, {sliding} sliding layers keep min({tokens}, window {}) = {capped}",
+                            n - sliding,
+                            g(window)
+                        )
                     }
                 }
-                CacheStrategy::Sliding { window } => format!("min({tokens}, window {}) kept per layer", g(*window)),
+                CacheStrategy::Static { max_cache_len } if sliding > 0 => format!(
+                    "preallocated: {} full layers × {}, {sliding} sliding layers × min({}, window {})",
+                    n - sliding,
+                    plural(*max_cache_len, "token"),
+                    g(*max_cache_len),
+                    g(window)
+                ),
+                CacheStrategy::Static { max_cache_len } => {
+                    format!("max_cache_len {} (preallocated)", plural(*max_cache_len, "token"))
+                }
+                CacheStrategy::Sliding { window } => {
+                    format!("min({tokens}, window {}) = {} tokens kept per layer", g(*window), g(req.tokens.min(*window)))
+                }
                 _ => tokens.clone(),
             };
             out.push(

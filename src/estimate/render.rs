@@ -79,7 +79,7 @@ pub fn table(est: &Estimate) -> String {
         total_name,
         est.total_bytes,
         "",
-        &format!("sum of the {} terms above", counted.len()),
+        &if counted.len() == 1 { "the term above".to_string() } else { format!("sum of the {} terms above", counted.len()) },
     );
     if !info.is_empty() {
         let _ = writeln!(out, "\nshown for information, not in the total:");

@@ -111,11 +111,12 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             let storage = Bytes::from_u128(quantized_bytes).map_err(overflow())?;
             terms.push(
                 Term::new(
-                    format!("weights, quantized storage ({})", q.label()),
+                    format!("weights, quantized ({})", q.short_label()),
                     storage,
                     Kind::Calculated,
                     format!(
-                        "{}; over {} weights holding {} parameters",
+                        "{}: {}; over {} weights holding {} parameters",
+                        q.label(),
                         q.formula(),
                         g(quantized_tensors),
                         g(quantized_params)
@@ -149,11 +150,11 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             let transient = Bytes::from_u128(largest * compute.bytes() as u128).map_err(overflow())?;
             terms.push(
                 Term::new(
-                    format!("compute format: {compute} (dequantized weight, transient)"),
+                    format!("dequantized weight ({compute})"),
                     transient,
                     Kind::Assumed,
                     format!(
-                        "largest quantized weight {} values × {} bytes ({compute}): one layer dequantized at a time",
+                        "compute format {compute}: largest quantized weight {} values × {} bytes, one weight dequantized at a time",
                         g(largest),
                         compute.bytes()
                     ),

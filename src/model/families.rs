@@ -285,13 +285,8 @@ fn layer_windows(family: Family, f: &Fields, layers: u64) -> Result<Vec<Option<u
 
 fn kv_from_windows(windows: Vec<Option<u64>>, heads: u64, head_dim: u64) -> KvLayout {
     let layers = windows.len() as u64;
-    let sliding = windows.iter().filter(|w| w.is_some()).count();
     let width = heads * head_dim;
-    let mut description = format!("{layers} layers × 2 (K and V) × {heads} KV heads × {head_dim}");
-    if sliding > 0 {
-        let w = windows.iter().flatten().next().copied().unwrap_or(0);
-        description.push_str(&format!(", {sliding} of them sliding (window {w})"));
-    }
+    let description = format!("{layers} layers × {heads} KV heads × {head_dim} head_dim");
     KvLayout {
         layers: windows
             .into_iter()
@@ -713,7 +708,7 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
             rope_dim: rope,
         }),
         description: format!(
-            "{layers} layers × {heads} heads × (K {nope}+{rope} + V {v_dim}) decompressed, as transformers keeps them"
+            "{layers} layers × {heads} heads × (K {nope}+{rope} + V {v_dim}), decompressed as transformers keeps them"
         ),
     };
     Ok(Architecture {

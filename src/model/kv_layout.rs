@@ -36,7 +36,7 @@ pub struct KvLayout {
     pub layers: Vec<KvLayer>,
     /// Present for MLA models (deepseek_v3): the alternative compressed layout.
     pub latent: Option<LatentLayout>,
-    /// How the widths were derived, for the formula column.
+    /// The per-layer widths in words (`32 layers × 8 KV heads × 128 head_dim`), for formulas.
     pub description: String,
 }
 
@@ -53,13 +53,18 @@ impl KvLayout {
                 })
                 .collect(),
             latent: None,
-            description: format!("{layers} layers × 2 (K and V) × {heads} KV heads × {head_dim}"),
+            description: format!("{layers} layers × {heads} KV heads × {head_dim} head_dim"),
         }
     }
 
     /// Elements per token summed over layers, K and V together, ignoring windows.
     pub fn elements_per_token(&self) -> u128 {
         self.layers.iter().map(|l| l.width() as u128).sum()
+    }
+
+    /// The window of the sliding layers, if any.
+    pub fn window(&self) -> Option<u64> {
+        self.layers.iter().find_map(|l| l.window)
     }
 
     pub fn sliding_layers(&self) -> usize {

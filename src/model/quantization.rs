@@ -151,6 +151,21 @@ impl Quantization {
         }
     }
 
+    /// A compact name for the table's term column: `bnb nf4 + double quant`, `GPTQ 4-bit g128`.
+    pub fn short_label(&self) -> String {
+        let group = |g: &Option<u64>| g.map_or(String::new(), |g| format!(" g{g}"));
+        match &self.format {
+            Format::Bnb4 { quant_type, double_quant, .. } => {
+                format!("bnb {quant_type}{}", if *double_quant { " + double quant" } else { "" })
+            }
+            Format::Bnb8 => "bnb int8".into(),
+            Format::Gptq { bits, group_size } => format!("GPTQ {bits}-bit{}", group(group_size)),
+            Format::Awq { bits, group_size } => format!("AWQ {bits}-bit{}", group(group_size)),
+            Format::Fp8 { block: Some((r, c)) } => format!("FP8 {r}×{c} blocks"),
+            Format::Fp8 { block: None } => "FP8".into(),
+        }
+    }
+
     /// Whether this group is stored quantized: linear weights inside the blocks (bitsandbytes also
     /// converts routers, which are plain `nn.Linear`), never embeddings, norms or biases, the
     /// output head only when the config says so, and nothing named in the skip list.

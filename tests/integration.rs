@@ -1,0 +1,8 @@
+//! One integration-test binary (as in `just`): every test drives the real `iteragpu` binary.
+
+#[path = "integration/common.rs"]
+mod common;
+#[path = "integration/estimate.rs"]
+mod estimate;
+#[path = "integration/properties.rs"]
+mod properties;

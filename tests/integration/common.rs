@@ -1,0 +1,38 @@
+use assert_cmd::Command;
+use std::path::PathBuf;
+
+pub fn iteragpu() -> Command {
+    Command::cargo_bin("iteragpu").expect("the iteragpu binary is built by cargo test")
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Runs `iteragpu estimate … --json` and parses the document.
+pub fn estimate_json(args: &[&str]) -> serde_json::Value {
+    let out = iteragpu()
+        .arg("estimate")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("iteragpu runs");
+    assert!(
+        out.status.success(),
+        "estimate {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("estimate --json prints JSON")
+}
+
+/// The bytes of the term whose name starts with `prefix`.
+pub fn term_bytes(doc: &serde_json::Value, prefix: &str) -> u64 {
+    doc["terms"]
+        .as_array()
+        .expect("terms is a list")
+        .iter()
+        .find(|t| t["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .unwrap_or_else(|| panic!("no term starting with {prefix:?} in {doc}"))["bytes"]
+        .as_u64()
+        .expect("bytes is an integer")
+}

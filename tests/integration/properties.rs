@@ -1,0 +1,81 @@
+//! Properties of the arithmetic, checked on random inputs.
+
+use iteragpu::estimate::{CacheStrategy, KvRequest, kv_cache};
+use iteragpu::model::KvLayout;
+use iteragpu::model::safetensors::{parse_header, scan_reader};
+use iteragpu::units::{Bytes, Decimal, GB, GIB, parse_size};
+use proptest::prelude::*;
+use std::io::Cursor;
+use std::path::Path;
+
+fn kv_bytes(layers: u64, heads: u64, dim: u64, tokens: u64, sequences: u64, strategy: CacheStrategy, window: Option<u64>) -> u64 {
+    let req = KvRequest {
+        layout: KvLayout::uniform(layers, heads, dim, window),
+        tokens,
+        sequences,
+        element_bytes: 2,
+        strategy,
+    };
+    kv_cache::terms(&req, &mut Vec::new()).expect("small inputs never overflow")[0].bytes.get()
+}
+
+fn strategy() -> impl Strategy<Value = CacheStrategy> {
+    prop_oneof![
+        Just(CacheStrategy::Dynamic),
+        (1u64..5000).prop_map(|window| CacheStrategy::Sliding { window }),
+        (2u64..=8, 1u64..256, 0u64..512).prop_map(|(bits, group_size, residual)| CacheStrategy::Quantized { bits, group_size, residual }),
+        Just(CacheStrategy::Offloaded),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn kv_is_monotone_in_tokens_and_sequences(
+        layers in 1u64..100, heads in 1u64..64, dim in 1u64..256,
+        tokens in 1u64..100_000, more_tokens in 0u64..10_000,
+        sequences in 1u64..64, more_sequences in 0u64..8,
+        window in proptest::option::of(1u64..8192),
+        strategy in strategy(),
+    ) {
+        let base = kv_bytes(layers, heads, dim, tokens, sequences, strategy.clone(), window);
+        prop_assert!(kv_bytes(layers, heads, dim, tokens + more_tokens, sequences, strategy.clone(), window) >= base);
+        prop_assert!(kv_bytes(layers, heads, dim, tokens, sequences + more_sequences, strategy, window) >= base);
+    }
+
+    #[test]
+    fn dense_kv_is_linear_in_sequences(layers in 1u64..100, heads in 1u64..64, dim in 1u64..256, tokens in 1u64..100_000, sequences in 1u64..64) {
+        let one = kv_bytes(layers, heads, dim, tokens, 1, CacheStrategy::Dynamic, None);
+        prop_assert_eq!(kv_bytes(layers, heads, dim, tokens, sequences, CacheStrategy::Dynamic, None), one * sequences);
+        prop_assert_eq!(one, 2 * layers * heads * dim * tokens * 2);
+    }
+
+    #[test]
+    fn gb_and_gib_round_trip(bytes in 0u64..(1u64 << 50)) {
+        // Printing with 2 decimals and parsing back stays within half a display unit.
+        let b = Bytes(bytes);
+        let gib = parse_size(&format!("{:.2}GiB", b.gib())).unwrap().get();
+        let gb = parse_size(&format!("{:.2}GB", b.gb())).unwrap().get();
+        prop_assert!(gib.abs_diff(bytes) <= GIB / 200 + 1);
+        prop_assert!(gb.abs_diff(bytes) <= GB / 200 + 1);
+        // Exact integers survive exactly.
+        prop_assert_eq!(parse_size(&bytes.to_string()).unwrap().get(), bytes);
+        prop_assert_eq!(parse_size(&format!("{}GiB", bytes >> 30)).unwrap().get(), (bytes >> 30) << 30);
+    }
+
+    #[test]
+    fn weights_round_up_never_down(parameters in 1u64..1_000_000_000_000, tenths in 1u64..640) {
+        let bits = Decimal::parse(&format!("{}.{}", tenths / 10, tenths % 10)).unwrap();
+        let bytes = iteragpu::estimate::weights::bytes_for_bits(parameters, bits).unwrap();
+        let exact = parameters as f64 * tenths as f64 / 80.0;
+        prop_assert!(bytes as f64 >= exact - 1e-3 * exact.max(1.0) * 1e-6);
+        prop_assert!((bytes as f64) < exact + 1.0 + exact * 1e-12);
+    }
+
+    /// The header parser never panics, whatever the bytes (the fuzz target runs the same code).
+    #[test]
+    fn header_parser_never_panics(data in proptest::collection::vec(any::<u8>(), 0..512), claimed in any::<u64>()) {
+        let _ = parse_header(&data);
+        let _ = scan_reader(Path::new("fuzz"), Cursor::new(&data), claimed);
+        let _ = scan_reader(Path::new("fuzz"), Cursor::new(&data), data.len() as u64);
+    }
+}
