@@ -104,16 +104,34 @@ pub struct EstimateArgs {
     #[arg(long, help_heading = "Training")]
     pub train: bool,
     /// Optimizer whose states are counted.
-    #[arg(long, value_enum, default_value = "adamw", requires = "train", help_heading = "Training")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "adamw",
+        requires = "train",
+        help_heading = "Training"
+    )]
     pub optimizer: Optimizer,
     /// Training precision.
-    #[arg(long, value_enum, default_value = "bf16-mixed", requires = "train", help_heading = "Training")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "bf16-mixed",
+        requires = "train",
+        help_heading = "Training"
+    )]
     pub precision: Precision,
     /// LoRA rank: train adapters on --lora-targets instead of the whole model.
     #[arg(long, value_name = "R", value_parser = positive_u64, requires_all = ["train", "lora_targets"], help_heading = "Training")]
     pub lora_rank: Option<u64>,
     /// Modules that get LoRA adapters, comma-separated (q_proj,v_proj).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "lora_rank", help_heading = "Training")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "lora_rank",
+        help_heading = "Training"
+    )]
     pub lora_targets: Vec<String>,
     /// Recompute activations in the backward pass (keep only each layer's input).
     #[arg(long, requires = "train", help_heading = "Training")]
@@ -131,7 +149,9 @@ pub struct EstimateArgs {
 pub fn positive_u64(text: &str) -> Result<u64, String> {
     let t = text.trim().replace('_', "");
     if t.starts_with('-') {
-        return Err(format!("`{text}` is negative; give a whole number greater than 0"));
+        return Err(format!(
+            "`{text}` is negative; give a whole number greater than 0"
+        ));
     }
     if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
         return Err(format!(
@@ -154,7 +174,9 @@ fn bits(text: &str) -> Result<Decimal, String> {
         return Err("0 bits stores nothing; give the stored width such as 16, 8, 4 or 4.5".into());
     }
     if d.to_f64() > 64.0 {
-        return Err(format!("{d} bits is wider than any element type (at most 64)"));
+        return Err(format!(
+            "{d} bits is wider than any element type (at most 64)"
+        ));
     }
     Ok(d)
 }
@@ -179,7 +201,9 @@ fn dtype(text: &str) -> Result<Dtype, String> {
 fn kv_quant_bits(text: &str) -> Result<u64, String> {
     let n = positive_u64(text)?;
     if n > 8 {
-        return Err(format!("{n} bits is no quantization of a 16-bit cache; use 2, 4 or 8"));
+        return Err(format!(
+            "{n} bits is no quantization of a 16-bit cache; use 2, 4 or 8"
+        ));
     }
     Ok(n)
 }

@@ -34,7 +34,11 @@ where
         Err(err) => {
             // clap exits 2 on a usage error; here 2 means "PyTorch or GPU missing", so usage
             // errors become 1. Help and version still print and succeed.
-            let code = if err.use_stderr() { exit::BAD_INPUT } else { exit::OK };
+            let code = if err.use_stderr() {
+                exit::BAD_INPUT
+            } else {
+                exit::OK
+            };
             let _ = err.print();
             return ExitCode::from(code);
         }

@@ -13,7 +13,9 @@ pub const GB: u64 = 1_000_000_000;
 pub const GIB: u64 = 1 << 30;
 
 /// A number of bytes. Serialized as a bare integer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
@@ -68,7 +70,7 @@ pub fn group_thousands(value: u128) -> String {
     let digits = value.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -148,15 +150,20 @@ impl Decimal {
 
     /// Whether `self × numerator ÷ divisor` is a whole number (no rounding happened).
     pub fn mul_div_is_exact(self, numerator: u128, divisor: u128) -> bool {
-        match (self.mantissa.checked_mul(numerator), self.denominator().checked_mul(divisor)) {
-            (Some(top), Some(bottom)) => top % bottom == 0,
+        match (
+            self.mantissa.checked_mul(numerator),
+            self.denominator().checked_mul(divisor),
+        ) {
+            (Some(top), Some(bottom)) => top.is_multiple_of(bottom),
             _ => false,
         }
     }
 
     /// The integer value if the decimal has no fractional part.
     pub fn as_integer(self) -> Option<u128> {
-        (self.mantissa % self.denominator() == 0).then(|| self.mantissa / self.denominator())
+        self.mantissa
+            .is_multiple_of(self.denominator())
+            .then(|| self.mantissa / self.denominator())
     }
 
     pub fn to_f64(self) -> f64 {
@@ -170,7 +177,11 @@ impl fmt::Display for Decimal {
             return write!(f, "{}", self.mantissa);
         }
         let den = self.denominator();
-        let frac = format!("{:0width$}", self.mantissa % den, width = self.scale as usize);
+        let frac = format!(
+            "{:0width$}",
+            self.mantissa % den,
+            width = self.scale as usize
+        );
         let frac = frac.trim_end_matches('0');
         if frac.is_empty() {
             write!(f, "{}", self.mantissa / den)
@@ -187,7 +198,9 @@ pub enum SizeError {
         "`{0}` is ambiguous: `{1}` could mean 10^x or 2^x bytes; write {2}GB (10^9 bytes) or {2}GiB (2^30 bytes)"
     )]
     Ambiguous(String, String, String),
-    #[error("`{0}` has an unknown unit `{1}`: use B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2)")]
+    #[error(
+        "`{0}` has an unknown unit `{1}`: use B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2)"
+    )]
     UnknownUnit(String, String),
     #[error("{0}")]
     Number(#[from] DecimalError),
@@ -270,8 +283,14 @@ mod tests {
         assert!(err.contains("ambiguous") && err.contains("4GiB"), "{err}");
         assert!(matches!(parse_size("4XB"), Err(SizeError::UnknownUnit(..))));
         assert!(matches!(parse_size("-4GB"), Err(SizeError::Number(_))));
-        assert!(matches!(parse_size("1.5"), Err(SizeError::FractionalBytes(_))));
-        assert!(matches!(parse_size("99999999999TB"), Err(SizeError::TooLarge(..))));
+        assert!(matches!(
+            parse_size("1.5"),
+            Err(SizeError::FractionalBytes(_))
+        ));
+        assert!(matches!(
+            parse_size("99999999999TB"),
+            Err(SizeError::TooLarge(..))
+        ));
         assert!(matches!(parse_size("nanGB"), Err(SizeError::Number(_))));
     }
 

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use crate::cli::{CacheKind, EstimateArgs};
 use crate::dtype::Dtype;
-use crate::estimate::weights::ModelWeights;
-use crate::estimate::{self, CacheStrategy, KvRequest, Request, Reserve, TrainingRequest, WeightsSource};
 use crate::estimate::training::Lora;
+use crate::estimate::weights::ModelWeights;
+use crate::estimate::{
+    self, CacheStrategy, KvRequest, Request, Reserve, TrainingRequest, WeightsSource,
+};
 use crate::model::{Architecture, Config, KvLayout, safetensors};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
@@ -19,7 +21,8 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         estimate::render::table(&est)
     };
-    out.write_all(text.as_bytes()).context("cannot write the estimate to standard output")?;
+    out.write_all(text.as_bytes())
+        .context("cannot write the estimate to standard output")?;
     Ok(())
 }
 
@@ -27,7 +30,9 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
 pub fn plan(args: &EstimateArgs) -> Result<Request> {
     let weights = match (args.parameters, args.bits, &args.model) {
         (Some(parameters), Some(bits), None) => Some(WeightsSource::Numbers { parameters, bits }),
-        (None, None, Some(path)) => Some(WeightsSource::Model(Box::new(load_model(path, args.dtype)?))),
+        (None, None, Some(path)) => Some(WeightsSource::Model(Box::new(load_model(
+            path, args.dtype,
+        )?))),
         (None, None, None) => None,
         _ => bail!("give either --parameters N --bits B, or --model PATH, not both"),
     };
@@ -35,8 +40,12 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
         Some(WeightsSource::Model(m)) => Some(m),
         _ => None,
     };
-    if model_arch.is_some() && (args.kv_layers.is_some() || args.kv_heads.is_some() || args.head_dim.is_some()) {
-        bail!("--kv-layers, --kv-heads and --head-dim are read from --model; drop them (or drop --model to give them by hand)");
+    if model_arch.is_some()
+        && (args.kv_layers.is_some() || args.kv_heads.is_some() || args.head_dim.is_some())
+    {
+        bail!(
+            "--kv-layers, --kv-heads and --head-dim are read from --model; drop them (or drop --model to give them by hand)"
+        );
     }
 
     let training = if args.train {
@@ -48,7 +57,12 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
             precision: args.precision,
             lora: args.lora_rank.map(|rank| Lora {
                 rank,
-                targets: args.lora_targets.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
+                targets: args
+                    .lora_targets
+                    .iter()
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect(),
             }),
             gradient_checkpointing: args.gradient_checkpointing,
             flash_attention: args.flash_attention,
@@ -91,7 +105,11 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
 fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights> {
     let config = Config::load(path)?;
     let architecture = Architecture::from_config(&config)?;
-    let stored = if path.is_dir() { safetensors::scan_folder(path)? } else { None };
+    let stored = if path.is_dir() {
+        safetensors::scan_folder(path)?
+    } else {
+        None
+    };
     let stored_float = stored.as_ref().and_then(|s| {
         s.by_dtype
             .iter()
@@ -125,7 +143,10 @@ fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights> {
     })
 }
 
-fn kv_request(args: &EstimateArgs, model: Option<(&Architecture, Dtype)>) -> Result<Option<KvRequest>> {
+fn kv_request(
+    args: &EstimateArgs,
+    model: Option<(&Architecture, Dtype)>,
+) -> Result<Option<KvRequest>> {
     let layout = match model {
         Some((arch, _)) => {
             if args.tokens.is_none() {
@@ -143,11 +164,22 @@ fn kv_request(args: &EstimateArgs, model: Option<(&Architecture, Dtype)>) -> Res
             if given.iter().all(|(_, v)| v.is_none()) {
                 return Ok(None);
             }
-            let missing: Vec<&str> = given.iter().filter(|(_, v)| v.is_none()).map(|(n, _)| *n).collect();
+            let missing: Vec<&str> = given
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| *n)
+                .collect();
             if !missing.is_empty() {
-                bail!("the KV cache needs {} as well (or --model PATH to read the layout from a config)", missing.join(", "));
+                bail!(
+                    "the KV cache needs {} as well (or --model PATH to read the layout from a config)",
+                    missing.join(", ")
+                );
             }
-            let (l, h, d) = (args.kv_layers.unwrap_or(1), args.kv_heads.unwrap_or(1), args.head_dim.unwrap_or(1));
+            let (l, h, d) = (
+                args.kv_layers.unwrap_or(1),
+                args.kv_heads.unwrap_or(1),
+                args.head_dim.unwrap_or(1),
+            );
             KvLayout::uniform(l, h, d, None)
         }
     };
@@ -157,13 +189,17 @@ fn kv_request(args: &EstimateArgs, model: Option<(&Architecture, Dtype)>) -> Res
         (None, Some(b), _, _) => b,
         (None, None, Some(d), _) => d.bytes(),
         (None, None, None, Some((_, d))) => d.bytes(),
-        (None, None, None, None) => bail!("give the width of a cached value: --kv-bytes 2 (bf16/fp16) or --kv-dtype bfloat16"),
+        (None, None, None, None) => bail!(
+            "give the width of a cached value: --kv-bytes 2 (bf16/fp16) or --kv-dtype bfloat16"
+        ),
     };
     if args.window.is_some() && args.cache != CacheKind::Sliding {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     if args.max_cache_len.is_some() && args.cache != CacheKind::Static {
-        bail!("--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len");
+        bail!(
+            "--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len"
+        );
     }
     let strategy = match args.cache {
         CacheKind::Dynamic => CacheStrategy::Dynamic,
@@ -175,7 +211,9 @@ fn kv_request(args: &EstimateArgs, model: Option<(&Architecture, Dtype)>) -> Res
                 .window
                 .or_else(|| layout.layers.iter().find_map(|l| l.window));
             let Some(window) = window else {
-                bail!("--cache sliding needs a window: this layout has no sliding layers, so give --window N");
+                bail!(
+                    "--cache sliding needs a window: this layout has no sliding layers, so give --window N"
+                );
             };
             CacheStrategy::Sliding { window }
         }

@@ -22,7 +22,11 @@ pub enum CacheStrategy {
     /// Every layer keeps at most `window` tokens.
     Sliding { window: u64 },
     /// Tokens quantized to `bits` in groups of `group_size`, the last `residual` at full precision.
-    Quantized { bits: u64, group_size: u64, residual: u64 },
+    Quantized {
+        bits: u64,
+        group_size: u64,
+        residual: u64,
+    },
     /// Layers live in host memory; the GPU holds the layer in use and the one being prefetched.
     Offloaded,
 }
@@ -68,7 +72,9 @@ impl KvRequest {
             (CacheStrategy::Dynamic, Some(w)) => self.tokens.min(w),
             (CacheStrategy::Static { max_cache_len }, Some(w)) => (*max_cache_len).min(w),
             (CacheStrategy::Static { max_cache_len }, None) => *max_cache_len,
-            (CacheStrategy::Sliding { window }, own) => self.tokens.min(*window).min(own.unwrap_or(u64::MAX)),
+            (CacheStrategy::Sliding { window }, own) => {
+                self.tokens.min(*window).min(own.unwrap_or(u64::MAX))
+            }
             _ => self.tokens,
         }
     }
@@ -76,13 +82,17 @@ impl KvRequest {
     /// Bytes of one layer at full precision for its kept tokens.
     fn layer_bytes(&self, index: usize) -> u128 {
         let layer = self.layout.layers[index];
-        layer.width() as u128 * self.kept(layer.window) as u128 * self.sequences as u128 * self.element_bytes as u128
+        layer.width() as u128
+            * self.kept(layer.window) as u128
+            * self.sequences as u128
+            * self.element_bytes as u128
     }
 }
 
 /// The KV-cache terms of a request.
 pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
-    let overflow = || EstimateError::overflow("the KV cache", "--tokens, --sequences and the layout");
+    let overflow =
+        || EstimateError::overflow("the KV cache", "--tokens, --sequences and the layout");
     let layout = &req.layout;
     let n = layout.layers.len();
     let tokens = plural(req.tokens, "token");
@@ -91,13 +101,27 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
     let same_kv = layout.layers.iter().all(|l| l.key_width == l.value_width);
     let base = |kept: &str| {
         if same_kv {
-            format!("2 (K and V) × {} × {kept} × {seqs} × {e} bytes", layout.description)
+            format!(
+                "2 (K and V) × {} × {kept} × {seqs} × {e} bytes",
+                layout.description
+            )
         } else {
-            format!("(K + V) × {} × {kept} × {seqs} × {e} bytes", layout.description)
+            format!(
+                "(K + V) × {} × {kept} × {seqs} × {e} bytes",
+                layout.description
+            )
         }
     };
     let sliding = layout.sliding_layers();
     let window = layout.window().unwrap_or(0);
+    if let CacheStrategy::Static { max_cache_len } = req.strategy
+        && max_cache_len < req.tokens
+    {
+        return Err(EstimateError::Input(format!(
+            "--max-cache-len {max_cache_len} is shorter than the {} tokens to keep; a static cache cannot hold them: raise --max-cache-len",
+            g(req.tokens)
+        )));
+    }
     let mut out = Vec::new();
     match &req.strategy {
         CacheStrategy::Dynamic | CacheStrategy::Static { .. } | CacheStrategy::Sliding { .. } => {
@@ -107,7 +131,10 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                     notes.push("transformers' DynamicSlidingWindowLayer keeps window−1 tokens as a view of a window-sized tensor: a sliding layer holds min(tokens, window) tokens after a decoding step, and the whole prompt right after a prefill longer than the window".into());
                     let capped = g(req.tokens.min(window));
                     if sliding == n {
-                        format!("min({tokens}, window {}) = {capped} tokens kept per layer", g(window))
+                        format!(
+                            "min({tokens}, window {}) = {capped} tokens kept per layer",
+                            g(window)
+                        )
                     } else {
                         format!(
                             "{} full layers keep {tokens}, {sliding} sliding layers keep min({tokens}, window {}) = {capped}",
@@ -124,10 +151,17 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                     g(window)
                 ),
                 CacheStrategy::Static { max_cache_len } => {
-                    format!("max_cache_len {} (preallocated)", plural(*max_cache_len, "token"))
+                    format!(
+                        "max_cache_len {} (preallocated)",
+                        plural(*max_cache_len, "token")
+                    )
                 }
                 CacheStrategy::Sliding { window } => {
-                    format!("min({tokens}, window {}) = {} tokens kept per layer", g(*window), g(req.tokens.min(*window)))
+                    format!(
+                        "min({tokens}, window {}) = {} tokens kept per layer",
+                        g(*window),
+                        g(req.tokens.min(*window))
+                    )
                 }
                 _ => tokens.clone(),
             };
@@ -144,14 +178,6 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 .input("element_bytes", e)
                 .input("strategy", req.strategy.name()),
             );
-            if let CacheStrategy::Static { max_cache_len } = req.strategy {
-                if max_cache_len < req.tokens {
-                    return Err(EstimateError::Input(format!(
-                        "--max-cache-len {max_cache_len} is shorter than the {} tokens to keep; a static cache cannot hold them: raise --max-cache-len",
-                        g(req.tokens)
-                    )));
-                }
-            }
         }
         CacheStrategy::Quantized {
             bits,
@@ -168,7 +194,10 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                     let elements = width as u128 * req.tokens as u128 * req.sequences as u128;
                     let codes = (elements * *bits as u128).div_ceil(8);
                     let meta = elements.div_ceil(*group_size as u128) * 2 * e as u128;
-                    let full = width as u128 * (*residual).min(req.tokens) as u128 * req.sequences as u128 * e as u128;
+                    let full = width as u128
+                        * (*residual).min(req.tokens) as u128
+                        * req.sequences as u128
+                        * e as u128;
                     total += codes + meta + full;
                 }
             }
@@ -220,7 +249,11 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
         }
     }
     if let Some(latent) = layout.latent {
-        let bytes = latent.width as u128 * n as u128 * req.tokens as u128 * req.sequences as u128 * e as u128;
+        let bytes = latent.width as u128
+            * n as u128
+            * req.tokens as u128
+            * req.sequences as u128
+            * e as u128;
         out.push(
             Term::new(
                 "KV cache, compressed MLA latent (vLLM/SGLang layout)",
@@ -258,14 +291,29 @@ mod tests {
     #[test]
     fn the_guides_example() {
         assert_eq!(total(&req(8192, 1, CacheStrategy::Dynamic)), 1_073_741_824);
-        assert_eq!(total(&req(8192, 4, CacheStrategy::Dynamic)), 4 * 1_073_741_824);
+        assert_eq!(
+            total(&req(8192, 4, CacheStrategy::Dynamic)),
+            4 * 1_073_741_824
+        );
     }
 
     #[test]
     fn static_preallocates() {
-        let r = req(1000, 1, CacheStrategy::Static { max_cache_len: 8192 });
+        let r = req(
+            1000,
+            1,
+            CacheStrategy::Static {
+                max_cache_len: 8192,
+            },
+        );
         assert_eq!(total(&r), 1_073_741_824);
-        let short = req(9000, 1, CacheStrategy::Static { max_cache_len: 8192 });
+        let short = req(
+            9000,
+            1,
+            CacheStrategy::Static {
+                max_cache_len: 8192,
+            },
+        );
         assert!(terms(&short, &mut vec![]).is_err());
     }
 
@@ -283,7 +331,15 @@ mod tests {
 
     #[test]
     fn quantized_is_smaller_than_full() {
-        let r = req(8192, 1, CacheStrategy::Quantized { bits: 4, group_size: 64, residual: 128 });
+        let r = req(
+            8192,
+            1,
+            CacheStrategy::Quantized {
+                bits: 4,
+                group_size: 64,
+                residual: 128,
+            },
+        );
         let q = total(&r);
         assert!(q < 1_073_741_824 / 3, "{q}");
         assert!(q > 1_073_741_824 / 4, "{q}");

@@ -58,7 +58,12 @@ pub struct Term {
 }
 
 impl Term {
-    pub fn new(name: impl Into<String>, bytes: Bytes, kind: Kind, formula: impl Into<String>) -> Term {
+    pub fn new(
+        name: impl Into<String>,
+        bytes: Bytes,
+        kind: Kind,
+        formula: impl Into<String>,
+    ) -> Term {
         Term {
             name: name.into(),
             bytes,
@@ -142,10 +147,17 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
 
     match (&req.training, &req.weights) {
         (Some(training), Some(source)) => {
-            terms.extend(training::terms(source, training, &mut notes, &mut left_out)?);
+            terms.extend(training::terms(
+                source,
+                training,
+                &mut notes,
+                &mut left_out,
+            )?);
         }
         (Some(_), None) => {
-            return Err(EstimateError::Input("a training estimate needs the model's size".into()));
+            return Err(EstimateError::Input(
+                "a training estimate needs the model's size".into(),
+            ));
         }
         (None, weights) => {
             match weights {
@@ -161,7 +173,10 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         None => {}
     }
     left_out.push("temporary buffers of each operation (workspaces, intermediate tensors)".into());
-    left_out.push("memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)".into());
+    left_out.push(
+        "memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)"
+            .into(),
+    );
     left_out.push("allocator rounding and fragmentation (reserved but unallocated memory)".into());
     match &req.reserve {
         Some(reserve) => terms.push(reserve.term()),
@@ -173,8 +188,9 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
     let model = match &req.weights {
         Some(WeightsSource::Model(m)) => Some(ModelSummary {
             path: m.path.clone(),
-            parameters: u64::try_from(m.architecture.parameters())
-                .map_err(|_| EstimateError::overflow("the parameter count", "the config")(Overflow))?,
+            parameters: u64::try_from(m.architecture.parameters()).map_err(|_| {
+                EstimateError::overflow("the parameter count", "the config")(Overflow)
+            })?,
             kv_bytes_per_token: req.kv.as_ref().map(|k| k.bytes_per_token()),
             architecture: m.architecture.clone(),
         }),

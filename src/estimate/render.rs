@@ -8,7 +8,10 @@ use crate::units::Bytes;
 /// The human-readable table.
 pub fn table(est: &Estimate) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "iteragpu estimate: arithmetic before any GPU is touched");
+    let _ = writeln!(
+        out,
+        "iteragpu estimate: arithmetic before any GPU is touched"
+    );
     if let Some(model) = &est.model {
         let a = &model.architecture;
         let _ = writeln!(
@@ -73,13 +76,21 @@ pub fn table(est: &Estimate) -> String {
     for t in &counted {
         row(&mut out, &t.name, t.bytes, t.kind.label(), &t.formula);
     }
-    let _ = writeln!(out, "  {}", "─".repeat(header.chars().count().saturating_sub(2).min(100)));
+    let _ = writeln!(
+        out,
+        "  {}",
+        "─".repeat(header.chars().count().saturating_sub(2).min(100))
+    );
     row(
         &mut out,
         total_name,
         est.total_bytes,
         "",
-        &if counted.len() == 1 { "the term above".to_string() } else { format!("sum of the {} terms above", counted.len()) },
+        &if counted.len() == 1 {
+            "the term above".to_string()
+        } else {
+            format!("sum of the {} terms above", counted.len())
+        },
     );
     if !info.is_empty() {
         let _ = writeln!(out, "\nshown for information, not in the total:");
@@ -88,7 +99,11 @@ pub fn table(est: &Estimate) -> String {
         }
     }
     if let Some(stored) = &est.stored {
-        let _ = writeln!(out, "\nstored format (safetensors headers, {} bytes read):", g(stored.bytes_read));
+        let _ = writeln!(
+            out,
+            "\nstored format (safetensors headers, {} bytes read):",
+            g(stored.bytes_read)
+        );
         for (dtype, t) in &stored.by_dtype {
             let b = Bytes(t.bytes);
             let _ = writeln!(
@@ -103,11 +118,20 @@ pub fn table(est: &Estimate) -> String {
         }
         if stored.shards.len() > 1 {
             for shard in &stored.shards {
-                let _ = writeln!(out, "  {}: {} bytes of tensors", shard.file, g(shard.data_bytes));
+                let _ = writeln!(
+                    out,
+                    "  {}: {} bytes of tensors",
+                    shard.file,
+                    g(shard.data_bytes)
+                );
             }
         }
     }
-    let _ = writeln!(out, "\nleft out of this figure: {}.", est.left_out.join("; "));
+    let _ = writeln!(
+        out,
+        "\nleft out of this figure: {}.",
+        est.left_out.join("; ")
+    );
     let _ = writeln!(
         out,
         "A preparation hypothesis proves nothing about fit: only a measurement of the complete workload on the card (iteragpu measure) can."

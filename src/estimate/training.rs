@@ -155,14 +155,24 @@ impl Trainable {
 }
 
 /// Optimizer-state bytes for the trainable tensors.
-fn optimizer_bytes(opt: Optimizer, trainable: &Trainable, s: u128) -> Result<(u128, String), EstimateError> {
+fn optimizer_bytes(
+    opt: Optimizer,
+    trainable: &Trainable,
+    s: u128,
+) -> Result<(u128, String), EstimateError> {
     let n = trainable.count();
     Ok(match opt {
         Optimizer::Sgd => (0, "plain SGD (momentum 0) keeps no state".into()),
-        Optimizer::SgdMomentum => (n * s, format!("{} parameters × 1 momentum buffer × {s} bytes", g(n))),
+        Optimizer::SgdMomentum => (
+            n * s,
+            format!("{} parameters × 1 momentum buffer × {s} bytes", g(n)),
+        ),
         Optimizer::Adam | Optimizer::Adamw => (
             2 * n * s,
-            format!("{} parameters × 2 states (exp_avg, exp_avg_sq) × {s} bytes", g(n)),
+            format!(
+                "{} parameters × 2 states (exp_avg, exp_avg_sq) × {s} bytes",
+                g(n)
+            ),
         ),
         // bitsandbytes AdamW8bit: blockwise 8-bit states (blocks of 256 with an fp32 absmax);
         // tensors under 4,096 elements keep 32-bit states (min_8bit_size).
@@ -175,10 +185,19 @@ fn optimizer_bytes(opt: Optimizer, trainable: &Trainable, s: u128) -> Result<(u1
                 }
             };
             let bytes = match trainable {
-                Trainable::Shapes(groups) => groups.iter().map(|grp| per_tensor(grp.numel() as u128) * grp.count as u128).sum(),
+                Trainable::Shapes(groups) => groups
+                    .iter()
+                    .map(|grp| per_tensor(grp.numel() as u128) * grp.count as u128)
+                    .sum(),
                 Trainable::Count(n) => per_tensor(*n),
             };
-            (bytes, format!("{} parameters × 2 states × (1 byte + 4 bytes per 256-value block); tensors under 4,096 values keep fp32 states", g(n)))
+            (
+                bytes,
+                format!(
+                    "{} parameters × 2 states × (1 byte + 4 bytes per 256-value block); tensors under 4,096 values keep fp32 states",
+                    g(n)
+                ),
+            )
         }
         // transformers Adafactor (beta1 None): factored second moment, a row and a column
         // vector for tensors of 2+ dimensions, a full vector otherwise.
@@ -205,7 +224,13 @@ fn optimizer_bytes(opt: Optimizer, trainable: &Trainable, s: u128) -> Result<(u1
                         per * grp.count as u128
                     })
                     .sum();
-                (elements * s, format!("factored second moment: rows + columns of each matrix ({} values) × {s} bytes", g(elements)))
+                (
+                    elements * s,
+                    format!(
+                        "factored second moment: rows + columns of each matrix ({} values) × {s} bytes",
+                        g(elements)
+                    ),
+                )
             }
         },
     })
@@ -218,7 +243,8 @@ pub fn terms(
     notes: &mut Vec<String>,
     left_out: &mut Vec<String>,
 ) -> Result<Vec<Term>, EstimateError> {
-    let overflow = || EstimateError::overflow("the training terms", "the model size and dimensions");
+    let overflow =
+        || EstimateError::overflow("the training terms", "the model size and dimensions");
     let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
     let trainable = trainable(source, req)?;
     let n = trainable.count();
@@ -229,13 +255,20 @@ pub fn terms(
     if req.lora.is_some() {
         // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
         out.extend(weights::terms(source, notes)?);
-        let adapter_dtype = if req.precision == Precision::Bf16 { "bfloat16" } else { "float32" };
+        let adapter_dtype = if req.precision == Precision::Bf16 {
+            "bfloat16"
+        } else {
+            "float32"
+        };
         out.push(
             Term::new(
                 format!("LoRA adapters ({adapter_dtype})"),
                 to_bytes(n * s)?,
                 Kind::Calculated,
-                format!("{} trainable parameters (r × (in + out) per targeted layer) × {s} bytes", g(n)),
+                format!(
+                    "{} trainable parameters (r × (in + out) per targeted layer) × {s} bytes",
+                    g(n)
+                ),
             )
             .input("trainable_parameters", n as u64),
         );
@@ -271,7 +304,10 @@ pub fn terms(
         format!("gradients ({})", if s == 4 { "fp32" } else { "bf16" }),
         to_bytes(n * s)?,
         Kind::Calculated,
-        format!("{} trainable parameters × {s} bytes (one gradient per trainable parameter)", g(n)),
+        format!(
+            "{} trainable parameters × {s} bytes (one gradient per trainable parameter)",
+            g(n)
+        ),
     ));
     let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, &trainable, s)?;
     out.push(
@@ -329,7 +365,8 @@ fn activation_terms(
     let layer = |inter: u128| 11 * sbh + scores + mlp(inter) + 4 * sbh;
     let moe_layers = arch.moe.map_or(0, |m| m.moe_layers) as u128;
     let dense_layers = d.num_layers as u128 - moe_layers;
-    let full: u128 = dense_layers * layer(dense_inter) + moe_layers * layer(moe_inter.unwrap_or(dense_inter));
+    let full: u128 =
+        dense_layers * layer(dense_inter) + moe_layers * layer(moe_inter.unwrap_or(dense_inter));
     let scale = |v: u128| v * req.precision.activation_bytes() as u128 / 2;
     let (bytes, formula) = if req.gradient_checkpointing {
         let largest = layer(moe_inter.unwrap_or(0).max(dense_inter));
@@ -349,7 +386,11 @@ fn activation_terms(
             format!(
                 "{} layers × s·b·h·(34{} ) adapted to the MLP width (Korthikanti et al. 2022); s={}, b={}, h={}, a={}",
                 d.num_layers,
-                if req.flash_attention { ", flash attention: no s² term" } else { " + 5·a·s/h" },
+                if req.flash_attention {
+                    ", flash attention: no s² term"
+                } else {
+                    " + 5·a·s/h"
+                },
                 g(s),
                 g(b),
                 g(d.hidden_size),
@@ -358,11 +399,16 @@ fn activation_terms(
         )
     };
     let mut out = vec![
-        Term::new("activations", Bytes::from_u128(bytes)?, Kind::Assumed, formula)
-            .input("batch", b)
-            .input("context", s)
-            .input("gradient_checkpointing", req.gradient_checkpointing)
-            .input("flash_attention", req.flash_attention),
+        Term::new(
+            "activations",
+            Bytes::from_u128(bytes)?,
+            Kind::Assumed,
+            formula,
+        )
+        .input("batch", b)
+        .input("context", s)
+        .input("gradient_checkpointing", req.gradient_checkpointing)
+        .input("flash_attention", req.flash_attention),
     ];
     // transformers' causal-LM loss upcasts the logits to float32; cross-entropy keeps the fp32
     // log-softmax for the backward pass.
@@ -376,7 +422,11 @@ fn activation_terms(
         format!(
             "b·s·vocab = {} values × {per} bytes (logits{}, fp32 log-softmax kept for backward)",
             g(logits),
-            if e < 4 { " in 16-bit, fp32 upcast" } else { " in fp32" }
+            if e < 4 {
+                " in 16-bit, fp32 upcast"
+            } else {
+                " in fp32"
+            }
         ),
     ));
     Ok(out)

@@ -85,7 +85,12 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                     format!("weights ({})", m.compute_dtype),
                     bytes,
                     Kind::Calculated,
-                    format!("{} parameters × {e} bytes ({}, {})", g(params), m.compute_dtype, m.dtype_source),
+                    format!(
+                        "{} parameters × {e} bytes ({}, {})",
+                        g(params),
+                        m.compute_dtype,
+                        m.dtype_source
+                    ),
                 )
                 .input("parameters", params as u64)
                 .input("dtype", m.compute_dtype.torch_name()),
@@ -134,7 +139,11 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                     format!(
                         "{} parameters (embeddings, norms, biases{}) × {e} bytes ({})",
                         g(other_params),
-                        if q.quantize_lm_head { "" } else { ", output head" },
+                        if q.quantize_lm_head {
+                            ""
+                        } else {
+                            ", output head"
+                        },
                         m.compute_dtype
                     ),
                 )
@@ -147,7 +156,8 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 } => *d,
                 _ => m.compute_dtype,
             };
-            let transient = Bytes::from_u128(largest * compute.bytes() as u128).map_err(overflow())?;
+            let transient =
+                Bytes::from_u128(largest * compute.bytes() as u128).map_err(overflow())?;
             terms.push(
                 Term::new(
                     format!("dequantized weight ({compute})"),
@@ -186,21 +196,25 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
         );
         let counted = arch.parameters();
         if arch.quantization.is_none() && stored.elements as u128 != counted {
-            let tied = if arch.tied_embeddings { " (tied embeddings are stored once)" } else { "" };
+            let tied = if arch.tied_embeddings {
+                " (tied embeddings are stored once)"
+            } else {
+                ""
+            };
             notes.push(format!(
                 "the checkpoint stores {} values but the config describes {} parameters{tied}: extra or missing tensors (buffers, extra heads) are in the files",
                 g(stored.elements),
                 g(counted)
             ));
         }
-        if let Some(total) = stored.index_total_size {
-            if total != stored.data_bytes {
-                notes.push(format!(
-                    "model.safetensors.index.json declares total_size {} but the shard headers describe {} bytes",
-                    g(total),
-                    g(stored.data_bytes)
-                ));
-            }
+        if let Some(total) = stored.index_total_size
+            && total != stored.data_bytes
+        {
+            notes.push(format!(
+                "model.safetensors.index.json declares total_size {} but the shard headers describe {} bytes",
+                g(total),
+                g(stored.data_bytes)
+            ));
         }
     }
     Ok(terms)
@@ -214,7 +228,10 @@ mod tests {
     fn rounds_up() {
         let bits = Decimal::parse("4.5").unwrap();
         assert_eq!(bytes_for_bits(7, bits), Some(4)); // 3.9375 → 4
-        assert_eq!(bytes_for_bits(7_000_000_000, Decimal::parse("16").unwrap()), Some(14_000_000_000));
+        assert_eq!(
+            bytes_for_bits(7_000_000_000, Decimal::parse("16").unwrap()),
+            Some(14_000_000_000)
+        );
         assert_eq!(bytes_for_bits(3, Decimal::parse("1").unwrap()), Some(1));
     }
 }

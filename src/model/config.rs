@@ -135,7 +135,9 @@ impl<'a> Fields<'a> {
                 // Some configs write integers as floats (`4096.0`).
                 None => match v.as_f64() {
                     Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1e18 => Ok(Some(f as u64)),
-                    _ => Err(self.error(key, &format!("must be a non-negative integer, found {v}"))),
+                    _ => {
+                        Err(self.error(key, &format!("must be a non-negative integer, found {v}")))
+                    }
                 },
             },
         }

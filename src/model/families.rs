@@ -6,11 +6,11 @@
 
 use serde::Serialize;
 
+use super::ModelError;
 use super::config::{Config, Fields};
 use super::inventory::{Builder, Role, TensorGroup, total_parameters};
 use super::kv_layout::{KvLayer, KvLayout, LatentLayout};
 use super::quantization::Quantization;
-use super::ModelError;
 use crate::dtype::Dtype;
 
 /// A supported architecture family.
@@ -176,17 +176,17 @@ impl Architecture {
             Family::Falcon => falcon(&text)?,
             Family::DeepseekV3 => deepseek_v3(&text, &mut notes)?,
         };
-        if family == Family::Gemma3 {
-            if let Some(vision) = root.section("vision_config")? {
-                let text_hidden = arch.dims.hidden_size;
-                let before = total_parameters(&arch.groups);
-                siglip_vision_and_projector(&vision, text_hidden, &mut arch.groups)?;
-                let added = total_parameters(&arch.groups) - before;
-                notes.push(format!(
-                    "vision tower (SigLIP) and projector counted: {} parameters",
-                    crate::units::group_thousands(added)
-                ));
-            }
+        if family == Family::Gemma3
+            && let Some(vision) = root.section("vision_config")?
+        {
+            let text_hidden = arch.dims.hidden_size;
+            let before = total_parameters(&arch.groups);
+            siglip_vision_and_projector(&vision, text_hidden, &mut arch.groups)?;
+            let added = total_parameters(&arch.groups) - before;
+            notes.push(format!(
+                "vision tower (SigLIP) and projector counted: {} parameters",
+                crate::units::group_thousands(added)
+            ));
         }
         arch.model_type = config.model_type.clone();
         arch.config_dtype = config_dtype(&root, &text)?;
@@ -220,7 +220,10 @@ fn layer_windows(family: Family, f: &Fields, layers: u64) -> Result<Vec<Option<u
         if types.len() as u64 != layers {
             return Err(f.invalid(
                 "layer_types",
-                &format!("lists {} layers but num_hidden_layers is {layers}", types.len()),
+                &format!(
+                    "lists {} layers but num_hidden_layers is {layers}",
+                    types.len()
+                ),
             ));
         }
         return types
@@ -267,7 +270,13 @@ fn layer_windows(family: Family, f: &Fields, layers: u64) -> Result<Vec<Option<u
             }
             let below = f.u64_or("max_window_layers", 28)?;
             Ok((0..layers)
-                .map(|i| if (i + 1) % 2 == 1 && i < below { window } else { None })
+                .map(|i| {
+                    if (i + 1) % 2 == 1 && i < below {
+                        window
+                    } else {
+                        None
+                    }
+                })
                 .collect())
         }
         Family::Qwen3Moe => {
@@ -305,11 +314,30 @@ fn kv_from_windows(windows: Vec<Option<u64>>, heads: u64, head_dim: u64) -> KvLa
 fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     use Family::*;
     let gemma_defaults = matches!(family, Gemma3);
-    let vocab = if gemma_defaults { f.positive_or("vocab_size", 262_208)? } else { f.positive("vocab_size")? };
-    let hidden = if gemma_defaults { f.positive_or("hidden_size", 2304)? } else { f.positive("hidden_size")? };
-    let layers = if gemma_defaults { f.positive_or("num_hidden_layers", 26)? } else { f.positive("num_hidden_layers")? };
-    let heads = if gemma_defaults { f.positive_or("num_attention_heads", 8)? } else { f.positive("num_attention_heads")? };
-    let kv_heads = f.positive_or("num_key_value_heads", if gemma_defaults { 4 } else { heads })?;
+    let vocab = if gemma_defaults {
+        f.positive_or("vocab_size", 262_208)?
+    } else {
+        f.positive("vocab_size")?
+    };
+    let hidden = if gemma_defaults {
+        f.positive_or("hidden_size", 2304)?
+    } else {
+        f.positive("hidden_size")?
+    };
+    let layers = if gemma_defaults {
+        f.positive_or("num_hidden_layers", 26)?
+    } else {
+        f.positive("num_hidden_layers")?
+    };
+    let heads = if gemma_defaults {
+        f.positive_or("num_attention_heads", 8)?
+    } else {
+        f.positive("num_attention_heads")?
+    };
+    let kv_heads = f.positive_or(
+        "num_key_value_heads",
+        if gemma_defaults { 4 } else { heads },
+    )?;
     let default_head_dim = match family {
         Gemma | Gemma2 | Gemma3 => 256,
         Qwen3 | Qwen3Moe => 128,
@@ -344,21 +372,65 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     let extra_norms = matches!(family, Gemma2 | Gemma3);
 
     let mut b = Builder::default();
-    b.push("model.embed_tokens.weight", &[vocab, hidden], 1, Role::Embedding);
+    b.push(
+        "model.embed_tokens.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
     let attn = "model.layers.*.self_attn";
-    b.linear(&format!("{attn}.q_proj"), hidden, heads * head_dim, layers, qkv_bias);
-    b.linear(&format!("{attn}.k_proj"), hidden, kv_heads * head_dim, layers, qkv_bias);
-    b.linear(&format!("{attn}.v_proj"), hidden, kv_heads * head_dim, layers, qkv_bias);
-    b.linear(&format!("{attn}.o_proj"), heads * head_dim, hidden, layers, o_bias);
+    b.linear(
+        &format!("{attn}.q_proj"),
+        hidden,
+        heads * head_dim,
+        layers,
+        qkv_bias,
+    );
+    b.linear(
+        &format!("{attn}.k_proj"),
+        hidden,
+        kv_heads * head_dim,
+        layers,
+        qkv_bias,
+    );
+    b.linear(
+        &format!("{attn}.v_proj"),
+        hidden,
+        kv_heads * head_dim,
+        layers,
+        qkv_bias,
+    );
+    b.linear(
+        &format!("{attn}.o_proj"),
+        heads * head_dim,
+        hidden,
+        layers,
+        o_bias,
+    );
     if qk_norm {
         b.norm(&format!("{attn}.q_norm"), head_dim, layers, false);
         b.norm(&format!("{attn}.k_norm"), head_dim, layers, false);
     }
     b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm("model.layers.*.post_attention_layernorm", hidden, layers, false);
+    b.norm(
+        "model.layers.*.post_attention_layernorm",
+        hidden,
+        layers,
+        false,
+    );
     if extra_norms {
-        b.norm("model.layers.*.pre_feedforward_layernorm", hidden, layers, false);
-        b.norm("model.layers.*.post_feedforward_layernorm", hidden, layers, false);
+        b.norm(
+            "model.layers.*.pre_feedforward_layernorm",
+            hidden,
+            layers,
+            false,
+        );
+        b.norm(
+            "model.layers.*.post_feedforward_layernorm",
+            hidden,
+            layers,
+            false,
+        );
     }
 
     let moe = match family {
@@ -366,11 +438,34 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
             let experts = f.positive_or("num_local_experts", 8)?;
             let active = f.positive_or("num_experts_per_tok", 2)?;
             let mlp = "model.layers.*.mlp";
-            b.push(format!("{mlp}.gate.weight"), &[experts, hidden], layers, Role::Router);
+            b.push(
+                format!("{mlp}.gate.weight"),
+                &[experts, hidden],
+                layers,
+                Role::Router,
+            );
             let n = layers * experts;
-            b.linear(&format!("{mlp}.experts.*.gate_proj"), hidden, intermediate, n, false);
-            b.linear(&format!("{mlp}.experts.*.up_proj"), hidden, intermediate, n, false);
-            b.linear(&format!("{mlp}.experts.*.down_proj"), intermediate, hidden, n, false);
+            b.linear(
+                &format!("{mlp}.experts.*.gate_proj"),
+                hidden,
+                intermediate,
+                n,
+                false,
+            );
+            b.linear(
+                &format!("{mlp}.experts.*.up_proj"),
+                hidden,
+                intermediate,
+                n,
+                false,
+            );
+            b.linear(
+                &format!("{mlp}.experts.*.down_proj"),
+                intermediate,
+                hidden,
+                n,
+                false,
+            );
             Some(Moe {
                 experts,
                 active,
@@ -381,10 +476,16 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
         }
         Qwen2Moe | Qwen3Moe => {
             let experts = f.u64_or("num_experts", if family == Qwen2Moe { 60 } else { 128 })?;
-            let active = f.positive_or("num_experts_per_tok", if family == Qwen2Moe { 4 } else { 8 })?;
+            let active = f.positive_or(
+                "num_experts_per_tok",
+                if family == Qwen2Moe { 4 } else { 8 },
+            )?;
             let step = f.positive_or("decoder_sparse_step", 1)?;
             let dense_only = f.opt_u64s("mlp_only_layers")?.unwrap_or_default();
-            let expert_inter = f.positive_or("moe_intermediate_size", if family == Qwen2Moe { 1408 } else { 768 })?;
+            let expert_inter = f.positive_or(
+                "moe_intermediate_size",
+                if family == Qwen2Moe { 1408 } else { 768 },
+            )?;
             let shared_inter = if family == Qwen2Moe {
                 f.positive_or("shared_expert_intermediate_size", 5632)?
             } else {
@@ -394,13 +495,44 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
                 .filter(|i| !dense_only.contains(i) && experts > 0 && (i + 1) % step == 0)
                 .count() as u64;
             let dense_layers = layers - moe_layers;
-            gated_mlp(&mut b, "model.layers.*.mlp", hidden, intermediate, dense_layers, mlp_bias);
+            gated_mlp(
+                &mut b,
+                "model.layers.*.mlp",
+                hidden,
+                intermediate,
+                dense_layers,
+                mlp_bias,
+            );
             let mlp = "model.layers.*.mlp";
-            b.push(format!("{mlp}.gate.weight"), &[experts, hidden], moe_layers, Role::Router);
-            gated_mlp(&mut b, &format!("{mlp}.experts.*"), hidden, expert_inter, moe_layers * experts, false);
+            b.push(
+                format!("{mlp}.gate.weight"),
+                &[experts, hidden],
+                moe_layers,
+                Role::Router,
+            );
+            gated_mlp(
+                &mut b,
+                &format!("{mlp}.experts.*"),
+                hidden,
+                expert_inter,
+                moe_layers * experts,
+                false,
+            );
             if shared_inter > 0 {
-                gated_mlp(&mut b, &format!("{mlp}.shared_expert"), hidden, shared_inter, moe_layers, false);
-                b.push(format!("{mlp}.shared_expert_gate.weight"), &[1, hidden], moe_layers, Role::Router);
+                gated_mlp(
+                    &mut b,
+                    &format!("{mlp}.shared_expert"),
+                    hidden,
+                    shared_inter,
+                    moe_layers,
+                    false,
+                );
+                b.push(
+                    format!("{mlp}.shared_expert_gate.weight"),
+                    &[1, hidden],
+                    moe_layers,
+                    Role::Router,
+                );
             }
             Some(Moe {
                 experts,
@@ -411,7 +543,14 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
             })
         }
         _ => {
-            gated_mlp(&mut b, "model.layers.*.mlp", hidden, intermediate, layers, mlp_bias);
+            gated_mlp(
+                &mut b,
+                "model.layers.*.mlp",
+                hidden,
+                intermediate,
+                layers,
+                mlp_bias,
+            );
             None
         }
     };
@@ -461,7 +600,12 @@ fn phi3(f: &Fields) -> Result<Architecture, ModelError> {
     let inter = f.positive("intermediate_size")?;
     let tied = f.bool_or("tie_word_embeddings", false)?;
     let mut b = Builder::default();
-    b.push("model.embed_tokens.weight", &[vocab, hidden], 1, Role::Embedding);
+    b.push(
+        "model.embed_tokens.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
     b.linear(
         "model.layers.*.self_attn.qkv_proj",
         hidden,
@@ -469,29 +613,58 @@ fn phi3(f: &Fields) -> Result<Architecture, ModelError> {
         layers,
         false,
     );
-    b.linear("model.layers.*.self_attn.o_proj", heads * head_dim, hidden, layers, false);
-    b.linear("model.layers.*.mlp.gate_up_proj", hidden, 2 * inter, layers, false);
+    b.linear(
+        "model.layers.*.self_attn.o_proj",
+        heads * head_dim,
+        hidden,
+        layers,
+        false,
+    );
+    b.linear(
+        "model.layers.*.mlp.gate_up_proj",
+        hidden,
+        2 * inter,
+        layers,
+        false,
+    );
     b.linear("model.layers.*.mlp.down_proj", inter, hidden, layers, false);
     b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm("model.layers.*.post_attention_layernorm", hidden, layers, false);
+    b.norm(
+        "model.layers.*.post_attention_layernorm",
+        hidden,
+        layers,
+        false,
+    );
     b.norm("model.norm", hidden, 1, false);
     if !tied {
         b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
     }
     let windows = layer_windows(Family::Phi3, f, layers)?;
-    Ok(simple(Family::Phi3, b, windows, Dims {
-        hidden_size: hidden,
-        num_layers: layers,
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
-        vocab_size: vocab,
-        intermediate_size: inter,
-        gated_mlp: true,
-    }, tied))
+    Ok(simple(
+        Family::Phi3,
+        b,
+        windows,
+        Dims {
+            hidden_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            vocab_size: vocab,
+            intermediate_size: inter,
+            gated_mlp: true,
+        },
+        tied,
+    ))
 }
 
-fn simple(family: Family, b: Builder, windows: Vec<Option<u64>>, dims: Dims, tied: bool) -> Architecture {
+fn simple(
+    family: Family,
+    b: Builder,
+    windows: Vec<Option<u64>>,
+    dims: Dims,
+    tied: bool,
+) -> Architecture {
     Architecture {
         family,
         model_type: family.model_type().to_string(),
@@ -513,12 +686,31 @@ fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
     let layers = f.positive_or("n_layer", 12)?;
     let heads = f.positive_or("n_head", 12)?;
     let positions = f.positive_or("n_positions", 1024)?;
-    let inner = f.opt_u64("n_inner")?.filter(|n| *n > 0).unwrap_or(4 * hidden);
+    let inner = f
+        .opt_u64("n_inner")?
+        .filter(|n| *n > 0)
+        .unwrap_or(4 * hidden);
     let mut b = Builder::default();
-    b.push("transformer.wte.weight", &[vocab, hidden], 1, Role::Embedding);
-    b.push("transformer.wpe.weight", &[positions, hidden], 1, Role::Embedding);
+    b.push(
+        "transformer.wte.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
+    b.push(
+        "transformer.wpe.weight",
+        &[positions, hidden],
+        1,
+        Role::Embedding,
+    );
     b.norm("transformer.h.*.ln_1", hidden, layers, true);
-    b.linear("transformer.h.*.attn.c_attn", hidden, 3 * hidden, layers, true);
+    b.linear(
+        "transformer.h.*.attn.c_attn",
+        hidden,
+        3 * hidden,
+        layers,
+        true,
+    );
     b.linear("transformer.h.*.attn.c_proj", hidden, hidden, layers, true);
     b.norm("transformer.h.*.ln_2", hidden, layers, true);
     b.linear("transformer.h.*.mlp.c_fc", hidden, inner, layers, true);
@@ -528,16 +720,22 @@ fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
     if !tied {
         b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
     }
-    Ok(simple(Family::Gpt2, b, vec![None; layers as usize], Dims {
-        hidden_size: hidden,
-        num_layers: layers,
-        num_heads: heads,
-        num_kv_heads: heads,
-        head_dim: hidden / heads,
-        vocab_size: vocab,
-        intermediate_size: inner,
-        gated_mlp: false,
-    }, tied))
+    Ok(simple(
+        Family::Gpt2,
+        b,
+        vec![None; layers as usize],
+        Dims {
+            hidden_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: heads,
+            head_dim: hidden / heads,
+            vocab_size: vocab,
+            intermediate_size: inner,
+            gated_mlp: false,
+        },
+        tied,
+    ))
 }
 
 /// modeling_gpt_neox.py (Pythia, GPT-NeoX-20B): fused QKV, separate `embed_out`.
@@ -550,27 +748,67 @@ fn gpt_neox(f: &Fields) -> Result<Architecture, ModelError> {
     let bias = f.bool_or("attention_bias", true)?;
     let tied = f.bool_or("tie_word_embeddings", false)?;
     let mut b = Builder::default();
-    b.push("gpt_neox.embed_in.weight", &[vocab, hidden], 1, Role::Embedding);
+    b.push(
+        "gpt_neox.embed_in.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
     b.norm("gpt_neox.layers.*.input_layernorm", hidden, layers, true);
-    b.norm("gpt_neox.layers.*.post_attention_layernorm", hidden, layers, true);
-    b.linear("gpt_neox.layers.*.attention.query_key_value", hidden, 3 * hidden, layers, bias);
-    b.linear("gpt_neox.layers.*.attention.dense", hidden, hidden, layers, bias);
-    b.linear("gpt_neox.layers.*.mlp.dense_h_to_4h", hidden, inter, layers, true);
-    b.linear("gpt_neox.layers.*.mlp.dense_4h_to_h", inter, hidden, layers, true);
+    b.norm(
+        "gpt_neox.layers.*.post_attention_layernorm",
+        hidden,
+        layers,
+        true,
+    );
+    b.linear(
+        "gpt_neox.layers.*.attention.query_key_value",
+        hidden,
+        3 * hidden,
+        layers,
+        bias,
+    );
+    b.linear(
+        "gpt_neox.layers.*.attention.dense",
+        hidden,
+        hidden,
+        layers,
+        bias,
+    );
+    b.linear(
+        "gpt_neox.layers.*.mlp.dense_h_to_4h",
+        hidden,
+        inter,
+        layers,
+        true,
+    );
+    b.linear(
+        "gpt_neox.layers.*.mlp.dense_4h_to_h",
+        inter,
+        hidden,
+        layers,
+        true,
+    );
     b.norm("gpt_neox.final_layer_norm", hidden, 1, true);
     if !tied {
         b.push("embed_out.weight", &[vocab, hidden], 1, Role::LmHead);
     }
-    Ok(simple(Family::GptNeox, b, vec![None; layers as usize], Dims {
-        hidden_size: hidden,
-        num_layers: layers,
-        num_heads: heads,
-        num_kv_heads: heads,
-        head_dim: hidden / heads,
-        vocab_size: vocab,
-        intermediate_size: inter,
-        gated_mlp: false,
-    }, tied))
+    Ok(simple(
+        Family::GptNeox,
+        b,
+        vec![None; layers as usize],
+        Dims {
+            hidden_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: heads,
+            head_dim: hidden / heads,
+            vocab_size: vocab,
+            intermediate_size: inter,
+            gated_mlp: false,
+        },
+        tied,
+    ))
 }
 
 /// modeling_falcon.py: multi-query (7B), grouped KV with `new_decoder_architecture` (40B, 180B).
@@ -584,7 +822,10 @@ fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
     let multi_query = f.bool_or("multi_query", true)?;
     let parallel = f.bool_or("parallel_attn", true)?;
     let bias = f.bool_or("bias", false)?;
-    let ffn = f.opt_u64("ffn_hidden_size")?.filter(|n| *n > 0).unwrap_or(4 * hidden);
+    let ffn = f
+        .opt_u64("ffn_hidden_size")?
+        .filter(|n| *n > 0)
+        .unwrap_or(4 * hidden);
     let kv_heads = if new_arch {
         f.positive_or("num_kv_heads", heads)?
     } else if multi_query {
@@ -600,35 +841,75 @@ fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
         3 * hidden
     };
     let mut b = Builder::default();
-    b.push("transformer.word_embeddings.weight", &[vocab, hidden], 1, Role::Embedding);
+    b.push(
+        "transformer.word_embeddings.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
     if new_arch && f.u64_or("num_ln_in_parallel_attn", 2)? == 2 {
         b.norm("transformer.h.*.ln_attn", hidden, layers, true);
         b.norm("transformer.h.*.ln_mlp", hidden, layers, true);
     } else {
         b.norm("transformer.h.*.input_layernorm", hidden, layers, true);
         if !parallel {
-            b.norm("transformer.h.*.post_attention_layernorm", hidden, layers, true);
+            b.norm(
+                "transformer.h.*.post_attention_layernorm",
+                hidden,
+                layers,
+                true,
+            );
         }
     }
-    b.linear("transformer.h.*.self_attention.query_key_value", hidden, qkv_out, layers, bias);
-    b.linear("transformer.h.*.self_attention.dense", hidden, hidden, layers, bias);
-    b.linear("transformer.h.*.mlp.dense_h_to_4h", hidden, ffn, layers, bias);
-    b.linear("transformer.h.*.mlp.dense_4h_to_h", ffn, hidden, layers, bias);
+    b.linear(
+        "transformer.h.*.self_attention.query_key_value",
+        hidden,
+        qkv_out,
+        layers,
+        bias,
+    );
+    b.linear(
+        "transformer.h.*.self_attention.dense",
+        hidden,
+        hidden,
+        layers,
+        bias,
+    );
+    b.linear(
+        "transformer.h.*.mlp.dense_h_to_4h",
+        hidden,
+        ffn,
+        layers,
+        bias,
+    );
+    b.linear(
+        "transformer.h.*.mlp.dense_4h_to_h",
+        ffn,
+        hidden,
+        layers,
+        bias,
+    );
     b.norm("transformer.ln_f", hidden, 1, true);
     let tied = f.bool_or("tie_word_embeddings", true)?;
     if !tied {
         b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
     }
-    Ok(simple(Family::Falcon, b, vec![None; layers as usize], Dims {
-        hidden_size: hidden,
-        num_layers: layers,
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
-        vocab_size: vocab,
-        intermediate_size: ffn,
-        gated_mlp: false,
-    }, tied))
+    Ok(simple(
+        Family::Falcon,
+        b,
+        vec![None; layers as usize],
+        Dims {
+            hidden_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            vocab_size: vocab,
+            intermediate_size: ffn,
+            gated_mlp: false,
+        },
+        tied,
+    ))
 }
 
 /// modeling_deepseek_v3.py: multi-head latent attention (MLA) and DeepSeekMoE with shared experts.
@@ -654,30 +935,102 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
     let qk_dim = nope + rope;
 
     let mut b = Builder::default();
-    b.push("model.embed_tokens.weight", &[vocab, hidden], 1, Role::Embedding);
+    b.push(
+        "model.embed_tokens.weight",
+        &[vocab, hidden],
+        1,
+        Role::Embedding,
+    );
     let attn = "model.layers.*.self_attn";
     if q_lora > 0 {
-        b.linear(&format!("{attn}.q_a_proj"), hidden, q_lora, layers, attn_bias);
+        b.linear(
+            &format!("{attn}.q_a_proj"),
+            hidden,
+            q_lora,
+            layers,
+            attn_bias,
+        );
         b.norm(&format!("{attn}.q_a_layernorm"), q_lora, layers, false);
-        b.linear(&format!("{attn}.q_b_proj"), q_lora, heads * qk_dim, layers, false);
+        b.linear(
+            &format!("{attn}.q_b_proj"),
+            q_lora,
+            heads * qk_dim,
+            layers,
+            false,
+        );
     } else {
-        b.linear(&format!("{attn}.q_proj"), hidden, heads * qk_dim, layers, false);
+        b.linear(
+            &format!("{attn}.q_proj"),
+            hidden,
+            heads * qk_dim,
+            layers,
+            false,
+        );
     }
-    b.linear(&format!("{attn}.kv_a_proj_with_mqa"), hidden, kv_lora + rope, layers, attn_bias);
+    b.linear(
+        &format!("{attn}.kv_a_proj_with_mqa"),
+        hidden,
+        kv_lora + rope,
+        layers,
+        attn_bias,
+    );
     b.norm(&format!("{attn}.kv_a_layernorm"), kv_lora, layers, false);
-    b.linear(&format!("{attn}.kv_b_proj"), kv_lora, heads * (nope + v_dim), layers, false);
-    b.linear(&format!("{attn}.o_proj"), heads * v_dim, hidden, layers, attn_bias);
+    b.linear(
+        &format!("{attn}.kv_b_proj"),
+        kv_lora,
+        heads * (nope + v_dim),
+        layers,
+        false,
+    );
+    b.linear(
+        &format!("{attn}.o_proj"),
+        heads * v_dim,
+        hidden,
+        layers,
+        attn_bias,
+    );
     b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm("model.layers.*.post_attention_layernorm", hidden, layers, false);
+    b.norm(
+        "model.layers.*.post_attention_layernorm",
+        hidden,
+        layers,
+        false,
+    );
     let moe_layers = (0..layers)
         .filter(|i| experts > 0 && *i >= first_dense && i % freq == 0)
         .count() as u64;
-    gated_mlp(&mut b, "model.layers.*.mlp", hidden, inter, layers - moe_layers, false);
+    gated_mlp(
+        &mut b,
+        "model.layers.*.mlp",
+        hidden,
+        inter,
+        layers - moe_layers,
+        false,
+    );
     let mlp = "model.layers.*.mlp";
-    b.push(format!("{mlp}.gate.weight"), &[experts, hidden], moe_layers, Role::Router);
-    gated_mlp(&mut b, &format!("{mlp}.experts.*"), hidden, moe_inter, moe_layers * experts, false);
+    b.push(
+        format!("{mlp}.gate.weight"),
+        &[experts, hidden],
+        moe_layers,
+        Role::Router,
+    );
+    gated_mlp(
+        &mut b,
+        &format!("{mlp}.experts.*"),
+        hidden,
+        moe_inter,
+        moe_layers * experts,
+        false,
+    );
     if shared > 0 {
-        gated_mlp(&mut b, &format!("{mlp}.shared_experts"), hidden, moe_inter * shared, moe_layers, false);
+        gated_mlp(
+            &mut b,
+            &format!("{mlp}.shared_experts"),
+            hidden,
+            moe_inter * shared,
+            moe_layers,
+            false,
+        );
     }
     b.norm("model.norm", hidden, 1, false);
     if !tied {
@@ -741,7 +1094,11 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
 }
 
 /// modeling_siglip.py vision tower (as Gemma 3 uses it) and Gemma3MultiModalProjector.
-fn siglip_vision_and_projector(v: &Fields, text_hidden: u64, groups: &mut Vec<TensorGroup>) -> Result<(), ModelError> {
+fn siglip_vision_and_projector(
+    v: &Fields,
+    text_hidden: u64,
+    groups: &mut Vec<TensorGroup>,
+) -> Result<(), ModelError> {
     let hidden = v.positive_or("hidden_size", 768)?;
     let inter = v.positive_or("intermediate_size", 3072)?;
     let layers = v.positive_or("num_hidden_layers", 12)?;
@@ -751,22 +1108,51 @@ fn siglip_vision_and_projector(v: &Fields, text_hidden: u64, groups: &mut Vec<Te
     let patches = (image / patch) * (image / patch);
     let mut b = Builder::default();
     let p = "vision_tower.vision_model";
-    b.push(format!("{p}.embeddings.patch_embedding.weight"), &[hidden, channels, patch, patch], 1, Role::Other);
-    b.push(format!("{p}.embeddings.patch_embedding.bias"), &[hidden], 1, Role::Bias);
-    b.push(format!("{p}.embeddings.position_embedding.weight"), &[patches, hidden], 1, Role::Embedding);
+    b.push(
+        format!("{p}.embeddings.patch_embedding.weight"),
+        &[hidden, channels, patch, patch],
+        1,
+        Role::Other,
+    );
+    b.push(
+        format!("{p}.embeddings.patch_embedding.bias"),
+        &[hidden],
+        1,
+        Role::Bias,
+    );
+    b.push(
+        format!("{p}.embeddings.position_embedding.weight"),
+        &[patches, hidden],
+        1,
+        Role::Embedding,
+    );
     let l = format!("{p}.encoder.layers.*");
     b.norm(&format!("{l}.layer_norm1"), hidden, layers, true);
     for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-        b.linear(&format!("{l}.self_attn.{proj}"), hidden, hidden, layers, true);
+        b.linear(
+            &format!("{l}.self_attn.{proj}"),
+            hidden,
+            hidden,
+            layers,
+            true,
+        );
     }
     b.norm(&format!("{l}.layer_norm2"), hidden, layers, true);
     b.linear(&format!("{l}.mlp.fc1"), hidden, inter, layers, true);
     b.linear(&format!("{l}.mlp.fc2"), inter, hidden, layers, true);
     b.norm(&format!("{p}.post_layernorm"), hidden, 1, true);
     if v.bool_or("vision_use_head", false)? {
-        return Err(v.invalid("vision_use_head", "is true; iteragpu counts Gemma 3's SigLIP tower without the pooling head only"));
+        return Err(v.invalid(
+            "vision_use_head",
+            "is true; iteragpu counts Gemma 3's SigLIP tower without the pooling head only",
+        ));
     }
-    b.push("multi_modal_projector.mm_input_projection_weight", &[hidden, text_hidden], 1, Role::Other);
+    b.push(
+        "multi_modal_projector.mm_input_projection_weight",
+        &[hidden, text_hidden],
+        1,
+        Role::Other,
+    );
     b.norm("multi_modal_projector.mm_soft_emb_norm", hidden, 1, false);
     groups.extend(b.groups);
     Ok(())

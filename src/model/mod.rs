@@ -19,21 +19,29 @@ pub use quantization::Quantization;
 /// Everything that can be wrong with a model given by `--model`.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {path}: {source}; check the path (--model takes a config.json or a folder holding one)")]
+    #[error(
+        "cannot read {path}: {source}; check the path (--model takes a config.json or a folder holding one)"
+    )]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0} holds no config.json; point --model at a Hugging Face model folder or at its config.json")]
+    #[error(
+        "{0} holds no config.json; point --model at a Hugging Face model folder or at its config.json"
+    )]
     NoConfig(PathBuf),
-    #[error("{path} is not valid JSON (line {line}, column {column}): {message}; fix the file or download it again")]
+    #[error(
+        "{path} is not valid JSON (line {line}, column {column}): {message}; fix the file or download it again"
+    )]
     Json {
         path: PathBuf,
         line: usize,
         column: usize,
         message: String,
     },
-    #[error("{0} has no `model_type` field, so its family is unknown; give the size with --parameters N --bits B instead")]
+    #[error(
+        "{0} has no `model_type` field, so its family is unknown; give the size with --parameters N --bits B instead"
+    )]
     NoModelType(PathBuf),
     #[error("{path}: field `{field}` {problem}")]
     Field {

@@ -63,13 +63,17 @@ impl Quantization {
             "bitsandbytes" => {
                 if q.bool_or("load_in_4bit", false)? {
                     let compute = match q.opt_str("bnb_4bit_compute_dtype")? {
-                        Some(name) => Some(name.parse::<Dtype>().map_err(|e| {
-                            q.invalid("bnb_4bit_compute_dtype", &e.to_string())
-                        })?),
+                        Some(name) => Some(
+                            name.parse::<Dtype>()
+                                .map_err(|e| q.invalid("bnb_4bit_compute_dtype", &e.to_string()))?,
+                        ),
                         None => None,
                     };
                     Format::Bnb4 {
-                        quant_type: q.opt_str("bnb_4bit_quant_type")?.unwrap_or("fp4").to_string(),
+                        quant_type: q
+                            .opt_str("bnb_4bit_quant_type")?
+                            .unwrap_or("fp4")
+                            .to_string(),
                         double_quant: q.bool_or("bnb_4bit_use_double_quant", false)?,
                         compute_dtype: compute,
                     }
@@ -87,13 +91,13 @@ impl Quantization {
                 group_size: group("group_size")?,
             },
             "awq" => {
-                if let Some(version) = q.opt_str("version")? {
-                    if !version.eq_ignore_ascii_case("gemm") {
-                        return Err(q.invalid(
-                            "version",
-                            &format!("is `{version}`; iteragpu models the AWQ GEMM layout only"),
-                        ));
-                    }
+                if let Some(version) = q.opt_str("version")?
+                    && !version.eq_ignore_ascii_case("gemm")
+                {
+                    return Err(q.invalid(
+                        "version",
+                        &format!("is `{version}`; iteragpu models the AWQ GEMM layout only"),
+                    ));
                 }
                 Format::Awq {
                     bits: bits(&q)?,
@@ -139,11 +143,17 @@ impl Quantization {
                 ..
             } => format!(
                 "bitsandbytes 4-bit {quant_type}{}",
-                if *double_quant { " with nested (double) quantization" } else { "" }
+                if *double_quant {
+                    " with nested (double) quantization"
+                } else {
+                    ""
+                }
             ),
             Format::Bnb8 => "bitsandbytes LLM.int8 8-bit".to_string(),
             Format::Gptq { bits, group_size } => format!("GPTQ {bits}-bit, {}", group(group_size)),
-            Format::Awq { bits, group_size } => format!("AWQ {bits}-bit (GEMM), {}", group(group_size)),
+            Format::Awq { bits, group_size } => {
+                format!("AWQ {bits}-bit (GEMM), {}", group(group_size))
+            }
             Format::Fp8 { block } => match block {
                 Some((r, c)) => format!("FP8 e4m3, {r}×{c} block scales"),
                 None => "FP8 e4m3, per-tensor scale".to_string(),
@@ -155,13 +165,22 @@ impl Quantization {
     pub fn short_label(&self) -> String {
         let group = |g: &Option<u64>| g.map_or(String::new(), |g| format!(" g{g}"));
         match &self.format {
-            Format::Bnb4 { quant_type, double_quant, .. } => {
-                format!("bnb {quant_type}{}", if *double_quant { " + double quant" } else { "" })
+            Format::Bnb4 {
+                quant_type,
+                double_quant,
+                ..
+            } => {
+                format!(
+                    "bnb {quant_type}{}",
+                    if *double_quant { " + double quant" } else { "" }
+                )
             }
             Format::Bnb8 => "bnb int8".into(),
             Format::Gptq { bits, group_size } => format!("GPTQ {bits}-bit{}", group(group_size)),
             Format::Awq { bits, group_size } => format!("AWQ {bits}-bit{}", group(group_size)),
-            Format::Fp8 { block: Some((r, c)) } => format!("FP8 {r}×{c} blocks"),
+            Format::Fp8 {
+                block: Some((r, c)),
+            } => format!("FP8 {r}×{c} blocks"),
             Format::Fp8 { block: None } => "FP8".into(),
         }
     }
@@ -216,7 +235,9 @@ impl Quantization {
             Format::Awq { bits, group_size } => {
                 let b = *bits as u128;
                 let groups = group_size.map_or(1, |g| inp.div_ceil(g as u128));
-                inp * (out * b).div_ceil(32) * 4 + groups * (out * b).div_ceil(32) * 4 + groups * out * 2
+                inp * (out * b).div_ceil(32) * 4
+                    + groups * (out * b).div_ceil(32) * 4
+                    + groups * out * 2
             }
             // transformers FP8Linear (finegrained_fp8): weight float8_e4m3fn [out, in] and
             // weight_scale_inv fp32 [ceil(out/br), ceil(in/bc)].
@@ -259,7 +280,10 @@ impl Quantization {
 fn bits(q: &Fields) -> Result<u64, ModelError> {
     let bits = q.positive_or("bits", 4)?;
     if !(2..=8).contains(&bits) {
-        return Err(q.invalid("bits", &format!("is {bits}; GPTQ and AWQ use 2, 3, 4 or 8 bits")));
+        return Err(q.invalid(
+            "bits",
+            &format!("is {bits}; GPTQ and AWQ use 2, 3, 4 or 8 bits"),
+        ));
     }
     Ok(bits)
 }

@@ -23,11 +23,17 @@ pub enum HeaderError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is {len} bytes long, too short for a safetensors file (at least 8 bytes of header length); the download is probably incomplete")]
+    #[error(
+        "{path} is {len} bytes long, too short for a safetensors file (at least 8 bytes of header length); the download is probably incomplete"
+    )]
     TooShort { path: PathBuf, len: u64 },
-    #[error("{path} declares a {declared}-byte header, above the {HEADER_CAP}-byte cap; the file is corrupt or not a safetensors file")]
+    #[error(
+        "{path} declares a {declared}-byte header, above the {HEADER_CAP}-byte cap; the file is corrupt or not a safetensors file"
+    )]
     HeaderTooLarge { path: PathBuf, declared: u64 },
-    #[error("{path} is truncated: its header says it needs {needed} bytes but the file has {actual}; download it again")]
+    #[error(
+        "{path} is truncated: its header says it needs {needed} bytes but the file has {actual}; download it again"
+    )]
     Truncated {
         path: PathBuf,
         needed: u64,
@@ -35,7 +41,9 @@ pub enum HeaderError {
     },
     #[error("{path} has an invalid safetensors header: {message}")]
     Invalid { path: PathBuf, message: String },
-    #[error("{index} lists shard `{shard}`, which is not in {dir}; download the missing shard or remove the index")]
+    #[error(
+        "{index} lists shard `{shard}`, which is not in {dir}; download the missing shard or remove the index"
+    )]
     MissingShard {
         index: PathBuf,
         shard: String,
@@ -100,7 +108,11 @@ pub fn parse_header(header: &[u8]) -> Result<(u64, u64, BTreeMap<String, DtypeTo
 }
 
 /// Reads one shard's header from any reader whose total length is `file_len`.
-pub fn scan_reader<R: Read>(path: &Path, mut reader: R, file_len: u64) -> Result<(Shard, u64), HeaderError> {
+pub fn scan_reader<R: Read>(
+    path: &Path,
+    mut reader: R,
+    file_len: u64,
+) -> Result<(Shard, u64), HeaderError> {
     let io = |source| HeaderError::Io {
         path: path.to_path_buf(),
         source,
@@ -129,10 +141,11 @@ pub fn scan_reader<R: Read>(path: &Path, mut reader: R, file_len: u64) -> Result
     }
     let mut header = vec![0u8; declared as usize];
     reader.read_exact(&mut header).map_err(io)?;
-    let (data_bytes, tensors, by_dtype) = parse_header(&header).map_err(|message| HeaderError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    })?;
+    let (data_bytes, tensors, by_dtype) =
+        parse_header(&header).map_err(|message| HeaderError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
     let needed = 8 + declared + data_bytes;
     if needed > file_len {
         return Err(HeaderError::Truncated {
@@ -179,10 +192,15 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
     let files: Vec<PathBuf> = if index_path.is_file() {
         let text = std::fs::read(&index_path).map_err(io(&index_path))?;
         bytes_read += text.len() as u64;
-        let index: serde_json::Value = serde_json::from_slice(&text).map_err(|e| HeaderError::Invalid {
-            path: index_path.clone(),
-            message: format!("not valid JSON (line {}, column {}): {e}", e.line(), e.column()),
-        })?;
+        let index: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| HeaderError::Invalid {
+                path: index_path.clone(),
+                message: format!(
+                    "not valid JSON (line {}, column {}): {e}",
+                    e.line(),
+                    e.column()
+                ),
+            })?;
         index_total_size = index
             .pointer("/metadata/total_size")
             .and_then(serde_json::Value::as_u64);
@@ -284,7 +302,8 @@ mod tests {
     fn reads_header_without_data() {
         let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8]), ("b", "F32", vec![3])]);
         let len = bytes.len() as u64 + data;
-        let (shard, read) = scan_reader(Path::new("x.safetensors"), Cursor::new(&bytes), len).unwrap();
+        let (shard, read) =
+            scan_reader(Path::new("x.safetensors"), Cursor::new(&bytes), len).unwrap();
         assert_eq!(shard.data_bytes, 64 + 12);
         assert_eq!(shard.by_dtype["BF16"].bytes, 64);
         assert_eq!(shard.by_dtype["F32"].elements, 3);

@@ -4,15 +4,31 @@ use predicates::prelude::*;
 #[test]
 fn the_guides_first_command() {
     iteragpu()
-        .args(["estimate", "--parameters", "7000000000", "--bits", "16", "--reserve-gib", "4"])
+        .args([
+            "estimate",
+            "--parameters",
+            "7000000000",
+            "--bits",
+            "16",
+            "--reserve-gib",
+            "4",
+        ])
         .assert()
         .success()
         .stdout(predicate::str::contains("14,000,000,000"))
         .stdout(predicate::str::contains("14.00 GB"))
         .stdout(predicate::str::contains("13.04 GiB"))
         .stdout(predicate::str::contains("4,294,967,296"))
-        .stdout(predicate::str::is_match(r"reserve\s+4,294,967,296\s+4\.29 GB\s+4\.00 GiB\s+assumed").unwrap())
-        .stdout(predicate::str::is_match(r"preparation hypothesis\s+18,294,967,296\s+18\.29 GB\s+17\.04 GiB").unwrap())
+        .stdout(
+            predicate::str::is_match(r"reserve\s+4,294,967,296\s+4\.29 GB\s+4\.00 GiB\s+assumed")
+                .unwrap(),
+        )
+        .stdout(
+            predicate::str::is_match(
+                r"preparation hypothesis\s+18,294,967,296\s+18\.29 GB\s+17\.04 GiB",
+            )
+            .unwrap(),
+        )
         .stdout(predicate::str::contains("activations"))
         .stdout(predicate::str::contains("gradients"))
         .stdout(predicate::str::contains("KV cache"))
@@ -22,12 +38,24 @@ fn the_guides_first_command() {
 
 #[test]
 fn guide_json_has_exact_bytes() {
-    let doc = estimate_json(&["--parameters", "7000000000", "--bits", "16", "--reserve-gib", "4"]);
+    let doc = estimate_json(&[
+        "--parameters",
+        "7000000000",
+        "--bits",
+        "16",
+        "--reserve-gib",
+        "4",
+    ]);
     assert_eq!(doc["schema"], "iteragpu.estimate/1");
     assert_eq!(term_bytes(&doc, "weights"), 14_000_000_000);
     assert_eq!(term_bytes(&doc, "reserve"), 4_294_967_296);
     assert_eq!(doc["total_bytes"], 18_294_967_296u64);
-    let reserve = doc["terms"].as_array().unwrap().iter().find(|t| t["name"] == "reserve").unwrap();
+    let reserve = doc["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "reserve")
+        .unwrap();
     assert_eq!(reserve["kind"], "assumed");
 }
 
@@ -51,7 +79,15 @@ fn reserve_sizes() {
     let doc = estimate_json(&["--parameters", "1", "--bits", "8", "--reserve", "123456"]);
     assert_eq!(term_bytes(&doc, "reserve"), 123_456);
     iteragpu()
-        .args(["estimate", "--parameters", "1", "--bits", "8", "--reserve", "4G"])
+        .args([
+            "estimate",
+            "--parameters",
+            "1",
+            "--bits",
+            "8",
+            "--reserve",
+            "4G",
+        ])
         .assert()
         .code(1)
         .stderr(predicate::str::contains("ambiguous").and(predicate::str::contains("4GiB")));
@@ -59,7 +95,18 @@ fn reserve_sizes() {
 
 #[test]
 fn kv_cache_of_the_guide() {
-    let base = ["--kv-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tokens", "8192", "--kv-bytes", "2"];
+    let base = [
+        "--kv-layers",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--tokens",
+        "8192",
+        "--kv-bytes",
+        "2",
+    ];
     let one = estimate_json(&[&base[..], &["--sequences", "1"]].concat());
     assert_eq!(term_bytes(&one, "KV cache"), 1_073_741_824);
     let four = estimate_json(&[&base[..], &["--sequences", "4"]].concat());
@@ -68,14 +115,35 @@ fn kv_cache_of_the_guide() {
 
 #[test]
 fn kv_strategies_from_numbers() {
-    let base = ["--kv-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tokens", "4096", "--kv-bytes", "2"];
-    let with = |extra: &[&str]| term_bytes(&estimate_json(&[&base[..], extra].concat()), "KV cache");
+    let base = [
+        "--kv-layers",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--tokens",
+        "4096",
+        "--kv-bytes",
+        "2",
+    ];
+    let with =
+        |extra: &[&str]| term_bytes(&estimate_json(&[&base[..], extra].concat()), "KV cache");
     assert_eq!(with(&[]), 536_870_912);
-    assert_eq!(with(&["--cache", "static", "--max-cache-len", "8192"]), 1_073_741_824);
-    assert_eq!(with(&["--cache", "sliding", "--window", "1024"]), 134_217_728);
+    assert_eq!(
+        with(&["--cache", "static", "--max-cache-len", "8192"]),
+        1_073_741_824
+    );
+    assert_eq!(
+        with(&["--cache", "sliding", "--window", "1024"]),
+        134_217_728
+    );
     assert_eq!(with(&["--cache", "offloaded"]), 536_870_912 / 16);
     let q = with(&["--cache", "quantized", "--kv-quant-bits", "4"]);
-    assert!(q < 536_870_912 / 2, "quantized cache {q} should be well under the full one");
+    assert!(
+        q < 536_870_912 / 2,
+        "quantized cache {q} should be well under the full one"
+    );
     iteragpu()
         .args(["estimate"])
         .args(base)
@@ -123,11 +191,25 @@ fn parameter_counts_of_real_configs() {
 fn kv_from_model_configs() {
     let model = |name: &str| fixture(&format!("models/{name}")).display().to_string();
     // Llama-3-8B: 32 layers × 8 KV heads × 128 × 2 × 2 bytes = 131,072 bytes per token.
-    let doc = estimate_json(&["--model", &model("llama-3-8b"), "--context", "8192", "--batch", "1"]);
+    let doc = estimate_json(&[
+        "--model",
+        &model("llama-3-8b"),
+        "--context",
+        "8192",
+        "--batch",
+        "1",
+    ]);
     assert_eq!(term_bytes(&doc, "KV cache"), 1_073_741_824);
     assert_eq!(doc["model"]["kv_bytes_per_token"], 131_072);
     // GPT-2 has as many KV heads as query heads: 12 layers × 768 × 2 × 2 bytes (float32 default → --dtype).
-    let doc = estimate_json(&["--model", &model("gpt2"), "--context", "1024", "--dtype", "float16"]);
+    let doc = estimate_json(&[
+        "--model",
+        &model("gpt2"),
+        "--context",
+        "1024",
+        "--dtype",
+        "float16",
+    ]);
     assert_eq!(term_bytes(&doc, "KV cache"), 12 * 2 * 768 * 1024 * 2);
     // Falcon-7B is multi-query: one KV head of 64.
     let doc = estimate_json(&["--model", &model("falcon-7b"), "--context", "2048"]);
@@ -136,21 +218,52 @@ fn kv_from_model_configs() {
     let doc = estimate_json(&["--model", &model("mistral-7b-v0.1"), "--context", "32768"]);
     assert_eq!(term_bytes(&doc, "KV cache"), 32 * 2 * 8 * 128 * 4096 * 2);
     // Gemma 2: 21 of 42 layers slide (window 4096); bf16 cache.
-    let doc = estimate_json(&["--model", &model("gemma-2-9b"), "--context", "8192", "--kv-dtype", "bfloat16"]);
+    let doc = estimate_json(&[
+        "--model",
+        &model("gemma-2-9b"),
+        "--context",
+        "8192",
+        "--kv-dtype",
+        "bfloat16",
+    ]);
     let per = 2 * 8 * 256 * 2u64;
-    assert_eq!(term_bytes(&doc, "KV cache"), 21 * per * 8192 + 21 * per * 4096);
+    assert_eq!(
+        term_bytes(&doc, "KV cache"),
+        21 * per * 8192 + 21 * per * 4096
+    );
     // Gemma 3 1B: 22 of 26 layers slide with a 512 window, 1 KV head of 256.
     let doc = estimate_json(&["--model", &model("gemma-3-1b-it"), "--context", "4096"]);
     let per = 2 * 256 * 2u64;
-    assert_eq!(term_bytes(&doc, "KV cache"), 4 * per * 4096 + 22 * per * 512);
+    assert_eq!(
+        term_bytes(&doc, "KV cache"),
+        4 * per * 4096 + 22 * per * 512
+    );
     // Static cache of a sliding model preallocates min(max_cache_len, window) on sliding layers.
-    let doc = estimate_json(&["--model", &model("gemma-3-1b-it"), "--context", "100", "--cache", "static", "--max-cache-len", "4096"]);
-    assert_eq!(term_bytes(&doc, "KV cache"), 4 * per * 4096 + 22 * per * 512);
+    let doc = estimate_json(&[
+        "--model",
+        &model("gemma-3-1b-it"),
+        "--context",
+        "100",
+        "--cache",
+        "static",
+        "--max-cache-len",
+        "4096",
+    ]);
+    assert_eq!(
+        term_bytes(&doc, "KV cache"),
+        4 * per * 4096 + 22 * per * 512
+    );
     // DeepSeek-V3 keeps decompressed K (128 heads × 192) and V (128 × 128) in transformers,
     // and shows the 576-wide latent apart.
     let doc = estimate_json(&["--model", &model("deepseek-v3"), "--context", "1000"]);
-    assert_eq!(term_bytes(&doc, "KV cache (dynamic)"), 61 * (128 * 192 + 128 * 128) * 1000 * 2);
-    assert_eq!(term_bytes(&doc, "KV cache, compressed MLA latent"), 61 * 576 * 1000 * 2);
+    assert_eq!(
+        term_bytes(&doc, "KV cache (dynamic)"),
+        61 * (128 * 192 + 128 * 128) * 1000 * 2
+    );
+    assert_eq!(
+        term_bytes(&doc, "KV cache, compressed MLA latent"),
+        61 * 576 * 1000 * 2
+    );
 }
 
 #[test]
@@ -159,7 +272,12 @@ fn quantized_storage_is_apart_from_compute() {
     let doc = estimate_json(&["--model", &model("llama-2-7b-gptq")]);
     let quantized = term_bytes(&doc, "weights, quantized (GPTQ 4-bit g128)");
     // 32 layers × (4 attention 4096×4096 + 3 MLP 4096×11008) GPTQ tensors.
-    let gptq = |inp: u64, out: u64| inp * 4 / 32 * out * 4 + inp.div_ceil(128) * (out * 4 / 32) * 4 + inp.div_ceil(128) * out * 2 + inp * 4;
+    let gptq = |inp: u64, out: u64| {
+        inp * 4 / 32 * out * 4
+            + inp.div_ceil(128) * (out * 4 / 32) * 4
+            + inp.div_ceil(128) * out * 2
+            + inp * 4
+    };
     let per_layer = 4 * gptq(4096, 4096) + 2 * gptq(4096, 11008) + gptq(11008, 4096);
     assert_eq!(quantized, 32 * per_layer);
     // Embeddings, lm_head and norms stay in float16.
@@ -171,7 +289,10 @@ fn quantized_storage_is_apart_from_compute() {
     let bnb = term_bytes(&doc, "weights, quantized (bnb nf4 + double quant)");
     // About half a byte per quantized parameter plus small statistics.
     let quantized_params = 6_979_321_856u64;
-    assert!(bnb > quantized_params / 2 && bnb < quantized_params / 2 + quantized_params / 50, "{bnb}");
+    assert!(
+        bnb > quantized_params / 2 && bnb < quantized_params / 2 + quantized_params / 50,
+        "{bnb}"
+    );
     let doc = estimate_json(&["--model", &model("mistral-7b-awq")]);
     assert!(term_bytes(&doc, "weights, quantized (AWQ 4-bit g128)") > 3_000_000_000);
 }
@@ -179,37 +300,97 @@ fn quantized_storage_is_apart_from_compute() {
 #[test]
 fn training_terms() {
     // 1,000 parameters, AdamW, fp32: weights 4,000 + gradients 4,000 + states 8,000.
-    let doc = estimate_json(&["--parameters", "1000", "--bits", "32", "--train", "--optimizer", "adamw", "--precision", "fp32"]);
+    let doc = estimate_json(&[
+        "--parameters",
+        "1000",
+        "--bits",
+        "32",
+        "--train",
+        "--optimizer",
+        "adamw",
+        "--precision",
+        "fp32",
+    ]);
     assert_eq!(term_bytes(&doc, "weights (fp32)"), 4000);
     assert_eq!(term_bytes(&doc, "gradients"), 4000);
     assert_eq!(term_bytes(&doc, "optimizer states"), 8000);
     // bf16-mixed: fp32 master weights, 16-bit compute copies.
-    let doc = estimate_json(&["--parameters", "1000", "--bits", "16", "--train", "--precision", "bf16-mixed"]);
+    let doc = estimate_json(&[
+        "--parameters",
+        "1000",
+        "--bits",
+        "16",
+        "--train",
+        "--precision",
+        "bf16-mixed",
+    ]);
     assert_eq!(term_bytes(&doc, "master weights"), 4000);
     assert_eq!(term_bytes(&doc, "weights, 16-bit"), 2000);
-    let sgd = estimate_json(&["--parameters", "1000", "--bits", "16", "--train", "--optimizer", "sgd"]);
+    let sgd = estimate_json(&[
+        "--parameters",
+        "1000",
+        "--bits",
+        "16",
+        "--train",
+        "--optimizer",
+        "sgd",
+    ]);
     assert_eq!(term_bytes(&sgd, "optimizer states"), 0);
 
     // LoRA on Llama-3-8B q_proj and v_proj, r=16: 32 × 16 × ((4096+4096) + (4096+1024)).
     let model = fixture("models/llama-3-8b").display().to_string();
     let doc = estimate_json(&[
-        "--model", &model, "--train", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj", "--batch", "1", "--context", "2048",
+        "--model",
+        &model,
+        "--train",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--batch",
+        "1",
+        "--context",
+        "2048",
     ]);
     let lora = 32 * 16 * ((4096 + 4096) + (4096 + 1024));
     assert_eq!(term_bytes(&doc, "LoRA adapters"), lora * 4);
     assert_eq!(term_bytes(&doc, "gradients"), lora * 4);
     assert_eq!(term_bytes(&doc, "optimizer states"), lora * 8);
-    let activations = doc["terms"].as_array().unwrap().iter().find(|t| t["name"] == "activations").unwrap();
+    let activations = doc["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "activations")
+        .unwrap();
     assert_eq!(activations["kind"], "assumed");
     // Checkpointing keeps far less.
     let ckpt = estimate_json(&[
-        "--model", &model, "--train", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj", "--batch", "1", "--context", "2048",
+        "--model",
+        &model,
+        "--train",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--batch",
+        "1",
+        "--context",
+        "2048",
         "--gradient-checkpointing",
     ]);
     assert!(term_bytes(&ckpt, "activations") < activations["bytes"].as_u64().unwrap() / 5);
 
     iteragpu()
-        .args(["estimate", "--model", &model, "--train", "--lora-rank", "8", "--lora-targets", "qkv"])
+        .args([
+            "estimate",
+            "--model",
+            &model,
+            "--train",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "qkv",
+        ])
         .assert()
         .code(1)
         .stderr(predicate::str::contains("qkv").and(predicate::str::contains("q_proj")));
@@ -218,12 +399,32 @@ fn training_terms() {
 #[test]
 fn adafactor_uses_real_shapes() {
     let model = fixture("models/gpt2").display().to_string();
-    let doc = estimate_json(&["--model", &model, "--train", "--optimizer", "adafactor", "--precision", "fp32"]);
+    let doc = estimate_json(&[
+        "--model",
+        &model,
+        "--train",
+        "--optimizer",
+        "adafactor",
+        "--precision",
+        "fp32",
+    ]);
     let states = term_bytes(&doc, "optimizer states");
     let params = 124_439_808u64;
-    assert!(states < params * 4 / 50, "factored states {states} should be tiny");
+    assert!(
+        states < params * 4 / 50,
+        "factored states {states} should be tiny"
+    );
     iteragpu()
-        .args(["estimate", "--parameters", "1000", "--bits", "16", "--train", "--optimizer", "adafactor"])
+        .args([
+            "estimate",
+            "--parameters",
+            "1000",
+            "--bits",
+            "16",
+            "--train",
+            "--optimizer",
+            "adafactor",
+        ])
         .assert()
         .code(1)
         .stderr(predicate::str::contains("--model"));
@@ -235,14 +436,41 @@ fn bad_input_is_refused_with_a_reason() {
         (&["--parameters", "0", "--bits", "16"], "greater than 0"),
         (&["--parameters", "-5", "--bits", "16"], "negative"),
         (&["--parameters", "7e9", "--bits", "16"], "digits"),
-        (&["--parameters", "1000000000000000000000000000000", "--bits", "16"], "larger than"),
-        (&["--parameters", "10000000000000000000", "--bits", "32"], "18.4 EB"),
-        (&["--parameters", "7000000000", "--bits", "NaN"], "not a number"),
+        (
+            &[
+                "--parameters",
+                "1000000000000000000000000000000",
+                "--bits",
+                "16",
+            ],
+            "larger than",
+        ),
+        (
+            &["--parameters", "10000000000000000000", "--bits", "32"],
+            "18.4 EB",
+        ),
+        (
+            &["--parameters", "7000000000", "--bits", "NaN"],
+            "not a number",
+        ),
         (&["--parameters", "7000000000", "--bits", "0"], "0 bits"),
-        (&["--parameters", "7000000000", "--bits", "16", "--dtype", "float12"], "unknown dtype"),
+        (
+            &[
+                "--parameters",
+                "7000000000",
+                "--bits",
+                "16",
+                "--dtype",
+                "float12",
+            ],
+            "unknown dtype",
+        ),
         (&["--parameters", "7000000000"], "--bits"),
         (&[], "nothing to estimate"),
-        (&["--kv-layers", "32", "--tokens", "10", "--kv-bytes", "2"], "--kv-heads"),
+        (
+            &["--kv-layers", "32", "--tokens", "10", "--kv-bytes", "2"],
+            "--kv-heads",
+        ),
     ];
     for (args, message) in cases {
         let out = iteragpu().arg("estimate").args(args).output().unwrap();
@@ -263,20 +491,35 @@ fn bad_model_files_are_refused() {
         path.display().to_string()
     };
     let run = |path: &str| {
-        let out = iteragpu().args(["estimate", "--model", path]).output().unwrap();
+        let out = iteragpu()
+            .args(["estimate", "--model", path])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "{path}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let malformed = write("broken.json", "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 4096,,\n}");
+    let malformed = write(
+        "broken.json",
+        "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 4096,,\n}",
+    );
     let err = run(&malformed);
     assert!(err.contains("line 3") && err.contains("column"), "{err}");
     let unknown = write("unknown.json", r#"{"model_type": "mamba"}"#);
     let err = run(&unknown);
-    assert!(err.contains("mamba") && err.contains("llama") && err.contains("--parameters"), "{err}");
-    let missing_field = write("nofield.json", r#"{"model_type": "llama", "vocab_size": 10}"#);
+    assert!(
+        err.contains("mamba") && err.contains("llama") && err.contains("--parameters"),
+        "{err}"
+    );
+    let missing_field = write(
+        "nofield.json",
+        r#"{"model_type": "llama", "vocab_size": 10}"#,
+    );
     let err = run(&missing_field);
     assert!(err.contains("hidden_size"), "{err}");
-    let zero = write("zero.json", r#"{"model_type": "llama", "vocab_size": 0, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}"#);
+    let zero = write(
+        "zero.json",
+        r#"{"model_type": "llama", "vocab_size": 0, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}"#,
+    );
     assert!(run(&zero).contains("vocab_size"));
     let err = run(&dir.path().join("absent.json").display().to_string());
     assert!(err.contains("absent.json"), "{err}");
@@ -295,9 +538,23 @@ fn write_shard(dir: &std::path::Path, name: &str, tensors: &[(&str, &str, Vec<u6
 #[test]
 fn safetensors_headers_give_the_stored_format() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(fixture("models/gpt2/config.json"), dir.path().join("config.json")).unwrap();
-    write_shard(dir.path(), "model-00001-of-00002.safetensors", &[("wte", "F32", vec![50257, 768]), ("ln", "F16", vec![768])], 0);
-    write_shard(dir.path(), "model-00002-of-00002.safetensors", &[("h.0", "BF16", vec![768, 2304]), ("q", "I8", vec![1000])], 0);
+    std::fs::copy(
+        fixture("models/gpt2/config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    write_shard(
+        dir.path(),
+        "model-00001-of-00002.safetensors",
+        &[("wte", "F32", vec![50257, 768]), ("ln", "F16", vec![768])],
+        0,
+    );
+    write_shard(
+        dir.path(),
+        "model-00002-of-00002.safetensors",
+        &[("h.0", "BF16", vec![768, 2304]), ("q", "I8", vec![1000])],
+        0,
+    );
     let doc = estimate_json(&["--model", dir.path().to_str().unwrap()]);
     let stored = &doc["stored"];
     assert_eq!(stored["by_dtype"]["F32"]["bytes"], 50257 * 768 * 4);
@@ -306,16 +563,29 @@ fn safetensors_headers_give_the_stored_format() {
     assert_eq!(stored["by_dtype"]["I8"]["bytes"], 1000);
     assert_eq!(stored["shards"].as_array().unwrap().len(), 2);
     assert!(stored["bytes_read"].as_u64().unwrap() < 4096);
-    let info = doc["terms"].as_array().unwrap().iter().find(|t| t["name"] == "weights as stored (safetensors headers)").unwrap();
+    let info = doc["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "weights as stored (safetensors headers)")
+        .unwrap();
     assert_eq!(info["in_total"], false);
 
     // A truncated shard is refused with its name.
-    write_shard(dir.path(), "model-00002-of-00002.safetensors", &[("h.0", "BF16", vec![768, 2304])], 10);
+    write_shard(
+        dir.path(),
+        "model-00002-of-00002.safetensors",
+        &[("h.0", "BF16", vec![768, 2304])],
+        10,
+    );
     iteragpu()
         .args(["estimate", "--model", dir.path().to_str().unwrap()])
         .assert()
         .code(1)
-        .stderr(predicate::str::contains("truncated").and(predicate::str::contains("model-00002-of-00002")));
+        .stderr(
+            predicate::str::contains("truncated")
+                .and(predicate::str::contains("model-00002-of-00002")),
+        );
 
     // A header longer than the cap is refused before anything is allocated.
     let mut huge = (200_000_000u64).to_le_bytes().to_vec();
@@ -343,6 +613,10 @@ fn safetensors_headers_give_the_stored_format() {
 #[test]
 fn help_and_version_succeed() {
     iteragpu().arg("--help").assert().success();
-    iteragpu().arg("--version").assert().success().stdout(predicate::str::contains("iteragpu"));
+    iteragpu()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("iteragpu"));
     iteragpu().arg("frobnicate").assert().code(1);
 }

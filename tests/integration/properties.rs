@@ -8,7 +8,15 @@ use proptest::prelude::*;
 use std::io::Cursor;
 use std::path::Path;
 
-fn kv_bytes(layers: u64, heads: u64, dim: u64, tokens: u64, sequences: u64, strategy: CacheStrategy, window: Option<u64>) -> u64 {
+fn kv_bytes(
+    layers: u64,
+    heads: u64,
+    dim: u64,
+    tokens: u64,
+    sequences: u64,
+    strategy: CacheStrategy,
+    window: Option<u64>,
+) -> u64 {
     let req = KvRequest {
         layout: KvLayout::uniform(layers, heads, dim, window),
         tokens,
@@ -16,14 +24,22 @@ fn kv_bytes(layers: u64, heads: u64, dim: u64, tokens: u64, sequences: u64, stra
         element_bytes: 2,
         strategy,
     };
-    kv_cache::terms(&req, &mut Vec::new()).expect("small inputs never overflow")[0].bytes.get()
+    kv_cache::terms(&req, &mut Vec::new()).expect("small inputs never overflow")[0]
+        .bytes
+        .get()
 }
 
 fn strategy() -> impl Strategy<Value = CacheStrategy> {
     prop_oneof![
         Just(CacheStrategy::Dynamic),
         (1u64..5000).prop_map(|window| CacheStrategy::Sliding { window }),
-        (2u64..=8, 1u64..256, 0u64..512).prop_map(|(bits, group_size, residual)| CacheStrategy::Quantized { bits, group_size, residual }),
+        (2u64..=8, 1u64..256, 0u64..512).prop_map(|(bits, group_size, residual)| {
+            CacheStrategy::Quantized {
+                bits,
+                group_size,
+                residual,
+            }
+        }),
         Just(CacheStrategy::Offloaded),
     ]
 }
