@@ -20,6 +20,76 @@ pub struct Cli {
 pub enum Command {
     /// Memory arithmetic before any GPU is touched: weights, KV cache, training states, reserve.
     Estimate(EstimateArgs),
+    /// What a run will really use: GPUs as the driver declares them, Python, PyTorch, allocator.
+    Environment(EnvironmentArgs),
+    /// Measure a workload phase by phase in a fresh PyTorch process; raw bytes into a new JSON file.
+    Measure(MeasureArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EnvironmentArgs {
+    /// Devices to check, comma-separated (cuda:0,cuda:1).
+    #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
+    pub device: Vec<String>,
+    /// Python interpreter (default: $ITERAGPU_PYTHON, else python3).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `torch.cuda.empty_cache()` policy between warm repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EmptyCache {
+    Never,
+    BetweenRepeats,
+}
+
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// Devices, comma-separated; several devices split the network across them (never one pool).
+    #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
+    pub device: Vec<String>,
+    /// Batch size of the synthetic input (batch, context, width).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64)]
+    pub batch: u64,
+    /// Context (sequence positions) of the synthetic input; not an LLM's context with a KV cache.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "16", value_parser = positive_u64)]
+    pub context: u64,
+    /// Width of the dense network and of its inputs.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "64", value_parser = positive_u64)]
+    pub width: u64,
+    /// Residual blocks in the dense network.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "4", value_parser = positive_u64)]
+    pub depth: u64,
+    /// Floating-point dtype of weights and inputs.
+    #[arg(long, value_name = "DTYPE", default_value = "float32", value_parser = dtype)]
+    pub dtype: Dtype,
+    /// Warm-up passes, measured together as one phase.
+    #[arg(long, value_name = "N", default_value = "3", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub warmup: u64,
+    /// Warm repeats, each measured as its own phase.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "5", value_parser = positive_u64)]
+    pub repeats: u64,
+    /// Seed of the synthetic inputs and weights.
+    #[arg(long, value_name = "N", default_value = "0", value_parser = clap::value_parser!(u64))]
+    pub seed: u64,
+    /// Empty PyTorch's cache between warm repeats (changes the conditions; recorded).
+    #[arg(long, value_enum, default_value = "never")]
+    pub empty_cache: EmptyCache,
+    /// Result file to create; an existing file is refused before anything runs.
+    #[arg(long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Python interpreter with PyTorch (default: $ITERAGPU_PYTHON, else python3).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Stop the worker after this many seconds (status `timeout`, results kept).
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS", default_value = "3600", value_parser = positive_u64)]
+    pub timeout: u64,
+    /// Print the result JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Cache strategies for the KV term.
@@ -196,6 +266,24 @@ fn size(text: &str) -> Result<Bytes, String> {
 
 fn dtype(text: &str) -> Result<Dtype, String> {
     text.parse::<Dtype>().map_err(|e| e.to_string())
+}
+
+/// `cuda:N` (or `cuda`, meaning cuda:0).
+pub fn device(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let index = match t.split_once(':') {
+        None if t == "cuda" => "0",
+        Some(("cuda", i)) if !i.is_empty() && i.chars().all(|c| c.is_ascii_digit()) => i,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a GPU device: write cuda:0, cuda:1, … (ROCm builds use the cuda name too)"
+            ));
+        }
+    };
+    let n: u32 = index
+        .parse()
+        .map_err(|_| format!("`{text}` has an index too large"))?;
+    Ok(format!("cuda:{n}"))
 }
 
 fn kv_quant_bits(text: &str) -> Result<u64, String> {

@@ -6,8 +6,12 @@
 pub mod cli;
 pub mod commands;
 pub mod dtype;
+pub mod environment;
 pub mod estimate;
+pub mod measure;
 pub mod model;
+pub mod output;
+pub mod python_side;
 pub mod units;
 
 use std::ffi::OsString;
@@ -45,10 +49,14 @@ where
     };
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
-        cli::Command::Estimate(args) => commands::estimate::run(args, &mut stdout),
+        cli::Command::Estimate(args) => {
+            commands::estimate::run(args, &mut stdout).map(|()| exit::OK)
+        }
+        cli::Command::Environment(args) => commands::environment::run(args, &mut stdout),
+        cli::Command::Measure(args) => commands::measure::run(args, &mut stdout),
     };
     match result {
-        Ok(()) => ExitCode::from(exit::OK),
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(exit::BAD_INPUT)

@@ -1,3 +1,5 @@
 //! One function per subcommand: turn validated arguments into work, and write the output.
 
+pub mod environment;
 pub mod estimate;
+pub mod measure;

@@ -1,0 +1,72 @@
+"""The measured process: one fresh worker per trial, started by the iteragpu CLI.
+
+`python -m iteragpu.worker SPEC.json` emits JSON Lines events on its original stdout
+(hello, environment, describe, phase_start, phase_end, unavailable, done) and exits with
+0 (ok), 2 (PyTorch or GPU missing: nothing measured) or 3 (the workload failed).
+"""
+
+import json
+import os
+import sys
+import traceback
+
+from . import probe, recorder
+from .channel import Channel
+
+PROTOCOL = 1
+
+
+def run(channel, spec):
+    channel.emit("hello", {"pid": os.getpid(), "protocol": PROTOCOL})
+    try:
+        import torch
+    except Exception as exc:
+        channel.emit(
+            "unavailable",
+            {
+                "reason": f"PyTorch cannot be imported by {sys.executable}: {type(exc).__name__}: {exc}; "
+                "install PyTorch with a GPU backend, or choose another interpreter with --python"
+            },
+        )
+        return 2
+    env = probe.collect(torch, spec["devices"])
+    channel.emit("environment", env)
+    if not env["can_measure"]:
+        channel.emit("unavailable", {"reason": env["reason"]})
+        return 2
+    rec = recorder.Recorder(torch, spec["devices"], channel.emit)
+    recorder._set_current(rec)
+    try:
+        workload = spec["workload"]
+        if workload == "dense":
+            from .workloads import dense
+
+            dense.run(rec, torch, spec)
+        else:
+            raise ValueError(f"unknown workload {workload!r}")
+    except BaseException as exc:
+        channel.emit(
+            "done",
+            {
+                "status": "failed",
+                "error": {
+                    "type": type(exc).__name__,
+                    "message": str(exc)[:4000],
+                    "traceback": traceback.format_exc()[-4000:],
+                },
+            },
+        )
+        return 3
+    channel.emit("done", {"status": "ok"})
+    return 0
+
+
+def main():
+    channel = Channel.take_stdout()
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    return run(channel, spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Built-in workloads. Each exposes `run(recorder, torch, spec)`."""

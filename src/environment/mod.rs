@@ -1,0 +1,21 @@
+//! What a run will really use: GPUs as the driver declares them (NVML) and the Python/PyTorch
+//! side as the interpreter reports it (the probe), never guessed.
+
+pub mod nvml;
+pub mod python;
+
+use serde::{Deserialize, Serialize};
+
+pub use nvml::{DriverView, GpuInfo};
+pub use python::{PythonEnvironment, probe};
+
+/// The whole environment report (`iteragpu environment --json`, and embedded in every result).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Environment {
+    /// NVML's view, or null with `driver_reason`.
+    pub driver: Option<DriverView>,
+    pub driver_reason: Option<String>,
+    /// The interpreter's view (python, torch, allocator, settings), or null with `python_reason`.
+    pub python: Option<PythonEnvironment>,
+    pub python_reason: Option<String>,
+}

@@ -1,0 +1,166 @@
+//! The worker's JSON Lines events, one object per line: `{"type": …, "data": …}`.
+//!
+//! ```text
+//! {"type": "hello", "data": {"pid": 4242, "protocol": 1}}
+//! {"type": "environment", "data": {"python": {…}, "torch": {…}, "can_measure": true, …}}
+//! {"type": "describe", "data": {"workload": "dense", "parameters": 33583104}}
+//! {"type": "phase_start", "data": {"name": "cold_forward", "index": 2, "inputs": {…}}}
+//! {"type": "phase_end", "data": {"name": "cold_forward", "index": 2, "status": "ok", "duration_s": 0.01,
+//!   "devices": [{"device": "cuda:0", "start_allocated_bytes": 1024, "peak_allocated_bytes": …}], "error": null}}
+//! {"type": "unavailable", "data": {"reason": "PyTorch cannot be imported …"}}
+//! {"type": "done", "data": {"status": "ok"}}
+//! ```
+//! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
+//! reported, not fatal.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+use crate::environment::PythonEnvironment;
+
+/// `torch.cuda.mem_get_info` at the end of a phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemGetInfo {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// The four counters and both levels of one device for one phase. `null` means not read, and
+/// `null_reasons` says why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReading {
+    pub device: String,
+    pub start_allocated_bytes: Option<u64>,
+    pub start_reserved_bytes: Option<u64>,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub end_allocated_bytes: Option<u64>,
+    pub end_reserved_bytes: Option<u64>,
+    pub mem_get_info: Option<MemGetInfo>,
+    #[serde(default)]
+    pub null_reasons: BTreeMap<String, String>,
+}
+
+/// The exception a phase raised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseError {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    #[serde(default)]
+    pub out_of_memory: bool,
+}
+
+/// The driver's view of a phase, sampled by the CLI through NVML while the phase ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DriverPhase {
+    pub device: String,
+    /// NVML index the CUDA device was matched to.
+    pub nvml_index: Option<u32>,
+    pub samples: u64,
+    /// Highest `used` memory of the whole device seen during the phase (all processes).
+    pub peak_device_used_bytes: Option<u64>,
+    /// Highest memory of the worker process seen during the phase.
+    pub peak_process_used_bytes: Option<u64>,
+    /// The worker's memory read just after the phase ended.
+    pub process_used_at_end_bytes: Option<u64>,
+    /// `process_used_at_end − end_reserved`: what the process holds outside PyTorch's caching
+    /// allocator (CUDA context, libraries) — not a leak by itself. Approximate: read by the CLI
+    /// right after the phase ended, not at the same instant.
+    pub outside_allocator_at_end_bytes: Option<u64>,
+    pub reason: Option<String>,
+}
+
+/// One phase as measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    pub name: String,
+    pub index: u64,
+    #[serde(default)]
+    pub inputs: Map<String, Value>,
+    /// `ok`, `failed` (exception), or, when the worker died during the phase, `crashed`,
+    /// `timeout` or `interrupted`.
+    pub status: String,
+    pub duration_s: Option<f64>,
+    #[serde(default)]
+    pub devices: Vec<DeviceReading>,
+    pub error: Option<PhaseError>,
+    /// Filled by the CLI from NVML.
+    #[serde(default)]
+    pub driver: Option<Vec<DriverPhase>>,
+    /// Filled by the CLI for a phase the worker never finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A known event.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
+pub enum Event {
+    Hello {
+        pid: u32,
+        protocol: u32,
+    },
+    Environment(Box<PythonEnvironment>),
+    Describe(Map<String, Value>),
+    PhaseStart {
+        name: String,
+        index: u64,
+    },
+    PhaseEnd(Box<PhaseRecord>),
+    Unavailable {
+        reason: String,
+    },
+    Done {
+        status: String,
+        error: Option<Value>,
+    },
+}
+
+/// What one line of the channel was.
+#[derive(Clone, Debug)]
+pub enum Line {
+    Event(Event),
+    /// Valid JSON of an unknown type (or a known type with an unexpected shape): kept as is.
+    Unknown(Value),
+    /// Not JSON at all.
+    Garbage(String),
+}
+
+pub fn parse(line: &str) -> Line {
+    let Ok(value) = serde_json::from_str::<Value>(line) else {
+        return Line::Garbage(line.chars().take(500).collect());
+    };
+    match serde_json::from_value::<Event>(value.clone()) {
+        Ok(event) => Line::Event(event),
+        Err(_) => Line::Unknown(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_unknown_and_garbage() {
+        assert!(matches!(
+            parse(r#"{"type":"hello","data":{"pid":1,"protocol":1}}"#),
+            Line::Event(Event::Hello { pid: 1, .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"type":"future_event","data":{"x":1}}"#),
+            Line::Unknown(_)
+        ));
+        assert!(matches!(parse("not json"), Line::Garbage(_)));
+        let end = r#"{"type":"phase_end","data":{"name":"x","index":0,"status":"ok","duration_s":0.5,
+            "devices":[{"device":"cuda:0","start_allocated_bytes":1,"start_reserved_bytes":null,"peak_allocated_bytes":3,
+            "peak_reserved_bytes":4,"end_allocated_bytes":5,"end_reserved_bytes":6,"mem_get_info":null,
+            "null_reasons":{"reserved":"boom"}}],"error":null}}"#;
+        let Line::Event(Event::PhaseEnd(record)) = parse(end) else {
+            panic!("phase_end not parsed")
+        };
+        assert_eq!(record.devices[0].start_reserved_bytes, None);
+        assert_eq!(record.devices[0].null_reasons["reserved"], "boom");
+    }
+}

@@ -1,0 +1,182 @@
+//! The result file (`"schema": "iteragpu.measure/1"`): raw bytes only, `null` (with a reason) for
+//! anything not read, never 0.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::events::PhaseRecord;
+use crate::environment::{DriverView, PythonEnvironment};
+
+pub const SCHEMA: &str = "iteragpu.measure/1";
+
+/// A whole measurement.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MeasureResult {
+    pub schema: String,
+    pub tool_version: String,
+    /// `ok`, `failed` (an exception in a phase, e.g. out of memory), `crashed` (killed by a signal
+    /// or an unexpected exit), `timeout`, `interrupted` (Ctrl-C).
+    pub status: String,
+    /// RFC 3339 times at which the CLI started and finished the run.
+    pub started_at: String,
+    pub ended_at: String,
+    pub identity: Identity,
+    /// The requested dimensions (the processed shapes are in each phase's `inputs`).
+    pub dimensions: Map<String, Value>,
+    pub environment: RunEnvironment,
+    pub scope: Scope,
+    pub policies: Policies,
+    /// Phases in the order they ran, including a phase the worker never finished.
+    pub phases: Vec<PhaseRecord>,
+    /// min/median/max over the `warm_forward` repeats, per device.
+    pub warm_summary: Vec<WarmSummary>,
+    /// The failing phase, its error and the last values read, when status is not `ok`.
+    pub failure: Option<Failure>,
+    pub worker: WorkerInfo,
+    /// Events of types this CLI does not know, kept verbatim.
+    pub unknown_events: Vec<Value>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Identity {
+    /// Built-in workload name (`dense`, …) or `script`.
+    pub workload: String,
+    /// `sha256:` of the Python code that measured.
+    pub code_hash: String,
+    pub seed: Option<u64>,
+    /// What the workload declared about itself (model, revision, architecture, parameters…).
+    pub declared: Map<String, Value>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunEnvironment {
+    pub python: Option<PythonEnvironment>,
+    /// NVML's view at the start of the run; null with `driver_reason` when there is no driver.
+    pub driver: Option<DriverView>,
+    pub driver_reason: Option<String>,
+    /// CUDA device → NVML index used for the driver's view.
+    pub nvml_indices: Vec<Option<u32>>,
+    /// Mean interval between NVML samples actually achieved, in milliseconds.
+    pub nvml_sample_interval_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Scope {
+    /// The phases this workload runs, in order.
+    pub phases: Vec<String>,
+    /// The first pass after device initialisation (cold), as opposed to the warm repeats.
+    pub first_pass: String,
+    pub devices: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Policies {
+    /// Always `fresh` here: one new worker process per run.
+    pub process: String,
+    pub warmup: u64,
+    pub repeats: u64,
+    /// `never` or `between-repeats` (torch.cuda.empty_cache() before each warm repeat).
+    pub empty_cache: String,
+    /// `per-phase`: synchronize and reset peaks around every phase.
+    pub protocol: String,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Stat {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WarmSummary {
+    pub device: String,
+    pub repeats: u64,
+    pub peak_allocated_bytes: Option<Stat>,
+    pub peak_reserved_bytes: Option<Stat>,
+    pub duration_s: Option<Stat>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Failure {
+    pub phase: Option<String>,
+    pub error_type: Option<String>,
+    pub message: Option<String>,
+    pub out_of_memory: bool,
+    /// A partial peak before a failure is not the need of a complete run.
+    pub caution: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stderr_tail: Vec<String>,
+}
+
+/// min/median/max of values (median of an even count is the mean of the two middle values).
+pub fn stat(mut values: Vec<f64>) -> Option<Stat> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    };
+    Some(Stat {
+        min: values[0],
+        median,
+        max: values[n - 1],
+    })
+}
+
+/// Summaries of the `warm_forward` phases per device.
+pub fn warm_summary(phases: &[PhaseRecord], devices: &[String]) -> Vec<WarmSummary> {
+    let warm: Vec<&PhaseRecord> = phases
+        .iter()
+        .filter(|p| p.name == "warm_forward" && p.status == "ok")
+        .collect();
+    if warm.is_empty() {
+        return Vec::new();
+    }
+    devices
+        .iter()
+        .enumerate()
+        .map(|(i, device)| {
+            let pick = |f: fn(&super::events::DeviceReading) -> Option<u64>| {
+                stat(
+                    warm.iter()
+                        .filter_map(|p| p.devices.get(i).and_then(f))
+                        .map(|v| v as f64)
+                        .collect(),
+                )
+            };
+            WarmSummary {
+                device: device.clone(),
+                repeats: warm.len() as u64,
+                peak_allocated_bytes: pick(|d| d.peak_allocated_bytes),
+                peak_reserved_bytes: pick(|d| d.peak_reserved_bytes),
+                duration_s: stat(warm.iter().filter_map(|p| p.duration_s).collect()),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats() {
+        let s = stat(vec![3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
+        assert_eq!(stat(vec![1.0, 2.0, 3.0, 10.0]).unwrap().median, 2.5);
+        assert!(stat(vec![]).is_none());
+    }
+}

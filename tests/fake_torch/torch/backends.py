@@ -1,0 +1,7 @@
+"""Fake torch.backends."""
+
+
+class cudnn:
+    @staticmethod
+    def version():
+        return 90100
