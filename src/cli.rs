@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Memory arithmetic before any GPU is touched: weights, KV cache, training states, reserve.
-    Estimate(EstimateArgs),
+    Estimate(Box<EstimateArgs>),
     /// What a run will really use: GPUs as the driver declares them, Python, PyTorch, allocator.
     Environment(EnvironmentArgs),
     /// Measure a workload phase by phase in a fresh PyTorch process; raw bytes into a new JSON file.

@@ -4,5 +4,7 @@
 mod common;
 #[path = "integration/estimate.rs"]
 mod estimate;
+#[path = "integration/measure.rs"]
+mod measure;
 #[path = "integration/properties.rs"]
 mod properties;

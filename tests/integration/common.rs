@@ -38,3 +38,29 @@ pub fn term_bytes(doc: &serde_json::Value, prefix: &str) -> u64 {
         .as_u64()
         .expect("bytes is an integer")
 }
+
+/// `iteragpu` with the fake torch first on PYTHONPATH (a simulated caching allocator).
+pub fn with_fake_torch() -> Command {
+    let mut cmd = iteragpu();
+    cmd.env("PYTHONPATH", fixture("../fake_torch"));
+    for var in [
+        "FAKE_TORCH_DEVICES",
+        "FAKE_TORCH_CAPACITY",
+        "FAKE_TORCH_NO_CUDA",
+        "FAKE_TORCH_CPU_ONLY",
+        "FAKE_TORCH_CRASH_AFTER_SYNC",
+        "FAKE_TORCH_HANG_AFTER_SYNC",
+        "FAKE_TORCH_NOISE",
+        "FAKE_TORCH_BACKEND",
+        "ITERAGPU_PYTHON",
+        "CUDA_VISIBLE_DEVICES",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("result file exists"))
+        .expect("result is JSON")
+}

@@ -1,0 +1,402 @@
+//! `measure` and `environment` end to end with the fake torch (CI has no GPU).
+
+use crate::common::{fixture, read_json, with_fake_torch};
+use predicates::prelude::*;
+use std::path::Path;
+
+const GUIDE: [&str; 14] = [
+    "measure",
+    "--device",
+    "cuda:0",
+    "--batch",
+    "2",
+    "--context",
+    "128",
+    "--width",
+    "1024",
+    "--dtype",
+    "float32",
+    "--warmup",
+    "3",
+    "--repeats",
+];
+
+fn guide(out: &Path) -> assert_cmd::Command {
+    let mut cmd = with_fake_torch();
+    cmd.args(GUIDE).args(["5", "--output"]).arg(out);
+    cmd
+}
+
+fn phase_names(doc: &serde_json::Value) -> Vec<String> {
+    doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_guides_measure_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mesures.json");
+    guide(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("status ok"));
+    let doc = read_json(&out);
+    assert_eq!(doc["schema"], "iteragpu.measure/1");
+    assert_eq!(doc["status"], "ok");
+    assert_eq!(doc["identity"]["workload"], "dense");
+    assert!(
+        doc["identity"]["code_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(
+        doc["identity"]["declared"]["parameters"],
+        4 * (8 * 1024 * 1024 + 7 * 1024)
+    );
+    assert_eq!(doc["dimensions"]["batch"], 2);
+    assert_eq!(doc["dimensions"]["width"], 1024);
+    assert_eq!(doc["policies"]["process"], "fresh");
+    assert_eq!(doc["policies"]["warmup"], 3);
+    assert_eq!(doc["policies"]["repeats"], 5);
+    assert_eq!(doc["policies"]["empty_cache"], "never");
+    let names = phase_names(&doc);
+    assert_eq!(
+        &names[..4],
+        ["model_load", "inputs", "cold_forward", "warmup"]
+    );
+    assert_eq!(names.iter().filter(|n| *n == "warm_forward").count(), 5);
+    for phase in doc["phases"].as_array().unwrap() {
+        assert_eq!(phase["status"], "ok");
+        assert!(phase["duration_s"].as_f64().unwrap() >= 0.0);
+        let d = &phase["devices"][0];
+        assert_eq!(d["device"], "cuda:0");
+        for key in [
+            "start_allocated_bytes",
+            "start_reserved_bytes",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "end_allocated_bytes",
+            "end_reserved_bytes",
+        ] {
+            assert!(d[key].is_u64(), "{key} in {phase}");
+        }
+        assert!(d["peak_allocated_bytes"].as_u64() >= d["start_allocated_bytes"].as_u64());
+        assert!(d["peak_reserved_bytes"].as_u64() >= d["peak_allocated_bytes"].as_u64());
+        assert!(d["mem_get_info"]["total_bytes"].is_u64());
+        // No driver here: the driver's view is null with a reason, never 0.
+        let driver = &phase["driver"][0];
+        assert!(driver["peak_process_used_bytes"].is_null());
+        assert!(driver["reason"].as_str().unwrap().contains("NVIDIA"));
+    }
+    // The model's weights (fp32) are held from model_load on.
+    let load = &doc["phases"][0]["devices"][0];
+    assert!(load["end_allocated_bytes"].as_u64().unwrap() >= 4 * 4 * (8 * 1024 * 1024 + 7 * 1024));
+    let inputs = &doc["phases"][1];
+    assert_eq!(
+        inputs["inputs"]["processed_shape"],
+        serde_json::json!([2, 128, 1024])
+    );
+    assert_eq!(doc["warm_summary"][0]["repeats"], 5);
+    assert!(
+        doc["environment"]["python"]["torch"]["version"]
+            .as_str()
+            .unwrap()
+            .contains("fake")
+    );
+    assert!(doc["notes"].to_string().contains("not a GPU measurement"));
+    assert!(doc["failure"].is_null());
+}
+
+#[test]
+fn an_existing_output_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mesures.json");
+    std::fs::write(&out, "precious").unwrap();
+    guide(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("already exists"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+}
+
+#[test]
+fn missing_pytorch_or_gpu_exits_2_without_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    type Case<'a> = (&'a str, Option<(&'a str, &'a str)>, &'a [&'a str], &'a str);
+    let cases: [Case; 4] = [
+        ("no torch", None, &[], "PyTorch cannot be imported"),
+        (
+            "no backend",
+            Some(("FAKE_TORCH_NO_CUDA", "1")),
+            &[],
+            "is_available() is False",
+        ),
+        (
+            "cpu build",
+            Some(("FAKE_TORCH_CPU_ONLY", "1")),
+            &[],
+            "CPU-only",
+        ),
+        ("bad index", None, &["--device", "cuda:3"], "does not exist"),
+    ];
+    for (name, env, extra, message) in cases {
+        let out = dir.path().join(format!("{}.json", name.replace(' ', "_")));
+        let mut cmd = with_fake_torch();
+        if name == "no torch" {
+            cmd.env("PYTHONPATH", fixture("no_torch"));
+        }
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        cmd.args(["measure", "--output"]).arg(&out).args(extra);
+        cmd.assert()
+            .code(2)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists(), "{name}: no file may be written");
+    }
+}
+
+#[test]
+fn out_of_memory_in_cold_forward_keeps_completed_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("oom.json");
+    guide(&out)
+        .env("FAKE_TORCH_CAPACITY", (134u64 << 20).to_string())
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("failure in cold_forward"));
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "failed");
+    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc["phases"][0]["status"], "ok");
+    assert_eq!(doc["phases"][1]["status"], "ok");
+    let cold = &doc["phases"][2];
+    assert_eq!(cold["status"], "failed");
+    assert_eq!(cold["error"]["type"], "OutOfMemoryError");
+    assert_eq!(cold["error"]["out_of_memory"], true);
+    // The last values read are kept.
+    assert!(cold["devices"][0]["peak_allocated_bytes"].is_u64());
+    assert_eq!(doc["failure"]["phase"], "cold_forward");
+    assert_eq!(doc["failure"]["out_of_memory"], true);
+    assert!(
+        doc["failure"]["caution"]
+            .as_str()
+            .unwrap()
+            .contains("partial peak")
+    );
+}
+
+#[test]
+fn a_crash_mid_phase_leaves_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("crash.json");
+    // Synchronize #5 opens cold_forward; its first allocation kills the worker with SIGSEGV.
+    guide(&out)
+        .env("FAKE_TORCH_CRASH_AFTER_SYNC", "5")
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "crashed");
+    assert_eq!(doc["worker"]["signal"], 11);
+    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc["phases"][2]["status"], "crashed");
+    assert!(
+        doc["phases"][2]["note"]
+            .as_str()
+            .unwrap()
+            .contains("during this phase")
+    );
+    assert_eq!(doc["failure"]["phase"], "cold_forward");
+}
+
+fn assert_gone(pid: u64) {
+    for _ in 0..50 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("worker {pid} is still alive");
+}
+
+#[test]
+fn a_timeout_kills_the_worker_and_keeps_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("timeout.json");
+    guide(&out)
+        .env("FAKE_TORCH_HANG_AFTER_SYNC", "5")
+        .args(["--timeout", "2"])
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "timeout");
+    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc["phases"][2]["status"], "timeout");
+    assert_gone(doc["worker"]["pid"].as_u64().unwrap());
+}
+
+#[test]
+fn ctrl_c_interrupts_and_keeps_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("interrupted.json");
+    let bin = assert_cmd::cargo::cargo_bin("iteragpu");
+    let mut child = std::process::Command::new(bin)
+        .env("PYTHONPATH", fixture("../fake_torch"))
+        .env("FAKE_TORCH_HANG_AFTER_SYNC", "5")
+        .args(GUIDE)
+        .args(["5", "--output"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the worker is stuck in cold_forward, then press Ctrl-C.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "interrupted");
+    assert_eq!(
+        doc["phases"].as_array().unwrap().last().unwrap()["status"],
+        "interrupted"
+    );
+    assert_gone(doc["worker"]["pid"].as_u64().unwrap());
+}
+
+#[test]
+fn two_devices_are_recorded_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("two.json");
+    with_fake_torch()
+        .env("FAKE_TORCH_DEVICES", "2")
+        .args([
+            "measure",
+            "--device",
+            "cuda:0,cuda:1",
+            "--width",
+            "256",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    for phase in doc["phases"].as_array().unwrap() {
+        let devices = phase["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2);
+        assert_eq!(devices[0]["device"], "cuda:0");
+        assert_eq!(devices[1]["device"], "cuda:1");
+    }
+    // Half of the 4 blocks live on each device: both hold weights after model_load.
+    let load = &doc["phases"][0]["devices"];
+    assert!(load[0]["end_allocated_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(
+        load[0]["end_allocated_bytes"],
+        load[1]["end_allocated_bytes"]
+    );
+    assert_eq!(doc["warm_summary"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn workload_prints_never_break_the_event_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("noise.json");
+    guide(&out)
+        .env("FAKE_TORCH_NOISE", "1")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("noise from the workload"))
+        .stderr(predicate::str::contains("raw noise on fd 1"));
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "ok");
+    assert!(!doc["notes"].to_string().contains("not JSON"));
+}
+
+#[test]
+fn cuda_malloc_async_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("async.json");
+    guide(&out)
+        .env("FAKE_TORCH_BACKEND", "cudaMallocAsync")
+        .assert()
+        .success();
+    assert!(read_json(&out)["notes"].to_string().contains("upper bound"));
+}
+
+#[test]
+fn empty_cache_policy_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("empty.json");
+    guide(&out)
+        .args(["--empty-cache", "between-repeats"])
+        .assert()
+        .success();
+    assert_eq!(
+        read_json(&out)["policies"]["empty_cache"],
+        "between-repeats"
+    );
+}
+
+#[test]
+fn bad_measure_input_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.json");
+    for (args, message) in [
+        (vec!["--device", "gpu0"], "not a GPU device"),
+        (vec!["--device", "cuda:0,cuda:0"], "twice"),
+        (vec!["--dtype", "int8"], "floating-point"),
+        (vec!["--repeats", "0"], "greater than 0"),
+    ] {
+        with_fake_torch()
+            .arg("measure")
+            .args(&args)
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn environment_reports_and_exits_0() {
+    with_fake_torch()
+        .args(["environment", "--device", "cuda:0"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("no NVIDIA driver found"))
+        .stdout(predicate::str::contains("torch 0.0.0+fake"))
+        .stdout(predicate::str::contains("allocator backend native"))
+        .stdout(predicate::str::contains("PYTORCH_CUDA_ALLOC_CONF"))
+        .stdout(predicate::str::contains("can measure run here? yes"));
+    with_fake_torch()
+        .env("PYTHONPATH", fixture("no_torch"))
+        .args(["environment"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "can measure run here? no: PyTorch cannot be imported",
+        ));
+    with_fake_torch()
+        .env("FAKE_TORCH_NO_CUDA", "1")
+        .args(["environment", "--json"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("\"can_measure\": false"));
+    with_fake_torch()
+        .args(["environment", "--python", "/no/such/python"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "can measure run here? no: cannot run the Python interpreter",
+        ));
+}
