@@ -8,6 +8,7 @@
 """
 
 import contextlib
+import json
 import time
 
 _current = None
@@ -23,16 +24,99 @@ def _reading(fn, reasons, field):
 
 
 class Recorder:
-    """Runs the protocol around each phase and reports it through `emit(type, data)`."""
+    """Runs the protocol around each phase.
 
-    def __init__(self, torch, devices, emit, output=None):
+    Inside the worker, the CLI passes `emit` and receives every event. In a notebook,
+    `Recorder(output="run.json")` writes the same schema itself when `save()` is called (or at
+    the end of a `with Recorder(...) as rec:` block), without the CLI's NVML view.
+    """
+
+    def __init__(self, torch=None, devices=None, emit=None, output=None):
+        if torch is None:
+            import torch
         self.torch = torch
-        self.devices = [torch.device(d) for d in devices]
-        self._emit = emit
-        self._index = 0
+        self.devices = [torch.device(d) for d in (devices or ["cuda:0"])]
         self.phases = []
         self.identity = {}
         self.output = output
+        self._index = 0
+        self._standalone = emit is None
+        self._emit = emit or (lambda type_, data: None)
+        if self._standalone:
+            self._start_standalone(torch)
+
+    def _start_standalone(self, torch):
+        import datetime
+        import os
+
+        from . import probe
+
+        if self.output is None:
+            raise ValueError("Recorder(output=...) needs a file name for the result")
+        if os.path.exists(self.output):
+            raise FileExistsError(
+                f"{self.output} already exists; iteragpu never overwrites a result: choose a new file name"
+            )
+        self._environment = probe.collect(torch, [str(d) for d in self.devices])
+        if not self._environment["can_measure"]:
+            raise RuntimeError(f"nothing measured: {self._environment['reason']}")
+        self._started = datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self._standalone:
+            self.save()
+        return False
+
+    def save(self):
+        """Writes the result (schema iteragpu.measure/1) with create-new semantics."""
+        import datetime
+        import os
+
+        from .worker import PROTOCOL
+
+        failed = next((p for p in self.phases if p["status"] != "ok"), None)
+        doc = {
+            "schema": "iteragpu.measure/1",
+            "tool_version": f"python-recorder/{PROTOCOL}",
+            "status": "failed" if failed else "ok",
+            "started_at": self._started,
+            "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "identity": {"workload": "notebook", "code_hash": None, "seed": None, "declared": self.identity},
+            "dimensions": {k: v for k, v in self.identity.items() if k in ("batch", "context", "prompt_tokens", "new_tokens", "resolution", "requests")},
+            "environment": {
+                "python": self._environment,
+                "driver": None,
+                "driver_reason": "recorded by iteragpu.Recorder without the CLI: no NVML view",
+                "nvml_indices": [],
+                "nvml_sample_interval_ms": None,
+            },
+            "scope": {
+                "phases": [p["name"] for p in self.phases],
+                "first_pass": self.phases[0]["name"] if self.phases else "",
+                "devices": [str(d) for d in self.devices],
+            },
+            "policies": {"process": "same process as the caller", "warmup": 0, "repeats": 0, "empty_cache": "never", "protocol": "per-phase", "timeout_s": None},
+            "phases": [dict(p, driver=None) for p in self.phases],
+            "warm_summary": [],
+            "failure": None
+            if failed is None
+            else {
+                "phase": failed["name"],
+                "error_type": (failed["error"] or {}).get("type"),
+                "message": (failed["error"] or {}).get("message"),
+                "out_of_memory": bool((failed["error"] or {}).get("out_of_memory")),
+                "caution": "a partial peak before a failure is not the memory need of a complete run",
+            },
+            "worker": {"pid": os.getpid(), "exit_code": None, "signal": None, "stderr_tail": []},
+            "unknown_events": [],
+            "notes": ["recorded in the caller's process (notebook): not a fresh process per run"],
+        }
+        with open(self.output, "x", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, default=str)
+        return self.output
 
     def _sync(self, reasons):
         for device in self.devices:

@@ -42,6 +42,18 @@ def run(channel, spec):
             from .workloads import dense
 
             dense.run(rec, torch, spec)
+        elif workload == "causal-lm":
+            from .workloads import causal_lm
+
+            try:
+                causal_lm.run(rec, torch, spec)
+            except causal_lm.Missing as exc:
+                channel.emit("unavailable", {"reason": str(exc)})
+                return 2
+        elif workload == "script":
+            code = run_script(spec)
+            if code != 0:
+                raise RuntimeError(f"the script exited with status {code}")
         else:
             raise ValueError(f"unknown workload {workload!r}")
     except BaseException as exc:
@@ -58,6 +70,23 @@ def run(channel, spec):
         )
         return 3
     channel.emit("done", {"status": "ok"})
+    return 0
+
+
+def run_script(spec):
+    """Runs the user's script as `__main__` with its own arguments; `iteragpu.phase` marks phases."""
+    import runpy
+
+    script = spec["script"]
+    sys.argv = [script] + list(spec.get("script_args", []))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
     return 0
 
 

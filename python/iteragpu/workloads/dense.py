@@ -3,34 +3,51 @@
 Architecture: `depth` residual blocks, each LayerNorm(width) → Linear(width, 4·width) → GELU →
 Linear(4·width, width), added to the block's input. Parameters per block: 8·width² + 7·width.
 With several devices the blocks are split into contiguous groups, one group per device, and the
-activations move from device to device (pipeline style). Forward passes run under no_grad.
+activations move from device to device (pipeline style). Inference passes run under no_grad;
+`task = train` runs the training loop of `training.py` with a mean-squared-error loss.
 """
+
+from . import training
 
 
 def parameters(width, depth):
     return depth * (8 * width * width + 7 * width)
 
 
-def _build(torch, width, depth, dtype, devices):
-    nn = torch.nn
-    blocks = []
-    for i in range(depth):
-        device = devices[i * len(devices) // depth]
-        block = nn.Sequential(
-            nn.LayerNorm(width, device=device, dtype=dtype),
-            nn.Linear(width, 4 * width, device=device, dtype=dtype),
-            nn.GELU(),
-            nn.Linear(4 * width, width, device=device, dtype=dtype),
-        )
-        blocks.append((device, block))
-    return blocks
+class DenseNet:
+    """The blocks and where they live; `state_dict` for the export phase."""
 
+    def __init__(self, torch, width, depth, dtype, devices):
+        nn = torch.nn
+        self.blocks = []
+        for i in range(depth):
+            device = devices[i * len(devices) // depth]
+            block = nn.Sequential(
+                nn.LayerNorm(width, device=device, dtype=dtype),
+                nn.Linear(width, 4 * width, device=device, dtype=dtype),
+                nn.GELU(),
+                nn.Linear(4 * width, width, device=device, dtype=dtype),
+            )
+            self.blocks.append((device, block))
 
-def _forward(blocks, x):
-    for device, block in blocks:
-        x = x.to(device)
-        x = x + block(x)
-    return x
+    def parameters(self):
+        return [p for _, block in self.blocks for p in block.parameters()]
+
+    def state_dict(self):
+        state = {}
+        for i, (_, block) in enumerate(self.blocks):
+            for k, v in block.state_dict().items():
+                state[f"blocks.{i}.{k}"] = v
+        return state
+
+    def forward(self, torch, x, checkpoint=False):
+        for device, block in self.blocks:
+            x = x.to(device)
+            if checkpoint:
+                x = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = x + block(x)
+        return x
 
 
 def run(rec, torch, spec):
@@ -46,21 +63,42 @@ def run(rec, torch, spec):
         dtype=spec["dtype"],
     )
     with rec.phase("model_load", parameters=parameters(width, depth)):
-        blocks = _build(torch, width, depth, dtype, devices)
+        net = DenseNet(torch, width, depth, dtype, devices)
     with rec.phase("inputs", requested_shape=[batch, context, width]) as inputs:
         x = torch.randn(batch, context, width, device=devices[0], dtype=dtype)
         inputs["processed_shape"] = list(x.shape)
+    if spec.get("task") == "train":
+        target = torch.randn(batch, context, width, device=devices[-1], dtype=dtype)
+        checkpoint = spec.get("gradient_checkpointing", False)
+        training.run(
+            rec,
+            torch,
+            spec,
+            net,
+            lambda inp: net.forward(torch, inp, checkpoint=checkpoint),
+            lambda out: torch.nn.functional.mse_loss(out.float(), target.float()),
+            x,
+            net.parameters(),
+        )
+        return
     with torch.no_grad():
+        if spec.get("whole_loop"):
+            passes = 1 + spec["warmup"] + spec["repeats"]
+            with rec.phase("whole_loop", passes=passes, protocol="whole-loop"):
+                for _ in range(passes):
+                    y = net.forward(torch, x)
+                    del y
+            return
         with rec.phase("cold_forward", processed_shape=list(x.shape)):
-            y = _forward(blocks, x)
+            y = net.forward(torch, x)
         del y
         with rec.phase("warmup", passes=spec["warmup"]):
             for _ in range(spec["warmup"]):
-                y = _forward(blocks, x)
+                y = net.forward(torch, x)
                 del y
         for repeat in range(spec["repeats"]):
             if spec["empty_cache"] == "between-repeats":
                 torch.cuda.empty_cache()
             with rec.phase("warm_forward", repeat=repeat):
-                y = _forward(blocks, x)
+                y = net.forward(torch, x)
             del y

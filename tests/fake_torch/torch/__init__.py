@@ -56,6 +56,7 @@ float16 = dtype("float16", 2)
 half = float16
 bfloat16 = dtype("bfloat16", 2)
 float64 = dtype("float64", 8)
+uint8 = dtype("uint8", 1)
 
 
 class device:
@@ -137,13 +138,56 @@ def _allocator(dev):
     return _ALLOCATORS[dev.index]
 
 
+_GRAD = [True]
+
+
+def is_grad_enabled():
+    return _GRAD[0]
+
+
 class Tensor:
-    def __init__(self, shape, dtype_=float32, device_=None):
+    def __init__(self, shape, dtype_=float32, device_=None, saved=()):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype_
         self.device = device(device_ or "cpu")
+        self.requires_grad = False
+        self.grad = None
+        # Autograd, simulated: outputs keep their inputs alive until backward() (activations).
+        self._saved = tuple(saved) if _GRAD[0] else ()
         self._alloc = _allocator(self.device)
         self._size = self._alloc.alloc(self.nbytes) if self._alloc else 0
+
+    def float(self):
+        return self.to(dtype=float32)
+
+    def detach(self):
+        return self
+
+    def item(self):
+        return 0.5
+
+    def backward(self):
+        seen, stack, params, largest = set(), [self], [], 0
+        while stack:
+            t = stack.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if t.requires_grad:
+                params.append(t)
+            else:
+                largest = max(largest, t.nbytes)
+            stack.extend(t._saved)
+        transient = Tensor((largest,), uint8, self.device) if largest else None
+        for p in params:
+            if p.grad is None:
+                p.grad = Tensor(p.shape, p.dtype, p.device)
+        del transient
+        stack = [self]
+        while stack:
+            t = stack.pop()
+            stack.extend(x for x in t._saved if not x.requires_grad)
+            t._saved = ()
 
     @property
     def nbytes(self):
@@ -168,10 +212,10 @@ class Tensor:
         dtype = dtype or self.dtype
         if dev == self.device and dtype is self.dtype:
             return self
-        return Tensor(self.shape, dtype, dev)
+        return Tensor(self.shape, dtype, dev, saved=(self,))
 
     def __add__(self, other):
-        return Tensor(self.shape, self.dtype, self.device)
+        return Tensor(self.shape, self.dtype, self.device, saved=(self, other))
 
     __radd__ = __add__
 
@@ -199,9 +243,25 @@ def manual_seed(seed):
     return None
 
 
+class no_grad:
+    def __enter__(self):
+        self._prev = _GRAD[0]
+        _GRAD[0] = False
+
+    def __exit__(self, *exc):
+        _GRAD[0] = self._prev
+        return False
+
+
 @contextlib.contextmanager
-def no_grad():
+def autocast(device_type, dtype=None):
     yield
 
 
-from . import backends, cuda, nn  # noqa: E402
+class Parameter(Tensor):
+    def __init__(self, shape, dtype_=float32, device_=None):
+        super().__init__(shape, dtype_, device_)
+        self.requires_grad = True
+
+
+from . import backends, cuda, nn, optim, utils  # noqa: E402

@@ -1,0 +1,180 @@
+"""A language model built from a Hugging Face config with random weights, directly on the device
+(same shapes and dtypes as the real model, nothing downloaded), measured while it generates or
+trains.
+
+Generation phases: model_load, inputs, prefill (the prompt's first pass, cold), decode (the new
+tokens one by one, cold), then prefill_warm and decode_warm (the same generation again, with a
+new cache). Greedy decoding with `logits_to_keep=1`, as `generate()` does. The cache object's real
+size (the storage of every tensor it holds, counted once) is recorded after prefill and decode.
+"""
+
+import json
+
+from . import training
+
+
+class Missing(Exception):
+    """A package the workload needs is not installed: reported as `unavailable` (exit 2)."""
+
+
+def _config(spec):
+    try:
+        import transformers
+    except Exception as exc:
+        raise Missing(
+            f"the causal-lm workload needs transformers, which cannot be imported: {type(exc).__name__}: {exc}; "
+            "install transformers in this interpreter"
+        ) from exc
+    with open(spec["model_config"], encoding="utf-8") as f:
+        raw = json.load(f)
+    raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
+    model_type = raw.pop("model_type")
+    return transformers, transformers.AutoConfig.for_model(model_type, **raw)
+
+
+def cache_bytes(cache):
+    """Bytes of GPU storage held by a cache object: every tensor reachable from its layers,
+    each storage counted once (a sliding layer keeps a view of a larger tensor)."""
+    seen = {}
+
+    def visit(obj, depth=0):
+        if depth > 4 or obj is None:
+            return
+        if hasattr(obj, "untyped_storage") and hasattr(obj, "device"):
+            if obj.device.type == "cuda" and obj.numel() > 0:
+                storage = obj.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
+            return
+        if isinstance(obj, (list, tuple)):
+            for item in obj:
+                visit(item, depth + 1)
+        elif isinstance(obj, dict):
+            for item in obj.values():
+                visit(item, depth + 1)
+        elif hasattr(obj, "__dict__") and depth < 3:
+            for item in vars(obj).values():
+                visit(item, depth + 1)
+
+    visit(getattr(cache, "layers", cache))
+    return sum(seen.values())
+
+
+def _new_cache(transformers, torch, model, spec):
+    kind = spec["cache"]
+    config = model.config
+    total = spec["prompt_tokens"] + spec["new_tokens"]
+    cu = transformers.cache_utils
+    if kind == "dynamic":
+        return cu.DynamicCache(config=config)
+    if kind == "static":
+        return cu.StaticCache(config=config, max_cache_len=total)
+    if kind == "offloaded":
+        return cu.DynamicCache(config=config, offloading=True)
+    if kind == "sliding":
+        text = config.get_text_config(decoder=True)
+        window = spec.get("window") or getattr(text, "sliding_window", None)
+        if not window:
+            raise ValueError("--cache sliding needs --window N: this model has no sliding_window")
+        cache = cu.DynamicCache(config=config)
+        cache.layers = [cu.DynamicSlidingWindowLayer(sliding_window=window) for _ in cache.layers]
+        return cache
+    if kind == "quantized":
+        try:
+            import optimum.quanto  # noqa: F401
+        except Exception as exc:
+            raise Missing(
+                f"--cache quantized needs optimum-quanto, which cannot be imported: {type(exc).__name__}: {exc}"
+            ) from exc
+        return cu.QuantizedCache(backend="quanto", config=config, nbits=spec.get("kv_quant_bits", 4))
+    raise ValueError(f"unknown cache {kind!r}")
+
+
+def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
+    cache = _new_cache(transformers, torch, model, spec)
+    with rec.phase("prefill" + suffix, processed_shape=list(ids.shape), cache=spec["cache"]) as info:
+        out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        token = out.logits[:, -1:].argmax(-1)
+        info["logits_shape"] = list(out.logits.shape)
+        del out
+        info["cache_bytes"] = cache_bytes(cache)
+    with rec.phase("decode" + suffix, new_tokens=spec["new_tokens"]) as info:
+        for _ in range(spec["new_tokens"]):
+            out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            token = out.logits[:, -1:].argmax(-1)
+            del out
+        info["cache_bytes"] = cache_bytes(cache)
+        info["cache_tokens"] = int(cache.get_seq_length())
+    del cache, token
+
+
+def run(rec, torch, spec):
+    transformers, config = _config(spec)
+    dtype = getattr(torch, spec["dtype"])
+    device = torch.device(spec["devices"][0])
+    torch.manual_seed(spec["seed"])
+    rec.describe(
+        workload="causal-lm",
+        model=spec["model_config"],
+        model_type=config.model_type,
+        transformers_version=transformers.__version__,
+        dtype=spec["dtype"],
+    )
+    train = spec.get("task") == "train"
+    with rec.phase("model_load") as info:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        info["parameters"] = sum(p.numel() for p in model.parameters())
+        info["attention_implementation"] = getattr(model.config, "_attn_implementation", None)
+        if train and spec.get("lora_rank"):
+            try:
+                import peft
+            except Exception as exc:
+                raise Missing(f"--lora-rank needs peft, which cannot be imported: {type(exc).__name__}: {exc}") from exc
+            lora = peft.LoraConfig(r=spec["lora_rank"], lora_alpha=2 * spec["lora_rank"], target_modules=spec["lora_targets"])
+            model = peft.get_peft_model(model, lora)
+        info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    vocab = config.get_text_config(decoder=True).vocab_size
+    length = spec["context"] if train else spec["prompt_tokens"]
+    with rec.phase("inputs", requested_shape=[spec["batch"], length]) as info:
+        ids = torch.randint(0, vocab, (spec["batch"], length), device=device)
+        mask = torch.ones_like(ids)
+        info["processed_shape"] = list(ids.shape)
+    if train:
+        model.train()
+        if spec.get("gradient_checkpointing"):
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+
+        def loss_fn(out):
+            # As transformers' ForCausalLMLoss: logits upcast to float32, shifted labels.
+            logits = out.logits.float()
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+            )
+
+        training.run(
+            rec,
+            torch,
+            spec,
+            model,
+            lambda inp: model(input_ids=inp, attention_mask=mask, use_cache=False),
+            loss_fn,
+            ids,
+            [p for p in model.parameters() if p.requires_grad],
+        )
+        return
+    model.eval()
+    with torch.no_grad():
+        if spec.get("whole_loop"):
+            with rec.phase("whole_loop", protocol="whole-loop") as info:
+                cache = _new_cache(transformers, torch, model, spec)
+                out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                token = out.logits[:, -1:].argmax(-1)
+                for _ in range(spec["new_tokens"]):
+                    out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    token = out.logits[:, -1:].argmax(-1)
+                info["cache_bytes"] = cache_bytes(cache)
+                del out, cache, token
+            return
+        _generate(rec, torch, transformers, model, ids, mask, spec, "")
+        _generate(rec, torch, transformers, model, ids, mask, spec, "_warm")

@@ -1,0 +1,85 @@
+"""A training loop measured phase by phase: forward, loss, backward, optimizer_step, zero_grad for
+every step (the first step creates the optimizer states and is not the steady state), then an
+evaluation (no-grad pass) and an export (state dict to CPU, then a safetensors file in a temporary
+folder). With `whole_loop`, the same steps run as one phase with no synchronization inside.
+"""
+
+import contextlib
+import tempfile
+import time
+
+
+def make_optimizer(torch, params, name):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def autocast(torch, precision):
+    if precision == "bf16-mixed":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
+    """`forward(inputs)` → output; `loss_fn(output)` → scalar loss; `trainable` → parameters."""
+    precision = spec["precision"]
+    optimizer = make_optimizer(torch, trainable, spec["optimizer"])
+    steps = spec["steps"]
+    if spec.get("whole_loop"):
+        with rec.phase("whole_loop", steps=steps, protocol="whole-loop") as info:
+            losses = []
+            for _ in range(steps):
+                with autocast(torch, precision):
+                    out = forward(batch_inputs)
+                    loss = loss_fn(out)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(loss)
+                del out, loss
+            info["losses"] = [float(x.item()) for x in losses]
+            del losses
+    else:
+        for step in range(steps):
+            began = time.perf_counter()
+            with rec.phase("forward", step=step):
+                with autocast(torch, precision):
+                    out = forward(batch_inputs)
+            with rec.phase("loss", step=step) as info:
+                with autocast(torch, precision):
+                    loss = loss_fn(out)
+                info["loss"] = float(loss.item())
+            with rec.phase("backward", step=step):
+                loss.backward()
+            del out, loss
+            with rec.phase("optimizer_step", step=step, first_step=(step == 0)):
+                optimizer.step()
+            with rec.phase("zero_grad", step=step) as info:
+                optimizer.zero_grad(set_to_none=True)
+                info["step_duration_s"] = time.perf_counter() - began
+    with rec.phase("evaluation"):
+        with torch.no_grad(), autocast(torch, precision):
+            out = forward(batch_inputs)
+            loss = loss_fn(out)
+        del out, loss
+    with rec.phase("export") as info:
+        state = {k: v.detach().to("cpu") for k, v in model_state(model).items()}
+        info["tensors"] = len(state)
+        try:
+            from safetensors.torch import save_file
+        except Exception as exc:  # recorded: the CPU copy was still measured
+            info["safetensors"] = f"not saved: {type(exc).__name__}: {exc}"
+        else:
+            with tempfile.TemporaryDirectory(prefix="iteragpu-export-") as folder:
+                save_file({k: v.contiguous() for k, v in state.items()}, f"{folder}/model.safetensors")
+            info["safetensors"] = "saved to a temporary folder"
+        del state
+
+
+def model_state(model):
+    if hasattr(model, "state_dict"):
+        return model.state_dict()
+    return {}
