@@ -46,15 +46,41 @@ pub enum EmptyCache {
     BetweenRepeats,
 }
 
+/// What a measured workload does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// The guide's small dense network on synthetic inputs.
+    Dense,
+    /// A language model built from a Hugging Face config with random weights (needs transformers).
+    CausalLm,
+}
+
+/// Inference or training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Task {
+    Infer,
+    Train,
+}
+
 #[derive(Debug, Args)]
 pub struct MeasureArgs {
-    /// Devices, comma-separated; several devices split the network across them (never one pool).
+    /// Built-in workload (ignored with --script).
+    #[arg(long, value_enum, default_value = "dense")]
+    pub workload: Workload,
+    /// Your own Python script, run in a fresh worker; mark phases with `with iteragpu.phase("…"):`.
+    /// Arguments after `--` are passed to it.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["model", "task"])]
+    pub script: Option<PathBuf>,
+    /// Arguments for --script (after `--`).
+    #[arg(last = true, value_name = "ARGS")]
+    pub script_args: Vec<String>,
+    /// Devices, comma-separated; several devices split the dense network across them (never one pool).
     #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
     pub device: Vec<String>,
-    /// Batch size of the synthetic input (batch, context, width).
+    /// Sequences processed together.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64)]
     pub batch: u64,
-    /// Context (sequence positions) of the synthetic input; not an LLM's context with a KV cache.
+    /// Dense: positions of the synthetic input (not an LLM context). causal-lm training: sequence length.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "16", value_parser = positive_u64)]
     pub context: u64,
     /// Width of the dense network and of its inputs.
@@ -63,13 +89,13 @@ pub struct MeasureArgs {
     /// Residual blocks in the dense network.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "4", value_parser = positive_u64)]
     pub depth: u64,
-    /// Floating-point dtype of weights and inputs.
-    #[arg(long, value_name = "DTYPE", default_value = "float32", value_parser = dtype)]
-    pub dtype: Dtype,
-    /// Warm-up passes, measured together as one phase.
+    /// dtype of weights and inputs (default: float32 for dense, the config's torch_dtype or bfloat16 for causal-lm).
+    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    pub dtype: Option<Dtype>,
+    /// Warm-up passes, measured together as one phase (dense inference).
     #[arg(long, value_name = "N", default_value = "3", value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pub warmup: u64,
-    /// Warm repeats, each measured as its own phase.
+    /// Warm repeats, each measured as its own phase (dense inference).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "5", value_parser = positive_u64)]
     pub repeats: u64,
     /// Seed of the synthetic inputs and weights.
@@ -78,6 +104,48 @@ pub struct MeasureArgs {
     /// Empty PyTorch's cache between warm repeats (changes the conditions; recorded).
     #[arg(long, value_enum, default_value = "never")]
     pub empty_cache: EmptyCache,
+
+    /// causal-lm: a config.json, or a folder holding one (weights are random; nothing is downloaded).
+    #[arg(long, value_name = "PATH", help_heading = "Language models")]
+    pub model: Option<PathBuf>,
+    /// causal-lm: prompt length in tokens.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "128", value_parser = positive_u64, help_heading = "Language models")]
+    pub prompt_tokens: u64,
+    /// causal-lm: tokens generated one by one after the prompt.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "32", value_parser = positive_u64, help_heading = "Language models")]
+    pub new_tokens: u64,
+    /// causal-lm: KV-cache strategy.
+    #[arg(long, value_enum, default_value = "dynamic", help_heading = "Language models")]
+    pub cache: CacheKind,
+    /// causal-lm with --cache sliding: window in tokens (default: the model's sliding_window).
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
+    pub window: Option<u64>,
+
+    /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
+    #[arg(long, value_enum, default_value = "infer", help_heading = "Training")]
+    pub task: Task,
+    /// Training steps, each recorded (at least 2: the first creates the optimizer states).
+    #[arg(long, value_name = "N", default_value = "2", value_parser = clap::value_parser!(u64).range(2..=10_000), help_heading = "Training")]
+    pub steps: u64,
+    /// Optimizer of the training loop (adamw or sgd).
+    #[arg(long, value_enum, default_value = "adamw", help_heading = "Training")]
+    pub optimizer: Optimizer,
+    /// Training precision (fp32, bf16-mixed or bf16).
+    #[arg(long, value_enum, default_value = "fp32", help_heading = "Training")]
+    pub precision: Precision,
+    /// Recompute activations in the backward pass; step durations and losses are recorded.
+    #[arg(long, help_heading = "Training")]
+    pub gradient_checkpointing: bool,
+    /// causal-lm: LoRA rank (through peft).
+    #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets", help_heading = "Training")]
+    pub lora_rank: Option<u64>,
+    /// causal-lm: modules that get LoRA adapters, comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "lora_rank", help_heading = "Training")]
+    pub lora_targets: Vec<String>,
+
+    /// Measure the whole loop as one phase with no synchronization between its steps.
+    #[arg(long)]
+    pub whole_loop: bool,
     /// Result file to create; an existing file is refused before anything runs.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,

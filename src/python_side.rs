@@ -4,37 +4,8 @@
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-/// Every file of the `iteragpu` Python package, with its path inside the package.
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "iteragpu/__init__.py",
-        include_str!("../python/iteragpu/__init__.py"),
-    ),
-    (
-        "iteragpu/channel.py",
-        include_str!("../python/iteragpu/channel.py"),
-    ),
-    (
-        "iteragpu/recorder.py",
-        include_str!("../python/iteragpu/recorder.py"),
-    ),
-    (
-        "iteragpu/probe.py",
-        include_str!("../python/iteragpu/probe.py"),
-    ),
-    (
-        "iteragpu/worker.py",
-        include_str!("../python/iteragpu/worker.py"),
-    ),
-    (
-        "iteragpu/workloads/__init__.py",
-        include_str!("../python/iteragpu/workloads/__init__.py"),
-    ),
-    (
-        "iteragpu/workloads/dense.py",
-        include_str!("../python/iteragpu/workloads/dense.py"),
-    ),
-];
+// Every file of the `iteragpu` Python package, with its path inside the package (listed by build.rs).
+include!(concat!(env!("OUT_DIR"), "/python_files.rs"));
 
 /// `sha256:…` of the Python package: identifies the measuring code in every result.
 pub fn code_hash() -> String {

@@ -8,9 +8,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::cli::{EmptyCache, MeasureArgs};
+use crate::cli::{CacheKind, EmptyCache, MeasureArgs, Task, Workload};
+use crate::dtype::Dtype;
+use crate::estimate::phases::{self, CausalLmSpec, DenseSpec, PhasePrediction};
+use crate::estimate::{CacheStrategy, KvRequest, Optimizer, Precision, kv_cache};
+use crate::measure::compare::{self, CacheEstimate};
 use crate::measure::result::{MeasureResult, Policies};
 use crate::measure::{Trial, TrialOutcome, run_trial};
+use crate::model::{Architecture, Config, ModelError};
 use crate::units::Bytes;
 use crate::{exit, output, python_side};
 
@@ -22,79 +27,366 @@ pub fn interrupted() -> &'static AtomicBool {
     &INTERRUPTED
 }
 
-fn dense_trial(args: &MeasureArgs) -> Result<Trial> {
+/// What to compare the observations with once the run is over.
+enum Prediction {
+    None,
+    Phases(Vec<PhasePrediction>),
+    CausalLm {
+        phases: Vec<PhasePrediction>,
+        caches: Vec<CacheEstimate>,
+    },
+}
+
+fn check_devices(args: &MeasureArgs) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for d in &args.device {
         if !seen.insert(d) {
             bail!("device {d} is listed twice in --device; list each device once");
         }
     }
-    if !args.dtype.torch_name().starts_with("float") && args.dtype.torch_name() != "bfloat16" {
-        bail!(
-            "--dtype {} is not a floating-point dtype; the dense network needs float32, float16 or bfloat16",
-            args.dtype
-        );
+    Ok(())
+}
+
+/// The dtype of the weights: training precision decides; else --dtype; else the default.
+fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
+    if args.task == Task::Train {
+        let by_precision = match args.precision {
+            Precision::Fp32 | Precision::Bf16Mixed => Dtype::Float32,
+            Precision::Bf16 => Dtype::Bfloat16,
+            Precision::Fp16Mixed => bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16"),
+        };
+        if let Some(d) = args.dtype
+            && d != by_precision
+        {
+            bail!(
+                "--dtype {d} contradicts --precision {:?}, which keeps the weights in {by_precision}; drop --dtype",
+                args.precision
+            );
+        }
+        return Ok(by_precision);
     }
-    if args.depth < args.device.len() as u64 {
-        bail!(
-            "--depth {} is smaller than the {} devices given: each device needs at least one block",
-            args.depth,
-            args.device.len()
-        );
+    let d = args.dtype.unwrap_or(default);
+    if !matches!(d, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float64) {
+        bail!("--dtype {d} is not a floating-point dtype for weights; use float32, float16 or bfloat16");
     }
-    let empty_cache = match args.empty_cache {
-        EmptyCache::Never => "never",
-        EmptyCache::BetweenRepeats => "between-repeats",
+    Ok(d)
+}
+
+fn policies(args: &MeasureArgs, warmup: u64, repeats: u64) -> Policies {
+    Policies {
+        process: "fresh".into(),
+        warmup,
+        repeats,
+        empty_cache: match args.empty_cache {
+            EmptyCache::Never => "never".into(),
+            EmptyCache::BetweenRepeats => "between-repeats".into(),
+        },
+        protocol: if args.whole_loop { "whole-loop".into() } else { "per-phase".into() },
+        timeout_s: Some(args.timeout),
+    }
+}
+
+fn training_phases(steps: u64) -> Vec<String> {
+    let mut phases = Vec::new();
+    for _ in 0..steps {
+        phases.extend(["forward", "loss", "backward", "optimizer_step", "zero_grad"].map(String::from));
+    }
+    phases.extend(["evaluation", "export"].map(String::from));
+    phases
+}
+
+fn train_fields(args: &MeasureArgs, spec: &mut Value) -> Result<()> {
+    if args.task != Task::Train {
+        if args.gradient_checkpointing || args.lora_rank.is_some() {
+            bail!("--gradient-checkpointing and --lora-rank apply to --task train; add --task train");
+        }
+        return Ok(());
+    }
+    let optimizer = match args.optimizer {
+        Optimizer::Adamw => "adamw",
+        Optimizer::Sgd => "sgd",
+        other => bail!("--optimizer {other:?} is estimated but not measured yet; measure with adamw or sgd"),
     };
-    let spec = json!({
-        "workload": "dense",
+    let precision = match args.precision {
+        Precision::Fp32 => "fp32",
+        Precision::Bf16Mixed => "bf16-mixed",
+        Precision::Bf16 => "bf16",
+        Precision::Fp16Mixed => bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16"),
+    };
+    spec["task"] = json!("train");
+    spec["steps"] = json!(args.steps);
+    spec["optimizer"] = json!(optimizer);
+    spec["precision"] = json!(precision);
+    spec["gradient_checkpointing"] = json!(args.gradient_checkpointing);
+    Ok(())
+}
+
+fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
+    check_devices(args)?;
+    let python = python_side::interpreter(args.python.as_deref());
+    let mut dimensions = Map::new();
+    if let Some(script) = &args.script {
+        if !script.is_file() {
+            bail!("--script {}: no such file; give the path of your Python script", script.display());
+        }
+        let path = std::fs::canonicalize(script)?;
+        let spec = json!({
+            "workload": "script",
+            "script": path,
+            "script_args": args.script_args,
+            "devices": args.device,
+            "seed": args.seed,
+        });
+        let trial = Trial {
+            workload: "script".into(),
+            spec,
+            devices: args.device.clone(),
+            dimensions,
+            seed: None,
+            scope_phases: Vec::new(),
+            first_pass: "the script's first phase".into(),
+            policies: policies(args, 0, 0),
+            python,
+            timeout: Some(Duration::from_secs(args.timeout)),
+            forward_output: true,
+        };
+        return Ok((trial, Prediction::None));
+    }
+    if !args.script_args.is_empty() {
+        bail!("arguments after `--` are for --script; give --script PATH or drop them");
+    }
+    match args.workload {
+        Workload::Dense => {
+            if args.model.is_some() {
+                bail!("--model applies to --workload causal-lm");
+            }
+            if args.lora_rank.is_some() {
+                bail!("--lora-rank applies to --workload causal-lm (the dense network has no LoRA targets)");
+            }
+            if args.depth < args.device.len() as u64 {
+                bail!(
+                    "--depth {} is smaller than the {} devices given: each device needs at least one block",
+                    args.depth,
+                    args.device.len()
+                );
+            }
+            let dtype = weights_dtype(args, Dtype::Float32)?;
+            let mut spec = json!({
+                "workload": "dense",
+                "devices": args.device,
+                "batch": args.batch,
+                "context": args.context,
+                "width": args.width,
+                "depth": args.depth,
+                "dtype": dtype.torch_name(),
+                "warmup": args.warmup,
+                "repeats": args.repeats,
+                "seed": args.seed,
+                "empty_cache": policies(args, 0, 0).empty_cache,
+                "whole_loop": args.whole_loop,
+            });
+            train_fields(args, &mut spec)?;
+            for key in ["batch", "context", "width", "depth", "dtype"] {
+                dimensions.insert(key.to_string(), spec[key].clone());
+            }
+            let train = args.task == Task::Train;
+            let scope = if args.whole_loop {
+                vec!["model_load".into(), "inputs".into(), "whole_loop".into()]
+            } else if train {
+                let mut p = vec!["model_load".to_string(), "inputs".to_string()];
+                p.extend(training_phases(args.steps));
+                p
+            } else {
+                ["model_load", "inputs", "cold_forward", "warmup", "warm_forward"].map(String::from).to_vec()
+            };
+            let prediction = if args.device.len() == 1 && !args.whole_loop && !args.gradient_checkpointing {
+                Prediction::Phases(phases::dense(&DenseSpec {
+                    batch: args.batch,
+                    context: args.context,
+                    width: args.width,
+                    depth: args.depth,
+                    element_bytes: dtype.bytes(),
+                    warmup: args.warmup,
+                    repeats: args.repeats,
+                    train_steps: train.then_some(args.steps),
+                    adamw: args.optimizer == Optimizer::Adamw,
+                }))
+            } else {
+                Prediction::None
+            };
+            let trial = Trial {
+                workload: "dense".into(),
+                spec,
+                devices: args.device.clone(),
+                dimensions,
+                seed: Some(args.seed),
+                scope_phases: scope,
+                first_pass: if train { "forward (step 0)".into() } else { "cold_forward".into() },
+                policies: policies(args, if train { 0 } else { args.warmup }, if train { args.steps } else { args.repeats }),
+                python,
+                timeout: Some(Duration::from_secs(args.timeout)),
+                forward_output: true,
+            };
+            Ok((trial, prediction))
+        }
+        Workload::CausalLm => causal_lm(args, python, dimensions),
+    }
+}
+
+fn causal_lm(args: &MeasureArgs, python: std::path::PathBuf, mut dimensions: Map<String, Value>) -> Result<(Trial, Prediction)> {
+    let Some(model) = &args.model else {
+        bail!("--workload causal-lm needs --model PATH (a config.json or a folder holding one)");
+    };
+    if args.device.len() > 1 {
+        bail!("--workload causal-lm runs on one device; splitting a language model over several GPUs is for you to measure with --script");
+    }
+    let config_path = if model.is_dir() { model.join("config.json") } else { model.clone() };
+    let config = Config::load(&config_path)?;
+    let arch = match Architecture::from_config(&config) {
+        Ok(a) => Some(a),
+        Err(ModelError::UnknownFamily { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let default = arch.as_ref().and_then(|a| a.config_dtype).unwrap_or(Dtype::Bfloat16);
+    let dtype = weights_dtype(args, default)?;
+    let train = args.task == Task::Train;
+    if args.window.is_some() && args.cache != CacheKind::Sliding {
+        bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
+    }
+    let cache = match args.cache {
+        CacheKind::Dynamic => "dynamic",
+        CacheKind::Static => "static",
+        CacheKind::Sliding => "sliding",
+        CacheKind::Quantized => "quantized",
+        CacheKind::Offloaded => "offloaded",
+    };
+    let mut spec = json!({
+        "workload": "causal-lm",
+        "model_config": std::fs::canonicalize(&config_path)?,
         "devices": args.device,
         "batch": args.batch,
         "context": args.context,
-        "width": args.width,
-        "depth": args.depth,
-        "dtype": args.dtype.torch_name(),
-        "warmup": args.warmup,
-        "repeats": args.repeats,
+        "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens,
+        "cache": cache,
+        "window": args.window,
+        "dtype": dtype.torch_name(),
         "seed": args.seed,
-        "empty_cache": empty_cache,
+        "whole_loop": args.whole_loop,
+        "lora_rank": args.lora_rank,
+        "lora_targets": args.lora_targets,
     });
-    let mut dimensions = Map::new();
-    for key in ["batch", "context", "width", "depth", "dtype"] {
+    train_fields(args, &mut spec)?;
+    let keys: &[&str] = if train { &["batch", "context", "dtype"] } else { &["batch", "prompt_tokens", "new_tokens", "cache", "dtype"] };
+    for key in keys {
         dimensions.insert(key.to_string(), spec[key].clone());
     }
-    Ok(Trial {
-        workload: "dense".into(),
+    dimensions.insert("model".into(), json!(config_path.display().to_string()));
+    let scope: Vec<String> = if args.whole_loop {
+        ["model_load", "inputs", "whole_loop"].map(String::from).to_vec()
+    } else if train {
+        let mut p = vec!["model_load".to_string(), "inputs".to_string()];
+        p.extend(training_phases(args.steps));
+        p
+    } else {
+        ["model_load", "inputs", "prefill", "decode", "prefill_warm", "decode_warm"].map(String::from).to_vec()
+    };
+    let prediction = match (&arch, train || args.whole_loop) {
+        (Some(arch), false) => {
+            let kv = |tokens: u64, windows: bool| -> Result<u64> {
+                let mut layout = arch.kv.clone();
+                if !windows {
+                    for l in &mut layout.layers {
+                        l.window = None;
+                    }
+                }
+                let strategy = match args.cache {
+                    CacheKind::Dynamic => CacheStrategy::Dynamic,
+                    CacheKind::Static => CacheStrategy::Static {
+                        max_cache_len: args.prompt_tokens + args.new_tokens,
+                    },
+                    CacheKind::Sliding => CacheStrategy::Sliding {
+                        window: match (windows, args.window.or(arch.kv.window())) {
+                            (true, Some(w)) => w,
+                            _ => u64::MAX,
+                        },
+                    },
+                    CacheKind::Quantized => CacheStrategy::Quantized {
+                        bits: 4,
+                        group_size: 64,
+                        residual: 128,
+                    },
+                    CacheKind::Offloaded => CacheStrategy::Offloaded,
+                };
+                let req = KvRequest {
+                    layout,
+                    tokens,
+                    sequences: args.batch,
+                    element_bytes: dtype.bytes(),
+                    strategy,
+                };
+                Ok(kv_cache::terms(&req, &mut Vec::new())?[0].bytes.get())
+            };
+            let total = args.prompt_tokens + args.new_tokens;
+            // Right after the prefill a sliding layer still holds the whole prompt (a view of the
+            // tensor built from it); after a decoding step it holds min(tokens, window).
+            let prefill_windows = args.cache == CacheKind::Static;
+            let after_prefill = kv(args.prompt_tokens, prefill_windows)?;
+            let after_decode = kv(total, true)?;
+            let basis = format!("estimate's KV term, --cache {cache}, {} bytes per value", dtype.bytes());
+            let caches = ["", "_warm"]
+                .iter()
+                .flat_map(|suffix| {
+                    [
+                        CacheEstimate {
+                            phase: format!("prefill{suffix}"),
+                            tokens: args.prompt_tokens,
+                            bytes: after_prefill,
+                            basis: basis.clone(),
+                        },
+                        CacheEstimate {
+                            phase: format!("decode{suffix}"),
+                            tokens: total,
+                            bytes: after_decode,
+                            basis: basis.clone(),
+                        },
+                    ]
+                })
+                .collect();
+            let phases = phases::causal_lm(
+                arch,
+                &CausalLmSpec {
+                    batch: args.batch,
+                    prompt_tokens: args.prompt_tokens,
+                    new_tokens: args.new_tokens,
+                    element_bytes: dtype.bytes(),
+                    kv_after_prefill: after_prefill,
+                    kv_after_decode: after_decode,
+                    static_cache: args.cache == CacheKind::Static,
+                },
+            );
+            Prediction::CausalLm { phases, caches }
+        }
+        _ => Prediction::None,
+    };
+    let trial = Trial {
+        workload: "causal-lm".into(),
         spec,
         devices: args.device.clone(),
         dimensions,
         seed: Some(args.seed),
-        scope_phases: [
-            "model_load",
-            "inputs",
-            "cold_forward",
-            "warmup",
-            "warm_forward",
-        ]
-        .map(String::from)
-        .to_vec(),
-        first_pass: "cold_forward".into(),
-        policies: Policies {
-            process: "fresh".into(),
-            warmup: args.warmup,
-            repeats: args.repeats,
-            empty_cache: empty_cache.into(),
-            protocol: "per-phase".into(),
-            timeout_s: Some(args.timeout),
-        },
-        python: python_side::interpreter(args.python.as_deref()),
+        scope_phases: scope,
+        first_pass: if train { "forward (step 0)".into() } else { "prefill".into() },
+        policies: policies(args, 0, if train { args.steps } else { 1 }),
+        python,
         timeout: Some(Duration::from_secs(args.timeout)),
         forward_output: true,
-    })
+    };
+    Ok((trial, prediction))
 }
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
-    let trial = dense_trial(args)?;
+    let (trial, prediction) = build(args)?;
     output::check_new(&args.output)?;
     let outcome = match run_trial(&trial, interrupted()) {
         Ok(o) => o,
@@ -104,7 +396,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         }
         Err(e) => return Err(e.into()),
     };
-    let result = match outcome {
+    let mut result = match outcome {
         TrialOutcome::Unavailable { reason, .. } => {
             eprintln!("error: nothing measured: {reason}");
             eprintln!("(no result file was written; run `iteragpu environment` for details)");
@@ -112,19 +404,22 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         }
         TrialOutcome::Measured(result) => result,
     };
+    match &prediction {
+        Prediction::None => {}
+        Prediction::Phases(p) => compare::predictions(&mut result, p, 0),
+        Prediction::CausalLm { phases, caches } => {
+            compare::predictions(&mut result, phases, 0);
+            compare::kv_cache(&mut result, caches);
+        }
+    }
     let path = write_result(&args.output, &result)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"
     } else {
         table(&result, &path)
     };
-    out.write_all(text.as_bytes())
-        .context("cannot write to standard output")?;
-    Ok(if result.status == "ok" {
-        exit::OK
-    } else {
-        exit::WORKLOAD_FAILED
-    })
+    out.write_all(text.as_bytes()).context("cannot write to standard output")?;
+    Ok(if result.status == "ok" { exit::OK } else { exit::WORKLOAD_FAILED })
 }
 
 /// Writes the result with create-new semantics; if the path appeared meanwhile, a sibling name is
@@ -243,6 +538,38 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
                 Bytes(s.max as u64).grouped()
             );
         }
+    }
+    if !r.predictions.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n  estimated vs observed (first device):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
+            "phase", "predicted alloc", "observed alloc", "error", "predicted resv", "observed resv", "error"
+        );
+        for c in &r.predictions {
+            let pct = |v: Option<f64>| v.map_or("null".into(), |p| format!("{p:+.1}%"));
+            let b = |v: Option<u64>| v.map_or("null".into(), |x| Bytes(x).grouped());
+            let _ = writeln!(
+                o,
+                "  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
+                c.phase,
+                Bytes(c.predicted_peak_allocated_bytes).grouped(),
+                b(c.observed_peak_allocated_bytes),
+                pct(c.error_allocated_pct),
+                Bytes(c.predicted_peak_reserved_bytes).grouped(),
+                b(c.observed_peak_reserved_bytes),
+                pct(c.error_reserved_pct)
+            );
+        }
+    }
+    for c in &r.kv_cache {
+        let _ = writeln!(
+            o,
+            "  KV cache after {}: observed {} bytes, estimated {} bytes ({})",
+            c.phase,
+            c.observed_bytes.map_or("null".into(), |b| Bytes(b).grouped()),
+            Bytes(c.estimated_bytes).grouped(),
+            c.difference_pct.map_or("no difference computed".into(), |p| format!("{p:+.2}%"))
+        );
     }
     if let Some(f) = &r.failure {
         let _ = writeln!(

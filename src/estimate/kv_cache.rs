@@ -125,7 +125,16 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
     let mut out = Vec::new();
     match &req.strategy {
         CacheStrategy::Dynamic | CacheStrategy::Static { .. } | CacheStrategy::Sliding { .. } => {
-            let total: u128 = (0..n).map(|i| req.layer_bytes(i)).sum();
+            // transformers' cache layers also keep one-element int64 tensors on the device: the
+            // window of a DynamicSlidingWindowLayer (`_sliding_window_tensor`) and the position
+            // of every StaticLayer (`cumulative_length`): 8 bytes each (checked on CPU).
+            let (window_tensors, what) = match &req.strategy {
+                CacheStrategy::Dynamic => (8 * sliding as u128, "each sliding layer's window"),
+                CacheStrategy::Sliding { .. } => (8 * n as u128, "each sliding layer's window"),
+                CacheStrategy::Static { .. } => (8 * n as u128, "each static layer's position"),
+                _ => (0, ""),
+            };
+            let total: u128 = (0..n).map(|i| req.layer_bytes(i)).sum::<u128>() + window_tensors;
             let kept = match &req.strategy {
                 CacheStrategy::Dynamic if sliding > 0 => {
                     notes.push("transformers' DynamicSlidingWindowLayer keeps window−1 tokens as a view of a window-sized tensor: a sliding layer holds min(tokens, window) tokens after a decoding step, and the whole prompt right after a prefill longer than the window".into());
@@ -165,12 +174,16 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 }
                 _ => tokens.clone(),
             };
+            let mut formula = base(&kept);
+            if window_tensors > 0 {
+                formula.push_str(&format!(" + {window_tensors} bytes ({what} as an int64 tensor)"));
+            }
             out.push(
                 Term::new(
                     format!("KV cache ({})", req.strategy.name()),
                     Bytes::from_u128(total).map_err(overflow())?,
                     Kind::Calculated,
-                    base(&kept),
+                    formula,
                 )
                 .input("layers", n as u64)
                 .input("tokens", req.tokens)
@@ -306,7 +319,7 @@ mod tests {
                 max_cache_len: 8192,
             },
         );
-        assert_eq!(total(&r), 1_073_741_824);
+        assert_eq!(total(&r), 1_073_741_824 + 32 * 8);
         let short = req(
             9000,
             1,
@@ -320,7 +333,7 @@ mod tests {
     #[test]
     fn sliding_caps_tokens() {
         let r = req(8192, 1, CacheStrategy::Sliding { window: 4096 });
-        assert_eq!(total(&r), 1_073_741_824 / 2);
+        assert_eq!(total(&r), 1_073_741_824 / 2 + 32 * 8);
     }
 
     #[test]

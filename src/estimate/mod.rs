@@ -1,7 +1,9 @@
 //! Pure arithmetic before any GPU is touched: each memory term with its exact bytes, its formula
 //! and whether it is *calculated* (follows from the inputs) or *assumed* (a model or a choice).
 
+pub mod allocator;
 pub mod kv_cache;
+pub mod phases;
 pub mod render;
 pub mod reserve;
 pub mod training;

@@ -4,6 +4,7 @@
 //! events arrive, so a worker that dies mid-phase still leaves every completed phase, the phase it
 //! died in, its exit status or signal, and the last values seen.
 
+pub mod compare;
 pub mod events;
 pub mod result;
 pub mod runner;
@@ -249,6 +250,8 @@ pub fn run_trial(
             },
             stderr_tail: run.stderr_tail,
         },
+        predictions: Vec::new(),
+        kv_cache: Vec::new(),
         unknown_events: p.unknown,
         notes,
     };

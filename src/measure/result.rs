@@ -33,9 +33,31 @@ pub struct MeasureResult {
     /// The failing phase, its error and the last values read, when status is not `ok`.
     pub failure: Option<Failure>,
     pub worker: WorkerInfo,
+    /// The estimate's prediction next to what was observed, per phase (built-in workloads).
+    #[serde(default)]
+    pub predictions: Vec<crate::estimate::phases::Comparison>,
+    /// The cache object's real size next to the estimate's KV term for the same load (causal-lm).
+    #[serde(default)]
+    pub kv_cache: Vec<CacheComparison>,
     /// Events of types this CLI does not know, kept verbatim.
     pub unknown_events: Vec<Value>,
     pub notes: Vec<String>,
+}
+
+/// Observed KV-cache bytes next to the estimate for the same load.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CacheComparison {
+    pub phase: String,
+    pub index: u64,
+    pub tokens: u64,
+    pub estimated_bytes: u64,
+    /// Sum of the storage of every tensor the cache object holds (each storage counted once).
+    pub observed_bytes: Option<u64>,
+    /// observed − estimated.
+    pub difference_bytes: Option<i64>,
+    /// (observed − estimated) ÷ estimated × 100.
+    pub difference_pct: Option<f64>,
+    pub basis: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

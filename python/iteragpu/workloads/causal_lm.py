@@ -32,7 +32,7 @@ def _config(spec):
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
 
 
-def cache_bytes(cache):
+def cache_bytes(cache, device_type="cuda"):
     """Bytes of GPU storage held by a cache object: every tensor reachable from its layers,
     each storage counted once (a sliding layer keeps a view of a larger tensor)."""
     seen = {}
@@ -41,7 +41,7 @@ def cache_bytes(cache):
         if depth > 4 or obj is None:
             return
         if hasattr(obj, "untyped_storage") and hasattr(obj, "device"):
-            if obj.device.type == "cuda" and obj.numel() > 0:
+            if obj.device.type == device_type and obj.numel() > 0:
                 storage = obj.untyped_storage()
                 seen[storage.data_ptr()] = storage.nbytes()
             return
