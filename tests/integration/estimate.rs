@@ -132,7 +132,7 @@ fn kv_strategies_from_numbers() {
     assert_eq!(with(&[]), 536_870_912);
     assert_eq!(
         with(&["--cache", "static", "--max-cache-len", "8192"]),
-        1_073_741_824
+        1_073_741_824 + 32 * 8
     );
     assert_eq!(
         with(&["--cache", "sliding", "--window", "1024"]),
@@ -229,7 +229,7 @@ fn kv_from_model_configs() {
     let per = 2 * 8 * 256 * 2u64;
     assert_eq!(
         term_bytes(&doc, "KV cache"),
-        21 * per * 8192 + 21 * per * 4096
+        21 * per * 8192 + 21 * per * 4096 + 21 * 8
     );
     // Gemma 3 1B: 22 of 26 layers slide with a 512 window, 1 KV head of 256.
     let doc = estimate_json(&["--model", &model("gemma-3-1b-it"), "--context", "4096"]);
