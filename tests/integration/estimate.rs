@@ -136,7 +136,7 @@ fn kv_strategies_from_numbers() {
     );
     assert_eq!(
         with(&["--cache", "sliding", "--window", "1024"]),
-        134_217_728
+        134_217_728 + 32 * 8
     );
     assert_eq!(with(&["--cache", "offloaded"]), 536_870_912 / 16);
     let q = with(&["--cache", "quantized", "--kv-quant-bits", "4"]);
@@ -236,7 +236,7 @@ fn kv_from_model_configs() {
     let per = 2 * 256 * 2u64;
     assert_eq!(
         term_bytes(&doc, "KV cache"),
-        4 * per * 4096 + 22 * per * 512
+        4 * per * 4096 + 22 * per * 512 + 22 * 8
     );
     // Static cache of a sliding model preallocates min(max_cache_len, window) on sliding layers.
     let doc = estimate_json(&[
