@@ -251,7 +251,7 @@ fn kv_from_model_configs() {
     ]);
     assert_eq!(
         term_bytes(&doc, "KV cache"),
-        4 * per * 4096 + 22 * per * 512
+        4 * per * 4096 + 22 * per * 512 + 26 * 8
     );
     // DeepSeek-V3 keeps decompressed K (128 heads × 192) and V (128 × 128) in transformers,
     // and shows the 576-wide latent apart.
