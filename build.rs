@@ -4,7 +4,10 @@
 use std::path::Path;
 
 fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).expect("python/iteragpu is readable").flatten().collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("python/iteragpu is readable")
+        .flatten()
+        .collect();
     entries.sort_by_key(|e| e.path());
     for entry in entries {
         let path = entry.path();
@@ -13,7 +16,11 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
                 collect(&path, root, out);
             }
         } else if path.extension().is_some_and(|e| e == "py") {
-            let rel = path.strip_prefix(root).expect("inside root").to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(root)
+                .expect("inside root")
+                .to_string_lossy()
+                .replace('\\', "/");
             out.push(rel);
         }
     }
@@ -31,6 +38,7 @@ fn main() {
         ));
     }
     code.push_str("];\n");
-    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("python_files.rs");
+    let out =
+        Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("python_files.rs");
     std::fs::write(out, code).expect("OUT_DIR is writable");
 }

@@ -23,7 +23,7 @@ pub enum Command {
     /// What a run will really use: GPUs as the driver declares them, Python, PyTorch, allocator.
     Environment(EnvironmentArgs),
     /// Measure a workload phase by phase in a fresh PyTorch process; raw bytes into a new JSON file.
-    Measure(MeasureArgs),
+    Measure(Box<MeasureArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -115,7 +115,12 @@ pub struct MeasureArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "32", value_parser = positive_u64, help_heading = "Language models")]
     pub new_tokens: u64,
     /// causal-lm: KV-cache strategy.
-    #[arg(long, value_enum, default_value = "dynamic", help_heading = "Language models")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "dynamic",
+        help_heading = "Language models"
+    )]
     pub cache: CacheKind,
     /// causal-lm with --cache sliding: window in tokens (default: the model's sliding_window).
     #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
@@ -140,7 +145,13 @@ pub struct MeasureArgs {
     #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets", help_heading = "Training")]
     pub lora_rank: Option<u64>,
     /// causal-lm: modules that get LoRA adapters, comma-separated.
-    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "lora_rank", help_heading = "Training")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "lora_rank",
+        help_heading = "Training"
+    )]
     pub lora_targets: Vec<String>,
 
     /// Measure the whole loop as one phase with no synchronization between its steps.

@@ -8,3 +8,5 @@ mod estimate;
 mod measure;
 #[path = "integration/properties.rs"]
 mod properties;
+#[path = "integration/workloads.rs"]
+mod workloads;

@@ -84,7 +84,7 @@ class Recorder:
             "status": "failed" if failed else "ok",
             "started_at": self._started,
             "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "identity": {"workload": "notebook", "code_hash": None, "seed": None, "declared": self.identity},
+            "identity": {"workload": "notebook", "code_hash": code_hash(), "seed": None, "declared": self.identity},
             "dimensions": {k: v for k, v in self.identity.items() if k in ("batch", "context", "prompt_tokens", "new_tokens", "resolution", "requests")},
             "environment": {
                 "python": self._environment,
@@ -203,6 +203,29 @@ class Recorder:
         self._emit("phase_end", record)
         if error is not None:
             raise error
+
+
+def code_hash():
+    """sha256 of this package's files, computed as the CLI computes it (same order, same bytes)."""
+    import hashlib
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+
+    def walk(folder):
+        for entry in sorted(os.scandir(folder), key=lambda e: e.path):
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    walk(entry.path)
+            elif entry.name.endswith(".py"):
+                rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
+                digest.update(rel.encode() + b"\0")
+                with open(entry.path, "rb") as f:
+                    digest.update(f.read() + b"\0")
+
+    walk(os.path.join(root, "iteragpu"))
+    return "sha256:" + digest.hexdigest()
 
 
 def _is_oom(torch, error):

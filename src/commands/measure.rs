@@ -53,7 +53,9 @@ fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
         let by_precision = match args.precision {
             Precision::Fp32 | Precision::Bf16Mixed => Dtype::Float32,
             Precision::Bf16 => Dtype::Bfloat16,
-            Precision::Fp16Mixed => bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16"),
+            Precision::Fp16Mixed => {
+                bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16")
+            }
         };
         if let Some(d) = args.dtype
             && d != by_precision
@@ -66,8 +68,13 @@ fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
         return Ok(by_precision);
     }
     let d = args.dtype.unwrap_or(default);
-    if !matches!(d, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float64) {
-        bail!("--dtype {d} is not a floating-point dtype for weights; use float32, float16 or bfloat16");
+    if !matches!(
+        d,
+        Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float64
+    ) {
+        bail!(
+            "--dtype {d} is not a floating-point dtype for weights; use float32, float16 or bfloat16"
+        );
     }
     Ok(d)
 }
@@ -81,7 +88,11 @@ fn policies(args: &MeasureArgs, warmup: u64, repeats: u64) -> Policies {
             EmptyCache::Never => "never".into(),
             EmptyCache::BetweenRepeats => "between-repeats".into(),
         },
-        protocol: if args.whole_loop { "whole-loop".into() } else { "per-phase".into() },
+        protocol: if args.whole_loop {
+            "whole-loop".into()
+        } else {
+            "per-phase".into()
+        },
         timeout_s: Some(args.timeout),
     }
 }
@@ -89,7 +100,9 @@ fn policies(args: &MeasureArgs, warmup: u64, repeats: u64) -> Policies {
 fn training_phases(steps: u64) -> Vec<String> {
     let mut phases = Vec::new();
     for _ in 0..steps {
-        phases.extend(["forward", "loss", "backward", "optimizer_step", "zero_grad"].map(String::from));
+        phases.extend(
+            ["forward", "loss", "backward", "optimizer_step", "zero_grad"].map(String::from),
+        );
     }
     phases.extend(["evaluation", "export"].map(String::from));
     phases
@@ -98,20 +111,26 @@ fn training_phases(steps: u64) -> Vec<String> {
 fn train_fields(args: &MeasureArgs, spec: &mut Value) -> Result<()> {
     if args.task != Task::Train {
         if args.gradient_checkpointing || args.lora_rank.is_some() {
-            bail!("--gradient-checkpointing and --lora-rank apply to --task train; add --task train");
+            bail!(
+                "--gradient-checkpointing and --lora-rank apply to --task train; add --task train"
+            );
         }
         return Ok(());
     }
     let optimizer = match args.optimizer {
         Optimizer::Adamw => "adamw",
         Optimizer::Sgd => "sgd",
-        other => bail!("--optimizer {other:?} is estimated but not measured yet; measure with adamw or sgd"),
+        other => bail!(
+            "--optimizer {other:?} is estimated but not measured yet; measure with adamw or sgd"
+        ),
     };
     let precision = match args.precision {
         Precision::Fp32 => "fp32",
         Precision::Bf16Mixed => "bf16-mixed",
         Precision::Bf16 => "bf16",
-        Precision::Fp16Mixed => bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16"),
+        Precision::Fp16Mixed => {
+            bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16")
+        }
     };
     spec["task"] = json!("train");
     spec["steps"] = json!(args.steps);
@@ -121,13 +140,31 @@ fn train_fields(args: &MeasureArgs, spec: &mut Value) -> Result<()> {
     Ok(())
 }
 
+/// The training settings, recorded with the dimensions so runs can be compared.
+fn training_dimensions(spec: &Value, dimensions: &mut Map<String, Value>) {
+    for key in [
+        "task",
+        "steps",
+        "optimizer",
+        "precision",
+        "gradient_checkpointing",
+    ] {
+        if let Some(v) = spec.get(key) {
+            dimensions.insert(key.to_string(), v.clone());
+        }
+    }
+}
+
 fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
     check_devices(args)?;
     let python = python_side::interpreter(args.python.as_deref());
     let mut dimensions = Map::new();
     if let Some(script) = &args.script {
         if !script.is_file() {
-            bail!("--script {}: no such file; give the path of your Python script", script.display());
+            bail!(
+                "--script {}: no such file; give the path of your Python script",
+                script.display()
+            );
         }
         let path = std::fs::canonicalize(script)?;
         let spec = json!({
@@ -161,7 +198,9 @@ fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
                 bail!("--model applies to --workload causal-lm");
             }
             if args.lora_rank.is_some() {
-                bail!("--lora-rank applies to --workload causal-lm (the dense network has no LoRA targets)");
+                bail!(
+                    "--lora-rank applies to --workload causal-lm (the dense network has no LoRA targets)"
+                );
             }
             if args.depth < args.device.len() as u64 {
                 bail!(
@@ -189,31 +228,45 @@ fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
             for key in ["batch", "context", "width", "depth", "dtype"] {
                 dimensions.insert(key.to_string(), spec[key].clone());
             }
+            training_dimensions(&spec, &mut dimensions);
             let train = args.task == Task::Train;
-            let scope = if args.whole_loop {
+            let scope = if args.whole_loop && train {
+                ["model_load", "inputs", "whole_loop", "evaluation", "export"]
+                    .map(String::from)
+                    .to_vec()
+            } else if args.whole_loop {
                 vec!["model_load".into(), "inputs".into(), "whole_loop".into()]
             } else if train {
                 let mut p = vec!["model_load".to_string(), "inputs".to_string()];
                 p.extend(training_phases(args.steps));
                 p
             } else {
-                ["model_load", "inputs", "cold_forward", "warmup", "warm_forward"].map(String::from).to_vec()
+                [
+                    "model_load",
+                    "inputs",
+                    "cold_forward",
+                    "warmup",
+                    "warm_forward",
+                ]
+                .map(String::from)
+                .to_vec()
             };
-            let prediction = if args.device.len() == 1 && !args.whole_loop && !args.gradient_checkpointing {
-                Prediction::Phases(phases::dense(&DenseSpec {
-                    batch: args.batch,
-                    context: args.context,
-                    width: args.width,
-                    depth: args.depth,
-                    element_bytes: dtype.bytes(),
-                    warmup: args.warmup,
-                    repeats: args.repeats,
-                    train_steps: train.then_some(args.steps),
-                    adamw: args.optimizer == Optimizer::Adamw,
-                }))
-            } else {
-                Prediction::None
-            };
+            let prediction =
+                if args.device.len() == 1 && !args.whole_loop && !args.gradient_checkpointing {
+                    Prediction::Phases(phases::dense(&DenseSpec {
+                        batch: args.batch,
+                        context: args.context,
+                        width: args.width,
+                        depth: args.depth,
+                        element_bytes: dtype.bytes(),
+                        warmup: args.warmup,
+                        repeats: args.repeats,
+                        train_steps: train.then_some(args.steps),
+                        adamw: args.optimizer == Optimizer::Adamw,
+                    }))
+                } else {
+                    Prediction::None
+                };
             let trial = Trial {
                 workload: "dense".into(),
                 spec,
@@ -221,8 +274,16 @@ fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
                 dimensions,
                 seed: Some(args.seed),
                 scope_phases: scope,
-                first_pass: if train { "forward (step 0)".into() } else { "cold_forward".into() },
-                policies: policies(args, if train { 0 } else { args.warmup }, if train { args.steps } else { args.repeats }),
+                first_pass: if train {
+                    "forward (step 0)".into()
+                } else {
+                    "cold_forward".into()
+                },
+                policies: policies(
+                    args,
+                    if train { 0 } else { args.warmup },
+                    if train { args.steps } else { args.repeats },
+                ),
                 python,
                 timeout: Some(Duration::from_secs(args.timeout)),
                 forward_output: true,
@@ -233,21 +294,34 @@ fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
     }
 }
 
-fn causal_lm(args: &MeasureArgs, python: std::path::PathBuf, mut dimensions: Map<String, Value>) -> Result<(Trial, Prediction)> {
+fn causal_lm(
+    args: &MeasureArgs,
+    python: std::path::PathBuf,
+    mut dimensions: Map<String, Value>,
+) -> Result<(Trial, Prediction)> {
     let Some(model) = &args.model else {
         bail!("--workload causal-lm needs --model PATH (a config.json or a folder holding one)");
     };
     if args.device.len() > 1 {
-        bail!("--workload causal-lm runs on one device; splitting a language model over several GPUs is for you to measure with --script");
+        bail!(
+            "--workload causal-lm runs on one device; splitting a language model over several GPUs is for you to measure with --script"
+        );
     }
-    let config_path = if model.is_dir() { model.join("config.json") } else { model.clone() };
+    let config_path = if model.is_dir() {
+        model.join("config.json")
+    } else {
+        model.clone()
+    };
     let config = Config::load(&config_path)?;
     let arch = match Architecture::from_config(&config) {
         Ok(a) => Some(a),
         Err(ModelError::UnknownFamily { .. }) => None,
         Err(e) => return Err(e.into()),
     };
-    let default = arch.as_ref().and_then(|a| a.config_dtype).unwrap_or(Dtype::Bfloat16);
+    let default = arch
+        .as_ref()
+        .and_then(|a| a.config_dtype)
+        .unwrap_or(Dtype::Bfloat16);
     let dtype = weights_dtype(args, default)?;
     let train = args.task == Task::Train;
     if args.window.is_some() && args.cache != CacheKind::Sliding {
@@ -277,19 +351,39 @@ fn causal_lm(args: &MeasureArgs, python: std::path::PathBuf, mut dimensions: Map
         "lora_targets": args.lora_targets,
     });
     train_fields(args, &mut spec)?;
-    let keys: &[&str] = if train { &["batch", "context", "dtype"] } else { &["batch", "prompt_tokens", "new_tokens", "cache", "dtype"] };
+    let keys: &[&str] = if train {
+        &["batch", "context", "dtype"]
+    } else {
+        &["batch", "prompt_tokens", "new_tokens", "cache", "dtype"]
+    };
     for key in keys {
         dimensions.insert(key.to_string(), spec[key].clone());
     }
     dimensions.insert("model".into(), json!(config_path.display().to_string()));
-    let scope: Vec<String> = if args.whole_loop {
-        ["model_load", "inputs", "whole_loop"].map(String::from).to_vec()
+    training_dimensions(&spec, &mut dimensions);
+    let scope: Vec<String> = if args.whole_loop && train {
+        ["model_load", "inputs", "whole_loop", "evaluation", "export"]
+            .map(String::from)
+            .to_vec()
+    } else if args.whole_loop {
+        ["model_load", "inputs", "whole_loop"]
+            .map(String::from)
+            .to_vec()
     } else if train {
         let mut p = vec!["model_load".to_string(), "inputs".to_string()];
         p.extend(training_phases(args.steps));
         p
     } else {
-        ["model_load", "inputs", "prefill", "decode", "prefill_warm", "decode_warm"].map(String::from).to_vec()
+        [
+            "model_load",
+            "inputs",
+            "prefill",
+            "decode",
+            "prefill_warm",
+            "decode_warm",
+        ]
+        .map(String::from)
+        .to_vec()
     };
     let prediction = match (&arch, train || args.whole_loop) {
         (Some(arch), false) => {
@@ -333,7 +427,10 @@ fn causal_lm(args: &MeasureArgs, python: std::path::PathBuf, mut dimensions: Map
             let prefill_windows = args.cache == CacheKind::Static;
             let after_prefill = kv(args.prompt_tokens, prefill_windows)?;
             let after_decode = kv(total, true)?;
-            let basis = format!("estimate's KV term, --cache {cache}, {} bytes per value", dtype.bytes());
+            let basis = format!(
+                "estimate's KV term, --cache {cache}, {} bytes per value",
+                dtype.bytes()
+            );
             let caches = ["", "_warm"]
                 .iter()
                 .flat_map(|suffix| {
@@ -376,7 +473,11 @@ fn causal_lm(args: &MeasureArgs, python: std::path::PathBuf, mut dimensions: Map
         dimensions,
         seed: Some(args.seed),
         scope_phases: scope,
-        first_pass: if train { "forward (step 0)".into() } else { "prefill".into() },
+        first_pass: if train {
+            "forward (step 0)".into()
+        } else {
+            "prefill".into()
+        },
         policies: policies(args, 0, if train { args.steps } else { 1 }),
         python,
         timeout: Some(Duration::from_secs(args.timeout)),
@@ -418,8 +519,13 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         table(&result, &path)
     };
-    out.write_all(text.as_bytes()).context("cannot write to standard output")?;
-    Ok(if result.status == "ok" { exit::OK } else { exit::WORKLOAD_FAILED })
+    out.write_all(text.as_bytes())
+        .context("cannot write to standard output")?;
+    Ok(if result.status == "ok" {
+        exit::OK
+    } else {
+        exit::WORKLOAD_FAILED
+    })
 }
 
 /// Writes the result with create-new semantics; if the path appeared meanwhile, a sibling name is
@@ -543,7 +649,13 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
         let _ = writeln!(
             o,
             "\n  estimated vs observed (first device):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
-            "phase", "predicted alloc", "observed alloc", "error", "predicted resv", "observed resv", "error"
+            "phase",
+            "predicted alloc",
+            "observed alloc",
+            "error",
+            "predicted resv",
+            "observed resv",
+            "error"
         );
         for c in &r.predictions {
             let pct = |v: Option<f64>| v.map_or("null".into(), |p| format!("{p:+.1}%"));
@@ -566,9 +678,11 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
             o,
             "  KV cache after {}: observed {} bytes, estimated {} bytes ({})",
             c.phase,
-            c.observed_bytes.map_or("null".into(), |b| Bytes(b).grouped()),
+            c.observed_bytes
+                .map_or("null".into(), |b| Bytes(b).grouped()),
             Bytes(c.estimated_bytes).grouped(),
-            c.difference_pct.map_or("no difference computed".into(), |p| format!("{p:+.2}%"))
+            c.difference_pct
+                .map_or("no difference computed".into(), |p| format!("{p:+.2}%"))
         );
     }
     if let Some(f) = &r.failure {

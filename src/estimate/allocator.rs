@@ -85,9 +85,17 @@ impl CachingAllocator {
         self.next_id += 1;
         // Best fit among the free blocks of the pool.
         let mut best: Option<(usize, usize, u64)> = None;
-        for (s, seg) in self.segments.iter().enumerate().filter(|(_, s)| s.small == small) {
+        for (s, seg) in self
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.small == small)
+        {
             for (b, block) in seg.blocks.iter().enumerate() {
-                if block.owner.is_none() && block.size >= size && best.is_none_or(|(_, _, bs)| block.size < bs) {
+                if block.owner.is_none()
+                    && block.size >= size
+                    && best.is_none_or(|(_, _, bs)| block.size < bs)
+                {
                     best = Some((s, b, block.size));
                 }
             }
@@ -111,7 +119,11 @@ impl CachingAllocator {
         };
         let seg = &mut self.segments[s];
         let remaining = seg.blocks[b].size - size;
-        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        let split = if small {
+            remaining >= MIN_BLOCK
+        } else {
+            remaining > SMALL_SIZE
+        };
         let taken = if split { size } else { seg.blocks[b].size };
         if split {
             let offset = seg.blocks[b].offset + size;
@@ -135,7 +147,11 @@ impl CachingAllocator {
 
     pub fn free(&mut self, allocation: Allocation) {
         for seg in &mut self.segments {
-            if let Some(b) = seg.blocks.iter().position(|bl| bl.owner == Some(allocation.0)) {
+            if let Some(b) = seg
+                .blocks
+                .iter()
+                .position(|bl| bl.owner == Some(allocation.0))
+            {
                 self.allocated -= seg.blocks[b].size;
                 seg.blocks[b].owner = None;
                 // Merge with the next, then the previous free neighbour.
@@ -155,7 +171,8 @@ impl CachingAllocator {
     /// `torch.cuda.empty_cache`: releases every segment that holds no allocation.
     pub fn empty_cache(&mut self) {
         let before: u64 = self.segments.iter().map(|s| s.size).sum();
-        self.segments.retain(|s| s.blocks.iter().any(|b| b.owner.is_some()));
+        self.segments
+            .retain(|s| s.blocks.iter().any(|b| b.owner.is_some()));
         let after: u64 = self.segments.iter().map(|s| s.size).sum();
         self.reserved -= before - after;
     }
@@ -197,11 +214,19 @@ mod tests {
         let x = a.malloc(4 << 20);
         assert_eq!(a.reserved, 20 << 20);
         let y = a.malloc(4 << 20);
-        assert_eq!(a.reserved, 20 << 20, "the second request fits the first segment's rest");
+        assert_eq!(
+            a.reserved,
+            20 << 20,
+            "the second request fits the first segment's rest"
+        );
         a.free(x);
         a.free(y);
         let z = a.malloc(16 << 20);
-        assert_eq!(a.reserved, 20 << 20, "merged free blocks serve a larger request");
+        assert_eq!(
+            a.reserved,
+            20 << 20,
+            "merged free blocks serve a larger request"
+        );
         assert_eq!(a.allocated, 16 << 20);
         a.free(z);
     }

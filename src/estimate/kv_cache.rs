@@ -176,7 +176,9 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             };
             let mut formula = base(&kept);
             if window_tensors > 0 {
-                formula.push_str(&format!(" + {window_tensors} bytes ({what} as an int64 tensor)"));
+                formula.push_str(&format!(
+                    " + {window_tensors} bytes ({what} as an int64 tensor)"
+                ));
             }
             out.push(
                 Term::new(

@@ -102,7 +102,10 @@ pub fn dense(d: &DenseSpec) -> Vec<PhasePrediction> {
             s.m(numel * e);
         }
     }
-    s.end("model_load", "every parameter tensor, rounded and packed by the caching-allocator model");
+    s.end(
+        "model_load",
+        "every parameter tensor, rounded and packed by the caching-allocator model",
+    );
     s.begin();
     let _input = s.m(act);
     s.end("inputs", "the input tensor");
@@ -157,7 +160,10 @@ fn dense_training(s: &mut Sim, d: &DenseSpec, steps: u64) {
                 saved.push(prev);
             }
         }
-        s.end("forward", "weights, input, target, activations saved for backward (3 per block + residual sums)");
+        s.end(
+            "forward",
+            "weights, input, target, activations saved for backward (3 per block + residual sums)",
+        );
         // loss: an elementwise squared error then its mean.
         s.begin();
         let tmp = s.m(act);
@@ -195,7 +201,10 @@ fn dense_training(s: &mut Sim, d: &DenseSpec, steps: u64) {
             s.f(x);
         }
         s.f(loss);
-        s.end("backward", "parameter gradients + activation gradients in flight, saved activations released");
+        s.end(
+            "backward",
+            "parameter gradients + activation gradients in flight, saved activations released",
+        );
         s.begin();
         if d.adamw {
             if step == 0 {
@@ -269,13 +278,25 @@ pub fn causal_lm(arch: &Architecture, c: &CausalLmSpec) -> Vec<PhasePrediction> 
     for suffix in ["", "_warm"] {
         s.begin();
         // The cache, one K and one V tensor per layer.
-        let per_layer = if c.static_cache { c.kv_after_decode } else { c.kv_after_prefill } / layers / 2;
+        let per_layer = if c.static_cache {
+            c.kv_after_decode
+        } else {
+            c.kv_after_prefill
+        } / layers
+            / 2;
         let cache: Vec<Allocation> = (0..2 * layers).map(|_| s.m(per_layer)).collect();
         // The largest transient of one layer: residual + normed hidden states and the MLP's
         // gate, up and activation outputs (SwiGLU), plus the last position's logits.
         let bp = c.batch * c.prompt_tokens;
-        let inter = arch.moe.map_or(d.intermediate_size, |m| m.active * m.expert_intermediate + m.shared_intermediate);
-        let transient = [2 * bp * d.hidden_size * e, bp * inter * e, bp * inter * e, bp * inter * e];
+        let inter = arch.moe.map_or(d.intermediate_size, |m| {
+            m.active * m.expert_intermediate + m.shared_intermediate
+        });
+        let transient = [
+            2 * bp * d.hidden_size * e,
+            bp * inter * e,
+            bp * inter * e,
+            bp * inter * e,
+        ];
         let t: Vec<Allocation> = transient.iter().map(|b| s.m(*b)).collect();
         for a in t {
             s.f(a);
@@ -350,7 +371,10 @@ mod tests {
         };
         let p = dense(&spec);
         let names: Vec<&str> = p.iter().map(|x| x.phase.as_str()).collect();
-        assert_eq!(&names[..4], ["model_load", "inputs", "cold_forward", "warmup"]);
+        assert_eq!(
+            &names[..4],
+            ["model_load", "inputs", "cold_forward", "warmup"]
+        );
         assert_eq!(names.len(), 9);
         // Weights: 4 blocks × (8w² + 7w) × 4 bytes, each tensor rounded to 512.
         assert!(p[0].peak_allocated_bytes >= 4 * (8 * 1024 * 1024 + 7 * 1024) * 4);
@@ -379,8 +403,20 @@ mod tests {
         assert_eq!(
             names,
             [
-                "model_load", "inputs", "forward", "loss", "backward", "optimizer_step", "zero_grad", "forward", "loss", "backward",
-                "optimizer_step", "zero_grad", "evaluation", "export"
+                "model_load",
+                "inputs",
+                "forward",
+                "loss",
+                "backward",
+                "optimizer_step",
+                "zero_grad",
+                "forward",
+                "loss",
+                "backward",
+                "optimizer_step",
+                "zero_grad",
+                "evaluation",
+                "export"
             ]
         );
         let params = 2 * (8 * 256 * 256 + 7 * 256) * 4;

@@ -10,7 +10,8 @@ use crate::estimate::phases::{Comparison, PhasePrediction, error_pct};
 pub fn predictions(result: &mut MeasureResult, predicted: &[PhasePrediction], device: usize) {
     let mut used = vec![false; predicted.len()];
     for phase in &result.phases {
-        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].phase == phase.name) else {
+        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].phase == phase.name)
+        else {
             continue;
         };
         used[k] = true;
@@ -57,12 +58,17 @@ pub fn kv_cache(result: &mut MeasureResult, estimates: &[CacheEstimate]) {
             estimated_bytes: est.bytes,
             observed_bytes: observed,
             difference_bytes: difference,
-            difference_pct: difference.filter(|_| est.bytes > 0).map(|d| d as f64 / est.bytes as f64 * 100.0),
+            difference_pct: difference
+                .filter(|_| est.bytes > 0)
+                .map(|d| d as f64 / est.bytes as f64 * 100.0),
             basis: est.basis.clone(),
         });
     }
 }
 
 fn observed_cache(phase: &PhaseRecord) -> Option<u64> {
-    phase.inputs.get("cache_bytes").and_then(serde_json::Value::as_u64)
+    phase
+        .inputs
+        .get("cache_bytes")
+        .and_then(serde_json::Value::as_u64)
 }

@@ -216,7 +216,10 @@ fn kv_from_model_configs() {
     assert_eq!(term_bytes(&doc, "KV cache"), 32 * 2 * 64 * 2048 * 2);
     // Mistral v0.1: every layer slides with a 4096 window.
     let doc = estimate_json(&["--model", &model("mistral-7b-v0.1"), "--context", "32768"]);
-    assert_eq!(term_bytes(&doc, "KV cache"), 32 * 2 * 8 * 128 * 4096 * 2 + 32 * 8);
+    assert_eq!(
+        term_bytes(&doc, "KV cache"),
+        32 * 2 * 8 * 128 * 4096 * 2 + 32 * 8
+    );
     // Gemma 2: 21 of 42 layers slide (window 4096); bf16 cache.
     let doc = estimate_json(&[
         "--model",

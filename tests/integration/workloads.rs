@@ -1,0 +1,408 @@
+//! Real workloads: the user's script, training loops, whole-loop protocol, causal-lm guards, the
+//! notebook Recorder, and the KV cache checked against transformers where it is installed.
+
+use crate::common::{estimate_json, fixture, iteragpu, read_json, term_bytes, with_fake_torch};
+use predicates::prelude::*;
+use std::path::PathBuf;
+
+fn names(doc: &serde_json::Value) -> Vec<String> {
+    doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_users_script_is_measured_with_its_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "--rows", "2048"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("the script prints on stdout"));
+    let doc = read_json(&out);
+    assert_eq!(doc["schema"], "iteragpu.measure/1");
+    assert_eq!(doc["status"], "ok");
+    assert_eq!(doc["identity"]["workload"], "script");
+    assert_eq!(doc["identity"]["declared"]["model"], "toy-model");
+    assert_eq!(doc["identity"]["declared"]["revision"], "abc123");
+    assert_eq!(names(&doc), ["load", "forward"]);
+    assert_eq!(doc["phases"][0]["inputs"]["rows"], 2048);
+    assert_eq!(
+        doc["phases"][1]["inputs"]["processed_shape"],
+        serde_json::json!([4, 2048])
+    );
+    let load = &doc["phases"][0]["devices"][0];
+    assert!(load["end_allocated_bytes"].as_u64().unwrap() >= 2048 * 1024 * 4);
+}
+
+#[test]
+fn a_failing_script_keeps_its_phases_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fail.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "--fail"])
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "failed");
+    assert_eq!(names(&doc), ["load", "forward", "explode"]);
+    assert_eq!(doc["phases"][2]["error"]["type"], "ValueError");
+    assert_eq!(doc["failure"]["phase"], "explode");
+
+    let out = dir.path().join("exit.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "--exit", "4"])
+        .assert()
+        .code(3);
+    assert!(
+        read_json(&out)["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("status 4")
+    );
+
+    let out = dir.path().join("missing.json");
+    with_fake_torch()
+        .args(["measure", "--script", "/no/such/script.py", "--output"])
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no such file"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn dense_training_records_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("train.json");
+    with_fake_torch()
+        .args([
+            "measure",
+            "--task",
+            "train",
+            "--steps",
+            "3",
+            "--width",
+            "256",
+            "--batch",
+            "2",
+            "--context",
+            "64",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    let mut expected = vec!["model_load", "inputs"];
+    for _ in 0..3 {
+        expected.extend(["forward", "loss", "backward", "optimizer_step", "zero_grad"]);
+    }
+    expected.extend(["evaluation", "export"]);
+    assert_eq!(names(&doc), expected);
+    let phases = doc["phases"].as_array().unwrap();
+    let steps: Vec<&serde_json::Value> = phases
+        .iter()
+        .filter(|p| p["name"] == "optimizer_step")
+        .collect();
+    assert_eq!(steps[0]["inputs"]["first_step"], true);
+    assert_eq!(steps[1]["inputs"]["first_step"], false);
+    // AdamW creates its states during the first step only.
+    let grown = |p: &serde_json::Value| {
+        p["devices"][0]["end_allocated_bytes"].as_u64().unwrap()
+            - p["devices"][0]["start_allocated_bytes"].as_u64().unwrap()
+    };
+    assert!(grown(steps[0]) > 0);
+    assert_eq!(grown(steps[1]), 0);
+    let losses: Vec<&serde_json::Value> = phases
+        .iter()
+        .filter(|p| p["name"] == "loss")
+        .map(|p| &p["inputs"]["loss"])
+        .collect();
+    assert!(losses.iter().all(|l| l.is_f64()));
+    assert!(
+        phases
+            .iter()
+            .filter(|p| p["name"] == "zero_grad")
+            .all(|p| p["inputs"]["step_duration_s"].is_f64())
+    );
+    let export = phases.last().unwrap();
+    assert!(export["inputs"]["safetensors"].is_string());
+    // Predictions sit next to every observed phase, with their error.
+    let predictions = doc["predictions"].as_array().unwrap();
+    assert_eq!(predictions.len(), expected.len());
+    assert!(
+        predictions
+            .iter()
+            .all(|p| p["error_allocated_pct"].is_f64())
+    );
+    assert_eq!(doc["policies"]["protocol"], "per-phase");
+}
+
+#[test]
+fn gradient_checkpointing_and_sgd_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ckpt.json");
+    with_fake_torch()
+        .args([
+            "measure",
+            "--task",
+            "train",
+            "--gradient-checkpointing",
+            "--optimizer",
+            "sgd",
+            "--width",
+            "256",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "ok");
+    let step = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "optimizer_step")
+        .unwrap();
+    assert_eq!(
+        step["devices"][0]["end_allocated_bytes"], step["devices"][0]["start_allocated_bytes"],
+        "SGD keeps no state"
+    );
+}
+
+#[test]
+fn whole_loop_is_one_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    for (task, file, expected) in [
+        (
+            "infer",
+            "loop-infer.json",
+            vec!["model_load", "inputs", "whole_loop"],
+        ),
+        (
+            "train",
+            "loop-train.json",
+            vec!["model_load", "inputs", "whole_loop", "evaluation", "export"],
+        ),
+    ] {
+        let out = dir.path().join(file);
+        with_fake_torch()
+            .args([
+                "measure",
+                "--whole-loop",
+                "--task",
+                task,
+                "--width",
+                "256",
+                "--output",
+            ])
+            .arg(&out)
+            .assert()
+            .success();
+        let doc = read_json(&out);
+        assert_eq!(names(&doc), expected, "{task}");
+        assert_eq!(doc["policies"]["protocol"], "whole-loop");
+        assert_eq!(doc["phases"][2]["inputs"]["protocol"], "whole-loop");
+    }
+}
+
+#[test]
+fn causal_lm_without_transformers_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lm.json");
+    let pythonpath =
+        std::env::join_paths([fixture("no_transformers"), fixture("../fake_torch")]).unwrap();
+    with_fake_torch()
+        .env("PYTHONPATH", pythonpath)
+        .args(["measure", "--workload", "causal-lm", "--model"])
+        .arg(fixture("tiny/llama"))
+        .args([
+            "--batch",
+            "2",
+            "--prompt-tokens",
+            "16",
+            "--new-tokens",
+            "4",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("needs transformers"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn causal_lm_input_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.json");
+    for (args, message) in [
+        (vec!["--workload", "causal-lm"], "needs --model"),
+        (
+            vec!["--workload", "causal-lm", "--model", "/no/such/config.json"],
+            "no/such",
+        ),
+        (
+            vec!["--task", "train", "--precision", "fp16-mixed"],
+            "fp16-mixed",
+        ),
+        (
+            vec!["--task", "train", "--optimizer", "adafactor"],
+            "adamw or sgd",
+        ),
+        (
+            vec!["--lora-rank", "8", "--lora-targets", "q_proj"],
+            "causal-lm",
+        ),
+        (vec!["--gradient-checkpointing"], "--task train"),
+        (vec!["--task", "train", "--steps", "1"], "1"),
+    ] {
+        with_fake_torch()
+            .arg("measure")
+            .args(&args)
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn the_notebook_recorder_writes_the_same_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("notebook.json");
+    let code = format!(
+        "import torch, iteragpu\nwith iteragpu.Recorder(output={:?}) as rec:\n    rec.describe(model='nb', batch=2)\n    with rec.phase('load'):\n        w = torch.zeros(1000, 1000, device='cuda:0')\n",
+        out.display().to_string()
+    );
+    let pythonpath = std::env::join_paths([
+        fixture("../fake_torch"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+    ])
+    .unwrap();
+    let run = |code: &str| {
+        std::process::Command::new("python3")
+            .env("PYTHONPATH", &pythonpath)
+            .args(["-c", code])
+            .output()
+            .unwrap()
+    };
+    let first = run(&code);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let result: iteragpu::measure::result::MeasureResult =
+        serde_json::from_str(&text).expect("the CLI's schema");
+    assert_eq!(result.schema, "iteragpu.measure/1");
+    assert_eq!(result.phases.len(), 1);
+    assert_eq!(result.identity.declared["model"], "nb");
+    assert!(
+        result
+            .environment
+            .driver_reason
+            .unwrap()
+            .contains("without the CLI")
+    );
+    assert_eq!(
+        result.identity.code_hash,
+        iteragpu::python_side::code_hash(),
+        "same code, same hash"
+    );
+    assert!(result.phases[0].devices[0].end_allocated_bytes.unwrap() >= 4_000_000);
+    // Never overwritten.
+    let second = run(&code);
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("already exists"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+}
+
+/// Interpreter for the checks that need real torch and transformers (CPU is enough).
+fn reference_python() -> Option<String> {
+    let candidate = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&candidate)
+        .args(["-c", "import torch, transformers"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some(candidate)
+    } else {
+        eprintln!(
+            "note: {candidate} has no torch+transformers; the KV-cache check against transformers was not run (set ITERAGPU_TEST_PYTHON to an interpreter that has them)"
+        );
+        None
+    }
+}
+
+/// The estimate's KV term equals the storage transformers' cache really holds, on CPU.
+#[test]
+fn kv_estimate_matches_transformers_cache() {
+    let Some(python) = reference_python() else {
+        return;
+    };
+    let pythonpath = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python");
+    for (model, cache) in [
+        ("llama", "dynamic"),
+        ("mistral-sliding", "dynamic"),
+        ("gemma2", "dynamic"),
+        ("llama", "static"),
+        ("gemma2", "static"),
+    ] {
+        let config = fixture(&format!("tiny/{model}/config.json"));
+        let out = std::process::Command::new(&python)
+            .env("PYTHONPATH", &pythonpath)
+            .arg(fixture("../python/cache_on_cpu.py"))
+            .arg(&config)
+            .args(["3", "20", "5", cache])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let observed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc = estimate_json(&[
+            "--model",
+            config.to_str().unwrap(),
+            "--context",
+            "25",
+            "--batch",
+            "3",
+            "--cache",
+            cache,
+        ]);
+        assert_eq!(
+            doc["model"]["parameters"], observed["parameters"],
+            "{model}"
+        );
+        assert_eq!(
+            term_bytes(&doc, "KV cache"),
+            observed["after_decode"].as_u64().unwrap(),
+            "{model} {cache}"
+        );
+    }
+    let _ = iteragpu;
+}
