@@ -24,6 +24,45 @@ pub enum Command {
     Environment(EnvironmentArgs),
     /// Measure a workload phase by phase in a fresh PyTorch process; raw bytes into a new JSON file.
     Measure(Box<MeasureArgs>),
+    /// Change one variable at a time (a fresh process per trial) and find the out-of-memory frontier.
+    Sweep(Box<SweepArgs>),
+}
+
+/// How a sweep chooses its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Search {
+    /// The largest value that succeeds, to --resolution.
+    Frontier,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
+    #[arg(long, value_name = "NAME=VALUES", value_parser = crate::sweep::plan::parse_vary, help_heading = "Sweep")]
+    pub vary: Vec<crate::sweep::plan::Vary>,
+    /// Search the success / out-of-memory frontier over a --vary range.
+    #[arg(long, value_enum, help_heading = "Sweep")]
+    pub search: Option<Search>,
+    /// Stop the frontier search when success and failure are this close.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64, help_heading = "Sweep")]
+    pub resolution: u64,
+    /// Most trials a frontier search may run.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "24", value_parser = positive_u64, help_heading = "Sweep")]
+    pub max_trials: u64,
+    /// Emulate a smaller card: cap PyTorch at SIZE (e.g. 8GiB) minus the non-PyTorch memory of the process.
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, conflicts_with = "card", help_heading = "Sweep")]
+    pub memory_limit: Option<Bytes>,
+    /// Emulate a card of the catalog (`iteragpu cards`), e.g. L4 or "RTX 4090".
+    #[arg(long, value_name = "NAME", help_heading = "Sweep")]
+    pub card: Option<String>,
+    /// A JSON file of reference loads: {"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["vary", "processes"], help_heading = "Sweep")]
+    pub loads: Option<PathBuf>,
+    /// Run the same configuration in N fresh processes (not the same protocol as N repeats).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "vary", help_heading = "Sweep")]
+    pub processes: Option<u64>,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 //! The library holds every concept in its own module; the binary only parses and maps errors to
 //! exit codes (0 ok, 1 bad input, 2 PyTorch or GPU missing, 3 workload failed, results kept).
 
+pub mod cards;
 pub mod cli;
 pub mod commands;
 pub mod dtype;
@@ -12,6 +13,7 @@ pub mod measure;
 pub mod model;
 pub mod output;
 pub mod python_side;
+pub mod sweep;
 pub mod units;
 
 use std::ffi::OsString;
@@ -54,6 +56,7 @@ where
         }
         cli::Command::Environment(args) => commands::environment::run(args, &mut stdout),
         cli::Command::Measure(args) => commands::measure::run(args, &mut stdout),
+        cli::Command::Sweep(args) => commands::sweep::run(args, &mut stdout),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -37,6 +37,8 @@ def run(channel, spec):
     rec = recorder.Recorder(torch, spec["devices"], channel.emit)
     recorder._set_current(rec)
     try:
+        if spec.get("memory_limit_bytes"):
+            rec.describe(memory_limit=emulate_limit(torch, spec))
         workload = spec["workload"]
         if workload == "dense":
             from .workloads import dense
@@ -71,6 +73,27 @@ def run(channel, spec):
         return 3
     channel.emit("done", {"status": "ok"})
     return 0
+
+
+def emulate_limit(torch, spec):
+    """Emulates a smaller card: caps PyTorch's allocator at the limit minus the memory this process
+    already holds outside it (CUDA context, libraries), measured here, on every device."""
+    limit = int(spec["memory_limit_bytes"])
+    applied = []
+    for name in spec["devices"]:
+        device = torch.device(name)
+        free, total = torch.cuda.mem_get_info(device)
+        outside = max(0, (total - free) - torch.cuda.memory_reserved(device))
+        capacity = torch.cuda.get_device_properties(device).total_memory
+        fraction = (limit - outside) / capacity
+        if not 0 < fraction <= 1:
+            raise ValueError(
+                f"cannot emulate {limit} bytes on {name}: the device has {capacity} bytes and "
+                f"{outside} are already used outside PyTorch's allocator"
+            )
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        applied.append({"device": name, "fraction": fraction, "outside_allocator_bytes": outside, "total_memory": capacity})
+    return {"bytes": limit, "emulated": True, "devices": applied}
 
 
 def run_script(spec):

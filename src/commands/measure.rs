@@ -28,13 +28,36 @@ pub fn interrupted() -> &'static AtomicBool {
 }
 
 /// What to compare the observations with once the run is over.
-enum Prediction {
+pub enum Prediction {
     None,
     Phases(Vec<PhasePrediction>),
     CausalLm {
         phases: Vec<PhasePrediction>,
         caches: Vec<CacheEstimate>,
     },
+}
+
+impl Prediction {
+    /// The highest predicted peak reserved over all phases (for a sweep's hint).
+    pub fn max_peak_reserved(&self) -> Option<u64> {
+        let phases = match self {
+            Prediction::None => return None,
+            Prediction::Phases(p) | Prediction::CausalLm { phases: p, .. } => p,
+        };
+        phases.iter().map(|p| p.peak_reserved_bytes).max()
+    }
+
+    /// Attaches the comparisons to a finished result.
+    pub fn attach(&self, result: &mut MeasureResult) {
+        match self {
+            Prediction::None => {}
+            Prediction::Phases(p) => compare::predictions(result, p, 0),
+            Prediction::CausalLm { phases, caches } => {
+                compare::predictions(result, phases, 0);
+                compare::kv_cache(result, caches);
+            }
+        }
+    }
 }
 
 fn check_devices(args: &MeasureArgs) -> Result<()> {
@@ -155,7 +178,8 @@ fn training_dimensions(spec: &Value, dimensions: &mut Map<String, Value>) {
     }
 }
 
-fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
+/// The trial a `measure` invocation describes, and its predictions.
+pub fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
     check_devices(args)?;
     let python = python_side::interpreter(args.python.as_deref());
     let mut dimensions = Map::new();
@@ -505,14 +529,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         }
         TrialOutcome::Measured(result) => result,
     };
-    match &prediction {
-        Prediction::None => {}
-        Prediction::Phases(p) => compare::predictions(&mut result, p, 0),
-        Prediction::CausalLm { phases, caches } => {
-            compare::predictions(&mut result, phases, 0);
-            compare::kv_cache(&mut result, caches);
-        }
-    }
+    prediction.attach(&mut result);
     let path = write_result(&args.output, &result)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"

@@ -3,3 +3,4 @@
 pub mod environment;
 pub mod estimate;
 pub mod measure;
+pub mod sweep;

@@ -95,3 +95,96 @@ proptest! {
         let _ = scan_reader(Path::new("fuzz"), Cursor::new(&data), data.len() as u64);
     }
 }
+
+mod frontier {
+    use iteragpu::sweep::search::{Bounds, Probe, doubling_then_bisection, find, find_guided};
+    use proptest::prelude::*;
+
+    fn bounds() -> impl Strategy<Value = Bounds> {
+        (1u64..5000, 1u64..200_000, 1u64..2000, 1usize..80).prop_map(
+            |(lo, span, resolution, max_trials)| Bounds {
+                lo,
+                hi: lo + span,
+                resolution,
+                max_trials,
+            },
+        )
+    }
+
+    proptest! {
+        /// For any monotone oracle (success up to a threshold), the search returns a success and
+        /// a failure on the right sides of the threshold, within the resolution, and never
+        /// exceeds its budget.
+        #[test]
+        fn finds_the_true_frontier(b in bounds(), threshold in 0u64..300_000, hint in proptest::option::of(0u64..300_000)) {
+            let mut calls = 0usize;
+            let f = find(b, hint, |v| { calls += 1; v <= threshold });
+            prop_assert!(calls <= b.max_trials);
+            prop_assert_eq!(calls, f.trials.len());
+            for (v, ok) in &f.trials {
+                prop_assert!(*v >= b.lo && *v <= b.hi, "value {v} outside bounds");
+                prop_assert_eq!(*ok, *v <= threshold);
+            }
+            if let Some(s) = f.last_success { prop_assert!(s <= threshold); }
+            if let Some(x) = f.first_failure { prop_assert!(x > threshold); }
+            if !f.budget_exhausted {
+                match (f.last_success, f.first_failure) {
+                    (Some(s), Some(x)) => prop_assert!(x - s <= b.resolution, "{s}..{x} wider than {}", b.resolution),
+                    (None, Some(x)) => prop_assert_eq!(x, b.lo, "failure at the first value"),
+                    (Some(s), None) => prop_assert_eq!(s, b.hi, "success at the last value"),
+                    (None, None) => prop_assert!(false, "no trial at all"),
+                }
+            }
+        }
+
+        #[test]
+        fn the_reference_strategy_is_correct_too(b in bounds(), threshold in 0u64..300_000) {
+            let f = doubling_then_bisection(b, |v| v <= threshold);
+            if let Some(s) = f.last_success { prop_assert!(s <= threshold); }
+            if let Some(x) = f.first_failure { prop_assert!(x > threshold); }
+        }
+
+        /// The guided search is correct for any monotone peak curve (convex, concave, with
+        /// allocator-like steps), with or without a hint, and respects its budget.
+        #[test]
+        fn guided_search_finds_the_true_frontier(
+            b in bounds(),
+            base in 0u64..(1 << 30), lin in 0u64..(1 << 20), quad in 0u64..64, step in prop_oneof![Just(1u64), Just(2 << 20)],
+            capacity in 1u64..(64u64 << 30),
+            hint in proptest::option::of(0u64..300_000),
+            know_capacity in any::<bool>(),
+        ) {
+            let peak = move |v: u64| (base + lin * v + quad * v * v).div_ceil(step) * step;
+            let mut calls = 0usize;
+            let f = find_guided(b, hint, know_capacity.then_some(capacity), |v| {
+                calls += 1;
+                let p = peak(v);
+                Probe { ok: p <= capacity, peak: Some(p) }
+            });
+            prop_assert!(calls <= b.max_trials);
+            for (v, ok) in &f.trials {
+                prop_assert!(*v >= b.lo && *v <= b.hi);
+                prop_assert_eq!(*ok, peak(*v) <= capacity);
+            }
+            if let Some(s) = f.last_success { prop_assert!(peak(s) <= capacity); }
+            if let Some(x) = f.first_failure { prop_assert!(peak(x) > capacity); }
+            if !f.budget_exhausted {
+                match (f.last_success, f.first_failure) {
+                    (Some(s), Some(x)) => prop_assert!(x > s && x - s <= b.resolution),
+                    (None, Some(x)) => prop_assert_eq!(x, b.lo),
+                    (Some(s), None) => prop_assert_eq!(s, b.hi),
+                    (None, None) => prop_assert!(false),
+                }
+            }
+        }
+
+        /// An exact hint costs two trials.
+        #[test]
+        fn an_exact_hint_costs_two_trials(lo in 1u64..1000, k in 1u64..500, resolution in 1u64..300) {
+            let b = Bounds { lo, hi: lo + 1000 * resolution, resolution, max_trials: 64 };
+            let threshold = lo + k * resolution;
+            let f = find(b, Some(threshold), |v| v <= threshold);
+            prop_assert_eq!(f.trials.len(), 2);
+        }
+    }
+}

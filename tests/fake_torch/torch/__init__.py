@@ -92,6 +92,7 @@ class _Allocator:
         self.allocated = self.reserved = 0
         self.peak_allocated = self.peak_reserved = 0
         self.num_ooms = 0
+        self.limit = _CAPACITY
 
     def alloc(self, nbytes):
         _maybe_fail()
@@ -99,7 +100,7 @@ class _Allocator:
         need = self.allocated + size
         if need > self.reserved:
             grow = (need - self.reserved + self.SEGMENT - 1) // self.SEGMENT * self.SEGMENT
-            if self.reserved + grow > _CAPACITY:
+            if self.reserved + grow > min(_CAPACITY, self.limit):
                 self.num_ooms += 1
                 raise OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {self.index} has a total "

@@ -76,3 +76,7 @@ def get_allocator_backend():
 
 def memory_stats(device=None):
     return {"num_ooms": _a(device).num_ooms}
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    _a(device).limit = int(fraction * _torch._CAPACITY)

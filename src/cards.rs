@@ -1,0 +1,118 @@
+//! The GPU catalog (data/cards.json, embedded): name, vendor, memory type, the capacity as the
+//! vendor labels it and as devices report it where known, with the source of each figure.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{Bytes, GB};
+
+/// One card of the catalog.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Card {
+    pub name: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub vendor: String,
+    pub memory_type: String,
+    /// The vendor's label, e.g. `80 GB`.
+    pub label: String,
+    /// Total memory one device reports to the driver tools (NVML / rocm-smi), when known.
+    pub reported_bytes: Option<u64>,
+    /// `torch.cuda.get_device_properties().total_memory`, when known.
+    pub torch_total_bytes: Option<u64>,
+    /// Devices the card appears as (MI250X: two).
+    pub devices_per_card: u64,
+    pub source: String,
+}
+
+#[derive(Deserialize)]
+struct Catalog {
+    cards: Vec<Card>,
+}
+
+/// Which figure a capacity comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    TorchTotalMemory,
+    DriverReported,
+    VendorLabel,
+}
+
+impl Card {
+    /// Capacity of one device: PyTorch's figure if known, else the driver's, else the label read
+    /// as decimal GB divided by the devices per card.
+    pub fn device_capacity(&self) -> (Bytes, CapacitySource) {
+        if let Some(b) = self.torch_total_bytes {
+            return (Bytes(b), CapacitySource::TorchTotalMemory);
+        }
+        if let Some(b) = self.reported_bytes {
+            return (Bytes(b), CapacitySource::DriverReported);
+        }
+        let gb: f64 = self
+            .label
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        (
+            Bytes((gb * GB as f64) as u64 / self.devices_per_card.max(1)),
+            CapacitySource::VendorLabel,
+        )
+    }
+
+    fn matches(&self, query: &str) -> bool {
+        let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
+        let q = norm(query);
+        norm(&self.name) == q || self.aliases.iter().any(|a| norm(a) == q)
+    }
+}
+
+/// The embedded catalog.
+pub fn catalog() -> Vec<Card> {
+    let catalog: Catalog = serde_json::from_str(include_str!("../data/cards.json"))
+        .expect("data/cards.json is valid (tested)");
+    catalog.cards
+}
+
+/// Finds a card by name or alias (case, spaces and dashes ignored).
+pub fn find(query: &str) -> Result<Card, String> {
+    let cards = catalog();
+    cards
+        .iter()
+        .find(|c| c.matches(query))
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "unknown card `{query}`; the catalog has: {}",
+                cards
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_loads_and_finds() {
+        let cards = catalog();
+        assert!(cards.len() >= 17);
+        assert_eq!(find("h200").unwrap().name, "H200 141GB");
+        assert_eq!(find("RTX-4090").unwrap().name, "RTX 4090");
+        assert!(find("gtx 480").unwrap_err().contains("H100 80GB"));
+        let (cap, source) = find("H200").unwrap().device_capacity();
+        assert_eq!(
+            (cap.get(), source),
+            (150_109_880_320, CapacitySource::TorchTotalMemory)
+        );
+        let (cap, source) = find("MI250X").unwrap().device_capacity();
+        assert_eq!(
+            (cap.get(), source),
+            (64_000_000_000, CapacitySource::VendorLabel)
+        );
+    }
+}

@@ -1,0 +1,472 @@
+//! Finding the boundary between success and out-of-memory: a pure function of a pass/fail oracle,
+//! so it is property-tested without any GPU.
+//!
+//! Values live on the grid `lo, lo + resolution, …` (plus `lo·2^k` while growing). With a hint
+//! (the estimator's predicted frontier) the search checks both sides of it and gallops outward
+//! only if the hint was wrong; without one it grows geometrically from `lo` until the first
+//! failure, then bisects. It stops when `first_failure − last_success ≤ resolution`.
+
+use serde::{Deserialize, Serialize};
+
+/// The outcome of a search.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frontier {
+    /// Largest value seen to succeed (`None`: even `lo` failed).
+    pub last_success: Option<u64>,
+    /// Smallest value seen to fail (`None`: even `hi` succeeded).
+    pub first_failure: Option<u64>,
+    /// Every value tried, in order, with its result.
+    pub trials: Vec<(u64, bool)>,
+    /// `true` when the budget ran out before the resolution was reached.
+    pub budget_exhausted: bool,
+}
+
+/// Search bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub lo: u64,
+    pub hi: u64,
+    pub resolution: u64,
+    pub max_trials: usize,
+}
+
+struct State<'a, F: FnMut(u64) -> bool> {
+    oracle: &'a mut F,
+    ok: Option<u64>,
+    fail: Option<u64>,
+    trials: Vec<(u64, bool)>,
+    max: usize,
+}
+
+impl<F: FnMut(u64) -> bool> State<'_, F> {
+    fn test(&mut self, v: u64) -> Option<bool> {
+        if let Some(&(_, r)) = self.trials.iter().find(|(x, _)| *x == v) {
+            return Some(r);
+        }
+        if self.trials.len() >= self.max {
+            return None;
+        }
+        let r = (self.oracle)(v);
+        self.trials.push((v, r));
+        if r {
+            self.ok = Some(self.ok.map_or(v, |o| o.max(v)));
+        } else {
+            self.fail = Some(self.fail.map_or(v, |f| f.min(v)));
+        }
+        Some(r)
+    }
+}
+
+fn snap(b: &Bounds, v: u64) -> u64 {
+    let v = v.clamp(b.lo, b.hi);
+    (b.lo + (v - b.lo) / b.resolution * b.resolution).min(b.hi)
+}
+
+/// Runs the search. `oracle(v)` is `true` when the workload succeeds at `v`.
+pub fn find(b: Bounds, hint: Option<u64>, mut oracle: impl FnMut(u64) -> bool) -> Frontier {
+    let b = Bounds {
+        resolution: b.resolution.max(1),
+        hi: b.hi.max(b.lo),
+        ..b
+    };
+    let mut s = State {
+        oracle: &mut oracle,
+        ok: None,
+        fail: None,
+        trials: Vec::new(),
+        max: b.max_trials.max(1),
+    };
+    'outer: {
+        match hint {
+            Some(h) => {
+                // Check both sides of the hint first: an accurate estimate costs two trials.
+                // If it was wrong, jump by a tenth of the hint (an estimate is rarely further
+                // off than that), then keep doubling the jump.
+                let h = snap(&b, h);
+                let Some(r) = s.test(h) else { break 'outer };
+                let mut step = b.resolution;
+                let mut v = h;
+                loop {
+                    let next = if r {
+                        v.saturating_add(step).min(b.hi)
+                    } else {
+                        v.saturating_sub(step).max(b.lo)
+                    };
+                    if next == v {
+                        break;
+                    }
+                    v = next;
+                    match s.test(v) {
+                        None => break 'outer,
+                        Some(x) if x != r => break,
+                        Some(_) => {
+                            step = if step == b.resolution {
+                                (h / 10).max(2 * b.resolution)
+                            } else {
+                                step.saturating_mul(2)
+                            };
+                        }
+                    }
+                }
+            }
+            None => {
+                let Some(r) = s.test(b.lo) else { break 'outer };
+                if r {
+                    let mut v = b.lo;
+                    loop {
+                        if v >= b.hi {
+                            break;
+                        }
+                        v = v.saturating_mul(2).max(v + b.resolution).min(b.hi);
+                        match s.test(v) {
+                            None => break 'outer,
+                            Some(false) => break,
+                            Some(true) => {}
+                        }
+                    }
+                }
+            }
+        }
+        // Bisect between the largest success and the smallest failure.
+        while let (Some(ok), Some(fail)) = (s.ok, s.fail) {
+            if fail <= ok || fail - ok <= b.resolution {
+                break;
+            }
+            let mid = ok + (fail - ok) / 2;
+            let mut m = b.lo + (mid - b.lo) / b.resolution * b.resolution;
+            if m <= ok {
+                m = ok + b.resolution;
+            }
+            if m >= fail {
+                break;
+            }
+            if s.test(m).is_none() {
+                break 'outer;
+            }
+        }
+        // Reached the resolution or a bound.
+        return Frontier {
+            last_success: s.ok,
+            first_failure: s.fail,
+            trials: s.trials,
+            budget_exhausted: false,
+        };
+    }
+    // Only a `break 'outer` (the trial budget ran out) gets here.
+    Frontier {
+        last_success: s.ok,
+        first_failure: s.fail,
+        trials: s.trials,
+        budget_exhausted: true,
+    }
+}
+
+/// What one trial tells the guided search: success, and the measured peak when it succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub ok: bool,
+    /// Peak reserved bytes of a successful trial.
+    pub peak: Option<u64>,
+}
+
+/// The search used by `iteragpu sweep`: like [`find`], but each success also reports its peak,
+/// so once two successes are known (and the capacity is), the next value is where the measured
+/// peak curve (a secant through the two largest successes) reaches the capacity; that value and
+/// its neighbour one resolution step away are tried, which closes the frontier when the curve is
+/// close to straight. Predictions alternate with plain bisection, so a misleading curve costs
+/// at most a factor of two over bisection.
+pub fn find_guided(
+    b: Bounds,
+    hint: Option<u64>,
+    capacity: Option<u64>,
+    mut oracle: impl FnMut(u64) -> Probe,
+) -> Frontier {
+    let b = Bounds {
+        resolution: b.resolution.max(1),
+        hi: b.hi.max(b.lo),
+        ..b
+    };
+    let mut points: Vec<(u64, u64)> = Vec::new();
+    let mut trials: Vec<(u64, bool)> = Vec::new();
+    let (mut ok, mut fail): (Option<u64>, Option<u64>) = (None, None);
+    let mut test = |v: u64,
+                    trials: &mut Vec<(u64, bool)>,
+                    ok: &mut Option<u64>,
+                    fail: &mut Option<u64>,
+                    points: &mut Vec<(u64, u64)>|
+     -> Option<bool> {
+        if let Some(&(_, r)) = trials.iter().find(|(x, _)| *x == v) {
+            return Some(r);
+        }
+        if trials.len() >= b.max_trials.max(1) {
+            return None;
+        }
+        let probe = oracle(v);
+        trials.push((v, probe.ok));
+        if probe.ok {
+            *ok = Some(ok.map_or(v, |o| o.max(v)));
+            if let Some(p) = probe.peak {
+                points.push((v, p));
+            }
+        } else {
+            *fail = Some(fail.map_or(v, |f| f.min(v)));
+        }
+        Some(probe.ok)
+    };
+    macro_rules! t {
+        ($v:expr) => {
+            match test($v, &mut trials, &mut ok, &mut fail, &mut points) {
+                Some(r) => r,
+                None => {
+                    return Frontier {
+                        last_success: ok,
+                        first_failure: fail,
+                        trials,
+                        budget_exhausted: true,
+                    };
+                }
+            }
+        };
+    }
+    let closed = |ok: Option<u64>, fail: Option<u64>| match (ok, fail) {
+        (Some(o), Some(f)) => f <= o || f - o <= b.resolution,
+        (None, Some(f)) => f <= b.lo,
+        (Some(o), None) => o >= b.hi,
+        (None, None) => false,
+    };
+    let start = hint.map_or(b.lo, |h| snap(&b, h));
+    t!(start);
+    if hint.is_some() {
+        // Both sides of the hint: an accurate estimate costs two trials.
+        let other = if ok.is_some() {
+            start.saturating_add(b.resolution).min(b.hi)
+        } else {
+            start.saturating_sub(b.resolution).max(b.lo)
+        };
+        if other != start {
+            t!(other);
+        }
+    }
+    let mut predict_next = true;
+    while !closed(ok, fail) {
+        let predicted = if predict_next {
+            secant(&points, capacity, &b)
+        } else {
+            None
+        };
+        let inside = |v: u64, ok: Option<u64>, fail: Option<u64>| {
+            ok.is_none_or(|o| v > o) && fail.is_none_or(|f| v < f)
+        };
+        match predicted.filter(|v| inside(*v, ok, fail)) {
+            Some(v) => {
+                let r = t!(v);
+                // Verify the other side of the predicted frontier.
+                let other = if r {
+                    v.saturating_add(b.resolution).min(b.hi)
+                } else {
+                    v.saturating_sub(b.resolution).max(b.lo)
+                };
+                if other != v && inside(other, ok, fail) {
+                    t!(other);
+                }
+                predict_next = false;
+            }
+            None => {
+                predict_next = true;
+                let next = match (ok, fail) {
+                    // One measured success and a known capacity: a second point just below it
+                    // (certain to succeed) gives the curve's slope for the next prediction.
+                    (Some(o), _) if points.len() == 1 && capacity.is_some() && o > b.lo => {
+                        let below = o.saturating_sub((o / 20).max(b.resolution)).max(b.lo);
+                        b.lo + (below - b.lo) / b.resolution * b.resolution
+                    }
+                    (Some(o), Some(f)) => {
+                        let m = o + (f - o) / 2;
+                        let m = b.lo + (m - b.lo) / b.resolution * b.resolution;
+                        if m <= o { o + b.resolution } else { m }
+                    }
+                    (Some(o), None) => o.saturating_mul(2).max(o + b.resolution).min(b.hi),
+                    (None, Some(f)) => {
+                        // Everything tried failed: step down by a tenth of the hint (an
+                        // estimate is rarely further off), doubling the step each time, or
+                        // halve towards lo without a hint.
+                        let down = match hint {
+                            Some(h) => {
+                                let tries = trials.len().saturating_sub(2) as u32;
+                                f.saturating_sub(
+                                    (h / 10)
+                                        .max(2 * b.resolution)
+                                        .saturating_mul(1u64 << tries.min(40)),
+                                )
+                            }
+                            None => b.lo + (f - b.lo) / 2,
+                        };
+                        let m = b.lo + (down.max(b.lo) - b.lo) / b.resolution * b.resolution;
+                        if m >= f { b.lo } else { m }
+                    }
+                    (None, None) => b.lo,
+                };
+                t!(next);
+            }
+        }
+    }
+    Frontier {
+        last_success: ok,
+        first_failure: fail,
+        trials,
+        budget_exhausted: false,
+    }
+}
+
+/// Where the measured peak curve reaches `capacity`, snapped down to the grid: a parabola through
+/// the three largest successful (value, peak) points when it rises there, else the secant through
+/// the two largest.
+fn secant(points: &[(u64, u64)], capacity: Option<u64>, b: &Bounds) -> Option<u64> {
+    let cap = capacity? as f64;
+    let mut pts: Vec<(f64, f64)> = {
+        let mut p = points.to_vec();
+        p.sort_unstable();
+        p.dedup_by_key(|q| q.0);
+        p.into_iter().map(|(v, y)| (v as f64, y as f64)).collect()
+    };
+    if pts.len() > 3 {
+        pts.drain(..pts.len() - 3);
+    }
+    let (v2, p2) = *pts.last()?;
+    let (v1, p1) = *pts.get(pts.len().checked_sub(2)?)?;
+    let line = |x: f64| p2 + (x - v2) * (p2 - p1) / (v2 - v1);
+    let curve: Box<dyn Fn(f64) -> f64> = match pts.as_slice() {
+        [(a, pa), (bb, pb), (c, pc)] => {
+            let (a, pa, bb, pb, c, pc) = (*a, *pa, *bb, *pb, *c, *pc);
+            let q = move |x: f64| {
+                pa * (x - bb) * (x - c) / ((a - bb) * (a - c))
+                    + pb * (x - a) * (x - c) / ((bb - a) * (bb - c))
+                    + pc * (x - a) * (x - bb) / ((c - a) * (c - bb))
+            };
+            // Use the parabola only where it keeps rising.
+            if q(c + (c - bb)) > q(c) && q(c) >= q(bb) {
+                Box::new(q)
+            } else {
+                Box::new(line)
+            }
+        }
+        _ => Box::new(line),
+    };
+    if curve(v2 + 1.0) <= curve(v2) {
+        return None;
+    }
+    if curve(v2) >= cap {
+        return Some(snap(b, v2 as u64));
+    }
+    // Solve curve(x) = cap on [v2, hi] by bisection (the curve rises there).
+    let (mut lo, mut hi) = (v2, b.hi as f64);
+    if curve(hi) < cap {
+        return Some(b.hi);
+    }
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if curve(mid) <= cap {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    if !lo.is_finite() {
+        return None;
+    }
+    Some(snap(b, lo as u64))
+}
+
+/// The strategy of common batch-size finders, for comparison: double from `lo` until the first
+/// failure, then binary search between the last success and it.
+pub fn doubling_then_bisection(b: Bounds, mut oracle: impl FnMut(u64) -> bool) -> Frontier {
+    let mut trials = Vec::new();
+    let mut test = |v: u64, trials: &mut Vec<(u64, bool)>| {
+        let r = oracle(v);
+        trials.push((v, r));
+        r
+    };
+    let (mut ok, mut fail) = (None, None);
+    let mut v = b.lo;
+    loop {
+        if test(v, &mut trials) {
+            ok = Some(v);
+            if v >= b.hi {
+                break;
+            }
+            v = v.saturating_mul(2).max(v + 1).min(b.hi);
+        } else {
+            fail = Some(v);
+            break;
+        }
+    }
+    if let (Some(mut lo), Some(mut hi)) = (ok, fail) {
+        while hi - lo > b.resolution.max(1) {
+            let mid = lo + (hi - lo) / 2;
+            if test(mid, &mut trials) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        ok = Some(lo);
+        fail = Some(hi);
+    }
+    Frontier {
+        last_success: ok,
+        first_failure: fail,
+        trials,
+        budget_exhausted: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            lo: 1024,
+            hi: 65536,
+            resolution: 256,
+            max_trials: 64,
+        }
+    }
+
+    #[test]
+    fn accurate_hint_takes_two_trials() {
+        let f = find(bounds(), Some(20_000), |v| v <= 20_200);
+        assert_eq!(f.trials.len(), 2, "{:?}", f.trials);
+        assert_eq!(f.last_success, Some(19_968));
+        assert_eq!(f.first_failure, Some(20_224));
+    }
+
+    #[test]
+    fn measured_peaks_close_a_linear_frontier_fast() {
+        // peak = 100 MB + 40 KiB per value; capacity 2 GiB (frontier 49,987).
+        let peak = |v: u64| 100_000_000 + v * 40 * 1024;
+        let cap = 2u64 << 30;
+        let f = find_guided(bounds(), None, Some(cap), |v| Probe {
+            ok: peak(v) <= cap,
+            peak: Some(peak(v)),
+        });
+        assert!(f.trials.len() <= 5, "{:?}", f.trials);
+        let t = (cap - 100_000_000) / (40 * 1024);
+        assert!(f.last_success.unwrap() <= t && f.first_failure.unwrap() > t);
+    }
+
+    #[test]
+    fn failure_at_the_first_value() {
+        let f = find(bounds(), None, |_| false);
+        assert_eq!(f.last_success, None);
+        assert_eq!(f.first_failure, Some(1024));
+        assert_eq!(f.trials.len(), 1);
+    }
+
+    #[test]
+    fn success_at_the_last_value() {
+        let f = find(bounds(), None, |_| true);
+        assert_eq!(f.last_success, Some(65536));
+        assert_eq!(f.first_failure, None);
+    }
+}

@@ -1,0 +1,161 @@
+//! The series file (`"schema": "iteragpu.series/1"`): every trial of a sweep with its values,
+//! status, four counters, error and duration, plus the frontier and the fit. Rewritten after each
+//! trial under a temporary name and moved into place, so a crash or Ctrl-C keeps every finished
+//! trial; an existing file is never overwritten.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+use super::fit::Fit;
+use crate::measure::result::MeasureResult;
+use crate::output::OutputError;
+
+pub const SCHEMA: &str = "iteragpu.series/1";
+
+/// One trial of a sweep.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub index: usize,
+    /// The varied values of this trial (`{"batch": 4}`).
+    pub values: Map<String, Value>,
+    /// The name of the reference load (`--loads`), if any.
+    pub load: Option<String>,
+    /// `ok`, `failed` (out-of-memory or another exception: a finding), `crashed`, `timeout`,
+    /// `interrupted`, or `unavailable`.
+    pub status: String,
+    pub out_of_memory: bool,
+    /// Highest peak allocated over phases and devices.
+    pub peak_allocated_bytes: Option<u64>,
+    /// Highest peak reserved over phases and devices.
+    pub peak_reserved_bytes: Option<u64>,
+    /// Levels at the end of the last phase that ended (first device).
+    pub end_allocated_bytes: Option<u64>,
+    pub end_reserved_bytes: Option<u64>,
+    pub failed_phase: Option<String>,
+    pub error: Option<String>,
+    pub duration_s: f64,
+    /// The trial's full result.
+    pub result: Option<MeasureResult>,
+}
+
+/// A frontier search's outcome.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FrontierRecord {
+    pub variable: String,
+    pub last_success: Option<u64>,
+    pub first_failure: Option<u64>,
+    pub resolution: u64,
+    pub trials: usize,
+    /// `estimate-hint, then measured-peak curve` (both sides of the estimator's predicted frontier
+    /// first), `measured-peak curve` (successes' peaks extrapolated to the capacity), or
+    /// `grow-then-bisect` (no capacity known).
+    pub strategy: String,
+    pub hint: Option<u64>,
+    pub budget_exhausted: bool,
+}
+
+/// The predicted frontier of one card from the fit.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CardFrontier {
+    pub card: String,
+    pub capacity_bytes: u64,
+    pub capacity_source: String,
+    /// Capacity minus the non-PyTorch memory measured in the trials (when measured).
+    pub usable_bytes: u64,
+    /// Value of the varied dimension at which the fitted peak reserved reaches `usable_bytes`.
+    pub predicted: Option<f64>,
+    /// From the fit's residual spread (± 2σ on the peak).
+    pub range: Option<(f64, f64)>,
+    /// Outside the measured range: an extrapolation, not a measurement.
+    pub extrapolation: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FitRecord {
+    pub variable: String,
+    pub fit: Fit,
+    /// Memory outside PyTorch's allocator subtracted from each card, and where it came from.
+    pub overhead_bytes: Option<u64>,
+    pub overhead_source: String,
+    pub cards: Vec<CardFrontier>,
+}
+
+/// The emulated capacity of a smaller card.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Limit {
+    pub bytes: u64,
+    /// `--memory-limit` or `--card NAME`.
+    pub source: String,
+    /// Always true: the limit is emulated on a larger GPU, not a real card.
+    pub emulated: bool,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Series {
+    pub schema: String,
+    pub tool_version: String,
+    pub started_at: String,
+    pub updated_at: String,
+    /// `running`, `complete`, `interrupted` or `aborted`.
+    pub status: String,
+    /// `list`, `frontier`, `grid`, `loads` or `processes`.
+    pub mode: String,
+    pub varied: Vec<String>,
+    /// The worker specification shared by every trial (the varied keys removed).
+    pub base: Map<String, Value>,
+    /// Checked after each trial: every option but the varied ones was identical.
+    pub identical_across_trials: bool,
+    /// `fresh process per trial` (and, with --processes, N processes of one configuration, which
+    /// is not the same protocol as N repeats in one process).
+    pub protocol: String,
+    pub limit: Option<Limit>,
+    pub trials: Vec<TrialRecord>,
+    pub frontier: Option<FrontierRecord>,
+    pub fit: Option<FitRecord>,
+    pub notes: Vec<String>,
+}
+
+/// Writes the series atomically after each trial.
+pub struct Writer {
+    path: PathBuf,
+    written: bool,
+}
+
+impl Writer {
+    pub fn new(path: &Path) -> Result<Writer, OutputError> {
+        crate::output::check_new(path)?;
+        Ok(Writer {
+            path: path.to_path_buf(),
+            written: false,
+        })
+    }
+
+    pub fn save(&mut self, series: &Series) -> Result<(), OutputError> {
+        let io = |source| OutputError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if !self.written && self.path.exists() {
+            return Err(OutputError::Exists(self.path.clone()));
+        }
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = self
+            .path
+            .with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let bytes = serde_json::to_vec_pretty(series).map_err(|e| io(std::io::Error::other(e)))?;
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        self.written = true;
+        Ok(())
+    }
+
+    pub fn written(&self) -> bool {
+        self.written
+    }
+}
