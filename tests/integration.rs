@@ -8,5 +8,7 @@ mod estimate;
 mod measure;
 #[path = "integration/properties.rs"]
 mod properties;
+#[path = "integration/sweep.rs"]
+mod sweep;
 #[path = "integration/workloads.rs"]
 mod workloads;

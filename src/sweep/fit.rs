@@ -37,11 +37,12 @@ fn polyfit(xs: &[f64], ys: &[f64], deg: usize) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, pivot);
-        for row in 0..n {
+        let pivot_row = a[col].clone();
+        for (row, r) in a.iter_mut().enumerate() {
             if row != col {
-                let f = a[row][col] / a[col][col];
-                for k in col..=n {
-                    a[row][k] -= f * a[col][k];
+                let f = r[col] / pivot_row[col];
+                for (cell, p) in r.iter_mut().zip(&pivot_row).skip(col) {
+                    *cell -= f * p;
                 }
             }
         }

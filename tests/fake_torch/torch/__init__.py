@@ -14,6 +14,7 @@ Controls (environment variables):
   FAKE_TORCH_HANG_AFTER_SYNC=K  the first allocation after the K-th synchronize() sleeps for an hour
   FAKE_TORCH_NOISE=1            writes noise to stdout (print and raw fd 1) on every randn()
   FAKE_TORCH_BACKEND=NAME       allocator backend name (default "native")
+  FAKE_TORCH_HANG_ABOVE=BYTES   an allocation larger than BYTES sleeps for an hour
 """
 
 import contextlib
@@ -96,6 +97,9 @@ class _Allocator:
 
     def alloc(self, nbytes):
         _maybe_fail()
+        above = os.environ.get("FAKE_TORCH_HANG_ABOVE")
+        if above and nbytes > int(above):
+            time.sleep(3600)
         size = _round(nbytes)
         need = self.allocated + size
         if need > self.reserved:
