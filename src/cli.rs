@@ -26,6 +26,60 @@ pub enum Command {
     Measure(Box<MeasureArgs>),
     /// Change one variable at a time (a fresh process per trial) and find the out-of-memory frontier.
     Sweep(Box<SweepArgs>),
+    /// The fiche: calculated, observed and assumed kept apart, in Markdown or self-contained HTML.
+    Report(ReportArgs),
+    /// Runs side by side, with a warning for every condition that differs besides the variable.
+    Compare(CompareArgs),
+    /// The GPU catalog, and whether a need fits on one device of each card.
+    Cards(CardsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A measure result (iteragpu.measure/1).
+    pub result: PathBuf,
+    /// A sweep series (iteragpu.series/1) for the same workload.
+    pub series: Option<PathBuf>,
+    /// The output of `iteragpu estimate --json` for the calculated section.
+    #[arg(long, value_name = "EST.json")]
+    pub estimate: Option<PathBuf>,
+    /// The fiche to create: .md for Markdown, .html for one self-contained HTML file.
+    #[arg(long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Language of the fiche.
+    #[arg(long, value_enum, default_value = "en")]
+    pub lang: crate::report::fiche::Lang,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Two or more measure results.
+    #[arg(required = true, num_args = 2..)]
+    pub files: Vec<PathBuf>,
+    /// Also write the table as CSV (one row per run, phase and device; raw bytes).
+    #[arg(long, value_name = "PATH")]
+    pub csv: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CardsArgs {
+    /// A memory need per device: 17.04GiB, 18GB or raw bytes.
+    #[arg(long, value_name = "SIZE", value_parser = size, conflicts_with = "from")]
+    pub need: Option<Bytes>,
+    /// Take the need from an estimate, a measure result or a series.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// Memory a process holds outside PyTorch's allocator (CUDA context, libraries), subtracted from
+    /// each card; default 1GiB, assumed (612 MiB was read on an H200 with torch 2.11), unless --from
+    /// gives a measured value.
+    #[arg(long, value_name = "SIZE", value_parser = size)]
+    pub overhead: Option<Bytes>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How a sweep chooses its values.

@@ -13,6 +13,7 @@ pub mod measure;
 pub mod model;
 pub mod output;
 pub mod python_side;
+pub mod report;
 pub mod sweep;
 pub mod units;
 
@@ -57,6 +58,9 @@ where
         cli::Command::Environment(args) => commands::environment::run(args, &mut stdout),
         cli::Command::Measure(args) => commands::measure::run(args, &mut stdout),
         cli::Command::Sweep(args) => commands::sweep::run(args, &mut stdout),
+        cli::Command::Report(args) => commands::report::run(args, &mut stdout),
+        cli::Command::Compare(args) => commands::compare::run(args, &mut stdout),
+        cli::Command::Cards(args) => commands::cards::run(args, &mut stdout),
     };
     match result {
         Ok(code) => ExitCode::from(code),

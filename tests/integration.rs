@@ -8,6 +8,8 @@ mod estimate;
 mod measure;
 #[path = "integration/properties.rs"]
 mod properties;
+#[path = "integration/report.rs"]
+mod report;
 #[path = "integration/sweep.rs"]
 mod sweep;
 #[path = "integration/workloads.rs"]

@@ -1,6 +1,9 @@
 //! One function per subcommand: turn validated arguments into work, and write the output.
 
+pub mod cards;
+pub mod compare;
 pub mod environment;
 pub mod estimate;
 pub mod measure;
+pub mod report;
 pub mod sweep;

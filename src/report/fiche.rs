@@ -1,0 +1,816 @@
+//! The fiche: a short sheet someone can decide from. Identity, dimensions, environment and scope;
+//! then what was **calculated**, what was **observed** and what is still **assumed**, kept apart;
+//! then the configuration chosen and the raw results attached (path and SHA-256).
+//!
+//! Reading rules of the guide, enforced here: the gap between reserved and allocated is shown only
+//! from two readings of the same checkpoint (never peak reserved − peak allocated); an end level
+//! minus a start level is never presented as the volume of temporary tensors; a partial peak
+//! before a failure is never presented as the need of a complete run.
+
+use serde_json::Value;
+
+use super::document::{Attachment, Block, Chart, Document};
+use super::inputs::{Document as Input, EstimateDoc, InputError, Loaded};
+use crate::cards;
+use crate::measure::result::MeasureResult;
+use crate::sweep::series::Series;
+use crate::units::Bytes;
+
+/// English or French.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    En,
+    Fr,
+}
+
+impl Lang {
+    fn t(self, en: &'static str, fr: &'static str) -> &'static str {
+        match self {
+            Lang::En => en,
+            Lang::Fr => fr,
+        }
+    }
+    fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Fr => "fr",
+        }
+    }
+}
+
+/// `1.23 GB · 1.15 GiB · 1,234,567,890 B`, or `null` (never 0) for a value not read.
+fn both(v: Option<u64>, lang: Lang) -> String {
+    match v {
+        None => lang.t("null (not read)", "null (non lu)").into(),
+        Some(b) => {
+            let b = Bytes(b);
+            let (gb, gib) = (format!("{:.2}", b.gb()), format!("{:.2}", b.gib()));
+            match lang {
+                Lang::En => format!("{gb} GB · {gib} GiB · {} B", b.grouped()),
+                Lang::Fr => format!(
+                    "{} Go · {} Gio · {} o",
+                    gb.replace('.', ","),
+                    gib.replace('.', ","),
+                    b.grouped().replace(',', "\u{202f}")
+                ),
+            }
+        }
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "null".into(),
+        other => other.to_string(),
+    }
+}
+
+fn gpu_name(r: &MeasureResult) -> Option<String> {
+    let torch = r.environment.python.as_ref()?.torch.as_ref()?;
+    let index: usize = r.scope.devices.first()?.split_once(':')?.1.parse().ok()?;
+    torch
+        .get("devices")?
+        .get(index)?
+        .get("name")?
+        .as_str()
+        .map(String::from)
+}
+
+/// Builds the fiche from a result, an optional series and an optional estimate.
+pub fn build(
+    result: &Loaded,
+    series: Option<&Loaded>,
+    estimate: Option<&Loaded>,
+    lang: Lang,
+) -> Result<Document, InputError> {
+    let Input::Measure(r) = &result.doc else {
+        return Err(result.wrong(
+            super::inputs::MEASURE,
+            "the first file of a report is a measure result",
+        ));
+    };
+    let s: Option<&Series> = match series.map(|l| (&l.doc, l)) {
+        None => None,
+        Some((Input::Series(s), _)) => Some(s),
+        Some((_, l)) => {
+            return Err(l.wrong(
+                super::inputs::SERIES,
+                "the second file of a report is a sweep series",
+            ));
+        }
+    };
+    let e: Option<&EstimateDoc> = match estimate.map(|l| (&l.doc, l)) {
+        None => None,
+        Some((Input::Estimate(e), _)) => Some(e),
+        Some((_, l)) => {
+            return Err(l.wrong(
+                super::inputs::ESTIMATE,
+                "--estimate takes the output of `iteragpu estimate --json`",
+            ));
+        }
+    };
+    if let Some(s) = s {
+        let first = s
+            .trials
+            .iter()
+            .filter_map(|t| t.result.as_ref())
+            .find_map(gpu_name);
+        if let (Some(a), Some(b)) = (gpu_name(r), first)
+            && a != b
+        {
+            return Err(InputError::Content {
+                path: series.map(|l| l.path.clone()).unwrap_or_default(),
+                schema: super::inputs::SERIES.into(),
+                message: format!(
+                    "the result was measured on `{a}` and the series on `{b}`: report one GPU at a time"
+                ),
+            });
+        }
+    }
+    let mut b = Vec::new();
+    identity(&mut b, r, lang);
+    environment(&mut b, r, lang);
+    calculated(&mut b, e, lang);
+    observed(&mut b, r, s, lang);
+    assumed(&mut b, r, s, e, lang);
+    chosen(&mut b, r, s, lang);
+    let mut attachments = Vec::new();
+    let mut listed = Vec::new();
+    for l in [Some(result), series, estimate].into_iter().flatten() {
+        listed.push(format!("{} — SHA-256 {}", l.path.display(), l.sha256));
+        attachments.push(Attachment {
+            path: l.path.display().to_string(),
+            sha256: l.sha256.clone(),
+            raw: l.raw.clone(),
+        });
+    }
+    b.push(Block::Heading(
+        lang.t("Raw results attached", "Résultats bruts joints")
+            .into(),
+    ));
+    b.push(Block::List(listed));
+    Ok(Document {
+        title: format!(
+            "{} — {}",
+            lang.t("iteragpu memory fiche", "Fiche mémoire iteragpu"),
+            r.identity
+                .declared
+                .get("model")
+                .map(text)
+                .unwrap_or_else(|| r.identity.workload.clone())
+        ),
+        lang: lang.code(),
+        blocks: b,
+        attachments,
+    })
+}
+
+fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+    b.push(Block::Heading(
+        lang.t("Identity", "Identité de l’essai").into(),
+    ));
+    let d = &r.identity.declared;
+    let mut rows = vec![
+        vec![
+            lang.t("workload", "charge").into(),
+            r.identity.workload.clone(),
+        ],
+        vec![
+            lang.t("model or code", "modèle ou code").into(),
+            d.get("model").map(text).unwrap_or_else(|| "—".into()),
+        ],
+        vec![
+            lang.t("revision", "révision").into(),
+            d.get("revision").map(text).unwrap_or_else(|| "—".into()),
+        ],
+        vec![
+            lang.t("measuring code", "code de mesure").into(),
+            r.identity.code_hash.clone(),
+        ],
+        vec![
+            lang.t("seed", "graine").into(),
+            r.identity.seed.map_or("—".into(), |s| s.to_string()),
+        ],
+        vec![
+            lang.t("run", "exécution").into(),
+            format!("{} → {} ({})", r.started_at, r.ended_at, r.status),
+        ],
+    ];
+    let shapes: Vec<String> = r
+        .phases
+        .iter()
+        .filter_map(|p| {
+            p.inputs
+                .get("processed_shape")
+                .map(|s| format!("{}: {}", p.name, text(s)))
+        })
+        .take(3)
+        .collect();
+    if !shapes.is_empty() {
+        rows.push(vec![
+            lang.t("inputs (processed shapes)", "entrées (formes traitées)")
+                .into(),
+            shapes.join("; "),
+        ]);
+    }
+    b.push(Block::Table {
+        header: vec![String::new(), String::new()],
+        rows,
+    });
+    b.push(Block::Heading(lang.t("Dimensions", "Dimensions").into()));
+    b.push(Block::Table {
+        header: vec![
+            lang.t("dimension", "dimension").into(),
+            lang.t("value", "valeur").into(),
+        ],
+        rows: r
+            .dimensions
+            .iter()
+            .map(|(k, v)| vec![k.clone(), text(v)])
+            .collect(),
+    });
+}
+
+fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+    b.push(Block::Heading(
+        lang.t("Environment", "Environnement").into(),
+    ));
+    let mut rows = Vec::new();
+    let py = r.environment.python.as_ref();
+    let torch = py.and_then(|p| p.torch.as_ref());
+    let tget = |k: &str| {
+        torch
+            .and_then(|t| t.get(k))
+            .map(text)
+            .unwrap_or_else(|| "null".into())
+    };
+    rows.push(vec![
+        "GPU".into(),
+        format!(
+            "{} ({})",
+            gpu_name(r).unwrap_or_else(|| "null".into()),
+            r.scope.devices.join(", ")
+        ),
+    ]);
+    if let Some(total) = torch
+        .and_then(|t| t.get("devices"))
+        .and_then(|d| d.get(0))
+        .and_then(|d| d.get("total_memory"))
+        .and_then(Value::as_u64)
+    {
+        rows.push(vec![
+            lang.t(
+                "capacity (PyTorch total_memory)",
+                "capacité (total_memory de PyTorch)",
+            )
+            .into(),
+            both(Some(total), lang),
+        ]);
+    }
+    match &r.environment.driver {
+        Some(d) => {
+            rows.push(vec![
+                lang.t("driver", "pilote").into(),
+                format!(
+                    "{} (CUDA {})",
+                    d.driver_version.as_deref().unwrap_or("?"),
+                    d.cuda_driver_version.as_deref().unwrap_or("?")
+                ),
+            ]);
+            if let Some(g) = d.gpus.first() {
+                rows.push(vec![
+                    lang.t("capacity (NVML)", "capacité (NVML)").into(),
+                    both(g.total_bytes, lang),
+                ]);
+            }
+        }
+        None => rows.push(vec![
+            lang.t("driver", "pilote").into(),
+            r.environment
+                .driver_reason
+                .clone()
+                .unwrap_or_else(|| "null".into()),
+        ]),
+    }
+    rows.push(vec![
+        "Python".into(),
+        py.map(|p| {
+            format!(
+                "{} {}",
+                text(&p.python["executable"]),
+                text(&p.python["version"])
+            )
+        })
+        .unwrap_or_else(|| "null".into()),
+    ]);
+    rows.push(vec!["PyTorch".into(), tget("version")]);
+    rows.push(vec![
+        "CUDA / HIP".into(),
+        format!(
+            "{} (cuda {}, hip {})",
+            tget("backend"),
+            tget("cuda_version"),
+            tget("hip_version")
+        ),
+    ]);
+    rows.push(vec![
+        lang.t("allocator backend", "backend de l’allocateur")
+            .into(),
+        tget("allocator_backend"),
+    ]);
+    if let Some(settings) = py.and_then(|p| p.settings.as_object()) {
+        let set: Vec<String> = settings
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k}={}", text(v)))
+            .collect();
+        rows.push(vec![
+            lang.t("allocator settings", "réglages de l’allocateur")
+                .into(),
+            if set.is_empty() {
+                lang.t("none set", "aucun").into()
+            } else {
+                set.join(", ")
+            },
+        ]);
+    }
+    b.push(Block::Table {
+        header: vec![String::new(), String::new()],
+        rows,
+    });
+    b.push(Block::Heading(lang.t("Scope", "Périmètre").into()));
+    let p = &r.policies;
+    b.push(Block::List(vec![
+        format!(
+            "{}: {}",
+            lang.t("phases", "phases"),
+            r.scope.phases.join(", ")
+        ),
+        format!(
+            "{}: {}",
+            lang.t("first pass", "premier passage"),
+            r.scope.first_pass
+        ),
+        format!(
+            "{}: {}, {} {}, {} {}, empty_cache {}",
+            lang.t("protocol", "protocole"),
+            p.protocol,
+            p.warmup,
+            lang.t("warm-up passes", "passages d’échauffement"),
+            p.repeats,
+            lang.t("repeats", "répétitions"),
+            p.empty_cache
+        ),
+        format!("{}: {}", lang.t("process", "processus"), p.process),
+    ]));
+}
+
+fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Lang) {
+    b.push(Block::Heading(lang.t("Calculated", "Calculé").into()));
+    let Some(e) = e else {
+        b.push(Block::Para(
+            lang.t(
+                "No estimate attached: give --estimate EST.json (the output of `iteragpu estimate --json`).",
+                "Aucune estimation jointe : ajoutez --estimate EST.json (sortie de `iteragpu estimate --json`).",
+            )
+            .into(),
+        ));
+        return;
+    };
+    let rows: Vec<Vec<String>> = e
+        .terms
+        .iter()
+        .filter(|t| t.kind == "calculated")
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                both(Some(t.bytes), lang),
+                t.formula.clone(),
+                if t.in_total { "" } else { "(info)" }.into(),
+            ]
+        })
+        .collect();
+    b.push(Block::Table {
+        header: vec![
+            lang.t("term", "poste").into(),
+            lang.t("bytes", "octets").into(),
+            lang.t("formula", "formule").into(),
+            String::new(),
+        ],
+        rows,
+    });
+    b.push(Block::Para(format!(
+        "{}: {}",
+        lang.t(
+            "Preparation hypothesis (calculated and assumed terms together)",
+            "Hypothèse de préparation (postes calculés et supposés ensemble)"
+        ),
+        both(Some(e.total_bytes), lang)
+    )));
+}
+
+fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang) {
+    b.push(Block::Heading(lang.t("Observed", "Observé").into()));
+    let mut rows = Vec::new();
+    for p in &r.phases {
+        if p.devices.is_empty() {
+            rows.push(vec![
+                p.name.clone(),
+                "—".into(),
+                p.status.clone(),
+                p.note.clone().unwrap_or_default(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
+        for d in &p.devices {
+            let gap = match (d.end_reserved_bytes, d.end_allocated_bytes) {
+                (Some(rv), Some(a)) if rv >= a => both(Some(rv - a), lang),
+                _ => "null".into(),
+            };
+            rows.push(vec![
+                p.name.clone(),
+                d.device.clone(),
+                p.status.clone(),
+                both(d.peak_allocated_bytes, lang),
+                both(d.peak_reserved_bytes, lang),
+                both(d.end_allocated_bytes, lang),
+                both(d.end_reserved_bytes, lang),
+                gap,
+            ]);
+        }
+    }
+    b.push(Block::Table {
+        header: vec![
+            "phase".into(),
+            lang.t("device", "appareil").into(),
+            lang.t("status", "statut").into(),
+            lang.t("peak allocated", "pic allocated").into(),
+            lang.t("peak reserved", "pic reserved").into(),
+            lang.t("end allocated", "allocated fin").into(),
+            lang.t("end reserved", "reserved fin").into(),
+            lang.t(
+                "reserved − allocated at the end (same checkpoint)",
+                "reserved − allocated en fin (même point de contrôle)",
+            )
+            .into(),
+        ],
+        rows,
+    });
+    b.push(Block::List(vec![
+        lang.t(
+            "Peaks are absolute over each phase and include what already existed at its start. Reserved − allocated is shown only from two readings of the same checkpoint, never as peak reserved − peak allocated, which describes no single moment.",
+            "Les pics sont absolus sur chaque phase et incluent ce qui existait à son début. L’écart reserved − allocated n’est montré qu’à partir de deux lectures d’un même point de contrôle, jamais comme pic reserved − pic allocated, qui ne décrit aucun instant.",
+        )
+        .into(),
+        lang.t(
+            "An end level minus a start level is not the volume of the phase's temporary tensors: earlier objects may have been freed during the phase.",
+            "Un niveau de fin moins un niveau de départ n’est pas le volume des tenseurs temporaires de la phase : des objets antérieurs ont pu être libérés pendant la phase.",
+        )
+        .into(),
+    ]));
+    // The driver's view.
+    let driver: Vec<Vec<String>> = r
+        .phases
+        .iter()
+        .flat_map(|p| p.driver.iter().flatten().map(move |d| (p, d)))
+        .filter(|(_, d)| d.peak_process_used_bytes.is_some())
+        .map(|(p, d)| {
+            vec![
+                p.name.clone(),
+                d.device.clone(),
+                both(d.peak_process_used_bytes, lang),
+                both(d.outside_allocator_at_end_bytes, lang),
+                d.samples.to_string(),
+            ]
+        })
+        .collect();
+    if driver.is_empty() {
+        b.push(Block::Para(format!(
+            "{}: {}",
+            lang.t("Driver's view", "Vue du pilote"),
+            r.environment
+                .driver_reason
+                .clone()
+                .unwrap_or_else(|| lang.t("not sampled", "non échantillonnée").into())
+        )));
+    } else {
+        b.push(Block::Table {
+            header: vec![
+                "phase".into(),
+                lang.t("device", "appareil").into(),
+                lang.t("process peak (NVML)", "pic du processus (NVML)").into(),
+                lang.t("outside PyTorch's allocator at the end (CUDA context, libraries; not a leak by itself)", "hors de l’allocateur PyTorch en fin (contexte CUDA, bibliothèques ; pas une fuite en soi)").into(),
+                lang.t("samples", "échantillons").into(),
+            ],
+            rows: driver,
+        });
+    }
+    if let Some(f) = &r.failure {
+        b.push(Block::Para(format!(
+            "{} {}: {} {} — {}",
+            lang.t("Failure in", "Échec dans"),
+            f.phase.as_deref().unwrap_or("?"),
+            f.error_type.as_deref().unwrap_or(""),
+            f.message.as_deref().unwrap_or(""),
+            lang.t(
+                "a partial peak before a failure is not the memory need of a complete run.",
+                "un pic partiel avant une saturation ne constitue pas le besoin mémoire d’une exécution complète.",
+            )
+        )));
+    }
+    if !r.predictions.is_empty() {
+        b.push(Block::Table {
+            header: vec![
+                "phase".into(),
+                lang.t("predicted peak reserved", "pic reserved prévu")
+                    .into(),
+                lang.t("observed", "observé").into(),
+                lang.t("error", "écart").into(),
+            ],
+            rows: r
+                .predictions
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.phase.clone(),
+                        both(Some(c.predicted_peak_reserved_bytes), lang),
+                        both(c.observed_peak_reserved_bytes, lang),
+                        c.error_reserved_pct
+                            .map_or("null".into(), |p| format!("{p:+.1} %")),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    for c in &r.kv_cache {
+        b.push(Block::Para(format!(
+            "{} {}: {} {} / {} {} ({})",
+            lang.t("KV cache after", "Cache KV après"),
+            c.phase,
+            lang.t("observed", "observé"),
+            both(c.observed_bytes, lang),
+            lang.t("estimated", "estimé"),
+            both(Some(c.estimated_bytes), lang),
+            c.difference_pct
+                .map_or("null".into(), |p| format!("{p:+.2} %"))
+        )));
+    }
+    let bars: Vec<(String, Vec<Option<u64>>)> = r
+        .phases
+        .iter()
+        .filter_map(|p| {
+            let d = p.devices.first()?;
+            let drv = p
+                .driver
+                .as_ref()
+                .and_then(|v| v.first())
+                .and_then(|x| x.peak_process_used_bytes);
+            Some((
+                format!("{} #{}", p.name, p.index),
+                vec![d.peak_allocated_bytes, d.peak_reserved_bytes, drv],
+            ))
+        })
+        .collect();
+    if !bars.is_empty() {
+        b.push(Block::Chart(Chart::Bars {
+            title: lang
+                .t(
+                    "Peaks per phase (first device)",
+                    "Pics par phase (premier appareil)",
+                )
+                .into(),
+            series: vec![
+                lang.t("peak allocated", "pic allocated").into(),
+                lang.t("peak reserved", "pic reserved").into(),
+                lang.t("process peak (driver)", "pic du processus (pilote)")
+                    .into(),
+            ],
+            categories: bars,
+        }));
+    }
+    if let Some(s) = s {
+        series_observed(b, s, lang);
+    }
+}
+
+fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
+    let var = s.varied.first().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = s
+        .trials
+        .iter()
+        .map(|t| {
+            let values: Vec<String> = t
+                .values
+                .iter()
+                .map(|(k, v)| format!("{k}={}", text(v)))
+                .chain(t.load.clone())
+                .collect();
+            let status = if t.out_of_memory {
+                "out-of-memory".to_string()
+            } else {
+                t.status.clone()
+            };
+            let peak = if t.status == "ok" {
+                both(t.peak_reserved_bytes, lang)
+            } else {
+                format!(
+                    "{} ({})",
+                    both(t.peak_reserved_bytes, lang),
+                    lang.t(
+                        "partial: not the need of a complete run",
+                        "partiel : pas le besoin d’une exécution complète"
+                    )
+                )
+            };
+            vec![
+                values.join(" "),
+                status,
+                peak,
+                format!("{:.2} s", t.duration_s),
+            ]
+        })
+        .collect();
+    b.push(Block::Table {
+        header: vec![
+            lang.t("trial", "essai").into(),
+            lang.t("status", "statut").into(),
+            lang.t("peak reserved", "pic reserved").into(),
+            lang.t("duration", "durée").into(),
+        ],
+        rows,
+    });
+    let largest = s
+        .trials
+        .iter()
+        .filter(|t| t.status == "ok")
+        .filter_map(|t| t.values.get(&var).and_then(Value::as_u64))
+        .max();
+    if let Some(v) = largest {
+        b.push(Block::Para(format!(
+            "{} {var} = {v}",
+            lang.t(
+                "Largest load tested successfully:",
+                "Plus grande charge testée avec succès :"
+            )
+        )));
+    }
+    if let Some(f) = &s.frontier {
+        b.push(Block::Para(format!(
+            "{} {}: {} {}, {} {} ({} {}, {} {})",
+            lang.t("Frontier of", "Frontière de"),
+            f.variable,
+            lang.t("last success", "dernier succès"),
+            f.last_success.map_or("none".into(), |v| v.to_string()),
+            lang.t("first failure", "premier échec"),
+            f.first_failure.map_or("none".into(), |v| v.to_string()),
+            f.trials,
+            lang.t("trials", "essais"),
+            lang.t("resolution", "résolution"),
+            f.resolution
+        )));
+    }
+    if let Some(l) = &s.limit {
+        b.push(Block::Para(format!(
+            "{}: {} ({})",
+            lang.t(
+                "Emulated limit (not a real card)",
+                "Limite émulée (pas une vraie carte)"
+            ),
+            both(Some(l.bytes), lang),
+            l.source
+        )));
+    }
+    let points: Vec<(u64, Option<u64>, bool)> = s
+        .trials
+        .iter()
+        .filter_map(|t| {
+            Some((
+                t.values.get(&var)?.as_u64()?,
+                t.peak_reserved_bytes,
+                t.status == "ok",
+            ))
+        })
+        .collect();
+    if !points.is_empty() {
+        let max_peak = points.iter().filter_map(|p| p.1).max().unwrap_or(0);
+        let mut lines: Vec<(String, u64)> = s
+            .limit
+            .iter()
+            .map(|l| {
+                (
+                    lang.t("emulated limit", "limite émulée").to_string(),
+                    l.bytes,
+                )
+            })
+            .collect();
+        for card in cards::catalog() {
+            let (cap, _) = card.device_capacity();
+            if cap.get() >= max_peak / 2 && cap.get() <= max_peak.saturating_mul(4).max(1 << 30) {
+                lines.push((card.name, cap.get()));
+            }
+        }
+        if lines.is_empty()
+            && let Some(smallest) = cards::catalog()
+                .into_iter()
+                .min_by_key(|c| c.device_capacity().0)
+        {
+            // At least one card, so the curve is seen against a real capacity.
+            lines.push((smallest.name.clone(), smallest.device_capacity().0.get()));
+        }
+        lines.truncate(6);
+        b.push(Block::Chart(Chart::Scatter {
+            title: format!(
+                "{} {var}",
+                lang.t("Peak reserved against", "Pic reserved en fonction de")
+            ),
+            x_label: var.clone(),
+            points,
+            lines,
+        }));
+    }
+}
+
+fn assumed(
+    b: &mut Vec<Block>,
+    r: &MeasureResult,
+    s: Option<&Series>,
+    e: Option<&EstimateDoc>,
+    lang: Lang,
+) {
+    b.push(Block::Heading(lang.t("Assumed", "Supposé").into()));
+    let mut items: Vec<String> = Vec::new();
+    if let Some(e) = e {
+        for t in e.terms.iter().filter(|t| t.kind == "assumed") {
+            items.push(format!(
+                "{}: {} — {}",
+                t.name,
+                both(Some(t.bytes), lang),
+                t.formula
+            ));
+        }
+        if !e.left_out.is_empty() {
+            items.push(format!(
+                "{}: {}",
+                lang.t("left out of the estimate", "hors de l’estimation"),
+                e.left_out.join("; ")
+            ));
+        }
+    }
+    let scope: Vec<&str> = ["evaluation", "export"]
+        .into_iter()
+        .filter(|p| !r.scope.phases.iter().any(|x| x == p))
+        .collect();
+    if !scope.is_empty() {
+        items.push(format!(
+            "{}: {}",
+            lang.t("not measured in this run", "non mesuré dans cet essai"),
+            scope.join(", ")
+        ));
+    }
+    let covered = s.map(|s| s.varied.join(", ")).filter(|v| !v.is_empty());
+    items.push(match covered {
+        Some(v) => format!("{}: {v}", lang.t("variations covered by the series", "variations couvertes par la série")),
+        None => lang
+            .t(
+                "no variation was tested: a margin must still cover a longer input, the allowed batch, evaluation, export, library versions and other users of the card",
+                "aucune variation testée : la marge doit encore couvrir une entrée plus longue, le batch autorisé, l’évaluation, l’export, les versions de bibliothèques et les autres utilisateurs de la carte",
+            )
+            .into(),
+    });
+    b.push(Block::List(items));
+}
+
+fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang) {
+    b.push(Block::Heading(
+        lang.t("Configuration chosen", "Choix retenu").into(),
+    ));
+    let frontier = s.and_then(|s| s.frontier.as_ref());
+    let text = match (frontier, r.status.as_str()) {
+        (Some(f), _) => format!(
+            "{} {} = {} ({} {}); {}",
+            lang.t("Largest value that succeeded:", "Plus grande valeur réussie :"),
+            f.variable,
+            f.last_success.map_or("none".into(), |v| v.to_string()),
+            lang.t("first failure at", "premier échec à"),
+            f.first_failure.map_or("none".into(), |v| v.to_string()),
+            lang.t("keep a margin below it for the variations listed as assumed.", "gardez une marge en dessous pour les variations listées comme supposées.")
+        ),
+        (None, "ok") => lang
+            .t(
+                "The measured configuration ran to completion on this GPU; only this load is validated.",
+                "La configuration mesurée a abouti sur ce GPU ; seule cette charge est validée.",
+            )
+            .into(),
+        (None, _) => lang
+            .t(
+                "The measured configuration did not complete: reduce one dimension and search the frontier (iteragpu sweep --search frontier).",
+                "La configuration mesurée n’a pas abouti : réduisez une seule dimension et cherchez la frontière (iteragpu sweep --search frontier).",
+            )
+            .into(),
+    };
+    b.push(Block::Para(text));
+}

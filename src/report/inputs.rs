@@ -1,0 +1,152 @@
+//! Reading the files a report or a comparison is made from: the schema and version are checked
+//! first, then the content; a truncated or hand-edited file gets a message with its position.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+use crate::measure::result::MeasureResult;
+use crate::sweep::series::Series;
+
+/// Why an input file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not valid JSON (line {line}, column {column}): {message}; the file is truncated or was edited by hand"
+    )]
+    Json {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path} has no `schema` field: it was not written by iteragpu")]
+    NoSchema { path: PathBuf },
+    #[error("{path} is a `{found}` file; {wanted} expected here ({hint})")]
+    Schema {
+        path: PathBuf,
+        found: String,
+        wanted: String,
+        hint: String,
+    },
+    #[error(
+        "{path} does not match {schema}: {message}; the file was edited by hand or comes from another tool"
+    )]
+    Content {
+        path: PathBuf,
+        schema: String,
+        message: String,
+    },
+}
+
+/// One `estimate --json` line, as the report needs it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EstimateTerm {
+    pub name: String,
+    pub bytes: u64,
+    pub kind: String,
+    pub formula: String,
+    pub in_total: bool,
+}
+
+/// The parts of an `estimate --json` document a report uses.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EstimateDoc {
+    pub schema: String,
+    pub terms: Vec<EstimateTerm>,
+    pub total_bytes: u64,
+    pub left_out: Vec<String>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Any file iteragpu writes.
+#[derive(Clone, Debug)]
+pub enum Document {
+    Measure(Box<MeasureResult>),
+    Series(Box<Series>),
+    Estimate(Box<EstimateDoc>),
+}
+
+/// A file read from disk, with its raw bytes (attached to reports) and their SHA-256.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub raw: String,
+    pub doc: Document,
+}
+
+pub const MEASURE: &str = "iteragpu.measure/1";
+pub const SERIES: &str = "iteragpu.series/1";
+pub const ESTIMATE: &str = "iteragpu.estimate/1";
+
+/// Reads and validates any iteragpu file.
+pub fn load(path: &Path) -> Result<Loaded, InputError> {
+    let raw = std::fs::read_to_string(path).map_err(|source| InputError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| InputError::Json {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let schema = value
+        .get("schema")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| InputError::NoSchema {
+            path: path.to_path_buf(),
+        })?
+        .to_string();
+    let content = |e: serde_json::Error| InputError::Content {
+        path: path.to_path_buf(),
+        schema: schema.clone(),
+        message: e.to_string(),
+    };
+    let doc = match schema.as_str() {
+        MEASURE => Document::Measure(Box::new(serde_json::from_value(value).map_err(content)?)),
+        SERIES => Document::Series(Box::new(serde_json::from_value(value).map_err(content)?)),
+        ESTIMATE => Document::Estimate(Box::new(serde_json::from_value(value).map_err(content)?)),
+        other => {
+            return Err(InputError::Schema {
+                path: path.to_path_buf(),
+                found: other.to_string(),
+                wanted: format!("{MEASURE}, {SERIES} or {ESTIMATE}"),
+                hint: "this version of iteragpu reads only these; use the iteragpu that wrote the file".into(),
+            });
+        }
+    };
+    let digest = Sha256::digest(raw.as_bytes());
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        raw,
+        doc,
+    })
+}
+
+impl Loaded {
+    pub fn schema(&self) -> &'static str {
+        match self.doc {
+            Document::Measure(_) => MEASURE,
+            Document::Series(_) => SERIES,
+            Document::Estimate(_) => ESTIMATE,
+        }
+    }
+
+    pub fn wrong(&self, wanted: &str, hint: &str) -> InputError {
+        InputError::Schema {
+            path: self.path.clone(),
+            found: self.schema().to_string(),
+            wanted: wanted.to_string(),
+            hint: hint.to_string(),
+        }
+    }
+}

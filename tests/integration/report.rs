@@ -1,0 +1,536 @@
+//! The fiche (Markdown and HTML, checked in a real headless browser), compare, cards, the lab
+//! notebook, and refusals of bad input.
+
+use crate::common::{iteragpu, read_json, with_fake_torch};
+use predicates::prelude::*;
+use sha2::Digest;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// A measure result, a series and an estimate made once with the fake torch.
+struct Inputs {
+    dir: tempfile::TempDir,
+}
+
+impl Inputs {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn inputs() -> &'static Inputs {
+    static INPUTS: OnceLock<Inputs> = OnceLock::new();
+    INPUTS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        with_fake_torch()
+            .args([
+                "measure",
+                "--batch",
+                "2",
+                "--context",
+                "128",
+                "--width",
+                "512",
+                "--output",
+            ])
+            .arg(p("result.json"))
+            .assert()
+            .success();
+        with_fake_torch()
+            .args([
+                "measure",
+                "--batch",
+                "4",
+                "--context",
+                "128",
+                "--width",
+                "512",
+                "--output",
+            ])
+            .arg(p("result-b4.json"))
+            .assert()
+            .success();
+        with_fake_torch()
+            .args([
+                "sweep",
+                "--vary",
+                "batch=1,2,4",
+                "--context",
+                "128",
+                "--width",
+                "512",
+                "--output",
+            ])
+            .arg(p("series.json"))
+            .assert()
+            .success();
+        with_fake_torch()
+            .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string())
+            .args(["measure", "--width", "2048", "--output"])
+            .arg(p("failed.json"))
+            .assert()
+            .code(3);
+        let est = iteragpu()
+            .args([
+                "estimate",
+                "--parameters",
+                "8402944",
+                "--bits",
+                "32",
+                "--reserve-gib",
+                "1",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        std::fs::write(p("estimate.json"), est.stdout).unwrap();
+        Inputs { dir }
+    })
+}
+
+fn report(args: &[&Path], extra: &[&str], out: &Path) -> assert_cmd::assert::Assert {
+    iteragpu()
+        .arg("report")
+        .args(args)
+        .args(extra)
+        .arg("--output")
+        .arg(out)
+        .assert()
+}
+
+#[test]
+fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fiche.md");
+    report(
+        &[&i.path("result.json"), &i.path("series.json")],
+        &["--estimate", i.path("estimate.json").to_str().unwrap()],
+        &out,
+    )
+    .success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let order = [
+        "## Identity",
+        "## Dimensions",
+        "## Environment",
+        "## Scope",
+        "## Calculated",
+        "## Observed",
+        "## Assumed",
+        "## Configuration chosen",
+        "## Raw results attached",
+    ];
+    let positions: Vec<usize> = order
+        .iter()
+        .map(|h| text.find(h).unwrap_or_else(|| panic!("{h} missing")))
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "sections out of order"
+    );
+    // Raw results with their real SHA-256.
+    let raw = std::fs::read(i.path("result.json")).unwrap();
+    let sha: String = sha2::Sha256::digest(&raw)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(text.contains(&sha));
+    // Counters in GB and GiB with raw bytes; the reserve is assumed, the weights calculated.
+    assert!(text.contains(" GB · ") && text.contains(" GiB · ") && text.contains(" B |"));
+    let calculated = &text[positions[4]..positions[5]];
+    let assumed = &text[positions[6]..positions[7]];
+    assert!(calculated.contains("weights") && !calculated.contains("reserve"));
+    assert!(assumed.contains("reserve"));
+    // The reading rules.
+    assert!(text.contains("same checkpoint"));
+    assert!(text.contains("never as peak reserved − peak allocated"));
+    assert!(text.contains("Largest load tested successfully: batch = 4"));
+}
+
+#[test]
+fn a_failed_run_is_not_presented_as_a_need() {
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("failed.md");
+    report(&[&i.path("failed.json")], &[], &out).success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("a partial peak before a failure is not the memory need of a complete run")
+    );
+    assert!(text.contains("did not complete"));
+}
+
+#[test]
+fn the_html_fiche_is_self_contained_and_french_on_request() {
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fiche.html");
+    report(
+        &[&i.path("result.json"), &i.path("series.json")],
+        &["--lang", "fr"],
+        &out,
+    )
+    .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<html lang=\"fr\">"));
+    assert!(html.contains("Calculé") && html.contains("Observé") && html.contains("Supposé"));
+    assert_eq!(
+        html.matches("<svg").count(),
+        2,
+        "peaks per phase and the series chart"
+    );
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"),
+        "no external resource"
+    );
+    // The raw results are embedded, byte for byte.
+    let raw = std::fs::read_to_string(i.path("result.json")).unwrap();
+    assert!(html.contains(&raw.replace("</", "<\\/")));
+}
+
+#[test]
+fn text_from_files_is_escaped() {
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc = read_json(&i.path("result.json"));
+    doc["identity"]["declared"]["model"] = serde_json::json!("<img src=x onerror=alert(1)>");
+    let edited = dir.path().join("edited.json");
+    std::fs::write(&edited, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = dir.path().join("escaped.html");
+    report(&[&edited], &[], &out).success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    let body = &html[..html.find("<script type=\"application/json\"").unwrap()];
+    assert!(!body.contains("<img src=x"));
+    assert!(body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    let md = dir.path().join("escaped.md");
+    report(&[&edited], &[], &md).success();
+    assert!(!std::fs::read_to_string(&md).unwrap().contains("<img"));
+}
+
+/// Chromium for the browser check: installed by .ci/run; missing elsewhere is said, and fatal in CI.
+fn chromium() -> Option<PathBuf> {
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(candidate).exists() {
+            return Some(candidate.into());
+        }
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must install chromium (.ci/run does)"
+    );
+    eprintln!(
+        "note: no chromium here; the HTML fiche was not checked in a browser (apt-get install chromium)"
+    );
+    None
+}
+
+#[test]
+fn the_html_fiche_renders_in_a_headless_browser() {
+    let Some(browser) = chromium() else { return };
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fiche.html");
+    report(
+        &[&i.path("result.json"), &i.path("series.json")],
+        &["--estimate", i.path("estimate.json").to_str().unwrap()],
+        &out,
+    )
+    .success();
+    let flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+    let profile = dir.path().join("profile");
+    let url = format!("file://{}", out.display());
+    let shot = dir.path().join("fiche.png");
+    let status = std::process::Command::new(&browser)
+        .args(flags)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--window-size=1100,2400")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(
+        png.len() > 20_000,
+        "a screenshot of a real page, {} bytes",
+        png.len()
+    );
+    let dom = std::process::Command::new(&browser)
+        .args(flags)
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile2").display()
+        ))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for text in [
+        "Calculated",
+        "Observed",
+        "Assumed",
+        "Peaks per phase",
+        "peak reserved",
+        "SHA-256",
+    ] {
+        assert!(dom.contains(text), "{text} not rendered");
+    }
+}
+
+#[test]
+fn compare_warns_about_every_differing_condition() {
+    let i = inputs();
+    iteragpu()
+        .args(["compare"])
+        .arg(i.path("result.json"))
+        .arg(i.path("result-b4.json"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("variable under study: batch"))
+        .stdout(predicate::str::contains("these runs are comparable"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc = read_json(&i.path("result-b4.json"));
+    doc["environment"]["python"]["torch"]["version"] = serde_json::json!("2.99.0");
+    doc["policies"]["empty_cache"] = serde_json::json!("between-repeats");
+    doc["dimensions"]["dtype"] = serde_json::json!("bfloat16");
+    let edited = dir.path().join("other.json");
+    std::fs::write(&edited, serde_json::to_string(&doc).unwrap()).unwrap();
+    let csv = dir.path().join("table.csv");
+    iteragpu()
+        .args(["compare"])
+        .arg(i.path("result.json"))
+        .arg(&edited)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("PyTorch version differs"))
+        .stdout(predicate::str::contains("empty-cache policy differs"))
+        .stdout(predicate::str::contains("more than one dimension differs"))
+        .stdout(predicate::str::contains("NOT comparable"));
+    let table = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = table.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("run,phase,index,device,status,start_allocated_bytes")
+    );
+    let first: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(first[1], "model_load");
+    assert!(first[7].parse::<u64>().unwrap() > 0, "raw bytes");
+    assert_eq!(table.lines().count(), 1 + 2 * 9);
+    // Never overwritten.
+    iteragpu()
+        .args(["compare"])
+        .arg(i.path("result.json"))
+        .arg(&edited)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .code(1);
+}
+
+#[test]
+fn cards_tell_what_fits_on_one_device() {
+    let out = iteragpu().args(["cards"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for card in [
+        "H100 80GB",
+        "H200 141GB",
+        "A100 40GB",
+        "A100 80GB",
+        "L4",
+        "L40S",
+        "A10G",
+        "T4",
+        "V100 16GB",
+        "V100 32GB",
+        "RTX 3090",
+        "RTX 4090",
+        "RTX 5090",
+        "RTX 5070",
+        "RTX 6000 Ada",
+        "MI300X",
+        "MI250X",
+    ] {
+        assert!(text.contains(card), "{card} missing from the catalog");
+    }
+    let out = iteragpu()
+        .args(["cards", "--need", "17.04GiB", "--json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let card = |name: &str| {
+        doc["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["card"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(card("T4")["fits"], false);
+    assert_eq!(card("T4")["devices_if_split"], 2);
+    assert_eq!(card("H100 80GB")["fits"], true);
+    let need = doc["need_bytes"].as_u64().unwrap();
+    assert_eq!(
+        card("L4")["margin_bytes"].as_i64().unwrap(),
+        card("L4")["usable_bytes"].as_i64().unwrap() - need as i64
+    );
+    iteragpu()
+        .args(["cards", "--need", "200GB"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("must be split"))
+        .stdout(predicate::str::contains("never one pool"));
+    let i = inputs();
+    for file in ["estimate.json", "result.json", "series.json"] {
+        iteragpu()
+            .args(["cards", "--from"])
+            .arg(i.path(file))
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("need per device"));
+    }
+    iteragpu()
+        .args(["cards", "--from"])
+        .arg(i.path("failed.json"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("partial peak"));
+}
+
+#[test]
+fn bad_report_input_is_refused_and_nothing_is_written() {
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fiche.md");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let raw = std::fs::read_to_string(i.path("result.json")).unwrap();
+    let other_version = write(
+        "v2.json",
+        &raw.replace("iteragpu.measure/1", "iteragpu.measure/2"),
+    );
+    let truncated = write("truncated.json", &raw[..raw.len() / 2]);
+    let mut doc = read_json(&i.path("result.json"));
+    doc.as_object_mut().unwrap().remove("phases");
+    let edited = write("edited.json", &serde_json::to_string(&doc).unwrap());
+    let foreign = write("foreign.json", r#"{"hello": "world"}"#);
+    let mut other_gpu = read_json(&i.path("series.json"));
+    for t in other_gpu["trials"].as_array_mut().unwrap() {
+        t["result"]["environment"]["python"]["torch"]["devices"][0]["name"] =
+            serde_json::json!("Another GPU");
+    }
+    let other_gpu = write(
+        "other-gpu.json",
+        &serde_json::to_string(&other_gpu).unwrap(),
+    );
+    let cases: Vec<(Vec<PathBuf>, &str)> = vec![
+        (vec![other_version], "iteragpu.measure/2"),
+        (vec![truncated], "line"),
+        (vec![edited], "phases"),
+        (vec![foreign], "schema"),
+        (vec![i.path("series.json")], "first file of a report"),
+        (
+            vec![i.path("result.json"), i.path("result-b4.json")],
+            "second file",
+        ),
+        (
+            vec![i.path("result.json"), other_gpu],
+            "report one GPU at a time",
+        ),
+        (vec![dir.path().join("absent.json")], "absent.json"),
+    ];
+    for (files, message) in cases {
+        let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        report(&refs, &[], &out)
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists(), "{message}: nothing may be written");
+    }
+    report(
+        &[&i.path("result.json")],
+        &[],
+        &dir.path().join("fiche.pdf"),
+    )
+    .code(1)
+    .stderr(predicate::str::contains(".md"));
+    std::fs::write(&out, "keep").unwrap();
+    report(&[&i.path("result.json")], &[], &out)
+        .code(1)
+        .stderr(predicate::str::contains("already exists"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
+}
+
+#[test]
+fn the_lab_notebook_is_valid_and_its_cells_run() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("notebooks/iteragpu-lab.ipynb");
+    let nb: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(nb["nbformat"], 4);
+    let cells = nb["cells"].as_array().unwrap();
+    assert!(cells.len() >= 10);
+    let mut code = String::new();
+    for c in cells {
+        assert!(c["id"].is_string());
+        let source: String = c["source"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        if c["cell_type"] == "code" {
+            assert_eq!(
+                c["outputs"],
+                serde_json::json!([]),
+                "shipped without outputs"
+            );
+            assert!(c["execution_count"].is_null());
+            code.push_str(&source);
+            code.push('\n');
+        }
+    }
+    // Run every code cell in order, as a kernel would, on a machine without PyTorch: the GPU
+    // steps must stop with the CLI's own message.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("lab.py");
+    std::fs::write(&script, code).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .env("ITERAGPU_BIN", assert_cmd::cargo::cargo_bin("iteragpu"))
+        .env("PYTHONPATH", crate::common::fixture("no_torch"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("14,000,000,000"));
+    assert!(stdout.contains("nothing measured: PyTorch cannot be imported"));
+    assert!(stdout.contains("No GPU measurement here (exit status 2)"));
+    assert!(stdout.contains("need per device"));
+}
