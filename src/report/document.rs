@@ -380,13 +380,14 @@ impl Exporter for Html {
             }
         }
         for a in &doc.attachments {
-            // `</` is escaped so that no file content can close the script element.
+            // Every `<` becomes the JSON escape `\u003c` (valid only inside JSON strings, where the
+            // parsed value is unchanged), so no file content can close or confuse the element.
             let _ = writeln!(
                 o,
                 "<script type=\"application/json\" data-path=\"{}\" data-sha256=\"{}\">{}</script>",
                 escape(&a.path),
                 escape(&a.sha256),
-                a.raw.replace("</", "<\\/")
+                a.raw.replace('<', "\\u003c")
             );
         }
         o.push_str("</body></html>\n");

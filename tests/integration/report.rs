@@ -186,9 +186,18 @@ fn the_html_fiche_is_self_contained_and_french_on_request() {
         !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"),
         "no external resource"
     );
-    // The raw results are embedded, byte for byte.
-    let raw = std::fs::read_to_string(i.path("result.json")).unwrap();
-    assert!(html.contains(&raw.replace("</", "<\\/")));
+    // The raw results are embedded: the same JSON value, with its SHA-256.
+    let start = html.find("<script type=\"application/json\"").unwrap();
+    let body_start = start + html[start..].find('>').unwrap() + 1;
+    let body_end = body_start + html[body_start..].find("</script>").unwrap();
+    let embedded: serde_json::Value = serde_json::from_str(&html[body_start..body_end]).unwrap();
+    assert_eq!(embedded, read_json(&i.path("result.json")));
+    let raw = std::fs::read(i.path("result.json")).unwrap();
+    let sha: String = sha2::Sha256::digest(&raw)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(html[start..body_start].contains(&sha));
 }
 
 #[test]
