@@ -120,14 +120,25 @@ fn policies(args: &MeasureArgs, warmup: u64, repeats: u64) -> Policies {
     }
 }
 
-fn training_phases(steps: u64) -> Vec<String> {
-    let mut phases = Vec::new();
-    for _ in 0..steps {
-        phases.extend(
-            ["forward", "loss", "backward", "optimizer_step", "zero_grad"].map(String::from),
-        );
+/// The phases a built-in workload runs, in order: loading and inputs, then the inference phases,
+/// the training steps, or the whole loop (training adds evaluation and export).
+fn scope_phases(args: &MeasureArgs, inference: &[&str]) -> Vec<String> {
+    let mut phases = vec!["model_load".to_string(), "inputs".to_string()];
+    let train = args.task == Task::Train;
+    if args.whole_loop {
+        phases.push("whole_loop".into());
+    } else if train {
+        for _ in 0..args.steps {
+            phases.extend(
+                ["forward", "loss", "backward", "optimizer_step", "zero_grad"].map(String::from),
+            );
+        }
+    } else {
+        phases.extend(inference.iter().map(|p| p.to_string()));
     }
-    phases.extend(["evaluation", "export"].map(String::from));
+    if train {
+        phases.extend(["evaluation", "export"].map(String::from));
+    }
     phases
 }
 
@@ -254,27 +265,7 @@ pub fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
             }
             training_dimensions(&spec, &mut dimensions);
             let train = args.task == Task::Train;
-            let scope = if args.whole_loop && train {
-                ["model_load", "inputs", "whole_loop", "evaluation", "export"]
-                    .map(String::from)
-                    .to_vec()
-            } else if args.whole_loop {
-                vec!["model_load".into(), "inputs".into(), "whole_loop".into()]
-            } else if train {
-                let mut p = vec!["model_load".to_string(), "inputs".to_string()];
-                p.extend(training_phases(args.steps));
-                p
-            } else {
-                [
-                    "model_load",
-                    "inputs",
-                    "cold_forward",
-                    "warmup",
-                    "warm_forward",
-                ]
-                .map(String::from)
-                .to_vec()
-            };
+            let scope = scope_phases(args, &["cold_forward", "warmup", "warm_forward"]);
             let prediction =
                 if args.device.len() == 1 && !args.whole_loop && !args.gradient_checkpointing {
                     Prediction::Phases(phases::dense(&DenseSpec {
@@ -385,30 +376,7 @@ fn causal_lm(
     }
     dimensions.insert("model".into(), json!(config_path.display().to_string()));
     training_dimensions(&spec, &mut dimensions);
-    let scope: Vec<String> = if args.whole_loop && train {
-        ["model_load", "inputs", "whole_loop", "evaluation", "export"]
-            .map(String::from)
-            .to_vec()
-    } else if args.whole_loop {
-        ["model_load", "inputs", "whole_loop"]
-            .map(String::from)
-            .to_vec()
-    } else if train {
-        let mut p = vec!["model_load".to_string(), "inputs".to_string()];
-        p.extend(training_phases(args.steps));
-        p
-    } else {
-        [
-            "model_load",
-            "inputs",
-            "prefill",
-            "decode",
-            "prefill_warm",
-            "decode_warm",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let scope = scope_phases(args, &["prefill", "decode", "prefill_warm", "decode_warm"]);
     let prediction = match (&arch, train || args.whole_loop) {
         (Some(arch), false) => {
             let kv = |tokens: u64, windows: bool| -> Result<u64> {

@@ -137,6 +137,21 @@ fn gib(b: f64) -> String {
     format!("{:.2}", b / (1u64 << 30) as f64)
 }
 
+/// Five horizontal grid lines from 0 to `max` bytes, labelled in GiB, `y` mapping bytes to pixels.
+fn y_grid(o: &mut String, max: f64, x1: f64, x2: f64, y: impl Fn(f64) -> f64) {
+    for k in 0..=4 {
+        let v = max * k as f64 / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            o,
+            r##"<line x1="{x1}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" font-size="10" text-anchor="end">{} GiB</text>"##,
+            x1 - 4.0,
+            yy + 3.0,
+            gib(v)
+        );
+    }
+}
+
 fn svg_bars(title: &str, series: &[String], categories: &[(String, Vec<Option<u64>>)]) -> String {
     let (w, h, left, bottom, top) = (760.0, 300.0, 60.0, 70.0, 30.0);
     let max = categories
@@ -159,18 +174,9 @@ fn svg_bars(title: &str, series: &[String], categories: &[(String, Vec<Option<u6
         r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
         escape(title)
     );
-    for k in 0..=4 {
-        let v = max * k as f64 / 4.0;
-        let y = top + plot_h - plot_h * k as f64 / 4.0;
-        let _ = write!(
-            o,
-            r##"<line x1="{left}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" font-size="10" text-anchor="end">{} GiB</text>"##,
-            w - 10.0,
-            left - 4.0,
-            y + 3.0,
-            gib(v)
-        );
-    }
+    y_grid(&mut o, max, left, w - 10.0, |v| {
+        top + plot_h - plot_h * v / max
+    });
     for (i, (label, values)) in categories.iter().enumerate() {
         let x0 = left + group_w * i as f64 + group_w * 0.1;
         for (j, v) in values.iter().enumerate() {
@@ -242,18 +248,7 @@ fn svg_scatter(
         r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
         escape(title)
     );
-    for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
-        let y = sy(v);
-        let _ = write!(
-            o,
-            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" font-size="10" text-anchor="end">{} GiB</text>"##,
-            left + pw,
-            left - 4.0,
-            y + 3.0,
-            gib(v)
-        );
-    }
+    y_grid(&mut o, ymax, left, left + pw, sy);
     for (i, (label, cap)) in lines.iter().enumerate() {
         let y = sy(*cap as f64);
         let _ = write!(
