@@ -117,8 +117,18 @@ impl Runner<'_> {
             .chain(load.clone())
             .collect::<Vec<_>>()
             .join(" ");
-        self.bar
-            .set_message(format!("trial {} ({label})", index + 1));
+        let last = self.series.trials.last().map_or(String::new(), |t| {
+            let status = if t.out_of_memory {
+                "out-of-memory"
+            } else {
+                t.status.as_str()
+            };
+            let peak = t.peak_reserved_bytes.map_or(String::new(), |b| {
+                format!(", peak reserved {:.3} GiB", Bytes(b).gib())
+            });
+            format!(" (last: {status}{peak})")
+        });
+        self.bar.set_message(format!("running {label}{last}"));
         let began = Instant::now();
         let outcome = run_trial(&trial, measure::interrupted())?;
         let duration_s = began.elapsed().as_secs_f64();
@@ -341,8 +351,22 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<u8> {
     let bar = if std::io::stderr().is_terminal() && !m.json {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {pos} trial(s) {elapsed} {msg}")
-                .expect("valid template"),
+            ProgressStyle::with_template("{spinner} trial {k}{of} {elapsed} {msg}")
+                .expect("valid template")
+                .with_key(
+                    "k",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{}", state.pos() + 1);
+                    },
+                )
+                .with_key(
+                    "of",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        if let Some(n) = state.len() {
+                            let _ = write!(w, " of {n}");
+                        }
+                    },
+                ),
         );
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
         bar
