@@ -147,6 +147,21 @@ pub fn run_trial(
         Line::Unknown(value) => p.unknown.push(value),
         Line::Garbage(_) => p.garbage += 1,
     })?;
+    // A phase the worker never finished keeps the driver's view of it (peaks seen while it ran).
+    let unfinished_driver = p.current.as_ref().map(|(name, index)| {
+        let probe = PhaseRecord {
+            name: name.clone(),
+            index: *index,
+            inputs: Map::new(),
+            status: String::new(),
+            duration_s: None,
+            devices: Vec::new(),
+            error: None,
+            driver: None,
+            note: None,
+        };
+        driver_phase(sampler.as_ref(), &probe, &trial.devices, &indices, &driver_reason)
+    });
     let (_, interval) = match sampler {
         Some(s) => s.finish(),
         None => (Vec::new(), None),
@@ -185,9 +200,9 @@ pub fn run_trial(
             duration_s: None,
             devices: Vec::new(),
             error: None,
-            driver: None,
+            driver: unfinished_driver,
             note: Some(format!(
-                "the worker ended ({status}) during this phase: no end readings; the driver's last view is in `failure`-adjacent notes"
+                "the worker ended ({status}) during this phase: no PyTorch end readings; `driver` holds the peaks NVML saw while it ran"
             )),
         });
     }
