@@ -166,8 +166,18 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
                 Some(source) => terms.extend(weights::terms(source, &mut notes)?),
                 None => left_out.push("weights".into()),
             }
-            left_out.extend(["activations", "gradients", "optimizer states"].map(String::from));
+            let activations = match (weights, &req.kv) {
+                (Some(WeightsSource::Model(_)), Some(_)) => {
+                    "activations beyond the prefill's largest layer (attention workspaces)"
+                }
+                _ => "activations",
+            };
+            left_out.extend([activations, "gradients", "optimizer states"].map(String::from));
         }
+    }
+    if let (None, Some(WeightsSource::Model(m)), Some(kv)) = (&req.training, &req.weights, &req.kv)
+    {
+        terms.push(prefill_transient(&m.architecture, m.compute_dtype, kv)?);
     }
     match &req.kv {
         Some(kv) => terms.extend(kv_cache::terms(kv, &mut notes)?),
@@ -179,7 +189,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         "memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)"
             .into(),
     );
-    left_out.push("allocator rounding and fragmentation (reserved but unallocated memory)".into());
+    left_out.push("allocator rounding of transient tensors and fragmentation (reserved but unallocated memory)".into());
     match &req.reserve {
         Some(reserve) => terms.push(reserve.term()),
         None => notes.push("no reserve stated: add --reserve-gib or --reserve SIZE for the margin you intend to keep".into()),
@@ -212,6 +222,45 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         model,
         stored,
     })
+}
+
+/// The largest transient of a prefill over `kv.tokens` tokens (an upper bound: the prompt is at
+/// most that long): one layer's residual and normed hidden states and its three MLP
+/// intermediates (gate, up, activation), plus the last position's logits, as transformers computes
+/// them with `logits_to_keep=1`. Attention workspaces are not modelled.
+fn prefill_transient(
+    arch: &Architecture,
+    dtype: crate::dtype::Dtype,
+    kv: &KvRequest,
+) -> Result<Term, EstimateError> {
+    let d = arch.dims;
+    let (b, s, e) = (
+        kv.sequences as u128,
+        kv.tokens as u128,
+        dtype.bytes() as u128,
+    );
+    let inter = arch.moe.map_or(d.intermediate_size, |m| {
+        m.active * m.expert_intermediate + m.shared_intermediate
+    }) as u128;
+    let layer = (2 * d.hidden_size as u128 + 3 * inter) * b * s * e;
+    let logits = b * d.vocab_size as u128 * e;
+    let bytes = Bytes::from_u128(layer + logits).map_err(EstimateError::overflow(
+        "the prefill transient",
+        "--context and --batch",
+    ))?;
+    Ok(Term::new(
+        "prefill transient (largest layer + logits)",
+        bytes,
+        Kind::Assumed,
+        format!(
+            "(2·h + 3·I) × b·s × {e} bytes + b·vocab × {e} bytes with h={}, I={}, b={}, s={} (the whole context as prompt: an upper bound), vocab={}; attention workspaces not included",
+            g(d.hidden_size),
+            g(inter),
+            g(b),
+            g(s),
+            g(d.vocab_size)
+        ),
+    ))
 }
 
 /// `1` → `1 sequence`, `4` → `4 sequences`.

@@ -263,10 +263,19 @@ pub fn causal_lm(arch: &Architecture, c: &CausalLmSpec) -> Vec<PhasePrediction> 
     let e = c.element_bytes;
     let d = arch.dims;
     s.begin();
-    for group in &arch.groups {
-        for _ in 0..group.count {
-            s.m(group.numel() * e);
+    let tensors: u64 = arch.groups.iter().map(|g| g.count).sum();
+    if tensors <= 5_000 {
+        for group in &arch.groups {
+            for _ in 0..group.count {
+                s.m(group.numel() * e);
+            }
         }
+    } else {
+        // Thousands of expert tensors: packed without a replay (same totals, no reuse of their
+        // segments' leftovers by later requests).
+        let sizes: Vec<(u64, u64)> = arch.groups.iter().map(|g| (g.numel() * e, g.count)).collect();
+        let allocated: u64 = arch.groups.iter().map(|g| super::allocator::rounded(g.numel() * e) * g.count).sum();
+        s.a.preload(allocated, super::allocator::packed_reserved(&sizes));
     }
     s.end("model_load", "every parameter tensor at the compute dtype, rounded and packed by the caching-allocator model");
     s.begin();

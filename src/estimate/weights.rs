@@ -80,6 +80,13 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
         None => {
             let params = arch.parameters();
             let bytes = Bytes::from_u128(params * e).map_err(overflow())?;
+            let sizes: Vec<(u64, u64)> = arch
+                .groups
+                .iter()
+                .map(|g| (g.numel().saturating_mul(e as u64), g.count))
+                .collect();
+            let reserved = super::allocator::packed_reserved(&sizes) as u128;
+            let tensors: u64 = arch.groups.iter().map(|g| g.count).sum();
             terms.push(
                 Term::new(
                     format!("weights ({})", m.compute_dtype),
@@ -94,6 +101,20 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 )
                 .input("parameters", params as u64)
                 .input("dtype", m.compute_dtype.torch_name()),
+            );
+            terms.push(
+                Term::new(
+                    "allocator segments around the weights",
+                    Bytes::from_u128(reserved.saturating_sub(params * e)).map_err(overflow())?,
+                    Kind::Assumed,
+                    format!(
+                        "{} weight tensors through PyTorch's caching allocator: each rounded up to 512 B, ≤ 1 MiB ones packed in 2 MiB segments, < 10 MiB ones in 20 MiB segments, larger ones rounded up to 2 MiB (reserved {} − allocated {})",
+                        g(tensors),
+                        g(reserved),
+                        g(params * e)
+                    ),
+                )
+                .input("reserved_bytes", reserved as u64),
             );
         }
         Some(q) => {

@@ -160,7 +160,13 @@ pub fn run_trial(
             driver: None,
             note: None,
         };
-        driver_phase(sampler.as_ref(), &probe, &trial.devices, &indices, &driver_reason)
+        driver_phase(
+            sampler.as_ref(),
+            &probe,
+            &trial.devices,
+            &indices,
+            &driver_reason,
+        )
     });
     let (_, interval) = match sampler {
         Some(s) => s.finish(),

@@ -623,3 +623,22 @@ fn help_and_version_succeed() {
         .stdout(predicate::str::contains("iteragpu"));
     iteragpu().arg("frobnicate").assert().code(1);
 }
+
+/// Llama-3-8B in bf16: the 64 k_proj/v_proj weights (8 MiB each) go two by two into 20 MiB
+/// segments (4 MiB left in each: 128 MiB), the 65 norms (8 KiB each) share one 2 MiB segment;
+/// every other tensor is a multiple of 2 MiB.
+#[test]
+fn allocator_segments_around_the_weights() {
+    let model = fixture("models/llama-3-8b").display().to_string();
+    let doc = estimate_json(&["--model", &model]);
+    assert_eq!(
+        term_bytes(&doc, "allocator segments"),
+        128 * (1 << 20) + (2 << 20) - 65 * 8192
+    );
+    let doc = estimate_json(&["--model", &model, "--context", "4096", "--batch", "2"]);
+    // (2·4096 + 3·14336) × 2 × 4096 × 2 bytes + 2 × 128256 × 2 bytes.
+    assert_eq!(
+        term_bytes(&doc, "prefill transient"),
+        (2 * 4096 + 3 * 14336) * 2 * 4096 * 2 + 2 * 128_256 * 2
+    );
+}
