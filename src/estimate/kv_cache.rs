@@ -271,12 +271,14 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             * e as u128;
         out.push(
             Term::new(
-                "KV cache, compressed MLA latent (vLLM/SGLang layout)",
+                "KV cache, decompressed K and V (not what transformers 5 keeps)",
                 Bytes::from_u128(bytes).map_err(overflow())?,
                 Kind::Calculated,
                 format!(
-                    "{n} layers × (kv_lora_rank {} + rope {}) × {tokens} × {seqs} × {e} bytes: what servers that keep the latent store; transformers keeps the decompressed K and V above",
-                    latent.kv_lora_rank, latent.rope_dim
+                    "{n} layers × {} values (heads × (K + V head dims)) × {tokens} × {seqs} × {e} bytes: what older transformers versions kept; transformers 5 caches the latent (kv_lora_rank {} + rope {}) above",
+                    g(latent.width),
+                    latent.kv_lora_rank,
+                    latent.rope_dim
                 ),
             )
             .info(),

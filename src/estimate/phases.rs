@@ -273,8 +273,16 @@ pub fn causal_lm(arch: &Architecture, c: &CausalLmSpec) -> Vec<PhasePrediction> 
     } else {
         // Thousands of expert tensors: packed without a replay (same totals, no reuse of their
         // segments' leftovers by later requests).
-        let sizes: Vec<(u64, u64)> = arch.groups.iter().map(|g| (g.numel() * e, g.count)).collect();
-        let allocated: u64 = arch.groups.iter().map(|g| super::allocator::rounded(g.numel() * e) * g.count).sum();
+        let sizes: Vec<(u64, u64)> = arch
+            .groups
+            .iter()
+            .map(|g| (g.numel() * e, g.count))
+            .collect();
+        let allocated: u64 = arch
+            .groups
+            .iter()
+            .map(|g| super::allocator::rounded(g.numel() * e) * g.count)
+            .sum();
         s.a.preload(allocated, super::allocator::packed_reserved(&sizes));
     }
     s.end("model_load", "every parameter tensor at the compute dtype, rounded and packed by the caching-allocator model");

@@ -894,7 +894,7 @@ fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
     if !tied {
         b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
     }
-    Ok(simple(
+    let mut arch = simple(
         Family::Falcon,
         b,
         vec![None; layers as usize],
@@ -909,7 +909,17 @@ fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
             gated_mlp: false,
         },
         tied,
-    ))
+    );
+    if new_arch && kv_heads < heads {
+        // modeling_falcon.py `_split_heads`: with the new decoder architecture, K and V are
+        // broadcast to every query head (and flattened) before the cache update, so the cache
+        // holds `num_attention_heads` heads although the model computes `num_kv_heads`.
+        arch.kv = kv_from_windows(vec![None; layers as usize], heads, head_dim);
+        arch.kv.description = format!(
+            "{layers} layers × {heads} heads × {head_dim} head_dim (transformers broadcasts the {kv_heads} KV heads to the {heads} query heads before caching)"
+        );
+    }
+    Ok(arch)
 }
 
 /// modeling_deepseek_v3.py: multi-head latent attention (MLA) and DeepSeekMoE with shared experts.
@@ -1047,21 +1057,25 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
             "the checkpoint also stores {n} multi-token-prediction layer(s) that transformers does not load; they are not counted"
         ));
     }
+    // modeling_deepseek_v3.py (transformers 5.x, checked with 5.24): the cache is updated while
+    // the latent is still compressed — `kv_nope` (kv_lora_rank) in the key slot and `k_rot`
+    // (qk_rope_head_dim) in the value slot — so it holds kv_lora_rank + rope values per token
+    // and layer, as vLLM and SGLang do. The decompressed K and V are shown apart.
     let kv = KvLayout {
         layers: (0..layers)
             .map(|_| KvLayer {
-                key_width: heads * qk_dim,
-                value_width: heads * v_dim,
+                key_width: kv_lora,
+                value_width: rope,
                 window: None,
             })
             .collect(),
         latent: Some(LatentLayout {
-            width: kv_lora + rope,
+            width: heads * (qk_dim + v_dim),
             kv_lora_rank: kv_lora,
             rope_dim: rope,
         }),
         description: format!(
-            "{layers} layers × {heads} heads × (K {nope}+{rope} + V {v_dim}), decompressed as transformers keeps them"
+            "{layers} layers × (latent {kv_lora} + rope {rope}), compressed as transformers 5 caches it"
         ),
     };
     Ok(Architecture {

@@ -20,11 +20,13 @@ impl KvLayer {
     }
 }
 
-/// The compressed latent that some servers (vLLM, SGLang) keep for multi-head latent attention
-/// instead of the decompressed K and V that transformers keeps.
+/// For multi-head latent attention (deepseek_v3), the other layout: the cache itself holds the
+/// compressed latent; `width` is what the decompressed K and V take per token and layer
+/// (`heads × (qk_nope + qk_rope + v_head_dim)`), as older transformers versions and eager
+/// expansions hold them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct LatentLayout {
-    /// Elements per token per layer: `kv_lora_rank + qk_rope_head_dim`.
+    /// Decompressed elements per token per layer: heads × (K head dim + V head dim).
     pub width: u64,
     pub kv_lora_rank: u64,
     pub rope_dim: u64,
@@ -34,7 +36,7 @@ pub struct LatentLayout {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KvLayout {
     pub layers: Vec<KvLayer>,
-    /// Present for MLA models (deepseek_v3): the alternative compressed layout.
+    /// Present for MLA models (deepseek_v3): the decompressed alternative to the cached latent.
     pub latent: Option<LatentLayout>,
     /// The per-layer widths in words (`32 layers × 8 KV heads × 128 head_dim`), for formulas.
     pub description: String,

@@ -256,16 +256,13 @@ fn kv_from_model_configs() {
         term_bytes(&doc, "KV cache"),
         4 * per * 4096 + 22 * per * 512 + 26 * 8
     );
-    // DeepSeek-V3 keeps decompressed K (128 heads × 192) and V (128 × 128) in transformers,
-    // and shows the 576-wide latent apart.
+    // DeepSeek-V3: transformers 5 caches the 576-wide latent (kv_lora_rank 512 + rope 64); the
+    // decompressed K (128 heads × 192) and V (128 × 128) are shown apart, not in the total.
     let doc = estimate_json(&["--model", &model("deepseek-v3"), "--context", "1000"]);
+    assert_eq!(term_bytes(&doc, "KV cache (dynamic)"), 61 * 576 * 1000 * 2);
     assert_eq!(
-        term_bytes(&doc, "KV cache (dynamic)"),
+        term_bytes(&doc, "KV cache, decompressed"),
         61 * (128 * 192 + 128 * 128) * 1000 * 2
-    );
-    assert_eq!(
-        term_bytes(&doc, "KV cache, compressed MLA latent"),
-        61 * 576 * 1000 * 2
     );
 }
 

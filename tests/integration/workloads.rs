@@ -356,34 +356,49 @@ fn reference_python() -> Option<String> {
     }
 }
 
-/// The estimate's KV term equals the storage transformers' cache really holds, on CPU.
+/// The estimate's parameter count and KV term equal what transformers really builds and keeps,
+/// on CPU, for a tiny config of every supported family (dynamic caches) and two static caches.
 #[test]
 fn kv_estimate_matches_transformers_cache() {
     let Some(python) = reference_python() else {
         return;
     };
-    let pythonpath = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python");
-    for (model, cache) in [
-        ("llama", "dynamic"),
-        ("mistral-sliding", "dynamic"),
-        ("gemma2", "dynamic"),
-        ("llama", "static"),
-        ("gemma2", "static"),
-    ] {
-        let config = fixture(&format!("tiny/{model}/config.json"));
-        let out = std::process::Command::new(&python)
-            .env("PYTHONPATH", &pythonpath)
-            .arg(fixture("../python/cache_on_cpu.py"))
-            .arg(&config)
-            .args(["3", "20", "5", cache])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let observed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tiny = fixture("tiny");
+    let mut names: Vec<String> = std::fs::read_dir(&tiny)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 17, "a tiny config per family: {names:?}");
+    let mut jobs: Vec<(String, &str)> = names.iter().map(|n| (n.clone(), "dynamic")).collect();
+    jobs.extend([
+        ("llama".to_string(), "static"),
+        ("gemma2".to_string(), "static"),
+    ]);
+    let list: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|(n, cache)| serde_json::json!({"config": tiny.join(n).join("config.json"), "batch": 3, "prompt": 20, "new": 5, "cache": cache}))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let jobs_file = dir.path().join("jobs.json");
+    std::fs::write(&jobs_file, serde_json::to_string(&list).unwrap()).unwrap();
+    let out = std::process::Command::new(&python)
+        .env(
+            "PYTHONPATH",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture("../python/cache_on_cpu.py"))
+        .arg(&jobs_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let observed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for ((name, cache), seen) in jobs.iter().zip(&observed) {
+        let config = tiny.join(name);
         let doc = estimate_json(&[
             "--model",
             config.to_str().unwrap(),
@@ -395,14 +410,13 @@ fn kv_estimate_matches_transformers_cache() {
             cache,
         ]);
         assert_eq!(
-            doc["model"]["parameters"], observed["parameters"],
-            "{model}"
+            doc["model"]["parameters"], seen["parameters"],
+            "{name}: parameters"
         );
         assert_eq!(
-            term_bytes(&doc, "KV cache"),
-            observed["after_decode"].as_u64().unwrap(),
-            "{model} {cache}"
+            term_bytes(&doc, "KV cache ("),
+            seen["after_decode"].as_u64().unwrap(),
+            "{name} {cache}: KV bytes after decoding"
         );
     }
-    let _ = iteragpu;
 }
