@@ -1,7 +1,7 @@
 //! Real workloads: the user's script, training loops, whole-loop protocol, causal-lm guards, the
 //! notebook Recorder, and the KV cache checked against transformers where it is installed.
 
-use crate::common::{estimate_json, fixture, iteragpu, read_json, term_bytes, with_fake_torch};
+use crate::common::{estimate_json, fixture, read_json, term_bytes, with_fake_torch};
 use predicates::prelude::*;
 use std::path::PathBuf;
 
