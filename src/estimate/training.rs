@@ -124,13 +124,13 @@ fn trainable(source: &WeightsSource, req: &TrainingRequest) -> Result<Trainable,
                     adapters.push(TensorGroup {
                         name: format!("{base}.lora_A.weight"),
                         shape: vec![lora.rank, inp],
-                        count: grp.count,
+                        count: grp.linear_count(),
                         role: crate::model::Role::Linear,
                     });
                     adapters.push(TensorGroup {
                         name: format!("{base}.lora_B.weight"),
                         shape: vec![out, lora.rank],
-                        count: grp.count,
+                        count: grp.linear_count(),
                         role: crate::model::Role::Linear,
                     });
                 }

@@ -127,9 +127,9 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 match group.linear_dims().filter(|_| q.applies_to(group)) {
                     Some((inp, out)) => {
                         quantized_params += group.total();
-                        quantized_bytes += q.linear_bytes(inp, out) * group.count as u128;
-                        quantized_tensors += group.count;
-                        largest = largest.max(group.numel() as u128);
+                        quantized_bytes += q.linear_bytes(inp, out) * group.linear_count() as u128;
+                        quantized_tensors += group.linear_count();
+                        largest = largest.max(inp as u128 * out as u128);
                     }
                     None => other_params += group.total(),
                 }

@@ -444,27 +444,12 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
                 layers,
                 Role::Router,
             );
-            let n = layers * experts;
-            b.linear(
-                &format!("{mlp}.experts.*.gate_proj"),
+            b.experts(
+                &format!("{mlp}.experts"),
+                experts,
                 hidden,
                 intermediate,
-                n,
-                false,
-            );
-            b.linear(
-                &format!("{mlp}.experts.*.up_proj"),
-                hidden,
-                intermediate,
-                n,
-                false,
-            );
-            b.linear(
-                &format!("{mlp}.experts.*.down_proj"),
-                intermediate,
-                hidden,
-                n,
-                false,
+                layers,
             );
             Some(Moe {
                 experts,
@@ -510,13 +495,12 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
                 moe_layers,
                 Role::Router,
             );
-            gated_mlp(
-                &mut b,
-                &format!("{mlp}.experts.*"),
+            b.experts(
+                &format!("{mlp}.experts"),
+                experts,
                 hidden,
                 expert_inter,
-                moe_layers * experts,
-                false,
+                moe_layers,
             );
             if shared_inter > 0 {
                 gated_mlp(
@@ -1024,13 +1008,12 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
         moe_layers,
         Role::Router,
     );
-    gated_mlp(
-        &mut b,
-        &format!("{mlp}.experts.*"),
+    b.experts(
+        &format!("{mlp}.experts"),
+        experts,
         hidden,
         moe_inter,
-        moe_layers * experts,
-        false,
+        moe_layers,
     );
     if shared > 0 {
         gated_mlp(

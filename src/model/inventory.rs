@@ -16,6 +16,10 @@ pub enum Role {
     Linear,
     /// Router of a mixture-of-experts layer (a small linear layer).
     Router,
+    /// The routed experts of one MoE layer fused into one 3-D parameter `[experts, out, in]`, as
+    /// transformers 5 stores them (`experts.gate_up_proj`, `experts.down_proj`): each slice is
+    /// one expert's linear weight.
+    Experts,
     /// Bias vector of a linear layer.
     Bias,
     /// Normalization weight or bias.
@@ -55,11 +59,20 @@ impl TensorGroup {
             .unwrap_or(&self.name);
         base.rsplit('.').next().unwrap_or(base)
     }
-    /// `(in_features, out_features)` for a linear weight.
+    /// `(in_features, out_features)` of one linear weight (one expert's slice for fused experts).
     pub fn linear_dims(&self) -> Option<(u64, u64)> {
         match (self.role, self.shape.as_slice()) {
             (Role::Linear | Role::LmHead | Role::Router, [out, inp]) => Some((*inp, *out)),
+            (Role::Experts, [_, out, inp]) => Some((*inp, *out)),
             _ => None,
+        }
+    }
+
+    /// How many linear weights of `linear_dims` the group holds (experts count each slice).
+    pub fn linear_count(&self) -> u64 {
+        match (self.role, self.shape.as_slice()) {
+            (Role::Experts, [experts, _, _]) => self.count * experts,
+            _ => self.count,
         }
     }
     /// Whether a name pattern from a config (`lm_head`, `gate`, `model.layers.0.mlp`) designates
@@ -101,6 +114,23 @@ impl Builder {
             self.push(format!("{prefix}.bias"), &[out], count, Role::Bias);
         }
     }
+    /// The routed experts of `layers` MoE layers, fused as transformers 5 does:
+    /// `gate_up_proj [experts, 2·inter, hidden]` and `down_proj [experts, hidden, inter]`.
+    pub fn experts(&mut self, prefix: &str, experts: u64, hidden: u64, inter: u64, layers: u64) {
+        self.push(
+            format!("{prefix}.gate_up_proj"),
+            &[experts, 2 * inter, hidden],
+            layers,
+            Role::Experts,
+        );
+        self.push(
+            format!("{prefix}.down_proj"),
+            &[experts, hidden, inter],
+            layers,
+            Role::Experts,
+        );
+    }
+
     /// A normalization layer of width `dim`, with or without a bias (LayerNorm vs RMSNorm).
     pub fn norm(&mut self, prefix: &str, dim: u64, count: u64, bias: bool) {
         self.push(format!("{prefix}.weight"), &[dim], count, Role::Norm);

@@ -193,7 +193,7 @@ impl Quantization {
             return false;
         }
         match group.role {
-            Role::Linear => true,
+            Role::Linear | Role::Experts => true,
             Role::Router => matches!(self.format, Format::Bnb4 { .. } | Format::Bnb8),
             Role::LmHead => self.quantize_lm_head,
             _ => false,
