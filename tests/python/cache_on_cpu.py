@@ -39,6 +39,7 @@ def run(job):
         "config": job["config"],
         "cache": job["cache"],
         "parameters": sum(p.numel() for p in model.parameters()),
+        "tensors": len(list(model.parameters())),
         "after_prefill": after_prefill,
         "after_decode": after_decode,
         "transformers": tr.__version__,
