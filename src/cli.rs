@@ -314,6 +314,10 @@ pub struct EstimateArgs {
     /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
     #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub tokens: Option<u64>,
+    /// Tokens of the prompt among --tokens: sliding layers hold the whole prompt until the first
+    /// decoding step (default: all the tokens, an upper bound).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub prompt_tokens: Option<u64>,
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
     #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub sequences: Option<u64>,

@@ -193,6 +193,13 @@ fn kv_request(
             "give the width of a cached value: --kv-bytes 2 (bf16/fp16) or --kv-dtype bfloat16"
         ),
     };
+    if let Some(p) = args.prompt_tokens
+        && p > tokens
+    {
+        bail!(
+            "--prompt-tokens {p} is longer than --tokens/--context {tokens}, which counts the prompt and the generated tokens; raise --context"
+        );
+    }
     if args.window.is_some() && args.cache != CacheKind::Sliding {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
@@ -230,5 +237,6 @@ fn kv_request(
         sequences: args.sequences.unwrap_or(1),
         element_bytes,
         strategy,
+        prompt_tokens: args.prompt_tokens,
     }))
 }

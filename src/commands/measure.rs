@@ -410,6 +410,7 @@ fn causal_lm(
                     sequences: args.batch,
                     element_bytes: dtype.bytes(),
                     strategy,
+                    prompt_tokens: Some(args.prompt_tokens),
                 };
                 Ok(kv_cache::terms(&req, &mut Vec::new())?[0].bytes.get())
             };

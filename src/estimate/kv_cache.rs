@@ -54,6 +54,9 @@ pub struct KvRequest {
     /// Bytes per cached element (2 for bf16/fp16).
     pub element_bytes: u64,
     pub strategy: CacheStrategy,
+    /// Tokens of the prompt, when known. A sliding layer holds the whole prompt from the prefill
+    /// until the first decoding step; without this, the prompt is assumed to be all the tokens.
+    pub prompt_tokens: Option<u64>,
 }
 
 impl KvRequest {
@@ -193,6 +196,47 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 .input("element_bytes", e)
                 .input("strategy", req.strategy.name()),
             );
+            // Right after the prefill, a dynamic sliding layer still holds the whole prompt (the
+            // window is applied at the first decoding step): that surplus is part of the peak.
+            if matches!(
+                req.strategy,
+                CacheStrategy::Dynamic | CacheStrategy::Sliding { .. }
+            ) {
+                let prompt = req.prompt_tokens.unwrap_or(req.tokens);
+                let surplus: u128 = layout
+                    .layers
+                    .iter()
+                    .map(|l| {
+                        let cap = match (&req.strategy, l.window) {
+                            (CacheStrategy::Sliding { window }, own) => {
+                                (*window).min(own.unwrap_or(u64::MAX))
+                            }
+                            (_, Some(w)) => w,
+                            (_, None) => return 0,
+                        };
+                        let kept = req.tokens.min(cap);
+                        l.width() as u128
+                            * prompt.saturating_sub(kept) as u128
+                            * req.sequences as u128
+                            * e as u128
+                    })
+                    .sum();
+                if surplus > 0 {
+                    out.push(
+                        Term::new(
+                            "KV cache, sliding layers' prefill surplus",
+                            Bytes::from_u128(surplus).map_err(overflow())?,
+                            Kind::Assumed,
+                            format!(
+                                "sliding layers hold the whole prompt ({}) until the first decoding step, not just their window: (prompt − kept) × width × {seqs} × {e} bytes; {}",
+                                plural(prompt, "token"),
+                                if req.prompt_tokens.is_some() { "prompt from --prompt-tokens" } else { "the prompt is assumed to be all the tokens; give --prompt-tokens" }
+                            ),
+                        )
+                        .input("prompt_tokens", prompt),
+                    );
+                }
+            }
         }
         CacheStrategy::Quantized {
             bits,
@@ -298,6 +342,7 @@ mod tests {
             sequences,
             element_bytes: 2,
             strategy,
+            prompt_tokens: None,
         }
     }
 

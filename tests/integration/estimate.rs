@@ -639,3 +639,112 @@ fn allocator_segments_around_the_weights() {
         (2 * 4096 + 3 * 14336) * 2 * 4096 * 2 + 2 * 128_256 * 2
     );
 }
+
+/// The tables people read, pinned: any change to them shows up as a snapshot diff to review.
+#[test]
+fn estimate_tables_snapshots() {
+    let run = |args: &[&str]| {
+        let out = iteragpu().arg("estimate").args(args).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    insta::assert_snapshot!(
+        "guide_estimate",
+        run(&[
+            "--parameters",
+            "7000000000",
+            "--bits",
+            "16",
+            "--reserve-gib",
+            "4"
+        ])
+    );
+    insta::assert_snapshot!(
+        "guide_kv_cache",
+        run(&[
+            "--kv-layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--tokens",
+            "8192",
+            "--kv-bytes",
+            "2",
+            "--sequences",
+            "4"
+        ])
+    );
+    // Paths are relative to the crate so the snapshot does not depend on where it was cloned.
+    let mut cmd = iteragpu();
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    let out = cmd
+        .args([
+            "estimate",
+            "--model",
+            "tests/fixtures/models/mistral-7b-v0.1",
+            "--context",
+            "8192",
+            "--batch",
+            "4",
+            "--reserve-gib",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    insta::assert_snapshot!("mistral_estimate", String::from_utf8(out.stdout).unwrap());
+}
+
+/// A sliding layer holds the whole prompt until the first decoding step: part of the peak.
+#[test]
+fn sliding_layers_prefill_surplus() {
+    let model = fixture("models/mistral-7b-v0.1").display().to_string();
+    let doc = estimate_json(&["--model", &model, "--context", "8192", "--batch", "4"]);
+    assert_eq!(
+        term_bytes(&doc, "KV cache, sliding layers' prefill surplus"),
+        32 * 2 * 8 * 128 * (8192 - 4096) * 4 * 2
+    );
+    let doc = estimate_json(&[
+        "--model",
+        &model,
+        "--context",
+        "8192",
+        "--batch",
+        "4",
+        "--prompt-tokens",
+        "6000",
+    ]);
+    assert_eq!(
+        term_bytes(&doc, "KV cache, sliding layers' prefill surplus"),
+        32 * 2 * 8 * 128 * (6000 - 4096) * 4 * 2
+    );
+    let doc = estimate_json(&[
+        "--model",
+        &model,
+        "--context",
+        "8192",
+        "--prompt-tokens",
+        "4000",
+    ]);
+    assert!(
+        doc["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| !t["name"].as_str().unwrap().contains("surplus"))
+    );
+    crate::common::iteragpu()
+        .args([
+            "estimate",
+            "--model",
+            &model,
+            "--context",
+            "100",
+            "--prompt-tokens",
+            "200",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--prompt-tokens 200"));
+}

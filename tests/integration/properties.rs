@@ -23,6 +23,7 @@ fn kv_bytes(
         sequences,
         element_bytes: 2,
         strategy,
+        prompt_tokens: None,
     };
     kv_cache::terms(&req, &mut Vec::new()).expect("small inputs never overflow")[0]
         .bytes
