@@ -189,6 +189,23 @@ fn training_dimensions(spec: &Value, dimensions: &mut Map<String, Value>) {
     }
 }
 
+/// Replaces `{batch}`, `{context}`, `{width}`, `{depth}`, `{prompt-tokens}`, `{new-tokens}` and
+/// `{steps}` in a script argument with this run's values.
+pub fn substitute(arg: &str, args: &MeasureArgs) -> String {
+    let values = [
+        ("batch", args.batch),
+        ("context", args.context),
+        ("width", args.width),
+        ("depth", args.depth),
+        ("prompt-tokens", args.prompt_tokens),
+        ("new-tokens", args.new_tokens),
+        ("steps", args.steps),
+    ];
+    values.iter().fold(arg.to_string(), |acc, (k, v)| {
+        acc.replace(&format!("{{{k}}}"), &v.to_string())
+    })
+}
+
 /// The trial a `measure` invocation describes, and its predictions.
 pub fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
     check_devices(args)?;
@@ -202,10 +219,17 @@ pub fn build(args: &MeasureArgs) -> Result<(Trial, Prediction)> {
             );
         }
         let path = std::fs::canonicalize(script)?;
+        // `{batch}`, `{context}`, … in the script's arguments take this run's values, so a sweep
+        // can hand its varied dimension to the script.
+        let script_args: Vec<String> = args
+            .script_args
+            .iter()
+            .map(|a| substitute(a, args))
+            .collect();
         let spec = json!({
             "workload": "script",
             "script": path,
-            "script_args": args.script_args,
+            "script_args": script_args,
             "devices": args.device,
             "seed": args.seed,
         });

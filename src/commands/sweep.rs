@@ -189,6 +189,13 @@ impl Runner<'_> {
         for k in values.keys() {
             spec.remove(&spec_key(k));
         }
+        if spec.remove("script_args").is_some() {
+            // The script's arguments carry the varied values: compare their template instead.
+            spec.insert(
+                "script_args_template".into(),
+                json!(self.args.measure.script_args),
+            );
+        }
         match &self.base_spec {
             None => {
                 self.series.base = spec.clone();
@@ -341,6 +348,24 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<u8> {
                 v.variable
             ),
             _ => {}
+        }
+    }
+    if m.script.is_some() {
+        // A script only sees what its arguments say: each varied dimension must appear there.
+        let varied: Vec<String> = match &args.loads {
+            Some(_) => Vec::new(),
+            None => args.vary.iter().map(|v| v.variable.clone()).collect(),
+        };
+        for v in varied {
+            if !m
+                .script_args
+                .iter()
+                .any(|a| a.contains(&format!("{{{v}}}")))
+            {
+                bail!(
+                    "--vary {v} with --script: the script never receives the value; write {{{v}}} in its arguments, e.g. -- --{v} {{{v}}}"
+                );
+            }
         }
     }
     let limit = limit(args)?;

@@ -405,3 +405,40 @@ fn sweep_input_and_missing_pytorch() {
     assert!(limit["source"].as_str().unwrap().contains("T4"));
     assert_eq!(limit["emulated"], true);
 }
+
+/// A sweep of the user's script hands each value to the script through `{name}` in its arguments.
+#[test]
+fn a_script_sweep_passes_the_value_to_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("script-series.json");
+    with_fake_torch()
+        .args(["sweep", "--vary", "context=512,1024", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "--rows", "{context}"])
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    let rows: Vec<u64> = doc["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["result"]["phases"][0]["inputs"]["rows"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rows, [512, 1024]);
+    assert_eq!(
+        doc["base"]["script_args_template"],
+        serde_json::json!(["--rows", "{context}"])
+    );
+    let out = dir.path().join("unused.json");
+    with_fake_torch()
+        .args(["sweep", "--vary", "context=512,1024", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("{context}"));
+    assert!(!out.exists());
+}
