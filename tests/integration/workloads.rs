@@ -420,3 +420,147 @@ fn kv_estimate_matches_transformers_cache() {
         );
     }
 }
+
+/// The built-in workloads' own code (dense inference and training, causal-lm generation with
+/// several caches, training with mixed precision, checkpointing and LoRA) runs with real torch,
+/// transformers and peft on the CPU, with a stand-in for the CUDA counters: every call they make
+/// into those libraries is exercised for real. (A CPU run measures nothing; it checks the code.)
+#[test]
+fn workloads_run_with_real_torch_on_cpu() {
+    let Some(python) = reference_python() else {
+        return;
+    };
+    let has_peft = std::process::Command::new(&python)
+        .args(["-c", "import peft"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let cfg = |name: &str| fixture(&format!("tiny/{name}/config.json"));
+    let dense = serde_json::json!({"workload": "dense", "devices": ["cpu"], "batch": 2, "context": 16, "width": 32, "depth": 2,
+        "dtype": "float32", "warmup": 1, "repeats": 2, "seed": 0, "empty_cache": "between-repeats"});
+    let with = |base: &serde_json::Value, extra: serde_json::Value| {
+        let mut v = base.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let lm = serde_json::json!({"workload": "causal-lm", "devices": ["cpu"], "batch": 2, "context": 16, "prompt_tokens": 12,
+        "new_tokens": 3, "cache": "dynamic", "dtype": "float32", "seed": 0});
+    let train = serde_json::json!({"task": "train", "steps": 2, "optimizer": "adamw", "precision": "fp32", "gradient_checkpointing": false});
+    let mut jobs = vec![
+        ("dense inference", dense.clone()),
+        (
+            "dense training, checkpointing",
+            with(
+                &with(&dense, train.clone()),
+                serde_json::json!({"gradient_checkpointing": true}),
+            ),
+        ),
+        (
+            "dense bf16 sgd whole loop",
+            with(
+                &with(&dense, train.clone()),
+                serde_json::json!({"dtype": "bfloat16", "precision": "bf16", "optimizer": "sgd", "whole_loop": true}),
+            ),
+        ),
+        (
+            "llama static cache",
+            with(
+                &lm,
+                serde_json::json!({"model_config": cfg("llama"), "cache": "static"}),
+            ),
+        ),
+        (
+            "gemma2 dynamic cache",
+            with(&lm, serde_json::json!({"model_config": cfg("gemma2")})),
+        ),
+        (
+            "mistral sliding cache, whole loop",
+            with(
+                &lm,
+                serde_json::json!({"model_config": cfg("mistral-sliding"), "cache": "sliding", "whole_loop": true}),
+            ),
+        ),
+        (
+            "deepseek_v3 generation",
+            with(&lm, serde_json::json!({"model_config": cfg("deepseek_v3")})),
+        ),
+        (
+            "qwen3_moe training, bf16-mixed, checkpointing",
+            with(
+                &with(&lm, train.clone()),
+                serde_json::json!({"model_config": cfg("qwen3_moe"), "precision": "bf16-mixed", "gradient_checkpointing": true}),
+            ),
+        ),
+    ];
+    if has_peft {
+        jobs.push((
+            "llama LoRA training with checkpointing",
+            with(&with(&lm, train.clone()), serde_json::json!({"model_config": cfg("llama"), "lora_rank": 4, "lora_targets": ["q_proj", "v_proj"], "gradient_checkpointing": true})),
+        ));
+    } else {
+        eprintln!("note: {python} has no peft; the LoRA workload was not run on CPU");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jobs.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&jobs.iter().map(|(_, j)| j).collect::<Vec<_>>()).unwrap(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(&python)
+        .env(
+            "PYTHONPATH",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture("../python/workloads_on_cpu.py"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for ((name, job), run) in jobs.iter().zip(&runs) {
+        assert!(run["error"].is_null(), "{name}: {}", run["error"]);
+        let phases: Vec<&str> = run["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            run["phases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["status"] == "ok"),
+            "{name}: {phases:?}"
+        );
+        let last = *phases.last().unwrap();
+        let expected_last = if job.get("task").is_some() {
+            "export"
+        } else if job.get("whole_loop").is_some() {
+            "whole_loop"
+        } else if job["workload"] == "dense" {
+            "warm_forward"
+        } else {
+            "decode_warm"
+        };
+        assert_eq!(last, expected_last, "{name}: {phases:?}");
+        if job["workload"] == "causal-lm" && job.get("task").is_none() {
+            let bytes: Vec<u64> = run["phases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["inputs"]["cache_bytes"].as_u64())
+                .collect();
+            assert!(
+                !bytes.is_empty() && bytes.iter().all(|b| *b > 0),
+                "{name}: the cache was measured on the model's device: {bytes:?}"
+            );
+        }
+    }
+}

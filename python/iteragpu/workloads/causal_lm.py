@@ -96,13 +96,13 @@ def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
         token = out.logits[:, -1:].argmax(-1)
         info["logits_shape"] = list(out.logits.shape)
         del out
-        info["cache_bytes"] = cache_bytes(cache)
+        info["cache_bytes"] = cache_bytes(cache, model.device.type)
     with rec.phase("decode" + suffix, new_tokens=spec["new_tokens"]) as info:
         for _ in range(spec["new_tokens"]):
             out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
             token = out.logits[:, -1:].argmax(-1)
             del out
-        info["cache_bytes"] = cache_bytes(cache)
+        info["cache_bytes"] = cache_bytes(cache, model.device.type)
         info["cache_tokens"] = int(cache.get_seq_length())
     del cache, token
 
@@ -144,6 +144,9 @@ def run(rec, torch, spec):
         if spec.get("gradient_checkpointing"):
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
+            if spec.get("lora_rank"):
+                # Frozen embeddings give checkpointed layers inputs without grad: peft's fix.
+                model.enable_input_require_grads()
 
         def loss_fn(out):
             # As transformers' ForCausalLMLoss: logits upcast to float32, shifted labels.
@@ -173,7 +176,7 @@ def run(rec, torch, spec):
                 for _ in range(spec["new_tokens"]):
                     out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
                     token = out.logits[:, -1:].argmax(-1)
-                info["cache_bytes"] = cache_bytes(cache)
+                info["cache_bytes"] = cache_bytes(cache, model.device.type)
                 del out, cache, token
             return
         _generate(rec, torch, transformers, model, ids, mask, spec, "")

@@ -1,0 +1,63 @@
+"""Runs the built-in workloads' own code with real torch (and transformers) on the CPU, with a
+stand-in for torch.cuda's counters, so that every call they make into torch, transformers and peft
+is exercised for real. Prints one JSON list of the phases each job went through.
+
+Usage: workloads_on_cpu.py JOBS.json — a list of worker specs (devices ["cpu"]).
+Exits 77 (reason on stderr) when torch is not importable. Measures nothing: the counters are 0."""
+
+import json
+import sys
+import types
+
+try:
+    import torch
+except Exception as exc:
+    print(f"torch is needed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(77)
+
+from iteragpu import recorder
+from iteragpu.workloads import causal_lm, dense
+
+
+class CpuTorch(types.ModuleType):
+    """Real torch, except `cuda`: counters that read 0, so the protocol runs on the CPU."""
+
+    def __init__(self):
+        super().__init__("torch")
+        zero = lambda *a, **k: 0  # noqa: E731
+        self.cuda = types.SimpleNamespace(
+            synchronize=lambda *a, **k: None,
+            memory_allocated=zero,
+            memory_reserved=zero,
+            max_memory_allocated=zero,
+            max_memory_reserved=zero,
+            reset_peak_memory_stats=lambda *a, **k: None,
+            mem_get_info=lambda *a, **k: (0, 0),
+            empty_cache=lambda: None,
+            OutOfMemoryError=torch.OutOfMemoryError,
+        )
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def run(spec):
+    phases = []
+
+    def emit(kind, data):
+        if kind == "phase_end":
+            phases.append({"name": data["name"], "status": data["status"], "error": data["error"], "inputs": data["inputs"]})
+
+    fake = CpuTorch()
+    rec = recorder.Recorder(fake, spec["devices"], emit)
+    try:
+        {"dense": dense, "causal-lm": causal_lm}[spec["workload"]].run(rec, fake, spec)
+        error = None
+    except Exception as exc:  # reported to the test with the phases that ran
+        error = f"{type(exc).__name__}: {exc}"
+    return {"phases": phases, "error": error}
+
+
+with open(sys.argv[1], encoding="utf-8") as f:
+    jobs = json.load(f)
+print(json.dumps([run(job) for job in jobs], default=str))
