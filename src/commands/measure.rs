@@ -401,89 +401,133 @@ fn causal_lm(
     dimensions.insert("model".into(), json!(config_path.display().to_string()));
     training_dimensions(&spec, &mut dimensions);
     let scope = scope_phases(args, &["prefill", "decode", "prefill_warm", "decode_warm"]);
-    let prediction = match (&arch, train || args.whole_loop) {
-        (Some(arch), false) => {
-            let kv = |tokens: u64, windows: bool| -> Result<u64> {
-                let mut layout = arch.kv.clone();
-                if !windows {
-                    for l in &mut layout.layers {
-                        l.window = None;
-                    }
-                }
-                let strategy = match args.cache {
-                    CacheKind::Dynamic => CacheStrategy::Dynamic,
-                    CacheKind::Static => CacheStrategy::Static {
-                        max_cache_len: args.prompt_tokens + args.new_tokens,
+    let prediction = match (&arch, train && !args.whole_loop) {
+        (Some(arch), true) => {
+            let lora_trainable = args.lora_rank.map(|rank| {
+                arch.groups
+                    .iter()
+                    .filter(|g| args.lora_targets.iter().any(|t| g.module() == t))
+                    .filter_map(|g| {
+                        g.linear_dims()
+                            .map(|(i, o)| rank * (i + o) * g.linear_count())
+                    })
+                    .sum()
+            });
+            return Ok((
+                causal_lm_trial(args, python, dimensions, spec, scope, train),
+                Prediction::Phases(phases::causal_lm_training(
+                    arch,
+                    &phases::CausalLmTrainSpec {
+                        batch: args.batch,
+                        context: args.context,
+                        steps: args.steps,
+                        param_bytes: dtype.bytes(),
+                        mixed: args.precision == Precision::Bf16Mixed,
+                        adamw: args.optimizer == Optimizer::Adamw,
+                        lora_trainable,
+                        gradient_checkpointing: args.gradient_checkpointing,
                     },
-                    CacheKind::Sliding => CacheStrategy::Sliding {
-                        window: match (windows, args.window.or(arch.kv.window())) {
-                            (true, Some(w)) => w,
-                            _ => u64::MAX,
-                        },
-                    },
-                    CacheKind::Quantized => CacheStrategy::Quantized {
-                        bits: 4,
-                        group_size: 64,
-                        residual: 128,
-                    },
-                    CacheKind::Offloaded => CacheStrategy::Offloaded,
-                };
-                let req = KvRequest {
-                    layout,
-                    tokens,
-                    sequences: args.batch,
-                    element_bytes: dtype.bytes(),
-                    strategy,
-                    prompt_tokens: Some(args.prompt_tokens),
-                };
-                Ok(kv_cache::terms(&req, &mut Vec::new())?[0].bytes.get())
-            };
-            let total = args.prompt_tokens + args.new_tokens;
-            // Right after the prefill a sliding layer still holds the whole prompt (a view of the
-            // tensor built from it); after a decoding step it holds min(tokens, window).
-            let prefill_windows = args.cache == CacheKind::Static;
-            let after_prefill = kv(args.prompt_tokens, prefill_windows)?;
-            let after_decode = kv(total, true)?;
-            let basis = format!(
-                "estimate's KV term, --cache {cache}, {} bytes per value",
-                dtype.bytes()
-            );
-            let caches = ["", "_warm"]
-                .iter()
-                .flat_map(|suffix| {
-                    [
-                        CacheEstimate {
-                            phase: format!("prefill{suffix}"),
-                            tokens: args.prompt_tokens,
-                            bytes: after_prefill,
-                            basis: basis.clone(),
-                        },
-                        CacheEstimate {
-                            phase: format!("decode{suffix}"),
-                            tokens: total,
-                            bytes: after_decode,
-                            basis: basis.clone(),
-                        },
-                    ]
-                })
-                .collect();
-            let phases = phases::causal_lm(
-                arch,
-                &CausalLmSpec {
-                    batch: args.batch,
-                    prompt_tokens: args.prompt_tokens,
-                    new_tokens: args.new_tokens,
-                    element_bytes: dtype.bytes(),
-                    kv_after_prefill: after_prefill,
-                    kv_after_decode: after_decode,
-                    static_cache: args.cache == CacheKind::Static,
-                },
-            );
-            Prediction::CausalLm { phases, caches }
+                )),
+            ));
         }
-        _ => Prediction::None,
+        _ => match (&arch, train || args.whole_loop) {
+            (Some(arch), false) => {
+                let kv = |tokens: u64, windows: bool| -> Result<u64> {
+                    let mut layout = arch.kv.clone();
+                    if !windows {
+                        for l in &mut layout.layers {
+                            l.window = None;
+                        }
+                    }
+                    let strategy = match args.cache {
+                        CacheKind::Dynamic => CacheStrategy::Dynamic,
+                        CacheKind::Static => CacheStrategy::Static {
+                            max_cache_len: args.prompt_tokens + args.new_tokens,
+                        },
+                        CacheKind::Sliding => CacheStrategy::Sliding {
+                            window: match (windows, args.window.or(arch.kv.window())) {
+                                (true, Some(w)) => w,
+                                _ => u64::MAX,
+                            },
+                        },
+                        CacheKind::Quantized => CacheStrategy::Quantized {
+                            bits: 4,
+                            group_size: 64,
+                            residual: 128,
+                        },
+                        CacheKind::Offloaded => CacheStrategy::Offloaded,
+                    };
+                    let req = KvRequest {
+                        layout,
+                        tokens,
+                        sequences: args.batch,
+                        element_bytes: dtype.bytes(),
+                        strategy,
+                        prompt_tokens: Some(args.prompt_tokens),
+                    };
+                    Ok(kv_cache::terms(&req, &mut Vec::new())?[0].bytes.get())
+                };
+                let total = args.prompt_tokens + args.new_tokens;
+                // Right after the prefill a sliding layer still holds the whole prompt (a view of the
+                // tensor built from it); after a decoding step it holds min(tokens, window).
+                let prefill_windows = args.cache == CacheKind::Static;
+                let after_prefill = kv(args.prompt_tokens, prefill_windows)?;
+                let after_decode = kv(total, true)?;
+                let basis = format!(
+                    "estimate's KV term, --cache {cache}, {} bytes per value",
+                    dtype.bytes()
+                );
+                let caches = ["", "_warm"]
+                    .iter()
+                    .flat_map(|suffix| {
+                        [
+                            CacheEstimate {
+                                phase: format!("prefill{suffix}"),
+                                tokens: args.prompt_tokens,
+                                bytes: after_prefill,
+                                basis: basis.clone(),
+                            },
+                            CacheEstimate {
+                                phase: format!("decode{suffix}"),
+                                tokens: total,
+                                bytes: after_decode,
+                                basis: basis.clone(),
+                            },
+                        ]
+                    })
+                    .collect();
+                let phases = phases::causal_lm(
+                    arch,
+                    &CausalLmSpec {
+                        batch: args.batch,
+                        prompt_tokens: args.prompt_tokens,
+                        new_tokens: args.new_tokens,
+                        element_bytes: dtype.bytes(),
+                        kv_after_prefill: after_prefill,
+                        kv_after_decode: after_decode,
+                        static_cache: args.cache == CacheKind::Static,
+                    },
+                );
+                Prediction::CausalLm { phases, caches }
+            }
+            _ => Prediction::None,
+        },
     };
-    let trial = Trial {
+    Ok((
+        causal_lm_trial(args, python, dimensions, spec, scope, train),
+        prediction,
+    ))
+}
+
+fn causal_lm_trial(
+    args: &MeasureArgs,
+    python: std::path::PathBuf,
+    dimensions: Map<String, Value>,
+    spec: Value,
+    scope: Vec<String>,
+    train: bool,
+) -> Trial {
+    Trial {
         workload: "causal-lm".into(),
         spec,
         devices: args.device.clone(),
@@ -499,8 +543,7 @@ fn causal_lm(
         python,
         timeout: Some(Duration::from_secs(args.timeout)),
         forward_output: true,
-    };
-    Ok((trial, prediction))
+    }
 }
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {

@@ -443,3 +443,194 @@ mod tests {
         assert!(p[7].peak_allocated_bytes > p[2].peak_allocated_bytes);
     }
 }
+
+/// A causal-LM training loop as `measure --task train` runs it.
+#[derive(Clone, Copy, Debug)]
+pub struct CausalLmTrainSpec {
+    pub batch: u64,
+    pub context: u64,
+    pub steps: u64,
+    /// Bytes of a parameter, its gradient and an optimizer-state element (4, or 2 in pure bf16).
+    pub param_bytes: u64,
+    /// torch.autocast to bfloat16 (16-bit activations and weight copies).
+    pub mixed: bool,
+    pub adamw: bool,
+    /// LoRA rank and targets' trainable parameters; `None` for full fine-tuning.
+    pub lora_trainable: Option<u64>,
+    pub gradient_checkpointing: bool,
+}
+
+/// Predicted peaks of a causal-LM training loop: weights, then per step the activations kept for
+/// backward (the per-layer model of Korthikanti et al. 2022, adapted as in `estimate --train`),
+/// the logits and their fp32 copies for the loss, gradients, the optimizer states created at the
+/// first step (and foreach AdamW's parameter-sized temporary), then evaluation and export.
+pub fn causal_lm_training(arch: &Architecture, t: &CausalLmTrainSpec) -> Vec<PhasePrediction> {
+    let mut s = Sim::new();
+    let d = arch.dims;
+    let pb = t.param_bytes;
+    let act_e: u64 = if t.mixed || pb == 2 { 2 } else { 4 };
+    let (b, n) = (t.batch, t.context);
+    s.begin();
+    for group in &arch.groups {
+        for _ in 0..group.count.min(5_000) {
+            s.m(group.numel() * pb);
+        }
+    }
+    let trainable = t.lora_trainable.unwrap_or_else(|| arch.parameters() as u64);
+    let adapters: Vec<Allocation> = match t.lora_trainable {
+        Some(p) => vec![s.m(p * if pb == 2 { 2 } else { 4 })],
+        None => Vec::new(),
+    };
+    s.end(
+        "model_load",
+        "every parameter tensor (and the LoRA adapters), through the caching-allocator model",
+    );
+    s.begin();
+    s.m(b * n * 8);
+    s.m(b * n * 8);
+    s.end("inputs", "input_ids and attention_mask (int64)");
+    let h = d.hidden_size;
+    let inter = arch.moe.map_or(d.intermediate_size, |m| {
+        m.active * m.expert_intermediate + m.shared_intermediate
+    });
+    // Per layer, 16-bit units of s·b: attention 11·h, MLP 2·h + 6·I + h, norms 4·h (no s² term:
+    // PyTorch's SDPA does not keep the score matrix).
+    let per_layer = b * n * (11 * h + 2 * h + 6 * inter + h + 4 * h) * act_e / 2;
+    let logits = b * n * d.vocab_size;
+    let mut states: Vec<Allocation> = Vec::new();
+    let basis_fwd = if t.gradient_checkpointing {
+        "weights + each layer's input (checkpointing) + one layer's activations + logits"
+    } else {
+        "weights + activations kept for backward (Korthikanti et al. 2022, per layer, adapted) + logits"
+    };
+    for step in 0..t.steps {
+        s.begin();
+        let mut saved: Vec<Allocation> = Vec::new();
+        let casts = (t.mixed && t.lora_trainable.is_none()).then(|| s.m(trainable * 2));
+        for _ in 0..d.num_layers {
+            if t.gradient_checkpointing {
+                saved.push(s.m(b * n * h * act_e));
+            } else {
+                saved.push(s.m(per_layer));
+            }
+        }
+        if t.gradient_checkpointing {
+            let one = s.m(per_layer);
+            s.f(one);
+        }
+        let logit_tensor = s.m(logits * act_e);
+        s.end("forward", basis_fwd);
+        s.begin();
+        let float_logits = s.m(logits * 4);
+        let log_softmax = s.m(logits * 4);
+        let loss = s.m(4);
+        s.end("loss", "fp32 copy of the logits and the log-softmax kept for backward (transformers' loss upcasts)");
+        s.begin();
+        let grad_logits = s.m(logits * 4);
+        s.f(log_softmax);
+        s.f(float_logits);
+        s.f(grad_logits);
+        s.f(logit_tensor);
+        let grads = s.m(trainable * pb);
+        if t.gradient_checkpointing {
+            let one = s.m(per_layer);
+            s.f(one);
+        }
+        for a in saved.drain(..) {
+            s.f(a);
+        }
+        if let Some(c) = casts {
+            s.f(c);
+        }
+        s.f(loss);
+        s.end("backward", "gradients of the trainable parameters, the fp32 logits' gradient in flight, activations released");
+        s.begin();
+        if t.adamw {
+            if step == 0 {
+                states.push(s.m(trainable * pb));
+                states.push(s.m(trainable * pb));
+            }
+            let tmp = s.m(trainable * pb);
+            s.f(tmp);
+        }
+        s.end(
+            "optimizer_step",
+            if t.adamw { "AdamW: two states per trainable parameter at the first step, plus a parameter-sized temporary" } else { "SGD: no state" },
+        );
+        s.begin();
+        s.f(grads);
+        s.end("zero_grad", "gradients set to None");
+    }
+    s.begin();
+    let layer = s.m(per_layer);
+    s.f(layer);
+    let l = s.m(logits * act_e);
+    let f = s.m(logits * 4);
+    s.f(f);
+    s.f(l);
+    s.end(
+        "evaluation",
+        "one layer's activations + logits and their fp32 copy, no gradient",
+    );
+    s.begin();
+    s.end("export", "copies to CPU only: no GPU allocation");
+    drop(adapters);
+    s.out
+}
+
+#[cfg(test)]
+mod training_tests {
+    use super::*;
+
+    #[test]
+    fn causal_lm_training_phases_and_first_step_states() {
+        let text = include_str!("../../tests/fixtures/models/llama-style-8l/config.json");
+        let config =
+            crate::model::Config::parse(std::path::Path::new("config.json"), text).unwrap();
+        let arch = Architecture::from_config(&config).unwrap();
+        let spec = CausalLmTrainSpec {
+            batch: 2,
+            context: 256,
+            steps: 2,
+            param_bytes: 4,
+            mixed: true,
+            adamw: true,
+            lora_trainable: None,
+            gradient_checkpointing: false,
+        };
+        let p = causal_lm_training(&arch, &spec);
+        let names: Vec<&str> = p.iter().map(|x| x.phase.as_str()).collect();
+        assert_eq!(names.len(), 2 + 2 * 5 + 2);
+        assert_eq!(
+            names[2..7],
+            ["forward", "loss", "backward", "optimizer_step", "zero_grad"]
+        );
+        let params = arch.parameters() as u64;
+        // Weights fp32 + gradients + 2 AdamW states at the first step.
+        assert!(p[5].peak_allocated_bytes >= 4 * 4 * params);
+        // The second forward starts with the states: above the first one.
+        assert!(p[7].peak_allocated_bytes > p[2].peak_allocated_bytes);
+        let ckpt = causal_lm_training(
+            &arch,
+            &CausalLmTrainSpec {
+                gradient_checkpointing: true,
+                ..spec
+            },
+        );
+        assert!(
+            ckpt[2].peak_allocated_bytes < p[2].peak_allocated_bytes,
+            "checkpointing keeps less"
+        );
+        let lora = causal_lm_training(
+            &arch,
+            &CausalLmTrainSpec {
+                lora_trainable: Some(1_000_000),
+                ..spec
+            },
+        );
+        assert!(
+            lora[5].peak_allocated_bytes < p[5].peak_allocated_bytes,
+            "LoRA trains fewer parameters"
+        );
+    }
+}
