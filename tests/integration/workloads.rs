@@ -339,6 +339,28 @@ fn the_notebook_recorder_writes_the_same_schema() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
 }
 
+/// Runs `tests/python/SCRIPT` with a JSON list of jobs and returns the list it prints.
+fn python_jobs(python: &str, script: &str, jobs: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jobs.json");
+    std::fs::write(&file, serde_json::to_string(jobs).unwrap()).unwrap();
+    let out = std::process::Command::new(python)
+        .env(
+            "PYTHONPATH",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture(&format!("../python/{script}")))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Interpreter for the checks that need real torch and transformers (CPU is enough).
 fn reference_python() -> Option<String> {
     let candidate = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -379,24 +401,7 @@ fn kv_estimate_matches_transformers_cache() {
         .iter()
         .map(|(n, cache)| serde_json::json!({"config": tiny.join(n).join("config.json"), "batch": 3, "prompt": 20, "new": 5, "cache": cache}))
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let jobs_file = dir.path().join("jobs.json");
-    std::fs::write(&jobs_file, serde_json::to_string(&list).unwrap()).unwrap();
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/cache_on_cpu.py"))
-        .arg(&jobs_file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let observed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let observed = python_jobs(&python, "cache_on_cpu.py", &list);
     for ((name, cache), seen) in jobs.iter().zip(&observed) {
         let config = tiny.join(name);
         let doc = estimate_json(&[
@@ -501,28 +506,8 @@ fn workloads_run_with_real_torch_on_cpu() {
     } else {
         eprintln!("note: {python} has no peft; the LoRA workload was not run on CPU");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("jobs.json");
-    std::fs::write(
-        &file,
-        serde_json::to_string(&jobs.iter().map(|(_, j)| j).collect::<Vec<_>>()).unwrap(),
-    )
-    .unwrap();
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/workloads_on_cpu.py"))
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let list: Vec<serde_json::Value> = jobs.iter().map(|(_, j)| j.clone()).collect();
+    let runs = python_jobs(&python, "workloads_on_cpu.py", &list);
     for ((name, job), run) in jobs.iter().zip(&runs) {
         assert!(run["error"].is_null(), "{name}: {}", run["error"]);
         let phases: Vec<&str> = run["phases"]
