@@ -179,6 +179,22 @@ pub fn run_trial(
             environment: p.environment.map(Box::new),
         });
     }
+    if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() {
+        // The worker never said hello: the interpreter is not a working Python with this package.
+        return Ok(TrialOutcome::Unavailable {
+            reason: format!(
+                "`{}` did not start iteragpu's worker ({:?}){}; give a Python 3 interpreter with --python or ITERAGPU_PYTHON",
+                trial.python.display(),
+                run.exit,
+                if run.stderr_tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", run.stderr_tail.join(" | "))
+                }
+            ),
+            environment: None,
+        });
+    }
     if run.exit == Exit::Code(2) && p.phases.is_empty() {
         return Ok(TrialOutcome::Unavailable {
             reason: format!(

@@ -162,6 +162,21 @@ fn missing_pytorch_or_gpu_exits_2_without_a_file() {
 }
 
 #[test]
+fn an_interpreter_that_is_not_python_measures_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for python in ["/bin/false", "/no/such/python"] {
+        let out = dir.path().join("none.json");
+        with_fake_torch()
+            .args(["measure", "--python", python, "--output"])
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(python));
+        assert!(!out.exists(), "{python}");
+    }
+}
+
+#[test]
 fn out_of_memory_in_cold_forward_keeps_completed_phases() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("oom.json");

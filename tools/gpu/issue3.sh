@@ -25,7 +25,7 @@ for backend in native cudaMallocAsync expandable_segments; do
   echo "large $backend: exit $?"
 done
 # No PyTorch: exit 2, no file.
-PYTHONPATH=/nonexistent "$BIN" measure --python /usr/bin/false --output "$OUT/none.json"; echo "no python: exit $? (want 2)"
+"$BIN" measure --python /usr/bin/false --output "$OUT/none.json"; echo "not a python: exit $? (want 2, no file)"
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
