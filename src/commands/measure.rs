@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -549,7 +549,23 @@ fn causal_lm_trial(
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
     let (trial, prediction) = build(args)?;
     output::check_new(&args.output)?;
-    let outcome = match run_trial(&trial, interrupted()) {
+    // A spinner with the current phase, only on a terminal and never with --json.
+    let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {prefix}")
+                .expect("valid template"),
+        );
+        bar.set_prefix("starting the worker");
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let outcome = run_trial(&trial, interrupted(), bar.as_ref());
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let outcome = match outcome {
         Ok(o) => o,
         Err(e @ crate::measure::runner::StartError::Interpreter { .. }) => {
             eprintln!("error: {e}");

@@ -130,7 +130,7 @@ impl Runner<'_> {
         });
         self.bar.set_message(format!("running {label}{last}"));
         let began = Instant::now();
-        let outcome = run_trial(&trial, measure::interrupted())?;
+        let outcome = run_trial(&trial, measure::interrupted(), Some(&self.bar))?;
         let duration_s = began.elapsed().as_secs_f64();
         let record = match outcome {
             TrialOutcome::Unavailable { reason, .. } => {
@@ -376,7 +376,7 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<u8> {
     let bar = if std::io::stderr().is_terminal() && !m.json {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template("{spinner} trial {k}{of} {elapsed} {msg}")
+            ProgressStyle::with_template("{spinner} trial {k}{of} {elapsed} {msg} {prefix}")
                 .expect("valid template")
                 .with_key(
                     "k",

@@ -93,10 +93,11 @@ struct Progress {
     garbage: u64,
 }
 
-/// Runs one trial in a fresh worker.
+/// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
 pub fn run_trial(
     trial: &Trial,
     interrupted: &AtomicBool,
+    progress: Option<&indicatif::ProgressBar>,
 ) -> Result<TrialOutcome, runner::StartError> {
     let started_at = chrono::Utc::now().to_rfc3339();
     let (nvml, driver_reason) = match nvml::open() {
@@ -112,6 +113,7 @@ pub fn run_trial(
         spec: trial.spec.clone(),
         timeout: trial.timeout,
         forward_output: trial.forward_output,
+        progress: progress.cloned(),
     };
     let run = runner::run(&cmd, interrupted, |line| match line {
         Line::Event(Event::Hello { pid, .. }) => {
@@ -128,6 +130,9 @@ pub fn run_trial(
         Line::Event(Event::PhaseStart { name, index }) => {
             if let Some(s) = &sampler {
                 s.enter(index);
+            }
+            if let Some(bar) = progress {
+                bar.set_prefix(format!("phase {} ({name})", index + 1));
             }
             p.current = Some((name, index));
         }

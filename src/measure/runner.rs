@@ -27,6 +27,8 @@ pub struct WorkerCommand {
     pub timeout: Option<Duration>,
     /// Forward the workload's stderr (and its redirected prints) to ours.
     pub forward_output: bool,
+    /// A progress display on a terminal: forwarded lines are printed above it.
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
 /// How the worker ended.
@@ -117,11 +119,16 @@ pub fn run(
     });
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let stderr = child.stderr.take().expect("stderr is piped");
-    let (tail2, forward) = (Arc::clone(&tail), cmd.forward_output);
+    let (tail2, forward, progress) = (Arc::clone(&tail), cmd.forward_output, cmd.progress.clone());
     let errors = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if forward {
-                let _ = writeln!(std::io::stderr().lock(), "{line}");
+                match &progress {
+                    Some(bar) => bar.println(&line),
+                    None => {
+                        let _ = writeln!(std::io::stderr().lock(), "{line}");
+                    }
+                }
             }
             let mut t = tail2.lock().unwrap_or_else(|p| p.into_inner());
             if t.len() == STDERR_TAIL {
