@@ -278,13 +278,7 @@ fn limit(args: &SweepArgs) -> Result<Option<Limit>> {
 fn device_total(m: &MeasureArgs) -> Option<u64> {
     let python = crate::python_side::interpreter(m.python.as_deref());
     let env = crate::environment::probe(&python, &m.device).ok()?;
-    let index: usize = m.device.first()?.split_once(':')?.1.parse().ok()?;
-    env.torch
-        .as_ref()?
-        .get("devices")?
-        .get(index)?
-        .get("total_memory")?
-        .as_u64()
+    env.device(m.device.first()?)?.get("total_memory")?.as_u64()
 }
 
 /// The largest grid value whose predicted peak fits under `capacity` (the estimator's frontier).

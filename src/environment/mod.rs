@@ -7,7 +7,7 @@ pub mod python;
 use serde::{Deserialize, Serialize};
 
 pub use nvml::{DriverView, GpuInfo};
-pub use python::{PythonEnvironment, probe};
+pub use python::{PythonEnvironment, device_index, probe};
 
 /// The whole environment report (`iteragpu environment --json`, and embedded in every result).
 #[derive(Clone, Debug, Serialize, Deserialize)]

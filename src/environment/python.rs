@@ -27,7 +27,23 @@ pub struct PythonEnvironment {
     pub reason: Option<String>,
 }
 
+/// The index of a device name: `cuda:1` → 1, `cuda` → 0.
+pub fn device_index(name: &str) -> Option<usize> {
+    match name.split_once(':') {
+        None => (name == "cuda").then_some(0),
+        Some((_, i)) => i.parse().ok(),
+    }
+}
+
 impl PythonEnvironment {
+    /// What PyTorch declares about a device (`name`, `total_memory`, …), by device name.
+    pub fn device(&self, name: &str) -> Option<&Value> {
+        self.torch
+            .as_ref()?
+            .get("devices")?
+            .get(device_index(name)?)
+    }
+
     pub fn torch_str(&self, key: &str) -> Option<&str> {
         self.torch.as_ref()?.get(key)?.as_str()
     }

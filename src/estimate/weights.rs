@@ -29,16 +29,6 @@ pub struct ModelWeights {
     pub dtype_source: String,
 }
 
-impl WeightsSource {
-    /// Total parameters (the model's own count, or the number given).
-    pub fn parameters(&self) -> u128 {
-        match self {
-            WeightsSource::Numbers { parameters, .. } => *parameters as u128,
-            WeightsSource::Model(m) => m.architecture.parameters(),
-        }
-    }
-}
-
 /// `ceil(parameters × bits ÷ 8)`: bytes are rounded up, never truncated.
 pub fn bytes_for_bits(parameters: u64, bits: Decimal) -> Option<u128> {
     bits.mul_div_ceil(parameters as u128, 8)

@@ -58,10 +58,7 @@ pub fn nvml_indices(devices: &[String], driver: Option<&DriverView>) -> Vec<Opti
     devices
         .iter()
         .map(|d| {
-            let index: usize = d
-                .split_once(':')
-                .and_then(|(_, i)| i.parse().ok())
-                .unwrap_or(0);
+            let index = crate::environment::device_index(d).unwrap_or(0);
             match &visible {
                 None => Some(index as u32),
                 Some(list) => {

@@ -438,19 +438,7 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
             let experts = f.positive_or("num_local_experts", 8)?;
             let active = f.positive_or("num_experts_per_tok", 2)?;
             let mlp = "model.layers.*.mlp";
-            b.push(
-                format!("{mlp}.gate.weight"),
-                &[experts, hidden],
-                layers,
-                Role::Router,
-            );
-            b.experts(
-                &format!("{mlp}.experts"),
-                experts,
-                hidden,
-                intermediate,
-                layers,
-            );
+            b.moe(mlp, experts, hidden, intermediate, layers);
             Some(Moe {
                 experts,
                 active,
@@ -489,19 +477,7 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
                 mlp_bias,
             );
             let mlp = "model.layers.*.mlp";
-            b.push(
-                format!("{mlp}.gate.weight"),
-                &[experts, hidden],
-                moe_layers,
-                Role::Router,
-            );
-            b.experts(
-                &format!("{mlp}.experts"),
-                experts,
-                hidden,
-                expert_inter,
-                moe_layers,
-            );
+            b.moe(mlp, experts, hidden, expert_inter, moe_layers);
             if shared_inter > 0 {
                 gated_mlp(
                     &mut b,
@@ -1002,19 +978,7 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
         false,
     );
     let mlp = "model.layers.*.mlp";
-    b.push(
-        format!("{mlp}.gate.weight"),
-        &[experts, hidden],
-        moe_layers,
-        Role::Router,
-    );
-    b.experts(
-        &format!("{mlp}.experts"),
-        experts,
-        hidden,
-        moe_inter,
-        moe_layers,
-    );
+    b.moe(mlp, experts, hidden, moe_inter, moe_layers);
     if shared > 0 {
         gated_mlp(
             &mut b,

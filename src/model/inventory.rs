@@ -114,9 +114,17 @@ impl Builder {
             self.push(format!("{prefix}.bias"), &[out], count, Role::Bias);
         }
     }
-    /// The routed experts of `layers` MoE layers, fused as transformers 5 does:
-    /// `gate_up_proj [experts, 2·inter, hidden]` and `down_proj [experts, hidden, inter]`.
-    pub fn experts(&mut self, prefix: &str, experts: u64, hidden: u64, inter: u64, layers: u64) {
+    /// The router (`mlp.gate`) and the routed experts of `layers` MoE layers, the experts fused
+    /// as transformers 5 does: `gate_up_proj [experts, 2·inter, hidden]`, `down_proj
+    /// [experts, hidden, inter]`.
+    pub fn moe(&mut self, mlp: &str, experts: u64, hidden: u64, inter: u64, layers: u64) {
+        self.push(
+            format!("{mlp}.gate.weight"),
+            &[experts, hidden],
+            layers,
+            Role::Router,
+        );
+        let prefix = format!("{mlp}.experts");
         self.push(
             format!("{prefix}.gate_up_proj"),
             &[experts, 2 * inter, hidden],

@@ -42,9 +42,9 @@ fn conditions(r: &MeasureResult) -> BTreeMap<&'static str, String> {
             .and_then(|t| t.get(k))
             .map_or("null".to_string(), |v| v.to_string())
     };
-    let gpu = torch
-        .and_then(|t| t.get("devices"))
-        .and_then(|d| d.get(0))
+    let gpu = py
+        .zip(r.scope.devices.first())
+        .and_then(|(p, d)| p.device(d))
         .and_then(|d| d.get("name"))
         .map_or("null".to_string(), |v| v.to_string());
     let mut c = BTreeMap::new();

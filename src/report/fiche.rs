@@ -66,15 +66,16 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// What PyTorch declared about the run's first device.
+fn first_device(r: &MeasureResult) -> Option<&Value> {
+    r.environment
+        .python
+        .as_ref()?
+        .device(r.scope.devices.first()?)
+}
+
 fn gpu_name(r: &MeasureResult) -> Option<String> {
-    let torch = r.environment.python.as_ref()?.torch.as_ref()?;
-    let index: usize = r.scope.devices.first()?.split_once(':')?.1.parse().ok()?;
-    torch
-        .get("devices")?
-        .get(index)?
-        .get("name")?
-        .as_str()
-        .map(String::from)
+    first_device(r)?.get("name")?.as_str().map(String::from)
 }
 
 /// Builds the fiche from a result, an optional series and an optional estimate.
@@ -253,9 +254,7 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
             r.scope.devices.join(", ")
         ),
     ]);
-    if let Some(total) = torch
-        .and_then(|t| t.get("devices"))
-        .and_then(|d| d.get(0))
+    if let Some(total) = first_device(r)
         .and_then(|d| d.get("total_memory"))
         .and_then(Value::as_u64)
     {
