@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use iteragpu::estimate::phases::{self, Comparison, DenseSpec, error_pct};
 use iteragpu::measure::result::MeasureResult;
+use iteragpu::prediction::check::{PhaseCheck, error_pct};
+use iteragpu::prediction::replay::{self as phases, DenseSpec};
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -51,7 +52,7 @@ fn main() {
     let mut paths = Vec::new();
     files(&root, &mut paths);
     paths.sort();
-    let mut rows: Vec<(String, Comparison)> = Vec::new();
+    let mut rows: Vec<(String, PhaseCheck)> = Vec::new();
     for path in &paths {
         let Ok(text) = std::fs::read_to_string(path) else {
             continue;
@@ -80,7 +81,7 @@ fn main() {
             ("dense", "per-phase", Some(pred)) if r.scope.devices.len() == 1 => {
                 let mut copy = r.clone();
                 copy.predictions.clear();
-                iteragpu::measure::compare::predictions(&mut copy, &pred, 0);
+                iteragpu::prediction::check::predictions(&mut copy, &pred, 0);
                 copy.predictions
             }
             _ => r.predictions.clone(),

@@ -3,7 +3,12 @@
 //! as a function of the varied value), against the doubling-then-bisection strategy of common
 //! batch-size finders. Run with `cargo bench --bench frontier_search`.
 
-use iteragpu::sweep::search::{Bounds, Probe, doubling_then_bisection, find_guided};
+mod support {
+    pub mod doubling;
+}
+
+use iteragpu::sweep::search::{Bounds, Probe, find_guided};
+use support::doubling::doubling_then_bisection;
 
 struct Case {
     name: &'static str,

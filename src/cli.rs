@@ -1,12 +1,17 @@
 //! Command-line definitions (clap) and nothing else: validation of values that clap cannot check
 //! alone happens in the value parsers below, so every refusal names the value and the fix.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 use crate::dtype::Dtype;
+use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
+use crate::measure::spec::{EmptyCache, Task, Workload};
+use crate::sweep::vary::{Search, Vary, parse_vary};
 use crate::units::{self, Bytes, Decimal};
+
+pub use crate::units::parse_count as positive_u64;
 
 /// Why does the GPU memory peak exceed the estimate, and will this workload fit on that card?
 #[derive(Debug, Parser)]
@@ -48,7 +53,7 @@ pub struct ReportArgs {
     pub output: PathBuf,
     /// Language of the fiche.
     #[arg(long, value_enum, default_value = "en")]
-    pub lang: crate::report::fiche::Lang,
+    pub lang: crate::report::decision_sheet::Lang,
 }
 
 #[derive(Debug, Args)]
@@ -82,18 +87,11 @@ pub struct CardsArgs {
     pub json: bool,
 }
 
-/// How a sweep chooses its values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Search {
-    /// The largest value that succeeds, to --resolution.
-    Frontier,
-}
-
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
-    #[arg(long, value_name = "NAME=VALUES", value_parser = crate::sweep::plan::parse_vary, help_heading = "Sweep")]
-    pub vary: Vec<crate::sweep::plan::Vary>,
+    #[arg(long, value_name = "NAME=VALUES", value_parser = parse_vary, help_heading = "Sweep")]
+    pub vary: Vec<Vary>,
     /// Search the success / out-of-memory frontier over a --vary range.
     #[arg(long, value_enum, help_heading = "Sweep")]
     pub search: Option<Search>,
@@ -130,29 +128,6 @@ pub struct EnvironmentArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `torch.cuda.empty_cache()` policy between warm repeats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum EmptyCache {
-    Never,
-    BetweenRepeats,
-}
-
-/// What a measured workload does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Workload {
-    /// The guide's small dense network on synthetic inputs.
-    Dense,
-    /// A language model built from a Hugging Face config with random weights (needs transformers).
-    CausalLm,
-}
-
-/// Inference or training.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Task {
-    Infer,
-    Train,
 }
 
 #[derive(Debug, Args)]
@@ -264,21 +239,6 @@ pub struct MeasureArgs {
     pub json: bool,
 }
 
-/// Cache strategies for the KV term.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CacheKind {
-    /// Grows with the tokens (sliding layers of the model keep their window).
-    Dynamic,
-    /// Preallocated to --max-cache-len.
-    Static,
-    /// Every layer keeps at most --window tokens (default: the model's window).
-    Sliding,
-    /// Quantized tokens (--kv-quant-bits, --kv-group-size) with a full-precision residual.
-    Quantized,
-    /// Layers in host memory; the GPU holds two layers at a time.
-    Offloaded,
-}
-
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Weights")]
 pub struct EstimateArgs {
@@ -337,13 +297,13 @@ pub struct EstimateArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub window: Option<u64>,
     /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4).
-    #[arg(long, value_name = "N", default_value = "4", value_parser = kv_quant_bits, help_heading = "KV cache")]
+    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.bits, value_parser = kv_quant_bits, help_heading = "KV cache")]
     pub kv_quant_bits: u64,
     /// Values per quantization group of a quantized cache.
-    #[arg(long, value_name = "N", default_value = "64", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.group_size, value_parser = positive_u64, help_heading = "KV cache")]
     pub kv_group_size: u64,
     /// Most recent tokens kept in full precision by a quantized cache.
-    #[arg(long, value_name = "N", default_value = "128", value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
+    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.residual, value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
     pub kv_residual: u64,
 
     /// Estimate a training step instead of inference.
@@ -389,29 +349,6 @@ pub struct EstimateArgs {
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
-}
-
-/// A count that must be a whole number greater than zero.
-pub fn positive_u64(text: &str) -> Result<u64, String> {
-    let t = text.trim().replace('_', "");
-    if t.starts_with('-') {
-        return Err(format!(
-            "`{text}` is negative; give a whole number greater than 0"
-        ));
-    }
-    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "`{text}` is not a whole number; write the digits out (7000000000, not 7e9 or 7B)"
-        ));
-    }
-    match t.parse::<u64>() {
-        Ok(0) => Err("0 is not allowed; give a whole number greater than 0".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!(
-            "`{text}` is larger than {}; no real workload has that many",
-            units::group_thousands(u64::MAX as u128)
-        )),
-    }
 }
 
 fn bits(text: &str) -> Result<Decimal, String> {

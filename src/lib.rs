@@ -9,11 +9,14 @@ pub mod commands;
 pub mod dtype;
 pub mod environment;
 pub mod estimate;
+pub mod exit;
 pub mod measure;
 pub mod model;
 pub mod output;
+pub mod prediction;
 pub mod python_side;
 pub mod report;
+pub mod signals;
 pub mod sweep;
 pub mod units;
 
@@ -21,14 +24,6 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
-
-/// Exit statuses, as documented in the README.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const BAD_INPUT: u8 = 1;
-    pub const MISSING_RUNTIME: u8 = 2;
-    pub const WORKLOAD_FAILED: u8 = 3;
-}
 
 /// Parses `args`, runs the command and returns the exit status. Never panics on bad input.
 pub fn run<I, T>(args: I) -> ExitCode

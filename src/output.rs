@@ -54,6 +54,29 @@ pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     file.sync_all().map_err(io)
 }
 
+/// Writes `bytes` with create-new semantics; if the path appeared meanwhile, a sibling name is
+/// used so that a measurement is not lost. Returns where it was written.
+pub fn write_new_or_sibling(path: &Path, bytes: &[u8]) -> Result<PathBuf, OutputError> {
+    match write_new(path, bytes) {
+        Ok(()) => Ok(path.to_path_buf()),
+        Err(OutputError::Exists(_)) => {
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "result".into());
+            let other = path.with_file_name(format!("{stem}-{}.json", std::process::id()));
+            write_new(&other, bytes)?;
+            eprintln!(
+                "warning: {} appeared during the run; the result was written to {}",
+                path.display(),
+                other.display()
+            );
+            Ok(other)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

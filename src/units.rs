@@ -248,6 +248,29 @@ pub fn parse_size(text: &str) -> Result<Bytes, SizeError> {
     Bytes::from_u128(bytes).map_err(|o| SizeError::TooLarge(text.to_string(), o))
 }
 
+/// A count that must be a whole number greater than zero.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim().replace('_', "");
+    if t.starts_with('-') {
+        return Err(format!(
+            "`{text}` is negative; give a whole number greater than 0"
+        ));
+    }
+    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{text}` is not a whole number; write the digits out (7000000000, not 7e9 or 7B)"
+        ));
+    }
+    match t.parse::<u64>() {
+        Ok(0) => Err("0 is not allowed; give a whole number greater than 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{text}` is larger than {}; no real workload has that many",
+            group_thousands(u64::MAX as u128)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,9 @@ import json
 import os
 import sys
 
+# Version of the event protocol (the `hello` event carries it).
+PROTOCOL = 1
+
 
 class Channel:
     def __init__(self, stream):
@@ -25,10 +28,3 @@ class Channel:
         line = json.dumps({"type": type_, "data": data}, allow_nan=False, default=str)
         self._stream.write(line + "\n")
         self._stream.flush()
-
-
-class NullChannel:
-    """Used by a notebook Recorder: no CLI listens, events only build the file."""
-
-    def emit(self, type_, data):
-        pass

@@ -75,7 +75,7 @@ class Recorder:
         import datetime
         import os
 
-        from .worker import PROTOCOL
+        from .channel import PROTOCOL
 
         failed = next((p for p in self.phases if p["status"] != "ok"), None)
         doc = {

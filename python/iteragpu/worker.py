@@ -10,10 +10,8 @@ import os
 import sys
 import traceback
 
-from . import probe, recorder
-from .channel import Channel
-
-PROTOCOL = 1
+from . import probe, recorder, spec as specs
+from .channel import PROTOCOL, Channel
 
 
 def run(channel, spec):
@@ -29,17 +27,17 @@ def run(channel, spec):
             },
         )
         return 2
-    env = probe.collect(torch, spec["devices"])
+    env = probe.collect(torch, list(spec.devices))
     channel.emit("environment", env)
     if not env["can_measure"]:
         channel.emit("unavailable", {"reason": env["reason"]})
         return 2
-    rec = recorder.Recorder(torch, spec["devices"], channel.emit)
+    rec = recorder.Recorder(torch, list(spec.devices), channel.emit)
     recorder._set_current(rec)
     try:
-        if spec.get("memory_limit_bytes"):
+        if spec.memory_limit_bytes:
             rec.describe(memory_limit=emulate_limit(torch, spec))
-        workload = spec["workload"]
+        workload = spec.workload
         if workload == "dense":
             from .workloads import dense
 
@@ -78,9 +76,9 @@ def run(channel, spec):
 def emulate_limit(torch, spec):
     """Emulates a smaller card: caps PyTorch's allocator at the limit minus the memory this process
     already holds outside it (CUDA context, libraries), measured here, on every device."""
-    limit = int(spec["memory_limit_bytes"])
+    limit = int(spec.memory_limit_bytes)
     applied = []
-    for name in spec["devices"]:
+    for name in spec.devices:
         device = torch.device(name)
         free, total = torch.cuda.mem_get_info(device)
         outside = max(0, (total - free) - torch.cuda.memory_reserved(device))
@@ -100,8 +98,8 @@ def run_script(spec):
     """Runs the user's script as `__main__` with its own arguments; `iteragpu.phase` marks phases."""
     import runpy
 
-    script = spec["script"]
-    sys.argv = [script] + list(spec.get("script_args", []))
+    script = spec.script
+    sys.argv = [script] + list(spec.script_args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
         runpy.run_path(script, run_name="__main__")
@@ -116,7 +114,7 @@ def run_script(spec):
 def main():
     channel = Channel.take_stdout()
     with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+        spec = specs.parse(json.load(f))
     return run(channel, spec)
 
 

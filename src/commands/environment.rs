@@ -2,176 +2,19 @@
 //! Exits 0 whatever it finds.
 
 use anyhow::{Context, Result};
-use std::fmt::Write as _;
 use std::io::Write;
 
 use crate::cli::EnvironmentArgs;
-use crate::environment::{Environment, nvml, probe};
-use crate::python_side;
-use crate::units::Bytes;
-
-pub fn collect(devices: &[String], python: Option<&std::path::Path>) -> Environment {
-    let (driver, driver_reason) = match nvml::open() {
-        Ok(n) => (Some(nvml::read(&n)), None),
-        Err(reason) => (None, Some(reason)),
-    };
-    let interpreter = python_side::interpreter(python);
-    let (python, python_reason) = match probe(&interpreter, devices) {
-        Ok(env) => (Some(env), None),
-        Err(reason) => (None, Some(reason)),
-    };
-    Environment {
-        driver,
-        driver_reason,
-        python,
-        python_reason,
-    }
-}
+use crate::environment;
 
 pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<u8> {
-    let env = collect(&args.device, args.python.as_deref());
+    let env = environment::collect(&args.device, args.python.as_deref());
     let text = if args.json {
         serde_json::to_string_pretty(&env)? + "\n"
     } else {
-        render(&env, &args.device)
+        environment::render::report(&env, &args.device)
     };
     out.write_all(text.as_bytes())
         .context("cannot write to standard output")?;
     Ok(crate::exit::OK)
-}
-
-fn bytes(v: Option<u64>) -> String {
-    v.map_or("unknown".into(), |b| {
-        format!("{} bytes ({})", Bytes(b).grouped(), Bytes(b).both())
-    })
-}
-
-fn render(env: &Environment, devices: &[String]) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "iteragpu environment\n\nGPUs as the driver declares them (NVML):"
-    );
-    match (&env.driver, &env.driver_reason) {
-        (Some(d), _) => {
-            let _ = writeln!(
-                o,
-                "  driver {}, CUDA driver {}",
-                d.driver_version.as_deref().unwrap_or("unknown"),
-                d.cuda_driver_version.as_deref().unwrap_or("unknown")
-            );
-            if d.gpus.is_empty() {
-                let _ = writeln!(o, "  no GPU listed by the driver");
-            }
-            for g in &d.gpus {
-                let _ = writeln!(
-                    o,
-                    "  [{}] {} ({}), compute capability {}\n      total {}\n      used  {}\n      free  {}",
-                    g.index,
-                    g.name.as_deref().unwrap_or("unknown"),
-                    g.uuid.as_deref().unwrap_or("no UUID"),
-                    g.compute_capability.as_deref().unwrap_or("unknown"),
-                    bytes(g.total_bytes),
-                    bytes(g.used_bytes),
-                    bytes(g.free_bytes)
-                );
-                if g.processes.is_empty() {
-                    let _ = writeln!(o, "      no other process on this GPU");
-                }
-                for p in &g.processes {
-                    let _ = writeln!(
-                        o,
-                        "      process {} {}: {} (another user of the card changes what fits)",
-                        p.pid,
-                        p.name.as_deref().unwrap_or(""),
-                        bytes(p.used_bytes)
-                    );
-                }
-            }
-        }
-        (None, reason) => {
-            let _ = writeln!(
-                o,
-                "  {}",
-                reason.as_deref().unwrap_or("no NVIDIA driver found")
-            );
-        }
-    }
-    let _ = writeln!(o, "\nPython and PyTorch (as the interpreter reports them):");
-    let verdict = match (&env.python, &env.python_reason) {
-        (Some(p), _) => {
-            let _ = writeln!(
-                o,
-                "  python {} {}",
-                p.python["executable"].as_str().unwrap_or("?"),
-                p.python["version"].as_str().unwrap_or("?")
-            );
-            match &p.torch {
-                Some(t) => {
-                    let s = |k: &str| t.get(k).and_then(|v| v.as_str()).map(String::from);
-                    let _ = writeln!(o, "  torch {}", s("version").unwrap_or_else(|| "?".into()));
-                    let _ = writeln!(
-                        o,
-                        "  backend {} (torch.version.cuda = {}, torch.version.hip = {})",
-                        s("backend").unwrap_or_else(|| "none (CPU-only build)".into()),
-                        s("cuda_version").unwrap_or_else(|| "None".into()),
-                        s("hip_version").unwrap_or_else(|| "None".into())
-                    );
-                    let _ = writeln!(
-                        o,
-                        "  cuDNN {}",
-                        t.get("cudnn_version")
-                            .map_or("unknown".into(), |v| v.to_string())
-                    );
-                    let _ = writeln!(
-                        o,
-                        "  torch.cuda.is_available() = {}, device_count = {}",
-                        t["cuda_available"], t["device_count"]
-                    );
-                    for d in t["devices"].as_array().into_iter().flatten() {
-                        let _ = writeln!(
-                            o,
-                            "  cuda:{} {}: total_memory {}",
-                            d["index"],
-                            d["name"].as_str().unwrap_or("?"),
-                            bytes(d["total_memory"].as_u64())
-                        );
-                    }
-                    let _ = writeln!(
-                        o,
-                        "  allocator backend {}",
-                        s("allocator_backend").unwrap_or_else(|| "unknown".into())
-                    );
-                }
-                None => {
-                    let _ = writeln!(o, "  torch: not importable");
-                }
-            }
-            let _ = writeln!(o, "  settings:");
-            if let Some(map) = p.settings.as_object() {
-                for (k, v) in map {
-                    let _ = writeln!(o, "    {k} = {}", v.as_str().unwrap_or("(unset)"));
-                }
-            }
-            let _ = writeln!(
-                o,
-                "  transformers {}",
-                p.transformers_version.as_deref().unwrap_or("not installed")
-            );
-            if p.can_measure {
-                format!("yes, measure can run on {}", devices.join(", "))
-            } else {
-                format!("no: {}", p.reason.as_deref().unwrap_or("unknown reason"))
-            }
-        }
-        (None, reason) => {
-            let reason = reason
-                .as_deref()
-                .unwrap_or("the interpreter did not answer");
-            let _ = writeln!(o, "  {reason}");
-            format!("no: {reason}")
-        }
-    };
-    let _ = writeln!(o, "\ncan measure run here? {verdict}");
-    o
 }

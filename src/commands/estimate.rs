@@ -4,13 +4,12 @@ use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::path::Path;
 
-use crate::cli::{CacheKind, EstimateArgs};
+use crate::cli::EstimateArgs;
 use crate::dtype::Dtype;
+use crate::estimate::kv_cache::{CacheOptions, QuantizedSettings};
 use crate::estimate::training::Lora;
 use crate::estimate::weights::ModelWeights;
-use crate::estimate::{
-    self, CacheStrategy, KvRequest, Request, Reserve, TrainingRequest, WeightsSource,
-};
+use crate::estimate::{self, KvRequest, Request, Reserve, TrainingRequest, WeightsSource};
 use crate::model::{Architecture, Config, KvLayout, safetensors};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
@@ -200,37 +199,19 @@ fn kv_request(
             "--prompt-tokens {p} is longer than --tokens/--context {tokens}, which counts the prompt and the generated tokens; raise --context"
         );
     }
-    if args.window.is_some() && args.cache != CacheKind::Sliding {
-        bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
-    }
-    if args.max_cache_len.is_some() && args.cache != CacheKind::Static {
-        bail!(
-            "--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len"
-        );
-    }
-    let strategy = match args.cache {
-        CacheKind::Dynamic => CacheStrategy::Dynamic,
-        CacheKind::Static => CacheStrategy::Static {
-            max_cache_len: args.max_cache_len.unwrap_or(tokens),
-        },
-        CacheKind::Sliding => {
-            let window = args
-                .window
-                .or_else(|| layout.layers.iter().find_map(|l| l.window));
-            let Some(window) = window else {
-                bail!(
-                    "--cache sliding needs a window: this layout has no sliding layers, so give --window N"
-                );
-            };
-            CacheStrategy::Sliding { window }
-        }
-        CacheKind::Quantized => CacheStrategy::Quantized {
+    let options = CacheOptions {
+        max_cache_len: args.max_cache_len,
+        window: args.window,
+        quantized: QuantizedSettings {
             bits: args.kv_quant_bits,
             group_size: args.kv_group_size,
             residual: args.kv_residual,
         },
-        CacheKind::Offloaded => CacheStrategy::Offloaded,
     };
+    let strategy = args
+        .cache
+        .strategy(&options, tokens, &layout)
+        .map_err(anyhow::Error::msg)?;
     Ok(Some(KvRequest {
         layout,
         tokens,

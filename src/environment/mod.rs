@@ -3,6 +3,7 @@
 
 pub mod nvml;
 pub mod python;
+pub mod render;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,4 +19,23 @@ pub struct Environment {
     /// The interpreter's view (python, torch, allocator, settings), or null with `python_reason`.
     pub python: Option<PythonEnvironment>,
     pub python_reason: Option<String>,
+}
+
+/// Reads both views: NVML's, and the interpreter's through the probe.
+pub fn collect(devices: &[String], python: Option<&std::path::Path>) -> Environment {
+    let (driver, driver_reason) = match nvml::open() {
+        Ok(n) => (Some(nvml::read(&n)), None),
+        Err(reason) => (None, Some(reason)),
+    };
+    let interpreter = crate::python_side::interpreter(python);
+    let (python, python_reason) = match probe(&interpreter, devices) {
+        Ok(env) => (Some(env), None),
+        Err(reason) => (None, Some(reason)),
+    };
+    Environment {
+        driver,
+        driver_reason,
+        python,
+        python_reason,
+    }
 }

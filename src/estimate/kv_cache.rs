@@ -5,11 +5,105 @@
 //! behaviours follow transformers' `cache_utils.py` (DynamicLayer, DynamicSlidingWindowLayer,
 //! StaticLayer, StaticSlidingWindowLayer, QuantizedLayer, offloading).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{EstimateError, Kind, Term, g, plural};
 use crate::model::KvLayout;
 use crate::units::Bytes;
+
+/// Cache strategies as the command line and the worker name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheKind {
+    /// Grows with the tokens (sliding layers of the model keep their window).
+    Dynamic,
+    /// Preallocated to a maximum length.
+    Static,
+    /// Every layer keeps at most a window of tokens (default: the model's window).
+    Sliding,
+    /// Quantized tokens with a full-precision residual (transformers' QuantizedCache).
+    Quantized,
+    /// Layers in host memory; the GPU holds two layers at a time.
+    Offloaded,
+}
+
+/// A quantized cache's settings; the defaults are transformers' QuantizedCache defaults
+/// (`nbits=4`, `q_group_size=64`, `residual_length=128`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantizedSettings {
+    pub bits: u64,
+    pub group_size: u64,
+    pub residual: u64,
+}
+
+impl QuantizedSettings {
+    pub const DEFAULT: QuantizedSettings = QuantizedSettings {
+        bits: 4,
+        group_size: 64,
+        residual: 128,
+    };
+}
+
+/// What a strategy needs besides its kind.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheOptions {
+    /// Static: the preallocated length (default: the tokens).
+    pub max_cache_len: Option<u64>,
+    /// Sliding: the window (default: the layout's own sliding window).
+    pub window: Option<u64>,
+    pub quantized: QuantizedSettings,
+}
+
+impl CacheKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheKind::Dynamic => "dynamic",
+            CacheKind::Static => "static",
+            CacheKind::Sliding => "sliding",
+            CacheKind::Quantized => "quantized",
+            CacheKind::Offloaded => "offloaded",
+        }
+    }
+
+    /// The one place a cache kind becomes a strategy (estimate and measure both build it here).
+    /// `tokens` is the default static length; `layout` gives the model's own window.
+    pub fn strategy(
+        self,
+        options: &CacheOptions,
+        tokens: u64,
+        layout: &KvLayout,
+    ) -> Result<CacheStrategy, String> {
+        if options.window.is_some() && self != CacheKind::Sliding {
+            return Err(
+                "--window applies to --cache sliding; add --cache sliding or drop --window".into(),
+            );
+        }
+        if options.max_cache_len.is_some() && self != CacheKind::Static {
+            return Err(
+                "--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len"
+                    .into(),
+            );
+        }
+        Ok(match self {
+            CacheKind::Dynamic => CacheStrategy::Dynamic,
+            CacheKind::Static => CacheStrategy::Static {
+                max_cache_len: options.max_cache_len.unwrap_or(tokens),
+            },
+            CacheKind::Sliding => {
+                let Some(window) = options.window.or_else(|| layout.window()) else {
+                    return Err("--cache sliding needs a window: this layout has no sliding layers, so give --window N".into());
+                };
+                CacheStrategy::Sliding { window }
+            }
+            CacheKind::Quantized => CacheStrategy::Quantized {
+                bits: options.quantized.bits,
+                group_size: options.quantized.group_size,
+                residual: options.quantized.residual,
+            },
+            CacheKind::Offloaded => CacheStrategy::Offloaded,
+        })
+    }
+}
 
 /// How the cache keeps tokens.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

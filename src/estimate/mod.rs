@@ -3,7 +3,6 @@
 
 pub mod allocator;
 pub mod kv_cache;
-pub mod phases;
 pub mod render;
 pub mod reserve;
 pub mod training;

@@ -10,7 +10,7 @@ use crate::model::inventory::TensorGroup;
 use crate::units::Bytes;
 
 /// Optimizers whose states we can count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Optimizer {
     Adamw,
@@ -23,7 +23,7 @@ pub enum Optimizer {
 }
 
 /// Where the trainable parameters live and in which width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// Everything in float32.

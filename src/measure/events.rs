@@ -81,7 +81,7 @@ pub struct PhaseRecord {
     pub inputs: Map<String, Value>,
     /// `ok`, `failed` (exception), or, when the worker died during the phase, `crashed`,
     /// `timeout` or `interrupted`.
-    pub status: String,
+    pub status: super::result::RunStatus,
     pub duration_s: Option<f64>,
     #[serde(default)]
     pub devices: Vec<DeviceReading>,

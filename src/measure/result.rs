@@ -9,6 +9,44 @@ use crate::environment::{DriverView, PythonEnvironment};
 
 pub const SCHEMA: &str = "iteragpu.measure/1";
 
+/// How a run, or one of its phases, ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Every phase completed.
+    Ok,
+    /// A phase raised an exception (out of memory among others); the worker reported it.
+    Failed,
+    /// The worker was killed by a signal or exited unexpectedly.
+    Crashed,
+    /// Stopped by the CLI after `--timeout`.
+    Timeout,
+    /// Stopped by the user (Ctrl-C).
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+            RunStatus::Crashed => "crashed",
+            RunStatus::Timeout => "timeout",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == RunStatus::Ok
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A whole measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MeasureResult {
@@ -16,7 +54,7 @@ pub struct MeasureResult {
     pub tool_version: String,
     /// `ok`, `failed` (an exception in a phase, e.g. out of memory), `crashed` (killed by a signal
     /// or an unexpected exit), `timeout`, `interrupted` (Ctrl-C).
-    pub status: String,
+    pub status: RunStatus,
     /// RFC 3339 times at which the CLI started and finished the run.
     pub started_at: String,
     pub ended_at: String,
@@ -33,31 +71,15 @@ pub struct MeasureResult {
     /// The failing phase, its error and the last values read, when status is not `ok`.
     pub failure: Option<Failure>,
     pub worker: WorkerInfo,
-    /// The estimate's prediction next to what was observed, per phase (built-in workloads).
+    /// The prediction next to what was observed, per phase (built-in workloads).
     #[serde(default)]
-    pub predictions: Vec<crate::estimate::phases::Comparison>,
+    pub predictions: Vec<crate::prediction::check::PhaseCheck>,
     /// The cache object's real size next to the estimate's KV term for the same load (causal-lm).
     #[serde(default)]
-    pub kv_cache: Vec<CacheComparison>,
+    pub kv_cache: Vec<crate::prediction::check::CacheCheck>,
     /// Events of types this CLI does not know, kept verbatim.
     pub unknown_events: Vec<Value>,
     pub notes: Vec<String>,
-}
-
-/// Observed KV-cache bytes next to the estimate for the same load.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CacheComparison {
-    pub phase: String,
-    pub index: u64,
-    pub tokens: u64,
-    pub estimated_bytes: u64,
-    /// Sum of the storage of every tensor the cache object holds (each storage counted once).
-    pub observed_bytes: Option<u64>,
-    /// observed − estimated.
-    pub difference_bytes: Option<i64>,
-    /// (observed − estimated) ÷ estimated × 100.
-    pub difference_pct: Option<f64>,
-    pub basis: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -99,8 +121,8 @@ pub struct Policies {
     pub warmup: u64,
     pub repeats: u64,
     /// `never` or `between-repeats` (torch.cuda.empty_cache() before each warm repeat).
-    pub empty_cache: String,
-    /// `per-phase`: synchronize and reset peaks around every phase.
+    pub empty_cache: super::spec::EmptyCache,
+    /// `per-phase`: synchronize and reset peaks around every phase; `whole-loop`: one phase.
     pub protocol: String,
     pub timeout_s: Option<u64>,
 }
@@ -139,6 +161,32 @@ pub struct WorkerInfo {
     pub stderr_tail: Vec<String>,
 }
 
+impl MeasureResult {
+    /// The highest peak reserved over phases and devices.
+    pub fn max_peak_reserved(&self) -> Option<u64> {
+        self.readings().filter_map(|d| d.peak_reserved_bytes).max()
+    }
+
+    /// The highest peak allocated over phases and devices.
+    pub fn max_peak_allocated(&self) -> Option<u64> {
+        self.readings().filter_map(|d| d.peak_allocated_bytes).max()
+    }
+
+    /// The most memory the process held outside PyTorch's allocator (CUDA context, libraries),
+    /// as NVML saw it at the end of a phase; `None` without a driver's view.
+    pub fn max_outside_allocator(&self) -> Option<u64> {
+        self.phases
+            .iter()
+            .flat_map(|p| p.driver.iter().flatten())
+            .filter_map(|d| d.outside_allocator_at_end_bytes)
+            .max()
+    }
+
+    fn readings(&self) -> impl Iterator<Item = &super::events::DeviceReading> {
+        self.phases.iter().flat_map(|p| p.devices.iter())
+    }
+}
+
 /// min/median/max of values (median of an even count is the mean of the two middle values).
 pub fn stat(mut values: Vec<f64>) -> Option<Stat> {
     if values.is_empty() {
@@ -162,7 +210,7 @@ pub fn stat(mut values: Vec<f64>) -> Option<Stat> {
 pub fn warm_summary(phases: &[PhaseRecord], devices: &[String]) -> Vec<WarmSummary> {
     let warm: Vec<&PhaseRecord> = phases
         .iter()
-        .filter(|p| p.name == "warm_forward" && p.status == "ok")
+        .filter(|p| p.name == "warm_forward" && p.status.is_ok())
         .collect();
     if warm.is_empty() {
         return Vec::new();

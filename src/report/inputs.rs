@@ -67,7 +67,7 @@ pub struct EstimateDoc {
 
 /// Any file iteragpu writes.
 #[derive(Clone, Debug)]
-pub enum Document {
+pub enum InputFile {
     Measure(Box<MeasureResult>),
     Series(Box<Series>),
     Estimate(Box<EstimateDoc>),
@@ -79,12 +79,12 @@ pub struct Loaded {
     pub path: PathBuf,
     pub sha256: String,
     pub raw: String,
-    pub doc: Document,
+    pub doc: InputFile,
 }
 
-pub const MEASURE: &str = "iteragpu.measure/1";
-pub const SERIES: &str = "iteragpu.series/1";
-pub const ESTIMATE: &str = "iteragpu.estimate/1";
+pub use crate::estimate::SCHEMA as ESTIMATE;
+pub use crate::measure::result::SCHEMA as MEASURE;
+pub use crate::sweep::series::SCHEMA as SERIES;
 
 /// Reads and validates any iteragpu file.
 pub fn load(path: &Path) -> Result<Loaded, InputError> {
@@ -111,9 +111,9 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
         message: e.to_string(),
     };
     let doc = match schema.as_str() {
-        MEASURE => Document::Measure(Box::new(serde_json::from_value(value).map_err(content)?)),
-        SERIES => Document::Series(Box::new(serde_json::from_value(value).map_err(content)?)),
-        ESTIMATE => Document::Estimate(Box::new(serde_json::from_value(value).map_err(content)?)),
+        MEASURE => InputFile::Measure(Box::new(serde_json::from_value(value).map_err(content)?)),
+        SERIES => InputFile::Series(Box::new(serde_json::from_value(value).map_err(content)?)),
+        ESTIMATE => InputFile::Estimate(Box::new(serde_json::from_value(value).map_err(content)?)),
         other => {
             return Err(InputError::Schema {
                 path: path.to_path_buf(),
@@ -135,9 +135,9 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
 impl Loaded {
     pub fn schema(&self) -> &'static str {
         match self.doc {
-            Document::Measure(_) => MEASURE,
-            Document::Series(_) => SERIES,
-            Document::Estimate(_) => ESTIMATE,
+            InputFile::Measure(_) => MEASURE,
+            InputFile::Series(_) => SERIES,
+            InputFile::Estimate(_) => ESTIMATE,
         }
     }
 

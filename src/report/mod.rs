@@ -1,6 +1,8 @@
-//! Reports, comparisons and card fit: the decision side of the guide.
+//! The decision side of the guide: the fiche (what it says: `decision_sheet`; how it is written:
+//! `export`), runs side by side (`comparison`), and the files they are made from (`inputs`).
 
-pub mod compare;
+pub mod comparison;
+pub mod decision_sheet;
 pub mod document;
-pub mod fiche;
+pub mod export;
 pub mod inputs;

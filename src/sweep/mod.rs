@@ -1,8 +1,15 @@
 //! Decisions from measurements: sweeps that change one variable at a time (each trial a fresh
 //! process), the success / out-of-memory frontier, grids, reference loads, repeated processes, and
 //! a fit of the peak against the varied dimension.
+//!
+//! `vary` parses what varies; `plan` validates a whole sweep; `driver` runs it through a trial
+//! runner; `search` picks the frontier's next trial; `fit` models the peak; `series` is the file;
+//! `render` the terminal table.
 
+pub mod driver;
 pub mod fit;
 pub mod plan;
+pub mod render;
 pub mod search;
 pub mod series;
+pub mod vary;

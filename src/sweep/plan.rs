@@ -1,130 +1,199 @@
-//! What a sweep varies: `--vary batch=1,2,4,8` (a list), `--vary context=1024..65536` (a range,
-//! for the frontier search), two lists for a grid. Every other option stays identical.
+//! A sweep request validated once: its mode, the base measurement plan every trial varies, the
+//! values (a list, a range, a grid, named loads or N processes), the emulated limit and the search
+//! budget. Anything wrong is refused here, before a trial runs or a file is created.
 
-use serde::{Deserialize, Serialize};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
 
-/// Dimensions a sweep may vary.
-pub const VARIABLES: [&str; 7] = [
-    "batch",
-    "context",
-    "width",
-    "depth",
-    "prompt-tokens",
-    "new-tokens",
-    "steps",
-];
+use super::search::Bounds;
+use super::series::{Limit, SweepMode};
+use super::vary::{Search, Values, Vary};
+use crate::cards;
+use crate::cli::SweepArgs;
+use crate::measure::dimensions::Variable;
+use crate::measure::plan::MeasurePlan;
 
-/// The values of one varied dimension.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Values {
-    List(Vec<u64>),
-    Range { lo: u64, hi: u64 },
+/// A named reference load (`--loads`): the dimensions it sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Load {
+    pub name: String,
+    pub values: Vec<(Variable, u64)>,
 }
 
-/// One `--vary` option.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Vary {
-    pub variable: String,
-    pub values: Values,
+/// Everything a sweep runs.
+#[derive(Clone, Debug)]
+pub struct SweepPlan {
+    pub mode: SweepMode,
+    /// The configuration every trial starts from.
+    pub base: MeasurePlan,
+    pub vary: Vec<Vary>,
+    pub loads: Vec<Load>,
+    /// `--processes N`.
+    pub processes: u64,
+    pub limit: Option<Limit>,
+    /// The frontier's resolution and trial budget (`lo`/`hi` from the range).
+    pub resolution: u64,
+    pub max_trials: usize,
+    /// Arguments after `--` as the user wrote them (a script's, with `{name}` placeholders).
+    pub script_args_template: Vec<String>,
 }
 
-/// Parses `name=1,2,4` or `name=lo..hi`.
-pub fn parse_vary(text: &str) -> Result<Vary, String> {
-    let Some((name, values)) = text.split_once('=') else {
-        return Err(format!(
-            "`{text}` is not NAME=VALUES: write e.g. batch=1,2,4,8 or context=1024..65536"
-        ));
-    };
-    let name = name.trim().replace('_', "-");
-    if !VARIABLES.contains(&name.as_str()) {
-        return Err(format!(
-            "`{name}` cannot be varied; choose one of {}",
-            VARIABLES.join(", ")
-        ));
+impl SweepPlan {
+    pub fn from_args(args: &SweepArgs) -> Result<SweepPlan> {
+        let m = &args.measure;
+        let mode = match (args.vary.len(), args.search, &args.loads, args.processes) {
+            (0, None, Some(_), None) => SweepMode::Loads,
+            (0, None, None, Some(_)) => SweepMode::Processes,
+            (1, Some(Search::Frontier), None, None) => SweepMode::Frontier,
+            (1, None, None, None) => SweepMode::List,
+            (2, None, None, None) => SweepMode::Grid,
+            (0, _, None, None) => {
+                bail!("nothing to sweep: give --vary NAME=VALUES, --loads FILE or --processes N")
+            }
+            (2, Some(_), _, _) => {
+                bail!("--search frontier varies one dimension; give a single --vary")
+            }
+            (n, _, _, _) if n > 2 => bail!(
+                "at most two --vary options (a grid); adjacent trials must differ by one variable"
+            ),
+            _ => {
+                bail!("combine --vary with --search frontier, or use --loads or --processes alone")
+            }
+        };
+        if args.vary.len() == 2 && args.vary[0].variable == args.vary[1].variable {
+            bail!(
+                "--vary {} is given twice; a grid needs two different dimensions",
+                args.vary[0].variable
+            );
+        }
+        for v in &args.vary {
+            match (&v.values, mode) {
+                (Values::Range { .. }, SweepMode::Frontier)
+                | (Values::List(_), SweepMode::List | SweepMode::Grid) => {}
+                (Values::List(_), SweepMode::Frontier) => bail!(
+                    "--search frontier needs a range: --vary {}=LO..HI",
+                    v.variable
+                ),
+                (Values::Range { .. }, _) => bail!(
+                    "--vary {}=LO..HI is a range: add --search frontier, or list the values",
+                    v.variable
+                ),
+                _ => {}
+            }
+        }
+        if m.script.is_some() && mode != SweepMode::Loads {
+            // A script only sees what its arguments say: each varied dimension must appear there.
+            for v in &args.vary {
+                let placeholder = format!("{{{}}}", v.variable);
+                if !m.script_args.iter().any(|a| a.contains(&placeholder)) {
+                    bail!(
+                        "--vary {0} with --script: the script never receives the value; write {{{0}}} in its arguments, e.g. -- --{0} {{{0}}}",
+                        v.variable
+                    );
+                }
+            }
+        }
+        let limit = limit(args)?;
+        // Validate the base configuration before anything runs (bad input exits 1).
+        let base = MeasurePlan::from_args(m)?;
+        crate::prediction::for_plan(&base)?;
+        let loads = match &args.loads {
+            Some(path) => read_loads(path)?,
+            None => Vec::new(),
+        };
+        Ok(SweepPlan {
+            mode,
+            base,
+            vary: args.vary.clone(),
+            loads,
+            processes: args.processes.unwrap_or(1),
+            limit,
+            resolution: args.resolution,
+            max_trials: args.max_trials as usize,
+            script_args_template: m.script_args.clone(),
+        })
     }
-    let number = |v: &str| crate::cli::positive_u64(v).map_err(|e| format!("--vary {name}: {e}"));
-    let values = if let Some((lo, hi)) = values.split_once("..") {
-        let (lo, hi) = (number(lo)?, number(hi)?);
-        if lo >= hi {
-            return Err(format!(
-                "--vary {name}={lo}..{hi}: the range must grow (lo < hi)"
-            ));
+
+    /// The frontier's bounds (mode `frontier` only).
+    pub fn bounds(&self) -> Option<(Variable, Bounds)> {
+        let v = self.vary.first()?;
+        let Values::Range { lo, hi } = v.values else {
+            return None;
+        };
+        Some((
+            v.variable,
+            Bounds {
+                lo,
+                hi,
+                resolution: self.resolution,
+                max_trials: self.max_trials,
+            },
+        ))
+    }
+}
+
+fn limit(args: &SweepArgs) -> Result<Option<Limit>> {
+    let method = "torch.cuda.set_per_process_memory_fraction((limit − memory outside PyTorch's allocator measured in the same process) ÷ total_memory)".to_string();
+    Ok(match (&args.memory_limit, &args.card) {
+        (Some(b), _) => Some(Limit {
+            bytes: b.get(),
+            source: format!("--memory-limit {}", b.grouped()),
+            emulated: true,
+            method,
+        }),
+        (None, Some(name)) => {
+            let card = cards::find(name).map_err(anyhow::Error::msg)?;
+            let (cap, source) = card.device_capacity();
+            Some(Limit {
+                bytes: cap.get(),
+                source: format!("--card {} ({:?})", card.name, source),
+                emulated: true,
+                method,
+            })
         }
-        Values::Range { lo, hi }
-    } else {
-        let list: Vec<u64> = values
-            .split(',')
-            .map(|v| number(v.trim()))
-            .collect::<Result<_, _>>()?;
-        let mut seen = std::collections::BTreeSet::new();
-        if let Some(dup) = list.iter().find(|v| !seen.insert(**v)) {
-            return Err(format!(
-                "--vary {name}: {dup} is listed twice; each value once"
-            ));
-        }
-        Values::List(list)
-    };
-    Ok(Vary {
-        variable: name,
-        values,
+        (None, None) => None,
     })
 }
 
-/// Orders the cells of a two-variable grid so that adjacent trials differ by one variable only
-/// (a serpentine walk: the inner values go up, then down, then up…).
-pub fn grid_order(outer: &[u64], inner: &[u64]) -> Vec<(u64, u64)> {
-    let mut cells = Vec::with_capacity(outer.len() * inner.len());
-    for (i, o) in outer.iter().enumerate() {
-        if i % 2 == 0 {
-            cells.extend(inner.iter().map(|v| (*o, *v)));
-        } else {
-            cells.extend(inner.iter().rev().map(|v| (*o, *v)));
-        }
-    }
-    cells
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_lists_and_ranges() {
-        assert_eq!(
-            parse_vary("batch=1,2,4").unwrap().values,
-            Values::List(vec![1, 2, 4])
+/// `{"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}`.
+fn read_loads(path: &std::path::Path) -> Result<Vec<Load>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --loads {}", path.display()))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "--loads {} is not valid JSON (line {}, column {}): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })?;
+    let Some(loads) = doc.get("loads").and_then(Value::as_array) else {
+        bail!(
+            "--loads {}: expected {{\"loads\": [{{\"name\": \"usual\", \"batch\": 1, \"context\": 512}}, …]}}",
+            path.display()
         );
-        assert_eq!(
-            parse_vary("context=1024..65536").unwrap().values,
-            Values::Range {
-                lo: 1024,
-                hi: 65536
+    };
+    let mut out = Vec::new();
+    for (i, load) in loads.iter().enumerate() {
+        let name = load
+            .get("name")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| format!("load {}", i + 1));
+        let mut values = Vec::new();
+        for (k, v) in load.as_object().into_iter().flatten() {
+            if k == "name" {
+                continue;
             }
-        );
-        assert_eq!(
-            parse_vary("prompt_tokens=8").unwrap().variable,
-            "prompt-tokens"
-        );
-        assert!(parse_vary("batch").unwrap_err().contains("NAME=VALUES"));
-        assert!(
-            parse_vary("colour=1")
-                .unwrap_err()
-                .contains("cannot be varied")
-        );
-        assert!(parse_vary("batch=1,1").unwrap_err().contains("twice"));
-        assert!(parse_vary("batch=8..2").unwrap_err().contains("grow"));
-        assert!(parse_vary("batch=0,2").is_err());
-    }
-
-    #[test]
-    fn grid_neighbours_differ_by_one_variable() {
-        let cells = grid_order(&[1, 2, 4], &[128, 256]);
-        assert_eq!(
-            cells,
-            [(1, 128), (1, 256), (2, 256), (2, 128), (4, 128), (4, 256)]
-        );
-        for w in cells.windows(2) {
-            assert!((w[0].0 == w[1].0) ^ (w[0].1 == w[1].1));
+            let Some(n) = v.as_u64().filter(|n| *n > 0) else {
+                bail!(
+                    "--loads {}: `{k}` of load `{name}` must be a whole number > 0",
+                    path.display()
+                );
+            };
+            values.push((Variable::parse(k).map_err(anyhow::Error::msg)?, n));
         }
+        out.push(Load { name, values });
     }
+    Ok(out)
 }

@@ -30,135 +30,23 @@ pub struct Bounds {
     pub max_trials: usize,
 }
 
-struct State<'a, F: FnMut(u64) -> bool> {
-    oracle: &'a mut F,
-    ok: Option<u64>,
-    fail: Option<u64>,
-    trials: Vec<(u64, bool)>,
-    max: usize,
-}
-
-impl<F: FnMut(u64) -> bool> State<'_, F> {
-    fn test(&mut self, v: u64) -> Option<bool> {
-        if let Some(&(_, r)) = self.trials.iter().find(|(x, _)| *x == v) {
-            return Some(r);
-        }
-        if self.trials.len() >= self.max {
-            return None;
-        }
-        let r = (self.oracle)(v);
-        self.trials.push((v, r));
-        if r {
-            self.ok = Some(self.ok.map_or(v, |o| o.max(v)));
-        } else {
-            self.fail = Some(self.fail.map_or(v, |f| f.min(v)));
-        }
-        Some(r)
-    }
-}
-
 fn snap(b: &Bounds, v: u64) -> u64 {
     let v = v.clamp(b.lo, b.hi);
     (b.lo + (v - b.lo) / b.resolution * b.resolution).min(b.hi)
 }
 
-/// Runs the search. `oracle(v)` is `true` when the workload succeeds at `v`.
-pub fn find(b: Bounds, hint: Option<u64>, mut oracle: impl FnMut(u64) -> bool) -> Frontier {
-    let b = Bounds {
-        resolution: b.resolution.max(1),
-        hi: b.hi.max(b.lo),
-        ..b
-    };
-    let mut s = State {
-        oracle: &mut oracle,
-        ok: None,
-        fail: None,
-        trials: Vec::new(),
-        max: b.max_trials.max(1),
-    };
-    'outer: {
-        match hint {
-            Some(h) => {
-                // Check both sides of the hint first: an accurate estimate costs two trials.
-                // If it was wrong, jump by a tenth of the hint (an estimate is rarely further
-                // off than that), then keep doubling the jump.
-                let h = snap(&b, h);
-                let Some(r) = s.test(h) else { break 'outer };
-                let mut step = b.resolution;
-                let mut v = h;
-                loop {
-                    let next = if r {
-                        v.saturating_add(step).min(b.hi)
-                    } else {
-                        v.saturating_sub(step).max(b.lo)
-                    };
-                    if next == v {
-                        break;
-                    }
-                    v = next;
-                    match s.test(v) {
-                        None => break 'outer,
-                        Some(x) if x != r => break,
-                        Some(_) => {
-                            step = if step == b.resolution {
-                                (h / 10).max(2 * b.resolution)
-                            } else {
-                                step.saturating_mul(2)
-                            };
-                        }
-                    }
-                }
-            }
-            None => {
-                let Some(r) = s.test(b.lo) else { break 'outer };
-                if r {
-                    let mut v = b.lo;
-                    loop {
-                        if v >= b.hi {
-                            break;
-                        }
-                        v = v.saturating_mul(2).max(v + b.resolution).min(b.hi);
-                        match s.test(v) {
-                            None => break 'outer,
-                            Some(false) => break,
-                            Some(true) => {}
-                        }
-                    }
-                }
-            }
-        }
-        // Bisect between the largest success and the smallest failure.
-        while let (Some(ok), Some(fail)) = (s.ok, s.fail) {
-            if fail <= ok || fail - ok <= b.resolution {
-                break;
-            }
-            let mid = ok + (fail - ok) / 2;
-            let mut m = b.lo + (mid - b.lo) / b.resolution * b.resolution;
-            if m <= ok {
-                m = ok + b.resolution;
-            }
-            if m >= fail {
-                break;
-            }
-            if s.test(m).is_none() {
-                break 'outer;
-            }
-        }
-        // Reached the resolution or a bound.
-        return Frontier {
-            last_success: s.ok,
-            first_failure: s.fail,
-            trials: s.trials,
-            budget_exhausted: false,
-        };
+/// The grid value halfway between a success `ok` and a failure `fail` (snapped down to the grid
+/// `lo + k·resolution`, at least one step above `ok`), or `None` once they are one step apart:
+/// the one bisection step every search here uses.
+pub fn grid_midpoint(b: &Bounds, ok: u64, fail: u64) -> Option<u64> {
+    let resolution = b.resolution.max(1);
+    if fail <= ok || fail - ok <= resolution {
+        return None;
     }
-    // Only a `break 'outer` (the trial budget ran out) gets here.
-    Frontier {
-        last_success: s.ok,
-        first_failure: s.fail,
-        trials: s.trials,
-        budget_exhausted: true,
-    }
+    let mid = ok + (fail - ok) / 2;
+    let m = b.lo + (mid.max(b.lo) - b.lo) / resolution * resolution;
+    let m = if m <= ok { ok + resolution } else { m };
+    (m < fail).then_some(m)
 }
 
 /// What one trial tells the guided search: success, and the measured peak when it succeeded.
@@ -169,8 +57,9 @@ pub struct Probe {
     pub peak: Option<u64>,
 }
 
-/// The search used by `iteragpu sweep`: like [`find`], but each success also reports its peak,
-/// so once two successes are known (and the capacity is), the next value is where the measured
+/// The search used by `iteragpu sweep`. With a hint (the predicted frontier) it checks both sides
+/// of it first; without, it grows from `lo`. Each success also reports its peak, so once two
+/// successes are known (and the capacity is), the next value is where the measured
 /// peak curve (a secant through the two largest successes) reaches the capacity; that value and
 /// its neighbour one resolution step away are tried, which closes the frontier when the curve is
 /// close to straight. Predictions alternate with plain bisection, so a misleading curve costs
@@ -280,11 +169,7 @@ pub fn find_guided(
                         let below = o.saturating_sub((o / 20).max(b.resolution)).max(b.lo);
                         b.lo + (below - b.lo) / b.resolution * b.resolution
                     }
-                    (Some(o), Some(f)) => {
-                        let m = o + (f - o) / 2;
-                        let m = b.lo + (m - b.lo) / b.resolution * b.resolution;
-                        if m <= o { o + b.resolution } else { m }
-                    }
+                    (Some(o), Some(f)) => grid_midpoint(&b, o, f).unwrap_or(o + b.resolution),
                     (Some(o), None) => o.saturating_mul(2).max(o + b.resolution).min(b.hi),
                     (None, Some(f)) => {
                         // Everything tried failed: step down by a tenth of the hint (an
@@ -377,49 +262,6 @@ fn secant(points: &[(u64, u64)], capacity: Option<u64>, b: &Bounds) -> Option<u6
     Some(snap(b, lo as u64))
 }
 
-/// The strategy of common batch-size finders, for comparison: double from `lo` until the first
-/// failure, then binary search between the last success and it.
-pub fn doubling_then_bisection(b: Bounds, mut oracle: impl FnMut(u64) -> bool) -> Frontier {
-    let mut trials = Vec::new();
-    let mut test = |v: u64, trials: &mut Vec<(u64, bool)>| {
-        let r = oracle(v);
-        trials.push((v, r));
-        r
-    };
-    let (mut ok, mut fail) = (None, None);
-    let mut v = b.lo;
-    loop {
-        if test(v, &mut trials) {
-            ok = Some(v);
-            if v >= b.hi {
-                break;
-            }
-            v = v.saturating_mul(2).max(v + 1).min(b.hi);
-        } else {
-            fail = Some(v);
-            break;
-        }
-    }
-    if let (Some(mut lo), Some(mut hi)) = (ok, fail) {
-        while hi - lo > b.resolution.max(1) {
-            let mid = lo + (hi - lo) / 2;
-            if test(mid, &mut trials) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        ok = Some(lo);
-        fail = Some(hi);
-    }
-    Frontier {
-        last_success: ok,
-        first_failure: fail,
-        trials,
-        budget_exhausted: false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,9 +275,17 @@ mod tests {
         }
     }
 
+    /// A pass/fail oracle that reports no peak.
+    fn pass_fail(ok: impl Fn(u64) -> bool) -> impl FnMut(u64) -> Probe {
+        move |v| Probe {
+            ok: ok(v),
+            peak: None,
+        }
+    }
+
     #[test]
     fn accurate_hint_takes_two_trials() {
-        let f = find(bounds(), Some(20_000), |v| v <= 20_200);
+        let f = find_guided(bounds(), Some(20_000), None, pass_fail(|v| v <= 20_200));
         assert_eq!(f.trials.len(), 2, "{:?}", f.trials);
         assert_eq!(f.last_success, Some(19_968));
         assert_eq!(f.first_failure, Some(20_224));
@@ -457,15 +307,31 @@ mod tests {
 
     #[test]
     fn failure_at_the_first_value() {
-        let f = find(bounds(), None, |_| false);
+        let f = find_guided(bounds(), None, None, pass_fail(|_| false));
         assert_eq!(f.last_success, None);
         assert_eq!(f.first_failure, Some(1024));
         assert_eq!(f.trials.len(), 1);
     }
 
     #[test]
+    fn the_midpoint_stays_on_the_grid_and_stops_at_the_resolution() {
+        let b = bounds();
+        assert_eq!(grid_midpoint(&b, 1024, 65536), Some(33_280));
+        assert_eq!(grid_midpoint(&b, 1024, 1280), None);
+        assert_eq!(grid_midpoint(&b, 1024, 1281), Some(1280));
+        assert_eq!(grid_midpoint(&b, 2048, 1024), None);
+        for (ok, fail) in [(1024, 5000), (1280, 1800), (30_000, 65_536)] {
+            let m = grid_midpoint(&b, ok, fail).unwrap();
+            assert!(
+                m > ok && m < fail && (m - b.lo).is_multiple_of(b.resolution),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
     fn success_at_the_last_value() {
-        let f = find(bounds(), None, |_| true);
+        let f = find_guided(bounds(), None, None, pass_fail(|_| true));
         assert_eq!(f.last_success, Some(65536));
         assert_eq!(f.first_failure, None);
     }

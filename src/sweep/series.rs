@@ -8,10 +8,123 @@ use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 use super::fit::Fit;
-use crate::measure::result::MeasureResult;
+use crate::measure::dimensions::Variable;
+use crate::measure::result::{MeasureResult, RunStatus};
 use crate::output::OutputError;
 
 pub const SCHEMA: &str = "iteragpu.series/1";
+
+/// How one trial of a sweep ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialStatus {
+    Ok,
+    /// An exception in a phase (out of memory among others): a finding, not a failure of the sweep.
+    Failed,
+    Crashed,
+    Timeout,
+    Interrupted,
+    /// PyTorch or a GPU went missing after the first trial.
+    Unavailable,
+}
+
+impl TrialStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialStatus::Ok => "ok",
+            TrialStatus::Failed => "failed",
+            TrialStatus::Crashed => "crashed",
+            TrialStatus::Timeout => "timeout",
+            TrialStatus::Interrupted => "interrupted",
+            TrialStatus::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == TrialStatus::Ok
+    }
+}
+
+impl From<RunStatus> for TrialStatus {
+    fn from(s: RunStatus) -> TrialStatus {
+        match s {
+            RunStatus::Ok => TrialStatus::Ok,
+            RunStatus::Failed => TrialStatus::Failed,
+            RunStatus::Crashed => TrialStatus::Crashed,
+            RunStatus::Timeout => TrialStatus::Timeout,
+            RunStatus::Interrupted => TrialStatus::Interrupted,
+        }
+    }
+}
+
+impl std::fmt::Display for TrialStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a sweep stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeriesStatus {
+    /// Trials are still running (or the CLI was killed before it could say otherwise).
+    Running,
+    Complete,
+    Interrupted,
+    /// Stopped by an error of the CLI itself; the note says which.
+    Aborted,
+}
+
+impl SeriesStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeriesStatus::Running => "running",
+            SeriesStatus::Complete => "complete",
+            SeriesStatus::Interrupted => "interrupted",
+            SeriesStatus::Aborted => "aborted",
+        }
+    }
+}
+
+impl std::fmt::Display for SeriesStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a sweep chooses its trials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepMode {
+    /// One `--vary` list.
+    List,
+    /// The success / out-of-memory frontier over a `--vary` range.
+    Frontier,
+    /// Two `--vary` lists, walked so that neighbours differ by one variable.
+    Grid,
+    /// Named reference loads (`--loads`).
+    Loads,
+    /// The same configuration in N fresh processes (`--processes`).
+    Processes,
+}
+
+impl SweepMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepMode::List => "list",
+            SweepMode::Frontier => "frontier",
+            SweepMode::Grid => "grid",
+            SweepMode::Loads => "loads",
+            SweepMode::Processes => "processes",
+        }
+    }
+}
+
+impl std::fmt::Display for SweepMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One trial of a sweep.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -23,7 +136,7 @@ pub struct TrialRecord {
     pub load: Option<String>,
     /// `ok`, `failed` (out-of-memory or another exception: a finding), `crashed`, `timeout`,
     /// `interrupted`, or `unavailable`.
-    pub status: String,
+    pub status: TrialStatus,
     pub out_of_memory: bool,
     /// Highest peak allocated over phases and devices.
     pub peak_allocated_bytes: Option<u64>,
@@ -42,7 +155,7 @@ pub struct TrialRecord {
 /// A frontier search's outcome.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrontierRecord {
-    pub variable: String,
+    pub variable: Variable,
     pub last_success: Option<u64>,
     pub first_failure: Option<u64>,
     pub resolution: u64,
@@ -73,7 +186,7 @@ pub struct CardFrontier {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FitRecord {
-    pub variable: String,
+    pub variable: Variable,
     pub fit: Fit,
     /// Memory outside PyTorch's allocator subtracted from each card, and where it came from.
     pub overhead_bytes: Option<u64>,
@@ -99,10 +212,10 @@ pub struct Series {
     pub started_at: String,
     pub updated_at: String,
     /// `running`, `complete`, `interrupted` or `aborted`.
-    pub status: String,
+    pub status: SeriesStatus,
     /// `list`, `frontier`, `grid`, `loads` or `processes`.
-    pub mode: String,
-    pub varied: Vec<String>,
+    pub mode: SweepMode,
+    pub varied: Vec<Variable>,
     /// The worker specification shared by every trial (the varied keys removed).
     pub base: Map<String, Value>,
     /// Checked after each trial: every option but the varied ones was identical.
@@ -115,6 +228,17 @@ pub struct Series {
     pub frontier: Option<FrontierRecord>,
     pub fit: Option<FitRecord>,
     pub notes: Vec<String>,
+}
+
+impl Series {
+    /// The most memory a trial's process held outside PyTorch's allocator (NVML's view).
+    pub fn max_outside_allocator(&self) -> Option<u64> {
+        self.trials
+            .iter()
+            .filter_map(|t| t.result.as_ref())
+            .filter_map(MeasureResult::max_outside_allocator)
+            .max()
+    }
 }
 
 /// Writes the series atomically after each trial.

@@ -97,9 +97,25 @@ proptest! {
     }
 }
 
+#[path = "../../benches/support/doubling.rs"]
+mod doubling;
+
 mod frontier {
-    use iteragpu::sweep::search::{Bounds, Probe, doubling_then_bisection, find, find_guided};
+    use super::doubling::doubling_then_bisection;
+    use iteragpu::sweep::search::{Bounds, Probe, find_guided};
     use proptest::prelude::*;
+
+    /// The search with a pass/fail oracle that reports no peak and no capacity.
+    fn find(
+        b: Bounds,
+        hint: Option<u64>,
+        mut ok: impl FnMut(u64) -> bool,
+    ) -> iteragpu::sweep::search::Frontier {
+        find_guided(b, hint, None, |v| Probe {
+            ok: ok(v),
+            peak: None,
+        })
+    }
 
     fn bounds() -> impl Strategy<Value = Bounds> {
         (1u64..5000, 1u64..200_000, 1u64..2000, 1usize..80).prop_map(

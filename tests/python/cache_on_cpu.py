@@ -16,11 +16,15 @@ except Exception as exc:
     print(f"torch and transformers are needed: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(77)
 
+from iteragpu import spec as specs
 from iteragpu.workloads import causal_lm
 
 
 def run(job):
-    spec = {"model_config": job["config"], "prompt_tokens": job["prompt"], "new_tokens": job["new"], "cache": job["cache"]}
+    spec = specs.CausalLm(
+        devices=("cpu",), seed=0, model_config=job["config"], batch=job["batch"], context=job["prompt"],
+        prompt_tokens=job["prompt"], new_tokens=job["new"], cache=job["cache"], dtype="float32",
+    )
     tr, config = causal_lm._config(spec)
     torch.manual_seed(0)
     model = tr.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()

@@ -15,7 +15,7 @@ except Exception as exc:
     print(f"torch is needed: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(77)
 
-from iteragpu import recorder
+from iteragpu import recorder, spec as specs
 from iteragpu.workloads import causal_lm, dense
 
 
@@ -41,7 +41,8 @@ class CpuTorch(types.ModuleType):
         return getattr(torch, name)
 
 
-def run(spec):
+def run(job):
+    spec = specs.parse(job)
     phases = []
 
     def emit(kind, data):
@@ -49,9 +50,9 @@ def run(spec):
             phases.append({"name": data["name"], "status": data["status"], "error": data["error"], "inputs": data["inputs"]})
 
     fake = CpuTorch()
-    rec = recorder.Recorder(fake, spec["devices"], emit)
+    rec = recorder.Recorder(fake, list(spec.devices), emit)
     try:
-        {"dense": dense, "causal-lm": causal_lm}[spec["workload"]].run(rec, fake, spec)
+        {"dense": dense, "causal-lm": causal_lm}[spec.workload].run(rec, fake, spec)
         error = None
     except Exception as exc:  # reported to the test with the phases that ran
         error = f"{type(exc).__name__}: {exc}"

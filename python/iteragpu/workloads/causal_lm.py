@@ -25,7 +25,7 @@ def _config(spec):
             f"the causal-lm workload needs transformers, which cannot be imported: {type(exc).__name__}: {exc}; "
             "install transformers in this interpreter"
         ) from exc
-    with open(spec["model_config"], encoding="utf-8") as f:
+    with open(spec.model_config, encoding="utf-8") as f:
         raw = json.load(f)
     raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
     model_type = raw.pop("model_type")
@@ -60,9 +60,9 @@ def cache_bytes(cache, device_type="cuda"):
 
 
 def _new_cache(transformers, torch, model, spec):
-    kind = spec["cache"]
+    kind = spec.cache
     config = model.config
-    total = spec["prompt_tokens"] + spec["new_tokens"]
+    total = spec.prompt_tokens + spec.new_tokens
     cu = transformers.cache_utils
     if kind == "dynamic":
         return cu.DynamicCache(config=config)
@@ -72,7 +72,7 @@ def _new_cache(transformers, torch, model, spec):
         return cu.DynamicCache(config=config, offloading=True)
     if kind == "sliding":
         text = config.get_text_config(decoder=True)
-        window = spec.get("window") or getattr(text, "sliding_window", None)
+        window = spec.window or getattr(text, "sliding_window", None)
         if not window:
             raise ValueError("--cache sliding needs --window N: this model has no sliding_window")
         cache = cu.DynamicCache(config=config)
@@ -85,20 +85,23 @@ def _new_cache(transformers, torch, model, spec):
             raise Missing(
                 f"--cache quantized needs optimum-quanto, which cannot be imported: {type(exc).__name__}: {exc}"
             ) from exc
-        return cu.QuantizedCache(backend="quanto", config=config, nbits=spec.get("kv_quant_bits", 4))
+        q = spec.quantized_cache
+        return cu.QuantizedCache(
+            backend="quanto", config=config, nbits=q.kv_quant_bits, q_group_size=q.kv_group_size, residual_length=q.kv_residual
+        )
     raise ValueError(f"unknown cache {kind!r}")
 
 
 def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
     cache = _new_cache(transformers, torch, model, spec)
-    with rec.phase("prefill" + suffix, processed_shape=list(ids.shape), cache=spec["cache"]) as info:
+    with rec.phase("prefill" + suffix, processed_shape=list(ids.shape), cache=spec.cache) as info:
         out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
         token = out.logits[:, -1:].argmax(-1)
         info["logits_shape"] = list(out.logits.shape)
         del out
         info["cache_bytes"] = cache_bytes(cache, model.device.type)
-    with rec.phase("decode" + suffix, new_tokens=spec["new_tokens"]) as info:
-        for _ in range(spec["new_tokens"]):
+    with rec.phase("decode" + suffix, new_tokens=spec.new_tokens) as info:
+        for _ in range(spec.new_tokens):
             out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
             token = out.logits[:, -1:].argmax(-1)
             del out
@@ -109,42 +112,42 @@ def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
 
 def run(rec, torch, spec):
     transformers, config = _config(spec)
-    dtype = getattr(torch, spec["dtype"])
-    device = torch.device(spec["devices"][0])
-    torch.manual_seed(spec["seed"])
+    dtype = getattr(torch, spec.dtype)
+    device = torch.device(spec.devices[0])
+    torch.manual_seed(spec.seed)
     rec.describe(
         workload="causal-lm",
-        model=spec["model_config"],
+        model=spec.model_config,
         model_type=config.model_type,
         transformers_version=transformers.__version__,
-        dtype=spec["dtype"],
+        dtype=spec.dtype,
     )
-    train = spec.get("task") == "train"
+    train = spec.training is not None
     with rec.phase("model_load") as info:
         with torch.device(device):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
         info["parameters"] = sum(p.numel() for p in model.parameters())
         info["attention_implementation"] = getattr(model.config, "_attn_implementation", None)
-        if train and spec.get("lora_rank"):
+        if train and spec.lora_rank:
             try:
                 import peft
             except Exception as exc:
                 raise Missing(f"--lora-rank needs peft, which cannot be imported: {type(exc).__name__}: {exc}") from exc
-            lora = peft.LoraConfig(r=spec["lora_rank"], lora_alpha=2 * spec["lora_rank"], target_modules=spec["lora_targets"])
+            lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=list(spec.lora_targets))
             model = peft.get_peft_model(model, lora)
         info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     vocab = config.get_text_config(decoder=True).vocab_size
-    length = spec["context"] if train else spec["prompt_tokens"]
-    with rec.phase("inputs", requested_shape=[spec["batch"], length]) as info:
-        ids = torch.randint(0, vocab, (spec["batch"], length), device=device)
+    length = spec.context if train else spec.prompt_tokens
+    with rec.phase("inputs", requested_shape=[spec.batch, length]) as info:
+        ids = torch.randint(0, vocab, (spec.batch, length), device=device)
         mask = torch.ones_like(ids)
         info["processed_shape"] = list(ids.shape)
     if train:
         model.train()
-        if spec.get("gradient_checkpointing"):
+        if spec.training.gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
-            if spec.get("lora_rank"):
+            if spec.lora_rank:
                 # Frozen embeddings give checkpointed layers inputs without grad: peft's fix.
                 model.enable_input_require_grads()
 
@@ -168,12 +171,12 @@ def run(rec, torch, spec):
         return
     model.eval()
     with torch.no_grad():
-        if spec.get("whole_loop"):
+        if spec.whole_loop:
             with rec.phase("whole_loop", protocol="whole-loop") as info:
                 cache = _new_cache(transformers, torch, model, spec)
                 out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 token = out.logits[:, -1:].argmax(-1)
-                for _ in range(spec["new_tokens"]):
+                for _ in range(spec.new_tokens):
                     out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
                     token = out.logits[:, -1:].argmax(-1)
                 info["cache_bytes"] = cache_bytes(cache, model.device.type)

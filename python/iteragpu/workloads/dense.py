@@ -51,25 +51,25 @@ class DenseNet:
 
 
 def run(rec, torch, spec):
-    width, depth = spec["width"], spec["depth"]
-    batch, context = spec["batch"], spec["context"]
-    dtype = getattr(torch, spec["dtype"])
-    devices = [torch.device(d) for d in spec["devices"]]
-    torch.manual_seed(spec["seed"])
+    width, depth = spec.width, spec.depth
+    batch, context = spec.batch, spec.context
+    dtype = getattr(torch, spec.dtype)
+    devices = [torch.device(d) for d in spec.devices]
+    torch.manual_seed(spec.seed)
     rec.describe(
         workload="dense",
         architecture=f"{depth} × [LayerNorm({width}) → Linear({width}, {4 * width}) → GELU → Linear({4 * width}, {width})] + residual",
         parameters=parameters(width, depth),
-        dtype=spec["dtype"],
+        dtype=spec.dtype,
     )
     with rec.phase("model_load", parameters=parameters(width, depth)):
         net = DenseNet(torch, width, depth, dtype, devices)
     with rec.phase("inputs", requested_shape=[batch, context, width]) as inputs:
         x = torch.randn(batch, context, width, device=devices[0], dtype=dtype)
         inputs["processed_shape"] = list(x.shape)
-    if spec.get("task") == "train":
+    if spec.training is not None:
         target = torch.randn(batch, context, width, device=devices[-1], dtype=dtype)
-        checkpoint = spec.get("gradient_checkpointing", False)
+        checkpoint = spec.training.gradient_checkpointing
         training.run(
             rec,
             torch,
@@ -82,8 +82,8 @@ def run(rec, torch, spec):
         )
         return
     with torch.no_grad():
-        if spec.get("whole_loop"):
-            passes = 1 + spec["warmup"] + spec["repeats"]
+        if spec.whole_loop:
+            passes = 1 + spec.warmup + spec.repeats
             with rec.phase("whole_loop", passes=passes, protocol="whole-loop"):
                 for _ in range(passes):
                     y = net.forward(torch, x)
@@ -92,12 +92,12 @@ def run(rec, torch, spec):
         with rec.phase("cold_forward", processed_shape=list(x.shape)):
             y = net.forward(torch, x)
         del y
-        with rec.phase("warmup", passes=spec["warmup"]):
-            for _ in range(spec["warmup"]):
+        with rec.phase("warmup", passes=spec.warmup):
+            for _ in range(spec.warmup):
                 y = net.forward(torch, x)
                 del y
-        for repeat in range(spec["repeats"]):
-            if spec["empty_cache"] == "between-repeats":
+        for repeat in range(spec.repeats):
+            if spec.empty_cache == "between-repeats":
                 torch.cuda.empty_cache()
             with rec.phase("warm_forward", repeat=repeat):
                 y = net.forward(torch, x)

@@ -25,10 +25,10 @@ def autocast(torch, precision):
 
 def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
     """`forward(inputs)` → output; `loss_fn(output)` → scalar loss; `trainable` → parameters."""
-    precision = spec["precision"]
-    optimizer = make_optimizer(torch, trainable, spec["optimizer"])
-    steps = spec["steps"]
-    if spec.get("whole_loop"):
+    precision = spec.training.precision
+    optimizer = make_optimizer(torch, trainable, spec.training.optimizer)
+    steps = spec.training.steps
+    if spec.whole_loop:
         with rec.phase("whole_loop", steps=steps, protocol="whole-loop") as info:
             losses = []
             for _ in range(steps):

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use super::document::{Attachment, Block, Chart, Document};
-use super::inputs::{Document as Input, EstimateDoc, InputError, Loaded};
+use super::inputs::{EstimateDoc, InputError, InputFile as Input, Loaded};
 use crate::cards;
 use crate::measure::result::MeasureResult;
 use crate::sweep::series::Series;
@@ -359,7 +359,7 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
             lang.t("warm-up passes", "passages d’échauffement"),
             p.repeats,
             lang.t("repeats", "répétitions"),
-            p.empty_cache
+            p.empty_cache.as_str()
         ),
         format!("{}: {}", lang.t("process", "processus"), p.process),
     ]));
@@ -417,7 +417,7 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
             rows.push(vec![
                 p.name.clone(),
                 "—".into(),
-                p.status.clone(),
+                p.status.to_string(),
                 p.note.clone().unwrap_or_default(),
                 String::new(),
                 String::new(),
@@ -433,7 +433,7 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
             rows.push(vec![
                 p.name.clone(),
                 d.device.clone(),
-                p.status.clone(),
+                p.status.to_string(),
                 both(d.peak_allocated_bytes, lang),
                 both(d.peak_reserved_bytes, lang),
                 both(d.end_allocated_bytes, lang),
@@ -597,7 +597,8 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
 }
 
 fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
-    let var = s.varied.first().cloned().unwrap_or_default();
+    // A list, grid or frontier varies a dimension; loads and processes have none.
+    let var = s.varied.first().map_or("", |v| v.name());
     let rows: Vec<Vec<String>> = s
         .trials
         .iter()
@@ -608,12 +609,8 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
                 .map(|(k, v)| format!("{k}={}", text(v)))
                 .chain(t.load.clone())
                 .collect();
-            let status = if t.out_of_memory {
-                "out-of-memory".to_string()
-            } else {
-                t.status.clone()
-            };
-            let peak = if t.status == "ok" {
+            let status = crate::sweep::render::status_label(t).to_string();
+            let peak = if t.status.is_ok() {
                 both(t.peak_reserved_bytes, lang)
             } else {
                 format!(
@@ -645,8 +642,8 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
     let largest = s
         .trials
         .iter()
-        .filter(|t| t.status == "ok")
-        .filter_map(|t| t.values.get(&var).and_then(Value::as_u64))
+        .filter(|t| t.status.is_ok())
+        .filter_map(|t| t.values.get(var).and_then(Value::as_u64))
         .max();
     if let Some(v) = largest {
         b.push(Block::Para(format!(
@@ -688,9 +685,9 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
         .iter()
         .filter_map(|t| {
             Some((
-                t.values.get(&var)?.as_u64()?,
+                t.values.get(var)?.as_u64()?,
                 t.peak_reserved_bytes,
-                t.status == "ok",
+                t.status.is_ok(),
             ))
         })
         .collect();
@@ -726,7 +723,7 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
                 "{} {var}",
                 lang.t("Peak reserved against", "Pic reserved en fonction de")
             ),
-            x_label: var.clone(),
+            x_label: var.to_string(),
             points,
             lines,
         }));
@@ -770,7 +767,15 @@ fn assumed(
             scope.join(", ")
         ));
     }
-    let covered = s.map(|s| s.varied.join(", ")).filter(|v| !v.is_empty());
+    let covered = s
+        .map(|s| {
+            s.varied
+                .iter()
+                .map(|v| v.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .filter(|v| !v.is_empty());
     items.push(match covered {
         Some(v) => format!("{}: {v}", lang.t("variations covered by the series", "variations couvertes par la série")),
         None => lang

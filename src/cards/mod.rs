@@ -1,5 +1,9 @@
 //! The GPU catalog (data/cards.json, embedded): name, vendor, memory type, the capacity as the
 //! vendor labels it and as devices report it where known, with the source of each figure.
+//! `need` says whether a need fits on one device of each card; `render` draws the tables.
+
+pub mod need;
+pub mod render;
 
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +73,7 @@ impl Card {
 
 /// The embedded catalog.
 pub fn catalog() -> Vec<Card> {
-    let catalog: Catalog = serde_json::from_str(include_str!("../data/cards.json"))
+    let catalog: Catalog = serde_json::from_str(include_str!("../../data/cards.json"))
         .expect("data/cards.json is valid (tested)");
     catalog.cards
 }

@@ -1,13 +1,13 @@
-//! Per-phase predictions of the peaks `measure` observes, for the built-in workloads: the same
-//! sequence of allocations and frees the workload performs, replayed through the caching-allocator
-//! model (`allocator.rs`) so that both peak allocated and peak reserved are predicted.
+//! Per-phase predictions of the peaks `measure` observes, for the built-in workloads: the sequence
+//! of allocations and frees the workload performs, written by hand and replayed through the
+//! caching-allocator model (`estimate/allocator.rs`) so that both peaks are predicted.
 //!
 //! What is modelled is said in each prediction's `basis`; what is not (cuBLAS/cuDNN workspaces,
 //! kernels' internal buffers, autograd bookkeeping) shows up as the error measured on a GPU.
 
 use serde::{Deserialize, Serialize};
 
-use super::allocator::{Allocation, CachingAllocator};
+use crate::estimate::allocator::{Allocation, CachingAllocator};
 use crate::model::Architecture;
 
 /// The predicted peaks of one phase.
@@ -281,9 +281,12 @@ pub fn causal_lm(arch: &Architecture, c: &CausalLmSpec) -> Vec<PhasePrediction> 
         let allocated: u64 = arch
             .groups
             .iter()
-            .map(|g| super::allocator::rounded(g.numel() * e) * g.count)
+            .map(|g| crate::estimate::allocator::rounded(g.numel() * e) * g.count)
             .sum();
-        s.a.preload(allocated, super::allocator::packed_reserved(&sizes));
+        s.a.preload(
+            allocated,
+            crate::estimate::allocator::packed_reserved(&sizes),
+        );
     }
     s.end("model_load", "every parameter tensor at the compute dtype, rounded and packed by the caching-allocator model");
     s.begin();
@@ -346,27 +349,6 @@ pub fn causal_lm(arch: &Architecture, c: &CausalLmSpec) -> Vec<PhasePrediction> 
         }
     }
     s.out
-}
-
-/// Predicted vs observed for one phase.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Comparison {
-    pub phase: String,
-    pub index: u64,
-    pub predicted_peak_allocated_bytes: u64,
-    pub observed_peak_allocated_bytes: Option<u64>,
-    /// (observed − predicted) ÷ observed × 100.
-    pub error_allocated_pct: Option<f64>,
-    pub predicted_peak_reserved_bytes: u64,
-    pub observed_peak_reserved_bytes: Option<u64>,
-    pub error_reserved_pct: Option<f64>,
-    pub basis: String,
-}
-
-pub fn error_pct(predicted: u64, observed: Option<u64>) -> Option<f64> {
-    observed
-        .filter(|o| *o > 0)
-        .map(|o| (o as f64 - predicted as f64) / o as f64 * 100.0)
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
-//! Several runs side by side in one unit, and a warning for every condition that differs besides
+//! `compare`'s content: several runs side by side in one unit, and a warning for every condition that differs besides
 //! the variable under study: such runs are not called comparable.
 
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
-use super::inputs::{Document, InputError, Loaded, MEASURE};
+use super::inputs::{InputError, InputFile, Loaded, MEASURE};
 use crate::measure::result::MeasureResult;
+use crate::units::Bytes;
 
 /// One run, one phase, one device.
 #[derive(Clone, Debug, Serialize)]
@@ -63,7 +65,10 @@ fn conditions(r: &MeasureResult) -> BTreeMap<&'static str, String> {
         "allocator settings",
         py.map_or("null".into(), |p| p.settings.to_string()),
     );
-    c.insert("empty-cache policy", r.policies.empty_cache.clone());
+    c.insert(
+        "empty-cache policy",
+        r.policies.empty_cache.as_str().to_string(),
+    );
     c.insert(
         "process policy",
         format!("{} / {}", r.policies.process, r.policies.protocol),
@@ -79,7 +84,7 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
     let mut results: Vec<(&Loaded, &MeasureResult)> = Vec::new();
     for l in inputs {
         match &l.doc {
-            Document::Measure(r) => results.push((l, r)),
+            InputFile::Measure(r) => results.push((l, r)),
             _ => {
                 return Err(l.wrong(
                     MEASURE,
@@ -145,7 +150,7 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
                     phase: p.name.clone(),
                     index: p.index,
                     device: d.device.clone(),
-                    status: p.status.clone(),
+                    status: p.status.to_string(),
                     start_allocated_bytes: d.start_allocated_bytes,
                     start_reserved_bytes: d.start_reserved_bytes,
                     peak_allocated_bytes: d.peak_allocated_bytes,
@@ -196,6 +201,51 @@ pub fn csv(c: &Comparison) -> String {
             n(r.end_reserved_bytes)
         ));
     }
+    o
+}
+
+/// The terminal table: one line per run, phase and device, in GiB; then the variable under study,
+/// the warnings and the verdict.
+pub fn table(c: &Comparison) -> String {
+    let mut o = String::new();
+    let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
+    let _ = writeln!(
+        o,
+        "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12}   (GiB)",
+        "run", "phase", "device", "status", "peak alloc", "peak resv", "end alloc", "end resv"
+    );
+    for r in &c.rows {
+        let _ = writeln!(
+            o,
+            "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12}",
+            r.run,
+            r.phase,
+            r.device,
+            r.status,
+            gib(r.peak_allocated_bytes),
+            gib(r.peak_reserved_bytes),
+            gib(r.end_allocated_bytes),
+            gib(r.end_reserved_bytes)
+        );
+    }
+    if let Some(v) = &c.variable {
+        let _ = writeln!(o, "\nvariable under study: {v}");
+    }
+    for w in &c.warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    let _ = writeln!(
+        o,
+        "{}",
+        if c.comparable {
+            "these runs are comparable: only the variable under study differs".to_string()
+        } else {
+            format!(
+                "these runs are NOT comparable: {} condition(s) differ besides the variable under study",
+                c.warnings.len()
+            )
+        }
+    );
     o
 }
 

@@ -1,0 +1,135 @@
+"""The worker's specification: what the CLI asks one fresh worker to run.
+
+Its Rust twin is `src/measure/spec.rs`, whose module documentation holds the examples both sides
+are tested against. `parse` turns the JSON object into typed, frozen records and refuses any key
+it does not know, so a misspelt or outdated key fails loudly instead of being ignored.
+"""
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Optional, Tuple
+
+
+class SpecError(ValueError):
+    """The specification does not match this worker: the CLI and the worker disagree."""
+
+
+@dataclass(frozen=True)
+class Training:
+    """The training loop: `steps` steps with AdamW or SGD, in fp32, bf16-mixed or bf16."""
+
+    steps: int
+    optimizer: str
+    precision: str
+    gradient_checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class QuantizedCache:
+    """transformers' QuantizedCache settings."""
+
+    kv_quant_bits: int
+    kv_group_size: int
+    kv_residual: int
+
+
+@dataclass(frozen=True)
+class Dense:
+    workload = "dense"
+    devices: Tuple[str, ...]
+    seed: int
+    batch: int
+    context: int
+    width: int
+    depth: int
+    dtype: str
+    warmup: int
+    repeats: int
+    empty_cache: str = "never"
+    whole_loop: bool = False
+    training: Optional[Training] = None
+    memory_limit_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class CausalLm:
+    workload = "causal-lm"
+    devices: Tuple[str, ...]
+    seed: int
+    model_config: str
+    batch: int
+    context: int
+    prompt_tokens: int
+    new_tokens: int
+    cache: str
+    dtype: str
+    window: Optional[int] = None
+    whole_loop: bool = False
+    lora_rank: Optional[int] = None
+    lora_targets: Tuple[str, ...] = ()
+    quantized_cache: Optional[QuantizedCache] = None
+    training: Optional[Training] = None
+    memory_limit_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Script:
+    workload = "script"
+    devices: Tuple[str, ...]
+    seed: int
+    script: str
+    script_args: Tuple[str, ...] = field(default_factory=tuple)
+    memory_limit_bytes: Optional[int] = None
+
+
+WORKLOADS = {cls.workload: cls for cls in (Dense, CausalLm, Script)}
+_NESTED = {"training": (Training, ("task",)), "quantized_cache": (QuantizedCache, ())}
+
+
+def _required(f):
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _take(cls, doc, extra=()):
+    """Builds the record `cls` from the keys of `doc` it names; returns it and the keys it used."""
+    missing = [f.name for f in fields(cls) if _required(f) and f.name not in doc]
+    if missing:
+        raise SpecError(f"the worker's spec lacks {', '.join(missing)} ({cls.__name__})")
+    present = {f.name: doc[f.name] for f in fields(cls) if f.name in doc}
+    return cls(**present), set(present) | {k for k in extra if k in doc}
+
+
+def parse(doc):
+    """The typed spec of a JSON object (`{"workload": "dense", …}`); SpecError names what is wrong."""
+    if not isinstance(doc, dict):
+        raise SpecError("the worker's spec is not a JSON object")
+    kind = doc.get("workload")
+    cls = WORKLOADS.get(kind)
+    if cls is None:
+        raise SpecError(f"unknown workload {kind!r}; this worker runs {', '.join(WORKLOADS)}")
+    used = {"workload"}
+    values = {}
+    for f in fields(cls):
+        if f.name in _NESTED:
+            nested, extra = _NESTED[f.name]
+            keys = [n.name for n in fields(nested)]
+            if f.name == "training":
+                task = doc.get("task", "infer")
+                if task not in ("infer", "train"):
+                    raise SpecError(f"task {task!r} is neither 'infer' nor 'train'")
+                if task == "infer":
+                    used |= {"task"} & set(doc)
+                    continue
+            elif not any(k in doc for k in keys):
+                continue
+            values[f.name], keys_used = _take(nested, doc, extra)
+            used |= keys_used
+        elif f.name in doc:
+            value = doc[f.name]
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+            used.add(f.name)
+        elif _required(f):
+            raise SpecError(f"the worker's spec lacks `{f.name}` for workload {kind!r}")
+    unknown = sorted(set(doc) - used)
+    if unknown:
+        raise SpecError(f"the worker's spec has unknown key(s) {', '.join(unknown)} for workload {kind!r}")
+    return cls(**values)

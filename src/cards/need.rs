@@ -1,0 +1,129 @@
+//! Whether a memory need fits on one device of each card: the need (given, or read from an
+//! estimate, a result or a series), the memory a process holds outside PyTorch's allocator, and
+//! the margin per card. Several GPUs are never one pool: a card that is too small gets the number
+//! of devices a split would need at least, for the user to measure.
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+use std::path::Path;
+
+use super::{CapacitySource, Card};
+use crate::report::inputs::{self, InputFile};
+use crate::units::{Bytes, GIB};
+
+/// One card's answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct CardFit {
+    pub card: String,
+    pub capacity_bytes: u64,
+    pub capacity_source: CapacitySource,
+    pub usable_bytes: u64,
+    pub fits: bool,
+    /// usable − need (negative when it does not fit).
+    pub margin_bytes: i128,
+    /// Devices needed at least if the work is split (for you to measure; never one pool).
+    pub devices_if_split: u64,
+}
+
+/// A need per device, where it came from, and the memory outside PyTorch's allocator the file
+/// measured (if it holds a driver's view).
+pub struct Need {
+    pub bytes: Bytes,
+    pub source: String,
+    pub measured_overhead: Option<u64>,
+}
+
+/// Reads the need from an estimate (its preparation hypothesis), a measure result (its highest
+/// peak reserved; a failed run is refused) or a series (its largest successful trial).
+pub fn from_file(path: &Path) -> Result<Need> {
+    let l = inputs::load(path)?;
+    Ok(match &l.doc {
+        InputFile::Estimate(e) => Need {
+            bytes: Bytes(e.total_bytes),
+            source: format!("the preparation hypothesis of {}", path.display()),
+            measured_overhead: None,
+        },
+        InputFile::Measure(r) => {
+            if !r.status.is_ok() {
+                bail!(
+                    "{} is a {} run: a partial peak before a failure is not the memory need of a complete run; measure a configuration that completes",
+                    path.display(),
+                    r.status
+                );
+            }
+            let Some(peak) = r.max_peak_reserved() else {
+                bail!("{} has no peak reserved reading", path.display())
+            };
+            Need {
+                bytes: Bytes(peak),
+                source: format!(
+                    "the highest peak reserved of one device in {}",
+                    path.display()
+                ),
+                measured_overhead: r.max_outside_allocator(),
+            }
+        }
+        InputFile::Series(s) => {
+            let best = s
+                .trials
+                .iter()
+                .filter(|t| t.status.is_ok())
+                .max_by_key(|t| t.peak_reserved_bytes);
+            let Some((t, peak)) = best.and_then(|t| Some((t, t.peak_reserved_bytes?))) else {
+                bail!(
+                    "{} has no successful trial: nothing to size a card from",
+                    path.display()
+                )
+            };
+            let values: Vec<String> = t.values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            Need {
+                bytes: Bytes(peak),
+                source: format!(
+                    "the largest successful trial ({}) of {}",
+                    values.join(" "),
+                    path.display()
+                ),
+                measured_overhead: s.max_outside_allocator(),
+            }
+        }
+    })
+}
+
+/// The memory a process holds outside PyTorch's allocator: stated, measured, or assumed 1 GiB.
+pub fn overhead(stated: Option<Bytes>, measured: Option<u64>) -> (u64, String) {
+    match (stated, measured) {
+        (Some(b), _) => (b.get(), format!("--overhead {}", b.grouped())),
+        (None, Some(m)) => (
+            m,
+            "measured: memory outside PyTorch's allocator seen by NVML in the file".into(),
+        ),
+        (None, None) => (
+            GIB,
+            "assumed 1 GiB for the CUDA context and libraries (612 MiB was read on an H200 with torch 2.11); say yours with --overhead".into(),
+        ),
+    }
+}
+
+/// Each card's capacity minus the overhead, against the need.
+pub fn fits(catalog: &[Card], need: Bytes, overhead: u64) -> Vec<CardFit> {
+    catalog
+        .iter()
+        .map(|c| {
+            let (cap, src) = c.device_capacity();
+            let usable = cap.get().saturating_sub(overhead);
+            CardFit {
+                card: c.name.clone(),
+                capacity_bytes: cap.get(),
+                capacity_source: src,
+                usable_bytes: usable,
+                fits: need.get() <= usable,
+                margin_bytes: usable as i128 - need.get() as i128,
+                devices_if_split: if usable == 0 {
+                    0
+                } else {
+                    need.get().div_ceil(usable)
+                },
+            }
+        })
+        .collect()
+}

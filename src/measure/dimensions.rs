@@ -1,0 +1,145 @@
+//! The dimensions of a workload that a sweep may vary, one variable at a time.
+
+use serde::{Deserialize, Serialize};
+
+/// A dimension a sweep may vary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variable {
+    Batch,
+    Context,
+    Width,
+    Depth,
+    PromptTokens,
+    NewTokens,
+    Steps,
+}
+
+impl Variable {
+    pub const ALL: [Variable; 7] = [
+        Variable::Batch,
+        Variable::Context,
+        Variable::Width,
+        Variable::Depth,
+        Variable::PromptTokens,
+        Variable::NewTokens,
+        Variable::Steps,
+    ];
+
+    /// The option's name: `batch`, `prompt-tokens`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Variable::Batch => "batch",
+            Variable::Context => "context",
+            Variable::Width => "width",
+            Variable::Depth => "depth",
+            Variable::PromptTokens => "prompt-tokens",
+            Variable::NewTokens => "new-tokens",
+            Variable::Steps => "steps",
+        }
+    }
+
+    /// The key of the worker's spec it changes (`prompt_tokens`).
+    pub fn spec_key(self) -> String {
+        self.name().replace('-', "_")
+    }
+
+    /// `batch`, `prompt-tokens` or `prompt_tokens`; an unknown name gets the list.
+    pub fn parse(name: &str) -> Result<Variable, String> {
+        let wanted = name.trim().replace('_', "-");
+        Variable::ALL
+            .into_iter()
+            .find(|v| v.name() == wanted)
+            .ok_or_else(|| {
+                format!(
+                    "`{wanted}` cannot be varied; choose one of {}",
+                    Variable::ALL.map(Variable::name).join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Variable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Every dimension of a measurement, whatever the workload uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dimensions {
+    pub batch: u64,
+    pub context: u64,
+    pub width: u64,
+    pub depth: u64,
+    pub prompt_tokens: u64,
+    pub new_tokens: u64,
+    pub steps: u64,
+}
+
+impl Dimensions {
+    pub fn get(&self, v: Variable) -> u64 {
+        match v {
+            Variable::Batch => self.batch,
+            Variable::Context => self.context,
+            Variable::Width => self.width,
+            Variable::Depth => self.depth,
+            Variable::PromptTokens => self.prompt_tokens,
+            Variable::NewTokens => self.new_tokens,
+            Variable::Steps => self.steps,
+        }
+    }
+
+    pub fn set(&mut self, v: Variable, value: u64) {
+        let slot = match v {
+            Variable::Batch => &mut self.batch,
+            Variable::Context => &mut self.context,
+            Variable::Width => &mut self.width,
+            Variable::Depth => &mut self.depth,
+            Variable::PromptTokens => &mut self.prompt_tokens,
+            Variable::NewTokens => &mut self.new_tokens,
+            Variable::Steps => &mut self.steps,
+        };
+        *slot = value;
+    }
+
+    /// Replaces `{batch}`, `{context}`, `{width}`, `{depth}`, `{prompt-tokens}`, `{new-tokens}`
+    /// and `{steps}` in a script argument with these values.
+    pub fn substitute(&self, arg: &str) -> String {
+        Variable::ALL.iter().fold(arg.to_string(), |acc, v| {
+            acc.replace(&format!("{{{}}}", v.name()), &self.get(*v).to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_substitute() {
+        for v in Variable::ALL {
+            assert_eq!(Variable::parse(v.name()), Ok(v));
+            assert_eq!(Variable::parse(&v.spec_key()), Ok(v));
+        }
+        assert!(
+            Variable::parse("colour")
+                .unwrap_err()
+                .contains("cannot be varied")
+        );
+        let mut d = Dimensions {
+            batch: 1,
+            context: 2,
+            width: 3,
+            depth: 4,
+            prompt_tokens: 5,
+            new_tokens: 6,
+            steps: 7,
+        };
+        d.set(Variable::PromptTokens, 50);
+        assert_eq!(
+            d.substitute("--b {batch} --p {prompt-tokens}"),
+            "--b 1 --p 50"
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! The terminal table of `iteragpu measure`: one line per phase and device in GiB (raw bytes are
+//! in the result file), the driver's view, the prediction next to the observation, the failure.
+
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::result::MeasureResult;
+use crate::units::Bytes;
+
+fn gib(v: Option<u64>) -> String {
+    v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()))
+}
+
+/// The human summary: one line per phase and device, in GiB; raw bytes are in the file.
+pub fn table(r: &MeasureResult, path: &Path) -> String {
+    let mut o = String::new();
+    let declared = &r.identity.declared;
+    let _ = writeln!(
+        o,
+        "iteragpu measure: {} {} on {} — status {} (counters in GiB; raw bytes in the result file)",
+        r.identity.workload,
+        declared
+            .get("architecture")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+        r.scope.devices.join(", "),
+        r.status
+    );
+    let _ = writeln!(
+        o,
+        "\n  {:<14} {:<7} {:<7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9}",
+        "phase",
+        "device",
+        "status",
+        "start alloc",
+        "peak alloc",
+        "end alloc",
+        "start resv",
+        "peak resv",
+        "end resv",
+        "seconds"
+    );
+    for p in &r.phases {
+        if p.devices.is_empty() {
+            let _ = writeln!(
+                o,
+                "  {:<14} {:<7} {:<7} {}",
+                p.name,
+                "",
+                p.status,
+                p.note.as_deref().unwrap_or("no readings")
+            );
+        }
+        for d in &p.devices {
+            let _ = writeln!(
+                o,
+                "  {:<14} {:<7} {:<7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9}",
+                p.name,
+                d.device,
+                p.status,
+                gib(d.start_allocated_bytes),
+                gib(d.peak_allocated_bytes),
+                gib(d.end_allocated_bytes),
+                gib(d.start_reserved_bytes),
+                gib(d.peak_reserved_bytes),
+                gib(d.end_reserved_bytes),
+                p.duration_s.map_or("null".into(), |s| format!("{s:.4}"))
+            );
+        }
+        for drv in p.driver.iter().flatten() {
+            if let (Some(proc_peak), outside) = (
+                drv.peak_process_used_bytes,
+                drv.outside_allocator_at_end_bytes,
+            ) {
+                let _ = writeln!(
+                    o,
+                    "  {:<14} {:<7} driver: process peak {} GiB over {} samples{}",
+                    "",
+                    drv.device,
+                    gib(Some(proc_peak)),
+                    drv.samples,
+                    outside.map_or(String::new(), |b| format!(
+                        "; outside PyTorch's allocator at the end: {} GiB (CUDA context, libraries; not a leak by itself)",
+                        gib(Some(b))
+                    ))
+                );
+            }
+        }
+    }
+    for w in &r.warm_summary {
+        if let Some(s) = &w.peak_reserved_bytes {
+            let _ = writeln!(
+                o,
+                "\n  warm_forward on {} over {} repeats: peak reserved min {} / median {} / max {} bytes",
+                w.device,
+                w.repeats,
+                Bytes(s.min as u64).grouped(),
+                Bytes(s.median as u64).grouped(),
+                Bytes(s.max as u64).grouped()
+            );
+        }
+    }
+    if !r.predictions.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n  estimated vs observed (first device):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
+            "phase",
+            "predicted alloc",
+            "observed alloc",
+            "error",
+            "predicted resv",
+            "observed resv",
+            "error"
+        );
+        for c in &r.predictions {
+            let pct = |v: Option<f64>| v.map_or("null".into(), |p| format!("{p:+.1}%"));
+            let b = |v: Option<u64>| v.map_or("null".into(), |x| Bytes(x).grouped());
+            let _ = writeln!(
+                o,
+                "  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
+                c.phase,
+                Bytes(c.predicted_peak_allocated_bytes).grouped(),
+                b(c.observed_peak_allocated_bytes),
+                pct(c.error_allocated_pct),
+                Bytes(c.predicted_peak_reserved_bytes).grouped(),
+                b(c.observed_peak_reserved_bytes),
+                pct(c.error_reserved_pct)
+            );
+        }
+    }
+    for c in &r.kv_cache {
+        let _ = writeln!(
+            o,
+            "  KV cache after {}: observed {} bytes, estimated {} bytes ({})",
+            c.phase,
+            c.observed_bytes
+                .map_or("null".into(), |b| Bytes(b).grouped()),
+            Bytes(c.estimated_bytes).grouped(),
+            c.difference_pct
+                .map_or("no difference computed".into(), |p| format!("{p:+.2}%"))
+        );
+    }
+    if let Some(f) = &r.failure {
+        let _ = writeln!(
+            o,
+            "\n  failure in {}: {} {}\n  {}",
+            f.phase.as_deref().unwrap_or("(before any phase)"),
+            f.error_type.as_deref().unwrap_or(""),
+            f.message.as_deref().unwrap_or(""),
+            f.caution
+        );
+    }
+    if r.environment.driver.is_none() {
+        let _ = writeln!(
+            o,
+            "\n  driver's view: {}",
+            r.environment
+                .driver_reason
+                .as_deref()
+                .unwrap_or("unavailable")
+        );
+    }
+    for note in &r.notes {
+        let _ = writeln!(o, "  note: {note}");
+    }
+    let _ = writeln!(
+        o,
+        "\n  reserved − allocated is only meaningful from two readings of one checkpoint (start or end), never peak − peak.\n  result: {}",
+        path.display()
+    );
+    o
+}

@@ -1,0 +1,216 @@
+//! The worker's contract: what the CLI asks one fresh worker to run, written to a JSON file the
+//! worker reads (`python -m iteragpu.worker SPEC.json`). Its Python twin is
+//! `python/iteragpu/spec.py`, which refuses unknown keys; both follow these examples:
+//!
+//! ```text
+//! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 3, "repeats": 5, "empty_cache": "never", "whole_loop": false}
+//! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 0, "repeats": 2, "empty_cache": "never", "whole_loop": false, "task": "train", "steps": 2, "optimizer": "adamw", "precision": "bf16-mixed", "gradient_checkpointing": false}
+//! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
+//! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
+//! ```
+//! A sweep adds `"memory_limit_bytes": 8589934592` to emulate a smaller card. The training keys
+//! appear only for `--task train`; the quantized cache's keys only for `--cache quantized`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+
+use crate::estimate::kv_cache::CacheKind;
+use crate::estimate::{Optimizer, Precision};
+
+/// One worker's specification.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+    /// Devices, `cuda:N`; several devices split the dense network (never one pool).
+    pub devices: Vec<String>,
+    /// Seed of the synthetic inputs and weights (scripts receive it too).
+    pub seed: u64,
+    /// Emulated capacity: PyTorch is capped at this minus the memory outside its allocator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+}
+
+/// What the worker runs, tagged by `workload`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "workload", rename_all = "kebab-case")]
+pub enum WorkloadSpec {
+    Dense(DenseSpec),
+    CausalLm(CausalLmSpec),
+    Script(ScriptSpec),
+}
+
+/// The guide's dense network on synthetic inputs of shape (batch, context, width).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DenseSpec {
+    pub batch: u64,
+    pub context: u64,
+    pub width: u64,
+    pub depth: u64,
+    /// PyTorch's name: `float32`, `float16`, `bfloat16`.
+    pub dtype: String,
+    pub warmup: u64,
+    pub repeats: u64,
+    pub empty_cache: EmptyCache,
+    pub whole_loop: bool,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingSpec>,
+}
+
+/// A language model built from a config.json with random weights.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CausalLmSpec {
+    pub model_config: PathBuf,
+    pub batch: u64,
+    /// Sequence length of a training step.
+    pub context: u64,
+    pub prompt_tokens: u64,
+    pub new_tokens: u64,
+    pub cache: CacheKind,
+    /// `--cache sliding`: the window (null: the model's own).
+    pub window: Option<u64>,
+    pub dtype: String,
+    pub whole_loop: bool,
+    pub lora_rank: Option<u64>,
+    pub lora_targets: Vec<String>,
+    /// `--cache quantized`: transformers' QuantizedCache settings.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub quantized_cache: Option<QuantizedCacheSpec>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingSpec>,
+}
+
+/// A user's script run as `__main__` with its arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScriptSpec {
+    pub script: PathBuf,
+    /// With `{batch}`, `{context}`, … already replaced by this trial's values.
+    pub script_args: Vec<String>,
+}
+
+/// The training loop's settings (`task` is always `train` when present).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSpec {
+    pub task: Task,
+    pub steps: u64,
+    pub optimizer: Optimizer,
+    pub precision: Precision,
+    pub gradient_checkpointing: bool,
+}
+
+/// A quantized KV cache: `nbits` per value in groups, the last tokens at full precision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuantizedCacheSpec {
+    pub kv_quant_bits: u64,
+    pub kv_group_size: u64,
+    pub kv_residual: u64,
+}
+
+/// What a measured workload does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// The guide's small dense network on synthetic inputs.
+    Dense,
+    /// A language model built from a Hugging Face config with random weights (needs transformers).
+    CausalLm,
+}
+
+/// Inference or training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Task {
+    Infer,
+    Train,
+}
+
+/// `torch.cuda.empty_cache()` policy between warm repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmptyCache {
+    Never,
+    BetweenRepeats,
+}
+
+impl EmptyCache {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmptyCache::Never => "never",
+            EmptyCache::BetweenRepeats => "between-repeats",
+        }
+    }
+}
+
+impl WorkerSpec {
+    /// The spec as a JSON object (what the worker reads; a sweep compares these across trials).
+    pub fn to_map(&self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// The built-in workload's name, or `script`.
+    pub fn workload_name(&self) -> &'static str {
+        match self.workload {
+            WorkloadSpec::Dense(_) => "dense",
+            WorkloadSpec::CausalLm(_) => "causal-lm",
+            WorkloadSpec::Script(_) => "script",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The examples of the module documentation are what the worker receives, key for key.
+    #[test]
+    fn the_documented_examples_round_trip() {
+        let examples: Vec<&str> = include_str!("spec.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! {"))
+            .collect();
+        assert_eq!(examples.len(), 4);
+        for rest in examples {
+            let text = format!("{{{rest}");
+            let original: Value = serde_json::from_str(&text).expect(&text);
+            let spec: WorkerSpec = serde_json::from_value(original.clone()).expect(&text);
+            assert_eq!(serde_json::to_value(&spec).unwrap(), original, "{text}");
+        }
+    }
+
+    #[test]
+    fn training_and_limit_keys_appear_only_when_set() {
+        let spec = WorkerSpec {
+            workload: WorkloadSpec::Dense(DenseSpec {
+                batch: 1,
+                context: 2,
+                width: 3,
+                depth: 1,
+                dtype: "float32".into(),
+                warmup: 0,
+                repeats: 1,
+                empty_cache: EmptyCache::Never,
+                whole_loop: false,
+                training: Some(TrainingSpec {
+                    task: Task::Train,
+                    steps: 2,
+                    optimizer: Optimizer::Adamw,
+                    precision: Precision::Bf16Mixed,
+                    gradient_checkpointing: true,
+                }),
+            }),
+            devices: vec!["cuda:0".into()],
+            seed: 0,
+            memory_limit_bytes: None,
+        };
+        let map = spec.to_map();
+        assert_eq!(map["workload"], "dense");
+        assert_eq!(map["task"], "train");
+        assert_eq!(map["precision"], "bf16-mixed");
+        assert!(!map.contains_key("memory_limit_bytes"));
+        let back: WorkerSpec = serde_json::from_value(Value::Object(map)).unwrap();
+        assert_eq!(back, spec);
+    }
+}

@@ -1,0 +1,339 @@
+//! One trial = one fresh worker process. A [`TrialRunner`] runs a [`Trial`] and returns what it
+//! measured: [`ProcessRunner`] starts the worker (its lifetime is `worker_process`'s) and builds
+//! the result as the events arrive, so a worker that dies mid-phase still leaves every completed
+//! phase, the phase it died in, its exit status or signal, and the last values seen. Tests of the
+//! sweep use a mock runner that starts no process.
+
+use indicatif::ProgressBar;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::driver_view::{driver_phase, nvml_indices};
+use super::events::{Event, Line, PhaseRecord};
+use super::result::{
+    self, Failure, Identity, MeasureResult, Policies, RunEnvironment, RunStatus, Scope, WorkerInfo,
+};
+use super::sampler::Sampler;
+use super::spec::WorkerSpec;
+use super::worker_process::{self, Exit, StartError, WorkerCommand};
+use crate::environment::{PythonEnvironment, nvml};
+
+/// Everything needed to run one trial.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    pub workload: String,
+    /// What the worker runs.
+    pub spec: WorkerSpec,
+    pub devices: Vec<String>,
+    /// The requested dimensions, recorded in the result.
+    pub dimensions: Map<String, Value>,
+    pub seed: Option<u64>,
+    /// Phases the workload runs, in order (documentation of the scope).
+    pub scope_phases: Vec<String>,
+    pub first_pass: String,
+    pub policies: Policies,
+    pub python: PathBuf,
+    pub timeout: Option<Duration>,
+    /// Forward the workload's own output to our stderr (a sweep keeps its terminal quiet).
+    pub forward_output: bool,
+}
+
+/// How a trial ended.
+#[derive(Debug)]
+pub enum TrialOutcome {
+    /// PyTorch or a GPU is missing: nothing was measured.
+    Unavailable {
+        reason: String,
+        environment: Option<Box<PythonEnvironment>>,
+    },
+    Measured(Box<MeasureResult>),
+}
+
+/// Runs trials (hyperfine's `Executor`): the process runner for real, a mock in tests.
+pub trait TrialRunner {
+    /// Runs one trial to its end; `progress` (a terminal display, if any) shows the phase.
+    fn run(
+        &mut self,
+        trial: &Trial,
+        progress: Option<&ProgressBar>,
+    ) -> Result<TrialOutcome, StartError>;
+
+    /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
+    fn device_total(&mut self, python: &Path, device: &str) -> Option<u64>;
+}
+
+/// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
+pub struct ProcessRunner {
+    interrupted: &'static AtomicBool,
+}
+
+impl ProcessRunner {
+    /// `interrupted` is set by a signal handler; the runner then stops the worker's whole group.
+    pub fn new(interrupted: &'static AtomicBool) -> ProcessRunner {
+        ProcessRunner { interrupted }
+    }
+}
+
+impl TrialRunner for ProcessRunner {
+    fn run(
+        &mut self,
+        trial: &Trial,
+        progress: Option<&ProgressBar>,
+    ) -> Result<TrialOutcome, StartError> {
+        run_in_process(trial, self.interrupted, progress)
+    }
+
+    fn device_total(&mut self, python: &Path, device: &str) -> Option<u64> {
+        let env = crate::environment::probe(python, &[device.to_string()]).ok()?;
+        env.device(device)?.get("total_memory")?.as_u64()
+    }
+}
+
+#[derive(Default)]
+struct Progress {
+    pid: Option<u32>,
+    environment: Option<PythonEnvironment>,
+    declared: Map<String, Value>,
+    phases: Vec<PhaseRecord>,
+    current: Option<(String, u64)>,
+    unavailable: Option<String>,
+    done: Option<(String, Option<Value>)>,
+    unknown: Vec<Value>,
+    garbage: u64,
+}
+
+/// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
+fn run_in_process(
+    trial: &Trial,
+    interrupted: &AtomicBool,
+    progress: Option<&ProgressBar>,
+) -> Result<TrialOutcome, StartError> {
+    let started_at = chrono::Utc::now().to_rfc3339();
+    let (nvml, driver_reason) = match nvml::open() {
+        Ok(n) => (Some(Arc::new(n)), None),
+        Err(reason) => (None, Some(reason)),
+    };
+    let driver = nvml.as_deref().map(nvml::read);
+    let indices = nvml_indices(&trial.devices, driver.as_ref());
+    let mut sampler: Option<Sampler> = None;
+    let mut p = Progress::default();
+    let cmd = WorkerCommand {
+        python: trial.python.clone(),
+        spec: serde_json::to_value(&trial.spec)
+            .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
+        timeout: trial.timeout,
+        forward_output: trial.forward_output,
+        progress: progress.cloned(),
+    };
+    let run = worker_process::run(&cmd, interrupted, |line| match line {
+        Line::Event(Event::Hello { pid, .. }) => {
+            p.pid = Some(pid);
+            if let Some(nvml) = &nvml {
+                let known: Vec<u32> = indices.iter().flatten().copied().collect();
+                if known.len() == indices.len() {
+                    sampler = Some(Sampler::start(Arc::clone(nvml), known, pid));
+                }
+            }
+        }
+        Line::Event(Event::Environment(env)) => p.environment = Some(*env),
+        Line::Event(Event::Describe(map)) => p.declared.extend(map),
+        Line::Event(Event::PhaseStart { name, index }) => {
+            if let Some(s) = &sampler {
+                s.enter(index);
+            }
+            if let Some(bar) = progress {
+                bar.set_prefix(format!("phase {} ({name})", index + 1));
+            }
+            p.current = Some((name, index));
+        }
+        Line::Event(Event::PhaseEnd(mut record)) => {
+            record.driver = Some(driver_phase(
+                sampler.as_ref(),
+                &record,
+                &trial.devices,
+                &indices,
+                &driver_reason,
+            ));
+            p.current = None;
+            p.phases.push(*record);
+        }
+        Line::Event(Event::Unavailable { reason }) => p.unavailable = Some(reason),
+        Line::Event(Event::Done { status, error }) => p.done = Some((status, error)),
+        Line::Unknown(value) => p.unknown.push(value),
+        Line::Garbage(_) => p.garbage += 1,
+    })?;
+    // A phase the worker never finished keeps the driver's view of it (peaks seen while it ran).
+    let unfinished_driver = p.current.as_ref().map(|(name, index)| {
+        let probe = PhaseRecord {
+            name: name.clone(),
+            index: *index,
+            inputs: Map::new(),
+            status: RunStatus::Crashed,
+            duration_s: None,
+            devices: Vec::new(),
+            error: None,
+            driver: None,
+            note: None,
+        };
+        driver_phase(
+            sampler.as_ref(),
+            &probe,
+            &trial.devices,
+            &indices,
+            &driver_reason,
+        )
+    });
+    let (_, interval) = match sampler {
+        Some(s) => s.finish(),
+        None => (Vec::new(), None),
+    };
+
+    if let Some(reason) = p.unavailable.clone() {
+        return Ok(TrialOutcome::Unavailable {
+            reason,
+            environment: p.environment.map(Box::new),
+        });
+    }
+    if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() {
+        // The worker never said hello: the interpreter is not a working Python with this package.
+        return Ok(TrialOutcome::Unavailable {
+            reason: format!(
+                "`{}` did not start iteragpu's worker ({:?}){}; give a Python 3 interpreter with --python or ITERAGPU_PYTHON",
+                trial.python.display(),
+                run.exit,
+                if run.stderr_tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", run.stderr_tail.join(" | "))
+                }
+            ),
+            environment: None,
+        });
+    }
+    if run.exit == Exit::Code(2) && p.phases.is_empty() {
+        return Ok(TrialOutcome::Unavailable {
+            reason: format!(
+                "the worker exited with status 2 before measuring anything: {}",
+                run.stderr_tail.join(" | ")
+            ),
+            environment: p.environment.map(Box::new),
+        });
+    }
+    let status = match (&run.exit, &p.done) {
+        (Exit::Timeout, _) => RunStatus::Timeout,
+        (Exit::Interrupted, _) => RunStatus::Interrupted,
+        (Exit::Signal(_), _) => RunStatus::Crashed,
+        (Exit::Code(0), Some((s, _))) if s == "ok" => RunStatus::Ok,
+        (Exit::Code(3), Some(_)) => RunStatus::Failed,
+        _ => RunStatus::Crashed,
+    };
+    let mut notes = Vec::new();
+    if let Some((name, index)) = p.current.take() {
+        p.phases.push(PhaseRecord {
+            name: name.clone(),
+            index,
+            inputs: Map::new(),
+            status,
+            duration_s: None,
+            devices: Vec::new(),
+            error: None,
+            driver: unfinished_driver,
+            note: Some(format!(
+                "the worker ended ({status}) during this phase: no PyTorch end readings; `driver` holds the peaks NVML saw while it ran"
+            )),
+        });
+    }
+    if p.garbage > 0 {
+        notes.push(format!(
+            "{} line(s) on the event channel were not JSON and were ignored",
+            p.garbage
+        ));
+    }
+    if let Some(env) = &p.environment
+        && env.allocator_backend() == Some("cudaMallocAsync")
+    {
+        notes.push("allocator backend cudaMallocAsync: max_memory_reserved may combine the highest levels of two pools and be an upper bound of the simultaneous peak".into());
+    }
+    if let Some(env) = &p.environment
+        && env.torch_str("version").is_some_and(|v| v.contains("fake"))
+    {
+        notes.push("measured with the test suite's fake torch: not a GPU measurement".into());
+    }
+    let failure = (!status.is_ok()).then(|| failure_of(&p, status));
+    let warm_summary = result::warm_summary(&p.phases, &trial.devices);
+    let result = MeasureResult {
+        schema: result::SCHEMA.to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        status,
+        started_at,
+        ended_at: chrono::Utc::now().to_rfc3339(),
+        identity: Identity {
+            workload: trial.workload.clone(),
+            code_hash: crate::python_side::code_hash(),
+            seed: trial.seed,
+            declared: p.declared,
+        },
+        dimensions: trial.dimensions.clone(),
+        environment: RunEnvironment {
+            python: p.environment,
+            driver,
+            driver_reason,
+            nvml_indices: indices,
+            nvml_sample_interval_ms: interval,
+        },
+        scope: Scope {
+            phases: trial.scope_phases.clone(),
+            first_pass: trial.first_pass.clone(),
+            devices: trial.devices.clone(),
+        },
+        policies: trial.policies.clone(),
+        phases: p.phases,
+        warm_summary,
+        failure,
+        worker: WorkerInfo {
+            pid: p.pid.or(Some(run.pid)),
+            exit_code: match run.exit {
+                Exit::Code(c) => Some(c),
+                _ => None,
+            },
+            signal: match run.exit {
+                Exit::Signal(s) => Some(s),
+                _ => None,
+            },
+            stderr_tail: run.stderr_tail,
+        },
+        predictions: Vec::new(),
+        kv_cache: Vec::new(),
+        unknown_events: p.unknown,
+        notes,
+    };
+    Ok(TrialOutcome::Measured(Box::new(result)))
+}
+
+fn failure_of(p: &Progress, status: RunStatus) -> Failure {
+    let last = p.phases.last();
+    let phase_error = last.and_then(|ph| ph.error.clone());
+    let done_error = p.done.as_ref().and_then(|(_, e)| e.clone());
+    Failure {
+        phase: last.map(|ph| ph.name.clone()),
+        error_type: phase_error
+            .as_ref()
+            .map(|e| e.kind.clone())
+            .or_else(|| {
+                done_error
+                    .as_ref()
+                    .and_then(|e| e["type"].as_str().map(String::from))
+            })
+            .or_else(|| (status != RunStatus::Failed).then(|| status.to_string())),
+        message: phase_error.as_ref().map(|e| e.message.clone()).or_else(|| {
+            done_error
+                .as_ref()
+                .and_then(|e| e["message"].as_str().map(String::from))
+        }),
+        out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
+        caution: "a partial peak before a failure is not the memory need of a complete run".into(),
+    }
+}

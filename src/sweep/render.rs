@@ -1,0 +1,110 @@
+//! The terminal table of `iteragpu sweep`.
+
+use std::fmt::Write as _;
+
+use super::series::{Series, TrialRecord};
+use crate::units::Bytes;
+
+/// `out-of-memory` for a trial that ran out of memory, else its status.
+pub fn status_label(t: &TrialRecord) -> &'static str {
+    if t.out_of_memory {
+        "out-of-memory"
+    } else {
+        t.status.as_str()
+    }
+}
+
+/// The terminal summary: one line per trial, the frontier, the fit and the notes.
+pub fn table(s: &Series, path: &std::path::Path) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "iteragpu sweep ({}): {} trial(s), status {}",
+        s.mode,
+        s.trials.len(),
+        s.status
+    );
+    if let Some(l) = &s.limit {
+        let _ = writeln!(
+            o,
+            "emulated limit: {} ({}), {} — not a real card",
+            Bytes(l.bytes).both(),
+            l.source,
+            l.method
+        );
+    }
+    for t in &s.trials {
+        let values = t
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(t.load.clone())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            o,
+            "  {:>3}  {values:<28} {:<14} peak alloc {:>10}  peak resv {:>10}  {:>7.2}s{}",
+            t.index + 1,
+            status_label(t),
+            t.peak_allocated_bytes
+                .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib())),
+            t.peak_reserved_bytes
+                .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib())),
+            t.duration_s,
+            t.failed_phase.as_ref().map_or(String::new(), |p| format!(
+                "  (in {p}; a partial peak is not the need of a complete run)"
+            ))
+        );
+    }
+    if let Some(f) = &s.frontier {
+        let _ = writeln!(
+            o,
+            "\nfrontier of {}: last success {}, first failure {} (resolution {}, {} trials, {}{})",
+            f.variable,
+            f.last_success.map_or("none".into(), |v| v.to_string()),
+            f.first_failure.map_or("none".into(), |v| v.to_string()),
+            f.resolution,
+            f.trials,
+            f.strategy,
+            if f.budget_exhausted {
+                ", trial budget exhausted"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(fr) = &s.fit {
+        let _ = writeln!(
+            o,
+            "\nfit of peak reserved against {}: {} over {} points (residual σ {:.3} GiB); {}",
+            fr.variable,
+            fr.fit.model,
+            fr.fit.points,
+            fr.fit.residual_std_bytes / (1u64 << 30) as f64,
+            fr.overhead_source
+        );
+        for c in &fr.cards {
+            let _ = writeln!(
+                o,
+                "  {:<14} {:>9.2} GiB usable → {} = {}{}",
+                c.card,
+                Bytes(c.usable_bytes).gib(),
+                fr.variable,
+                c.predicted
+                    .map_or("not reached".into(), |p| format!("{p:.0}")),
+                match (c.range, c.extrapolation) {
+                    (Some((a, b)), true) =>
+                        format!(" (range {a:.0}..{b:.0}; extrapolation, not measured)"),
+                    (Some((a, b)), false) => format!(" (range {a:.0}..{b:.0})"),
+                    (None, true) => " (extrapolation, not measured)".into(),
+                    (None, false) => String::new(),
+                }
+            );
+        }
+    }
+    for n in &s.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    let _ = writeln!(o, "series: {}", path.display());
+    o
+}
