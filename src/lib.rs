@@ -3,20 +3,20 @@
 //! The library holds every concept in its own module; the binary only parses and maps errors to
 //! exit codes (0 ok, 1 bad input, 2 PyTorch or GPU missing, 3 workload failed, results kept).
 
-pub mod cards;
-pub mod cli;
-pub mod commands;
+pub(crate) mod cards;
+pub(crate) mod cli;
+pub(crate) mod commands;
 pub mod dtype;
-pub mod environment;
+pub(crate) mod environment;
 pub mod estimate;
-pub mod exit;
+pub(crate) mod exit;
 pub mod measure;
 pub mod model;
-pub mod output;
+pub(crate) mod output;
 pub mod prediction;
 pub mod python_side;
-pub mod report;
-pub mod signals;
+pub(crate) mod report;
+pub(crate) mod signals;
 pub mod sweep;
 pub mod units;
 

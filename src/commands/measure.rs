@@ -42,7 +42,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         Err(e) => return Err(e.into()),
     };
     let mut result = match outcome {
-        TrialOutcome::Unavailable { reason, .. } => {
+        TrialOutcome::Unavailable { reason } => {
             eprintln!("error: nothing measured: {reason}");
             eprintln!("(no result file was written; run `iteragpu environment` for details)");
             return Ok(exit::MISSING_RUNTIME);

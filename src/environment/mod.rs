@@ -7,7 +7,7 @@ pub mod render;
 
 use serde::{Deserialize, Serialize};
 
-pub use nvml::{DriverView, GpuInfo};
+pub use nvml::DriverView;
 pub use python::{PythonEnvironment, device_index, probe};
 
 /// The whole environment report (`iteragpu environment --json`, and embedded in every result).

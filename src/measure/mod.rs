@@ -4,13 +4,13 @@
 //! process's lifetime is `worker_process`'s) and builds the `result` from the `events` as they
 //! arrive, with NVML's view (`sampler`, `driver_view`); `render` draws the terminal table.
 
-pub mod dimensions;
-pub mod driver_view;
+pub(crate) mod dimensions;
+pub(crate) mod driver_view;
 pub mod events;
-pub mod plan;
-pub mod render;
+pub(crate) mod plan;
+pub(crate) mod render;
 pub mod result;
-pub mod sampler;
+pub(crate) mod sampler;
 pub mod spec;
-pub mod trial;
-pub mod worker_process;
+pub(crate) mod trial;
+pub(crate) mod worker_process;

@@ -47,7 +47,6 @@ pub enum TrialOutcome {
     /// PyTorch or a GPU is missing: nothing was measured.
     Unavailable {
         reason: String,
-        environment: Option<Box<PythonEnvironment>>,
     },
     Measured(Box<MeasureResult>),
 }
@@ -192,10 +191,7 @@ fn run_in_process(
     };
 
     if let Some(reason) = p.unavailable.clone() {
-        return Ok(TrialOutcome::Unavailable {
-            reason,
-            environment: p.environment.map(Box::new),
-        });
+        return Ok(TrialOutcome::Unavailable { reason });
     }
     if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() {
         // The worker never said hello: the interpreter is not a working Python with this package.
@@ -210,7 +206,6 @@ fn run_in_process(
                     format!(": {}", run.stderr_tail.join(" | "))
                 }
             ),
-            environment: None,
         });
     }
     if run.exit == Exit::Code(2) && p.phases.is_empty() {
@@ -219,7 +214,6 @@ fn run_in_process(
                 "the worker exited with status 2 before measuring anything: {}",
                 run.stderr_tail.join(" | ")
             ),
-            environment: p.environment.map(Box::new),
         });
     }
     let status = match (&run.exit, &p.done) {
@@ -335,5 +329,161 @@ fn failure_of(p: &Progress, status: RunStatus) -> Failure {
         }),
         out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
         caution: "a partial peak before a failure is not the memory need of a complete run".into(),
+    }
+}
+
+/// A runner that starts no process: each trial's outcome is decided by a function of its spec,
+/// so the sweep's modes, stop rules and series are tested without Python.
+#[cfg(test)]
+pub(crate) mod mock {
+    use super::*;
+    use crate::measure::events::{DeviceReading, PhaseError};
+
+    /// What the mock worker does with a trial.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Outcome {
+        /// Completes with this peak (allocated = reserved).
+        Ok {
+            peak: u64,
+        },
+        /// Runs out of memory in its phase after reaching this peak.
+        OutOfMemory {
+            peak: u64,
+        },
+        Crash,
+        Timeout,
+        Interrupted,
+        /// PyTorch or a GPU is missing.
+        Unavailable,
+    }
+
+    pub struct MockRunner<F: FnMut(&WorkerSpec) -> Outcome> {
+        pub decide: F,
+        pub device_total: Option<u64>,
+        /// Every spec run, in order.
+        pub specs: Vec<WorkerSpec>,
+    }
+
+    impl<F: FnMut(&WorkerSpec) -> Outcome> MockRunner<F> {
+        pub fn new(decide: F) -> Self {
+            MockRunner {
+                decide,
+                device_total: None,
+                specs: Vec::new(),
+            }
+        }
+    }
+
+    impl<F: FnMut(&WorkerSpec) -> Outcome> TrialRunner for MockRunner<F> {
+        fn run(
+            &mut self,
+            trial: &Trial,
+            _progress: Option<&ProgressBar>,
+        ) -> Result<TrialOutcome, StartError> {
+            self.specs.push(trial.spec.clone());
+            let outcome = (self.decide)(&trial.spec);
+            let (status, peak, error) = match outcome {
+                Outcome::Unavailable => {
+                    return Ok(TrialOutcome::Unavailable {
+                        reason: "mock: no GPU".into(),
+                    });
+                }
+                Outcome::Ok { peak } => (RunStatus::Ok, Some(peak), None),
+                Outcome::OutOfMemory { peak } => (
+                    RunStatus::Failed,
+                    Some(peak),
+                    Some(PhaseError {
+                        kind: "OutOfMemoryError".into(),
+                        message: "mock: CUDA out of memory".into(),
+                        out_of_memory: true,
+                    }),
+                ),
+                Outcome::Crash => (RunStatus::Crashed, None, None),
+                Outcome::Timeout => (RunStatus::Timeout, None, None),
+                Outcome::Interrupted => (RunStatus::Interrupted, None, None),
+            };
+            let phase_status = if error.is_some() {
+                RunStatus::Failed
+            } else {
+                status
+            };
+            let phase = PhaseRecord {
+                name: "work".into(),
+                index: 0,
+                inputs: Map::new(),
+                status: phase_status,
+                duration_s: Some(0.01),
+                devices: trial
+                    .devices
+                    .iter()
+                    .map(|d| DeviceReading {
+                        device: d.clone(),
+                        start_allocated_bytes: Some(0),
+                        start_reserved_bytes: Some(0),
+                        peak_allocated_bytes: peak,
+                        peak_reserved_bytes: peak,
+                        end_allocated_bytes: peak.map(|_| 0),
+                        end_reserved_bytes: peak,
+                        mem_get_info: None,
+                        null_reasons: Default::default(),
+                    })
+                    .collect(),
+                error: error.clone(),
+                driver: None,
+                note: None,
+            };
+            let failure = (!status.is_ok()).then(|| Failure {
+                phase: Some("work".into()),
+                error_type: error.as_ref().map(|e| e.kind.clone()),
+                message: error.as_ref().map(|e| e.message.clone()),
+                out_of_memory: error.as_ref().is_some_and(|e| e.out_of_memory),
+                caution: "a partial peak before a failure is not the memory need of a complete run"
+                    .into(),
+            });
+            Ok(TrialOutcome::Measured(Box::new(MeasureResult {
+                schema: result::SCHEMA.into(),
+                tool_version: "mock".into(),
+                status,
+                started_at: String::new(),
+                ended_at: String::new(),
+                identity: Identity {
+                    workload: trial.workload.clone(),
+                    code_hash: "mock".into(),
+                    seed: trial.seed,
+                    declared: Map::new(),
+                },
+                dimensions: trial.dimensions.clone(),
+                environment: RunEnvironment {
+                    python: None,
+                    driver: None,
+                    driver_reason: Some("mock".into()),
+                    nvml_indices: Vec::new(),
+                    nvml_sample_interval_ms: None,
+                },
+                scope: Scope {
+                    phases: trial.scope_phases.clone(),
+                    first_pass: trial.first_pass.clone(),
+                    devices: trial.devices.clone(),
+                },
+                policies: trial.policies.clone(),
+                phases: vec![phase],
+                warm_summary: Vec::new(),
+                failure,
+                worker: WorkerInfo {
+                    pid: Some(self.specs.len() as u32),
+                    exit_code: None,
+                    signal: None,
+                    stderr_tail: Vec::new(),
+                },
+                predictions: Vec::new(),
+                kv_cache: Vec::new(),
+                unknown_events: Vec::new(),
+                notes: Vec::new(),
+            })))
+        }
+
+        fn device_total(&mut self, _python: &Path, _device: &str) -> Option<u64> {
+            self.device_total
+        }
     }
 }

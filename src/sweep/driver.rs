@@ -322,7 +322,7 @@ impl Sweep<'_> {
         let outcome = self.runner.run(&trial, Some(self.bar))?;
         let duration_s = began.elapsed().as_secs_f64();
         let record = match outcome {
-            TrialOutcome::Unavailable { reason, .. } => {
+            TrialOutcome::Unavailable { reason } => {
                 if self.series.trials.is_empty() {
                     return Ok(Step::Unavailable(reason));
                 }
@@ -505,4 +505,256 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
         },
         cards,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use crate::measure::spec::{WorkerSpec, WorkloadSpec};
+    use crate::measure::trial::mock::{MockRunner, Outcome};
+    use clap::Parser;
+
+    fn plan(args: &[&str], output: &std::path::Path) -> SweepPlan {
+        let mut argv = vec!["iteragpu", "sweep"];
+        argv.extend_from_slice(args);
+        argv.extend(["--output", output.to_str().unwrap()]);
+        let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!()
+        };
+        SweepPlan::from_args(&args).unwrap()
+    }
+
+    fn dense(spec: &WorkerSpec) -> &crate::measure::spec::DenseSpec {
+        match &spec.workload {
+            WorkloadSpec::Dense(d) => d,
+            other => panic!("not dense: {other:?}"),
+        }
+    }
+
+    /// Runs `args` with `decide`; returns the series on disk, the mock and the finish.
+    fn sweep<F: FnMut(&WorkerSpec) -> Outcome>(
+        args: &[&str],
+        mock: &mut MockRunner<F>,
+    ) -> (tempfile::TempDir, std::path::PathBuf, Result<Finish>) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let p = plan(args, &out);
+        let finish = run(&p, mock, Writer::new(&out).unwrap(), &ProgressBar::hidden());
+        (dir, out, finish)
+    }
+
+    fn on_disk(path: &std::path::Path) -> Series {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_list_runs_each_value_in_order_and_fits_the_peaks() {
+        let mut mock = MockRunner::new(|s| Outcome::Ok {
+            peak: 1_000_000 * dense(s).batch,
+        });
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!("unavailable")
+        };
+        let batches: Vec<u64> = mock.specs.iter().map(|s| dense(s).batch).collect();
+        assert_eq!(batches, [1, 2, 4, 8]);
+        assert_eq!(series.status, SeriesStatus::Complete);
+        assert_eq!(series.trials.len(), 4);
+        assert!(series.identical_across_trials);
+        assert!(!series.base.contains_key("batch"), "{:?}", series.base);
+        assert_eq!(series.base["width"], 64);
+        let fit = series.fit.as_ref().unwrap();
+        assert_eq!(fit.variable, Variable::Batch);
+        assert!((fit.fit.predict(16.0) - 16e6).abs() < 1.0);
+        assert_eq!(exit_status(&series), exit::OK);
+        assert_eq!(on_disk(&out).trials.len(), 4, "the file holds every trial");
+    }
+
+    #[test]
+    fn the_series_is_rewritten_after_every_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let seen = std::cell::RefCell::new(Vec::new());
+        let mut mock = MockRunner::new(|_| {
+            // What is on disk when the next trial starts.
+            seen.borrow_mut().push(if out.exists() {
+                Some(on_disk(&out).trials.len())
+            } else {
+                None
+            });
+            Outcome::Ok { peak: 1 << 20 }
+        });
+        let p = plan(&["--vary", "batch=1,2,3"], &out);
+        run(
+            &p,
+            &mut mock,
+            Writer::new(&out).unwrap(),
+            &ProgressBar::hidden(),
+        )
+        .unwrap();
+        assert_eq!(*seen.borrow(), [None, Some(1), Some(2)]);
+        assert_eq!(on_disk(&out).status, SeriesStatus::Complete);
+    }
+
+    #[test]
+    fn out_of_memory_is_a_finding_and_the_frontier_closes_within_the_resolution() {
+        // peak = 10 MB + 1 MB per context unit: the limit of 300 MB is reached at 290.
+        let peak = |c: u64| 10_000_000 + 1_000_000 * c;
+        let mut mock = MockRunner::new(|s| {
+            let p = peak(dense(s).context);
+            if s.memory_limit_bytes.is_some_and(|l| p > l) {
+                Outcome::OutOfMemory { peak: p }
+            } else {
+                Outcome::Ok { peak: p }
+            }
+        });
+        let (_d, _out, finish) = sweep(
+            &[
+                "--vary",
+                "context=1..1000",
+                "--search",
+                "frontier",
+                "--memory-limit",
+                "300000000",
+            ],
+            &mut mock,
+        );
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!()
+        };
+        let f = series.frontier.as_ref().unwrap();
+        assert_eq!((f.last_success, f.first_failure), (Some(290), Some(291)));
+        assert_eq!(f.trials, series.trials.len());
+        assert!(series.trials.iter().any(|t| t.out_of_memory));
+        assert!(
+            mock.specs
+                .iter()
+                .all(|s| s.memory_limit_bytes == Some(300_000_000)),
+            "every trial runs under the emulated limit"
+        );
+        assert_eq!(series.status, SeriesStatus::Complete);
+        assert_eq!(exit_status(&series), exit::OK);
+    }
+
+    #[test]
+    fn a_crash_or_a_timeout_stops_the_frontier_search_and_is_not_an_out_of_memory() {
+        for (broken, status) in [
+            (Outcome::Crash, TrialStatus::Crashed),
+            (Outcome::Timeout, TrialStatus::Timeout),
+        ] {
+            let mut mock = MockRunner::new(|s| {
+                if dense(s).context > 100 {
+                    broken
+                } else {
+                    Outcome::Ok {
+                        peak: dense(s).context << 20,
+                    }
+                }
+            });
+            mock.device_total = Some(1 << 40);
+            let (_d, _out, finish) = sweep(
+                &["--vary", "context=1..1000", "--search", "frontier"],
+                &mut mock,
+            );
+            let Finish::Done(series) = finish.unwrap() else {
+                panic!()
+            };
+            let broken_trials = series.trials.iter().filter(|t| t.status == status).count();
+            assert_eq!(broken_trials, 1, "the search stops at the first {status}");
+            assert_eq!(series.trials.last().unwrap().status, status);
+            assert!(!series.trials.last().unwrap().out_of_memory);
+            assert!(series.notes.iter().any(|n| n.contains("stopped early")));
+            assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        }
+    }
+
+    #[test]
+    fn an_interruption_stops_the_sweep_and_keeps_the_finished_trials() {
+        let mut mock = MockRunner::new(|s| match dense(s).batch {
+            4 => Outcome::Interrupted,
+            b => Outcome::Ok { peak: b << 20 },
+        });
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!()
+        };
+        assert_eq!(mock.specs.len(), 3, "batch 8 never ran");
+        assert_eq!(series.status, SeriesStatus::Interrupted);
+        assert_eq!(on_disk(&out).status, SeriesStatus::Interrupted);
+        assert_eq!(on_disk(&out).trials.len(), 3);
+        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+    }
+
+    #[test]
+    fn missing_pytorch_at_the_first_trial_writes_nothing() {
+        let mut mock = MockRunner::new(|_| Outcome::Unavailable);
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        assert!(matches!(finish.unwrap(), Finish::Unavailable(r) if r.contains("no GPU")));
+        assert!(!out.exists());
+        assert_eq!(mock.specs.len(), 1);
+    }
+
+    #[test]
+    fn missing_pytorch_later_is_recorded_and_fails_the_sweep() {
+        let mut mock = MockRunner::new(|s| match dense(s).batch {
+            1 => Outcome::Ok { peak: 1 << 20 },
+            _ => Outcome::Unavailable,
+        });
+        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!()
+        };
+        assert_eq!(series.trials[1].status, TrialStatus::Unavailable);
+        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+    }
+
+    #[test]
+    fn a_grid_walks_one_variable_at_a_time_and_loads_set_their_values() {
+        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(
+            &["--vary", "batch=1,2", "--vary", "context=8,16"],
+            &mut mock,
+        );
+        assert!(matches!(finish.unwrap(), Finish::Done(_)));
+        let cells: Vec<(u64, u64)> = mock
+            .specs
+            .iter()
+            .map(|s| (dense(s).batch, dense(s).context))
+            .collect();
+        assert_eq!(cells, [(1, 8), (1, 16), (2, 16), (2, 8)]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let loads = dir.path().join("loads.json");
+        std::fs::write(
+            &loads,
+            r#"{"loads": [{"name": "short", "batch": 1, "context": 8}, {"name": "long", "batch": 4, "context": 512}]}"#,
+        )
+        .unwrap();
+        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--loads", loads.to_str().unwrap()], &mut mock);
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!()
+        };
+        let cells: Vec<(u64, u64)> = mock
+            .specs
+            .iter()
+            .map(|s| (dense(s).batch, dense(s).context))
+            .collect();
+        assert_eq!(cells, [(1, 8), (4, 512)]);
+        assert_eq!(series.trials[1].load.as_deref(), Some("long"));
+        assert_eq!(series.mode, SweepMode::Loads);
+    }
+
+    #[test]
+    fn processes_run_the_same_spec_in_fresh_workers() {
+        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--processes", "3"], &mut mock);
+        let Finish::Done(series) = finish.unwrap() else {
+            panic!()
+        };
+        assert_eq!(mock.specs.len(), 3);
+        assert!(mock.specs.windows(2).all(|w| w[0] == w[1]));
+        assert!(series.protocol.contains("3 fresh processes"));
+    }
 }

@@ -6,10 +6,10 @@
 //! runner; `search` picks the frontier's next trial; `fit` models the peak; `series` is the file;
 //! `render` the terminal table.
 
-pub mod driver;
+pub(crate) mod driver;
 pub mod fit;
-pub mod plan;
-pub mod render;
+pub(crate) mod plan;
+pub(crate) mod render;
 pub mod search;
 pub mod series;
-pub mod vary;
+pub(crate) mod vary;

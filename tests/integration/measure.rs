@@ -416,3 +416,52 @@ fn environment_reports_and_exits_0() {
             "can measure run here? no: cannot run the Python interpreter",
         ));
 }
+
+/// The worker's Python side parses the spec examples documented in src/measure/spec.rs (which the
+/// Rust side round-trips in its own test) and refuses a key it does not know.
+#[test]
+fn the_worker_reads_the_documented_specs() {
+    let examples: Vec<String> = include_str!("../../src/measure/spec.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! {"))
+        .map(|rest| format!("{{{rest}"))
+        .collect();
+    assert_eq!(examples.len(), 4);
+    let code = "import json, sys\nfrom iteragpu import spec\nfor line in sys.stdin:\n    s = spec.parse(json.loads(line))\n    print(type(s).__name__, s.devices[0], s.training is not None if hasattr(s, 'training') else None)\ntry:\n    spec.parse({'workload': 'script', 'devices': ['cuda:0'], 'seed': 0, 'script': 'x.py', 'scirpt_args': []})\nexcept spec.SpecError as e:\n    print('refused:', e)\n";
+    let out = std::process::Command::new("python3")
+        .env(
+            "PYTHONPATH",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .args(["-c", code])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(examples.join("\n").as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "Dense cuda:0 False",
+            "Dense cuda:0 True",
+            "CausalLm cuda:0 False",
+            "Script cuda:0 None",
+            "refused: the worker's spec has unknown key(s) scirpt_args for workload 'script'",
+        ]
+    );
+}

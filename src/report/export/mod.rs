@@ -4,7 +4,7 @@
 mod html;
 mod markdown;
 
-pub use html::{Html, escape};
+pub use html::Html;
 pub use markdown::Markdown;
 
 use super::document::Document;
