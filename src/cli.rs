@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
-use crate::measure::spec::{EmptyCache, Task, Workload};
+use crate::measure::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
 use crate::sweep::vary::{Search, Vary, parse_vary};
 use crate::units::{self, Bytes, Decimal};
 
@@ -102,7 +102,7 @@ pub struct SweepArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "24", value_parser = positive_u64, help_heading = "Sweep")]
     pub max_trials: u64,
     /// Emulate a smaller card: cap PyTorch at SIZE (e.g. 8GiB) minus the non-PyTorch memory of the process.
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, conflicts_with = "card", help_heading = "Sweep")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = positive_size, conflicts_with = "card", help_heading = "Sweep")]
     pub memory_limit: Option<Bytes>,
     /// Emulate a card of the catalog (`iteragpu cards`), e.g. L4 or "RTX 4090".
     #[arg(long, value_name = "NAME", help_heading = "Sweep")]
@@ -125,6 +125,9 @@ pub struct EnvironmentArgs {
     /// Python interpreter (default: $ITERAGPU_PYTHON, else python3).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
+    /// Stop the interpreter if it has not reported after this many seconds.
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS", default_value = "120", value_parser = positive_u64)]
+    pub timeout: u64,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -132,11 +135,12 @@ pub struct EnvironmentArgs {
 
 #[derive(Debug, Args)]
 pub struct MeasureArgs {
-    /// Built-in workload (ignored with --script).
-    #[arg(long, value_enum, default_value = "dense")]
+    /// Built-in workload (not with --script).
+    #[arg(long, value_enum, default_value = "dense", conflicts_with = "script")]
     pub workload: Workload,
     /// Your own Python script, run in a fresh worker; mark phases with `with iteragpu.phase("…"):`.
-    /// Arguments after `--` are passed to it.
+    /// Arguments after `--` are passed to it; `{batch}`, `{context}`, … in them take the values of
+    /// --batch, --context, … (the only way those options reach a script).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["model", "task"])]
     pub script: Option<PathBuf>,
     /// Arguments for --script (after `--`).
@@ -145,51 +149,49 @@ pub struct MeasureArgs {
     /// Devices, comma-separated; several devices split the dense network across them (never one pool).
     #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
     pub device: Vec<String>,
-    /// Sequences processed together.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64)]
-    pub batch: u64,
-    /// Dense: positions of the synthetic input (not an LLM context). causal-lm training: sequence length.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "16", value_parser = positive_u64)]
-    pub context: u64,
-    /// Width of the dense network and of its inputs.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "64", value_parser = positive_u64)]
-    pub width: u64,
-    /// Residual blocks in the dense network.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "4", value_parser = positive_u64)]
-    pub depth: u64,
-    /// dtype of weights and inputs (default: float32 for dense, the config's torch_dtype or bfloat16 for causal-lm).
+    /// Sequences processed together [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub batch: Option<u64>,
+    /// Dense: positions of the synthetic input (not an LLM context). causal-lm training: sequence
+    /// length [default: 16].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub context: Option<u64>,
+    /// Dense: width of the network and of its inputs [default: 64].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub width: Option<u64>,
+    /// Dense: residual blocks [default: 4].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub depth: Option<u64>,
+    /// dtype of weights and inputs for inference (default: float32 for dense, the config's
+    /// torch_dtype or bfloat16 for causal-lm); training takes it from --precision.
     #[arg(long, value_name = "DTYPE", value_parser = dtype)]
     pub dtype: Option<Dtype>,
-    /// Warm-up passes, measured together as one phase (dense inference).
-    #[arg(long, value_name = "N", default_value = "3", value_parser = clap::value_parser!(u64).range(0..=100_000))]
-    pub warmup: u64,
-    /// Warm repeats, each measured as its own phase (dense inference).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "5", value_parser = positive_u64)]
-    pub repeats: u64,
+    /// Dense inference: warm-up passes, measured together as one phase [default: 3].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub warmup: Option<u64>,
+    /// Dense inference: warm repeats, each measured as its own phase [default: 5].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub repeats: Option<u64>,
     /// Seed of the synthetic inputs and weights.
     #[arg(long, value_name = "N", default_value = "0", value_parser = clap::value_parser!(u64))]
     pub seed: u64,
-    /// Empty PyTorch's cache between warm repeats (changes the conditions; recorded).
-    #[arg(long, value_enum, default_value = "never")]
-    pub empty_cache: EmptyCache,
+    /// Dense inference: empty PyTorch's cache between warm repeats (changes the conditions;
+    /// recorded) [default: never].
+    #[arg(long, value_enum)]
+    pub empty_cache: Option<EmptyCache>,
 
     /// causal-lm: a config.json, or a folder holding one (weights are random; nothing is downloaded).
     #[arg(long, value_name = "PATH", help_heading = "Language models")]
     pub model: Option<PathBuf>,
-    /// causal-lm: prompt length in tokens.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "128", value_parser = positive_u64, help_heading = "Language models")]
-    pub prompt_tokens: u64,
-    /// causal-lm: tokens generated one by one after the prompt.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "32", value_parser = positive_u64, help_heading = "Language models")]
-    pub new_tokens: u64,
-    /// causal-lm: KV-cache strategy.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "dynamic",
-        help_heading = "Language models"
-    )]
-    pub cache: CacheKind,
+    /// causal-lm generation: prompt length in tokens [default: 128].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
+    pub prompt_tokens: Option<u64>,
+    /// causal-lm generation: tokens generated one by one after the prompt [default: 32].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
+    pub new_tokens: Option<u64>,
+    /// causal-lm generation: KV-cache strategy [default: dynamic].
+    #[arg(long, value_enum, help_heading = "Language models")]
+    pub cache: Option<CacheKind>,
     /// causal-lm with --cache sliding: window in tokens (default: the model's sliding_window).
     #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
     pub window: Option<u64>,
@@ -197,15 +199,16 @@ pub struct MeasureArgs {
     /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
     #[arg(long, value_enum, default_value = "infer", help_heading = "Training")]
     pub task: Task,
-    /// Training steps, each recorded (at least 2: the first creates the optimizer states).
-    #[arg(long, value_name = "N", default_value = "2", value_parser = clap::value_parser!(u64).range(2..=10_000), help_heading = "Training")]
-    pub steps: u64,
-    /// Optimizer of the training loop (adamw or sgd).
-    #[arg(long, value_enum, default_value = "adamw", help_heading = "Training")]
-    pub optimizer: Optimizer,
-    /// Training precision (fp32, bf16-mixed or bf16).
-    #[arg(long, value_enum, default_value = "fp32", help_heading = "Training")]
-    pub precision: Precision,
+    /// Training steps, each recorded (at least 2: the first creates the optimizer states) [default: 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=10_000), help_heading = "Training")]
+    pub steps: Option<u64>,
+    /// Optimizer of the training loop: adamw or sgd [default: adamw].
+    #[arg(long, value_name = "NAME", value_parser = train_optimizer, help_heading = "Training")]
+    pub optimizer: Option<TrainOptimizer>,
+    /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights) or bf16
+    /// (everything in bfloat16) [default: fp32].
+    #[arg(long, value_name = "NAME", value_parser = train_precision, help_heading = "Training")]
+    pub precision: Option<TrainPrecision>,
     /// Recompute activations in the backward pass; step durations and losses are recorded.
     #[arg(long, help_heading = "Training")]
     pub gradient_checkpointing: bool,
@@ -375,6 +378,41 @@ fn gib(text: &str) -> Result<(Bytes, String), String> {
 
 fn size(text: &str) -> Result<Bytes, String> {
     units::parse_size(text).map_err(|e| e.to_string())
+}
+
+/// What the training loop runs; the estimate's other optimizers are named as such.
+fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
+    use clap::ValueEnum;
+    TrainOptimizer::from_str(text, true).or_else(|_| {
+        Err(match Optimizer::from_str(text, true) {
+            Ok(_) => format!(
+                "{text} is estimated (iteragpu estimate --train --optimizer {text}) but not measured; measure with adamw or sgd"
+            ),
+            Err(_) => format!("`{text}` is not an optimizer iteragpu runs; use adamw or sgd"),
+        })
+    })
+}
+
+/// What the training loop runs; fp16-mixed is estimated only.
+fn train_precision(text: &str) -> Result<TrainPrecision, String> {
+    use clap::ValueEnum;
+    TrainPrecision::from_str(text, true).or_else(|_| {
+        Err(match Precision::from_str(text, true) {
+            Ok(_) => format!(
+                "{text} is estimated but not measured yet; use fp32, bf16-mixed or bf16"
+            ),
+            Err(_) => format!("`{text}` is not a training precision; use fp32, bf16-mixed or bf16"),
+        })
+    })
+}
+
+fn positive_size(text: &str) -> Result<Bytes, String> {
+    match size(text)? {
+        b if b.get() == 0 => Err(format!(
+            "`{text}` is no memory at all; give the capacity to emulate, e.g. 8GiB"
+        )),
+        b => Ok(b),
+    }
 }
 
 fn dtype(text: &str) -> Result<Dtype, String> {

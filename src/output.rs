@@ -1,5 +1,11 @@
-//! Result files are never overwritten: an existing path is refused before anything runs, and the
-//! file is created with create-new semantics at the end, so nothing is ever truncated.
+//! Files iteragpu writes are never overwritten and a measurement is never lost:
+//! * before anything runs, the path is checked by creating (then removing) a temporary sibling, so
+//!   a read-only file system, a folder, a trailing `/` or a missing folder is refused at once;
+//! * a result is created with create-new semantics at the end (nothing is ever truncated); if the
+//!   path appeared meanwhile a sibling name is used, and if the write still fails (a full disk) the
+//!   result is saved in the temporary folder and the message says where;
+//! * what can be made again (a fiche, a CSV) is staged next to its path and moved into place only
+//!   once everything else (the line on standard output) succeeded, so a failure leaves nothing.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,38 +13,74 @@ use std::path::{Path, PathBuf};
 /// Why an output path cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error(
-        "{0} already exists; iteragpu never overwrites a result: choose a new file name for this series"
-    )]
+    #[error("{} already exists; iteragpu never overwrites a file: choose a new file name", .0.display())]
     Exists(PathBuf),
-    #[error("cannot write {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the folder of {0} does not exist; create it or choose another path")]
+    #[error("{} is a folder; give a file name (e.g. {}/result.json)", .0.display(), .0.display())]
+    Folder(PathBuf),
+    #[error("`{0}` ends with `/`: give a file name, not a folder")]
+    TrailingSlash(String),
+    #[error("cannot write {}: {reason}", path.display())]
+    Io { path: PathBuf, reason: String },
+    #[error("the folder of {} does not exist; create it or choose another path", .0.display())]
     NoFolder(PathBuf),
 }
 
-/// Checks before a run that `path` can be created.
-pub fn check_new(path: &Path) -> Result<(), OutputError> {
-    if path.exists() || path.is_symlink() {
-        return Err(OutputError::Exists(path.to_path_buf()));
-    }
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => {
-            Err(OutputError::NoFolder(path.to_path_buf()))
+impl OutputError {
+    fn io(path: &Path, e: &std::io::Error) -> OutputError {
+        OutputError::Io {
+            path: path.to_path_buf(),
+            reason: reason(e),
         }
-        _ => Ok(()),
     }
 }
 
-/// Creates `path` (failing if it exists) and writes `bytes`.
+/// The OS's reason without the "(os error N)" suffix, so that a message never says it twice.
+pub fn reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Checks before a run that `path` can be created: it does not exist, is not a folder, and its
+/// folder accepts a new file (a temporary sibling is created, then removed).
+pub fn check_new(path: &Path) -> Result<(), OutputError> {
+    let text = path.to_string_lossy();
+    if text.ends_with('/') {
+        return Err(OutputError::TrailingSlash(text.into_owned()));
+    }
+    if path.is_dir() {
+        return Err(OutputError::Folder(path.to_path_buf()));
+    }
+    if path.exists() || path.is_symlink() {
+        return Err(OutputError::Exists(path.to_path_buf()));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if parent.is_some_and(|p| !p.is_dir()) {
+        return Err(OutputError::NoFolder(path.to_path_buf()));
+    }
+    let probe = sibling(path, "probe");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| OutputError::io(path, &e))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// A hidden name next to `path`, unique to this process.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
+}
+
+/// Creates `path` (failing if it exists) and writes `bytes`; a partial file is removed.
 pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
-    let io = |source| OutputError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -47,33 +89,126 @@ pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 OutputError::Exists(path.to_path_buf())
             } else {
-                io(e)
+                OutputError::io(path, &e)
             }
         })?;
-    file.write_all(bytes).map_err(io)?;
-    file.sync_all().map_err(io)
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(OutputError::io(path, &e));
+    }
+    Ok(())
 }
 
-/// Writes `bytes` with create-new semantics; if the path appeared meanwhile, a sibling name is
-/// used so that a measurement is not lost. Returns where it was written.
-pub fn write_new_or_sibling(path: &Path, bytes: &[u8]) -> Result<PathBuf, OutputError> {
-    match write_new(path, bytes) {
-        Ok(()) => Ok(path.to_path_buf()),
+/// Where a result ended up.
+#[derive(Debug)]
+pub enum Saved {
+    /// At the requested path.
+    Here(PathBuf),
+    /// The requested path appeared during the run: a sibling name was used.
+    Sibling(PathBuf),
+    /// The requested path could not be written: the result is in the temporary folder.
+    Elsewhere { path: PathBuf, why: OutputError },
+}
+
+impl Saved {
+    pub fn path(&self) -> &Path {
+        match self {
+            Saved::Here(p) | Saved::Sibling(p) | Saved::Elsewhere { path: p, .. } => p,
+        }
+    }
+}
+
+/// Writes a measurement so that it is not lost: at `path`, else at a sibling name if `path`
+/// appeared meanwhile, else (a full disk, a file system gone read-only) in the temporary folder.
+/// Fails only when none of these could be written.
+pub fn save_result(path: &Path, bytes: &[u8]) -> Result<Saved, OutputError> {
+    let why = match write_new(path, bytes) {
+        Ok(()) => return Ok(Saved::Here(path.to_path_buf())),
         Err(OutputError::Exists(_)) => {
             let stem = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "result".into());
             let other = path.with_file_name(format!("{stem}-{}.json", std::process::id()));
-            write_new(&other, bytes)?;
-            eprintln!(
-                "warning: {} appeared during the run; the result was written to {}",
-                path.display(),
-                other.display()
-            );
-            Ok(other)
+            match write_new(&other, bytes) {
+                Ok(()) => return Ok(Saved::Sibling(other)),
+                Err(e) => e,
+            }
         }
-        Err(e) => Err(e),
+        Err(e) => e,
+    };
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "result".into());
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+    let elsewhere = std::env::temp_dir().join(format!(
+        "iteragpu-{stem}-{stamp}-{}.json",
+        std::process::id()
+    ));
+    match write_new(&elsewhere, bytes) {
+        Ok(()) => Ok(Saved::Elsewhere {
+            path: elsewhere,
+            why,
+        }),
+        Err(second) => Err(OutputError::Io {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{why}; saving it in the temporary folder failed too: {second}"
+            ),
+        }),
+    }
+}
+
+/// A file written next to its path and moved into place by [`Staged::commit`]; dropped without a
+/// commit, it leaves nothing behind.
+pub struct Staged {
+    file: tempfile::NamedTempFile,
+    path: PathBuf,
+}
+
+/// Writes `bytes` to a temporary sibling of `path`.
+pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, OutputError> {
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut file = tempfile::Builder::new()
+        .prefix(".iteragpu-")
+        .tempfile_in(folder)
+        .map_err(|e| OutputError::io(path, &e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.as_file().sync_all())
+        .map_err(|e| OutputError::io(path, &e))?;
+    Ok(Staged {
+        file,
+        path: path.to_path_buf(),
+    })
+}
+
+impl Staged {
+    /// Moves the file into place, refusing to replace anything that appeared meanwhile.
+    pub fn commit(self) -> Result<(), OutputError> {
+        let path = self.path;
+        self.file.persist_noclobber(&path).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                OutputError::Exists(path.clone())
+            } else {
+                OutputError::io(&path, &e.error)
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Moves the file into place over the previous version this process wrote.
+    pub fn replace(self) -> Result<(), OutputError> {
+        let path = self.path;
+        self.file
+            .persist(&path)
+            .map_err(|e| OutputError::io(&path, &e.error))?;
+        Ok(())
     }
 }
 
@@ -86,6 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.json");
         check_new(&path).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "probe removed");
         write_new(&path, b"first").unwrap();
         assert!(matches!(check_new(&path), Err(OutputError::Exists(_))));
         assert!(matches!(
@@ -97,5 +233,54 @@ mod tests {
             check_new(&dir.path().join("no/such/dir.json")),
             Err(OutputError::NoFolder(_))
         ));
+        assert!(matches!(check_new(dir.path()), Err(OutputError::Folder(_))));
+        let slash = PathBuf::from(format!("{}/x.json/", dir.path().display()));
+        assert!(matches!(
+            check_new(&slash),
+            Err(OutputError::TrailingSlash(_))
+        ));
+    }
+
+    #[test]
+    fn a_result_that_finds_its_path_taken_goes_to_a_sibling() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        std::fs::write(&path, b"someone else's").unwrap();
+        let saved = save_result(&path, b"ours").unwrap();
+        assert!(matches!(saved, Saved::Sibling(_)));
+        assert_eq!(std::fs::read(saved.path()).unwrap(), b"ours");
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+    }
+
+    #[test]
+    fn a_result_that_cannot_be_written_goes_to_the_temporary_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        // A path under a regular file cannot be created.
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, b"").unwrap();
+        let path = blocker.join("r.json");
+        let saved = save_result(&path, b"measured").unwrap();
+        let Saved::Elsewhere { path: elsewhere, why } = &saved else {
+            panic!("{saved:?}")
+        };
+        assert!(elsewhere.starts_with(std::env::temp_dir()));
+        assert_eq!(std::fs::read(elsewhere).unwrap(), b"measured");
+        assert!(why.to_string().contains("cannot write"), "{why}");
+        std::fs::remove_file(elsewhere).unwrap();
+    }
+
+    #[test]
+    fn a_staged_file_appears_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fiche.html");
+        drop(stage(&path, b"draft").unwrap());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        stage(&path, b"final").unwrap().commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"final");
+        assert!(matches!(
+            stage(&path, b"again").unwrap().commit(),
+            Err(OutputError::Exists(_))
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), b"final");
     }
 }

@@ -42,6 +42,17 @@ pub enum CapacitySource {
     VendorLabel,
 }
 
+impl CapacitySource {
+    /// What the figure is, in words.
+    pub fn label(self) -> &'static str {
+        match self {
+            CapacitySource::TorchTotalMemory => "PyTorch's total_memory",
+            CapacitySource::DriverReported => "as the driver reports it",
+            CapacitySource::VendorLabel => "the vendor's label",
+        }
+    }
+}
+
 impl Card {
     /// Capacity of one device: PyTorch's figure if known, else the driver's, else the label read
     /// as decimal GB divided by the devices per card.

@@ -21,8 +21,9 @@ pub struct CardFit {
     pub fits: bool,
     /// usable − need (negative when it does not fit).
     pub margin_bytes: i128,
-    /// Devices needed at least if the work is split (for you to measure; never one pool).
-    pub devices_if_split: u64,
+    /// Devices needed at least if the work is split (for you to measure; never one pool); null
+    /// when the overhead alone fills the card.
+    pub devices_if_split: Option<u64>,
 }
 
 /// A need per device, where it came from, and the memory outside PyTorch's allocator the file
@@ -90,8 +91,27 @@ pub fn from_file(path: &Path) -> Result<Need> {
 }
 
 /// The memory a process holds outside PyTorch's allocator: stated, measured, or assumed 1 GiB.
-pub fn overhead(stated: Option<Bytes>, measured: Option<u64>) -> (u64, String) {
-    match (stated, measured) {
+/// A stated overhead that fills even the largest card is refused: it cannot be that memory.
+pub fn overhead(
+    catalog: &[Card],
+    stated: Option<Bytes>,
+    measured: Option<u64>,
+) -> Result<(u64, String)> {
+    let largest = catalog
+        .iter()
+        .map(|c| c.device_capacity().0.get())
+        .max()
+        .unwrap_or(0);
+    if let Some(b) = stated
+        && b.get() >= largest
+    {
+        bail!(
+            "--overhead {} fills even the largest card of the catalog ({}): it is the memory one process holds outside PyTorch's allocator (CUDA context and libraries, about 0.6 to 1 GiB); check the value",
+            b.both(),
+            Bytes(largest).both()
+        );
+    }
+    Ok(match (stated, measured) {
         (Some(b), _) => (b.get(), format!("--overhead {}", b.grouped())),
         (None, Some(m)) => (
             m,
@@ -101,7 +121,7 @@ pub fn overhead(stated: Option<Bytes>, measured: Option<u64>) -> (u64, String) {
             GIB,
             "assumed 1 GiB for the CUDA context and libraries (612 MiB was read on an H200 with torch 2.11); say yours with --overhead".into(),
         ),
-    }
+    })
 }
 
 /// Each card's capacity minus the overhead, against the need.
@@ -118,11 +138,7 @@ pub fn fits(catalog: &[Card], need: Bytes, overhead: u64) -> Vec<CardFit> {
                 usable_bytes: usable,
                 fits: need.get() <= usable,
                 margin_bytes: usable as i128 - need.get() as i128,
-                devices_if_split: if usable == 0 {
-                    0
-                } else {
-                    need.get().div_ceil(usable)
-                },
+                devices_if_split: (usable > 0).then(|| need.get().div_ceil(usable)),
             }
         })
         .collect()

@@ -60,20 +60,22 @@ pub fn fits(
             if m < 0 { "−" } else { "+" },
             m.unsigned_abs() as f64 / GIB as f64
         );
-        let verdict = if f.fits {
-            format!("fits on one device, margin {margin}")
-        } else {
-            format!(
-                "does not fit on one device ({margin}): the work must be split over at least {} devices (tensor or pipeline parallelism, offloading) — how is for you to measure",
-                f.devices_if_split
-            )
+        let verdict = match (f.fits, f.devices_if_split) {
+            (true, _) => format!("fits on one device, margin {margin}"),
+            (false, Some(n)) => format!(
+                "does not fit on one device ({margin}): the work must be split over at least {n} devices (tensor or pipeline parallelism, offloading) — how is for you to measure"
+            ),
+            (false, None) => {
+                "does not fit: the memory outside PyTorch's allocator alone fills this card"
+                    .to_string()
+            }
         };
         let _ = writeln!(
             o,
-            "  {:<14} usable {:>8.2} GiB ({:?})  {verdict}",
+            "  {:<14} usable {:>8.2} GiB ({})  {verdict}",
             f.card,
             Bytes(f.usable_bytes).gib(),
-            f.capacity_source
+            f.capacity_source.label()
         );
     }
     let _ = writeln!(

@@ -27,7 +27,8 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
         out.write_all(text.as_bytes())?;
         return Ok(exit::OK);
     };
-    let (overhead, overhead_source) = need::overhead(args.overhead, need.measured_overhead);
+    let (overhead, overhead_source) =
+        need::overhead(&catalog, args.overhead, need.measured_overhead)?;
     let fits = need::fits(&catalog, need.bytes, overhead);
     let text = if args.json {
         let doc = serde_json::json!({"need_bytes": need.bytes.get(), "need_source": need.source, "overhead_bytes": overhead, "overhead_source": overhead_source, "cards": fits});

@@ -17,14 +17,27 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
         .map(|p| inputs::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     let c = comparison::compare(&loaded)?;
-    if let Some(csv) = &args.csv {
-        output::write_new(csv, comparison::csv(&c).as_bytes())?;
-    }
+    // The CSV is staged and moved into place only once the table is out: all or nothing.
+    let staged = match &args.csv {
+        Some(csv) => Some(output::stage(csv, comparison::csv(&c).as_bytes())?),
+        None => None,
+    };
     let text = if args.json {
         serde_json::to_string_pretty(&c)? + "\n"
     } else {
         comparison::table(&c)
     };
-    out.write_all(text.as_bytes())?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write to standard output: {}{}",
+                output::reason(&e),
+                if staged.is_some() { "; no CSV was written" } else { "" }
+            )
+        })?;
+    if let Some(staged) = staged {
+        staged.commit()?;
+    }
     Ok(exit::OK)
 }

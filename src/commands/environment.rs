@@ -8,7 +8,11 @@ use crate::cli::EnvironmentArgs;
 use crate::environment;
 
 pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<u8> {
-    let env = environment::collect(&args.device, args.python.as_deref());
+    let env = environment::collect(
+        &args.device,
+        args.python.as_deref(),
+        std::time::Duration::from_secs(args.timeout),
+    );
     let text = if args.json {
         serde_json::to_string_pretty(&env)? + "\n"
     } else {

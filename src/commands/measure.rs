@@ -1,7 +1,7 @@
 //! `iteragpu measure`: arguments → a validated plan and its prediction → one trial in a fresh
 //! worker → the result file (never overwritten) → the table or the JSON.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -10,9 +10,12 @@ use crate::measure::plan::MeasurePlan;
 use crate::measure::render;
 use crate::measure::trial::{ProcessRunner, TrialOutcome, TrialRunner};
 use crate::measure::worker_process::StartError;
-use crate::{exit, output, prediction, signals};
+use crate::output::{self, Saved};
+use crate::{exit, prediction, signals};
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
+    // Handlers first: a signal from here on is recorded, never the default sudden death.
+    let stop = signals::stop_request();
     let plan = MeasurePlan::from_args(args)?;
     let prediction = prediction::for_plan(&plan)?;
     let trial = plan.trial();
@@ -29,7 +32,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         bar.enable_steady_tick(Duration::from_millis(200));
         bar
     });
-    let outcome = ProcessRunner::new(signals::interrupted()).run(&trial, bar.as_ref());
+    let outcome = ProcessRunner::new(stop).run(&trial, bar.as_ref());
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -50,17 +53,29 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         TrialOutcome::Measured(result) => result,
     };
     prediction.attach(&mut result);
-    let path = output::write_new_or_sibling(&args.output, &serde_json::to_vec_pretty(&result)?)?;
+    let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"
     } else {
-        render::table(&result, &path)
+        render::table(&result, saved.path())
     };
-    out.write_all(text.as_bytes())
-        .context("cannot write to standard output")?;
-    Ok(if result.status.is_ok() {
-        exit::OK
-    } else {
-        exit::WORKLOAD_FAILED
+    // The result is saved: a closed or full standard output costs only the table.
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!(
+            "warning: cannot write to standard output ({}); the result is in {}",
+            output::reason(&e),
+            saved.path().display()
+        );
+    }
+    Ok(match saved {
+        Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => exit::OK,
+        Saved::Here(_) | Saved::Sibling(_) => exit::WORKLOAD_FAILED,
+        Saved::Elsewhere { path, why } => {
+            eprintln!(
+                "error: {why}; the result was saved to {} instead",
+                path.display()
+            );
+            exit::BAD_INPUT
+        }
     })
 }

@@ -19,7 +19,11 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
     let series = args.series.as_deref().map(inputs::load).transpose()?;
     let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
     let doc = decision_sheet::build(&result, series.as_ref(), estimate.as_ref(), args.lang)?;
-    output::write_new(&args.output, exporter.render(&doc).as_bytes())?;
-    writeln!(out, "fiche: {}", args.output.display())?;
+    // Staged, announced, then moved into place: if standard output fails, nothing is written.
+    let staged = output::stage(&args.output, exporter.render(&doc).as_bytes())?;
+    writeln!(out, "fiche: {}", args.output.display())
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::anyhow!("cannot write to standard output: {}; no fiche was written", output::reason(&e)))?;
+    staged.commit()?;
     Ok(exit::OK)
 }

@@ -8,7 +8,7 @@ pub mod render;
 use serde::{Deserialize, Serialize};
 
 pub use nvml::DriverView;
-pub use python::{PythonEnvironment, device_index, probe};
+pub use python::{PROBE_TIMEOUT, PythonEnvironment, device_index, probe};
 
 /// The whole environment report (`iteragpu environment --json`, and embedded in every result).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -22,13 +22,17 @@ pub struct Environment {
 }
 
 /// Reads both views: NVML's, and the interpreter's through the probe.
-pub fn collect(devices: &[String], python: Option<&std::path::Path>) -> Environment {
+pub fn collect(
+    devices: &[String],
+    python: Option<&std::path::Path>,
+    timeout: std::time::Duration,
+) -> Environment {
     let (driver, driver_reason) = match nvml::open() {
         Ok(n) => (Some(nvml::read(&n)), None),
         Err(reason) => (None, Some(reason)),
     };
     let interpreter = crate::python_side::interpreter(python);
-    let (python, python_reason) = match probe(&interpreter, devices) {
+    let (python, python_reason) = match probe(&interpreter, devices, timeout, None) {
         Ok(env) => (Some(env), None),
         Err(reason) => (None, Some(reason)),
     };

@@ -2,10 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::python_side::Package;
+use crate::signals::{Stop, StopRequest};
 
 /// What `python -m iteragpu.probe` reports. Kept as JSON objects where PyTorch's own structure is
 /// richer than we need to type; the documented fields are below.
@@ -52,22 +56,50 @@ impl PythonEnvironment {
     }
 }
 
-/// Runs the probe with `python`; an error string says why it could not run at all.
-pub fn probe(python: &Path, devices: &[String]) -> Result<PythonEnvironment, String> {
+/// How long the probe may take by default: importing torch and initialising CUDA takes seconds,
+/// an interpreter that hangs must not block `environment` (or a sweep) forever.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs the probe with `python`; an error string says why it could not run at all (including a
+/// probe still silent after `timeout`, which is then killed with its whole process group).
+pub fn probe(
+    python: &Path,
+    devices: &[String],
+    timeout: Duration,
+    stop: Option<&StopRequest>,
+) -> Result<PythonEnvironment, String> {
     let package =
         Package::write().map_err(|e| format!("cannot write iteragpu's Python files: {e}"))?;
     let request = serde_json::json!({ "devices": devices }).to_string();
-    let output = Command::new(python)
+    let mut command = Command::new(python);
+    command
         .args(["-m", "iteragpu.probe", &request])
         .env("PYTHONPATH", package.pythonpath())
         .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!(
-                "cannot run the Python interpreter `{}`: {e}; install Python 3 or choose one with --python or ITERAGPU_PYTHON",
-                python.display()
-            )
-        })?;
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    crate::measure::worker_process::die_with_parent(&mut command);
+    let child = command.spawn().map_err(|e| {
+        format!(
+            "cannot run the Python interpreter `{}`: {}; install Python 3 or choose one with --python or ITERAGPU_PYTHON",
+            python.display(),
+            crate::output::reason(&e)
+        )
+    })?;
+    let output = wait_or_kill(child, timeout, stop).map_err(|why| match why {
+        Ended::Timeout => format!(
+            "`{}` did not report its environment within {} s and was stopped; check that it starts (`{} -c \"import torch\"`), or give more time with --timeout",
+            python.display(),
+            timeout.as_secs(),
+            python.display()
+        ),
+        Ended::Stopped(signal) => format!(
+            "the probe of `{}` was stopped by {}",
+            python.display(),
+            signal.name()
+        ),
+    })?;
     let text = String::from_utf8_lossy(&output.stdout);
     for line in text.lines() {
         if let Ok(event) = serde_json::from_str::<Value>(line)
@@ -79,9 +111,12 @@ pub fn probe(python: &Path, devices: &[String]) -> Result<PythonEnvironment, Str
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
     Err(format!(
-        "`{}` did not report its environment (exit {:?}): {}",
+        "`{}` did not report its environment ({}): {}",
         python.display(),
-        output.status.code(),
+        match output.status.code() {
+            Some(c) => format!("exit status {c}"),
+            None => "killed by a signal".to_string(),
+        },
         stderr
             .lines()
             .rev()
@@ -92,4 +127,55 @@ pub fn probe(python: &Path, devices: &[String]) -> Result<PythonEnvironment, Str
             .collect::<Vec<_>>()
             .join(" | ")
     ))
+}
+
+/// Why a probe was killed.
+enum Ended {
+    Timeout,
+    Stopped(Stop),
+}
+
+/// Waits for `child` (in its own process group) with its output read on threads; past `timeout`,
+/// or on a stop signal, the whole group is killed.
+fn wait_or_kill(
+    mut child: Child,
+    timeout: Duration,
+    stop: Option<&StopRequest>,
+) -> Result<Output, Ended> {
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = child.stdout.take().map(|p| read(Box::new(p)));
+    let stderr = child.stderr.take().map(|p| read(Box::new(p)));
+    let started = Instant::now();
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        let why = match stop.and_then(StopRequest::get) {
+            Some(signal) => Some(Ended::Stopped(signal)),
+            None => (started.elapsed() > timeout).then_some(Ended::Timeout),
+        };
+        if let Some(why) = why {
+            // SAFETY: killpg only sends a signal; a group that is gone returns ESRCH.
+            unsafe {
+                libc::killpg(child.id() as libc::pid_t, libc::SIGKILL);
+            }
+            let _ = child.wait();
+            return Err(why);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        h.and_then(|h| h.join().ok()).unwrap_or_default()
+    };
+    Ok(Output {
+        status,
+        stdout: join(stdout),
+        stderr: join(stderr),
+    })
 }

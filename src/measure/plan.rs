@@ -10,14 +10,13 @@ use std::time::Duration;
 use super::dimensions::{Dimensions, Variable};
 use super::result::Policies;
 use super::spec::{
-    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainingSpec,
-    WorkerSpec, Workload, WorkloadSpec,
+    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
+    TrainPrecision, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
 };
 use super::trial::Trial;
 use crate::cli::MeasureArgs;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
-use crate::estimate::{Optimizer, Precision};
 use crate::model::{Architecture, Config, ModelError};
 
 /// What to measure, where, with which interpreter and for how long.
@@ -76,8 +75,8 @@ pub struct ScriptPlan {
 /// The training loop (measured with AdamW or SGD, in fp32, bf16-mixed or bf16).
 #[derive(Clone, Copy, Debug)]
 pub struct TrainingPlan {
-    pub optimizer: Optimizer,
-    pub precision: Precision,
+    pub optimizer: TrainOptimizer,
+    pub precision: TrainPrecision,
     pub gradient_checkpointing: bool,
 }
 
@@ -97,13 +96,13 @@ impl MeasurePlan {
             }
         }
         let dims = Dimensions {
-            batch: args.batch,
-            context: args.context,
-            width: args.width,
-            depth: args.depth,
-            prompt_tokens: args.prompt_tokens,
-            new_tokens: args.new_tokens,
-            steps: args.steps,
+            batch: args.batch.unwrap_or(DEFAULTS.batch),
+            context: args.context.unwrap_or(DEFAULTS.context),
+            width: args.width.unwrap_or(DEFAULTS.width),
+            depth: args.depth.unwrap_or(DEFAULTS.depth),
+            prompt_tokens: args.prompt_tokens.unwrap_or(DEFAULTS.prompt_tokens),
+            new_tokens: args.new_tokens.unwrap_or(DEFAULTS.new_tokens),
+            steps: args.steps.unwrap_or(DEFAULTS.steps),
         };
         let workload = if let Some(script) = &args.script {
             if !script.is_file() {
@@ -134,7 +133,42 @@ impl MeasurePlan {
             timeout: Duration::from_secs(args.timeout),
         };
         plan.check_dimensions()?;
+        refuse_unused(args, &plan)?;
         Ok(plan)
+    }
+
+    /// Whether a dimension changes what this workload runs (a script sees it only through a
+    /// `{name}` placeholder in its arguments).
+    pub fn uses(&self, variable: Variable) -> bool {
+        let train = self.is_training();
+        match &self.workload {
+            WorkloadPlan::Script(s) => {
+                let placeholder = format!("{{{}}}", variable.name());
+                s.args_template.iter().any(|a| a.contains(&placeholder))
+            }
+            WorkloadPlan::Dense(_) => match variable {
+                Variable::Batch | Variable::Context | Variable::Width | Variable::Depth => true,
+                Variable::Steps => train,
+                Variable::PromptTokens | Variable::NewTokens => false,
+            },
+            WorkloadPlan::CausalLm(_) => match variable {
+                Variable::Batch => true,
+                Variable::Context | Variable::Steps => train,
+                Variable::PromptTokens | Variable::NewTokens => !train,
+                Variable::Width | Variable::Depth => false,
+            },
+        }
+    }
+
+    /// What the workload is, in words (for messages).
+    pub fn describe(&self) -> &'static str {
+        match (&self.workload, self.is_training()) {
+            (WorkloadPlan::Script(_), _) => "a script",
+            (WorkloadPlan::Dense(_), false) => "dense inference",
+            (WorkloadPlan::Dense(_), true) => "dense training",
+            (WorkloadPlan::CausalLm(_), false) => "causal-lm generation",
+            (WorkloadPlan::CausalLm(_), true) => "causal-lm training",
+        }
     }
 
     /// The same plan with one dimension changed, validated again.
@@ -356,22 +390,95 @@ impl MeasurePlan {
     }
 }
 
+/// The dimensions' defaults (the command line's help states them).
+const DEFAULTS: Dimensions = Dimensions {
+    batch: 1,
+    context: 16,
+    width: 64,
+    depth: 4,
+    prompt_tokens: 128,
+    new_tokens: 32,
+    steps: 2,
+};
+
+/// Every option must act or be refused: an option given for a workload that would ignore it is
+/// an error that names where it applies.
+fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
+    let dims: [(Variable, Option<u64>); 7] = [
+        (Variable::Batch, args.batch),
+        (Variable::Context, args.context),
+        (Variable::Width, args.width),
+        (Variable::Depth, args.depth),
+        (Variable::PromptTokens, args.prompt_tokens),
+        (Variable::NewTokens, args.new_tokens),
+        (Variable::Steps, args.steps),
+    ];
+    for (variable, given) in dims {
+        if let Some(value) = given
+            && !plan.uses(variable)
+        {
+            if let WorkloadPlan::Script(_) = plan.workload {
+                bail!(
+                    "--{0} {value} never reaches the script: write {{{0}}} in its arguments (e.g. -- --{0} {{{0}}}) or drop --{0}",
+                    variable.name()
+                );
+            }
+            bail!(
+                "--{} has no effect on {} (it applies to {}); drop it",
+                variable.name(),
+                plan.describe(),
+                match variable {
+                    Variable::Width | Variable::Depth => "the dense workload",
+                    Variable::PromptTokens | Variable::NewTokens => "causal-lm generation",
+                    Variable::Steps => "--task train",
+                    Variable::Context => "dense inputs and causal-lm training",
+                    Variable::Batch => "every built-in workload",
+                }
+            );
+        }
+    }
+    let dense_inference = matches!(plan.workload, WorkloadPlan::Dense(_)) && !plan.is_training();
+    let generation = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && !plan.is_training();
+    let script = matches!(plan.workload, WorkloadPlan::Script(_));
+    let lora = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && plan.is_training();
+    let options: [(&str, bool, bool, &str); 11] = [
+        ("--gradient-checkpointing", args.gradient_checkpointing, plan.is_training(), "--task train"),
+        ("--lora-rank", args.lora_rank.is_some(), lora, "causal-lm training"),
+        ("--warmup", args.warmup.is_some(), dense_inference, "dense inference"),
+        ("--repeats", args.repeats.is_some(), dense_inference, "dense inference"),
+        ("--empty-cache", args.empty_cache.is_some(), dense_inference, "dense inference"),
+        ("--cache", args.cache.is_some(), generation, "causal-lm generation"),
+        ("--optimizer", args.optimizer.is_some(), plan.is_training(), "--task train"),
+        ("--precision", args.precision.is_some(), plan.is_training(), "--task train"),
+        ("--dtype", args.dtype.is_some(), !script, "the built-in workloads"),
+        ("--whole-loop", args.whole_loop, !script, "the built-in workloads"),
+        ("--window", args.window.is_some(), generation, "causal-lm generation with --cache sliding"),
+    ];
+    for (name, given, applies, place) in options {
+        if given && !applies {
+            bail!(
+                "{name} has no effect on {} (it applies to {place}); drop it",
+                plan.describe()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The dtype of the weights: training precision decides; else --dtype; else the default.
 fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
     if args.task == Task::Train {
-        let by_precision = match args.precision {
-            Precision::Fp32 | Precision::Bf16Mixed => Dtype::Float32,
-            Precision::Bf16 => Dtype::Bfloat16,
-            Precision::Fp16Mixed => {
-                bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16")
-            }
+        let precision = args.precision.unwrap_or(TrainPrecision::Fp32);
+        let by_precision = match precision {
+            TrainPrecision::Fp32 | TrainPrecision::Bf16Mixed => Dtype::Float32,
+            TrainPrecision::Bf16 => Dtype::Bfloat16,
         };
         if let Some(d) = args.dtype
             && d != by_precision
         {
             bail!(
-                "--dtype {d} contradicts --precision {:?}, which keeps the weights in {by_precision}; drop --dtype",
-                args.precision
+                "--dtype {d} contradicts --precision {}, which keeps the weights in {by_precision}; drop --dtype",
+                precision.name()
             );
         }
         return Ok(by_precision);
@@ -398,18 +505,9 @@ fn training(args: &MeasureArgs) -> Result<Option<TrainingPlan>> {
         }
         return Ok(None);
     }
-    if !matches!(args.optimizer, Optimizer::Adamw | Optimizer::Sgd) {
-        bail!(
-            "--optimizer {:?} is estimated but not measured yet; measure with adamw or sgd",
-            args.optimizer
-        );
-    }
-    if args.precision == Precision::Fp16Mixed {
-        bail!("--precision fp16-mixed is not measured yet; use fp32, bf16-mixed or bf16");
-    }
     Ok(Some(TrainingPlan {
-        optimizer: args.optimizer,
-        precision: args.precision,
+        optimizer: args.optimizer.unwrap_or(TrainOptimizer::Adamw),
+        precision: args.precision.unwrap_or(TrainPrecision::Fp32),
         gradient_checkpointing: args.gradient_checkpointing,
     }))
 }
@@ -423,19 +521,12 @@ fn dense(args: &MeasureArgs) -> Result<DensePlan> {
             "--lora-rank applies to --workload causal-lm (the dense network has no LoRA targets)"
         );
     }
-    if args.depth < args.device.len() as u64 {
-        bail!(
-            "--depth {} is smaller than the {} devices given: each device needs at least one block",
-            args.depth,
-            args.device.len()
-        );
-    }
     let dtype = weights_dtype(args, Dtype::Float32)?;
     Ok(DensePlan {
         dtype,
-        warmup: args.warmup,
-        repeats: args.repeats,
-        empty_cache: args.empty_cache,
+        warmup: args.warmup.unwrap_or(3),
+        repeats: args.repeats.unwrap_or(5),
+        empty_cache: args.empty_cache.unwrap_or(EmptyCache::Never),
         whole_loop: args.whole_loop,
         training: training(args)?,
     })
@@ -466,7 +557,8 @@ fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
         .and_then(|a| a.config_dtype)
         .unwrap_or(Dtype::Bfloat16);
     let dtype = weights_dtype(args, default)?;
-    if args.window.is_some() && args.cache != CacheKind::Sliding {
+    let cache = args.cache.unwrap_or(CacheKind::Dynamic);
+    if args.window.is_some() && cache != CacheKind::Sliding {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     let training = training(args)?;
@@ -474,7 +566,7 @@ fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
         config_absolute: std::fs::canonicalize(&config_path)?,
         config: config_path,
         architecture,
-        cache: args.cache,
+        cache,
         window: args.window,
         dtype,
         whole_loop: args.whole_loop,

@@ -21,8 +21,10 @@ pub enum RunStatus {
     Crashed,
     /// Stopped by the CLI after `--timeout`.
     Timeout,
-    /// Stopped by the user (Ctrl-C).
+    /// Stopped by the user (Ctrl-C, SIGINT).
     Interrupted,
+    /// Stopped by SIGTERM or SIGHUP sent to iteragpu (`stop_signal` says which).
+    Terminated,
 }
 
 impl RunStatus {
@@ -33,6 +35,7 @@ impl RunStatus {
             RunStatus::Crashed => "crashed",
             RunStatus::Timeout => "timeout",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Terminated => "terminated",
         }
     }
 
@@ -53,8 +56,11 @@ pub struct MeasureResult {
     pub schema: String,
     pub tool_version: String,
     /// `ok`, `failed` (an exception in a phase, e.g. out of memory), `crashed` (killed by a signal
-    /// or an unexpected exit), `timeout`, `interrupted` (Ctrl-C).
+    /// or an unexpected exit), `timeout`, `interrupted` (Ctrl-C), `terminated` (SIGTERM, SIGHUP).
     pub status: RunStatus,
+    /// The signal sent to iteragpu that stopped the run (`SIGINT`, `SIGTERM`, `SIGHUP`), if any.
+    #[serde(default)]
+    pub stop_signal: Option<String>,
     /// RFC 3339 times at which the CLI started and finished the run.
     pub started_at: String,
     pub ended_at: String,

@@ -16,7 +16,6 @@ use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 use crate::estimate::kv_cache::CacheKind;
-use crate::estimate::{Optimizer, Precision};
 
 /// One worker's specification.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -94,9 +93,48 @@ pub struct ScriptSpec {
 pub struct TrainingSpec {
     pub task: Task,
     pub steps: u64,
-    pub optimizer: Optimizer,
-    pub precision: Precision,
+    pub optimizer: TrainOptimizer,
+    pub precision: TrainPrecision,
     pub gradient_checkpointing: bool,
+}
+
+/// The optimizers the training loop runs (the estimate knows more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainOptimizer {
+    Adamw,
+    Sgd,
+}
+
+/// The precisions the training loop runs (the estimate knows fp16-mixed too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainPrecision {
+    /// Everything in float32.
+    Fp32,
+    /// torch.autocast to bfloat16 with float32 weights.
+    Bf16Mixed,
+    /// Weights, gradients and optimizer states in bfloat16.
+    Bf16,
+}
+
+impl TrainOptimizer {
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainOptimizer::Adamw => "adamw",
+            TrainOptimizer::Sgd => "sgd",
+        }
+    }
+}
+
+impl TrainPrecision {
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainPrecision::Fp32 => "fp32",
+            TrainPrecision::Bf16Mixed => "bf16-mixed",
+            TrainPrecision::Bf16 => "bf16",
+        }
+    }
 }
 
 /// A quantized KV cache: `nbits` per value in groups, the last tokens at full precision.
@@ -196,8 +234,8 @@ mod tests {
                 training: Some(TrainingSpec {
                     task: Task::Train,
                     steps: 2,
-                    optimizer: Optimizer::Adamw,
-                    precision: Precision::Bf16Mixed,
+                    optimizer: TrainOptimizer::Adamw,
+                    precision: TrainPrecision::Bf16Mixed,
                     gradient_checkpointing: true,
                 }),
             }),

@@ -8,7 +8,6 @@ use indicatif::ProgressBar;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::driver_view::{driver_phase, nvml_indices};
@@ -19,6 +18,7 @@ use super::result::{
 use super::sampler::Sampler;
 use super::spec::WorkerSpec;
 use super::worker_process::{self, Exit, StartError, WorkerCommand};
+use crate::signals::{Stop, StopRequest};
 use crate::environment::{PythonEnvironment, nvml};
 
 /// Everything needed to run one trial.
@@ -62,17 +62,20 @@ pub trait TrialRunner {
 
     /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
     fn device_total(&mut self, python: &Path, device: &str) -> Option<u64>;
+
+    /// A signal asked iteragpu to stop (checked between trials).
+    fn stop_requested(&self) -> Option<Stop>;
 }
 
 /// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
 pub struct ProcessRunner {
-    interrupted: &'static AtomicBool,
+    stop: &'static StopRequest,
 }
 
 impl ProcessRunner {
-    /// `interrupted` is set by a signal handler; the runner then stops the worker's whole group.
-    pub fn new(interrupted: &'static AtomicBool) -> ProcessRunner {
-        ProcessRunner { interrupted }
+    /// `stop` is set by the signal handlers; the runner then stops the worker's whole group.
+    pub fn new(stop: &'static StopRequest) -> ProcessRunner {
+        ProcessRunner { stop }
     }
 }
 
@@ -82,12 +85,22 @@ impl TrialRunner for ProcessRunner {
         trial: &Trial,
         progress: Option<&ProgressBar>,
     ) -> Result<TrialOutcome, StartError> {
-        run_in_process(trial, self.interrupted, progress)
+        run_in_process(trial, self.stop, progress)
     }
 
     fn device_total(&mut self, python: &Path, device: &str) -> Option<u64> {
-        let env = crate::environment::probe(python, &[device.to_string()]).ok()?;
+        let env = crate::environment::probe(
+            python,
+            &[device.to_string()],
+            crate::environment::PROBE_TIMEOUT,
+            Some(self.stop),
+        )
+        .ok()?;
         env.device(device)?.get("total_memory")?.as_u64()
+    }
+
+    fn stop_requested(&self) -> Option<Stop> {
+        self.stop.get()
     }
 }
 
@@ -107,7 +120,7 @@ struct Progress {
 /// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
 fn run_in_process(
     trial: &Trial,
-    interrupted: &AtomicBool,
+    stop: &StopRequest,
     progress: Option<&ProgressBar>,
 ) -> Result<TrialOutcome, StartError> {
     let started_at = chrono::Utc::now().to_rfc3339();
@@ -127,7 +140,7 @@ fn run_in_process(
         forward_output: trial.forward_output,
         progress: progress.cloned(),
     };
-    let run = worker_process::run(&cmd, interrupted, |line| match line {
+    let run = worker_process::run(&cmd, stop, |line| match line {
         Line::Event(Event::Hello { pid, .. }) => {
             p.pid = Some(pid);
             if let Some(nvml) = &nvml {
@@ -190,14 +203,20 @@ fn run_in_process(
         None => (Vec::new(), None),
     };
 
-    if let Some(reason) = p.unavailable.clone() {
+    let stopped = match run.exit {
+        Exit::Stopped(signal) => Some(signal),
+        _ => None,
+    };
+    if let Some(reason) = p.unavailable.clone()
+        && stopped.is_none()
+    {
         return Ok(TrialOutcome::Unavailable { reason });
     }
-    if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() {
+    if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() && stopped.is_none() {
         // The worker never said hello: the interpreter is not a working Python with this package.
         return Ok(TrialOutcome::Unavailable {
             reason: format!(
-                "`{}` did not start iteragpu's worker ({:?}){}; give a Python 3 interpreter with --python or ITERAGPU_PYTHON",
+                "`{}` did not start iteragpu's worker ({}){}; give a Python 3 interpreter with --python or ITERAGPU_PYTHON",
                 trial.python.display(),
                 run.exit,
                 if run.stderr_tail.is_empty() {
@@ -208,7 +227,7 @@ fn run_in_process(
             ),
         });
     }
-    if run.exit == Exit::Code(2) && p.phases.is_empty() {
+    if run.exit == Exit::Code(2) && p.phases.is_empty() && stopped.is_none() {
         return Ok(TrialOutcome::Unavailable {
             reason: format!(
                 "the worker exited with status 2 before measuring anything: {}",
@@ -218,13 +237,22 @@ fn run_in_process(
     }
     let status = match (&run.exit, &p.done) {
         (Exit::Timeout, _) => RunStatus::Timeout,
-        (Exit::Interrupted, _) => RunStatus::Interrupted,
+        (Exit::Stopped(Stop::Interrupt), _) => RunStatus::Interrupted,
+        (Exit::Stopped(Stop::Terminate(_)), _) => RunStatus::Terminated,
         (Exit::Signal(_), _) => RunStatus::Crashed,
         (Exit::Code(0), Some((s, _))) if s == "ok" => RunStatus::Ok,
         (Exit::Code(3), Some(_)) => RunStatus::Failed,
         _ => RunStatus::Crashed,
     };
     let mut notes = Vec::new();
+    if let Some(signal) = stopped
+        && p.pid.is_none()
+    {
+        notes.push(format!(
+            "{} arrived while the worker was starting: nothing was measured",
+            signal.name()
+        ));
+    }
     if let Some((name, index)) = p.current.take() {
         p.phases.push(PhaseRecord {
             name: name.clone(),
@@ -256,12 +284,13 @@ fn run_in_process(
     {
         notes.push("measured with the test suite's fake torch: not a GPU measurement".into());
     }
-    let failure = (!status.is_ok()).then(|| failure_of(&p, status));
+    let failure = (!status.is_ok()).then(|| failure_of(&p, status, stopped));
     let warm_summary = result::warm_summary(&p.phases, &trial.devices);
     let result = MeasureResult {
         schema: result::SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         status,
+        stop_signal: stopped.map(|s| s.name().to_string()),
         started_at,
         ended_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
@@ -307,7 +336,7 @@ fn run_in_process(
     Ok(TrialOutcome::Measured(Box::new(result)))
 }
 
-fn failure_of(p: &Progress, status: RunStatus) -> Failure {
+fn failure_of(p: &Progress, status: RunStatus, stopped: Option<Stop>) -> Failure {
     let last = p.phases.last();
     let phase_error = last.and_then(|ph| ph.error.clone());
     let done_error = p.done.as_ref().and_then(|(_, e)| e.clone());
@@ -322,11 +351,27 @@ fn failure_of(p: &Progress, status: RunStatus) -> Failure {
                     .and_then(|e| e["type"].as_str().map(String::from))
             })
             .or_else(|| (status != RunStatus::Failed).then(|| status.to_string())),
-        message: phase_error.as_ref().map(|e| e.message.clone()).or_else(|| {
-            done_error
-                .as_ref()
-                .and_then(|e| e["message"].as_str().map(String::from))
-        }),
+        message: phase_error
+            .as_ref()
+            .map(|e| e.message.clone())
+            .or_else(|| {
+                done_error
+                    .as_ref()
+                    .and_then(|e| e["message"].as_str().map(String::from))
+            })
+            .or_else(|| {
+                stopped.map(|s| {
+                    format!(
+                        "stopped by {} sent to iteragpu{}",
+                        s.name(),
+                        match last {
+                            _ if p.pid.is_none() => " while the worker was starting".to_string(),
+                            Some(ph) => format!(" during {}", ph.name),
+                            None => " before the first phase".to_string(),
+                        }
+                    )
+                })
+            }),
         out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
         caution: "a partial peak before a failure is not the memory need of a complete run".into(),
     }
@@ -350,6 +395,8 @@ pub(crate) mod mock {
         OutOfMemory {
             peak: u64,
         },
+        /// Raises an exception that is not an out-of-memory.
+        Error,
         Crash,
         Timeout,
         Interrupted,
@@ -360,6 +407,8 @@ pub(crate) mod mock {
     pub struct MockRunner<F: FnMut(&WorkerSpec) -> Outcome> {
         pub decide: F,
         pub device_total: Option<u64>,
+        /// A stop signal that "arrives" once this many trials have run.
+        pub stop_after: Option<(usize, Stop)>,
         /// Every spec run, in order.
         pub specs: Vec<WorkerSpec>,
     }
@@ -369,6 +418,7 @@ pub(crate) mod mock {
             MockRunner {
                 decide,
                 device_total: None,
+                stop_after: None,
                 specs: Vec::new(),
             }
         }
@@ -396,6 +446,15 @@ pub(crate) mod mock {
                         kind: "OutOfMemoryError".into(),
                         message: "mock: CUDA out of memory".into(),
                         out_of_memory: true,
+                    }),
+                ),
+                Outcome::Error => (
+                    RunStatus::Failed,
+                    Some(1 << 20),
+                    Some(PhaseError {
+                        kind: "ValueError".into(),
+                        message: "mock: ValueError".into(),
+                        out_of_memory: false,
                     }),
                 ),
                 Outcome::Crash => (RunStatus::Crashed, None, None),
@@ -444,6 +503,7 @@ pub(crate) mod mock {
                 schema: result::SCHEMA.into(),
                 tool_version: "mock".into(),
                 status,
+                stop_signal: None,
                 started_at: String::new(),
                 ended_at: String::new(),
                 identity: Identity {
@@ -484,6 +544,12 @@ pub(crate) mod mock {
 
         fn device_total(&mut self, _python: &Path, _device: &str) -> Option<u64> {
             self.device_total
+        }
+
+        fn stop_requested(&self) -> Option<Stop> {
+            self.stop_after
+                .filter(|(n, _)| self.specs.len() >= *n)
+                .map(|(_, s)| s)
         }
     }
 }

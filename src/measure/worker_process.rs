@@ -8,7 +8,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use serde_json::Value;
 
 use super::events::{Line, parse};
 use crate::python_side::Package;
+use crate::signals::{Stop, StopRequest};
 
 /// How to start a worker.
 #[derive(Clone, Debug)]
@@ -37,7 +37,19 @@ pub enum Exit {
     Code(i32),
     Signal(i32),
     Timeout,
-    Interrupted,
+    /// Stopped by a signal the CLI received (SIGINT, SIGTERM, SIGHUP).
+    Stopped(Stop),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit status {c}"),
+            Exit::Signal(s) => write!(f, "killed by signal {s}"),
+            Exit::Timeout => f.write_str("stopped after the timeout"),
+            Exit::Stopped(stop) => write!(f, "stopped by {}", stop.name()),
+        }
+    }
 }
 
 /// What the runner saw besides events.
@@ -70,6 +82,23 @@ enum Msg {
 
 const STDERR_TAIL: usize = 40;
 
+/// Asks the kernel to kill the worker if the CLI dies without stopping it (SIGKILL of the CLI):
+/// no orphan keeps GPU memory.
+pub(crate) fn die_with_parent(command: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe and touch only the calling (child) process.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The parent may have died before the request was made: then do not start at all.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("iteragpu ended before its worker started"));
+            }
+            Ok(())
+        });
+    }
+}
+
 fn kill_group(pid: u32, signal: i32) {
     // SAFETY: killpg only sends a signal; a group that no longer exists returns ESRCH.
     unsafe {
@@ -80,13 +109,14 @@ fn kill_group(pid: u32, signal: i32) {
 /// Runs one worker to the end, calling `on_line` for each line of its event channel.
 pub fn run(
     cmd: &WorkerCommand,
-    interrupted: &AtomicBool,
+    stop: &StopRequest,
     mut on_line: impl FnMut(Line),
 ) -> Result<WorkerRun, StartError> {
     let package = Package::write().map_err(StartError::Files)?;
     let spec_path = package.root().join("spec.json");
     std::fs::write(&spec_path, cmd.spec.to_string()).map_err(StartError::Files)?;
-    let mut child = Command::new(&cmd.python)
+    let mut command = Command::new(&cmd.python);
+    command
         .arg("-m")
         .arg("iteragpu.worker")
         .arg(&spec_path)
@@ -95,7 +125,9 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
+        .process_group(0);
+    die_with_parent(&mut command);
+    let mut child = command
         .spawn()
         .map_err(|source| StartError::Interpreter {
             python: cmd.python.display().to_string(),
@@ -151,11 +183,11 @@ pub fn run(
             break status;
         }
         let timed_out = cmd.timeout.is_some_and(|t| started.elapsed() > t);
-        if forced.is_none() && (timed_out || interrupted.load(Ordering::SeqCst)) {
-            forced = Some(if timed_out {
-                Exit::Timeout
-            } else {
-                Exit::Interrupted
+        let stopped = stop.get();
+        if forced.is_none() && (timed_out || stopped.is_some()) {
+            forced = Some(match stopped {
+                Some(signal) => Exit::Stopped(signal),
+                None => Exit::Timeout,
             });
             kill_group(pid, libc::SIGTERM);
             let grace = Instant::now();

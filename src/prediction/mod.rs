@@ -9,7 +9,8 @@ pub mod replay;
 use anyhow::Result;
 
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
-use crate::estimate::{KvRequest, Optimizer, Precision};
+use crate::estimate::KvRequest;
+use crate::measure::spec::{TrainOptimizer, TrainPrecision};
 use crate::measure::plan::{CausalLmPlan, MeasurePlan, WorkloadPlan};
 use crate::measure::result::MeasureResult;
 use check::CacheEstimate;
@@ -65,7 +66,7 @@ pub fn for_plan(plan: &MeasurePlan) -> Result<Prediction> {
                     warmup: p.warmup,
                     repeats: p.repeats,
                     train_steps: p.training.map(|_| d.steps),
-                    adamw: p.training.is_none_or(|t| t.optimizer == Optimizer::Adamw),
+                    adamw: p.training.is_none_or(|t| t.optimizer == TrainOptimizer::Adamw),
                 }))
             } else {
                 Prediction::None
@@ -101,8 +102,8 @@ fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
                 context: d.context,
                 steps: d.steps,
                 param_bytes: p.dtype.bytes(),
-                mixed: t.precision == Precision::Bf16Mixed,
-                adamw: t.optimizer == Optimizer::Adamw,
+                mixed: t.precision == TrainPrecision::Bf16Mixed,
+                adamw: t.optimizer == TrainOptimizer::Adamw,
                 lora_trainable,
                 gradient_checkpointing: t.gradient_checkpointing,
             },

@@ -129,7 +129,34 @@ pub fn build(
             });
         }
     }
+    if let (Some(s), Some(l)) = (s, series) {
+        check_series_matches(r, s, l)?;
+    }
+    if let (Some(e), Some(l)) = (e, estimate)
+        && let (Some(estimated), Some(measured)) = (e.parameters(), measured_parameters(r))
+        && estimated != measured
+    {
+        return Err(InputError::Content {
+            path: l.path.clone(),
+            schema: super::inputs::ESTIMATE.into(),
+            message: format!(
+                "the estimate counts {} parameters and the measured model has {}: it is the estimate of another model; estimate the measured one (iteragpu estimate --model … --json)",
+                crate::units::group_thousands(estimated as u128),
+                crate::units::group_thousands(measured as u128)
+            ),
+        });
+    }
     let mut b = Vec::new();
+    if let Some(s) = s
+        && s.status == crate::sweep::series::SeriesStatus::Running
+    {
+        let warning = lang.t(
+            "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",
+            "Attention : cette série n’a jamais été close (statut `running`) : son balayage tourne encore ou a été tué. Ses essais terminés sont montrés ; la frontière et l’ajustement peuvent manquer.",
+        );
+        eprintln!("warning: {}: {warning}", series.map_or(String::new(), |l| l.path.display().to_string()));
+        b.push(Block::Para(warning.into()));
+    }
     identity(&mut b, r, lang);
     environment(&mut b, r, lang);
     calculated(&mut b, e, lang);
@@ -165,6 +192,58 @@ pub fn build(
         blocks: b,
         attachments,
     })
+}
+
+/// The parameters the measured workload declared (dense) or counted at model load (causal-lm).
+fn measured_parameters(r: &MeasureResult) -> Option<u64> {
+    r.identity
+        .declared
+        .get("parameters")
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            r.phases
+                .iter()
+                .find(|p| p.name == "model_load")
+                .and_then(|p| p.inputs.get("parameters"))
+                .and_then(Value::as_u64)
+        })
+}
+
+/// A series belongs with a result when every dimension but the varied ones is the same.
+fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), InputError> {
+    for t in &s.trials {
+        let Some(tr) = &t.result else { continue };
+        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
+        for (key, value) in &r.dimensions {
+            if varied.contains(key) {
+                continue;
+            }
+            let theirs = tr.dimensions.get(key);
+            if theirs != Some(value) {
+                return Err(InputError::Content {
+                    path: l.path.clone(),
+                    schema: super::inputs::SERIES.into(),
+                    message: format!(
+                        "the result has {key} = {} and trial {} of the series has {key} = {}: they are not the same workload besides the varied dimension; report a series of this configuration",
+                        text(value),
+                        t.index + 1,
+                        theirs.map_or("null".into(), text)
+                    ),
+                });
+            }
+        }
+        if tr.identity.workload != r.identity.workload {
+            return Err(InputError::Content {
+                path: l.path.clone(),
+                schema: super::inputs::SERIES.into(),
+                message: format!(
+                    "the result measured the `{}` workload and the series `{}`",
+                    r.identity.workload, tr.identity.workload
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
@@ -803,6 +882,12 @@ fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang)
             f.first_failure.map_or("none".into(), |v| v.to_string()),
             lang.t("keep a margin below it for the variations listed as assumed.", "gardez une marge en dessous pour les variations listées comme supposées.")
         ),
+        (None, "ok") if r.phases.is_empty() => lang
+            .t(
+                "No phase was recorded: this result proves nothing about fit; mark the work with iteragpu.phase(…) and measure again.",
+                "Aucune phase n’a été enregistrée : ce résultat ne prouve rien sur la tenue en mémoire ; marquez le travail avec iteragpu.phase(…) et mesurez de nouveau.",
+            )
+            .into(),
         (None, "ok") => lang
             .t(
                 "The measured configuration ran to completion on this GPU; only this load is validated.",

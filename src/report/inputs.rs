@@ -52,6 +52,8 @@ pub struct EstimateTerm {
     pub kind: String,
     pub formula: String,
     pub in_total: bool,
+    #[serde(default)]
+    pub inputs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The parts of an `estimate --json` document a report uses.
@@ -63,6 +65,26 @@ pub struct EstimateDoc {
     pub left_out: Vec<String>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The model the estimate read (`--model`), with its parameter count.
+    #[serde(default)]
+    pub model: Option<serde_json::Value>,
+}
+
+impl EstimateDoc {
+    /// The parameters the estimate counted: the model's, else the weights term's `--parameters`.
+    pub fn parameters(&self) -> Option<u64> {
+        self.model
+            .as_ref()
+            .and_then(|m| m.get("parameters"))
+            .and_then(serde_json::Value::as_u64)
+            .or_else(|| {
+                self.terms
+                    .iter()
+                    .find(|t| t.name.starts_with("weights"))
+                    .and_then(|t| t.inputs.get("parameters"))
+                    .and_then(serde_json::Value::as_u64)
+            })
+    }
 }
 
 /// Any file iteragpu writes.

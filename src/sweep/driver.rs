@@ -23,12 +23,17 @@ use crate::measure::plan::MeasurePlan;
 use crate::measure::result::MeasureResult;
 use crate::measure::trial::{TrialOutcome, TrialRunner};
 use crate::prediction;
+use crate::signals::Stop;
 use crate::units::Bytes;
 
 /// How a sweep ended.
 pub enum Finish {
-    /// The series as written (complete or interrupted).
-    Done(Box<Series>),
+    /// The series as written (complete, interrupted or terminated), and, when the requested path
+    /// could not be written, why and where the series is instead.
+    Done {
+        series: Box<Series>,
+        moved: Option<(crate::output::OutputError, std::path::PathBuf)>,
+    },
     /// PyTorch or a GPU is missing: the first trial measured nothing, no file was written.
     Unavailable(String),
 }
@@ -47,6 +52,8 @@ struct Sweep<'a> {
     writer: Writer,
     bar: &'a ProgressBar,
     base_spec: Option<Map<String, Value>>,
+    /// A stop signal seen between two trials.
+    stopped_between: Option<Stop>,
 }
 
 /// Runs every trial of `plan`, writing the series through `writer` after each one.
@@ -87,7 +94,19 @@ pub fn run(
         writer,
         bar,
         base_spec: None,
+        stopped_between: None,
     };
+    if let Some(limit) = &plan.limit
+        && let Some(device) = plan.base.devices.first()
+        && let Some(total) = sweep.runner.device_total(&plan.base.python, device)
+        && limit.bytes > total
+    {
+        bail!(
+            "{} is more than {device} has ({} as PyTorch declares it): an emulated card must be smaller than the real one",
+            limit.source,
+            Bytes(total).both()
+        );
+    }
     let unavailable = match sweep.drive() {
         Ok(u) => u,
         Err(e) => {
@@ -102,15 +121,18 @@ pub fn run(
     if let Some(reason) = unavailable {
         return Ok(Finish::Unavailable(reason));
     }
+    let stopped = sweep.stopped_between.or_else(|| {
+        sweep.series.trials.iter().find_map(|t| match t.status {
+            TrialStatus::Interrupted => Some(Stop::Interrupt),
+            TrialStatus::Terminated => Some(Stop::Terminate(libc::SIGTERM)),
+            _ => None,
+        })
+    });
     let s = &mut sweep.series;
-    s.status = if s
-        .trials
-        .iter()
-        .any(|t| t.status == TrialStatus::Interrupted)
-    {
-        SeriesStatus::Interrupted
-    } else {
-        SeriesStatus::Complete
+    s.status = match stopped {
+        Some(Stop::Interrupt) => SeriesStatus::Interrupted,
+        Some(Stop::Terminate(_)) => SeriesStatus::Terminated,
+        None => SeriesStatus::Complete,
     };
     if let (Some(var), SweepMode::List | SweepMode::Frontier) = (s.varied.first().copied(), s.mode)
     {
@@ -118,25 +140,32 @@ pub fn run(
     }
     s.updated_at = chrono::Utc::now().to_rfc3339();
     sweep.writer.save(&sweep.series)?;
-    Ok(Finish::Done(Box::new(sweep.series)))
+    Ok(Finish::Done {
+        moved: sweep.writer.take_moved(),
+        series: Box::new(sweep.series),
+    })
 }
 
-/// 3 when a trial crashed, timed out, was interrupted or found PyTorch missing; else 0 (an
-/// out-of-memory is a finding).
+/// 3 when a trial crashed, timed out, was stopped, found PyTorch missing, or failed for a reason
+/// other than out-of-memory (only an out-of-memory at a known load is a finding); else 0.
 pub fn exit_status(series: &Series) -> u8 {
-    let broken = series.trials.iter().any(|t| {
-        matches!(
-            t.status,
-            TrialStatus::Crashed
-                | TrialStatus::Timeout
-                | TrialStatus::Interrupted
-                | TrialStatus::Unavailable
-        )
-    });
-    if broken {
+    let stopped = matches!(
+        series.status,
+        SeriesStatus::Interrupted | SeriesStatus::Terminated
+    );
+    if stopped || series.trials.iter().any(is_broken) {
         exit::WORKLOAD_FAILED
     } else {
         exit::OK
+    }
+}
+
+/// A trial that is neither a success nor a finding (an out-of-memory).
+pub fn is_broken(t: &TrialRecord) -> bool {
+    match t.status {
+        TrialStatus::Ok => false,
+        TrialStatus::Failed => !t.out_of_memory,
+        _ => true,
     }
 }
 
@@ -242,8 +271,8 @@ impl Sweep<'_> {
             let peak = last.and_then(|t| t.peak_reserved_bytes);
             let ok = match result {
                 Ok(Step::Done(ok)) => {
-                    // A crash or timeout is not an out-of-memory: stop searching on it.
-                    if last.is_some_and(|t| !ok && t.status != TrialStatus::Failed) {
+                    // Only an out-of-memory tells where the frontier is: stop on anything else.
+                    if last.is_some_and(is_broken) {
                         stop = Some(Ok(None));
                     }
                     ok
@@ -271,7 +300,7 @@ impl Sweep<'_> {
             if s.is_some() {
                 return Ok(s);
             }
-            self.series.notes.push("the search stopped early: a trial crashed, timed out or was interrupted (not an out-of-memory)".into());
+            self.series.notes.push("the search stopped early: a trial crashed, timed out, was stopped or failed for a reason other than out-of-memory".into());
         }
         self.series.frontier = Some(FrontierRecord {
             variable,
@@ -297,6 +326,15 @@ impl Sweep<'_> {
         values: Map<String, Value>,
         load: Option<String>,
     ) -> Result<Step> {
+        if let Some(signal) = self.runner.stop_requested() {
+            self.stopped_between = Some(signal);
+            self.series.notes.push(format!(
+                "stopped by {} before trial {}",
+                signal.name(),
+                self.series.trials.len() + 1
+            ));
+            return Ok(Step::Stop);
+        }
         let prediction = prediction::for_plan(plan)?;
         let mut trial = plan.trial();
         trial.forward_output = false;
@@ -362,7 +400,7 @@ impl Sweep<'_> {
         self.bar.inc(1);
         Ok(match status {
             TrialStatus::Ok | TrialStatus::Failed => Step::Done(status.is_ok()),
-            TrialStatus::Interrupted => Step::Stop,
+            TrialStatus::Interrupted | TrialStatus::Terminated => Step::Stop,
             _ => Step::Done(false),
         })
     }
@@ -475,23 +513,19 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
         .map(|card| {
             let (cap, source) = card.device_capacity();
             let usable = cap.get().saturating_sub(overhead.unwrap_or(0));
-            let predicted = f.solve(usable as f64);
-            let spread = 2.0 * f.residual_std_bytes;
-            let range = match (
-                f.solve(usable as f64 - spread),
-                f.solve(usable as f64 + spread),
-            ) {
-                (Some(a), Some(b)) => Some((a, b)),
-                _ => None,
+            let (predicted, range, withheld) = match f.frontier(usable as f64) {
+                Ok((x, range)) => (Some(x), Some(range), None),
+                Err(why) => (None, None, Some(why)),
             };
             CardFrontier {
                 card: card.name,
                 capacity_bytes: cap.get(),
-                capacity_source: format!("{source:?}"),
+                capacity_source: source.label().into(),
                 usable_bytes: usable,
                 predicted,
                 range,
                 extrapolation: predicted.is_none_or(|p| p < f.x_min as f64 || p > f.x_max as f64),
+                withheld,
             }
         })
         .collect();
@@ -554,7 +588,7 @@ mod tests {
             peak: 1_000_000 * dense(s).batch,
         });
         let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!("unavailable")
         };
         let batches: Vec<u64> = mock.specs.iter().map(|s| dense(s).batch).collect();
@@ -620,7 +654,7 @@ mod tests {
             ],
             &mut mock,
         );
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
         let f = series.frontier.as_ref().unwrap();
@@ -657,7 +691,7 @@ mod tests {
                 &["--vary", "context=1..1000", "--search", "frontier"],
                 &mut mock,
             );
-            let Finish::Done(series) = finish.unwrap() else {
+            let Finish::Done { series, .. } = finish.unwrap() else {
                 panic!()
             };
             let broken_trials = series.trials.iter().filter(|t| t.status == status).count();
@@ -676,7 +710,7 @@ mod tests {
             b => Outcome::Ok { peak: b << 20 },
         });
         let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
         assert_eq!(mock.specs.len(), 3, "batch 8 never ran");
@@ -684,6 +718,58 @@ mod tests {
         assert_eq!(on_disk(&out).status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).trials.len(), 3);
         assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+    }
+
+    #[test]
+    fn a_failure_other_than_out_of_memory_fails_the_sweep() {
+        let mut mock = MockRunner::new(|s| match dense(s).batch {
+            1 => Outcome::Ok { peak: 1 << 20 },
+            _ => Outcome::Error,
+        });
+        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        let Finish::Done { series, .. } = finish.unwrap() else {
+            panic!()
+        };
+        assert_eq!(series.trials[1].status, TrialStatus::Failed);
+        assert!(!series.trials[1].out_of_memory);
+        assert!(is_broken(&series.trials[1]));
+        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        let table = super::super::render::table(&series, std::path::Path::new("s.json"));
+        assert!(table.contains("mock: ValueError"), "{table}");
+    }
+
+    #[test]
+    fn a_limit_above_the_device_is_refused_before_any_trial() {
+        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 });
+        mock.device_total = Some(4 << 30);
+        let (_d, out, finish) = sweep(
+            &["--vary", "batch=1,2", "--memory-limit", "8GiB"],
+            &mut mock,
+        );
+        let err = finish.err().expect("refused").to_string();
+        assert!(err.contains("more than cuda:0 has"), "{err}");
+        assert!(mock.specs.is_empty() && !out.exists());
+    }
+
+    #[test]
+    fn a_signal_between_trials_closes_the_series() {
+        for (stop, status) in [
+            (Stop::Interrupt, SeriesStatus::Interrupted),
+            (Stop::Terminate(libc::SIGHUP), SeriesStatus::Terminated),
+        ] {
+            let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+            mock.stop_after = Some((2, stop));
+            let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+            let Finish::Done { series, .. } = finish.unwrap() else {
+                panic!()
+            };
+            assert_eq!(mock.specs.len(), 2, "no trial starts after the signal");
+            assert_eq!(series.status, status);
+            let disk = on_disk(&out);
+            assert_eq!((disk.status, disk.trials.len()), (status, 2));
+            assert!(disk.notes.iter().any(|n| n.contains(stop.name())));
+            assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        }
     }
 
     #[test]
@@ -702,7 +788,7 @@ mod tests {
             _ => Outcome::Unavailable,
         });
         let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
         assert_eq!(series.trials[1].status, TrialStatus::Unavailable);
@@ -716,7 +802,7 @@ mod tests {
             &["--vary", "batch=1,2", "--vary", "context=8,16"],
             &mut mock,
         );
-        assert!(matches!(finish.unwrap(), Finish::Done(_)));
+        assert!(matches!(finish.unwrap(), Finish::Done { .. }));
         let cells: Vec<(u64, u64)> = mock
             .specs
             .iter()
@@ -733,7 +819,7 @@ mod tests {
         .unwrap();
         let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
         let (_d, _out, finish) = sweep(&["--loads", loads.to_str().unwrap()], &mut mock);
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
         let cells: Vec<(u64, u64)> = mock
@@ -750,7 +836,7 @@ mod tests {
     fn processes_run_the_same_spec_in_fresh_workers() {
         let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
         let (_d, _out, finish) = sweep(&["--processes", "3"], &mut mock);
-        let Finish::Done(series) = finish.unwrap() else {
+        let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
         assert_eq!(mock.specs.len(), 3);

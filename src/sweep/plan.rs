@@ -101,6 +101,26 @@ impl SweepPlan {
             Some(path) => read_loads(path)?,
             None => Vec::new(),
         };
+        // A varied dimension the workload never reads would make every trial the same.
+        let varied = args
+            .vary
+            .iter()
+            .map(|v| v.variable)
+            .chain(loads.iter().flat_map(|l| l.values.iter().map(|(v, _)| *v)));
+        for variable in varied {
+            if !base.uses(variable) && m.script.is_none() {
+                bail!(
+                    "{variable} has no effect on {}: varying it would run the same workload again; vary one of {}",
+                    base.describe(),
+                    Variable::ALL
+                        .into_iter()
+                        .filter(|v| base.uses(*v))
+                        .map(Variable::name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
         Ok(SweepPlan {
             mode,
             base,
@@ -146,7 +166,7 @@ fn limit(args: &SweepArgs) -> Result<Option<Limit>> {
             let (cap, source) = card.device_capacity();
             Some(Limit {
                 bytes: cap.get(),
-                source: format!("--card {} ({:?})", card.name, source),
+                source: format!("--card {} ({})", card.name, source.label()),
                 emulated: true,
                 method,
             })
@@ -194,6 +214,12 @@ fn read_loads(path: &std::path::Path) -> Result<Vec<Load>> {
             values.push((Variable::parse(k).map_err(anyhow::Error::msg)?, n));
         }
         out.push(Load { name, values });
+    }
+    if out.is_empty() {
+        bail!(
+            "--loads {}: the list of loads is empty; give at least one, e.g. {{\"loads\": [{{\"name\": \"usual\", \"batch\": 1}}]}}",
+            path.display()
+        );
     }
     Ok(out)
 }

@@ -55,6 +55,18 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
                 "  (in {p}; a partial peak is not the need of a complete run)"
             ))
         );
+        if super::driver::is_broken(t)
+            && let Some(e) = &t.error
+        {
+            let _ = writeln!(o, "       {e}");
+        }
+    }
+    let broken = s.trials.iter().filter(|t| super::driver::is_broken(t)).count();
+    if broken > 0 {
+        let _ = writeln!(
+            o,
+            "\nthe sweep failed: {broken} trial(s) ended for a reason other than out-of-memory (an out-of-memory at a known load is a finding; this is not)"
+        );
     }
     if let Some(f) = &s.frontier {
         let _ = writeln!(
@@ -90,8 +102,10 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
                 c.card,
                 Bytes(c.usable_bytes).gib(),
                 fr.variable,
-                c.predicted
-                    .map_or("not reached".into(), |p| format!("{p:.0}")),
+                c.predicted.map_or_else(
+                    || format!("none: {}", c.withheld.as_deref().unwrap_or("not reached")),
+                    |p| format!("{p:.0}")
+                ),
                 match (c.range, c.extrapolation) {
                     (Some((a, b)), true) =>
                         format!(" (range {a:.0}..{b:.0}; extrapolation, not measured)"),

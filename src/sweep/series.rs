@@ -24,6 +24,7 @@ pub enum TrialStatus {
     Crashed,
     Timeout,
     Interrupted,
+    Terminated,
     /// PyTorch or a GPU went missing after the first trial.
     Unavailable,
 }
@@ -36,6 +37,7 @@ impl TrialStatus {
             TrialStatus::Crashed => "crashed",
             TrialStatus::Timeout => "timeout",
             TrialStatus::Interrupted => "interrupted",
+            TrialStatus::Terminated => "terminated",
             TrialStatus::Unavailable => "unavailable",
         }
     }
@@ -53,6 +55,7 @@ impl From<RunStatus> for TrialStatus {
             RunStatus::Crashed => TrialStatus::Crashed,
             RunStatus::Timeout => TrialStatus::Timeout,
             RunStatus::Interrupted => TrialStatus::Interrupted,
+            RunStatus::Terminated => TrialStatus::Terminated,
         }
     }
 }
@@ -70,7 +73,10 @@ pub enum SeriesStatus {
     /// Trials are still running (or the CLI was killed before it could say otherwise).
     Running,
     Complete,
+    /// Stopped by SIGINT (Ctrl-C).
     Interrupted,
+    /// Stopped by SIGTERM or SIGHUP.
+    Terminated,
     /// Stopped by an error of the CLI itself; the note says which.
     Aborted,
 }
@@ -81,6 +87,7 @@ impl SeriesStatus {
             SeriesStatus::Running => "running",
             SeriesStatus::Complete => "complete",
             SeriesStatus::Interrupted => "interrupted",
+            SeriesStatus::Terminated => "terminated",
             SeriesStatus::Aborted => "aborted",
         }
     }
@@ -178,10 +185,14 @@ pub struct CardFrontier {
     pub usable_bytes: u64,
     /// Value of the varied dimension at which the fitted peak reserved reaches `usable_bytes`.
     pub predicted: Option<f64>,
-    /// From the fit's residual spread (± 2σ on the peak).
+    /// Where the fit's ~95% prediction band reaches the usable bytes (it widens away from the
+    /// measured values).
     pub range: Option<(f64, f64)>,
     /// Outside the measured range: an extrapolation, not a measurement.
     pub extrapolation: bool,
+    /// Why no value is given (too far beyond the measured values, or never reached).
+    #[serde(default)]
+    pub withheld: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -211,7 +222,7 @@ pub struct Series {
     pub tool_version: String,
     pub started_at: String,
     pub updated_at: String,
-    /// `running`, `complete`, `interrupted` or `aborted`.
+    /// `running`, `complete`, `interrupted`, `terminated` or `aborted`.
     pub status: SeriesStatus,
     /// `list`, `frontier`, `grid`, `loads` or `processes`.
     pub mode: SweepMode,
@@ -241,10 +252,15 @@ impl Series {
     }
 }
 
-/// Writes the series atomically after each trial.
+/// Writes the series atomically after each trial (a temporary sibling moved into place). The
+/// first write refuses to replace a file that appeared meanwhile. If the path cannot be written
+/// any more (a full disk), the series moves to the temporary folder and says so, so that no
+/// finished trial is lost.
 pub struct Writer {
     path: PathBuf,
     written: bool,
+    /// The series could not be written where asked: why, and where it is instead.
+    moved: Option<(OutputError, PathBuf)>,
 }
 
 impl Writer {
@@ -253,30 +269,51 @@ impl Writer {
         Ok(Writer {
             path: path.to_path_buf(),
             written: false,
+            moved: None,
         })
     }
 
     pub fn save(&mut self, series: &Series) -> Result<(), OutputError> {
-        let io = |source| OutputError::Io {
+        let bytes = serde_json::to_vec_pretty(series).map_err(|e| OutputError::Io {
             path: self.path.clone(),
-            source,
-        };
-        if !self.written && self.path.exists() {
-            return Err(OutputError::Exists(self.path.clone()));
+            reason: e.to_string(),
+        })?;
+        match self.write(&bytes) {
+            Ok(()) => Ok(()),
+            Err(e @ OutputError::Exists(_)) => Err(e),
+            Err(why) if self.moved.is_none() => {
+                let elsewhere = std::env::temp_dir().join(format!(
+                    "iteragpu-series-{}-{}.json",
+                    chrono::Utc::now().format("%Y%m%dT%H%M%S"),
+                    std::process::id()
+                ));
+                eprintln!(
+                    "warning: {why}; the series continues in {}",
+                    elsewhere.display()
+                );
+                self.path = elsewhere.clone();
+                self.written = false;
+                self.moved = Some((why, elsewhere));
+                self.write(&bytes)
+            }
+            Err(e) => Err(e),
         }
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = self
-            .path
-            .with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-        let bytes = serde_json::to_vec_pretty(series).map_err(|e| io(std::io::Error::other(e)))?;
-        std::fs::write(&tmp, bytes).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), OutputError> {
+        let staged = crate::output::stage(&self.path, bytes)?;
+        if self.written {
+            staged.replace()?;
+        } else {
+            staged.commit()?;
+        }
         self.written = true;
         Ok(())
+    }
+
+    /// Why and where the series went, when it could not be written at the requested path.
+    pub fn take_moved(&mut self) -> Option<(OutputError, PathBuf)> {
+        self.moved.take()
     }
 
     pub fn written(&self) -> bool {
