@@ -383,26 +383,24 @@ fn size(text: &str) -> Result<Bytes, String> {
 /// What the training loop runs; the estimate's other optimizers are named as such.
 fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
     use clap::ValueEnum;
-    TrainOptimizer::from_str(text, true).or_else(|_| {
-        Err(match Optimizer::from_str(text, true) {
+    TrainOptimizer::from_str(text, true).map_err(|_| {
+        match Optimizer::from_str(text, true) {
             Ok(_) => format!(
                 "{text} is estimated (iteragpu estimate --train --optimizer {text}) but not measured; measure with adamw or sgd"
             ),
             Err(_) => format!("`{text}` is not an optimizer iteragpu runs; use adamw or sgd"),
-        })
+        }
     })
 }
 
 /// What the training loop runs; fp16-mixed is estimated only.
 fn train_precision(text: &str) -> Result<TrainPrecision, String> {
     use clap::ValueEnum;
-    TrainPrecision::from_str(text, true).or_else(|_| {
-        Err(match Precision::from_str(text, true) {
-            Ok(_) => format!(
-                "{text} is estimated but not measured yet; use fp32, bf16-mixed or bf16"
-            ),
-            Err(_) => format!("`{text}` is not a training precision; use fp32, bf16-mixed or bf16"),
-        })
+    TrainPrecision::from_str(text, true).map_err(|_| match Precision::from_str(text, true) {
+        Ok(_) => {
+            format!("{text} is estimated but not measured yet; use fp32, bf16-mixed or bf16")
+        }
+        Err(_) => format!("`{text}` is not a training precision; use fp32, bf16-mixed or bf16"),
     })
 }
 

@@ -155,9 +155,7 @@ pub fn save_result(path: &Path, bytes: &[u8]) -> Result<Saved, OutputError> {
         }),
         Err(second) => Err(OutputError::Io {
             path: path.to_path_buf(),
-            reason: format!(
-                "{why}; saving it in the temporary folder failed too: {second}"
-            ),
+            reason: format!("{why}; saving it in the temporary folder failed too: {second}"),
         }),
     }
 }
@@ -177,6 +175,8 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, OutputError> {
         .unwrap_or(Path::new("."));
     let mut file = tempfile::Builder::new()
         .prefix(".iteragpu-")
+        // As a plain create would (the umask applies), not the temporary file's private 0600.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(folder)
         .map_err(|e| OutputError::io(path, &e))?;
     file.write_all(bytes)
@@ -221,7 +221,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.json");
         check_new(&path).unwrap();
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "probe removed");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "probe removed"
+        );
         write_new(&path, b"first").unwrap();
         assert!(matches!(check_new(&path), Err(OutputError::Exists(_))));
         assert!(matches!(
@@ -260,7 +264,11 @@ mod tests {
         std::fs::write(&blocker, b"").unwrap();
         let path = blocker.join("r.json");
         let saved = save_result(&path, b"measured").unwrap();
-        let Saved::Elsewhere { path: elsewhere, why } = &saved else {
+        let Saved::Elsewhere {
+            path: elsewhere,
+            why,
+        } = &saved
+        else {
             panic!("{saved:?}")
         };
         assert!(elsewhere.starts_with(std::env::temp_dir()));

@@ -4,12 +4,18 @@
 mod common;
 #[path = "integration/estimate.rs"]
 mod estimate;
+#[path = "integration/honesty.rs"]
+mod honesty;
 #[path = "integration/measure.rs"]
 mod measure;
+#[path = "integration/outputs.rs"]
+mod outputs;
 #[path = "integration/properties.rs"]
 mod properties;
 #[path = "integration/report.rs"]
 mod report;
+#[path = "integration/signals.rs"]
+mod signals;
 #[path = "integration/sweep.rs"]
 mod sweep;
 #[path = "integration/workloads.rs"]

@@ -33,7 +33,11 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
             anyhow::anyhow!(
                 "cannot write to standard output: {}{}",
                 output::reason(&e),
-                if staged.is_some() { "; no CSV was written" } else { "" }
+                if staged.is_some() {
+                    "; no CSV was written"
+                } else {
+                    ""
+                }
             )
         })?;
     if let Some(staged) = staged {

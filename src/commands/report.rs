@@ -23,7 +23,12 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
     let staged = output::stage(&args.output, exporter.render(&doc).as_bytes())?;
     writeln!(out, "fiche: {}", args.output.display())
         .and_then(|()| out.flush())
-        .map_err(|e| anyhow::anyhow!("cannot write to standard output: {}; no fiche was written", output::reason(&e)))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write to standard output: {}; no fiche was written",
+                output::reason(&e)
+            )
+        })?;
     staged.commit()?;
     Ok(exit::OK)
 }

@@ -31,7 +31,9 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<u8> {
         }
         Finish::Done { series, moved } => (series, moved),
     };
-    let path = moved.as_ref().map_or(m.output.as_path(), |(_, p)| p.as_path());
+    let path = moved
+        .as_ref()
+        .map_or(m.output.as_path(), |(_, p)| p.as_path());
     let text = if m.json {
         serde_json::to_string_pretty(&series)? + "\n"
     } else {

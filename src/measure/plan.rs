@@ -442,17 +442,72 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
     let script = matches!(plan.workload, WorkloadPlan::Script(_));
     let lora = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && plan.is_training();
     let options: [(&str, bool, bool, &str); 11] = [
-        ("--gradient-checkpointing", args.gradient_checkpointing, plan.is_training(), "--task train"),
-        ("--lora-rank", args.lora_rank.is_some(), lora, "causal-lm training"),
-        ("--warmup", args.warmup.is_some(), dense_inference, "dense inference"),
-        ("--repeats", args.repeats.is_some(), dense_inference, "dense inference"),
-        ("--empty-cache", args.empty_cache.is_some(), dense_inference, "dense inference"),
-        ("--cache", args.cache.is_some(), generation, "causal-lm generation"),
-        ("--optimizer", args.optimizer.is_some(), plan.is_training(), "--task train"),
-        ("--precision", args.precision.is_some(), plan.is_training(), "--task train"),
-        ("--dtype", args.dtype.is_some(), !script, "the built-in workloads"),
-        ("--whole-loop", args.whole_loop, !script, "the built-in workloads"),
-        ("--window", args.window.is_some(), generation, "causal-lm generation with --cache sliding"),
+        (
+            "--gradient-checkpointing",
+            args.gradient_checkpointing,
+            plan.is_training(),
+            "--task train",
+        ),
+        (
+            "--lora-rank",
+            args.lora_rank.is_some(),
+            lora,
+            "causal-lm training",
+        ),
+        (
+            "--warmup",
+            args.warmup.is_some(),
+            dense_inference,
+            "dense inference",
+        ),
+        (
+            "--repeats",
+            args.repeats.is_some(),
+            dense_inference,
+            "dense inference",
+        ),
+        (
+            "--empty-cache",
+            args.empty_cache.is_some(),
+            dense_inference,
+            "dense inference",
+        ),
+        (
+            "--cache",
+            args.cache.is_some(),
+            generation,
+            "causal-lm generation",
+        ),
+        (
+            "--optimizer",
+            args.optimizer.is_some(),
+            plan.is_training(),
+            "--task train",
+        ),
+        (
+            "--precision",
+            args.precision.is_some(),
+            plan.is_training(),
+            "--task train",
+        ),
+        (
+            "--dtype",
+            args.dtype.is_some(),
+            !script,
+            "the built-in workloads",
+        ),
+        (
+            "--whole-loop",
+            args.whole_loop,
+            !script,
+            "the built-in workloads",
+        ),
+        (
+            "--window",
+            args.window.is_some(),
+            generation,
+            "causal-lm generation with --cache sliding",
+        ),
     ];
     for (name, given, applies, place) in options {
         if given && !applies {

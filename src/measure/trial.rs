@@ -18,8 +18,8 @@ use super::result::{
 use super::sampler::Sampler;
 use super::spec::WorkerSpec;
 use super::worker_process::{self, Exit, StartError, WorkerCommand};
-use crate::signals::{Stop, StopRequest};
 use crate::environment::{PythonEnvironment, nvml};
+use crate::signals::{Stop, StopRequest};
 
 /// Everything needed to run one trial.
 #[derive(Clone, Debug)]

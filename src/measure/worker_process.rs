@@ -92,7 +92,9 @@ pub(crate) fn die_with_parent(command: &mut Command) {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             // The parent may have died before the request was made: then do not start at all.
             if libc::getppid() != parent {
-                return Err(std::io::Error::other("iteragpu ended before its worker started"));
+                return Err(std::io::Error::other(
+                    "iteragpu ended before its worker started",
+                ));
             }
             Ok(())
         });
@@ -127,12 +129,10 @@ pub fn run(
         .stderr(Stdio::piped())
         .process_group(0);
     die_with_parent(&mut command);
-    let mut child = command
-        .spawn()
-        .map_err(|source| StartError::Interpreter {
-            python: cmd.python.display().to_string(),
-            source,
-        })?;
+    let mut child = command.spawn().map_err(|source| StartError::Interpreter {
+        python: cmd.python.display().to_string(),
+        source,
+    })?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let stdout = child.stdout.take().expect("stdout is piped");

@@ -8,11 +8,11 @@ pub mod replay;
 
 use anyhow::Result;
 
-use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::estimate::KvRequest;
-use crate::measure::spec::{TrainOptimizer, TrainPrecision};
+use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::measure::plan::{CausalLmPlan, MeasurePlan, WorkloadPlan};
 use crate::measure::result::MeasureResult;
+use crate::measure::spec::{TrainOptimizer, TrainPrecision};
 use check::CacheEstimate;
 use replay::{CausalLmSpec, CausalLmTrainSpec, DenseSpec, PhasePrediction};
 
@@ -66,7 +66,9 @@ pub fn for_plan(plan: &MeasurePlan) -> Result<Prediction> {
                     warmup: p.warmup,
                     repeats: p.repeats,
                     train_steps: p.training.map(|_| d.steps),
-                    adamw: p.training.is_none_or(|t| t.optimizer == TrainOptimizer::Adamw),
+                    adamw: p
+                        .training
+                        .is_none_or(|t| t.optimizer == TrainOptimizer::Adamw),
                 }))
             } else {
                 Prediction::None

@@ -154,7 +154,10 @@ pub fn build(
             "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",
             "Attention : cette série n’a jamais été close (statut `running`) : son balayage tourne encore ou a été tué. Ses essais terminés sont montrés ; la frontière et l’ajustement peuvent manquer.",
         );
-        eprintln!("warning: {}: {warning}", series.map_or(String::new(), |l| l.path.display().to_string()));
+        eprintln!(
+            "warning: {}: {warning}",
+            series.map_or(String::new(), |l| l.path.display().to_string())
+        );
         b.push(Block::Para(warning.into()));
     }
     identity(&mut b, r, lang);

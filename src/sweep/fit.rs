@@ -236,7 +236,10 @@ mod tests {
         let f = fit(&points).unwrap();
         // Far past 4 × 4: withheld, with the reason.
         let err = f.frontier(141e9).unwrap_err();
-        assert!(err.contains("beyond 4× the largest value measured (4)"), "{err}");
+        assert!(
+            err.contains("beyond 4× the largest value measured (4)"),
+            "{err}"
+        );
         // Close: a value, and a range that widens with the distance from the data.
         let (near, (a, b)) = f.frontier(1e9 + 6.0 * 100.0 * mib).unwrap();
         assert!((near - 6.0).abs() < 1e-6);

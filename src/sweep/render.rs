@@ -61,7 +61,11 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             let _ = writeln!(o, "       {e}");
         }
     }
-    let broken = s.trials.iter().filter(|t| super::driver::is_broken(t)).count();
+    let broken = s
+        .trials
+        .iter()
+        .filter(|t| super::driver::is_broken(t))
+        .count();
     if broken > 0 {
         let _ = writeln!(
             o,

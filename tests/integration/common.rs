@@ -64,3 +64,32 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).expect("result file exists"))
         .expect("result is JSON")
 }
+
+/// Whether the tests run under CI (`.ci/run` sets ITERAGPU_CI; most CI services set CI), where
+/// a check that cannot run is a failure, not a note.
+pub fn under_ci() -> bool {
+    ["ITERAGPU_CI", "CI"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
+/// Records that `check` did not run and why: fatal under CI; elsewhere the `zz_not_run` target
+/// lists every such check at the end of `cargo test`.
+pub fn not_run(check: &str, reason: &str) {
+    assert!(
+        !under_ci(),
+        "{check} cannot run under CI: {reason} (.ci/run must provide what it needs)"
+    );
+    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("not-run");
+    let _ = std::fs::create_dir_all(&folder);
+    let line = format!("{check}: {reason}\n");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(folder.join(format!("{}.txt", std::process::id())))
+    {
+        use std::io::Write;
+        let _ = f.write_all(line.as_bytes());
+    }
+    eprintln!("not run: {line}");
+}

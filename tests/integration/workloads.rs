@@ -371,8 +371,11 @@ fn reference_python() -> Option<String> {
     if ok {
         Some(candidate)
     } else {
-        eprintln!(
-            "note: {candidate} has no torch+transformers; the KV-cache check against transformers was not run (set ITERAGPU_TEST_PYTHON to an interpreter that has them)"
+        crate::common::not_run(
+            "checks against real torch and transformers on CPU",
+            &format!(
+                "{candidate} cannot import torch and transformers (set ITERAGPU_TEST_PYTHON to an interpreter that has them; .ci/run prepares one)"
+            ),
         );
         None
     }
@@ -504,7 +507,10 @@ fn workloads_run_with_real_torch_on_cpu() {
             with(&with(&lm, train.clone()), serde_json::json!({"model_config": cfg("llama"), "lora_rank": 4, "lora_targets": ["q_proj", "v_proj"], "gradient_checkpointing": true})),
         ));
     } else {
-        eprintln!("note: {python} has no peft; the LoRA workload was not run on CPU");
+        crate::common::not_run(
+            "the LoRA workload on CPU",
+            &format!("{python} cannot import peft"),
+        );
     }
     let list: Vec<serde_json::Value> = jobs.iter().map(|(_, j)| j.clone()).collect();
     let runs = python_jobs(&python, "workloads_on_cpu.py", &list);

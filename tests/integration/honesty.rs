@@ -1,0 +1,350 @@
+//! Nothing silently ignored and honest statuses: every accepted option acts or is refused; a sweep
+//! whose trials fail for another reason than out-of-memory fails; an extrapolation far from the
+//! measured values is withheld; a report refuses files that do not belong together; messages
+//! carry no Rust debug names.
+
+use crate::common::{fixture, read_json, with_fake_torch};
+use predicates::prelude::*;
+
+fn refused(args: &[&str], message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.json");
+    with_fake_torch()
+        .args(args)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(message));
+    assert!(!out.exists(), "{args:?}");
+}
+
+#[test]
+fn options_a_workload_would_ignore_are_refused() {
+    let llama = fixture("tiny/llama/config.json");
+    let llama = llama.to_str().unwrap();
+    let script = fixture("scripts/job.py");
+    let script = script.to_str().unwrap();
+    for (args, message) in [
+        (
+            vec!["measure", "--cache", "static"],
+            "--cache has no effect on dense inference",
+        ),
+        (
+            vec!["measure", "--optimizer", "sgd"],
+            "--optimizer has no effect on dense inference",
+        ),
+        (
+            vec!["measure", "--prompt-tokens", "9"],
+            "--prompt-tokens has no effect on dense inference",
+        ),
+        (
+            vec!["measure", "--task", "train", "--warmup", "2"],
+            "--warmup has no effect on dense training",
+        ),
+        (
+            vec![
+                "measure",
+                "--workload",
+                "causal-lm",
+                "--model",
+                llama,
+                "--width",
+                "128",
+            ],
+            "--width has no effect on causal-lm generation",
+        ),
+        (
+            vec![
+                "measure",
+                "--workload",
+                "causal-lm",
+                "--model",
+                llama,
+                "--context",
+                "99",
+            ],
+            "--context has no effect on causal-lm generation",
+        ),
+        (
+            vec![
+                "measure",
+                "--workload",
+                "causal-lm",
+                "--model",
+                llama,
+                "--task",
+                "train",
+                "--cache",
+                "static",
+            ],
+            "--cache has no effect on causal-lm training",
+        ),
+        (
+            vec!["measure", "--script", script, "--batch", "8"],
+            "never reaches the script",
+        ),
+        (
+            vec!["measure", "--script", script, "--dtype", "float16"],
+            "--dtype has no effect on a script",
+        ),
+        (
+            vec!["measure", "--task", "train", "--optimizer", "adafactor"],
+            "measure with adamw or sgd",
+        ),
+        (
+            vec!["measure", "--task", "train", "--precision", "fp16-mixed"],
+            "estimated but not measured",
+        ),
+        (
+            vec![
+                "sweep",
+                "--vary",
+                "width=64,128",
+                "--workload",
+                "causal-lm",
+                "--model",
+                llama,
+            ],
+            "width has no effect on causal-lm generation",
+        ),
+        (
+            vec!["sweep", "--processes", "2", "--memory-limit", "0"],
+            "no memory at all",
+        ),
+    ] {
+        refused(&args, message);
+    }
+    // The help states what measure runs, not the estimate's list.
+    with_fake_torch()
+        .args(["measure", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("adamw or sgd"))
+        .stdout(predicate::str::contains("adafactor").not())
+        .stdout(predicate::str::contains("--max-cache-len").not())
+        .stdout(predicate::str::contains("--kv-quant-bits").not());
+}
+
+#[test]
+fn an_empty_list_of_loads_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let loads = dir.path().join("loads.json");
+    std::fs::write(&loads, r#"{"loads": []}"#).unwrap();
+    refused(
+        &["sweep", "--loads", loads.to_str().unwrap()],
+        "the list of loads is empty",
+    );
+}
+
+#[test]
+fn a_limit_above_the_device_is_refused() {
+    // The fake device has 16 GiB.
+    refused(
+        &["sweep", "--vary", "batch=1,2", "--memory-limit", "32GiB"],
+        "is more than cuda:0 has",
+    );
+}
+
+#[test]
+fn a_sweep_whose_trials_fail_otherwise_than_out_of_memory_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    with_fake_torch()
+        .args(["sweep", "--script"])
+        .arg(fixture("scripts/job.py"))
+        .args(["--vary", "batch=1,2", "--output"])
+        .arg(&out)
+        .args(["--", "--rows", "{batch}", "--fail"])
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("the script failed on purpose"))
+        .stdout(predicate::str::contains("the sweep failed: 2 trial(s)"));
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "complete");
+    assert!(
+        doc["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["status"] == "failed" && t["out_of_memory"] == false)
+    );
+}
+
+#[test]
+fn a_far_extrapolation_is_withheld() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    with_fake_torch()
+        .args([
+            "sweep",
+            "--vary",
+            "batch=1,2,4",
+            "--width",
+            "256",
+            "--json",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    let h200 = doc["fit"]["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["card"] == "H200 141GB")
+        .unwrap()
+        .clone();
+    assert!(h200["predicted"].is_null(), "{h200}");
+    assert!(h200["range"].is_null());
+    assert!(
+        h200["withheld"]
+            .as_str()
+            .unwrap()
+            .contains("beyond 4× the largest value measured (4)")
+    );
+    assert!(
+        !doc["fit"]["cards"][0]["capacity_source"]
+            .as_str()
+            .unwrap()
+            .contains("Torch")
+    );
+}
+
+#[test]
+fn a_report_refuses_files_that_do_not_belong_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    with_fake_torch()
+        .args(["measure", "--width", "256", "--output"])
+        .arg(p("r.json"))
+        .assert()
+        .success();
+    with_fake_torch()
+        .args(["sweep", "--vary", "batch=1,2", "--width", "512", "--output"])
+        .arg(p("other-width.json"))
+        .assert()
+        .success();
+    crate::common::iteragpu()
+        .arg("report")
+        .arg(p("r.json"))
+        .arg(p("other-width.json"))
+        .arg("--output")
+        .arg(p("f.md"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("width = 256"))
+        .stderr(predicate::str::contains("width = 512"));
+    assert!(!p("f.md").exists());
+    // An estimate of another model.
+    let est = crate::common::estimate_json(&["--parameters", "7000000000", "--bits", "16"]);
+    std::fs::write(p("e.json"), est.to_string()).unwrap();
+    crate::common::iteragpu()
+        .arg("report")
+        .arg(p("r.json"))
+        .arg("--estimate")
+        .arg(p("e.json"))
+        .arg("--output")
+        .arg(p("f.md"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("the estimate of another model"));
+    // A series still `running` (its sweep was killed) is reported with a warning in the fiche.
+    with_fake_torch()
+        .args(["sweep", "--vary", "batch=1,2", "--width", "256", "--output"])
+        .arg(p("same.json"))
+        .assert()
+        .success();
+    let mut series = read_json(&p("same.json"));
+    series["status"] = "running".into();
+    std::fs::write(p("running.json"), series.to_string()).unwrap();
+    crate::common::iteragpu()
+        .arg("report")
+        .arg(p("r.json"))
+        .arg(p("running.json"))
+        .arg("--output")
+        .arg(p("f.md"))
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("never closed"));
+    assert!(
+        std::fs::read_to_string(p("f.md"))
+            .unwrap()
+            .contains("never closed")
+    );
+}
+
+#[test]
+fn a_result_with_no_phase_is_not_called_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("nothing.py");
+    std::fs::write(&script, "print('no phase marked')\n").unwrap();
+    let out = dir.path().join("r.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(&script)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let md = dir.path().join("f.md");
+    crate::common::iteragpu()
+        .arg("report")
+        .arg(&out)
+        .arg("--output")
+        .arg(&md)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("No phase was recorded"), "{text}");
+    assert!(!text.contains("ran to completion"));
+}
+
+#[test]
+fn cards_refuse_an_overhead_that_fills_every_card() {
+    crate::common::iteragpu()
+        .args(["cards", "--need", "1GiB", "--overhead", "1TB"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("fills even the largest card"));
+    crate::common::iteragpu()
+        .args(["cards", "--need", "20GiB"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("(PyTorch's total_memory)"))
+        .stdout(predicate::str::contains("TorchTotalMemory").not());
+}
+
+#[test]
+fn an_interpreter_that_hangs_is_stopped_and_messages_carry_no_debug_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = dir.path().join("hanging-python");
+    std::fs::write(&hang, "#!/bin/sh\nsleep 60\n").unwrap();
+    std::fs::set_permissions(&hang, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let started = std::time::Instant::now();
+    crate::common::iteragpu()
+        .args(["environment", "--timeout", "1", "--python"])
+        .arg(&hang)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "did not report its environment within 1 s",
+        ));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    crate::common::iteragpu()
+        .args(["environment", "--python", "/bin/true"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("(exit status 0)"))
+        .stdout(predicate::str::contains("Some(").not());
+    let out = dir.path().join("r.json");
+    with_fake_torch()
+        .args(["measure", "--python", "/bin/true", "--output"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("(exit status 0)"))
+        .stderr(predicate::str::contains("Code(").not());
+}

@@ -1,0 +1,257 @@
+//! Results are never lost and never half-written: unusable output paths are refused before
+//! anything runs; a full disk at the final write sends the result to the temporary folder; a
+//! fiche or a CSV is written only if everything else succeeded. File systems are made by the
+//! test: a tmpfs in a private mount namespace (`unshare -m`, as root), read-only or nearly full.
+
+use crate::common::{fixture, not_run, read_json};
+use predicates::prelude::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// `iteragpu ARGS` in a private mount namespace where `setup` (shell) ran first; `None` (and a
+/// note, or a failure under CI) when this machine cannot make mount namespaces.
+fn in_namespace(check: &str, setup: &str, args: &[&str], tmp: &Path) -> Option<Output> {
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=16k tmpfs /mnt"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = match probe {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        };
+        not_run(
+            check,
+            &format!(
+                "cannot mount a tmpfs in a private namespace (root and `unshare -m` needed): {why}"
+            ),
+        );
+        return None;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("iteragpu");
+    let script = format!("{setup} && exec \"$0\" \"$@\"");
+    Some(
+        Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .arg(bin)
+            .args(args)
+            .env("PYTHONPATH", fixture("../fake_torch"))
+            .env("TMPDIR", tmp)
+            .env_remove("ITERAGPU_PYTHON")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap(),
+    )
+}
+
+const GUIDE: [&str; 9] = [
+    "measure",
+    "--batch",
+    "2",
+    "--context",
+    "64",
+    "--width",
+    "256",
+    "--warmup",
+    "1",
+];
+
+/// An interpreter that leaves a mark when it starts, to show that nothing ran.
+fn marking_python(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mark = dir.join("started");
+    let python = dir.join("marking-python");
+    std::fs::write(
+        &python,
+        format!("#!/bin/sh\ntouch {}\nexec python3 \"$@\"\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (python, mark)
+}
+
+#[test]
+fn a_read_only_file_system_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("ro");
+    std::fs::create_dir(&mnt).unwrap();
+    let (python, mark) = marking_python(dir.path());
+    let out = mnt.join("r.json");
+    let mut args = GUIDE.to_vec();
+    args.extend([
+        "--python",
+        python.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let setup = format!("mount -t tmpfs -o ro,size=64k tmpfs {}", mnt.display());
+    let Some(run) = in_namespace("a read-only output folder", &setup, &args, dir.path()) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert!(
+        !stderr.contains("os error"),
+        "the reason is said once: {stderr}"
+    );
+    assert!(!mark.exists(), "no worker was started");
+}
+
+#[test]
+fn a_full_disk_at_the_final_write_keeps_the_result_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("full");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = mnt.join("r.json");
+    let mut args = GUIDE.to_vec();
+    args.extend(["--output", out.to_str().unwrap()]);
+    // 64 KiB with 56 KiB taken: room for the check, not for the ~17 KB result.
+    let setup = format!(
+        "mount -t tmpfs -o size=64k tmpfs {0} && head -c 57344 /dev/zero > {0}/filler",
+        mnt.display()
+    );
+    let Some(run) = in_namespace("a full disk at the final write", &setup, &args, dir.path())
+    else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let saved: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("iteragpu-r-")
+        })
+        .collect();
+    assert_eq!(saved.len(), 1, "{stderr}");
+    assert!(stderr.contains(&saved[0].display().to_string()), "{stderr}");
+    let doc = read_json(&saved[0]);
+    assert_eq!(doc["status"], "ok");
+    // model_load, inputs, cold_forward, warmup and 5 warm_forward repeats: nothing lost.
+    assert_eq!(doc["phases"].as_array().unwrap().len(), 9);
+}
+
+#[test]
+fn a_series_that_fills_the_disk_moves_to_the_temporary_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = mnt.join("s.json");
+    let args = [
+        "sweep",
+        "--vary",
+        "batch=1,2,4",
+        "--width",
+        "256",
+        "--context",
+        "64",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    // Room for the series after one trial (~23 KB), not after two.
+    let setup = format!(
+        "mount -t tmpfs -o size=64k tmpfs {0} && head -c 24576 /dev/zero > {0}/filler",
+        mnt.display()
+    );
+    let Some(run) = in_namespace("a full disk during a sweep", &setup, &args, dir.path()) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    let moved: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("iteragpu-series-")
+        })
+        .collect();
+    assert_eq!(moved.len(), 1, "{stderr}");
+    let doc = read_json(&moved[0]);
+    assert_eq!(doc["status"], "complete");
+    assert_eq!(doc["trials"].as_array().unwrap().len(), 3, "no trial lost");
+    assert!(stderr.contains("saved to"), "{stderr}");
+}
+
+#[test]
+fn unusable_output_paths_are_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (python, mark) = marking_python(dir.path());
+    let trailing = format!("{}/r.json/", dir.path().display());
+    let folder = dir.path().display().to_string();
+    for (output, message) in [
+        (trailing.as_str(), "ends with `/`"),
+        (folder.as_str(), "is a folder"),
+        ("/no/such/folder/r.json", "does not exist"),
+    ] {
+        let mut args = GUIDE.to_vec();
+        args.extend(["--python", python.to_str().unwrap(), "--output", output]);
+        crate::common::with_fake_torch()
+            .args(&args)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message))
+            .stderr(predicate::str::contains("series").not());
+    }
+    assert!(!mark.exists(), "no worker was started");
+}
+
+#[test]
+fn a_closed_or_full_standard_output_writes_no_fiche_and_no_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    crate::common::with_fake_torch()
+        .args(GUIDE)
+        .arg("--output")
+        .arg(&result)
+        .assert()
+        .success();
+    let full = || std::fs::File::create("/dev/full").unwrap();
+    let fiche = dir.path().join("fiche.html");
+    let run = Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .arg("report")
+        .arg(&result)
+        .arg("--output")
+        .arg(&fiche)
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("no fiche was written"));
+    assert!(!fiche.exists());
+    let csv = dir.path().join("c.csv");
+    let run = Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .arg("compare")
+        .args([&result, &result])
+        .arg("--csv")
+        .arg(&csv)
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(!csv.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing but the result"
+    );
+    // A measurement keeps its file and its status when only the table cannot be printed.
+    let other = dir.path().join("r2.json");
+    let run = Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .args(GUIDE)
+        .arg("--output")
+        .arg(&other)
+        .env("PYTHONPATH", fixture("../fake_torch"))
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    assert_eq!(read_json(&other)["status"], "ok");
+}
