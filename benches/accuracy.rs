@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use iteragpu::measure::result::MeasureResult;
 use iteragpu::prediction::check::{PhaseCheck, error_pct};
-use iteragpu::prediction::replay::{self as phases, DenseSpec};
+use iteragpu::prediction::hand_replay::{self as phases, DenseSpec};
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -37,6 +37,18 @@ pub enum Command {
     Compare(CompareArgs),
     /// The GPU catalog, and whether a need fits on one device of each card.
     Cards(CardsArgs),
+    /// Every phase's peak for a workload (yours included), predicted on a CPU: the same code runs
+    /// on data-less CUDA tensors for a target card. A prediction, never a measurement.
+    Predict(Box<PredictArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// The card to predict for, from the catalog (`iteragpu cards`) [default: H200].
+    #[arg(long, value_name = "NAME", conflicts_with = "device", help_heading = "Target")]
+    pub card: Option<String>,
+    #[command(flatten)]
+    pub workload: MeasureArgs,
 }
 
 #[derive(Debug, Args)]
@@ -146,8 +158,9 @@ pub struct MeasureArgs {
     /// Arguments for --script (after `--`).
     #[arg(last = true, value_name = "ARGS")]
     pub script_args: Vec<String>,
-    /// Devices, comma-separated; several devices split the dense network across them (never one pool).
-    #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
+    /// Devices, comma-separated; several devices split the dense network across them (never one
+    /// pool) [default: cuda:0]. For predict: a device of this machine whose card to predict for.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = device)]
     pub device: Vec<String>,
     /// Sequences processed together [default: 1].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]

@@ -56,6 +56,7 @@ where
         cli::Command::Report(args) => commands::report::run(args, &mut stdout),
         cli::Command::Compare(args) => commands::compare::run(args, &mut stdout),
         cli::Command::Cards(args) => commands::cards::run(args, &mut stdout),
+        cli::Command::Predict(args) => commands::predict::run(args, &mut stdout),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,4 +1,5 @@
-"""The worker's specification: what the CLI asks one fresh worker to run.
+"""The worker's specification: what the CLI asks one fresh worker to run (measured, or predicted
+for the target card in `predict`).
 
 Its Rust twin is `src/measure/spec.rs`, whose module documentation holds the examples both sides
 are tested against. `parse` turns the JSON object into typed, frozen records and refuses any key
@@ -48,6 +49,7 @@ class Dense:
     whole_loop: bool = False
     training: Optional[Training] = None
     memory_limit_bytes: Optional[int] = None
+    predict: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class CausalLm:
     quantized_cache: Optional[QuantizedCache] = None
     training: Optional[Training] = None
     memory_limit_bytes: Optional[int] = None
+    predict: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Script:
     script: str
     script_args: Tuple[str, ...] = field(default_factory=tuple)
     memory_limit_bytes: Optional[int] = None
+    predict: Optional[dict] = None
 
 
 WORKLOADS = {cls.workload: cls for cls in (Dense, CausalLm, Script)}

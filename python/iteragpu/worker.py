@@ -27,6 +27,11 @@ def run(channel, spec):
             },
         )
         return 2
+    if spec.predict is not None:
+        channel.emit("environment", probe.collect(torch, []))
+        from . import predict
+
+        return predict.run(channel, spec, spec.predict)
     env = probe.collect(torch, list(spec.devices))
     channel.emit("environment", env)
     if not env["can_measure"]:
@@ -34,9 +39,17 @@ def run(channel, spec):
         return 2
     rec = recorder.Recorder(torch, list(spec.devices), channel.emit)
     recorder._set_current(rec)
-    try:
-        if spec.memory_limit_bytes:
+    if spec.memory_limit_bytes:
+        try:
             rec.describe(memory_limit=emulate_limit(torch, spec))
+        except BaseException as exc:
+            return failed(channel, exc)
+    return run_workload(rec, torch, spec, channel.emit)
+
+
+def run_workload(rec, torch, spec, emit):
+    """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed."""
+    try:
         workload = spec.workload
         if workload == "dense":
             from .workloads import dense
@@ -48,7 +61,7 @@ def run(channel, spec):
             try:
                 causal_lm.run(rec, torch, spec)
             except causal_lm.Missing as exc:
-                channel.emit("unavailable", {"reason": str(exc)})
+                emit("unavailable", {"reason": str(exc)})
                 return 2
         elif workload == "script":
             code = run_script(spec)
@@ -57,7 +70,7 @@ def run(channel, spec):
         else:
             raise ValueError(f"unknown workload {workload!r}")
     except BaseException as exc:
-        channel.emit(
+        emit(
             "done",
             {
                 "status": "failed",
@@ -69,8 +82,19 @@ def run(channel, spec):
             },
         )
         return 3
-    channel.emit("done", {"status": "ok"})
+    emit("done", {"status": "ok"})
     return 0
+
+
+def failed(channel, exc):
+    channel.emit(
+        "done",
+        {
+            "status": "failed",
+            "error": {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": traceback.format_exc()[-4000:]},
+        },
+    )
+    return 3
 
 
 def emulate_limit(torch, spec):
@@ -115,7 +139,12 @@ def main():
     channel = Channel.take_stdout()
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = specs.parse(json.load(f))
-    return run(channel, spec)
+    code = run(channel, spec)
+    if spec.predict is not None:
+        from .predict import finish
+
+        finish(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ pub struct Card {
     pub torch_total_bytes: Option<u64>,
     /// Devices the card appears as (MI250X: two).
     pub devices_per_card: u64,
+    /// CUDA compute capability (`9.0`); null for a card that is not a CUDA device.
+    #[serde(default)]
+    pub compute_capability: Option<String>,
     pub source: String,
 }
 
@@ -73,6 +76,12 @@ impl Card {
             Bytes((gb * GB as f64) as u64 / self.devices_per_card.max(1)),
             CapacitySource::VendorLabel,
         )
+    }
+
+    /// The compute capability as (major, minor).
+    pub fn compute_capability(&self) -> Option<(u32, u32)> {
+        let (major, minor) = self.compute_capability.as_deref()?.split_once('.')?;
+        Some((major.parse().ok()?, minor.parse().ok()?))
     }
 
     fn matches(&self, query: &str) -> bool {

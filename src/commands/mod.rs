@@ -5,5 +5,6 @@ pub mod compare;
 pub mod environment;
 pub mod estimate;
 pub mod measure;
+pub mod predict;
 pub mod report;
 pub mod sweep;

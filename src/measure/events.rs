@@ -10,6 +10,16 @@
 //! {"type": "unavailable", "data": {"reason": "PyTorch cannot be imported …"}}
 //! {"type": "done", "data": {"status": "ok"}}
 //! ```
+//! A prediction (`iteragpu predict`) adds the storages of the target device, in order:
+//! ```text
+//! {"type": "alloc", "data": {"id": 7, "bytes": 262144, "category": "temporary", "module": "LlamaForCausalLM.model.layers.0.mlp", "shape": [2, 16, 2048], "dtype": "float32", "tainted": false}}
+//! {"type": "tag", "data": {"id": 7, "category": "activation"}}
+//! {"type": "free", "data": {"id": 7}}
+//! {"type": "unpredictable", "data": {"op": "aten.nonzero.default", "file": "/home/me/train.py", "line": 42, "reason": "its output size depends on the data"}}
+//! {"type": "placeholder", "data": {"op": "item", "file": "/home/me/train.py", "line": 51, "dtype": "float32"}}
+//! {"type": "placeholder_count", "data": {"file": "/home/me/train.py", "line": 51, "count": 2}}
+//! {"type": "note", "data": {"text": "torch.save skipped: fake tensors hold no data"}}
+//! ```
 //! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
 //! reported, not fatal.
 
@@ -115,6 +125,36 @@ pub enum Event {
     Done {
         status: String,
         error: Option<Value>,
+    },
+    /// Prediction only: a storage appeared on the target device.
+    Alloc(Box<crate::prediction::trace::Alloc>),
+    /// Prediction only: a storage's last reference died.
+    Free {
+        id: u64,
+    },
+    /// Prediction only: a storage's role became known.
+    Tag {
+        id: u64,
+        category: crate::prediction::trace::Category,
+    },
+    /// Prediction only: an op fake tensors cannot follow.
+    Unpredictable(crate::prediction::trace::Unpredictable),
+    /// Prediction only: a value read from data (`.item()`) answered with a placeholder.
+    Placeholder {
+        op: String,
+        file: Option<String>,
+        line: Option<u64>,
+        dtype: String,
+    },
+    /// Prediction only: how many placeholder answers a call site got in all.
+    PlaceholderCount {
+        file: Option<String>,
+        line: Option<u64>,
+        count: u64,
+    },
+    /// Something the worker wants said in the result.
+    Note {
+        text: String,
     },
 }
 

@@ -89,8 +89,13 @@ pub struct LoraPlan {
 impl MeasurePlan {
     /// Validates the arguments of `measure` (and of the base configuration of a sweep).
     pub fn from_args(args: &MeasureArgs) -> Result<MeasurePlan> {
+        let devices = if args.device.is_empty() {
+            vec!["cuda:0".to_string()]
+        } else {
+            args.device.clone()
+        };
         let mut seen = std::collections::BTreeSet::new();
-        for d in &args.device {
+        for d in &devices {
             if !seen.insert(d) {
                 bail!("device {d} is listed twice in --device; list each device once");
             }
@@ -127,7 +132,7 @@ impl MeasurePlan {
         let plan = MeasurePlan {
             workload,
             dims,
-            devices: args.device.clone(),
+            devices,
             seed: args.seed,
             python: crate::python_side::interpreter(args.python.as_deref()),
             timeout: Duration::from_secs(args.timeout),
@@ -275,6 +280,7 @@ impl MeasurePlan {
             devices: self.devices.clone(),
             seed: self.seed,
             memory_limit_bytes: None,
+            predict: None,
         }
     }
 

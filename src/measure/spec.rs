@@ -8,7 +8,8 @@
 //! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
 //! ```
-//! A sweep adds `"memory_limit_bytes": 8589934592` to emulate a smaller card. The training keys
+//! A sweep adds `"memory_limit_bytes": 8589934592` to emulate a smaller card; a prediction adds
+//! `"predict": {…}`, the target card (`prediction::target::Target`). The training keys
 //! appear only for `--task train`; the quantized cache's keys only for `--cache quantized`.
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub struct WorkerSpec {
     /// Emulated capacity: PyTorch is capped at this minus the memory outside its allocator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_bytes: Option<u64>,
+    /// Predict instead of measure: run on data-less CUDA tensors for this card, in a CPU process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predict: Option<crate::prediction::target::Target>,
 }
 
 /// What the worker runs, tagged by `workload`.
@@ -242,6 +246,7 @@ mod tests {
             devices: vec!["cuda:0".into()],
             seed: 0,
             memory_limit_bytes: None,
+            predict: None,
         };
         let map = spec.to_map();
         assert_eq!(map["workload"], "dense");

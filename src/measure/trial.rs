@@ -115,6 +115,7 @@ struct Progress {
     done: Option<(String, Option<Value>)>,
     unknown: Vec<Value>,
     garbage: u64,
+    notes: Vec<String>,
 }
 
 /// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
@@ -139,6 +140,7 @@ fn run_in_process(
         timeout: trial.timeout,
         forward_output: trial.forward_output,
         progress: progress.cloned(),
+        env: Vec::new(),
     };
     let run = worker_process::run(&cmd, stop, |line| match line {
         Line::Event(Event::Hello { pid, .. }) => {
@@ -174,6 +176,16 @@ fn run_in_process(
         }
         Line::Event(Event::Unavailable { reason }) => p.unavailable = Some(reason),
         Line::Event(Event::Done { status, error }) => p.done = Some((status, error)),
+        Line::Event(Event::Note { text }) => p.notes.push(text),
+        // Storage events belong to predictions; a measuring worker does not send them.
+        Line::Event(
+            Event::Alloc(_)
+            | Event::Free { .. }
+            | Event::Tag { .. }
+            | Event::Unpredictable(_)
+            | Event::Placeholder { .. }
+            | Event::PlaceholderCount { .. },
+        ) => {}
         Line::Unknown(value) => p.unknown.push(value),
         Line::Garbage(_) => p.garbage += 1,
     })?;
@@ -244,7 +256,7 @@ fn run_in_process(
         (Exit::Code(3), Some(_)) => RunStatus::Failed,
         _ => RunStatus::Crashed,
     };
-    let mut notes = Vec::new();
+    let mut notes = std::mem::take(&mut p.notes);
     if let Some(signal) = stopped
         && p.pid.is_none()
     {

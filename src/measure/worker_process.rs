@@ -29,6 +29,8 @@ pub struct WorkerCommand {
     pub forward_output: bool,
     /// A progress display on a terminal: forwarded lines are printed above it.
     pub progress: Option<indicatif::ProgressBar>,
+    /// Extra environment (a prediction hides every GPU from its worker).
+    pub env: Vec<(String, String)>,
 }
 
 /// How the worker ended.
@@ -124,6 +126,7 @@ pub fn run(
         .arg(&spec_path)
         .env("PYTHONPATH", package.pythonpath())
         .env("PYTHONUNBUFFERED", "1")
+        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::replay::PhasePrediction;
+use super::hand_replay::PhasePrediction;
 use crate::measure::events::PhaseRecord;
 use crate::measure::result::MeasureResult;
 

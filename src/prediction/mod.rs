@@ -4,7 +4,13 @@
 //! hint.
 
 pub mod check;
+pub mod document;
+pub mod hand_replay;
+pub mod render;
 pub mod replay;
+pub mod run;
+pub mod target;
+pub mod trace;
 
 use anyhow::Result;
 
@@ -14,7 +20,7 @@ use crate::measure::plan::{CausalLmPlan, MeasurePlan, WorkloadPlan};
 use crate::measure::result::MeasureResult;
 use crate::measure::spec::{TrainOptimizer, TrainPrecision};
 use check::CacheEstimate;
-use replay::{CausalLmSpec, CausalLmTrainSpec, DenseSpec, PhasePrediction};
+use hand_replay::{CausalLmSpec, CausalLmTrainSpec, DenseSpec, PhasePrediction};
 
 /// The predictions of one plan.
 pub enum Prediction {
@@ -57,7 +63,7 @@ pub fn for_plan(plan: &MeasurePlan) -> Result<Prediction> {
         WorkloadPlan::Dense(p) => {
             let checkpointing = p.training.is_some_and(|t| t.gradient_checkpointing);
             if plan.devices.len() == 1 && !p.whole_loop && !checkpointing {
-                Prediction::Phases(replay::dense(&DenseSpec {
+                Prediction::Phases(hand_replay::dense(&DenseSpec {
                     batch: d.batch,
                     context: d.context,
                     width: d.width,
@@ -97,7 +103,7 @@ fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
                 })
                 .sum()
         });
-        return Ok(Prediction::Phases(replay::causal_lm_training(
+        return Ok(Prediction::Phases(hand_replay::causal_lm_training(
             arch,
             &CausalLmTrainSpec {
                 batch: d.batch,
@@ -171,7 +177,7 @@ fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
             ]
         })
         .collect();
-    let phases = replay::causal_lm(
+    let phases = hand_replay::causal_lm(
         arch,
         &CausalLmSpec {
             batch: d.batch,

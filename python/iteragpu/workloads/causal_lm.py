@@ -32,9 +32,8 @@ def _config(spec):
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
 
 
-def cache_bytes(cache, device_type="cuda"):
-    """Bytes of GPU storage held by a cache object: every tensor reachable from its layers,
-    each storage counted once (a sliding layer keeps a view of a larger tensor)."""
+def cache_tensors(cache, device_type="cuda"):
+    """Every tensor reachable from a cache object's layers on `device_type`, each storage once."""
     seen = {}
 
     def visit(obj, depth=0):
@@ -42,8 +41,7 @@ def cache_bytes(cache, device_type="cuda"):
             return
         if hasattr(obj, "untyped_storage") and hasattr(obj, "device"):
             if obj.device.type == device_type and obj.numel() > 0:
-                storage = obj.untyped_storage()
-                seen[storage.data_ptr()] = storage.nbytes()
+                seen.setdefault(id(obj.untyped_storage()), obj)
             return
         if isinstance(obj, (list, tuple)):
             for item in obj:
@@ -56,7 +54,13 @@ def cache_bytes(cache, device_type="cuda"):
                 visit(item, depth + 1)
 
     visit(getattr(cache, "layers", cache))
-    return sum(seen.values())
+    return list(seen.values())
+
+
+def cache_bytes(cache, device_type="cuda"):
+    """Bytes of GPU storage held by a cache object: every tensor reachable from its layers,
+    each storage counted once (a sliding layer keeps a view of a larger tensor)."""
+    return sum(t.untyped_storage().nbytes() for t in cache_tensors(cache, device_type))
 
 
 def _new_cache(transformers, torch, model, spec):

@@ -1,0 +1,152 @@
+"""`torch.cuda` as the target card would answer, in the predicting process: available, one device
+with the card's name, compute capability and total memory; the memory counters from the tracker
+(512-byte-rounded live storages: an approximation for the script's own prints — the prediction
+itself comes from the CLI's allocator replay); streams, events and synchronisation do nothing."""
+
+import collections
+import contextlib
+
+
+class _Stream:
+    def __init__(self, device=None, priority=0, **_):
+        import torch
+
+        self.device = torch.device("cuda", 0)
+        self.cuda_stream = 0
+        self.priority = priority
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or _Event()
+
+    def query(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Event:
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return 0.0
+
+
+class _DeviceContext:
+    def __init__(self, device):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def properties(target):
+    """A `_CudaDeviceProperties`-like object for the target card."""
+    fields = {
+        "name": target["name"],
+        "major": target["capability"][0],
+        "minor": target["capability"][1],
+        "total_memory": target["total_memory"],
+        "multi_processor_count": target.get("multi_processor_count", 132),
+        "is_integrated": False,
+        "is_multi_gpu_board": False,
+        "L2_cache_size": 50 << 20,
+        "warp_size": 32,
+        "max_threads_per_multi_processor": 2048,
+        "regs_per_multiprocessor": 65536,
+        "gcnArchName": target["name"],
+        "uuid": "iteragpu-prediction",
+        "pci_bus_id": 0,
+        "pci_device_id": 0,
+        "pci_domain_id": 0,
+        "shared_memory_per_block": 49152,
+        "shared_memory_per_block_optin": 232448,
+        "shared_memory_per_multiprocessor": 233472,
+    }
+    return collections.namedtuple("_CudaDeviceProperties", list(fields))(**fields)
+
+
+def install(torch, target, tracker):
+    """Replaces the driver-facing parts of `torch.cuda` for this process."""
+    c = torch.cuda
+    props = properties(target)
+    current = [0]
+    c.is_available = lambda: True
+    c.device_count = lambda: 1
+    c.is_initialized = lambda: True
+    c._lazy_init = lambda: None
+    c.init = lambda: None
+    c.current_device = lambda: current[0]
+    c.set_device = lambda device: None
+    c.get_device_name = lambda device=None: props.name
+    c.get_device_capability = lambda device=None: (props.major, props.minor)
+    c.get_device_properties = lambda device=None: props
+    c.is_bf16_supported = lambda including_emulation=True: props.major >= 8
+    c.get_arch_list = lambda: [f"sm_{props.major}{props.minor}"]
+    c.synchronize = lambda device=None: None
+    c.empty_cache = lambda: None
+    c.memory_allocated = lambda device=None: tracker.allocated
+    c.max_memory_allocated = lambda device=None: tracker.peak
+    c.memory_reserved = lambda device=None: tracker.reserved
+    c.max_memory_reserved = lambda device=None: tracker.reserved
+
+    def reset(device=None):
+        tracker.peak = tracker.allocated
+
+    c.reset_peak_memory_stats = reset
+    c.reset_max_memory_allocated = reset
+    c.reset_accumulated_memory_stats = lambda device=None: None
+    c.mem_get_info = lambda device=None: (
+        max(0, props.total_memory - tracker.reserved - target.get("context_bytes", 0)),
+        props.total_memory,
+    )
+    c.memory_stats = lambda device=None: {
+        "allocated_bytes.all.current": tracker.allocated,
+        "allocated_bytes.all.peak": tracker.peak,
+        "reserved_bytes.all.current": tracker.reserved,
+        "reserved_bytes.all.peak": tracker.reserved,
+    }
+    c.get_allocator_backend = lambda: target.get("allocator_backend", "native")
+    c.set_per_process_memory_fraction = lambda fraction, device=None: None
+    c.Stream = _Stream
+    c.Event = _Event
+    c.current_stream = lambda device=None: _Stream()
+    c.default_stream = lambda device=None: _Stream()
+    c.stream = lambda stream=None: contextlib.nullcontext()
+    c.device = _DeviceContext
+    c.manual_seed = lambda seed: None
+    c.manual_seed_all = lambda seed: None
+    c.seed = lambda: None
+    c.seed_all = lambda: None
+    c.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)
+    c.set_rng_state = lambda state, device="cuda": None
+    c.get_rng_state_all = lambda: [torch.zeros(16, dtype=torch.uint8)]
+    c.set_rng_state_all = lambda states: None

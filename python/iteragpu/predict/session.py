@@ -1,0 +1,255 @@
+"""One prediction: the fake CUDA world set up around the worker's own workload code."""
+
+import contextlib
+
+from .. import recorder
+from . import cuda_api, tracker as tracking
+
+
+def fake_mode_class(torch):
+    """FakeTensorMode that never touches a real device, even though torch.cuda says available."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class FakeCudaMode(FakeTensorMode):
+        avoid_device_init = property(lambda self: True)
+
+    return FakeCudaMode
+
+
+class Session:
+    def __init__(self, torch, emit, spec, target, mode_class):
+        self.torch = torch
+        self.emit = emit
+        self.spec = spec
+        self.target = target
+        self.mode_class = mode_class
+        self.tracker = tracking.Tracker(emit, [tuple(w) for w in target.get("workspaces", [])])
+        self.modules = {}  # id(root module) -> module, for re-tagging at phase ends
+        self.names = {}  # id(module) -> qualified name
+        self.optimizers = []
+        self.caches = []
+        self.fake_modes = []
+        self.notes = []
+
+    # ---------------------------------------------------------------- the fake CUDA world
+    def install(self):
+        torch = self.torch
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        cuda_api.install(torch, self.target, self.tracker)
+        # CUDA tensors take the foreach optimizer kernels by default; FakeTensor is not in the
+        # list PyTorch checks, which would silently pick the per-tensor loop.
+        import torch.optim.optimizer as optimizer
+
+        if FakeTensor not in optimizer._foreach_supported_types:
+            optimizer._foreach_supported_types.append(FakeTensor)
+        # Module.cuda()/.to() swap parameters, which fails while the fake converter's memo holds a
+        # weak reference to them: drop those cache entries first.
+        original_swap = torch.utils.swap_tensors
+        modes = self.fake_modes
+
+        def swap_tensors(t1, t2):
+            for mode in modes:
+                memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+                for k, v in list(memo.items()):
+                    if v is t1 or v is t2:
+                        del memo[k]
+            return original_swap(t1, t2)
+
+        torch.utils.swap_tensors = swap_tensors
+        # Pinned host memory is not GPU memory: keep the tensor as it is.
+        torch.Tensor.pin_memory = lambda self, *a, **k: self
+        self._hooks()
+        self._file_writes()
+
+    def _hooks(self):
+        torch = self.torch
+        tr = self.tracker
+        M = torch.nn.modules.module
+
+        def name_of(module):
+            name = self.names.get(id(module))
+            if name is None:
+                # A module seen for the first time as a root: name its whole tree.
+                root = type(module).__name__
+                self.modules[id(module)] = module
+                for sub_name, sub in module.named_modules():
+                    self.names.setdefault(id(sub), f"{root}.{sub_name}" if sub_name else root)
+                name = self.names[id(module)]
+            return name
+
+        def pre(module, args, kwargs=None):
+            outer = not getattr(tr.local, "modules", None)
+            tr.push_module(name_of(module))
+            if outer:
+                for a in torch.utils._pytree.tree_flatten((args, kwargs or {}))[0]:
+                    if isinstance(a, torch.Tensor):
+                        tr.tag(a, "input", only_from={"other", "temporary"})
+            if kwargs:
+                self._note_cache(kwargs.get("past_key_values"))
+
+        def post(module, args, *rest):
+            output = rest[-1]
+            tr.pop_module()
+            cache = getattr(output, "past_key_values", None)
+            if cache is not None:
+                self._note_cache(cache)
+
+        M.register_module_forward_pre_hook(lambda m, a: pre(m, a))
+        M.register_module_forward_hook(lambda m, a, o: post(m, a, o), always_call=True)
+
+        def on_parameter(module, name, param):
+            if param is None:
+                return
+            tr.tag(param, "parameter")
+            if param.requires_grad and not getattr(param, "_iteragpu_grad_hook", False):
+                try:
+                    param.register_post_accumulate_grad_hook(
+                        lambda p: tr.tag(p.grad, "gradient") if p.grad is not None else None
+                    )
+                    param._iteragpu_grad_hook = True
+                except RuntimeError:
+                    pass
+
+        M.register_module_parameter_registration_hook(on_parameter)
+        M.register_module_buffer_registration_hook(
+            lambda module, name, buf: tr.tag(buf, "buffer") if buf is not None else None
+        )
+        import torch.optim.optimizer as optimizer
+
+        def step_pre(opt, args, kwargs):
+            tr.in_optimizer += 1
+            if opt not in self.optimizers:
+                self.optimizers.append(opt)
+
+        def step_post(opt, args, kwargs):
+            tr.in_optimizer -= 1
+            self._tag_optimizer(opt)
+
+        optimizer.register_optimizer_step_pre_hook(step_pre)
+        optimizer.register_optimizer_step_post_hook(step_post)
+
+    def _saved_tensors(self):
+        tr = self.tracker
+
+        def pack(t):
+            tr.tag(t, "activation", only_from={"temporary", "other"})
+            return t
+
+        return self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+    def _note_cache(self, cache):
+        if cache is None or isinstance(cache, (tuple, list)) and not cache:
+            return
+        if not any(c is cache for c in self.caches):
+            self.caches.append(cache)
+        self._tag_cache(cache)
+
+    def _tag_cache(self, cache):
+        from ..workloads.causal_lm import cache_tensors
+
+        for t in cache_tensors(cache):
+            self.tracker.tag(t, "kv cache")
+
+    def _tag_optimizer(self, opt):
+        for state in opt.state.values():
+            for v in state.values() if isinstance(state, dict) else ():
+                if isinstance(v, self.torch.Tensor):
+                    self.tracker.tag(v, "optimizer state")
+
+    def retag(self):
+        """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
+        tr = self.tracker
+        for module in self.modules.values():
+            for p in module.parameters():
+                tr.tag(p, "parameter")
+                if p.grad is not None:
+                    tr.tag(p.grad, "gradient")
+            for b in module.buffers():
+                tr.tag(b, "buffer")
+        for opt in self.optimizers:
+            self._tag_optimizer(opt)
+        for cache in self.caches:
+            self._tag_cache(cache)
+
+    def _file_writes(self):
+        """Fake tensors have no data to write: file writes of tensors are skipped, and said."""
+        notes = self.notes
+
+        def skipped(what):
+            def write(*args, **kwargs):
+                note = f"{what} skipped: fake tensors hold no data (the file write is not GPU memory)"
+                if note not in notes:
+                    notes.append(note)
+
+            return write
+
+        try:
+            import safetensors.torch as st
+
+            st.save_file = skipped("safetensors.torch.save_file")
+        except Exception:
+            pass
+        self.torch.save = skipped("torch.save")
+
+    # ---------------------------------------------------------------- the run
+    def run(self):
+        from .. import worker
+
+        torch = self.torch
+        self.install()
+        events = self.emit
+
+        def emit(kind, data):
+            if kind == "phase_end":
+                self.retag()
+            events(kind, data)
+
+        rec = recorder.Recorder(torch, list(self.spec.devices), emit)
+        recorder._set_current(rec)
+        rec.describe(prediction_target=self.target["name"])
+        modes = contextlib.ExitStack()
+        code = 0
+        try:
+            fake = self.mode_class(allow_non_fake_inputs=True)
+            self.fake_modes.append(fake)
+            modes.enter_context(fake)
+            modes.enter_context(self.tracker)
+            modes.enter_context(self._saved_tensors())
+            sdpa = _sdpa_mode(torch, self.target)
+            if sdpa is not None:
+                modes.enter_context(sdpa)
+            code = worker.run_workload(rec, torch, self.spec, events)
+        except tracking.Unpredictable as exc:
+            events("done", {"status": "failed", "error": {"type": "Unpredictable", "message": str(exc)}})
+            code = 3
+        finally:
+            modes.close()
+        for site, count in self.tracker.placeholders.items():
+            events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
+        for note in self.notes:
+            events("note", {"text": note})
+        return code
+
+
+def _sdpa_mode(torch, target):
+    """Routes F.scaled_dot_product_attention to the backend CUDA would choose on the target."""
+    try:
+        from . import sdpa
+    except ImportError:
+        return None
+    from torch.overrides import TorchFunctionMode
+
+    functional = torch.nn.functional
+    capability = tuple(target["capability"])
+    cudnn = target.get("cudnn_version")
+
+    class Route(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is functional.scaled_dot_product_attention:
+                backend = sdpa.choose(*args, capability=capability, cudnn_version=cudnn, **kwargs)
+                return sdpa.call(backend, *args, **kwargs)
+            return func(*args, **kwargs)
+
+    return Route()

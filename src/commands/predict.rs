@@ -1,0 +1,127 @@
+//! `iteragpu predict`: arguments → a validated plan and a target card → the workload's own code
+//! on data-less CUDA tensors in a CPU worker → the prediction file (never overwritten) → the
+//! table or the JSON.
+
+use anyhow::{Result, bail};
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use crate::cli::PredictArgs;
+use crate::measure::plan::MeasurePlan;
+use crate::measure::worker_process::StartError;
+use crate::output::{self, Saved};
+use crate::prediction::run::{Outcome, predict};
+use crate::prediction::target::{self, Target};
+use crate::{exit, signals};
+
+pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
+    let stop = signals::stop_request();
+    let m = &args.workload;
+    let plan = MeasurePlan::from_args(m)?;
+    if plan.devices.len() > 1 {
+        bail!(
+            "predict follows one device; --device {} lists {}: give one (several devices are measured apart, never one pool)",
+            plan.devices.join(","),
+            plan.devices.len()
+        );
+    }
+    let backend = target::allocator_backend_from_env();
+    let (target, note) = match (&args.card, m.device.first()) {
+        (Some(card), _) => (Target::named(Some(card), &backend).map_err(anyhow::Error::msg)?, None),
+        (None, Some(device)) => (this_machine(&plan, device, &backend)?, None),
+        (None, None) => (
+            Target::named(None, &backend).map_err(anyhow::Error::msg)?,
+            Some("no --card given: predicted for the catalog's H200 (choose another with --card NAME)".to_string()),
+        ),
+    };
+    output::check_new(&m.output)?;
+    let bar = (std::io::stderr().is_terminal() && !m.json).then(|| {
+        let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {prefix}").expect("valid template"),
+        );
+        bar.set_prefix("starting the predicting worker");
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let outcome = predict(&plan, &target, stop, bar.as_ref());
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let mut doc = match outcome {
+        Ok(Outcome::Predicted(doc)) => doc,
+        Ok(Outcome::Unavailable(reason)) => {
+            eprintln!("error: nothing predicted: {reason}");
+            return Ok(exit::MISSING_RUNTIME);
+        }
+        Ok(Outcome::Stopped(reason)) => {
+            eprintln!("error: nothing predicted: {reason}");
+            return Ok(exit::WORKLOAD_FAILED);
+        }
+        Err(e @ StartError::Interpreter { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(exit::MISSING_RUNTIME);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    doc.notes.extend(note);
+    let saved = output::save_result(&m.output, &serde_json::to_vec_pretty(&doc)?)?;
+    let text = if m.json {
+        serde_json::to_string_pretty(&*doc)? + "\n"
+    } else {
+        crate::prediction::render::table(&doc, saved.path())
+    };
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!(
+            "warning: cannot write to standard output ({}); the prediction is in {}",
+            output::reason(&e),
+            saved.path().display()
+        );
+    }
+    if let Saved::Elsewhere { path, why } = saved {
+        eprintln!("error: {why}; the prediction was saved to {} instead", path.display());
+        return Ok(exit::BAD_INPUT);
+    }
+    // A workload that raises is bad input for a prediction (nothing ran on a GPU).
+    Ok(if doc.status == "failed" {
+        exit::BAD_INPUT
+    } else {
+        exit::OK
+    })
+}
+
+/// The card of a device of this machine, as its PyTorch declares it.
+fn this_machine(plan: &MeasurePlan, device: &str, backend: &str) -> Result<Target> {
+    let env = crate::environment::probe(
+        &plan.python,
+        &[device.to_string()],
+        crate::environment::PROBE_TIMEOUT,
+        None,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let Some(props) = env.device(device).filter(|_| env.can_measure) else {
+        bail!(
+            "--device {device}: {}; predict for a card of the catalog with --card NAME instead",
+            env.reason.as_deref().unwrap_or("this machine has no such device")
+        );
+    };
+    let name = props.get("name").and_then(|v| v.as_str()).unwrap_or("this device").to_string();
+    let capability = props
+        .get("capability")
+        .and_then(|c| Some((c.get(0)?.as_u64()? as u32, c.get(1)?.as_u64()? as u32)))
+        .ok_or_else(|| anyhow::anyhow!("PyTorch did not report {device}'s compute capability"))?;
+    let total = props
+        .get("total_memory")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| anyhow::anyhow!("PyTorch did not report {device}'s total_memory"))?;
+    // The catalog's figures for what no tensor shows, the device's own for the rest.
+    let mut target = match crate::cards::find(&name) {
+        Ok(card) => Target::for_card(&card, backend).map_err(anyhow::Error::msg)?,
+        Err(_) => Target::named(None, backend).map_err(anyhow::Error::msg)?,
+    };
+    target.name = format!("{name} ({device} of this machine)");
+    target.capability = capability;
+    target.total_memory = total;
+    target.total_memory_source = "PyTorch's total_memory, read on this machine".into();
+    Ok(target)
+}

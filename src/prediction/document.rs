@@ -1,0 +1,137 @@
+//! The prediction file (`"schema": "iteragpu.prediction/1"`): every phase's predicted peaks, what
+//! was alive at each peak, and every assumption the figures rest on. A prediction is never a
+//! measurement: the file says so in `kind`, and a phase that depends on data is `unpredictable`
+//! with `null` figures, never a guessed number.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+use super::target::Target;
+use super::trace::Unpredictable;
+
+pub const SCHEMA: &str = "iteragpu.prediction/1";
+
+/// How a predicted phase ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseStatus {
+    Predicted,
+    /// Something in it depends on data (or an op has no fake implementation): no figure.
+    Unpredictable,
+    /// The workload raised an exception in it (other than an unpredictable op).
+    Failed,
+}
+
+impl PhaseStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhaseStatus::Predicted => "predicted",
+            PhaseStatus::Unpredictable => "unpredictable",
+            PhaseStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A whole prediction.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PredictionDoc {
+    pub schema: String,
+    pub tool_version: String,
+    /// Always `prediction`: nothing here was measured on a GPU.
+    pub kind: String,
+    /// `complete` (every phase predicted), `partial` (some unpredictable or failed) or `failed`
+    /// (the workload stopped before its end).
+    pub status: String,
+    pub created_at: String,
+    pub identity: crate::measure::result::Identity,
+    pub dimensions: Map<String, Value>,
+    pub target: Target,
+    pub assumptions: Assumptions,
+    pub phases: Vec<PredictedPhase>,
+    /// The workload's error, when it stopped.
+    pub failure: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// What the figures rest on besides the tensors.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Assumptions {
+    pub torch_version: Option<String>,
+    pub transformers_version: Option<String>,
+    /// How reserved memory is modelled.
+    pub allocator_model: String,
+    /// Values read from data answered with placeholders (`.item()` of a loss, a flag…).
+    pub placeholder_reads: Vec<PlaceholderRead>,
+    /// What no tensor shows and is not modelled (attention kernels' internal workspaces…).
+    pub not_modelled: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlaceholderRead {
+    pub file: Option<String>,
+    pub line: Option<u64>,
+    pub count: u64,
+    /// The placeholder answer: 0 for numbers, False for booleans (loops run to their bound).
+    pub answer: String,
+}
+
+/// One phase as predicted.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PredictedPhase {
+    pub name: String,
+    pub index: u64,
+    pub status: PhaseStatus,
+    #[serde(default)]
+    pub inputs: Map<String, Value>,
+    pub start_allocated_bytes: Option<u64>,
+    pub start_reserved_bytes: Option<u64>,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub end_allocated_bytes: Option<u64>,
+    pub end_reserved_bytes: Option<u64>,
+    /// Peak reserved + the memory outside PyTorch's allocator (`target.context_bytes`).
+    pub driver_view_bytes: Option<u64>,
+    /// What was alive at the peak allocated.
+    pub at_peak: Option<AtPeak>,
+    pub unpredictable: Vec<Unpredictable>,
+}
+
+/// The live storages at a peak, summed by category and by module, and the largest of them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AtPeak {
+    /// Bytes as the allocator counts them (rounded to 512) by category; `allocator rounding`
+    /// holds what blocks handed out beyond that (a large block is not split for ≤ 1 MiB).
+    pub by_category: BTreeMap<String, u64>,
+    /// The 10 modules that created the most bytes alive at the peak.
+    pub top_modules: Vec<ModuleBytes>,
+    /// The 10 largest storages alive at the peak.
+    pub top_tensors: Vec<TensorAtPeak>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModuleBytes {
+    pub module: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TensorAtPeak {
+    pub bytes: u64,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    pub category: String,
+    pub module: Option<String>,
+}
+
+impl PredictionDoc {
+    /// The highest predicted peak reserved over the predicted phases.
+    pub fn max_peak_reserved(&self) -> Option<u64> {
+        self.phases.iter().filter_map(|p| p.peak_reserved_bytes).max()
+    }
+
+    /// The highest predicted driver's view over the predicted phases.
+    pub fn max_driver_view(&self) -> Option<u64> {
+        self.phases.iter().filter_map(|p| p.driver_view_bytes).max()
+    }
+}

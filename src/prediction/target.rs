@@ -1,0 +1,159 @@
+//! The card a prediction is for, and what no tensor shows there: the libraries' workspaces and the
+//! memory a process holds outside PyTorch's allocator (CUDA context). Each figure says whether it
+//! was measured (and where) or is assumed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cards::{self, Card};
+
+/// H200, torch 2.11.0+cu130: `memory_reserved` 2 MiB right after CUDA initialisation while NVML
+/// showed 641,728,512 bytes for the process (../shared/reference/gpu-machine.md).
+pub const H200_CONTEXT_BYTES: u64 = 641_728_512;
+/// The same reading with `backend:cudaMallocAsync`.
+pub const H200_CONTEXT_ASYNC_BYTES: u64 = 746_586_112;
+/// H200, torch 2.11: 34,603,008 bytes stayed allocated from the first matmul on, held by no
+/// tensor: cuBLAS's workspace (32 MiB on sm90: `:4096:8`) and cuBLASLt's (1 MiB).
+pub const SM90_WORKSPACES: [(u64, &str); 2] = [
+    (33_554_432, "cuBLAS workspace"),
+    (1_048_576, "cuBLASLt workspace"),
+];
+/// PyTorch's default cuBLAS workspace before sm90 (`:4096:2:16:8` = 8,519,680 bytes) and
+/// cuBLASLt's 1 MiB: from PyTorch's defaults, not measured by this project.
+pub const PRE_SM90_WORKSPACES: [(u64, &str); 2] = [
+    (8_519_680, "cuBLAS workspace"),
+    (1_048_576, "cuBLASLt workspace"),
+];
+
+/// What the predicting worker is told about the card.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub name: String,
+    /// Compute capability (major, minor): decides bf16 support, SDPA backends, workspaces.
+    pub capability: (u32, u32),
+    /// `get_device_properties().total_memory` as the script will see it.
+    pub total_memory: u64,
+    /// Where `total_memory` comes from.
+    pub total_memory_source: String,
+    /// Memory outside PyTorch's allocator (CUDA context, libraries), added for the driver's view.
+    pub context_bytes: u64,
+    pub context_source: String,
+    /// Allocated through the caching allocator on a thread's first BLAS call, never freed.
+    pub workspaces: Vec<(u64, String)>,
+    pub workspaces_source: String,
+    /// `native`, `expandable_segments` or `cudaMallocAsync`.
+    pub allocator_backend: String,
+    pub cudnn_version: Option<u64>,
+}
+
+/// The catalog's H200, the default target.
+pub const DEFAULT_CARD: &str = "H200";
+
+impl Target {
+    /// A card of the catalog; `Err` for a card predictions cannot target (not CUDA, or no
+    /// compute capability known).
+    pub fn for_card(card: &Card, allocator_backend: &str) -> Result<Target, String> {
+        let Some(capability) = card.compute_capability() else {
+            return Err(format!(
+                "{} is a {} card: predictions run for CUDA devices only",
+                card.name, card.vendor
+            ));
+        };
+        let (total, source) = card.device_capacity();
+        let measured_h200 = card.name.starts_with("H200");
+        let (context_bytes, context_source) = match (allocator_backend, measured_h200) {
+            ("cudaMallocAsync", true) => (
+                H200_CONTEXT_ASYNC_BYTES,
+                "measured on an H200 with torch 2.11 (cudaMallocAsync)".to_string(),
+            ),
+            (_, true) => (
+                H200_CONTEXT_BYTES,
+                "measured on an H200 with torch 2.11".to_string(),
+            ),
+            ("cudaMallocAsync", false) => (
+                H200_CONTEXT_ASYNC_BYTES,
+                format!("assumed: the H200's reading (torch 2.11, cudaMallocAsync); not measured on {}", card.name),
+            ),
+            (_, false) => (
+                H200_CONTEXT_BYTES,
+                format!("assumed: the H200's reading (torch 2.11); not measured on {}", card.name),
+            ),
+        };
+        let (workspaces, workspaces_source) = if capability.0 >= 9 {
+            (
+                SM90_WORKSPACES.iter().map(|(b, w)| (*b, w.to_string())).collect(),
+                if measured_h200 {
+                    "measured on an H200 with torch 2.11: 34,603,008 bytes from the first matmul on (split into cuBLAS 32 MiB and cuBLASLt 1 MiB by PyTorch's defaults)".to_string()
+                } else {
+                    format!("assumed: the H200's reading for sm{}{} (torch 2.11); not measured on {}", capability.0, capability.1, card.name)
+                },
+            )
+        } else {
+            (
+                PRE_SM90_WORKSPACES.iter().map(|(b, w)| (*b, w.to_string())).collect(),
+                "assumed: PyTorch's default cuBLAS workspace before sm90 (:4096:2:16:8) and 1 MiB for cuBLASLt; not measured".to_string(),
+            )
+        };
+        Ok(Target {
+            name: card.name.clone(),
+            capability,
+            total_memory: total.get(),
+            total_memory_source: source.label().to_string(),
+            context_bytes,
+            context_source,
+            workspaces,
+            workspaces_source,
+            allocator_backend: allocator_backend.to_string(),
+            cudnn_version: None,
+        })
+    }
+
+    /// The target named on the command line, or the catalog's H200.
+    pub fn named(name: Option<&str>, allocator_backend: &str) -> Result<Target, String> {
+        let card = cards::find(name.unwrap_or(DEFAULT_CARD))?;
+        Target::for_card(&card, allocator_backend)
+    }
+}
+
+/// The allocator backend the settings ask for (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF`).
+pub fn allocator_backend_from_env() -> String {
+    let conf = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    if conf.contains("cudaMallocAsync") {
+        "cudaMallocAsync".into()
+    } else if conf.contains("expandable_segments:True") || conf.contains("expandable_segments:true")
+    {
+        "expandable_segments".into()
+    } else {
+        "native".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_h200_is_measured_and_others_are_said_assumed() {
+        let h200 = Target::named(None, "native").unwrap();
+        assert_eq!(h200.capability, (9, 0));
+        assert_eq!(h200.total_memory, 150_109_880_320);
+        assert_eq!(h200.context_bytes, 641_728_512);
+        assert_eq!(
+            h200.workspaces.iter().map(|w| w.0).sum::<u64>(),
+            34_603_008
+        );
+        assert!(h200.workspaces_source.starts_with("measured"));
+        let a100 = Target::named(Some("A100"), "native").unwrap();
+        assert_eq!(a100.capability, (8, 0));
+        assert!(a100.context_source.starts_with("assumed"));
+        assert!(a100.workspaces_source.starts_with("assumed"));
+        assert!(
+            Target::named(Some("MI300X"), "native")
+                .unwrap_err()
+                .contains("CUDA devices only")
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! The storage events of a prediction, as the predicting worker streams them (see
+//! `measure::events` for the JSON Lines, documented by example).
+
+use serde::{Deserialize, Serialize};
+
+/// What a storage holds (PyTorch MemTracker's categories, plus inputs, KV caches, workspaces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Category {
+    #[serde(rename = "parameter")]
+    Parameter,
+    #[serde(rename = "buffer")]
+    Buffer,
+    #[serde(rename = "gradient")]
+    Gradient,
+    #[serde(rename = "optimizer state")]
+    OptimizerState,
+    #[serde(rename = "input")]
+    Input,
+    /// Saved for backward.
+    #[serde(rename = "activation")]
+    Activation,
+    /// Created inside a forward, a backward or an optimizer step and not kept.
+    #[serde(rename = "temporary")]
+    Temporary,
+    #[serde(rename = "kv cache")]
+    KvCache,
+    /// Held by a library (cuBLAS), not by a tensor of the program.
+    #[serde(rename = "workspace")]
+    Workspace,
+    #[serde(rename = "other")]
+    Other,
+}
+
+impl Category {
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Buffer => "buffer",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer state",
+            Category::Input => "input",
+            Category::Activation => "activation",
+            Category::Temporary => "temporary",
+            Category::KvCache => "kv cache",
+            Category::Workspace => "workspace",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// A storage that appeared on the target device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alloc {
+    pub id: u64,
+    /// Bytes of the storage as requested (the allocator rounds and may hand out more).
+    pub bytes: u64,
+    pub category: Category,
+    /// The innermost module running when it was created (`(backward)` in a backward pass).
+    pub module: Option<String>,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    /// Produced from a data-dependent op's upper bound: never counted as predicted.
+    #[serde(default)]
+    pub tainted: bool,
+}
+
+/// An op the fake tensors could not follow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unpredictable {
+    pub op: String,
+    pub file: Option<String>,
+    pub line: Option<u64>,
+    pub reason: String,
+}
