@@ -45,7 +45,12 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct PredictArgs {
     /// The card to predict for, from the catalog (`iteragpu cards`) [default: H200].
-    #[arg(long, value_name = "NAME", conflicts_with = "device", help_heading = "Target")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "device",
+        help_heading = "Target"
+    )]
     pub card: Option<String>,
     #[command(flatten)]
     pub workload: MeasureArgs,

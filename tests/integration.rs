@@ -10,6 +10,8 @@ mod honesty;
 mod measure;
 #[path = "integration/outputs.rs"]
 mod outputs;
+#[path = "integration/predict.rs"]
+mod predict;
 #[path = "integration/properties.rs"]
 mod properties;
 #[path = "integration/report.rs"]

@@ -36,9 +36,11 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
     };
     output::check_new(&m.output)?;
     let bar = (std::io::stderr().is_terminal() && !m.json).then(|| {
-        let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {prefix}").expect("valid template"),
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {prefix}")
+                .expect("valid template"),
         );
         bar.set_prefix("starting the predicting worker");
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -79,7 +81,10 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
         );
     }
     if let Saved::Elsewhere { path, why } = saved {
-        eprintln!("error: {why}; the prediction was saved to {} instead", path.display());
+        eprintln!(
+            "error: {why}; the prediction was saved to {} instead",
+            path.display()
+        );
         return Ok(exit::BAD_INPUT);
     }
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
@@ -102,10 +107,16 @@ fn this_machine(plan: &MeasurePlan, device: &str, backend: &str) -> Result<Targe
     let Some(props) = env.device(device).filter(|_| env.can_measure) else {
         bail!(
             "--device {device}: {}; predict for a card of the catalog with --card NAME instead",
-            env.reason.as_deref().unwrap_or("this machine has no such device")
+            env.reason
+                .as_deref()
+                .unwrap_or("this machine has no such device")
         );
     };
-    let name = props.get("name").and_then(|v| v.as_str()).unwrap_or("this device").to_string();
+    let name = props
+        .get("name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("this device")
+        .to_string();
     let capability = props
         .get("capability")
         .and_then(|c| Some((c.get(0)?.as_u64()? as u32, c.get(1)?.as_u64()? as u32)))

@@ -47,6 +47,8 @@ pub struct PredictionDoc {
     pub identity: crate::measure::result::Identity,
     pub dimensions: Map<String, Value>,
     pub target: Target,
+    /// The worker's specification as run (rerunnable: `python -m iteragpu.worker SPEC.json`).
+    pub spec: crate::measure::spec::WorkerSpec,
     pub assumptions: Assumptions,
     pub phases: Vec<PredictedPhase>,
     /// The workload's error, when it stopped.
@@ -88,6 +90,9 @@ pub struct PredictedPhase {
     pub start_reserved_bytes: Option<u64>,
     pub peak_allocated_bytes: Option<u64>,
     pub peak_reserved_bytes: Option<u64>,
+    /// The highest sum of live tensor storages (each rounded to 512 bytes, workspaces left out):
+    /// what tensor-level trackers such as PyTorch's MemTracker report.
+    pub peak_tensor_bytes: Option<u64>,
     pub end_allocated_bytes: Option<u64>,
     pub end_reserved_bytes: Option<u64>,
     /// Peak reserved + the memory outside PyTorch's allocator (`target.context_bytes`).
@@ -127,7 +132,10 @@ pub struct TensorAtPeak {
 impl PredictionDoc {
     /// The highest predicted peak reserved over the predicted phases.
     pub fn max_peak_reserved(&self) -> Option<u64> {
-        self.phases.iter().filter_map(|p| p.peak_reserved_bytes).max()
+        self.phases
+            .iter()
+            .filter_map(|p| p.peak_reserved_bytes)
+            .max()
     }
 
     /// The highest predicted driver's view over the predicted phases.

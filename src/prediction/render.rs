@@ -28,7 +28,9 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             .at_peak
             .as_ref()
             .and_then(|a| a.by_category.iter().max_by_key(|(_, b)| **b))
-            .map_or(String::new(), |(c, b)| format!("{c} {:.3}", Bytes(*b).gib()));
+            .map_or(String::new(), |(c, b)| {
+                format!("{c} {:.3}", Bytes(*b).gib())
+            });
         let _ = writeln!(
             o,
             "  {:<14} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  {largest}",

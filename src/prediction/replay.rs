@@ -11,7 +11,10 @@ use crate::estimate::allocator::{Allocation, CachingAllocator, rounded};
 /// One event of the trace, in the order the worker sent it.
 #[derive(Clone, Debug)]
 pub enum TraceEvent {
-    PhaseStart { name: String, index: u64 },
+    PhaseStart {
+        name: String,
+        index: u64,
+    },
     PhaseEnd {
         failed: bool,
         inputs: serde_json::Map<String, serde_json::Value>,
@@ -37,6 +40,7 @@ struct Open {
     peak_at: Option<usize>,
     unpredictable: Vec<Unpredictable>,
     tainted: bool,
+    peak_tensor: u64,
 }
 
 /// Replays `events`; `context_bytes` is added to the peak reserved for the driver's view.
@@ -44,6 +48,8 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
     let mut a = CachingAllocator::new();
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
+    // Live tensor bytes (rounded to 512, workspaces left out).
+    let mut tensors = 0u64;
     let mut open: Option<Open> = None;
     let mut phases: Vec<(PredictedPhase, Option<usize>)> = Vec::new();
     for (i, event) in events.iter().enumerate() {
@@ -59,6 +65,7 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
                     peak_at: None,
                     unpredictable: Vec::new(),
                     tainted: tainted_live > 0,
+                    peak_tensor: tensors,
                 });
             }
             TraceEvent::Alloc(alloc) => {
@@ -67,8 +74,12 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
                 if alloc.tainted {
                     tainted_live += 1;
                 }
+                if alloc.category != Category::Workspace && alloc.bytes > 0 {
+                    tensors += rounded(alloc.bytes);
+                }
                 if let Some(o) = &mut open {
                     o.tainted |= alloc.tainted;
+                    o.peak_tensor = o.peak_tensor.max(tensors);
                     if a.allocated == a.peak_allocated && allocation.is_some() {
                         o.peak_at = Some(i);
                     }
@@ -85,6 +96,9 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
                 if let Some(l) = live.remove(id) {
                     if let Some(allocation) = l.allocation {
                         a.free(allocation);
+                        if l.alloc.category != Category::Workspace {
+                            tensors -= rounded(l.alloc.bytes);
+                        }
                     }
                     if l.alloc.tainted {
                         tainted_live -= 1;
@@ -123,6 +137,7 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
                         start_reserved_bytes: figure(o.start_reserved),
                         peak_allocated_bytes: figure(a.peak_allocated),
                         peak_reserved_bytes: figure(a.peak_reserved),
+                        peak_tensor_bytes: figure(o.peak_tensor),
                         end_allocated_bytes: figure(a.allocated),
                         end_reserved_bytes: figure(a.reserved),
                         driver_view_bytes: figure(a.peak_reserved.saturating_add(context_bytes)),

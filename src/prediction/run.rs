@@ -48,7 +48,8 @@ pub fn predict(
     spec.predict = Some(target.clone());
     let cmd = WorkerCommand {
         python: plan.python.clone(),
-        spec: serde_json::to_value(&spec).map_err(|e| StartError::Files(std::io::Error::other(e)))?,
+        spec: serde_json::to_value(&spec)
+            .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
         timeout: Some(plan.timeout),
         forward_output: trial.forward_output,
         progress: progress.cloned(),
@@ -154,6 +155,7 @@ pub fn predict(
             start_reserved_bytes: None,
             peak_allocated_bytes: None,
             peak_reserved_bytes: None,
+            peak_tensor_bytes: None,
             end_allocated_bytes: None,
             end_reserved_bytes: None,
             driver_view_bytes: None,
@@ -174,7 +176,9 @@ pub fn predict(
         .map(String::from);
     let mut notes = c.notes;
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
-        notes.push("predicted with the test suite's fake torch: not a prediction of real PyTorch".into());
+        notes.push(
+            "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),
+        );
     }
     Ok(Outcome::Predicted(Box::new(PredictionDoc {
         schema: SCHEMA.into(),
@@ -190,6 +194,7 @@ pub fn predict(
         },
         dimensions: trial.dimensions.clone(),
         target: target.clone(),
+        spec,
         assumptions: Assumptions {
             transformers_version: c
                 .environment

@@ -71,20 +71,32 @@ impl Target {
             ),
             ("cudaMallocAsync", false) => (
                 H200_CONTEXT_ASYNC_BYTES,
-                format!("assumed: the H200's reading (torch 2.11, cudaMallocAsync); not measured on {}", card.name),
+                format!(
+                    "assumed: the H200's reading (torch 2.11, cudaMallocAsync); not measured on {}",
+                    card.name
+                ),
             ),
             (_, false) => (
                 H200_CONTEXT_BYTES,
-                format!("assumed: the H200's reading (torch 2.11); not measured on {}", card.name),
+                format!(
+                    "assumed: the H200's reading (torch 2.11); not measured on {}",
+                    card.name
+                ),
             ),
         };
         let (workspaces, workspaces_source) = if capability.0 >= 9 {
             (
-                SM90_WORKSPACES.iter().map(|(b, w)| (*b, w.to_string())).collect(),
+                SM90_WORKSPACES
+                    .iter()
+                    .map(|(b, w)| (*b, w.to_string()))
+                    .collect(),
                 if measured_h200 {
                     "measured on an H200 with torch 2.11: 34,603,008 bytes from the first matmul on (split into cuBLAS 32 MiB and cuBLASLt 1 MiB by PyTorch's defaults)".to_string()
                 } else {
-                    format!("assumed: the H200's reading for sm{}{} (torch 2.11); not measured on {}", capability.0, capability.1, card.name)
+                    format!(
+                        "assumed: the H200's reading for sm{}{} (torch 2.11); not measured on {}",
+                        capability.0, capability.1, card.name
+                    )
                 },
             )
         } else {
@@ -141,10 +153,7 @@ mod tests {
         assert_eq!(h200.capability, (9, 0));
         assert_eq!(h200.total_memory, 150_109_880_320);
         assert_eq!(h200.context_bytes, 641_728_512);
-        assert_eq!(
-            h200.workspaces.iter().map(|w| w.0).sum::<u64>(),
-            34_603_008
-        );
+        assert_eq!(h200.workspaces.iter().map(|w| w.0).sum::<u64>(), 34_603_008);
         assert!(h200.workspaces_source.starts_with("measured"));
         let a100 = Target::named(Some("A100"), "native").unwrap();
         assert_eq!(a100.capability, (8, 0));

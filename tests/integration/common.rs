@@ -93,3 +93,23 @@ pub fn not_run(check: &str, reason: &str) {
     }
     eprintln!("not run: {line}");
 }
+
+/// Interpreter for the checks that need real torch and transformers (CPU is enough).
+pub fn torch_python() -> Option<String> {
+    let candidate = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&candidate)
+        .args(["-c", "import torch, transformers"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some(candidate)
+    } else {
+        crate::common::not_run(
+            "checks against real torch and transformers on CPU",
+            &format!(
+                "{candidate} cannot import torch and transformers (set ITERAGPU_TEST_PYTHON to an interpreter that has them; .ci/run prepares one)"
+            ),
+        );
+        None
+    }
+}

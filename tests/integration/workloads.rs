@@ -361,31 +361,11 @@ fn python_jobs(python: &str, script: &str, jobs: &[serde_json::Value]) -> Vec<se
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Interpreter for the checks that need real torch and transformers (CPU is enough).
-fn reference_python() -> Option<String> {
-    let candidate = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(&candidate)
-        .args(["-c", "import torch, transformers"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        Some(candidate)
-    } else {
-        crate::common::not_run(
-            "checks against real torch and transformers on CPU",
-            &format!(
-                "{candidate} cannot import torch and transformers (set ITERAGPU_TEST_PYTHON to an interpreter that has them; .ci/run prepares one)"
-            ),
-        );
-        None
-    }
-}
-
 /// The estimate's parameter count and KV term equal what transformers really builds and keeps,
 /// on CPU, for a tiny config of every supported family (dynamic caches) and two static caches.
 #[test]
 fn kv_estimate_matches_transformers_cache() {
-    let Some(python) = reference_python() else {
+    let Some(python) = crate::common::torch_python() else {
         return;
     };
     let tiny = fixture("tiny");
@@ -435,7 +415,7 @@ fn kv_estimate_matches_transformers_cache() {
 /// into those libraries is exercised for real. (A CPU run measures nothing; it checks the code.)
 #[test]
 fn workloads_run_with_real_torch_on_cpu() {
-    let Some(python) = reference_python() else {
+    let Some(python) = crate::common::torch_python() else {
         return;
     };
     let has_peft = std::process::Command::new(&python)

@@ -91,9 +91,12 @@ class Session:
         def post(module, args, *rest):
             output = rest[-1]
             tr.pop_module()
-            cache = getattr(output, "past_key_values", None)
-            if cache is not None:
-                self._note_cache(cache)
+            if isinstance(output, dict):
+                # Read as a plain dict: transformers' outputs warn on attribute access.
+                for key in ("past_key_values", "cache"):
+                    cache = dict.get(output, key)
+                    if cache is not None:
+                        self._note_cache(cache)
 
         M.register_module_forward_pre_hook(lambda m, a: pre(m, a))
         M.register_module_forward_hook(lambda m, a, o: post(m, a, o), always_call=True)

@@ -16,6 +16,7 @@ produces is tainted so that no later phase holding it is presented as predicted 
 """
 
 import collections
+import os
 import sys
 import threading
 import weakref
@@ -45,14 +46,21 @@ class Unpredictable(RuntimeError):
     upper bound): the phase stops and is reported unpredictable."""
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def user_frame():
-    """(file, line) of the innermost frame outside torch and iteragpu's prediction code."""
+    """(file, line) of the innermost frame outside torch and iteragpu's prediction code; a file of
+    iteragpu's own workloads is named inside the package (it runs from a temporary folder)."""
     frame = sys._getframe(2)
     while frame is not None and any(part in frame.f_code.co_filename for part in _INTERNAL):
         frame = frame.f_back
     if frame is None:
         return None, None
-    return frame.f_code.co_filename, frame.f_lineno
+    file = frame.f_code.co_filename
+    if file.startswith(_PACKAGE + os.sep):
+        file = os.path.relpath(file, _PACKAGE)
+    return file, frame.f_lineno
 
 
 class Tracker(TorchDispatchMode):
@@ -224,7 +232,8 @@ class Tracker(TorchDispatchMode):
             self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its result depends on the data"})
             raise Unpredictable(f"{func} depends on the data ({file}:{line})") from exc
         for o in tree_flatten(out)[0]:
-            self.register(o, tainted=tainted)
+            # A scalar made from a data-dependent tensor (its sum, its max) has a known size.
+            self.register(o, tainted=tainted and isinstance(o, torch.Tensor) and o.dim() > 0)
         return out
 
     def _is_tainted(self, t):

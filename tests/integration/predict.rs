@@ -1,0 +1,388 @@
+//! `iteragpu predict` with real torch, transformers and peft on the CPU (no GPU): the workloads'
+//! own code runs on data-less CUDA tensors. Checked against (1) readings taken on the lent H200
+//! (../shared/reference/gpu-machine.md), to the byte, and (2) PyTorch's own MemTracker, an
+//! independent accounting of the same run, phase by phase within 1%.
+
+use crate::common::{fixture, iteragpu, read_json, torch_python};
+use predicates::prelude::*;
+use std::path::Path;
+
+/// `iteragpu predict ARGS --json`: the prediction document.
+fn predict(python: &str, dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let out = dir.join(format!("{name}.json"));
+    let run = iteragpu()
+        .arg("predict")
+        .args(["--python", python, "--json", "--output"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    read_json(&out)
+}
+
+/// The readings of the H200 for the network of `h200_sequential.py`, in both cases it was run.
+#[test]
+fn predictions_equal_the_h200_readings() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = fixture("scripts/h200_sequential.py");
+    let script = script.to_str().unwrap();
+    // (args, end of inputs, end of the first forward, after del, first forward's peak allocated
+    // and reserved), all read on the H200 with torch 2.11.
+    let cases: [(&[&str], [u64; 5]); 2] = [
+        (
+            &[],
+            [
+                135_348_224,
+                170_999_808,
+                169_951_232,
+                178_339_840,
+                192_937_984,
+            ],
+        ),
+        (
+            &[
+                "--batch",
+                "8",
+                "--context",
+                "2048",
+                "--width",
+                "4096",
+                "--dtype",
+                "bfloat16",
+            ],
+            [
+                1_208_123_392,
+                1_376_944_128,
+                1_242_726_400,
+                2_316_468_224,
+                2_317_352_960,
+            ],
+        ),
+    ];
+    for (k, (extra, expected)) in cases.iter().enumerate() {
+        let mut args = vec!["--script", script, "--card", "H200", "--"];
+        args.extend_from_slice(extra);
+        let doc = predict(&python, dir.path(), &format!("h200-{k}"), &args);
+        assert_eq!(doc["kind"], "prediction");
+        let phases = doc["phases"].as_array().unwrap();
+        let get = |name: &str, field: &str| {
+            phases.iter().find(|p| p["name"] == name).unwrap()[field]
+                .as_u64()
+                .unwrap()
+        };
+        let got = [
+            get("inputs", "end_allocated_bytes"),
+            get("cold_forward", "end_allocated_bytes"),
+            get("after_del", "end_allocated_bytes"),
+            get("cold_forward", "peak_allocated_bytes"),
+            get("cold_forward", "peak_reserved_bytes"),
+        ];
+        assert_eq!(got, *expected, "case {k}");
+    }
+}
+
+/// Runs the MemTracker oracle on the spec a prediction ran.
+fn oracle(python: &str, dir: &Path, name: &str, doc: &serde_json::Value) -> serde_json::Value {
+    let job = dir.join(format!("{name}-job.json"));
+    std::fs::write(&job, doc["spec"].to_string()).unwrap();
+    let out = std::process::Command::new(python)
+        .env(
+            "PYTHONPATH",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .arg(fixture("../python/memtracker_oracle.py"))
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["code"], 0,
+        "{name}: the oracle's run failed: {}",
+        doc["errors"]
+    );
+    doc
+}
+
+#[test]
+fn predictions_agree_with_memtracker_phase_by_phase() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = |name: &str| {
+        fixture(&format!("tiny/{name}/config.json"))
+            .display()
+            .to_string()
+    };
+    let (llama, mistral) = (tiny("llama"), tiny("mistral-sliding"));
+    let scripts = fixture("scripts");
+    let train_loop = scripts.join("train_loop.py").display().to_string();
+    let h200 = scripts.join("h200_sequential.py").display().to_string();
+    let mut cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "dense inference",
+            vec!["--batch", "2", "--context", "64", "--width", "256"],
+        ),
+        (
+            "dense training fp32 adamw",
+            vec![
+                "--task",
+                "train",
+                "--batch",
+                "2",
+                "--context",
+                "64",
+                "--width",
+                "256",
+            ],
+        ),
+        (
+            "dense training bf16-mixed sgd",
+            vec![
+                "--task",
+                "train",
+                "--precision",
+                "bf16-mixed",
+                "--optimizer",
+                "sgd",
+                "--width",
+                "256",
+            ],
+        ),
+        (
+            "llama generation, dynamic cache",
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                &llama,
+                "--prompt-tokens",
+                "24",
+                "--new-tokens",
+                "4",
+                "--batch",
+                "2",
+            ],
+        ),
+        (
+            "llama generation, static cache",
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                &llama,
+                "--cache",
+                "static",
+                "--prompt-tokens",
+                "24",
+                "--new-tokens",
+                "4",
+            ],
+        ),
+        (
+            "mistral generation, sliding cache",
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                &mistral,
+                "--cache",
+                "sliding",
+                "--prompt-tokens",
+                "24",
+                "--new-tokens",
+                "4",
+            ],
+        ),
+        (
+            "llama training bf16-mixed, checkpointing",
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                &llama,
+                "--task",
+                "train",
+                "--precision",
+                "bf16-mixed",
+                "--gradient-checkpointing",
+                "--context",
+                "32",
+            ],
+        ),
+        (
+            "script: a training loop with .item()",
+            vec!["--script", &train_loop],
+        ),
+        ("script: the H200 network", vec!["--script", &h200]),
+    ];
+    let has_peft = std::process::Command::new(&python)
+        .args(["-c", "import peft"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_peft {
+        cases.push((
+            "llama training bf16-mixed, LoRA",
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                &llama,
+                "--task",
+                "train",
+                "--precision",
+                "bf16-mixed",
+                "--lora-rank",
+                "4",
+                "--lora-targets",
+                "q_proj,v_proj",
+                "--context",
+                "32",
+            ],
+        ));
+    } else {
+        crate::common::not_run(
+            "the LoRA prediction",
+            &format!("{python} cannot import peft"),
+        );
+    }
+    for (k, (name, args)) in cases.iter().enumerate() {
+        let doc = predict(&python, dir.path(), &format!("case-{k}"), args);
+        let truth = oracle(&python, dir.path(), &format!("case-{k}"), &doc);
+        let ours = doc["phases"].as_array().unwrap();
+        let theirs = truth["phases"].as_array().unwrap();
+        assert_eq!(ours.len(), theirs.len(), "{name}: phases");
+        for (o, t) in ours.iter().zip(theirs) {
+            assert_eq!(o["name"], t["name"], "{name}");
+            assert_eq!(o["status"], "predicted", "{name}: {}", o["name"]);
+            // Tensors only: MemTracker sees neither the libraries' workspaces nor the allocator.
+            let (ours, theirs) = (
+                o["peak_tensor_bytes"].as_u64().unwrap(),
+                t["peak_bytes"].as_u64().unwrap(),
+            );
+            let error = (ours as f64 - theirs as f64).abs() / (theirs.max(1) as f64);
+            assert!(
+                error <= 0.01,
+                "{name}, phase {}: predicted {ours} vs MemTracker {theirs} ({:.2}%)",
+                o["name"],
+                error * 100.0
+            );
+            // The published peak adds only the allocator's rounding and the workspaces.
+            let peak = o["peak_allocated_bytes"].as_u64().unwrap();
+            assert!(peak >= ours, "{name}");
+        }
+    }
+}
+
+#[test]
+fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = fixture("scripts/train_loop.py");
+    let doc = predict(
+        &python,
+        dir.path(),
+        "item",
+        &["--script", script.to_str().unwrap()],
+    );
+    let reads = doc["assumptions"]["placeholder_reads"].as_array().unwrap();
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0]["count"], 2, "the loss read at each of the 2 steps");
+    assert!(
+        reads[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("train_loop.py")
+    );
+    assert_eq!(doc["status"], "complete");
+
+    let script = fixture("scripts/data_dependent.py");
+    let doc = predict(
+        &python,
+        dir.path(),
+        "dd",
+        &["--script", script.to_str().unwrap()],
+    );
+    let status: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(status, ["predicted", "unpredictable", "predicted"]);
+    assert_eq!(doc["status"], "partial");
+    let select = &doc["phases"][1];
+    assert!(
+        select["peak_allocated_bytes"].is_null(),
+        "never a guessed number"
+    );
+    assert_eq!(select["unpredictable"][0]["line"], 11);
+    assert!(
+        select["unpredictable"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("data_dependent.py")
+    );
+}
+
+#[test]
+fn a_script_that_raises_exits_1_with_its_phases() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    iteragpu()
+        .args(["predict", "--script"])
+        .arg(fixture("scripts/raises.py"))
+        .args(["--python", &python, "--output"])
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("this script fails on purpose"));
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "failed");
+    assert_eq!(doc["phases"][0]["status"], "predicted");
+    assert_eq!(doc["phases"][1]["status"], "failed");
+}
+
+#[test]
+fn predict_refuses_bad_input_and_needs_pytorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    for (args, message) in [
+        (vec!["--card", "MI300X"], "CUDA devices only"),
+        (vec!["--card", "GTX 480"], "unknown card"),
+        (
+            vec!["--card", "H200", "--device", "cuda:0"],
+            "cannot be used with",
+        ),
+        (vec!["--device", "cuda:0,cuda:1"], "one device"),
+    ] {
+        iteragpu()
+            .arg("predict")
+            .args(&args)
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists());
+    }
+    iteragpu()
+        .args(["predict", "--python", "python3", "--output"])
+        .arg(&out)
+        .env("PYTHONPATH", fixture("no_torch"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("PyTorch cannot be imported"));
+    assert!(!out.exists());
+}
