@@ -91,7 +91,7 @@ pub struct CardsArgs {
     /// A memory need per device: 17.04GiB, 18GB or raw bytes.
     #[arg(long, value_name = "SIZE", value_parser = size, conflicts_with = "from")]
     pub need: Option<Bytes>,
-    /// Take the need from an estimate, a measure result or a series.
+    /// Take the need from an estimate, a measure result, a series or a prediction.
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,
     /// Memory a process holds outside PyTorch's allocator (CUDA context, libraries), subtracted from
@@ -246,6 +246,10 @@ pub struct MeasureArgs {
     /// Measure the whole loop as one phase with no synchronization between its steps.
     #[arg(long)]
     pub whole_loop: bool,
+    /// Skip the prediction (measure: the one stored next to the result, which runs the workload
+    /// again on data-less tensors on the CPU; sweep: the frontier's hint).
+    #[arg(long)]
+    pub no_prediction: bool,
     /// Result file to create; an existing file is refused before anything runs.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,

@@ -28,3 +28,9 @@ class Channel:
         line = json.dumps({"type": type_, "data": data}, allow_nan=False, default=str)
         self._stream.write(line + "\n")
         self._stream.flush()
+
+    def write_lines(self, lines):
+        """Events already encoded, written at once (a prediction's many storage events)."""
+        if lines:
+            self._stream.write("\n".join(lines) + "\n")
+            self._stream.flush()

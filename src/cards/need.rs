@@ -31,19 +31,60 @@ pub struct CardFit {
 pub struct Need {
     pub bytes: Bytes,
     pub source: String,
-    pub measured_overhead: Option<u64>,
+    /// The memory outside PyTorch's allocator the file holds, and where it comes from.
+    pub overhead: Option<(u64, String)>,
 }
 
 /// Reads the need from an estimate (its preparation hypothesis), a measure result (its highest
-/// peak reserved; a failed run is refused) or a series (its largest successful trial).
+/// peak reserved; a failed run is refused), a series (its largest successful trial) or a
+/// prediction (its highest predicted peak reserved, said to be a prediction).
 pub fn from_file(path: &Path) -> Result<Need> {
     let l = inputs::load(path)?;
     Ok(match &l.doc {
         InputFile::Estimate(e) => Need {
             bytes: Bytes(e.total_bytes),
             source: format!("the preparation hypothesis of {}", path.display()),
-            measured_overhead: None,
+            overhead: None,
         },
+        InputFile::Prediction(p) => {
+            if p.status == "failed" {
+                bail!(
+                    "{} is the prediction of a workload that stopped ({}): it is not the need of a complete run",
+                    path.display(),
+                    p.failure.as_deref().unwrap_or("failed")
+                );
+            }
+            let Some(peak) = p.max_peak_reserved() else {
+                bail!("{} predicts no phase (all unpredictable)", path.display())
+            };
+            let unpredictable = p
+                .phases
+                .iter()
+                .filter(|ph| ph.peak_reserved_bytes.is_none())
+                .count();
+            Need {
+                bytes: Bytes(peak),
+                source: format!(
+                    "the PREDICTED highest peak reserved in {} (for {}; a prediction, not a measurement{})",
+                    path.display(),
+                    p.target.name,
+                    if unpredictable > 0 {
+                        format!(
+                            "; {unpredictable} phase(s) could not be predicted and are not in it"
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+                overhead: Some((
+                    p.target.context_bytes,
+                    format!(
+                        "the prediction's memory outside PyTorch's allocator ({})",
+                        p.target.context_source
+                    ),
+                )),
+            }
+        }
         InputFile::Measure(r) => {
             if !r.status.is_ok() {
                 bail!(
@@ -61,7 +102,13 @@ pub fn from_file(path: &Path) -> Result<Need> {
                     "the highest peak reserved of one device in {}",
                     path.display()
                 ),
-                measured_overhead: r.max_outside_allocator(),
+                overhead: r.max_outside_allocator().map(|b| {
+                    (
+                        b,
+                        "measured: memory outside PyTorch's allocator seen by NVML in the file"
+                            .to_string(),
+                    )
+                }),
             }
         }
         InputFile::Series(s) => {
@@ -84,18 +131,24 @@ pub fn from_file(path: &Path) -> Result<Need> {
                     values.join(" "),
                     path.display()
                 ),
-                measured_overhead: s.max_outside_allocator(),
+                overhead: s.max_outside_allocator().map(|b| {
+                    (
+                        b,
+                        "measured: memory outside PyTorch's allocator seen by NVML in the file"
+                            .to_string(),
+                    )
+                }),
             }
         }
     })
 }
 
-/// The memory a process holds outside PyTorch's allocator: stated, measured, or assumed 1 GiB.
-/// A stated overhead that fills even the largest card is refused: it cannot be that memory.
+/// The memory a process holds outside PyTorch's allocator: stated, from the file, or assumed
+/// 1 GiB. A stated overhead that fills even the largest card is refused: it cannot be that memory.
 pub fn overhead(
     catalog: &[Card],
     stated: Option<Bytes>,
-    measured: Option<u64>,
+    from_file: Option<(u64, String)>,
 ) -> Result<(u64, String)> {
     let largest = catalog
         .iter()
@@ -111,12 +164,9 @@ pub fn overhead(
             Bytes(largest).both()
         );
     }
-    Ok(match (stated, measured) {
+    Ok(match (stated, from_file) {
         (Some(b), _) => (b.get(), format!("--overhead {}", b.grouped())),
-        (None, Some(m)) => (
-            m,
-            "measured: memory outside PyTorch's allocator seen by NVML in the file".into(),
-        ),
+        (None, Some(known)) => known,
         (None, None) => (
             GIB,
             "assumed 1 GiB for the CUDA context and libraries (612 MiB was read on an H200 with torch 2.11); say yours with --overhead".into(),

@@ -13,7 +13,7 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
         (Some(bytes), _) => Some(need::Need {
             bytes,
             source: format!("--need {}", bytes.grouped()),
-            measured_overhead: None,
+            overhead: None,
         }),
         (None, Some(path)) => Some(need::from_file(path)?),
         (None, None) => None,
@@ -28,7 +28,7 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
         return Ok(exit::OK);
     };
     let (overhead, overhead_source) =
-        need::overhead(&catalog, args.overhead, need.measured_overhead)?;
+        need::overhead(&catalog, args.overhead, need.overhead.clone())?;
     let fits = need::fits(&catalog, need.bytes, overhead);
     let text = if args.json {
         let doc = serde_json::json!({"need_bytes": need.bytes.get(), "need_source": need.source, "overhead_bytes": overhead, "overhead_source": overhead_source, "cards": fits});

@@ -8,16 +8,20 @@ use std::time::Duration;
 use crate::cli::MeasureArgs;
 use crate::measure::plan::MeasurePlan;
 use crate::measure::render;
+use crate::measure::result::MeasureResult;
 use crate::measure::trial::{ProcessRunner, TrialOutcome, TrialRunner};
 use crate::measure::worker_process::StartError;
 use crate::output::{self, Saved};
+use crate::prediction::check;
+use crate::prediction::run::{self, Outcome};
+use crate::signals::StopRequest;
 use crate::{exit, prediction, signals};
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
     let plan = MeasurePlan::from_args(args)?;
-    let prediction = prediction::for_plan(&plan)?;
+    let kv_estimates = prediction::kv_estimates(&plan)?;
     let trial = plan.trial();
     output::check_new(&args.output)?;
     // A spinner with the current phase, only on a terminal and never with --json.
@@ -33,12 +37,12 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         bar
     });
     let outcome = ProcessRunner::new(stop).run(&trial, bar.as_ref());
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
     let outcome = match outcome {
         Ok(o) => o,
         Err(e @ StartError::Interpreter { .. }) => {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
             eprintln!("error: {e}");
             return Ok(exit::MISSING_RUNTIME);
         }
@@ -46,13 +50,26 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
     };
     let mut result = match outcome {
         TrialOutcome::Unavailable { reason } => {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
             eprintln!("error: nothing measured: {reason}");
             eprintln!("(no result file was written; run `iteragpu environment` for details)");
             return Ok(exit::MISSING_RUNTIME);
         }
         TrialOutcome::Measured(result) => result,
     };
-    prediction.attach(&mut result);
+    check::kv_cache(&mut result, &kv_estimates);
+    if args.no_prediction {
+        result
+            .notes
+            .push("no prediction: skipped (--no-prediction)".into());
+    } else if stop.get().is_none() {
+        predict_next_to(&plan, &mut result, stop, bar.as_ref());
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
     let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"
@@ -78,4 +95,33 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
             exit::BAD_INPUT
         }
     })
+}
+
+/// The prediction for the measured card, run after the measurement (on the CPU, every GPU hidden
+/// from it), compared phase by phase; a note says why when there is none.
+fn predict_next_to(
+    plan: &MeasurePlan,
+    result: &mut MeasureResult,
+    stop: &'static StopRequest,
+    bar: Option<&indicatif::ProgressBar>,
+) {
+    let Some(target) = prediction::measured_target(result) else {
+        result.notes.push(
+            "no prediction: PyTorch did not report the device's name, compute capability and total memory".into(),
+        );
+        return;
+    };
+    if let Some(bar) = bar {
+        bar.set_prefix("predicting the same workload on the CPU");
+    }
+    match run::predict(plan, &target, stop, bar) {
+        Ok(Outcome::Predicted(doc)) => {
+            check::predictions(result, &doc, 0);
+            result.prediction = Some(doc);
+        }
+        Ok(Outcome::Unavailable(reason) | Outcome::Stopped(reason)) => {
+            result.notes.push(format!("no prediction: {reason}"));
+        }
+        Err(e) => result.notes.push(format!("no prediction: {e}")),
+    }
 }

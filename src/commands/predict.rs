@@ -17,6 +17,9 @@ use crate::{exit, signals};
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
     let stop = signals::stop_request();
     let m = &args.workload;
+    if m.no_prediction {
+        bail!("--no-prediction has no effect on predict; drop it");
+    }
     let plan = MeasurePlan::from_args(m)?;
     if plan.devices.len() > 1 {
         bail!(
@@ -28,7 +31,11 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
     let backend = target::allocator_backend_from_env();
     let (target, note) = match (&args.card, m.device.first()) {
         (Some(card), _) => (Target::named(Some(card), &backend).map_err(anyhow::Error::msg)?, None),
-        (None, Some(device)) => (this_machine(&plan, device, &backend)?, None),
+        (None, Some(device)) => (
+            Target::of_device(&plan.python, device, &backend, Some(stop))
+                .map_err(anyhow::Error::msg)?,
+            None,
+        ),
         (None, None) => (
             Target::named(None, &backend).map_err(anyhow::Error::msg)?,
             Some("no --card given: predicted for the catalog's H200 (choose another with --card NAME)".to_string()),
@@ -93,46 +100,4 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         exit::OK
     })
-}
-
-/// The card of a device of this machine, as its PyTorch declares it.
-fn this_machine(plan: &MeasurePlan, device: &str, backend: &str) -> Result<Target> {
-    let env = crate::environment::probe(
-        &plan.python,
-        &[device.to_string()],
-        crate::environment::PROBE_TIMEOUT,
-        None,
-    )
-    .map_err(anyhow::Error::msg)?;
-    let Some(props) = env.device(device).filter(|_| env.can_measure) else {
-        bail!(
-            "--device {device}: {}; predict for a card of the catalog with --card NAME instead",
-            env.reason
-                .as_deref()
-                .unwrap_or("this machine has no such device")
-        );
-    };
-    let name = props
-        .get("name")
-        .and_then(|v| v.as_str())
-        .unwrap_or("this device")
-        .to_string();
-    let capability = props
-        .get("capability")
-        .and_then(|c| Some((c.get(0)?.as_u64()? as u32, c.get(1)?.as_u64()? as u32)))
-        .ok_or_else(|| anyhow::anyhow!("PyTorch did not report {device}'s compute capability"))?;
-    let total = props
-        .get("total_memory")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| anyhow::anyhow!("PyTorch did not report {device}'s total_memory"))?;
-    // The catalog's figures for what no tensor shows, the device's own for the rest.
-    let mut target = match crate::cards::find(&name) {
-        Ok(card) => Target::for_card(&card, backend).map_err(anyhow::Error::msg)?,
-        Err(_) => Target::named(None, backend).map_err(anyhow::Error::msg)?,
-    };
-    target.name = format!("{name} ({device} of this machine)");
-    target.capability = capability;
-    target.total_memory = total;
-    target.total_memory_source = "PyTorch's total_memory, read on this machine".into();
-    Ok(target)
 }

@@ -77,9 +77,13 @@ pub struct MeasureResult {
     /// The failing phase, its error and the last values read, when status is not `ok`.
     pub failure: Option<Failure>,
     pub worker: WorkerInfo,
-    /// The prediction next to what was observed, per phase (built-in workloads).
+    /// The prediction next to what was observed, per phase.
     #[serde(default)]
     pub predictions: Vec<crate::prediction::check::PhaseCheck>,
+    /// The prediction itself (`iteragpu predict` for the measured card, run after the
+    /// measurement on the CPU); null with a note when it could not run or was skipped.
+    #[serde(default)]
+    pub prediction: Option<Box<crate::prediction::document::PredictionDoc>>,
     /// The cache object's real size next to the estimate's KV term for the same load (causal-lm).
     #[serde(default)]
     pub kv_cache: Vec<crate::prediction::check::CacheCheck>,

@@ -65,17 +65,23 @@ pub trait TrialRunner {
 
     /// A signal asked iteragpu to stop (checked between trials).
     fn stop_requested(&self) -> Option<Stop>;
+
+    /// The highest predicted peak reserved of `plan` on the first device of this machine (the
+    /// frontier's hint); `None` when it cannot be predicted.
+    fn predicted_peak(&mut self, plan: &super::plan::MeasurePlan) -> Option<u64>;
 }
 
 /// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
 pub struct ProcessRunner {
     stop: &'static StopRequest,
+    /// The card predictions are made for (read once from the first device).
+    target: Option<Option<crate::prediction::target::Target>>,
 }
 
 impl ProcessRunner {
     /// `stop` is set by the signal handlers; the runner then stops the worker's whole group.
     pub fn new(stop: &'static StopRequest) -> ProcessRunner {
-        ProcessRunner { stop }
+        ProcessRunner { stop, target: None }
     }
 }
 
@@ -101,6 +107,27 @@ impl TrialRunner for ProcessRunner {
 
     fn stop_requested(&self) -> Option<Stop> {
         self.stop.get()
+    }
+
+    fn predicted_peak(&mut self, plan: &super::plan::MeasurePlan) -> Option<u64> {
+        let device = plan.devices.first()?;
+        if self.target.is_none() {
+            let backend = crate::prediction::target::allocator_backend_from_env();
+            self.target = Some(
+                crate::prediction::target::Target::of_device(
+                    &plan.python,
+                    device,
+                    &backend,
+                    Some(self.stop),
+                )
+                .ok(),
+            );
+        }
+        let target = self.target.clone().flatten()?;
+        match crate::prediction::run::predict(plan, &target, self.stop, None).ok()? {
+            crate::prediction::run::Outcome::Predicted(doc) => doc.max_peak_reserved(),
+            _ => None,
+        }
     }
 }
 
@@ -341,6 +368,7 @@ fn run_in_process(
             stderr_tail: run.stderr_tail,
         },
         predictions: Vec::new(),
+        prediction: None,
         kv_cache: Vec::new(),
         unknown_events: p.unknown,
         notes,
@@ -421,6 +449,10 @@ pub(crate) mod mock {
         pub device_total: Option<u64>,
         /// A stop signal that "arrives" once this many trials have run.
         pub stop_after: Option<(usize, Stop)>,
+        /// Predicted peaks: a function of the plan's spec (None: cannot predict).
+        pub predict: Option<fn(&WorkerSpec) -> u64>,
+        /// How many predictions were asked for.
+        pub predictions: usize,
         /// Every spec run, in order.
         pub specs: Vec<WorkerSpec>,
     }
@@ -431,6 +463,8 @@ pub(crate) mod mock {
                 decide,
                 device_total: None,
                 stop_after: None,
+                predict: None,
+                predictions: 0,
                 specs: Vec::new(),
             }
         }
@@ -548,6 +582,7 @@ pub(crate) mod mock {
                     stderr_tail: Vec::new(),
                 },
                 predictions: Vec::new(),
+                prediction: None,
                 kv_cache: Vec::new(),
                 unknown_events: Vec::new(),
                 notes: Vec::new(),
@@ -562,6 +597,11 @@ pub(crate) mod mock {
             self.stop_after
                 .filter(|(n, _)| self.specs.len() >= *n)
                 .map(|(_, s)| s)
+        }
+
+        fn predicted_peak(&mut self, plan: &crate::measure::plan::MeasurePlan) -> Option<u64> {
+            self.predictions += 1;
+            self.predict.map(|f| f(&plan.worker_spec()))
         }
     }
 }

@@ -67,13 +67,10 @@ pub struct WorkerRun {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(
-        "cannot run the Python interpreter `{python}`: {source}; install Python 3 or choose one with --python or ITERAGPU_PYTHON"
+        "cannot run the Python interpreter `{python}`: {reason}; install Python 3 or choose one with --python or ITERAGPU_PYTHON"
     )]
-    Interpreter {
-        python: String,
-        source: std::io::Error,
-    },
-    #[error("cannot prepare the worker's files: {0}")]
+    Interpreter { python: String, reason: String },
+    #[error("cannot prepare the worker's files: {}", crate::output::reason(.0))]
     Files(std::io::Error),
 }
 
@@ -132,9 +129,9 @@ pub fn run(
         .stderr(Stdio::piped())
         .process_group(0);
     die_with_parent(&mut command);
-    let mut child = command.spawn().map_err(|source| StartError::Interpreter {
+    let mut child = command.spawn().map_err(|e| StartError::Interpreter {
         python: cmd.python.display().to_string(),
-        source,
+        reason: crate::output::reason(&e),
     })?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();

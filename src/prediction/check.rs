@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::hand_replay::PhasePrediction;
+use super::document::PredictionDoc;
 use crate::measure::events::PhaseRecord;
 use crate::measure::result::MeasureResult;
 
@@ -45,33 +45,41 @@ pub struct CacheCheck {
     pub basis: String,
 }
 
-/// Matches predictions to observed phases in order (the n-th `warm_forward` predicted with the
-/// n-th observed one). A phase without a prediction, or that failed, is left out.
-pub fn predictions(result: &mut MeasureResult, predicted: &[PhasePrediction], device: usize) {
+/// Matches a prediction's phases to the observed ones in order (the n-th `warm_forward`
+/// predicted with the n-th observed one). A phase not predicted (unpredictable, failed) or not
+/// completed on the GPU is left out.
+pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, device: usize) {
+    let predicted = &prediction.phases;
     let mut used = vec![false; predicted.len()];
     for phase in &result.phases {
-        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].phase == phase.name)
+        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].name == phase.name)
         else {
             continue;
         };
         used[k] = true;
+        let p = &predicted[k];
+        let (Some(p_alloc), Some(p_resv)) = (p.peak_allocated_bytes, p.peak_reserved_bytes) else {
+            continue;
+        };
         if !phase.status.is_ok() {
             continue;
         }
-        let p = &predicted[k];
         let observed = phase.devices.get(device);
         let alloc = observed.and_then(|d| d.peak_allocated_bytes);
         let resv = observed.and_then(|d| d.peak_reserved_bytes);
         result.predictions.push(PhaseCheck {
             phase: phase.name.clone(),
             index: phase.index,
-            predicted_peak_allocated_bytes: p.peak_allocated_bytes,
+            predicted_peak_allocated_bytes: p_alloc,
             observed_peak_allocated_bytes: alloc,
-            error_allocated_pct: error_pct(p.peak_allocated_bytes, alloc),
-            predicted_peak_reserved_bytes: p.peak_reserved_bytes,
+            error_allocated_pct: error_pct(p_alloc, alloc),
+            predicted_peak_reserved_bytes: p_resv,
             observed_peak_reserved_bytes: resv,
-            error_reserved_pct: error_pct(p.peak_reserved_bytes, resv),
-            basis: p.basis.clone(),
+            error_reserved_pct: error_pct(p_resv, resv),
+            basis: format!(
+                "the workload's own code on data-less CUDA tensors for {}, replayed through the caching-allocator model",
+                prediction.target.name
+            ),
         });
     }
 }
@@ -111,4 +119,63 @@ fn observed_cache(phase: &PhaseRecord) -> Option<u64> {
         .inputs
         .get("cache_bytes")
         .and_then(serde_json::Value::as_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The phases of a prediction meet the observed ones in order, by name; a phase with no
+    /// predicted figure or that failed on the GPU is left out.
+    #[test]
+    fn predicted_and_observed_phases_are_matched_in_order() {
+        let phase = |name: &str, alloc: Option<u64>| {
+            serde_json::json!({"name": name, "index": 0, "status": if alloc.is_some() {"predicted"} else {"unpredictable"},
+                "inputs": {}, "start_allocated_bytes": null, "start_reserved_bytes": null,
+                "peak_allocated_bytes": alloc, "peak_reserved_bytes": alloc.map(|a| a + 1000),
+                "peak_tensor_bytes": alloc, "end_allocated_bytes": null, "end_reserved_bytes": null,
+                "driver_view_bytes": null, "at_peak": null, "unpredictable": []})
+        };
+        let target = crate::prediction::target::Target::named(None, "native").unwrap();
+        let doc: PredictionDoc = serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.prediction/1", "tool_version": "t", "kind": "prediction", "status": "partial",
+            "created_at": "", "identity": {"workload": "dense", "code_hash": "x", "seed": 0, "declared": {}},
+            "dimensions": {}, "target": target,
+            "spec": {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "x.py", "script_args": []},
+            "assumptions": {"torch_version": null, "transformers_version": null, "allocator_model": "",
+                "placeholder_reads": [], "not_modelled": []},
+            "phases": [phase("warm", Some(100)), phase("warm", Some(200)), phase("odd", None)],
+            "failure": null, "notes": []
+        }))
+        .unwrap();
+        let observed = |name: &str, peak: u64, status: &str| {
+            serde_json::json!({"name": name, "index": 0, "status": status, "duration_s": 0.1,
+                "devices": [{"device": "cuda:0", "start_allocated_bytes": 0, "start_reserved_bytes": 0,
+                "peak_allocated_bytes": peak, "peak_reserved_bytes": peak, "end_allocated_bytes": 0,
+                "end_reserved_bytes": 0, "mem_get_info": null}], "error": null})
+        };
+        let mut result: MeasureResult = serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.measure/1", "tool_version": "t", "status": "ok", "started_at": "", "ended_at": "",
+            "identity": {"workload": "dense", "code_hash": "x", "seed": 0, "declared": {}}, "dimensions": {},
+            "environment": {"python": null, "driver": null, "driver_reason": null, "nvml_indices": [],
+                "nvml_sample_interval_ms": null},
+            "scope": {"phases": [], "first_pass": "", "devices": ["cuda:0"]},
+            "policies": {"process": "fresh", "warmup": 0, "repeats": 0, "empty_cache": "never",
+                "protocol": "per-phase", "timeout_s": null},
+            "phases": [observed("warm", 100, "ok"), observed("warm", 250, "ok"), observed("odd", 5, "ok")],
+            "warm_summary": [], "failure": null,
+            "worker": {"pid": 1, "exit_code": 0, "signal": null, "stderr_tail": []},
+            "unknown_events": [], "notes": []
+        }))
+        .unwrap();
+        predictions(&mut result, &doc, 0);
+        assert_eq!(
+            result.predictions.len(),
+            2,
+            "the unpredictable phase is left out"
+        );
+        assert_eq!(result.predictions[0].error_allocated_pct, Some(0.0));
+        assert_eq!(result.predictions[1].predicted_peak_allocated_bytes, 200);
+        assert_eq!(result.predictions[1].error_allocated_pct, Some(20.0));
+    }
 }

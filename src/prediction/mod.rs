@@ -1,11 +1,10 @@
-//! What a measurement is compared with: per-phase peak predictions and the KV cache's estimated
-//! bytes, built from a plan before the worker runs (`for_plan`), then attached to the result next
-//! to what was observed (`check`). The sweep's frontier search uses the same predictions as its
-//! hint.
+//! Predictions: what a workload will hold on a card, phase by phase, from running its own code on
+//! data-less CUDA tensors (`run`, the worker's storage events replayed through the allocator
+//! model in `replay`, the file in `document`, the target card in `target`), and how they are
+//! compared with what `measure` observes (`check`), together with the estimate's KV term.
 
 pub mod check;
 pub mod document;
-pub mod hand_replay;
 pub mod render;
 pub mod replay;
 pub mod run;
@@ -16,107 +15,24 @@ use anyhow::Result;
 
 use crate::estimate::KvRequest;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
-use crate::measure::plan::{CausalLmPlan, MeasurePlan, WorkloadPlan};
+use crate::measure::plan::{MeasurePlan, WorkloadPlan};
 use crate::measure::result::MeasureResult;
-use crate::measure::spec::{TrainOptimizer, TrainPrecision};
 use check::CacheEstimate;
-use hand_replay::{CausalLmSpec, CausalLmTrainSpec, DenseSpec, PhasePrediction};
+use target::Target;
 
-/// The predictions of one plan.
-pub enum Prediction {
-    None,
-    Phases(Vec<PhasePrediction>),
-    CausalLm {
-        phases: Vec<PhasePrediction>,
-        caches: Vec<CacheEstimate>,
-    },
-}
-
-impl Prediction {
-    /// The highest predicted peak reserved over all phases (for a sweep's hint).
-    pub fn max_peak_reserved(&self) -> Option<u64> {
-        let phases = match self {
-            Prediction::None => return None,
-            Prediction::Phases(p) | Prediction::CausalLm { phases: p, .. } => p,
-        };
-        phases.iter().map(|p| p.peak_reserved_bytes).max()
-    }
-
-    /// Attaches the comparisons to a finished result.
-    pub fn attach(&self, result: &mut MeasureResult) {
-        match self {
-            Prediction::None => {}
-            Prediction::Phases(p) => check::predictions(result, p, 0),
-            Prediction::CausalLm { phases, caches } => {
-                check::predictions(result, phases, 0);
-                check::kv_cache(result, caches);
-            }
-        }
-    }
-}
-
-/// The predictions for a plan (none for scripts, several devices, or what is not modelled).
-pub fn for_plan(plan: &MeasurePlan) -> Result<Prediction> {
-    let d = &plan.dims;
-    Ok(match &plan.workload {
-        WorkloadPlan::Script(_) => Prediction::None,
-        WorkloadPlan::Dense(p) => {
-            let checkpointing = p.training.is_some_and(|t| t.gradient_checkpointing);
-            if plan.devices.len() == 1 && !p.whole_loop && !checkpointing {
-                Prediction::Phases(hand_replay::dense(&DenseSpec {
-                    batch: d.batch,
-                    context: d.context,
-                    width: d.width,
-                    depth: d.depth,
-                    element_bytes: p.dtype.bytes(),
-                    warmup: p.warmup,
-                    repeats: p.repeats,
-                    train_steps: p.training.map(|_| d.steps),
-                    adamw: p
-                        .training
-                        .is_none_or(|t| t.optimizer == TrainOptimizer::Adamw),
-                }))
-            } else {
-                Prediction::None
-            }
-        }
-        WorkloadPlan::CausalLm(p) => causal_lm(plan, p)?,
-    })
-}
-
-fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
-    let Some(arch) = &p.architecture else {
-        return Ok(Prediction::None);
+/// The estimate's KV-cache bytes after the prefill and after decoding, for causal-lm generation
+/// (compared with the cache object's real size); empty for other workloads.
+pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
+    let WorkloadPlan::CausalLm(p) = &plan.workload else {
+        return Ok(Vec::new());
     };
+    let Some(arch) = &p.architecture else {
+        return Ok(Vec::new());
+    };
+    if p.training.is_some() || p.whole_loop {
+        return Ok(Vec::new());
+    }
     let d = &plan.dims;
-    if p.whole_loop {
-        return Ok(Prediction::None);
-    }
-    if let Some(t) = &p.training {
-        let lora_trainable = p.lora.as_ref().map(|lora| {
-            arch.groups
-                .iter()
-                .filter(|g| lora.targets.iter().any(|t| g.module() == t))
-                .filter_map(|g| {
-                    g.linear_dims()
-                        .map(|(i, o)| lora.rank * (i + o) * g.linear_count())
-                })
-                .sum()
-        });
-        return Ok(Prediction::Phases(hand_replay::causal_lm_training(
-            arch,
-            &CausalLmTrainSpec {
-                batch: d.batch,
-                context: d.context,
-                steps: d.steps,
-                param_bytes: p.dtype.bytes(),
-                mixed: t.precision == TrainPrecision::Bf16Mixed,
-                adamw: t.optimizer == TrainOptimizer::Adamw,
-                lora_trainable,
-                gradient_checkpointing: t.gradient_checkpointing,
-            },
-        )));
-    }
     let total = d.prompt_tokens + d.new_tokens;
     let options = CacheOptions {
         max_cache_len: (p.cache == CacheKind::Static).then_some(total),
@@ -158,7 +74,7 @@ fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
         p.cache.name(),
         p.dtype.bytes()
     );
-    let caches = ["", "_warm"]
+    let caches: Vec<CacheEstimate> = ["", "_warm"]
         .iter()
         .flat_map(|suffix| {
             [
@@ -177,17 +93,38 @@ fn causal_lm(plan: &MeasurePlan, p: &CausalLmPlan) -> Result<Prediction> {
             ]
         })
         .collect();
-    let phases = hand_replay::causal_lm(
-        arch,
-        &CausalLmSpec {
-            batch: d.batch,
-            prompt_tokens: d.prompt_tokens,
-            new_tokens: d.new_tokens,
-            element_bytes: p.dtype.bytes(),
-            kv_after_prefill: after_prefill,
-            kv_after_decode: after_decode,
-            static_cache: p.cache == CacheKind::Static,
-        },
+    Ok(caches)
+}
+
+/// The card a measurement ran on, as its PyTorch declared it, for the prediction stored next to it.
+pub fn measured_target(result: &MeasureResult) -> Option<Target> {
+    let device = result.scope.devices.first()?;
+    let props = result.environment.python.as_ref()?.device(device)?;
+    let name = props.get("name")?.as_str()?.to_string();
+    let capability = props.get("capability")?;
+    let capability = (
+        capability.get(0)?.as_u64()? as u32,
+        capability.get(1)?.as_u64()? as u32,
     );
-    Ok(Prediction::CausalLm { phases, caches })
+    let total = props.get("total_memory")?.as_u64()?;
+    let backend = result
+        .environment
+        .python
+        .as_ref()
+        .and_then(|p| p.allocator_backend())
+        .unwrap_or("native");
+    let backend = if backend == "native" {
+        target::allocator_backend_from_env()
+    } else {
+        backend.to_string()
+    };
+    let mut t = match crate::cards::find(&name) {
+        Ok(card) => Target::for_card(&card, &backend).ok()?,
+        Err(_) => Target::named(None, &backend).ok()?,
+    };
+    t.name = format!("{name} ({device})");
+    t.capability = capability;
+    t.total_memory = total;
+    t.total_memory_source = "PyTorch's total_memory, read in the measurement".into();
+    Some(t)
 }

@@ -298,17 +298,19 @@ mod tests {
         let mib = 1u64 << 20;
         let events = vec![
             start("load", 0),
-            alloc(0, 4 * mib, Category::Parameter, "m.w"), // large pool: a 20 MiB segment
+            alloc(0, 4 * mib, Category::Parameter, "m.w"), // large pool: a 20 MiB segment, split
             alloc(1, 1000, Category::Buffer, "m.b"),       // small pool: a 2 MiB segment, 1024 B
             end(),
             start("forward", 1),
-            alloc(2, 12 * mib, Category::Temporary, "m"), // ≥ 10 MiB: its own 12 MiB segment
+            // Best fit: the 16 MiB left in the first segment, split (4 MiB stay free).
+            alloc(2, 12 * mib, Category::Temporary, "m"),
             TraceEvent::Tag(2, Category::Activation),
-            alloc(3, 3 * mib, Category::Temporary, "m.act"), // fits in the first 20 MiB segment
+            // The 4 MiB block left is not split for 1 MiB: the request counts 4 MiB.
+            alloc(3, 3 * mib, Category::Temporary, "m.act"),
             TraceEvent::Free(3),
             end(),
             start("after", 2),
-            alloc(4, 3 * mib, Category::Temporary, "m.act"), // reuses the freed block
+            alloc(4, 3 * mib, Category::Temporary, "m.act"), // the same 4 MiB block again
             TraceEvent::Free(2),
             TraceEvent::Free(4),
             end(),
@@ -321,17 +323,20 @@ mod tests {
         assert_eq!(load.driver_view_bytes, Some(22 * mib + 1000));
         let fwd = &phases[1];
         assert_eq!(fwd.start_allocated_bytes, Some(4 * mib + 1024));
-        assert_eq!(fwd.peak_allocated_bytes, Some(19 * mib + 1024));
-        assert_eq!(fwd.peak_reserved_bytes, Some(34 * mib));
+        assert_eq!(fwd.peak_allocated_bytes, Some(20 * mib + 1024));
+        assert_eq!(fwd.peak_tensor_bytes, Some(19 * mib + 1024));
+        assert_eq!(fwd.peak_reserved_bytes, Some(22 * mib), "no new segment");
         assert_eq!(fwd.end_allocated_bytes, Some(16 * mib + 1024));
         let at = fwd.at_peak.as_ref().unwrap();
         assert_eq!(at.by_category["activation"], 12 * mib);
         assert_eq!(at.by_category["temporary"], 3 * mib);
         assert_eq!(at.by_category["parameter"], 4 * mib);
+        assert_eq!(at.by_category["allocator rounding"], mib);
         assert_eq!(at.top_tensors[0].bytes, 12 * mib);
         assert_eq!(at.top_modules[0].module, "m");
         let after = &phases[2];
-        assert_eq!(after.peak_reserved_bytes, Some(34 * mib), "no new segment");
+        assert_eq!(after.peak_reserved_bytes, Some(22 * mib));
+        assert_eq!(after.peak_allocated_bytes, Some(20 * mib + 1024));
         assert_eq!(after.end_allocated_bytes, Some(4 * mib + 1024));
     }
 

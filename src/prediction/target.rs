@@ -126,6 +126,54 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The card of a device of this machine, as its PyTorch declares it (the catalog's figures
+    /// for what no tensor shows when the card is in it, the H200's otherwise, said so).
+    pub fn of_device(
+        python: &std::path::Path,
+        device: &str,
+        backend: &str,
+        stop: Option<&crate::signals::StopRequest>,
+    ) -> Result<Target, String> {
+        let env = crate::environment::probe(
+            python,
+            &[device.to_string()],
+            crate::environment::PROBE_TIMEOUT,
+            stop,
+        )?;
+        let Some(props) = env.device(device).filter(|_| env.can_measure) else {
+            return Err(format!(
+                "--device {device}: {}; predict for a card of the catalog with --card NAME instead",
+                env.reason
+                    .as_deref()
+                    .unwrap_or("this machine has no such device")
+            ));
+        };
+        let name = props
+            .get("name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("this device")
+            .to_string();
+        let capability = props
+            .get("capability")
+            .and_then(|c| Some((c.get(0)?.as_u64()? as u32, c.get(1)?.as_u64()? as u32)))
+            .ok_or_else(|| format!("PyTorch did not report {device}'s compute capability"))?;
+        let total = props
+            .get("total_memory")
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| format!("PyTorch did not report {device}'s total_memory"))?;
+        let mut target = match cards::find(&name) {
+            Ok(card) => Target::for_card(&card, backend)?,
+            Err(_) => Target::named(None, backend)?,
+        };
+        target.name = format!("{name} ({device} of this machine)");
+        target.capability = capability;
+        target.total_memory = total;
+        target.total_memory_source = "PyTorch's total_memory, read on this machine".into();
+        Ok(target)
+    }
+}
+
 /// The allocator backend the settings ask for (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF`).
 pub fn allocator_backend_from_env() -> String {
     let conf = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]

@@ -11,11 +11,8 @@ use crate::sweep::series::Series;
 /// Why an input file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
     #[error(
         "{path} is not valid JSON (line {line}, column {column}): {message}; the file is truncated or was edited by hand"
     )]
@@ -93,6 +90,7 @@ pub enum InputFile {
     Measure(Box<MeasureResult>),
     Series(Box<Series>),
     Estimate(Box<EstimateDoc>),
+    Prediction(Box<crate::prediction::document::PredictionDoc>),
 }
 
 /// A file read from disk, with its raw bytes (attached to reports) and their SHA-256.
@@ -106,13 +104,14 @@ pub struct Loaded {
 
 pub use crate::estimate::SCHEMA as ESTIMATE;
 pub use crate::measure::result::SCHEMA as MEASURE;
+pub use crate::prediction::document::SCHEMA as PREDICTION;
 pub use crate::sweep::series::SCHEMA as SERIES;
 
 /// Reads and validates any iteragpu file.
 pub fn load(path: &Path) -> Result<Loaded, InputError> {
-    let raw = std::fs::read_to_string(path).map_err(|source| InputError::Read {
+    let raw = std::fs::read_to_string(path).map_err(|e| InputError::Read {
         path: path.to_path_buf(),
-        source,
+        reason: crate::output::reason(&e),
     })?;
     let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| InputError::Json {
         path: path.to_path_buf(),
@@ -136,11 +135,14 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
         MEASURE => InputFile::Measure(Box::new(serde_json::from_value(value).map_err(content)?)),
         SERIES => InputFile::Series(Box::new(serde_json::from_value(value).map_err(content)?)),
         ESTIMATE => InputFile::Estimate(Box::new(serde_json::from_value(value).map_err(content)?)),
+        PREDICTION => {
+            InputFile::Prediction(Box::new(serde_json::from_value(value).map_err(content)?))
+        }
         other => {
             return Err(InputError::Schema {
                 path: path.to_path_buf(),
                 found: other.to_string(),
-                wanted: format!("{MEASURE}, {SERIES} or {ESTIMATE}"),
+                wanted: format!("{MEASURE}, {SERIES}, {ESTIMATE} or {PREDICTION}"),
                 hint: "this version of iteragpu reads only these; use the iteragpu that wrote the file".into(),
             });
         }
@@ -160,6 +162,7 @@ impl Loaded {
             InputFile::Measure(_) => MEASURE,
             InputFile::Series(_) => SERIES,
             InputFile::Estimate(_) => ESTIMATE,
+            InputFile::Prediction(_) => PREDICTION,
         }
     }
 

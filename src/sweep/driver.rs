@@ -254,7 +254,10 @@ impl Sweep<'_> {
                 plan.base.devices.first().map_or("cuda:0", String::as_str),
             ),
         };
-        let hint = capacity.and_then(|c| hint(&plan.base, variable, bounds, c));
+        let (hint, predictions) = match capacity {
+            Some(c) if !plan.no_prediction => hint(self.runner, &plan.base, variable, bounds, c),
+            _ => (None, 0),
+        };
         let mut stop: Option<Result<Option<String>>> = None;
         let found = search::find_guided(bounds, hint, capacity, |value| {
             if stop.is_some() {
@@ -309,11 +312,14 @@ impl Sweep<'_> {
             resolution: bounds.resolution,
             trials: found.trials.len(),
             strategy: match (hint, capacity) {
-                (Some(_), _) => "estimate-hint, then measured-peak curve".into(),
+                (Some(_), _) => format!(
+                    "prediction hint ({predictions} prediction(s) of the workload), then measured-peak curve"
+                ),
                 (None, Some(_)) => "measured-peak curve".into(),
                 (None, None) => "grow-then-bisect".into(),
             },
             hint,
+            predictions,
             budget_exhausted: found.budget_exhausted,
         });
         Ok(None)
@@ -335,7 +341,7 @@ impl Sweep<'_> {
             ));
             return Ok(Step::Stop);
         }
-        let prediction = prediction::for_plan(plan)?;
+        let kv_estimates = prediction::kv_estimates(plan)?;
         let mut trial = plan.trial();
         trial.forward_output = false;
         if let Some(limit) = &self.plan.limit {
@@ -381,7 +387,7 @@ impl Sweep<'_> {
                 }
             }
             TrialOutcome::Measured(mut result) => {
-                prediction.attach(&mut result);
+                prediction::check::kv_cache(&mut result, &kv_estimates);
                 summarize(index, values, load, *result, duration_s)
             }
         };
@@ -470,28 +476,45 @@ fn summarize(
     }
 }
 
-/// The largest grid value whose predicted peak fits under `capacity` (the estimator's frontier).
-fn hint(base: &MeasurePlan, variable: Variable, b: Bounds, capacity: u64) -> Option<u64> {
-    let fits = |v: u64| -> Option<bool> {
-        let plan = base.with(variable, v).ok()?;
-        let prediction = prediction::for_plan(&plan).ok()?;
-        Some(prediction.max_peak_reserved()? <= capacity)
-    };
-    if !fits(b.lo)? {
-        return Some(b.lo);
-    }
-    let (mut lo, mut hi) = (b.lo, b.hi);
-    if fits(hi)? {
-        return Some(hi);
-    }
-    while let Some(mid) = search::grid_midpoint(&b, lo, hi) {
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
+/// Where the predicted peak reaches `capacity`: the workload is predicted at the range's ends
+/// and middle (three predictions, fewer when the first already says), a curve is fitted through
+/// them and solved, snapped to the grid. Returns the hint and how many predictions it took.
+fn hint(
+    runner: &mut dyn TrialRunner,
+    base: &MeasurePlan,
+    variable: Variable,
+    b: Bounds,
+    capacity: u64,
+) -> (Option<u64>, usize) {
+    let mut points: Vec<(u64, u64)> = Vec::new();
+    let mut count = 0;
+    let mid = search::grid_midpoint(&b, b.lo, b.hi).unwrap_or(b.lo);
+    for v in [b.lo, b.hi, mid] {
+        if points.iter().any(|p| p.0 == v) {
+            continue;
+        }
+        let Ok(plan) = base.with(variable, v) else {
+            continue;
+        };
+        count += 1;
+        let Some(peak) = runner.predicted_peak(&plan) else {
+            return (None, count);
+        };
+        points.push((v, peak));
+        match (v == b.lo, v == b.hi, peak <= capacity) {
+            (true, _, false) => return (Some(b.lo), count),
+            (_, true, true) => return (Some(b.hi), count),
+            _ => {}
         }
     }
-    Some(lo)
+    let Some(f) = fit::fit(&points) else {
+        return (None, count);
+    };
+    let hint = f.solve(capacity as f64).map(|x| {
+        let x = (x.max(b.lo as f64) as u64).min(b.hi);
+        b.lo + (x - b.lo) / b.resolution.max(1) * b.resolution.max(1)
+    });
+    (hint, count)
 }
 
 fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {

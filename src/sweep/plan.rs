@@ -36,6 +36,8 @@ pub struct SweepPlan {
     pub max_trials: usize,
     /// Arguments after `--` as the user wrote them (a script's, with `{name}` placeholders).
     pub script_args_template: Vec<String>,
+    /// `--no-prediction`: the frontier search takes no prediction hint.
+    pub no_prediction: bool,
 }
 
 impl SweepPlan {
@@ -93,10 +95,15 @@ impl SweepPlan {
                 }
             }
         }
+        if m.no_prediction && mode != SweepMode::Frontier {
+            bail!(
+                "--no-prediction applies to --search frontier (its hint); drop it (sweep trials are measured, not predicted)"
+            );
+        }
         let limit = limit(args)?;
         // Validate the base configuration before anything runs (bad input exits 1).
         let base = MeasurePlan::from_args(m)?;
-        crate::prediction::for_plan(&base)?;
+        crate::prediction::kv_estimates(&base)?;
         let loads = match &args.loads {
             Some(path) => read_loads(path)?,
             None => Vec::new(),
@@ -131,6 +138,7 @@ impl SweepPlan {
             resolution: args.resolution,
             max_trials: args.max_trials as usize,
             script_args_template: m.script_args.clone(),
+            no_prediction: m.no_prediction,
         })
     }
 

@@ -167,11 +167,14 @@ pub struct FrontierRecord {
     pub first_failure: Option<u64>,
     pub resolution: u64,
     pub trials: usize,
-    /// `estimate-hint, then measured-peak curve` (both sides of the estimator's predicted frontier
-    /// first), `measured-peak curve` (successes' peaks extrapolated to the capacity), or
+    /// `prediction hint (N predictions…), then measured-peak curve` (both sides of the predicted
+    /// frontier first), `measured-peak curve` (successes' peaks extrapolated to the capacity), or
     /// `grow-then-bisect` (no capacity known).
     pub strategy: String,
     pub hint: Option<u64>,
+    /// Predictions of the workload the hint took (each a run on data-less tensors on the CPU).
+    #[serde(default)]
+    pub predictions: usize,
     pub budget_exhausted: bool,
 }
 

@@ -15,6 +15,7 @@ How CUDA's rules are followed without a GPU (the design, checked on a CPU-only m
 * what depends on data is never guessed (`tracker.py`).
 """
 
+import json
 import os
 import sys
 import threading
@@ -28,22 +29,41 @@ def run(channel, spec, target):
     """Runs `spec`'s workload on fake CUDA tensors for `target`; returns the worker's exit code."""
     import torch
 
-    from . import native, session
-
+    if getattr(torch, "IS_ITERAGPU_FAKE", False):
+        channel.emit("unavailable", {"reason": "the test suite's fake torch has no FakeTensorMode: nothing can be predicted with it"})
+        return 2
     try:
+        from . import native, session
+
         native.enable(torch)
         fake_mode_class = session.fake_mode_class(torch)
         native.self_test(torch, fake_mode_class)
     except Unavailable as exc:
         channel.emit("unavailable", {"reason": str(exc)})
         return 2
+    except Exception as exc:  # an older or unusual torch: said, never a crash
+        channel.emit(
+            "unavailable",
+            {"reason": f"torch {getattr(torch, '__version__', '?')} cannot run predictions here: {type(exc).__name__}: {exc}"},
+        )
+        return 2
     lock = threading.Lock()
+    pending = []
 
     def emit(kind, data):
+        # Storage events are many (one per tensor): written in batches; anything else flushes.
         with lock:
-            channel.emit(kind, data)
+            pending.append(json.dumps({"type": kind, "data": data}, allow_nan=False, default=str))
+            if len(pending) >= 512 or kind not in ("alloc", "free", "tag"):
+                channel.write_lines(pending)
+                pending.clear()
 
-    return session.Session(torch, emit, spec, target, fake_mode_class).run()
+    try:
+        return session.Session(torch, emit, spec, target, fake_mode_class).run()
+    finally:
+        with lock:
+            channel.write_lines(pending)
+            pending.clear()
 
 
 def finish(code):

@@ -251,8 +251,25 @@ def _sdpa_mode(torch, target):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is functional.scaled_dot_product_attention:
+                args, kwargs = _autocast_sdpa(torch, args, kwargs)
                 backend = sdpa.choose(*args, capability=capability, cudnn_version=cudnn, **kwargs)
                 return sdpa.call(backend, *args, **kwargs)
             return func(*args, **kwargs)
 
     return Route()
+
+
+def _autocast_sdpa(torch, args, kwargs):
+    """What CUDA autocast does to `scaled_dot_product_attention` (a lower-precision op) before the
+    fused kernel runs: floating-point tensor arguments cast to the autocast dtype. Intercepted
+    above the dispatcher, the call must do it itself."""
+    if not torch.is_autocast_enabled("cuda"):
+        return args, kwargs
+    dtype = torch.get_autocast_dtype("cuda")
+
+    def cast(x):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "cuda":
+            return x.to(dtype)
+        return x
+
+    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}

@@ -1,0 +1,123 @@
+//! How long `iteragpu predict` takes on this machine, and how much memory its worker holds, for
+//! the cases of issue 11: a bf16-mixed training step of Llama-3-8B (its real config, batch 1 ×
+//! 4096; the workload runs its minimum of 2 steps, then an evaluation pass), a 4096-token prefill
+//! plus 128 decoded tokens of the same model (one generation, `--whole-loop`), and the guide's dense
+//! case. Targets: under 60 s and 2 GiB of resident memory each, the dense case under 5 s.
+//!
+//! Needs an interpreter with torch and transformers (ITERAGPU_TEST_PYTHON, else python3); run with
+//! `cargo bench --bench predict_speed`.
+
+use std::process::Command;
+use std::time::Instant;
+
+fn max_rss_children_kib() -> i64 {
+    // SAFETY: getrusage fills the struct we own.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss
+    }
+}
+
+fn main() {
+    let python = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import torch, transformers"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!(
+            "{python} cannot import torch and transformers: nothing measured (set ITERAGPU_TEST_PYTHON)"
+        );
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let llama = format!("{root}/tests/fixtures/models/llama-3-8b");
+    let cases: Vec<(&str, Vec<String>, f64)> = vec![
+        (
+            "guide dense (2×128×1024, fp32)",
+            [
+                "--batch",
+                "2",
+                "--context",
+                "128",
+                "--width",
+                "1024",
+                "--dtype",
+                "float32",
+            ]
+            .map(String::from)
+            .to_vec(),
+            5.0,
+        ),
+        (
+            "Llama-3-8B bf16-mixed training, 1×4096",
+            vec![
+                "--workload".into(),
+                "causal-lm".into(),
+                "--model".into(),
+                llama.clone(),
+                "--task".into(),
+                "train".into(),
+                "--precision".into(),
+                "bf16-mixed".into(),
+                "--batch".into(),
+                "1".into(),
+                "--context".into(),
+                "4096".into(),
+                "--whole-loop".into(),
+            ],
+            60.0,
+        ),
+        (
+            "Llama-3-8B 4096 prefill + 128 decoded",
+            vec![
+                "--workload".into(),
+                "causal-lm".into(),
+                "--model".into(),
+                llama,
+                "--prompt-tokens".into(),
+                "4096".into(),
+                "--new-tokens".into(),
+                "128".into(),
+                "--whole-loop".into(),
+            ],
+            60.0,
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    println!(
+        "{:<42} {:>10} {:>14} {:>8}  result",
+        "case", "seconds", "worker RSS", "target"
+    );
+    for (k, (name, args, target)) in cases.iter().enumerate() {
+        let out = dir.path().join(format!("p{k}.json"));
+        let before = max_rss_children_kib();
+        let began = Instant::now();
+        let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
+            .arg("predict")
+            .args(args)
+            .args(["--python", &python, "--output"])
+            .arg(&out)
+            .output()
+            .expect("iteragpu runs");
+        let seconds = began.elapsed().as_secs_f64();
+        // The largest resident set of any process waited for so far (the worker dominates).
+        let rss = max_rss_children_kib().max(before) as f64 / (1024.0 * 1024.0);
+        let verdict = if !run.status.success() {
+            format!("FAILED: {}", String::from_utf8_lossy(&run.stderr).trim())
+        } else if seconds <= *target && rss < 2.0 {
+            "met".to_string()
+        } else {
+            "NOT met".to_string()
+        };
+        println!(
+            "{name:<42} {seconds:>10.1} {:>10.2} GiB {:>7.0}s  {verdict}",
+            rss, target
+        );
+    }
+    println!(
+        "(machine: {} logical CPU(s))",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}
