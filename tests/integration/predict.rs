@@ -386,3 +386,24 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
         .stderr(predicate::str::contains("PyTorch cannot be imported"));
     assert!(!out.exists());
 }
+
+/// The SDPA backend choice CUDA would make on each card (a port of PyTorch's select_sdp_backend),
+/// and what each backend allocates, checked on fake CPU tensors.
+#[test]
+fn sdpa_rules_follow_pytorchs() {
+    let Some(python) = torch_python() else { return };
+    let out = std::process::Command::new(&python)
+        .env(
+            "PYTHONPATH",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture("../python/sdpa_rules.py"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

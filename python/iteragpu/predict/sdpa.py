@@ -80,9 +80,7 @@ class _Rules:
 
 
 def _rules(torch_version):
-    if torch_version is None:
-        torch_version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    torch_version = tuple(torch_version)[:2]
+    torch_version = _installed_version() if torch_version is None else tuple(torch_version)[:2]
     if torch_version not in ((2, 11), (2, 15)):
         # 2.12-2.14 hold a mix of both rule sets that was never checked; take the closer one.
         torch_version = (2, 15) if torch_version >= (2, 13) else (2, 11)
