@@ -7,7 +7,6 @@ Usage: memtracker_oracle.py JOB.json — a worker spec with its `predict` target
 Exits 77 (reason on stderr) when torch or MemTracker is not importable or the shims cannot build.
 """
 
-import contextlib
 import json
 import os
 import sys
@@ -111,9 +110,7 @@ def main():
             errors.append(data["error"])
 
     with fake, Placeholders(), tracker:
-        route = session._sdpa_mode(torch, spec.predict)
-        with route if route is not None else contextlib.nullcontext():
-            code = worker.run_workload(rec, torch, spec, done)
+        code = worker.run_workload(rec, torch, spec, done)
     result.write(json.dumps({"code": code, "phases": peaks, "errors": errors}) + "\n")
     result.flush()
     return 0

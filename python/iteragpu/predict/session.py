@@ -61,6 +61,7 @@ class Session:
         torch.Tensor.pin_memory = lambda self, *a, **k: self
         self._hooks()
         self._file_writes()
+        _route_sdpa(torch, self.target)
 
     def _hooks(self):
         torch = self.torch
@@ -219,9 +220,6 @@ class Session:
             modes.enter_context(fake)
             modes.enter_context(self.tracker)
             modes.enter_context(self._saved_tensors())
-            sdpa = _sdpa_mode(torch, self.target)
-            if sdpa is not None:
-                modes.enter_context(sdpa)
             code = worker.run_workload(rec, torch, self.spec, events)
         except tracking.Unpredictable as exc:
             events("done", {"status": "failed", "error": {"type": "Unpredictable", "message": str(exc)}})
@@ -235,34 +233,29 @@ class Session:
         return code
 
 
-def _sdpa_mode(torch, target):
-    """Routes F.scaled_dot_product_attention to the backend CUDA would choose on the target."""
-    try:
-        from . import sdpa
-    except ImportError:
-        return None
-    from torch.overrides import TorchFunctionMode
+def _route_sdpa(torch, target):
+    """F.scaled_dot_product_attention picks the backend CUDA would pick on the target (a port of
+    PyTorch's rules): without a driver, PyTorch's own choice falls back to the math path. The
+    function itself is replaced, not wrapped in a mode: a checkpointed layer recomputes its
+    attention on autograd's thread, where modes do not follow."""
+    from . import sdpa
 
     functional = torch.nn.functional
     capability = tuple(target["capability"])
     cudnn = target.get("cudnn_version")
 
-    class Route(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is functional.scaled_dot_product_attention:
-                args, kwargs = _autocast_sdpa(torch, args, kwargs)
-                backend = sdpa.choose(*args, capability=capability, cudnn_version=cudnn, **kwargs)
-                return sdpa.call(backend, *args, **kwargs)
-            return func(*args, **kwargs)
+    def routed(*args, **kwargs):
+        args, kwargs = _autocast_sdpa(torch, args, kwargs)
+        backend = sdpa.choose(*args, capability=capability, cudnn_version=cudnn, **kwargs)
+        return sdpa.call(backend, *args, **kwargs)
 
-    return Route()
+    functional.scaled_dot_product_attention = routed
 
 
 def _autocast_sdpa(torch, args, kwargs):
     """What CUDA autocast does to `scaled_dot_product_attention` (a lower-precision op) before the
-    fused kernel runs: floating-point tensor arguments cast to the autocast dtype. Intercepted
-    above the dispatcher, the call must do it itself."""
+    fused kernel runs: floating-point tensor arguments cast to the autocast dtype. Replaced above
+    the dispatcher, the call must do it itself."""
     if not torch.is_autocast_enabled("cuda"):
         return args, kwargs
     dtype = torch.get_autocast_dtype("cuda")
