@@ -93,6 +93,13 @@ def _cache_dir(torch, key):
 
 
 def _build(torch, name, source):
+    # A machine without a compiler can be given shims built elsewhere against the same torch.
+    prebuilt = os.environ.get("ITERAGPU_SHIMS")
+    if prebuilt:
+        library = os.path.join(prebuilt, f"lib{name}.so")
+        if not os.path.exists(library):
+            raise Unavailable(f"ITERAGPU_SHIMS={prebuilt} has no lib{name}.so")
+        return library
     root = os.path.dirname(torch.__file__)
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     key = hashlib.sha256(
