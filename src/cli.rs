@@ -8,6 +8,7 @@ use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
 use crate::measure::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
+use crate::model::config::{MAX_DIMENSION, MAX_LAYERS};
 use crate::sweep::vary::{Search, Vary, parse_vary};
 use crate::units::{self, Bytes, Decimal};
 
@@ -287,14 +288,14 @@ pub struct EstimateArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
     pub reserve: Option<Bytes>,
 
-    /// Attention layers that keep a KV cache (without --model).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    /// Attention layers that keep a KV cache (without --model; at most 100,000).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = layer_count, help_heading = "KV cache")]
     pub kv_layers: Option<u64>,
     /// KV heads per layer: the model's key/value heads, not its query heads (without --model).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension, help_heading = "KV cache")]
     pub kv_heads: Option<u64>,
     /// Dimension of one head (without --model).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension, help_heading = "KV cache")]
     pub head_dim: Option<u64>,
     /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
     #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
@@ -306,30 +307,30 @@ pub struct EstimateArgs {
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
     #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub sequences: Option<u64>,
-    /// Bytes per cached value (2 for bf16/fp16). Default: the compute dtype's width.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "kv_dtype", help_heading = "KV cache")]
+    /// Bytes per cached value (2 for bf16/fp16, at most 8). Default: the compute dtype's width.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = element_bytes, conflicts_with = "kv_dtype", help_heading = "KV cache")]
     pub kv_bytes: Option<u64>,
     /// Dtype of cached values, instead of --kv-bytes.
     #[arg(long, value_name = "DTYPE", value_parser = dtype, help_heading = "KV cache")]
     pub kv_dtype: Option<Dtype>,
-    /// Cache strategy.
-    #[arg(long, value_enum, default_value = "dynamic", help_heading = "KV cache")]
-    pub cache: CacheKind,
+    /// Cache strategy [default: dynamic].
+    #[arg(long, value_enum, help_heading = "KV cache")]
+    pub cache: Option<CacheKind>,
     /// Preallocated length of a static cache (default: --tokens).
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub max_cache_len: Option<u64>,
     /// Window of the sliding strategy (default: the model's sliding_window).
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub window: Option<u64>,
-    /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4).
-    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.bits, value_parser = kv_quant_bits, help_heading = "KV cache")]
-    pub kv_quant_bits: u64,
-    /// Values per quantization group of a quantized cache.
-    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.group_size, value_parser = positive_u64, help_heading = "KV cache")]
-    pub kv_group_size: u64,
-    /// Most recent tokens kept in full precision by a quantized cache.
-    #[arg(long, value_name = "N", default_value_t = QuantizedSettings::DEFAULT.residual, value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
-    pub kv_residual: u64,
+    /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4) [default: 4].
+    #[arg(long, value_name = "N", value_parser = kv_quant_bits, help_heading = "KV cache")]
+    pub kv_quant_bits: Option<u64>,
+    /// Values per quantization group of a quantized cache [default: 64].
+    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
+    pub kv_group_size: Option<u64>,
+    /// Most recent tokens kept in full precision by a quantized cache [default: 128].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
+    pub kv_residual: Option<u64>,
 
     /// Estimate a training step instead of inference.
     #[arg(long, help_heading = "Training")]
@@ -353,7 +354,7 @@ pub struct EstimateArgs {
     )]
     pub precision: Precision,
     /// LoRA rank: train adapters on --lora-targets instead of the whole model.
-    #[arg(long, value_name = "R", value_parser = positive_u64, requires_all = ["train", "lora_targets"], help_heading = "Training")]
+    #[arg(long, value_name = "R", value_parser = dimension, requires_all = ["train", "lora_targets"], help_heading = "Training")]
     pub lora_rank: Option<u64>,
     /// Modules that get LoRA adapters, comma-separated (q_proj,v_proj).
     #[arg(
@@ -457,11 +458,45 @@ pub fn device(text: &str) -> Result<String, String> {
     Ok(format!("cuda:{n}"))
 }
 
+/// Exactly the widths the help names: those of transformers' quantized cache.
 fn kv_quant_bits(text: &str) -> Result<u64, String> {
+    let n = positive_u64(text)?;
+    if !QuantizedSettings::BITS.contains(&n) {
+        return Err(format!(
+            "{n} bits is not a width of transformers' quantized cache (quanto packs 2 or 4 bits); use 2 or 4"
+        ));
+    }
+    Ok(n)
+}
+
+/// A layer count, bounded like a config's before anything per layer is allocated.
+fn layer_count(text: &str) -> Result<u64, String> {
+    bounded(text, MAX_LAYERS, "for a layer count")
+}
+
+/// A width (heads, head dimension, LoRA rank), bounded like a config's sizes.
+fn dimension(text: &str) -> Result<u64, String> {
+    bounded(text, MAX_DIMENSION, "for a size")
+}
+
+fn bounded(text: &str, bound: u64, what: &str) -> Result<u64, String> {
+    let n = positive_u64(text)?;
+    if n > bound {
+        return Err(format!(
+            "{} is above the bound of {} iteragpu accepts {what} (published models stay far below it); check the value",
+            units::group_thousands(n as u128),
+            units::group_thousands(bound as u128)
+        ));
+    }
+    Ok(n)
+}
+
+/// Bytes of one cached value: no element type is wider than 8 bytes (float64).
+fn element_bytes(text: &str) -> Result<u64, String> {
     let n = positive_u64(text)?;
     if n > 8 {
         return Err(format!(
-            "{n} bits is no quantization of a 16-bit cache; use 2, 4 or 8"
+            "{n} bytes per value is wider than any element type (float64 takes 8); use 2 for bf16/fp16, 1 for fp8/int8, 4 for fp32"
         ));
     }
     Ok(n)

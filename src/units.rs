@@ -219,7 +219,12 @@ pub fn parse_size(text: &str) -> Result<Bytes, SizeError> {
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let unit = unit.trim();
-    let value = Decimal::parse(number)?;
+    // Quote what the user typed, not the part before the unit (empty for `٣GiB`).
+    let value = Decimal::parse(number).map_err(|e| match e {
+        DecimalError::NotANumber(_) => DecimalError::NotANumber(text.to_string()),
+        DecimalError::Negative(_) => DecimalError::Negative(text.to_string()),
+        DecimalError::TooLong(_) => DecimalError::TooLong(text.to_string()),
+    })?;
     let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "kb" => 1_000,
@@ -315,6 +320,9 @@ mod tests {
             Err(SizeError::TooLarge(..))
         ));
         assert!(matches!(parse_size("nanGB"), Err(SizeError::Number(_))));
+        // The message quotes the whole value, even when no ASCII digit starts it.
+        let err = parse_size("٣GiB").unwrap_err().to_string();
+        assert!(err.starts_with("`٣GiB` is not a number"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::cli::EstimateArgs;
 use crate::dtype::Dtype;
-use crate::estimate::kv_cache::{CacheOptions, QuantizedSettings};
+use crate::estimate::kv_cache::{CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::estimate::training::Lora;
 use crate::estimate::weights::ModelWeights;
 use crate::estimate::{self, KvRequest, Request, Reserve, TrainingRequest, WeightsSource};
@@ -25,8 +25,10 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Validates the combination of options and reads the model if one is given.
+/// Validates the combination of options and reads the model if one is given. Every option given
+/// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request> {
+    refuse_ignored(args)?;
     let weights = match (args.parameters, args.bits, &args.model) {
         (Some(parameters), Some(bits), None) => Some(WeightsSource::Numbers { parameters, bits }),
         (None, None, Some(path)) => Some(WeightsSource::Model(Box::new(load_model(
@@ -56,11 +58,11 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
             precision: args.precision,
             lora: args.lora_rank.map(|rank| Lora {
                 rank,
+                // Empty names are kept so that the estimate refuses them with the model's modules.
                 targets: args
                     .lora_targets
                     .iter()
                     .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
                     .collect(),
             }),
             gradient_checkpointing: args.gradient_checkpointing,
@@ -77,6 +79,33 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
     } else {
         kv_request(args, model_arch.map(|m| (&m.architecture, m.compute_dtype)))?
     };
+    if training.is_none() && kv.is_none() {
+        let without_cache = given(&[
+            ("--batch", args.sequences.is_some()),
+            ("--prompt-tokens", args.prompt_tokens.is_some()),
+            ("--kv-bytes", args.kv_bytes.is_some()),
+            ("--kv-dtype", args.kv_dtype.is_some()),
+            ("--cache", args.cache.is_some()),
+            ("--max-cache-len", args.max_cache_len.is_some()),
+            ("--window", args.window.is_some()),
+            ("--kv-quant-bits", args.kv_quant_bits.is_some()),
+            ("--kv-group-size", args.kv_group_size.is_some()),
+            ("--kv-residual", args.kv_residual.is_some()),
+        ]);
+        if !without_cache.is_empty() {
+            let fix = if args.model.is_some() {
+                "add --context N (tokens per sequence) to estimate the model's KV cache"
+            } else {
+                "add --kv-layers, --kv-heads, --head-dim and --tokens to estimate a KV cache"
+            };
+            bail!(
+                "{} {} the KV cache, which this estimate does not have: {fix}, or drop {}",
+                without_cache.join(", "),
+                verb(&without_cache, "applies to", "apply to"),
+                pronoun(&without_cache)
+            );
+        }
+    }
     if weights.is_none() && kv.is_none() {
         bail!(
             "nothing to estimate: give --parameters N --bits B (weights), --model PATH (a Hugging Face config), or --kv-layers, --kv-heads, --head-dim and --tokens (KV cache)"
@@ -99,6 +128,126 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
         training,
         reserve,
     })
+}
+
+/// The options among `options` that were given.
+fn given(options: &[(&'static str, bool)]) -> Vec<&'static str> {
+    options
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+fn verb(names: &[&str], one: &'static str, several: &'static str) -> &'static str {
+    if names.len() == 1 { one } else { several }
+}
+
+fn pronoun(names: &[&str]) -> &'static str {
+    verb(names, "it", "them")
+}
+
+/// Refuses the combinations in which an option would change nothing, before any file is read.
+fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
+    if let (Some(dtype), Some(bits)) = (args.dtype, args.bits) {
+        bail!(
+            "--dtype {dtype} sets the compute dtype of --model's weights; with --parameters N --bits B the width is --bits {bits}: drop --dtype (for the KV cache's width, use --kv-dtype)"
+        );
+    }
+    let cache = args.cache.unwrap_or(CacheKind::Dynamic);
+    if args.train {
+        let inference_only = given(&[
+            ("--kv-layers", args.kv_layers.is_some()),
+            ("--kv-heads", args.kv_heads.is_some()),
+            ("--head-dim", args.head_dim.is_some()),
+            ("--kv-bytes", args.kv_bytes.is_some()),
+            ("--kv-dtype", args.kv_dtype.is_some()),
+            ("--cache", args.cache.is_some()),
+            ("--max-cache-len", args.max_cache_len.is_some()),
+            ("--window", args.window.is_some()),
+            ("--kv-quant-bits", args.kv_quant_bits.is_some()),
+            ("--kv-group-size", args.kv_group_size.is_some()),
+            ("--kv-residual", args.kv_residual.is_some()),
+            ("--prompt-tokens", args.prompt_tokens.is_some()),
+        ]);
+        if !inference_only.is_empty() {
+            bail!(
+                "{} {} the KV cache of inference, which a --train estimate does not have: drop {} (or drop --train)",
+                inference_only.join(", "),
+                verb(&inference_only, "describes", "describe"),
+                pronoun(&inference_only)
+            );
+        }
+        if let Some(dtype) = args.dtype
+            && args.lora_rank.is_none()
+        {
+            bail!(
+                "--dtype {dtype} with --train: the widths of the trained parameters follow --precision (here {}); --dtype only sets the frozen base model's width under LoRA (--lora-rank): drop --dtype, or choose --precision",
+                args.precision.name()
+            );
+        }
+        let for_activations = given(&[
+            ("--batch", args.sequences.is_some()),
+            ("--gradient-checkpointing", args.gradient_checkpointing),
+            ("--flash-attention", args.flash_attention),
+        ]);
+        if args.model.is_none() {
+            let mut needs_model = for_activations.clone();
+            if args.tokens.is_some() {
+                needs_model.insert(0, "--context");
+            }
+            if !needs_model.is_empty() {
+                bail!(
+                    "{} {} the activations, which need the model's dimensions: give --model PATH (its config.json) instead of --parameters, or drop {}",
+                    needs_model.join(", "),
+                    verb(&needs_model, "sizes", "size"),
+                    pronoun(&needs_model)
+                );
+            }
+        } else if args.tokens.is_none() && !for_activations.is_empty() {
+            bail!(
+                "{} {} the activations, which need a sequence length: add --context N, or drop {}",
+                for_activations.join(", "),
+                verb(&for_activations, "sizes", "size"),
+                pronoun(&for_activations)
+            );
+        }
+        return Ok(());
+    }
+    let quantized_only = given(&[
+        ("--kv-quant-bits", args.kv_quant_bits.is_some()),
+        ("--kv-group-size", args.kv_group_size.is_some()),
+        ("--kv-residual", args.kv_residual.is_some()),
+    ]);
+    if !quantized_only.is_empty() && cache != CacheKind::Quantized {
+        bail!(
+            "{} {} --cache quantized, not --cache {}: add --cache quantized, or drop {}",
+            quantized_only.join(", "),
+            verb(&quantized_only, "applies to", "apply to"),
+            cache.name(),
+            pronoun(&quantized_only)
+        );
+    }
+    if args.prompt_tokens.is_some()
+        && matches!(
+            cache,
+            CacheKind::Static | CacheKind::Quantized | CacheKind::Offloaded
+        )
+    {
+        bail!(
+            "--prompt-tokens applies to --cache dynamic or sliding (sliding layers hold the whole prompt until the first decoding step), not to --cache {}: drop --prompt-tokens",
+            cache.name()
+        );
+    }
+    if args.dtype.is_some()
+        && args.model.is_none()
+        && (args.kv_bytes.is_some() || args.kv_dtype.is_some())
+    {
+        bail!(
+            "--dtype would set the cached values' width, but --kv-bytes or --kv-dtype already does: drop --dtype (it sets a --model's compute dtype)"
+        );
+    }
+    Ok(())
 }
 
 fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights> {
@@ -203,15 +352,30 @@ fn kv_request(
         max_cache_len: args.max_cache_len,
         window: args.window,
         quantized: QuantizedSettings {
-            bits: args.kv_quant_bits,
-            group_size: args.kv_group_size,
-            residual: args.kv_residual,
+            bits: args
+                .kv_quant_bits
+                .unwrap_or(QuantizedSettings::DEFAULT.bits),
+            group_size: args
+                .kv_group_size
+                .unwrap_or(QuantizedSettings::DEFAULT.group_size),
+            residual: args
+                .kv_residual
+                .unwrap_or(QuantizedSettings::DEFAULT.residual),
         },
     };
     let strategy = args
         .cache
+        .unwrap_or(CacheKind::Dynamic)
         .strategy(&options, tokens, &layout)
         .map_err(anyhow::Error::msg)?;
+    if args.prompt_tokens.is_some()
+        && strategy == CacheStrategy::Dynamic
+        && layout.sliding_layers() == 0
+    {
+        bail!(
+            "--prompt-tokens matters only for sliding layers (they hold the whole prompt until the first decoding step), and this layout has none: drop --prompt-tokens"
+        );
+    }
     Ok(Some(KvRequest {
         layout,
         tokens,

@@ -21,9 +21,10 @@ pub const LARGE_BUFFER: u64 = 20 << 20;
 pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 pub const ROUND_LARGE: u64 = 2 << 20;
 
-/// Bytes PyTorch counts as allocated for a request of `size` bytes.
+/// Bytes PyTorch counts as allocated for a request of `size` bytes (saturating at the last
+/// 512 bytes of the `u64` range, which no device holds).
 pub fn rounded(size: u64) -> u64 {
-    size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
+    size.max(1).div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
 }
 
 /// Bytes of the segment cudaMalloc'd when no cached block fits a rounded request.
@@ -33,7 +34,7 @@ pub fn segment_size(rounded: u64) -> u64 {
     } else if rounded < MIN_LARGE_ALLOC {
         LARGE_BUFFER
     } else {
-        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -188,36 +189,89 @@ impl CachingAllocator {
 }
 
 /// Reserved bytes for tensors allocated once and kept (weights), without replaying every
-/// allocation: small tensors are packed into 2 MiB segments, medium ones first-fit into 20 MiB
+/// allocation: small tensors are packed into 2 MiB segments, medium ones best-fit into 20 MiB
 /// segments, large ones each get their size rounded up to 2 MiB. `sizes` is (bytes, count).
-/// Equal to the replay when nothing is freed, and fast for models with 100,000 tensors.
+/// Equal to the replay when nothing is freed; saturates at `u64::MAX`.
+///
+/// Best fit of identical tensors is done in bulk: the segment with the least free space that
+/// fits one tensor keeps taking them until it no longer fits one (its free space only shrinks,
+/// so it stays the best fit), so each group costs one step per distinct free-space value, not one
+/// per tensor: a million layers cost as little as one.
 pub fn packed_reserved(sizes: &[(u64, u64)]) -> u64 {
     let mut small = 0u128;
     let mut large = 0u128;
-    let mut medium_free: Vec<u64> = Vec::new();
+    let mut medium = MediumSegments::default();
     for &(size, count) in sizes {
         let r = rounded(size);
         if r <= SMALL_SIZE {
             small += r as u128 * count as u128;
         } else if r < MIN_LARGE_ALLOC {
-            for _ in 0..count.min(1_000_000) {
-                // Best fit among the segments' remaining space, as the allocator does.
-                let slot = medium_free
-                    .iter_mut()
-                    .filter(|f| **f >= r)
-                    .min_by_key(|f| **f);
-                match slot {
-                    Some(f) => *f -= r,
-                    None => medium_free.push(LARGE_BUFFER - r),
-                }
-            }
+            medium.place(r, count);
         } else {
             large += segment_size(r) as u128 * count as u128;
         }
     }
     let small_segments = small.div_ceil(SMALL_BUFFER as u128) * SMALL_BUFFER as u128;
-    let total = small_segments + medium_free.len() as u128 * LARGE_BUFFER as u128 + large;
+    let total = small_segments + medium.segments * LARGE_BUFFER as u128 + large;
     u64::try_from(total).unwrap_or(u64::MAX)
+}
+
+/// The 20 MiB segments of medium tensors, as a multiset of their free space.
+#[derive(Default)]
+struct MediumSegments {
+    /// Free bytes → how many segments have exactly that much free.
+    free: std::collections::BTreeMap<u64, u128>,
+    segments: u128,
+}
+
+impl MediumSegments {
+    /// Places `count` tensors of `r` bytes (1 MiB < r < 10 MiB) by best fit.
+    fn place(&mut self, r: u64, mut count: u64) {
+        while count > 0 {
+            let Some((&free, &segments)) = self.free.range(r..).next() else {
+                // No segment fits: new ones, each filled before the next is created.
+                let per = LARGE_BUFFER / r;
+                let (full, rest) = (count / per, count % per);
+                self.add(LARGE_BUFFER - per * r, full as u128);
+                if rest > 0 {
+                    self.add(LARGE_BUFFER - rest * r, 1);
+                }
+                self.segments += full as u128 + u128::from(rest > 0);
+                return;
+            };
+            let per = free / r;
+            let fits = per as u128 * segments;
+            self.remove(free, segments);
+            if count as u128 >= fits {
+                self.add(free - per * r, segments);
+                // `fits` ≤ `count` here, so it fits in a u64.
+                count -= fits as u64;
+            } else {
+                let (full, rest) = (count / per, count % per);
+                self.add(free - per * r, full as u128);
+                if rest > 0 {
+                    self.add(free - rest * r, 1);
+                }
+                self.add(free, segments - full as u128 - u128::from(rest > 0));
+                count = 0;
+            }
+        }
+    }
+
+    fn add(&mut self, free: u64, segments: u128) {
+        if segments > 0 {
+            *self.free.entry(free).or_default() += segments;
+        }
+    }
+
+    fn remove(&mut self, free: u64, segments: u128) {
+        if let Some(n) = self.free.get_mut(&free) {
+            *n -= segments;
+            if *n == 0 {
+                self.free.remove(&free);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -290,6 +344,51 @@ mod tests {
             }
         }
         assert_eq!(packed_reserved(&sizes), a.reserved);
+    }
+
+    /// The bulk best fit equals placing the tensors one by one, whatever the mix of sizes.
+    #[test]
+    fn bulk_packing_equals_one_by_one() {
+        fn one_by_one(sizes: &[(u64, u64)]) -> u64 {
+            let mut free: Vec<u64> = Vec::new();
+            for &(size, count) in sizes {
+                let r = rounded(size);
+                for _ in 0..count {
+                    match free.iter_mut().filter(|f| **f >= r).min_by_key(|f| **f) {
+                        Some(f) => *f -= r,
+                        None => free.push(LARGE_BUFFER - r),
+                    }
+                }
+            }
+            free.len() as u64 * LARGE_BUFFER
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..300 {
+            let sizes: Vec<(u64, u64)> = (0..1 + next(6))
+                .map(|_| {
+                    (
+                        SMALL_SIZE + 1 + next(MIN_LARGE_ALLOC - SMALL_SIZE - 512),
+                        next(40),
+                    )
+                })
+                .collect();
+            assert_eq!(packed_reserved(&sizes), one_by_one(&sizes), "{sizes:?}");
+        }
+    }
+
+    #[test]
+    fn a_million_layers_pack_at_once() {
+        let start = std::time::Instant::now();
+        // 8 MiB k_proj and v_proj of a million layers: two per 20 MiB segment.
+        let reserved = packed_reserved(&[(8 << 20, 1_000_000), (8 << 20, 1_000_000)]);
+        assert_eq!(reserved, 1_000_000 * (20 << 20));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{EstimateError, Kind, Term, g, plural};
+use super::{EstimateError, Kind, Term, g, plural, product, sum};
 use crate::model::KvLayout;
-use crate::units::Bytes;
+use crate::units::{Bytes, Overflow};
 
 /// Cache strategies as the command line and the worker name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -42,6 +42,8 @@ impl QuantizedSettings {
         group_size: 64,
         residual: 128,
     };
+    /// The widths transformers' QuantizedCache offers with its default backend (quanto).
+    pub const BITS: [u64; 2] = [2, 4];
 }
 
 /// What a strategy needs besides its kind.
@@ -95,11 +97,19 @@ impl CacheKind {
                 };
                 CacheStrategy::Sliding { window }
             }
-            CacheKind::Quantized => CacheStrategy::Quantized {
-                bits: options.quantized.bits,
-                group_size: options.quantized.group_size,
-                residual: options.quantized.residual,
-            },
+            CacheKind::Quantized => {
+                let bits = options.quantized.bits;
+                if !QuantizedSettings::BITS.contains(&bits) {
+                    return Err(format!(
+                        "--kv-quant-bits {bits} is not a width of transformers' quantized cache: use 2 or 4"
+                    ));
+                }
+                CacheStrategy::Quantized {
+                    bits,
+                    group_size: options.quantized.group_size,
+                    residual: options.quantized.residual,
+                }
+            }
             CacheKind::Offloaded => CacheStrategy::Offloaded,
         })
     }
@@ -155,10 +165,10 @@ pub struct KvRequest {
 
 impl KvRequest {
     /// Bytes per token per sequence over all layers (no window applied).
-    pub fn bytes_per_token(&self) -> u64 {
-        (self.layout.elements_per_token() * self.element_bytes as u128)
-            .try_into()
-            .unwrap_or(u64::MAX)
+    pub fn bytes_per_token(&self) -> Result<u64, Overflow> {
+        product(&[self.layout.elements_per_token(), self.element_bytes as u128])
+            .and_then(Bytes::from_u128)
+            .map(Bytes::get)
     }
 
     /// Tokens layer `window` keeps under the dynamic or static strategy.
@@ -177,12 +187,13 @@ impl KvRequest {
     }
 
     /// Bytes of one layer at full precision for its kept tokens.
-    fn layer_bytes(&self, index: usize) -> u128 {
-        let layer = self.layout.layers[index];
-        layer.width() as u128
-            * self.kept(layer.window) as u128
-            * self.sequences as u128
-            * self.element_bytes as u128
+    fn layer_bytes(&self, layer: &crate::model::KvLayer) -> Result<u128, Overflow> {
+        product(&[
+            layer.width() as u128,
+            self.kept(layer.window) as u128,
+            self.sequences as u128,
+            self.element_bytes as u128,
+        ])
     }
 }
 
@@ -196,6 +207,8 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
     let seqs = plural(req.sequences, "sequence");
     let e = req.element_bytes;
     let same_kv = layout.layers.iter().all(|l| l.key_width == l.value_width);
+    // When K and V differ in width (multi-head latent attention), the layout's description
+    // already gives the per-layer sum of both.
     let base = |kept: &str| {
         if same_kv {
             format!(
@@ -203,10 +216,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 layout.description
             )
         } else {
-            format!(
-                "(K + V) × {} × {kept} × {seqs} × {e} bytes",
-                layout.description
-            )
+            format!("{} × {kept} × {seqs} × {e} bytes", layout.description)
         }
     };
     let sliding = layout.sliding_layers();
@@ -231,7 +241,13 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 CacheStrategy::Static { .. } => (8 * n as u128, "each static layer's position"),
                 _ => (0, ""),
             };
-            let total: u128 = (0..n).map(|i| req.layer_bytes(i)).sum::<u128>() + window_tensors;
+            let layers = layout
+                .layers
+                .iter()
+                .map(|l| req.layer_bytes(l))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(overflow())?;
+            let total = sum(layers.into_iter().chain([window_tensors])).map_err(overflow())?;
             let kept = match &req.strategy {
                 CacheStrategy::Dynamic if sliding > 0 => {
                     notes.push("transformers' DynamicSlidingWindowLayer keeps window−1 tokens as a view of a window-sized tensor: a sliding layer holds min(tokens, window) tokens after a decoding step, and the whole prompt right after a prefill longer than the window".into());
@@ -297,7 +313,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 CacheStrategy::Dynamic | CacheStrategy::Sliding { .. }
             ) {
                 let prompt = req.prompt_tokens.unwrap_or(req.tokens);
-                let surplus: u128 = layout
+                let per_layer = layout
                     .layers
                     .iter()
                     .map(|l| {
@@ -306,15 +322,19 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                                 (*window).min(own.unwrap_or(u64::MAX))
                             }
                             (_, Some(w)) => w,
-                            (_, None) => return 0,
+                            (_, None) => return Ok(0),
                         };
                         let kept = req.tokens.min(cap);
-                        l.width() as u128
-                            * prompt.saturating_sub(kept) as u128
-                            * req.sequences as u128
-                            * e as u128
+                        product(&[
+                            l.width() as u128,
+                            prompt.saturating_sub(kept) as u128,
+                            req.sequences as u128,
+                            e as u128,
+                        ])
                     })
-                    .sum();
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(overflow())?;
+                let surplus = sum(per_layer).map_err(overflow())?;
                 if surplus > 0 {
                     out.push(
                         Term::new(
@@ -341,17 +361,28 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             // `residual` new tokens stay in full precision before being requantized together.
             // Upper bound: all tokens quantized + a full residual window, per layer, K and V:
             //   ⌈elements·bits/8⌉ codes + ⌈elements/group⌉ × 2 (scale and zero point) × e bytes.
+            let layer_bytes = |width: u64| -> Result<u128, Overflow> {
+                let elements =
+                    product(&[width as u128, req.tokens as u128, req.sequences as u128])?;
+                let codes = product(&[elements, *bits as u128])?.div_ceil(8);
+                let meta = product(&[
+                    elements.div_ceil((*group_size).max(1) as u128),
+                    2,
+                    e as u128,
+                ])?;
+                let full = product(&[
+                    width as u128,
+                    (*residual).min(req.tokens) as u128,
+                    req.sequences as u128,
+                    e as u128,
+                ])?;
+                sum([codes, meta, full])
+            };
             let mut total = 0u128;
             for layer in &layout.layers {
                 for width in [layer.key_width, layer.value_width] {
-                    let elements = width as u128 * req.tokens as u128 * req.sequences as u128;
-                    let codes = (elements * *bits as u128).div_ceil(8);
-                    let meta = elements.div_ceil(*group_size as u128) * 2 * e as u128;
-                    let full = width as u128
-                        * (*residual).min(req.tokens) as u128
-                        * req.sequences as u128
-                        * e as u128;
-                    total += codes + meta + full;
+                    total =
+                        sum([total, layer_bytes(width).map_err(overflow())?]).map_err(overflow())?;
                 }
             }
             out.push(
@@ -372,13 +403,19 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             notes.push("the quantized-cache figure is an upper bound: the backend (quanto or HQQ) packs codes and stores scales in its own layout, and requantizes all tokens each time the residual fills".into());
         }
         CacheStrategy::Offloaded => {
-            let per_layer: Vec<u128> = (0..n).map(|i| req.layer_bytes(i)).collect();
+            let per_layer = layout
+                .layers
+                .iter()
+                .map(|l| req.layer_bytes(l))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(overflow())?;
+            let all = sum(per_layer.iter().copied()).map_err(overflow())?;
+            // Each pair's sum is at most `all`, which did not overflow.
             let on_gpu = per_layer
                 .windows(2)
                 .map(|w| w[0] + w[1])
                 .max()
-                .unwrap_or_else(|| per_layer.iter().sum());
-            let all: u128 = per_layer.iter().sum();
+                .unwrap_or(all);
             out.push(
                 Term::new(
                     "KV cache (offloaded: on the GPU)",
@@ -402,11 +439,14 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
         }
     }
     if let Some(latent) = layout.latent {
-        let bytes = latent.width as u128
-            * n as u128
-            * req.tokens as u128
-            * req.sequences as u128
-            * e as u128;
+        let bytes = product(&[
+            latent.width as u128,
+            n as u128,
+            req.tokens as u128,
+            req.sequences as u128,
+            e as u128,
+        ])
+        .map_err(overflow())?;
         out.push(
             Term::new(
                 "KV cache, decompressed K and V (not what transformers 5 keeps)",

@@ -123,11 +123,13 @@ pub struct Estimate {
 /// Why an estimate cannot be made from valid-looking inputs.
 #[derive(Debug, thiserror::Error)]
 pub enum EstimateError {
-    #[error("{what}: {source}; check {hint}")]
+    // `reason` rather than `source`: the reason is in the message, and a `source` would be
+    // printed a second time by the top-level error chain.
+    #[error("{what}: {reason}; check {hint}")]
     Overflow {
         what: String,
         hint: String,
-        source: Overflow,
+        reason: Overflow,
     },
     #[error("{0}")]
     Input(String),
@@ -136,8 +138,25 @@ pub enum EstimateError {
 impl EstimateError {
     pub fn overflow(what: &str, hint: &str) -> impl FnOnce(Overflow) -> EstimateError {
         let (what, hint) = (what.to_string(), hint.to_string());
-        move |source| EstimateError::Overflow { what, hint, source }
+        move |reason| EstimateError::Overflow { what, hint, reason }
     }
+}
+
+/// `a × b × …` without overflow: a `u128` holds any product of two `u64`, not of three, and
+/// flags such as --tokens and --batch are only bounded by `u64`.
+pub(crate) fn product(factors: &[u128]) -> Result<u128, Overflow> {
+    factors
+        .iter()
+        .try_fold(1u128, |p, f| p.checked_mul(*f))
+        .ok_or(Overflow)
+}
+
+/// A sum without overflow.
+pub(crate) fn sum(items: impl IntoIterator<Item = u128>) -> Result<u128, Overflow> {
+    items
+        .into_iter()
+        .try_fold(0u128, |s, i| s.checked_add(i))
+        .ok_or(Overflow)
 }
 
 /// Runs every requested part of the estimate.
@@ -202,7 +221,15 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
             parameters: u64::try_from(m.architecture.parameters()).map_err(|_| {
                 EstimateError::overflow("the parameter count", "the config")(Overflow)
             })?,
-            kv_bytes_per_token: req.kv.as_ref().map(|k| k.bytes_per_token()),
+            kv_bytes_per_token: req
+                .kv
+                .as_ref()
+                .map(KvRequest::bytes_per_token)
+                .transpose()
+                .map_err(EstimateError::overflow(
+                    "the KV cache per token",
+                    "--kv-bytes and the layout",
+                ))?,
             architecture: m.architecture.clone(),
         }),
         _ => None,
@@ -238,15 +265,19 @@ fn prefill_transient(
         kv.tokens as u128,
         dtype.bytes() as u128,
     );
-    let inter = arch.moe.map_or(d.intermediate_size, |m| {
-        m.active * m.expert_intermediate + m.shared_intermediate
-    }) as u128;
-    let layer = (2 * d.hidden_size as u128 + 3 * inter) * b * s * e;
-    let logits = b * d.vocab_size as u128 * e;
-    let bytes = Bytes::from_u128(layer + logits).map_err(EstimateError::overflow(
-        "the prefill transient",
-        "--context and --batch",
-    ))?;
+    // Sizes from a config are bounded (model::config::MAX_DIMENSION): these fit in a u128.
+    let inter = arch.moe.map_or(d.intermediate_size as u128, |m| {
+        m.active as u128 * m.expert_intermediate as u128 + m.shared_intermediate as u128
+    });
+    let width = 2 * d.hidden_size as u128 + 3 * inter;
+    let bytes = product(&[width, b, s, e])
+        .and_then(|layer| Ok((layer, product(&[b, d.vocab_size as u128, e])?)))
+        .and_then(|(layer, logits)| sum([layer, logits]))
+        .and_then(Bytes::from_u128)
+        .map_err(EstimateError::overflow(
+            "the prefill transient",
+            "--context and --batch",
+        ))?;
     Ok(Term::new(
         "prefill transient (largest layer + logits)",
         bytes,

@@ -5,9 +5,10 @@
 use serde::Serialize;
 
 use super::weights::{self, WeightsSource};
-use super::{EstimateError, Kind, Term, g};
+use super::{EstimateError, Kind, Term, g, product, sum};
 use crate::model::inventory::TensorGroup;
-use crate::units::Bytes;
+use crate::model::{Architecture, Role};
+use crate::units::{Bytes, Overflow};
 
 /// Optimizers whose states we can count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -20,6 +21,15 @@ pub enum Optimizer {
     #[value(name = "adamw-8bit")]
     Adamw8bit,
     Adafactor,
+}
+
+impl Optimizer {
+    /// The name the command line takes (`sgd-momentum`, `adamw-8bit`), for tables and JSON.
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
+    }
 }
 
 /// Where the trainable parameters live and in which width.
@@ -54,7 +64,8 @@ impl Precision {
     fn mixed(self) -> bool {
         matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
     }
-    fn name(self) -> &'static str {
+    /// The name the command line takes (`bf16-mixed`).
+    pub fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Bf16Mixed => "bf16-mixed",
@@ -84,37 +95,49 @@ pub struct TrainingRequest {
     pub context: Option<u64>,
 }
 
+/// How full fine-tuning of quantized weights is refused, and what to do instead.
+const QLORA_HINT: &str = "quantized weights cannot be trained directly (transformers refuses to fine-tune a purely quantized model); estimate LoRA adapters on the quantized base instead (QLoRA)";
+
 /// Trainable tensors: the model's own (full fine-tuning) or the LoRA adapters'.
 fn trainable(source: &WeightsSource, req: &TrainingRequest) -> Result<Trainable, EstimateError> {
     match (&req.lora, source) {
-        (None, WeightsSource::Model(m)) => Ok(Trainable::Shapes(m.architecture.groups.clone())),
-        (None, WeightsSource::Numbers { parameters, .. }) => Ok(Trainable::Count(*parameters as u128)),
+        (None, WeightsSource::Model(m)) => match &m.architecture.quantization {
+            Some(q) => Err(EstimateError::Input(format!(
+                "{} is quantized ({}): {QLORA_HINT}: add --lora-rank 16 --lora-targets q_proj,v_proj",
+                m.path,
+                q.label()
+            ))),
+            None => Ok(Trainable::Shapes(m.architecture.groups.clone())),
+        },
+        (None, WeightsSource::Numbers { parameters, bits }) => {
+            match bits.as_integer() {
+                Some(16 | 32) => Ok(Trainable::Count(*parameters as u128)),
+                _ if bits.to_f64() < 16.0 => Err(EstimateError::Input(format!(
+                    "--bits {bits} with --train describes a quantized checkpoint: {QLORA_HINT}: --model PATH (its config.json) --train --lora-rank 16 --lora-targets q_proj,v_proj"
+                ))),
+                _ => Err(EstimateError::Input(format!(
+                    "--bits {bits} with --train: give the checkpoint's float width, 16 (bf16, fp16) or 32 (fp32); the widths during training follow --precision"
+                ))),
+            }
+        }
         (Some(_), WeightsSource::Numbers { .. }) => Err(EstimateError::Input(
             "--lora-rank needs the model's real shapes: pass --model PATH (a config.json) instead of --parameters".into(),
         )),
         (Some(lora), WeightsSource::Model(m)) => {
+            let arch = &m.architecture;
+            check_lora_targets(&lora.targets, arch)?;
             let mut adapters = Vec::new();
             for target in &lora.targets {
-                let matched: Vec<&TensorGroup> = m
-                    .architecture
+                let matched: Vec<&TensorGroup> = arch
                     .groups
                     .iter()
                     .filter(|grp| grp.linear_dims().is_some() && grp.module() == target)
                     .collect();
                 if matched.is_empty() {
-                    let mut names: Vec<&str> = m
-                        .architecture
-                        .groups
-                        .iter()
-                        .filter(|grp| grp.linear_dims().is_some())
-                        .map(TensorGroup::module)
-                        .collect();
-                    names.sort_unstable();
-                    names.dedup();
                     return Err(EstimateError::Input(format!(
                         "--lora-targets `{target}` matches no linear layer of this {} model; its linear layers are: {}",
-                        m.architecture.model_type,
-                        names.join(", ")
+                        arch.model_type,
+                        linear_modules(arch).join(", ")
                     )));
                 }
                 for grp in matched {
@@ -125,19 +148,70 @@ fn trainable(source: &WeightsSource, req: &TrainingRequest) -> Result<Trainable,
                         name: format!("{base}.lora_A.weight"),
                         shape: vec![lora.rank, inp],
                         count: grp.linear_count(),
-                        role: crate::model::Role::Linear,
+                        role: Role::Linear,
                     });
                     adapters.push(TensorGroup {
                         name: format!("{base}.lora_B.weight"),
                         shape: vec![out, lora.rank],
                         count: grp.linear_count(),
-                        role: crate::model::Role::Linear,
+                        role: Role::Linear,
                     });
                 }
+            }
+            if let Some(too_large) = adapters.iter().find(|a| a.checked_numel().is_none()) {
+                return Err(EstimateError::Input(format!(
+                    "--lora-rank {}: adapter `{}` of shape {:?} would hold more than 2^64 values; a LoRA rank is at most the layer's width: lower --lora-rank",
+                    lora.rank, too_large.name, too_large.shape
+                )));
             }
             Ok(Trainable::Shapes(adapters))
         }
     }
+}
+
+/// The short names of the model's linear layers, which is what LoRA targets name.
+fn linear_modules(arch: &Architecture) -> Vec<&str> {
+    let mut names: Vec<&str> = arch
+        .groups
+        .iter()
+        .filter(|grp| grp.linear_dims().is_some())
+        .map(TensorGroup::module)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Refuses a target list that would silently train nothing or count a module twice.
+fn check_lora_targets(targets: &[String], arch: &Architecture) -> Result<(), EstimateError> {
+    let fix = || {
+        format!(
+            "list the modules to adapt separated by commas, e.g. --lora-targets q_proj,v_proj; this {} model's linear layers are: {}",
+            arch.model_type,
+            linear_modules(arch).join(", ")
+        )
+    };
+    if targets.iter().all(String::is_empty) {
+        return Err(EstimateError::Input(format!(
+            "--lora-targets names no module, so nothing would be trained; {}",
+            fix()
+        )));
+    }
+    if targets.iter().any(String::is_empty) {
+        return Err(EstimateError::Input(format!(
+            "--lora-targets `{}` has an empty name between commas; {}",
+            targets.join(","),
+            fix()
+        )));
+    }
+    for (i, target) in targets.iter().enumerate() {
+        if targets[..i].contains(target) {
+            return Err(EstimateError::Input(format!(
+                "--lora-targets names `{target}` twice; list each module once (its adapters would be counted twice)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 enum Trainable {
@@ -251,6 +325,16 @@ pub fn terms(
     let s = req.precision.param_bytes() as u128;
     let mut out = Vec::new();
     let precision = req.precision.name();
+    if let (None, WeightsSource::Numbers { bits, .. }) = (&req.lora, source) {
+        notes.push(format!(
+            "--bits {bits} is the checkpoint's width; during training each parameter takes {s} bytes ({precision}{}) whatever that width",
+            if req.precision.mixed() {
+                ": fp32 master weights, with 16-bit compute copies"
+            } else {
+                ""
+            }
+        ));
+    }
 
     if req.lora.is_some() {
         // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
@@ -312,18 +396,20 @@ pub fn terms(
     let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, &trainable, s)?;
     out.push(
         Term::new(
-            format!("optimizer states ({:?})", req.optimizer).to_lowercase(),
+            format!("optimizer states ({})", req.optimizer.name()),
             to_bytes(opt_bytes)?,
             Kind::Calculated,
             opt_formula,
         )
-        .input("optimizer", format!("{:?}", req.optimizer).to_lowercase()),
+        .input("optimizer", req.optimizer.name()),
     );
     notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
 
     match (source, req.batch, req.context) {
         (WeightsSource::Model(m), Some(b), Some(sq)) => {
-            out.extend(activation_terms(&m.architecture, req, b, sq).map_err(|_| overflow()(crate::units::Overflow))?);
+            out.extend(activation_terms(&m.architecture, req, b, sq).map_err(
+                EstimateError::overflow("the activations", "--context and --batch"),
+            )?);
         }
         (WeightsSource::Model(_), _, _) => {
             left_out.push("activations (give --batch and --context to estimate them)".into());
@@ -341,37 +427,44 @@ pub fn terms(
 /// drops the 5·a·s²·b score term, and gradient checkpointing keeps only each layer's input
 /// (2·sbh) plus one layer recomputed at a time.
 fn activation_terms(
-    arch: &crate::model::Architecture,
+    arch: &Architecture,
     req: &TrainingRequest,
     b: u64,
     s: u64,
-) -> Result<Vec<Term>, crate::units::Overflow> {
+) -> Result<Vec<Term>, Overflow> {
     let d = arch.dims;
     let (b128, s128, h) = (b as u128, s as u128, d.hidden_size as u128);
-    let sbh = s128 * b128 * h;
-    let mlp = |inter: u128| {
+    // --context and --batch are only bounded by u64: every product is checked.
+    let sbh = product(&[s128, b128, h])?;
+    let mlp = |inter: u128| -> Result<u128, Overflow> {
         let per_i = if d.gated_mlp { 6 } else { 4 };
-        2 * sbh + per_i * s128 * b128 * inter + sbh
+        sum([product(&[3, sbh])?, product(&[per_i, s128, b128, inter])?])
     };
     let dense_inter = d.intermediate_size as u128;
     let moe_inter = arch
         .moe
-        .map(|m| (m.active * m.expert_intermediate + m.shared_intermediate) as u128);
+        .map(|m| m.active as u128 * m.expert_intermediate as u128 + m.shared_intermediate as u128);
     let scores = if req.flash_attention {
         0
     } else {
-        5 * d.num_heads as u128 * s128 * s128 * b128
+        product(&[5, d.num_heads as u128, s128, s128, b128])?
     };
-    let layer = |inter: u128| 11 * sbh + scores + mlp(inter) + 4 * sbh;
+    let layer = |inter: u128| -> Result<u128, Overflow> {
+        sum([product(&[15, sbh])?, scores, mlp(inter)?])
+    };
     let moe_layers = arch.moe.map_or(0, |m| m.moe_layers) as u128;
     let dense_layers = d.num_layers as u128 - moe_layers;
-    let full: u128 =
-        dense_layers * layer(dense_inter) + moe_layers * layer(moe_inter.unwrap_or(dense_inter));
-    let scale = |v: u128| v * req.precision.activation_bytes() as u128 / 2;
+    let full = sum([
+        product(&[dense_layers, layer(dense_inter)?])?,
+        product(&[moe_layers, layer(moe_inter.unwrap_or(dense_inter))?])?,
+    ])?;
+    let scale = |v: u128| -> Result<u128, Overflow> {
+        Ok(product(&[v, req.precision.activation_bytes() as u128])? / 2)
+    };
     let (bytes, formula) = if req.gradient_checkpointing {
-        let largest = layer(moe_inter.unwrap_or(0).max(dense_inter));
+        let largest = layer(moe_inter.unwrap_or(0).max(dense_inter))?;
         (
-            scale(d.num_layers as u128 * 2 * sbh + largest),
+            scale(sum([product(&[d.num_layers as u128, 2, sbh])?, largest])?)?,
             format!(
                 "gradient checkpointing: {} layers × 2·s·b·h (layer inputs) + one layer recomputed (s·b·h·(34 + 5·a·s/h) adapted); s={}, b={}, h={}",
                 d.num_layers,
@@ -382,7 +475,7 @@ fn activation_terms(
         )
     } else {
         (
-            scale(full),
+            scale(full)?,
             format!(
                 "{} layers × s·b·h·(34{} ) adapted to the MLP width (Korthikanti et al. 2022); s={}, b={}, h={}, a={}",
                 d.num_layers,
@@ -412,12 +505,12 @@ fn activation_terms(
     ];
     // transformers' causal-LM loss upcasts the logits to float32; cross-entropy keeps the fp32
     // log-softmax for the backward pass.
-    let logits = b128 * s128 * d.vocab_size as u128;
+    let logits = product(&[b128, s128, d.vocab_size as u128])?;
     let e = req.precision.activation_bytes() as u128;
     let per = if e < 4 { e + 4 + 4 } else { 4 + 4 };
     out.push(Term::new(
         "logits and loss",
-        Bytes::from_u128(logits * per)?,
+        Bytes::from_u128(product(&[logits, per])?)?,
         Kind::Assumed,
         format!(
             "b·s·vocab = {} values × {per} bytes (logits{}, fp32 log-softmax kept for backward)",

@@ -70,11 +70,12 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
         None => {
             let params = arch.parameters();
             let bytes = Bytes::from_u128(params * e).map_err(overflow())?;
-            let sizes: Vec<(u64, u64)> = arch
+            let sizes = arch
                 .groups
                 .iter()
-                .map(|g| (g.numel().saturating_mul(e as u64), g.count))
-                .collect();
+                .map(|g| Some((g.checked_numel()?.checked_mul(e as u64)?, g.count)))
+                .collect::<Option<Vec<(u64, u64)>>>()
+                .ok_or_else(|| overflow()(crate::units::Overflow))?;
             let reserved = super::allocator::packed_reserved(&sizes) as u128;
             let tensors: u64 = arch.groups.iter().map(|g| g.count).sum();
             terms.push(
@@ -216,6 +217,12 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 "the checkpoint stores {} values but the config describes {} parameters{tied}: extra or missing tensors (buffers, extra heads) are in the files",
                 g(stored.elements),
                 g(counted)
+            ));
+        }
+        if !stored.unlisted.is_empty() {
+            notes.push(format!(
+                "not listed by model.safetensors.index.json, so not counted (transformers does not load them either): {}",
+                stored.unlisted.join(", ")
             ));
         }
         if let Some(total) = stored.index_total_size

@@ -5,6 +5,25 @@ use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 use super::ModelError;
+use super::files::{FileError, read_capped, regular_file};
+use crate::units::group_thousands;
+
+/// Largest `config.json` read. Real ones are a few kilobytes (the largest, with label maps, well
+/// under a megabyte); a bigger file is not a config and parsing it would cost gigabytes.
+pub const CONFIG_CAP: u64 = 16 << 20;
+
+/// Largest layer count accepted: published models have at most a few hundred layers. Everything
+/// proportional to the layers (the KV layout, per-layer windows) is allocated after this check.
+pub const MAX_LAYERS: u64 = 100_000;
+
+/// Largest value accepted for any other size of a config (widths, heads, vocabulary, experts):
+/// 2^24, over 60 times the largest published vocabulary (262,208) and 300 times the largest
+/// hidden or intermediate width. Products of two such sizes always fit in a `u64`.
+pub const MAX_DIMENSION: u64 = 1 << 24;
+
+/// Largest parameter count accepted, 2^50 (about 1.1 × 10^15, hundreds of times the largest
+/// published model): any tensor size in bytes, times any element width, fits in a `u64`.
+pub const MAX_PARAMETERS: u64 = 1 << 50;
 
 /// A parsed `config.json`, with the text model's section selected when the config nests one
 /// (`text_config` in multimodal configs such as Gemma 3).
@@ -19,27 +38,36 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads `config.json` from a file path or from a folder holding one.
+    /// Reads `config.json` from a file path or from a folder holding one: a regular file of at
+    /// most [`CONFIG_CAP`] bytes.
     pub fn load(path: &Path) -> Result<Config, ModelError> {
         let file = if path.is_dir() {
             let candidate = path.join("config.json");
-            if !candidate.is_file() {
-                return Err(ModelError::NoConfig(path.to_path_buf()));
+            match regular_file(&candidate) {
+                Err(FileError::Missing { .. }) => {
+                    return Err(ModelError::NoConfig(path.to_path_buf()));
+                }
+                Err(e) => return Err(e.into()),
+                Ok(_) => candidate,
             }
-            candidate
         } else {
             path.to_path_buf()
         };
-        let text = std::fs::read_to_string(&file).map_err(|source| ModelError::Read {
-            path: file.clone(),
-            source,
+        let bytes = read_capped(&file, CONFIG_CAP, "config.json").map_err(|e| match e {
+            FileError::Missing { path } => ModelError::NotFound(path),
+            e => e.into(),
         })?;
-        Config::parse(&file, &text)
+        Config::parse_bytes(&file, &bytes)
     }
 
     /// Parses config text; `path` is only used in messages.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ModelError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| ModelError::Json {
+        Config::parse_bytes(path, text.as_bytes())
+    }
+
+    /// Parses config bytes (invalid UTF-8 is reported with its position, never replaced).
+    pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<Config, ModelError> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Json {
             path: path.to_path_buf(),
             line: e.line(),
             column: e.column(),
@@ -126,7 +154,8 @@ impl<'a> Fields<'a> {
         self.raw(key).is_some()
     }
 
-    /// A non-negative integer field, or `None` when absent or null.
+    /// A non-negative integer field, or `None` when absent or null. Unbounded: only for values
+    /// that are compared, never multiplied nor allocated for (a sliding window).
     pub fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
         match self.raw(key) {
             None => Ok(None),
@@ -143,27 +172,56 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// A required positive integer.
+    /// A size (width, heads, vocabulary, experts …), at most [`MAX_DIMENSION`].
+    pub fn opt_size(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        self.bounded(key, MAX_DIMENSION, "for a size")
+    }
+
+    fn bounded(&self, key: &str, bound: u64, what: &str) -> Result<Option<u64>, ModelError> {
+        match self.opt_u64(key)? {
+            Some(n) if n > bound => Err(self.error(
+                key,
+                &format!(
+                    "is {}, above the bound of {} iteragpu accepts {what} (published models stay far below it); fix the config",
+                    group_thousands(n as u128),
+                    group_thousands(bound as u128)
+                ),
+            )),
+            n => Ok(n),
+        }
+    }
+
+    fn nonzero(&self, key: &str, value: Option<u64>) -> Result<Option<u64>, ModelError> {
+        match value {
+            Some(0) => Err(self.error(key, "must be greater than 0, found 0")),
+            n => Ok(n),
+        }
+    }
+
+    /// A required positive size.
     pub fn positive(&self, key: &str) -> Result<u64, ModelError> {
-        match self.opt_u64(key)? {
-            Some(0) => Err(self.error(key, "must be greater than 0, found 0")),
-            Some(n) => Ok(n),
-            None => Err(self.error(key, "is missing; this family needs it")),
-        }
+        let n = self.opt_size(key)?;
+        self.nonzero(key, n)?
+            .ok_or_else(|| self.error(key, "is missing; this family needs it"))
     }
 
-    /// A positive integer with a default used when the field is absent (transformers' default).
+    /// A positive size with a default used when the field is absent (transformers' default).
     pub fn positive_or(&self, key: &str, default: u64) -> Result<u64, ModelError> {
-        match self.opt_u64(key)? {
-            Some(0) => Err(self.error(key, "must be greater than 0, found 0")),
-            Some(n) => Ok(n),
-            None => Ok(default),
-        }
+        let n = self.opt_size(key)?;
+        Ok(self.nonzero(key, n)?.unwrap_or(default))
     }
 
-    /// A non-negative integer with a default.
+    /// A non-negative size with a default.
     pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, ModelError> {
-        Ok(self.opt_u64(key)?.unwrap_or(default))
+        Ok(self.opt_size(key)?.unwrap_or(default))
+    }
+
+    /// A positive layer count, at most [`MAX_LAYERS`], with a default when absent.
+    pub fn layers_or(&self, key: &str, default: Option<u64>) -> Result<u64, ModelError> {
+        let n = self.bounded(key, MAX_LAYERS, "for a layer count")?;
+        self.nonzero(key, n)?
+            .or(default)
+            .ok_or_else(|| self.error(key, "is missing; this family needs it"))
     }
 
     pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, ModelError> {

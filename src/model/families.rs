@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::ModelError;
-use super::config::{Config, Fields};
+use super::config::{Config, Fields, MAX_PARAMETERS};
 use super::inventory::{Builder, Role, TensorGroup, total_parameters};
 use super::kv_layout::{KvLayer, KvLayout, LatentLayout};
 use super::quantization::Quantization;
@@ -188,12 +188,66 @@ impl Architecture {
                 crate::units::group_thousands(added)
             ));
         }
+        check_sizes(config, &arch.groups)?;
         arch.model_type = config.model_type.clone();
         arch.config_dtype = config_dtype(&root, &text)?;
         arch.quantization = Quantization::from_config(&root)?;
         arch.notes.splice(0..0, notes);
         Ok(arch)
     }
+}
+
+/// Refuses a tensor whose element count does not fit in a `u64`, and a model above
+/// [`MAX_PARAMETERS`]: everything downstream multiplies these counts by element widths.
+fn check_sizes(config: &Config, groups: &[TensorGroup]) -> Result<(), ModelError> {
+    for group in groups {
+        if group.checked_numel().is_none() {
+            return Err(ModelError::TensorTooLarge {
+                path: config.path.clone(),
+                tensor: group.name.clone(),
+                shape: group.shape.clone(),
+            });
+        }
+    }
+    let parameters = total_parameters(groups);
+    if parameters > MAX_PARAMETERS as u128 {
+        return Err(ModelError::TooManyParameters {
+            path: config.path.clone(),
+            parameters,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses query heads that the KV heads do not divide: each KV head serves a whole group of
+/// query heads, so transformers' attention cannot be built otherwise.
+fn check_kv_groups(f: &Fields, kv_key: &str, kv_heads: u64, heads: u64) -> Result<(), ModelError> {
+    if !heads.is_multiple_of(kv_heads) {
+        return Err(f.invalid(
+            kv_key,
+            &format!(
+                "({kv_heads}) does not divide num_attention_heads ({heads}): each KV head serves a whole group of query heads; fix one of the two"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `hidden / heads`, refused when the heads do not split the hidden width evenly.
+fn head_dim_of(
+    f: &Fields,
+    (heads_key, heads): (&str, u64),
+    (hidden_key, hidden): (&str, u64),
+) -> Result<u64, ModelError> {
+    if !hidden.is_multiple_of(heads) {
+        return Err(f.invalid(
+            heads_key,
+            &format!(
+                "({heads}) does not divide {hidden_key} ({hidden}); fix one of the two, or add head_dim to the config"
+            ),
+        ));
+    }
+    Ok(hidden / heads)
 }
 
 fn config_dtype(root: &Fields, text: &Fields) -> Result<Option<Dtype>, ModelError> {
@@ -324,11 +378,7 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     } else {
         f.positive("hidden_size")?
     };
-    let layers = if gemma_defaults {
-        f.positive_or("num_hidden_layers", 26)?
-    } else {
-        f.positive("num_hidden_layers")?
-    };
+    let layers = f.layers_or("num_hidden_layers", gemma_defaults.then_some(26))?;
     let heads = if gemma_defaults {
         f.positive_or("num_attention_heads", 8)?
     } else {
@@ -338,18 +388,12 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
         "num_key_value_heads",
         if gemma_defaults { 4 } else { heads },
     )?;
+    check_kv_groups(f, "num_key_value_heads", kv_heads, heads)?;
     let default_head_dim = match family {
         Gemma | Gemma2 | Gemma3 => 256,
         Qwen3 | Qwen3Moe => 128,
-        _ => {
-            if hidden % heads != 0 {
-                return Err(f.invalid(
-                    "num_attention_heads",
-                    &format!("({heads}) does not divide hidden_size ({hidden}); add head_dim to the config"),
-                ));
-            }
-            hidden / heads
-        }
+        _ if f.has("head_dim") => 0,
+        _ => head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?,
     };
     let head_dim = f.positive_or("head_dim", default_head_dim)?;
     let intermediate = match family {
@@ -454,7 +498,12 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
                 if family == Qwen2Moe { 4 } else { 8 },
             )?;
             let step = f.positive_or("decoder_sparse_step", 1)?;
-            let dense_only = f.opt_u64s("mlp_only_layers")?.unwrap_or_default();
+            // A set: a config listing every layer must not cost layers² lookups.
+            let dense_only: std::collections::BTreeSet<u64> = f
+                .opt_u64s("mlp_only_layers")?
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
             let expert_inter = f.positive_or(
                 "moe_intermediate_size",
                 if family == Qwen2Moe { 1408 } else { 768 },
@@ -553,10 +602,15 @@ fn gated_mlp(b: &mut Builder, prefix: &str, hidden: u64, inter: u64, count: u64,
 fn phi3(f: &Fields) -> Result<Architecture, ModelError> {
     let vocab = f.positive("vocab_size")?;
     let hidden = f.positive("hidden_size")?;
-    let layers = f.positive("num_hidden_layers")?;
+    let layers = f.layers_or("num_hidden_layers", None)?;
     let heads = f.positive("num_attention_heads")?;
     let kv_heads = f.positive_or("num_key_value_heads", heads)?;
-    let head_dim = f.positive_or("head_dim", hidden / heads)?;
+    check_kv_groups(f, "num_key_value_heads", kv_heads, heads)?;
+    let head_dim = if f.has("head_dim") {
+        f.positive("head_dim")?
+    } else {
+        head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?
+    };
     let inter = f.positive("intermediate_size")?;
     let tied = f.bool_or("tie_word_embeddings", false)?;
     let mut b = Builder::default();
@@ -643,11 +697,12 @@ fn simple(
 fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
     let vocab = f.positive_or("vocab_size", 50257)?;
     let hidden = f.positive_or("n_embd", 768)?;
-    let layers = f.positive_or("n_layer", 12)?;
+    let layers = f.layers_or("n_layer", Some(12))?;
     let heads = f.positive_or("n_head", 12)?;
+    let head_dim = head_dim_of(f, ("n_head", heads), ("n_embd", hidden))?;
     let positions = f.positive_or("n_positions", 1024)?;
     let inner = f
-        .opt_u64("n_inner")?
+        .opt_size("n_inner")?
         .filter(|n| *n > 0)
         .unwrap_or(4 * hidden);
     let mut b = Builder::default();
@@ -689,7 +744,7 @@ fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
             num_layers: layers,
             num_heads: heads,
             num_kv_heads: heads,
-            head_dim: hidden / heads,
+            head_dim,
             vocab_size: vocab,
             intermediate_size: inner,
             gated_mlp: false,
@@ -702,8 +757,9 @@ fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
 fn gpt_neox(f: &Fields) -> Result<Architecture, ModelError> {
     let vocab = f.positive("vocab_size")?;
     let hidden = f.positive("hidden_size")?;
-    let layers = f.positive("num_hidden_layers")?;
+    let layers = f.layers_or("num_hidden_layers", None)?;
     let heads = f.positive("num_attention_heads")?;
+    let head_dim = head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?;
     let inter = f.positive("intermediate_size")?;
     let bias = f.bool_or("attention_bias", true)?;
     let tied = f.bool_or("tie_word_embeddings", false)?;
@@ -762,7 +818,7 @@ fn gpt_neox(f: &Fields) -> Result<Architecture, ModelError> {
             num_layers: layers,
             num_heads: heads,
             num_kv_heads: heads,
-            head_dim: hidden / heads,
+            head_dim,
             vocab_size: vocab,
             intermediate_size: inter,
             gated_mlp: false,
@@ -775,19 +831,21 @@ fn gpt_neox(f: &Fields) -> Result<Architecture, ModelError> {
 fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
     let vocab = f.positive_or("vocab_size", 65024)?;
     let hidden = f.positive_or("hidden_size", 4544)?;
-    let layers = f.positive_or("num_hidden_layers", f.positive_or("n_layer", 32)?)?;
+    let layers = f.layers_or("num_hidden_layers", Some(f.layers_or("n_layer", Some(32))?))?;
     let heads = f.positive_or("num_attention_heads", f.positive_or("n_head", 71)?)?;
-    let head_dim = hidden / heads;
+    let head_dim = head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?;
     let new_arch = f.bool_or("new_decoder_architecture", false)?;
     let multi_query = f.bool_or("multi_query", true)?;
     let parallel = f.bool_or("parallel_attn", true)?;
     let bias = f.bool_or("bias", false)?;
     let ffn = f
-        .opt_u64("ffn_hidden_size")?
+        .opt_size("ffn_hidden_size")?
         .filter(|n| *n > 0)
         .unwrap_or(4 * hidden);
     let kv_heads = if new_arch {
-        f.positive_or("num_kv_heads", heads)?
+        let kv_heads = f.positive_or("num_kv_heads", heads)?;
+        check_kv_groups(f, "num_kv_heads", kv_heads, heads)?;
+        kv_heads
     } else if multi_query {
         1
     } else {
@@ -886,7 +944,7 @@ fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
 fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, ModelError> {
     let vocab = f.positive_or("vocab_size", 129280)?;
     let hidden = f.positive_or("hidden_size", 7168)?;
-    let layers = f.positive_or("num_hidden_layers", 61)?;
+    let layers = f.layers_or("num_hidden_layers", Some(61))?;
     let heads = f.positive_or("num_attention_heads", 128)?;
     let q_lora = f.u64_or("q_lora_rank", 1536)?;
     let kv_lora = f.positive_or("kv_lora_rank", 512)?;
@@ -1022,7 +1080,8 @@ fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, Mode
             rope_dim: rope,
         }),
         description: format!(
-            "{layers} layers × (latent {kv_lora} + rope {rope}), compressed as transformers 5 caches it"
+            "{layers} layers × {} values (latent {kv_lora} + rope {rope}: K and V compressed, as transformers 5 caches them)",
+            kv_lora + rope
         ),
     };
     Ok(Architecture {
@@ -1062,7 +1121,7 @@ fn siglip_vision_and_projector(
 ) -> Result<(), ModelError> {
     let hidden = v.positive_or("hidden_size", 768)?;
     let inter = v.positive_or("intermediate_size", 3072)?;
-    let layers = v.positive_or("num_hidden_layers", 12)?;
+    let layers = v.layers_or("num_hidden_layers", Some(12))?;
     let channels = v.positive_or("num_channels", 3)?;
     let image = v.positive_or("image_size", 224)?;
     let patch = v.positive_or("patch_size", 16)?;

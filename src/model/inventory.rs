@@ -41,9 +41,14 @@ pub struct TensorGroup {
 }
 
 impl TensorGroup {
-    /// Elements in one tensor.
+    /// Elements in one tensor (saturating; `Architecture::from_config` refuses shapes whose
+    /// count does not fit, so a real model never reaches the saturation).
     pub fn numel(&self) -> u64 {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(u64::MAX)
+    }
+    /// Elements in one tensor, or `None` when the count does not fit in a `u64`.
+    pub fn checked_numel(&self) -> Option<u64> {
+        self.shape.iter().try_fold(1u64, |n, d| n.checked_mul(*d))
     }
     /// Elements in the whole group (u128: no overflow even for absurd configs).
     pub fn total(&self) -> u128 {

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod families;
+pub mod files;
 pub mod inventory;
 pub mod kv_layout;
 pub mod quantization;
@@ -19,13 +20,12 @@ pub use quantization::Quantization;
 /// Everything that can be wrong with a model given by `--model`.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    #[error(transparent)]
+    File(#[from] files::FileError),
     #[error(
-        "cannot read {path}: {source}; check the path (--model takes a config.json or a folder holding one)"
+        "{0} does not exist; check the path (--model takes a config.json or a folder holding one)"
     )]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    NotFound(PathBuf),
     #[error(
         "{0} holds no config.json; point --model at a Hugging Face model folder or at its config.json"
     )]
@@ -50,6 +50,20 @@ pub enum ModelError {
         problem: String,
     },
     #[error(
+        "{path}: tensor `{tensor}` of shape {shape:?} would hold more than 18,446,744,073,709,551,615 values; these sizes are not a real model's: fix the config"
+    )]
+    TensorTooLarge {
+        path: PathBuf,
+        tensor: String,
+        shape: Vec<u64>,
+    },
+    #[error(
+        "{path}: the config describes {} parameters, above the bound of {} iteragpu accepts (hundreds of times the largest published model); fix the config",
+        crate::units::group_thousands(*parameters),
+        crate::units::group_thousands(config::MAX_PARAMETERS as u128)
+    )]
+    TooManyParameters { path: PathBuf, parameters: u128 },
+    #[error(
         "{path}: unknown model_type `{model_type}`. Supported families: {supported}. For another architecture, give its size with --parameters N --bits B (and the KV cache with --kv-layers, --kv-heads, --head-dim)"
     )]
     UnknownFamily {
@@ -57,6 +71,6 @@ pub enum ModelError {
         model_type: String,
         supported: String,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Safetensors(#[from] safetensors::HeaderError),
 }

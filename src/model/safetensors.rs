@@ -12,17 +12,31 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::files::{FileError, read_capped, regular_file, resolve_inside};
+
 /// Largest header accepted: the limit of the reference implementation (`safetensors` crate).
 pub const HEADER_CAP: u64 = 100_000_000;
+
+/// Largest `model.safetensors.index.json` read: DeepSeek-V3's, with 91,000 tensors in 163
+/// shards, is under 10 MB.
+pub const INDEX_CAP: u64 = 100_000_000;
 
 /// Why a safetensors file or its index was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum HeaderError {
-    #[error("cannot read {path}: {source}")]
+    // `reason` rather than `source`: the reason is in the message, and a `source` would be
+    // printed a second time by the top-level error chain.
+    #[error("cannot read {path}: {reason}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        reason: std::io::Error,
     },
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(
+        "the shards in {dir} describe more than 18,446,744,073,709,551,615 bytes together; they are not a real checkpoint"
+    )]
+    TooLarge { dir: PathBuf },
     #[error(
         "{path} is {len} bytes long, too short for a safetensors file (at least 8 bytes of header length); the download is probably incomplete"
     )]
@@ -86,6 +100,9 @@ pub struct Stored {
     pub index_total_size: Option<u64>,
     /// Bytes this scan read from disk (headers only).
     pub bytes_read: u64,
+    /// `*.safetensors` files of the folder that the index does not list (not counted, as
+    /// transformers does not load them either).
+    pub unlisted: Vec<String>,
 }
 
 /// Parses a header given the bytes that follow the 8-byte length; returns per-dtype totals and the
@@ -95,12 +112,18 @@ pub fn parse_header(header: &[u8]) -> Result<(u64, u64, BTreeMap<String, DtypeTo
         serde_json::from_slice(header).map_err(|e| e.to_string())?;
     let mut by_dtype: BTreeMap<String, DtypeTotal> = BTreeMap::new();
     let mut count = 0u64;
+    // The crate has checked each shape and offset; sums of many tensors are checked here.
+    let overflow = || "its tensors' sizes add up to more than 2^64".to_string();
     for info in metadata.tensors().values() {
-        let elements: u64 = info.shape.iter().map(|d| *d as u64).product();
-        let bytes = (info.data_offsets.1 - info.data_offsets.0) as u64;
+        let elements = info
+            .shape
+            .iter()
+            .try_fold(1u64, |n, d| n.checked_mul(*d as u64))
+            .ok_or_else(overflow)?;
+        let bytes = info.data_offsets.1.saturating_sub(info.data_offsets.0) as u64;
         let entry = by_dtype.entry(format!("{:?}", info.dtype)).or_default();
-        entry.bytes += bytes;
-        entry.elements += elements;
+        entry.bytes = entry.bytes.checked_add(bytes).ok_or_else(overflow)?;
+        entry.elements = entry.elements.checked_add(elements).ok_or_else(overflow)?;
         entry.tensors += 1;
         count += 1;
     }
@@ -113,9 +136,9 @@ pub fn scan_reader<R: Read>(
     mut reader: R,
     file_len: u64,
 ) -> Result<(Shard, u64), HeaderError> {
-    let io = |source| HeaderError::Io {
+    let io = |reason| HeaderError::Io {
         path: path.to_path_buf(),
-        source,
+        reason,
     };
     if file_len < 8 {
         return Err(HeaderError::TooShort {
@@ -132,6 +155,7 @@ pub fn scan_reader<R: Read>(
             declared,
         });
     }
+    // `declared` is at most the cap: this sum cannot overflow.
     if 8 + declared > file_len {
         return Err(HeaderError::Truncated {
             path: path.to_path_buf(),
@@ -146,11 +170,11 @@ pub fn scan_reader<R: Read>(
             path: path.to_path_buf(),
             message,
         })?;
-    let needed = 8 + declared + data_bytes;
-    if needed > file_len {
+    let needed = (8 + declared).checked_add(data_bytes);
+    if needed.is_none_or(|needed| needed > file_len) {
         return Err(HeaderError::Truncated {
             path: path.to_path_buf(),
-            needed,
+            needed: needed.unwrap_or(u64::MAX),
             actual: file_len,
         });
     }
@@ -168,29 +192,29 @@ pub fn scan_reader<R: Read>(
     Ok((shard, 8 + declared))
 }
 
-/// Reads one shard's header from disk.
+/// Reads one shard's header from disk: a regular file only (opening a FIFO would block).
 pub fn scan_file(path: &Path) -> Result<(Shard, u64), HeaderError> {
-    let io = |source| HeaderError::Io {
+    let io = |reason| HeaderError::Io {
         path: path.to_path_buf(),
-        source,
+        reason,
     };
+    regular_file(path)?;
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     scan_reader(path, file, len)
 }
 
 /// Scans every shard of a folder: those listed by `model.safetensors.index.json` when present,
-/// else every `*.safetensors` file. `Ok(None)` when the folder holds none.
+/// else every `*.safetensors` file. `Ok(None)` when the folder holds none. A shard that is not a
+/// regular file (dangling or looping link, directory, FIFO) or that resolves outside the folder is
+/// refused with its name, never skipped: a partial download must not look complete.
 pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| HeaderError::Io { path, source }
-    };
     let index_path = dir.join("model.safetensors.index.json");
     let mut bytes_read = 0u64;
     let mut index_total_size = None;
-    let files: Vec<PathBuf> = if index_path.is_file() {
-        let text = std::fs::read(&index_path).map_err(io(&index_path))?;
+    let mut listed_by_index = None;
+    if std::fs::symlink_metadata(&index_path).is_ok() {
+        let text = read_capped(&index_path, INDEX_CAP, "model.safetensors.index.json")?;
         bytes_read += text.len() as u64;
         let index: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| HeaderError::Invalid {
@@ -211,31 +235,68 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
                 path: index_path.clone(),
                 message: "has no `weight_map` object".into(),
             })?;
-        let mut names: Vec<&str> = map.values().filter_map(serde_json::Value::as_str).collect();
+        let mut names = Vec::with_capacity(map.len());
+        for (tensor, shard) in map {
+            let Some(name) = shard.as_str() else {
+                return Err(HeaderError::Invalid {
+                    path: index_path.clone(),
+                    message: format!(
+                        "maps tensor `{tensor}` to {shard}, not to a file name; fix the index or download it again"
+                    ),
+                });
+            };
+            names.push(name);
+        }
         names.sort_unstable();
         names.dedup();
         let mut files = Vec::with_capacity(names.len());
         for name in names {
-            let path = dir.join(name);
-            if !path.is_file() {
-                return Err(HeaderError::MissingShard {
-                    index: index_path.clone(),
-                    shard: name.to_string(),
-                    dir: dir.to_path_buf(),
-                });
+            match resolve_inside(dir, Path::new(name), &index_path) {
+                Ok(path) => files.push(path),
+                Err(FileError::Missing { .. }) => {
+                    return Err(HeaderError::MissingShard {
+                        index: index_path.clone(),
+                        shard: name.to_string(),
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
             }
-            files.push(path);
         }
-        files
-    } else {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(io(dir))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "safetensors") && p.is_file())
-            .collect();
-        files.sort();
-        files
+        listed_by_index = Some(files);
+    }
+    let mut in_folder = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|reason| HeaderError::Io {
+        path: dir.to_path_buf(),
+        reason,
+    })? {
+        let entry = entry.map_err(|reason| HeaderError::Io {
+            path: dir.to_path_buf(),
+            reason,
+        })?;
+        let name = PathBuf::from(entry.file_name());
+        if name.extension().is_some_and(|e| e == "safetensors") {
+            in_folder.push(name);
+        }
+    }
+    in_folder.sort();
+    let mut unlisted = Vec::new();
+    let files = match listed_by_index {
+        Some(files) => {
+            for name in in_folder {
+                if !files
+                    .iter()
+                    .any(|f| f.file_name() == Some(name.as_os_str()))
+                {
+                    unlisted.push(name.display().to_string());
+                }
+            }
+            files
+        }
+        None => in_folder
+            .iter()
+            .map(|name| resolve_inside(dir, name, dir))
+            .collect::<Result<Vec<_>, _>>()?,
     };
     if files.is_empty() {
         return Ok(None);
@@ -248,18 +309,26 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
         tensors: 0,
         index_total_size,
         bytes_read,
+        unlisted,
+    };
+    let too_large = || HeaderError::TooLarge {
+        dir: dir.to_path_buf(),
+    };
+    let add = |total: &mut u64, more: u64| -> Result<(), HeaderError> {
+        *total = total.checked_add(more).ok_or_else(too_large)?;
+        Ok(())
     };
     for file in files {
         let (shard, read) = scan_file(&file)?;
-        stored.bytes_read += read;
-        stored.data_bytes += shard.data_bytes;
-        stored.tensors += shard.tensors;
+        add(&mut stored.bytes_read, read)?;
+        add(&mut stored.data_bytes, shard.data_bytes)?;
+        add(&mut stored.tensors, shard.tensors)?;
         for (dtype, total) in &shard.by_dtype {
             let entry = stored.by_dtype.entry(dtype.clone()).or_default();
-            entry.bytes += total.bytes;
-            entry.elements += total.elements;
-            entry.tensors += total.tensors;
-            stored.elements += total.elements;
+            add(&mut entry.bytes, total.bytes)?;
+            add(&mut entry.elements, total.elements)?;
+            add(&mut entry.tensors, total.tensors)?;
+            add(&mut stored.elements, total.elements)?;
         }
         stored.shards.push(shard);
     }

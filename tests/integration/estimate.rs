@@ -748,3 +748,844 @@ fn sliding_layers_prefill_surplus() {
         .code(1)
         .stderr(predicates::str::contains("--prompt-tokens 200"));
 }
+
+/// Runs `iteragpu estimate ARGS` and checks the refusal: exit 1, nothing on stdout, no panic,
+/// every `needle` in the message; returns the message.
+fn refused(args: &[&str], needles: &[&str]) -> String {
+    let out = iteragpu()
+        .arg("estimate")
+        .args(args)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+    }
+    stderr
+}
+
+/// A config.json of `family` with `fields` added (or replaced), written in `dir`.
+fn config_with(dir: &std::path::Path, family: &str, fields: serde_json::Value) -> String {
+    let mut config: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixture(&format!("tiny/{family}/config.json"))).unwrap(),
+    )
+    .unwrap();
+    for (key, value) in fields.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    let path = dir.join(format!("{family}-{}.json", rand_name(&fields)));
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+fn rand_name(fields: &serde_json::Value) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    fields.to_string().hash(&mut h);
+    format!("{:x}", h.finish())
+}
+
+/// Every size a config gives is bounded before anything proportional to it is allocated; the
+/// message names the field, the value and the bound.
+#[test]
+fn absurd_config_sizes_are_refused_with_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let layers = "100,000";
+    let size = "16,777,216";
+    let cases: [(&str, serde_json::Value, &str, &str); 12] = [
+        (
+            "llama",
+            serde_json::json!({"num_hidden_layers": 1_000_000}),
+            "num_hidden_layers",
+            layers,
+        ),
+        (
+            "llama",
+            serde_json::json!({"num_hidden_layers": 1_000_000_000_000_000_000u64}),
+            "1,000,000,000,000,000,000",
+            layers,
+        ),
+        (
+            "llama",
+            serde_json::json!({"hidden_size": 4_398_046_511_104u64}),
+            "hidden_size",
+            size,
+        ),
+        (
+            "llama",
+            serde_json::json!({"vocab_size": u64::MAX}),
+            "vocab_size",
+            size,
+        ),
+        (
+            "mixtral",
+            serde_json::json!({"num_local_experts": 1u64 << 40}),
+            "num_local_experts",
+            size,
+        ),
+        (
+            "qwen2_moe",
+            serde_json::json!({"moe_intermediate_size": 1u64 << 32}),
+            "moe_intermediate_size",
+            size,
+        ),
+        (
+            "gpt2",
+            serde_json::json!({"n_layer": 200_000}),
+            "n_layer",
+            layers,
+        ),
+        (
+            "gpt2",
+            serde_json::json!({"n_inner": 1u64 << 50}),
+            "n_inner",
+            size,
+        ),
+        (
+            "falcon",
+            serde_json::json!({"ffn_hidden_size": 1u64 << 30}),
+            "ffn_hidden_size",
+            size,
+        ),
+        (
+            "deepseek_v3",
+            serde_json::json!({"n_routed_experts": 1u64 << 30}),
+            "n_routed_experts",
+            size,
+        ),
+        (
+            "deepseek_v3",
+            serde_json::json!({"num_hidden_layers": 100_001}),
+            "100,001",
+            layers,
+        ),
+        (
+            "phi3",
+            serde_json::json!({"intermediate_size": 1u64 << 60}),
+            "intermediate_size",
+            size,
+        ),
+    ];
+    for (family, fields, field, bound) in cases {
+        let path = config_with(dir.path(), family, fields);
+        refused(&["--model", &path], &[field, bound, "fix the config"]);
+    }
+    // Sizes within the bounds whose tensors or total would not fit are refused too.
+    let vision = serde_json::json!({"model_type": "gemma3", "vision_config": {
+        "hidden_size": 16_777_216, "num_channels": 16_777_216, "patch_size": 16_777_216, "image_size": 16_777_216}});
+    refused(
+        &["--model", &config_with(dir.path(), "gemma3_text", vision)],
+        &[
+            "patch_embedding",
+            "more than 18,446,744,073,709,551,615 values",
+        ],
+    );
+    let total = serde_json::json!({"num_hidden_layers": 100_000, "hidden_size": 16_777_216, "intermediate_size": 16_777_216, "num_attention_heads": 16_777_216, "num_key_value_heads": 16_777_216});
+    refused(
+        &["--model", &config_with(dir.path(), "llama", total)],
+        &["parameters", "1,125,899,906,842,624"],
+    );
+}
+
+/// 100,000 layers are accepted (and estimated at once: no work in layers²), 100,001 refused.
+#[test]
+fn the_layer_bound_is_inclusive_and_linear() {
+    let dir = tempfile::tempdir().unwrap();
+    // Llama-3-8B's shapes in bf16: the 8 MiB k/v projections are packed two per 20 MiB segment,
+    // which used to cost one search over all segments per layer (36 s for 100,000 layers).
+    let llama = |layers: u64| {
+        let mut config: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(fixture("models/llama-3-8b/config.json")).unwrap(),
+        )
+        .unwrap();
+        config["num_hidden_layers"] = layers.into();
+        let path = dir.path().join(format!("llama-{layers}.json"));
+        std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+        path.display().to_string()
+    };
+    let start = std::time::Instant::now();
+    let doc = estimate_json(&["--model", &llama(100_000), "--context", "16"]);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(doc["model"]["architecture"]["dims"]["num_layers"], 100_000);
+    assert_eq!(
+        doc["model"]["architecture"]["kv"]["layers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        100_000
+    );
+    // Each layer's 64 MiB of medium k/v tensors leave 4 MiB free in their 20 MiB segment.
+    let one = term_bytes(
+        &estimate_json(&["--model", &llama(1)]),
+        "allocator segments",
+    );
+    let many = term_bytes(
+        &estimate_json(&["--model", &llama(1000)]),
+        "allocator segments",
+    );
+    assert!(
+        many > 999 * (4 << 20) && one < 3 * (4 << 20) + (2 << 20),
+        "{one} {many}"
+    );
+    refused(&["--model", &llama(100_001)], &["100,001", "100,000"]);
+}
+
+/// Sizes from flags are bounded, and products of unbounded counts are checked: a refusal that
+/// names the flags, never a panic or an abort.
+#[test]
+fn absurd_flags_are_refused() {
+    let kv = |layers: &str, heads: &str, dim: &str, tokens: &str, seqs: &str, bytes: &str| {
+        vec![
+            "--kv-layers".to_string(),
+            layers.into(),
+            "--kv-heads".into(),
+            heads.into(),
+            "--head-dim".into(),
+            dim.into(),
+            "--tokens".into(),
+            tokens.into(),
+            "--sequences".into(),
+            seqs.into(),
+            "--kv-bytes".into(),
+            bytes.into(),
+        ]
+    };
+    let max = "18446744073709551615";
+    let cases: [(Vec<String>, &[&str]); 6] = [
+        (
+            kv(max, "8", "128", "10", "1", "2"),
+            &["--kv-layers", "100,000", "18,446,744,073,709,551,615"],
+        ),
+        (
+            kv("100001", "8", "128", "10", "1", "2"),
+            &["--kv-layers", "100,000"],
+        ),
+        (
+            kv("2", max, "128", "10", "1", "2"),
+            &["--kv-heads", "16,777,216"],
+        ),
+        (
+            kv("2", "8", "16777217", "10", "1", "2"),
+            &["--head-dim", "16,777,216"],
+        ),
+        (
+            kv("2", "8", "128", "10", "1", "9"),
+            &["--kv-bytes", "float64 takes 8"],
+        ),
+        (
+            kv("2", "8", "128", max, max, "8"),
+            &["18.4 EB", "--tokens, --sequences"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, needles);
+    }
+    let model = fixture("models/llama-3-8b").display().to_string();
+    refused(
+        &["--model", &model, "--context", max, "--batch", max],
+        &["prefill transient", "--context and --batch"],
+    );
+    refused(
+        &[
+            "--model",
+            &model,
+            "--train",
+            "--context",
+            max,
+            "--batch",
+            max,
+        ],
+        &["activations", "--context and --batch"],
+    );
+    refused(
+        &[
+            "--model",
+            &model,
+            "--train",
+            "--lora-rank",
+            max,
+            "--lora-targets",
+            "q_proj",
+        ],
+        &["--lora-rank", "16,777,216"],
+    );
+}
+
+/// A config.json is read only if it is a regular file of at most 16 MiB: a 200 MB one used to
+/// take 12 s and 3.3 GB before failing; a FIFO would block forever.
+#[test]
+fn config_files_are_capped_and_must_be_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("config.json");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(200_000_000).unwrap();
+    let big = big.display().to_string();
+    refused(&["--model", &big], &[&big, "16,777,216", "cap"]);
+    let folder = dir.path().display().to_string();
+    refused(&["--model", &folder], &["config.json", "cap"]);
+
+    let fifo_dir = tempfile::tempdir().unwrap();
+    let fifo = fifo_dir.path().join("config.json");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    refused(&["--model", &fifo.display().to_string()], &["named pipe"]);
+    refused(
+        &["--model", &fifo_dir.path().display().to_string()],
+        &["config.json", "named pipe"],
+    );
+    let dangling = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("absent.json", dangling.path().join("config.json")).unwrap();
+    refused(
+        &["--model", &dangling.path().display().to_string()],
+        &["config.json", "absent.json", "does not exist"],
+    );
+}
+
+/// A folder with gpt2's config and one good shard.
+fn model_folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("models/gpt2/config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    write_shard(
+        dir.path(),
+        "model-00001-of-00002.safetensors",
+        &[("a", "F32", vec![8])],
+        0,
+    );
+    dir
+}
+
+/// A `*.safetensors` entry that is not a regular file is refused with its name, never skipped:
+/// a partial download must not be reported as complete.
+#[test]
+fn shards_that_are_not_files_are_refused_with_their_name() {
+    let name = "model-00002-of-00002.safetensors";
+    type Create = fn(&std::path::Path);
+    let make: [(&str, Create); 4] = [
+        ("does not exist", |p| {
+            std::os::unix::fs::symlink("blob-never-downloaded", p).unwrap()
+        }),
+        ("loop", |p| {
+            std::os::unix::fs::symlink(p.file_name().unwrap(), p).unwrap()
+        }),
+        ("directory", |p| std::fs::create_dir(p).unwrap()),
+        ("named pipe", |p| {
+            assert!(
+                std::process::Command::new("mkfifo")
+                    .arg(p)
+                    .status()
+                    .unwrap()
+                    .success()
+            )
+        }),
+    ];
+    for (what, create) in make {
+        let dir = model_folder();
+        create(&dir.path().join(name));
+        refused(
+            &["--model", &dir.path().display().to_string()],
+            &[name, what],
+        );
+        // Listed by an index, the same entry is refused the same way.
+        std::fs::write(
+            dir.path().join("model.safetensors.index.json"),
+            format!(
+                r#"{{"weight_map": {{"a": "model-00001-of-00002.safetensors", "b": "{name}"}}}}"#
+            ),
+        )
+        .unwrap();
+        refused(
+            &["--model", &dir.path().display().to_string()],
+            &[name, what],
+        );
+    }
+    // An index that is itself a dangling link is refused, not ignored.
+    let dir = model_folder();
+    std::os::unix::fs::symlink("nowhere", dir.path().join("model.safetensors.index.json")).unwrap();
+    refused(
+        &["--model", &dir.path().display().to_string()],
+        &["model.safetensors.index.json", "does not exist"],
+    );
+}
+
+/// Every file an index names, and every shard of the folder, must resolve inside the folder
+/// (a Hugging Face cache snapshot's links into its `blobs/` count as inside).
+#[test]
+fn shards_outside_the_folder_are_refused() {
+    let outer = tempfile::tempdir().unwrap();
+    write_shard(
+        outer.path(),
+        "outside.safetensors",
+        &[("x", "F32", vec![8])],
+        0,
+    );
+    let outside = outer.path().join("outside.safetensors");
+    let index = |dir: &std::path::Path, shard: &str| {
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            serde_json::to_vec(&serde_json::json!({"weight_map": {"a": shard}})).unwrap(),
+        )
+        .unwrap();
+    };
+    let dir = model_folder();
+    let path = dir.path().display().to_string();
+    index(dir.path(), &outside.display().to_string());
+    refused(
+        &["--model", &path],
+        &["absolute path", "outside the model folder"],
+    );
+    index(dir.path(), "../outside.safetensors");
+    refused(
+        &["--model", &path],
+        &["../outside.safetensors", "outside the model folder"],
+    );
+    std::os::unix::fs::symlink(&outside, dir.path().join("link.safetensors")).unwrap();
+    index(dir.path(), "link.safetensors");
+    refused(
+        &["--model", &path],
+        &["link.safetensors", "outside the model folder"],
+    );
+    // Without an index, the folder's own link is refused as well.
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    refused(
+        &["--model", &path],
+        &["link.safetensors", "outside the model folder"],
+    );
+
+    // The Hugging Face cache layout: snapshots/<revision>/*.safetensors → ../../blobs/<hash>.
+    let repo = tempfile::tempdir().unwrap();
+    let snapshot = repo.path().join("snapshots/0123abcd");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir(repo.path().join("blobs")).unwrap();
+    write_shard(
+        &repo.path().join("blobs"),
+        "deadbeef",
+        &[("wte", "F32", vec![50257, 768])],
+        0,
+    );
+    std::fs::copy(
+        fixture("models/gpt2/config.json"),
+        snapshot.join("config.json"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("../../blobs/deadbeef", snapshot.join("model.safetensors")).unwrap();
+    let doc = estimate_json(&["--model", snapshot.to_str().unwrap()]);
+    assert_eq!(doc["stored"]["by_dtype"]["F32"]["bytes"], 50257 * 768 * 4);
+
+    // A shard the index does not list is named in a note, not silently left out.
+    let dir = model_folder();
+    write_shard(
+        dir.path(),
+        "consolidated.safetensors",
+        &[("b", "F32", vec![8])],
+        0,
+    );
+    index(dir.path(), "model-00001-of-00002.safetensors");
+    let doc = estimate_json(&["--model", dir.path().to_str().unwrap()]);
+    assert_eq!(doc["stored"]["shards"].as_array().unwrap().len(), 1);
+    assert!(
+        doc["notes"]
+            .to_string()
+            .contains("consolidated.safetensors"),
+        "{}",
+        doc["notes"]
+    );
+}
+
+/// Options that would change nothing are refused, naming the option and the fix.
+#[test]
+fn options_that_would_be_ignored_are_refused() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let kv = [
+        "--kv-layers",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--tokens",
+        "64",
+        "--kv-bytes",
+        "2",
+    ];
+    let with_kv = |extra: &[&'static str]| -> Vec<&str> {
+        kv.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec![
+                "--parameters",
+                "7000000000",
+                "--bits",
+                "16",
+                "--dtype",
+                "float32",
+            ],
+            vec!["--dtype float32", "--bits 16", "--kv-dtype"],
+        ),
+        (
+            vec!["--parameters", "7000000000", "--bits", "16", "--batch", "4"],
+            vec!["--batch", "KV cache", "--tokens"],
+        ),
+        (
+            vec!["--model", &llama, "--kv-dtype", "float16"],
+            vec!["--kv-dtype", "--context"],
+        ),
+        (
+            vec!["--model", &llama, "--cache", "static"],
+            vec!["--cache", "--context"],
+        ),
+        (
+            vec!["--model", &llama, "--train", "--cache", "static"],
+            vec!["--cache", "--train"],
+        ),
+        (
+            vec![
+                "--model",
+                &llama,
+                "--train",
+                "--context",
+                "8",
+                "--prompt-tokens",
+                "4",
+            ],
+            vec!["--prompt-tokens", "--train"],
+        ),
+        (
+            vec!["--model", &llama, "--train", "--window", "8"],
+            vec!["--window", "--train"],
+        ),
+        (
+            vec!["--model", &llama, "--train", "--dtype", "float16"],
+            vec!["--dtype float16", "--precision", "--lora-rank"],
+        ),
+        (
+            vec!["--model", &llama, "--train", "--gradient-checkpointing"],
+            vec!["--gradient-checkpointing", "--context"],
+        ),
+        (
+            vec!["--model", &llama, "--train", "--batch", "4"],
+            vec!["--batch", "--context"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "1000",
+                "--bits",
+                "16",
+                "--train",
+                "--flash-attention",
+            ],
+            vec!["--flash-attention", "--model"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "1000",
+                "--bits",
+                "16",
+                "--train",
+                "--context",
+                "512",
+            ],
+            vec!["--context", "--model"],
+        ),
+        (
+            with_kv(&["--kv-quant-bits", "2"]),
+            vec!["--kv-quant-bits", "--cache quantized"],
+        ),
+        (
+            with_kv(&["--cache", "static", "--kv-residual", "0"]),
+            vec!["--kv-residual", "--cache quantized", "static"],
+        ),
+        (
+            with_kv(&["--cache", "offloaded", "--prompt-tokens", "8"]),
+            vec!["--prompt-tokens", "offloaded"],
+        ),
+        (
+            with_kv(&["--prompt-tokens", "8"]),
+            vec!["--prompt-tokens", "sliding"],
+        ),
+        (
+            with_kv(&["--dtype", "float16"]),
+            vec!["--dtype", "--kv-bytes"],
+        ),
+    ];
+    for (args, needles) in cases {
+        refused(&args, &needles);
+    }
+    // Each of them acts where it belongs.
+    estimate_json(&with_kv(&[
+        "--cache",
+        "quantized",
+        "--kv-quant-bits",
+        "2",
+        "--kv-residual",
+        "0",
+    ]));
+    estimate_json(&[
+        "--model",
+        &llama,
+        "--train",
+        "--context",
+        "8",
+        "--batch",
+        "4",
+        "--gradient-checkpointing",
+    ]);
+    estimate_json(&[
+        "--model",
+        &llama,
+        "--train",
+        "--lora-rank",
+        "8",
+        "--lora-targets",
+        "q_proj",
+        "--dtype",
+        "float16",
+    ]);
+}
+
+/// `--kv-quant-bits` takes exactly what its help says: 2 or 4.
+#[test]
+fn kv_quant_bits_are_2_or_4() {
+    let kv = [
+        "--kv-layers",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--tokens",
+        "8192",
+        "--kv-bytes",
+        "2",
+        "--cache",
+        "quantized",
+        "--kv-quant-bits",
+    ];
+    for bits in ["1", "3", "5", "8"] {
+        refused(&[&kv[..], &[bits]].concat(), &[bits, "2 or 4"]);
+    }
+    let two = term_bytes(&estimate_json(&[&kv[..], &["2"]].concat()), "KV cache");
+    let four = term_bytes(&estimate_json(&[&kv[..], &["4"]].concat()), "KV cache");
+    assert!(two < four, "{two} {four}");
+}
+
+/// `--bits` with `--train` is the checkpoint's width: a float width is said to be, a quantized
+/// one is refused (full fine-tuning of quantized weights does not exist; QLoRA does).
+#[test]
+fn training_a_quantized_checkpoint_needs_adapters() {
+    for bits in ["4", "8", "4.5"] {
+        refused(
+            &["--parameters", "1000", "--bits", bits, "--train"],
+            &[
+                &format!("--bits {bits}"),
+                "quantized",
+                "QLoRA",
+                "--lora-rank",
+            ],
+        );
+    }
+    refused(
+        &["--parameters", "1000", "--bits", "24", "--train"],
+        &["--bits 24", "16", "32"],
+    );
+    let doc = estimate_json(&["--parameters", "1000", "--bits", "16", "--train"]);
+    assert!(
+        doc["notes"]
+            .to_string()
+            .contains("--bits 16 is the checkpoint's width"),
+        "{}",
+        doc["notes"]
+    );
+
+    let bnb = fixture("models/llama-3-8b-bnb-4bit").display().to_string();
+    refused(
+        &["--model", &bnb, "--train"],
+        &["llama-3-8b-bnb-4bit", "quantized", "QLoRA", "--lora-rank"],
+    );
+    // QLoRA: adapters on the 4-bit base keep working, the base stored quantized.
+    let doc = estimate_json(&[
+        "--model",
+        &bnb,
+        "--train",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+    ]);
+    assert!(term_bytes(&doc, "weights, quantized (bnb nf4") > 3_000_000_000);
+    assert_eq!(
+        term_bytes(&doc, "LoRA adapters"),
+        32 * 16 * ((4096 + 4096) + (4096 + 1024)) * 4
+    );
+}
+
+/// LoRA targets that would train nothing, or count a module twice, are refused with the
+/// model's own linear layers.
+#[test]
+fn lora_targets_must_name_modules_once() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let lora = |targets: &'static str| {
+        vec![
+            "--model",
+            &llama,
+            "--train",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            targets,
+        ]
+    };
+    refused(
+        &lora(""),
+        &["names no module", "q_proj", "down_proj", "e.g."],
+    );
+    refused(&lora(" , "), &["names no module", "q_proj"]);
+    refused(&lora("q_proj,"), &["`q_proj,`", "empty name", "v_proj"]);
+    refused(&lora("q_proj,q_proj"), &["`q_proj`", "twice"]);
+    refused(&lora("attention"), &["`attention`", "o_proj"]);
+}
+
+/// KV heads must divide the query heads, and heads the hidden width; both numbers are named.
+#[test]
+fn inconsistent_heads_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, serde_json::Value, [&str; 3]); 5] = [
+        (
+            "llama",
+            serde_json::json!({"num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": 5}),
+            ["num_key_value_heads", "(5)", "(32)"],
+        ),
+        (
+            "llama",
+            serde_json::json!({"num_attention_heads": 4, "num_key_value_heads": 8}),
+            ["num_key_value_heads", "(8)", "(4)"],
+        ),
+        (
+            "phi3",
+            serde_json::json!({"num_attention_heads": 6, "num_key_value_heads": 4}),
+            ["num_key_value_heads", "(4)", "(6)"],
+        ),
+        (
+            "falcon-new",
+            serde_json::json!({"num_attention_heads": 8, "num_kv_heads": 3}),
+            ["num_kv_heads", "(3)", "(8)"],
+        ),
+        (
+            "gpt2",
+            serde_json::json!({"n_embd": 100, "n_head": 3}),
+            ["n_head", "(3)", "(100)"],
+        ),
+    ];
+    for (family, fields, needles) in cases {
+        refused(
+            &["--model", &config_with(dir.path(), family, fields)],
+            &needles,
+        );
+    }
+}
+
+/// Messages: command-line names rather than Rust names, each reason once, the value as typed.
+#[test]
+fn messages_say_things_once_and_as_typed() {
+    for (optimizer, shown) in [
+        ("sgd-momentum", "sgd-momentum"),
+        ("adamw-8bit", "adamw-8bit"),
+        ("adamw", "adamw"),
+    ] {
+        let doc = estimate_json(&[
+            "--parameters",
+            "1000",
+            "--bits",
+            "16",
+            "--train",
+            "--optimizer",
+            optimizer,
+        ]);
+        let term = doc["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"].as_str().unwrap().starts_with("optimizer states"))
+            .unwrap()
+            .clone();
+        assert_eq!(term["name"], format!("optimizer states ({shown})"));
+        assert_eq!(term["inputs"]["optimizer"], shown);
+    }
+    let deepseek = fixture("models/deepseek-v3").display().to_string();
+    let out = iteragpu()
+        .args(["estimate", "--model", &deepseek, "--context", "1000"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("61 layers × 576 values (latent 512 + rope 64"),
+        "{table}"
+    );
+    assert!(!table.contains("(K + V) ×"), "{table}");
+
+    let twice = |args: &[&str], reason: &str| {
+        let err = refused(args, &[reason]);
+        assert_eq!(err.matches(reason).count(), 1, "{err}");
+    };
+    twice(&["--model", "/nonexistent/config.json"], "does not exist");
+    twice(
+        &["--parameters", "10000000000000000000", "--bits", "32"],
+        "18.4 EB",
+    );
+    twice(
+        &[
+            "--kv-layers",
+            "1",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "1",
+            "--tokens",
+            "18446744073709551615",
+            "--sequences",
+            "18446744073709551615",
+            "--kv-bytes",
+            "8",
+        ],
+        "18.4 EB",
+    );
+
+    for (flag, value) in [
+        ("--reserve", "٣GiB"),
+        ("--reserve", "４GB"),
+        ("--reserve-gib", "٣"),
+        ("--bits", "４"),
+        ("--kv-layers", "３"),
+    ] {
+        let mut args = vec!["--parameters", "7", "--bits", "16"];
+        if flag == "--bits" {
+            args = vec!["--parameters", "7"];
+        }
+        args.extend([flag, value]);
+        let err = refused(&args, &[&format!("`{value}`")]);
+        assert!(!err.contains("``"), "{err}");
+    }
+}

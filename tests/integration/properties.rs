@@ -205,3 +205,150 @@ mod frontier {
         }
     }
 }
+
+#[path = "../../fuzz/support/config_estimate.rs"]
+mod config_estimate;
+
+/// config.json → architecture → estimate on random configs: the fuzz target `config_estimate`
+/// runs the same code on arbitrary bytes (`cargo fuzz run config_estimate`).
+mod config_pipeline {
+    use super::config_estimate::{KNOB_BYTES, Knobs, run};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+    use std::time::{Duration, Instant};
+
+    /// Every tiny config of tests/fixtures/tiny (one per supported family and variant).
+    const BASES: [&str; 17] = [
+        "deepseek_v3",
+        "falcon",
+        "falcon-new",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "gpt2",
+        "gpt_neox",
+        "llama",
+        "mistral-sliding",
+        "mixtral",
+        "phi3",
+        "phi3-sliding",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+    ];
+
+    /// Fields the families read, where absurd values used to panic or run for minutes.
+    const KEYS: [&str; 42] = [
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "n_embd",
+        "n_layer",
+        "n_head",
+        "n_positions",
+        "n_inner",
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "sliding_window",
+        "max_window_layers",
+        "use_sliding_window",
+        "sliding_window_pattern",
+        "layer_types",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "n_routed_experts",
+        "n_shared_experts",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "ffn_hidden_size",
+        "num_kv_heads",
+        "new_decoder_architecture",
+        "multi_query",
+        "tie_word_embeddings",
+        "quantization_config",
+        "text_config",
+        "vision_config",
+        "model_type",
+    ];
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => (0u64..5000).prop_map(Value::from),
+            1 => prop::sample::select(vec![
+                json!(0), json!(1), json!(100_000), json!(100_001), json!(1u64 << 24),
+                json!((1u64 << 24) + 1), json!(1u64 << 40), json!(1_000_000_000_000_000_000u64),
+                json!(u64::MAX), json!(1e30), json!(-1), json!(4096.0), json!(0.5), json!("8"),
+                json!(null), json!(true), json!([1, 2, 3]), json!(["sliding_attention", "full_attention", "sliding_attention"]),
+                json!({"quant_method": "gptq", "bits": 4, "group_size": 128}),
+                json!({"quant_method": "awq", "bits": 3, "group_size": -1}),
+                json!({"load_in_4bit": true, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true}),
+                json!({"load_in_8bit": true, "llm_int8_skip_modules": ["lm_head"]}),
+                json!({"quant_method": "fp8", "weight_block_size": [128, 128]}),
+                json!({"hidden_size": 16_777_216, "num_channels": 16_777_216, "patch_size": 16_777_216, "image_size": 16_777_216}),
+                json!("llama"), json!("deepseek_v3"), json!("gemma3"),
+            ]),
+            1 => (0u64..=u64::MAX).prop_map(Value::from),
+            1 => prop::collection::vec(0u64..200_000, 0..50).prop_map(|v| json!(v)),
+        ]
+    }
+
+    fn knobs() -> impl Strategy<Value = Knobs> {
+        any::<[u8; KNOB_BYTES]>().prop_map(|b| Knobs::from_bytes(&b))
+    }
+
+    fn base(name: &str) -> serde_json::Map<String, Value> {
+        let path = crate::common::fixture(&format!("tiny/{name}/config.json"));
+        match serde_json::from_slice(&std::fs::read(path).expect("the tiny config exists")) {
+            Ok(Value::Object(map)) => map,
+            other => panic!("tiny/{name} is not a JSON object: {other:?}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Real configs with some fields replaced: refused with a message or estimated
+        /// consistently, never a panic, never slow. Untouched tiny configs are always understood.
+        #[test]
+        fn config_to_estimate_never_panics(
+            name in prop::sample::select(BASES.to_vec()),
+            overrides in prop::collection::vec((prop::sample::select(KEYS.to_vec()), value()), 0..6),
+            knobs in knobs(),
+        ) {
+            let mut config = base(name);
+            let untouched = overrides.is_empty();
+            for (key, value) in overrides {
+                config.insert(key.to_string(), value);
+            }
+            let bytes = serde_json::to_vec(&config).expect("a map serializes");
+            let start = Instant::now();
+            let outcome = run(&bytes, knobs);
+            prop_assert!(start.elapsed() < Duration::from_secs(10), "{name}: {:?}", start.elapsed());
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(inconsistency) => return Err(TestCaseError::fail(inconsistency)),
+            };
+            prop_assert!(!untouched || outcome.architecture, "tiny/{name} refused: {:?}", outcome.refusals);
+        }
+
+        /// Arbitrary bytes as config.json: refused with a message, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..1024), knobs in knobs()) {
+            let outcome = run(&data, knobs).map_err(TestCaseError::fail)?;
+            prop_assert!(outcome.architecture || !outcome.refusals.is_empty());
+        }
+    }
+}
