@@ -618,6 +618,14 @@ fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
         .and_then(|a| a.config_dtype)
         .unwrap_or(Dtype::Bfloat16);
     let dtype = weights_dtype(args, default)?;
+    if let Some(rank) = args.lora_rank
+        && rank > crate::model::config::MAX_DIMENSION
+    {
+        bail!(
+            "--lora-rank {rank} is larger than any layer ({} at most); give the adapters' rank, e.g. 16",
+            crate::model::config::MAX_DIMENSION
+        );
+    }
     let cache = args.cache.unwrap_or(CacheKind::Dynamic);
     if args.window.is_some() && cache != CacheKind::Sliding {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");

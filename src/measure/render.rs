@@ -104,7 +104,7 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
     if !r.predictions.is_empty() {
         let _ = writeln!(
             o,
-            "\n  estimated vs observed (first device):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
+            "\n  predicted vs observed (first device; the prediction ran after the measurement, on the CPU):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
             "phase",
             "predicted alloc",
             "observed alloc",
