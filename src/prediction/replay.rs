@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::document::{AtPeak, ModuleBytes, PhaseStatus, PredictedPhase, TensorAtPeak};
 use super::trace::{Alloc, Category, Unpredictable};
-use crate::estimate::allocator::{Allocation, CachingAllocator, rounded};
+use crate::estimate::allocator::{Allocation, Backend, CachingAllocator, rounded};
 
 /// One event of the trace, in the order the worker sent it.
 #[derive(Clone, Debug)]
@@ -43,9 +43,18 @@ struct Open {
     peak_tensor: u64,
 }
 
+/// The allocator backend a target names (`native`, `expandable_segments`, `cudaMallocAsync`).
+pub fn backend(name: &str) -> Backend {
+    match name {
+        "expandable_segments" => Backend::ExpandableSegments,
+        "cudaMallocAsync" => Backend::MallocAsync,
+        _ => Backend::Native,
+    }
+}
+
 /// Replays `events`; `context_bytes` is added to the peak reserved for the driver's view.
-pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> {
-    let mut a = CachingAllocator::new();
+pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Vec<PredictedPhase> {
+    let mut a = CachingAllocator::with_backend(backend);
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
     // Live tensor bytes (rounded to 512, workspaces left out).
@@ -154,12 +163,16 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64) -> Vec<PredictedPhase> 
             }
         }
     }
-    snapshots(events, &mut phases);
+    snapshots(events, &mut phases, backend);
     phases.into_iter().map(|(p, _)| p).collect()
 }
 
 /// Second pass: at each phase's peak event, what is alive.
-fn snapshots(events: &[TraceEvent], phases: &mut [(PredictedPhase, Option<usize>)]) {
+fn snapshots(
+    events: &[TraceEvent],
+    phases: &mut [(PredictedPhase, Option<usize>)],
+    backend: Backend,
+) {
     let mut wanted: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (k, (_, at)) in phases.iter().enumerate() {
         if let Some(i) = at {
@@ -169,7 +182,7 @@ fn snapshots(events: &[TraceEvent], phases: &mut [(PredictedPhase, Option<usize>
     if wanted.is_empty() {
         return;
     }
-    let mut a = CachingAllocator::new();
+    let mut a = CachingAllocator::with_backend(backend);
     let mut live: HashMap<u64, Live> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
         match event {
@@ -315,7 +328,7 @@ mod tests {
             TraceEvent::Free(4),
             end(),
         ];
-        let phases = replay(&events, 1000);
+        let phases = replay(&events, 1000, Backend::Native);
         assert_eq!(phases.len(), 3);
         let load = &phases[0];
         assert_eq!(load.peak_allocated_bytes, Some(4 * mib + 1024));
@@ -364,7 +377,7 @@ mod tests {
             alloc(10, 512, Category::Other, "x"),
             end(),
         ];
-        let phases = replay(&events, 0);
+        let phases = replay(&events, 0, Backend::Native);
         let status: Vec<PhaseStatus> = phases.iter().map(|p| p.status).collect();
         assert_eq!(
             status,

@@ -120,7 +120,11 @@ pub fn predict(
             }
         )));
     }
-    let mut phases = replay(&c.events, target.context_bytes);
+    let mut phases = replay(
+        &c.events,
+        target.context_bytes,
+        super::replay::backend(&target.allocator_backend),
+    );
     let failure = match (&run.exit, &c.done) {
         (Exit::Code(0), Some((s, _))) if s == "ok" => None,
         (_, Some((_, Some(error)))) => Some(format!(
@@ -216,11 +220,9 @@ pub fn predict(
 }
 
 fn allocator_model(backend: &str) -> String {
-    let base = "PyTorch's caching allocator replayed (512-byte rounding, 2 MiB small-pool and 20 MiB large-pool segments, ≥ 10 MiB requests rounded to 2 MiB, best fit, splitting, merging; one stream)";
     match backend {
-        "native" => base.to_string(),
-        other => format!(
-            "{base}; the run's backend is {other}, which this model does not follow: reserved figures are the native allocator's"
-        ),
+        "expandable_segments" => "expandable segments approximated: 512-byte rounding, blocks always split, each pool's pages (20 MiB large, 2 MiB small) covering its highest level (one H200 reading agrees); fragmentation inside the segments not modelled".into(),
+        "cudaMallocAsync" => "cudaMallocAsync approximated: requested bytes counted, the driver's pool as the highest allocated level rounded up to 32 MiB (one H200 reading agrees); fragmentation inside the pool not modelled".into(),
+        _ => "PyTorch's caching allocator replayed (512-byte rounding, 2 MiB small-pool and 20 MiB large-pool segments, ≥ 10 MiB requests rounded to 2 MiB, best fit, splitting, merging; one stream)".into(),
     }
 }

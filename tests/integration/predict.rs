@@ -85,6 +85,36 @@ fn predictions_equal_the_h200_readings() {
         ];
         assert_eq!(got, *expected, "case {k}");
     }
+    // The same bf16 case with the two other allocator settings read there: peak reserved.
+    for (conf, reserved) in [
+        ("expandable_segments:True", 2_329_935_872u64),
+        ("backend:cudaMallocAsync", 2_348_810_240),
+    ] {
+        let out = dir.path().join(format!("h200-{conf}.json"));
+        let run = iteragpu()
+            .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+            .args(["predict", "--python", &python, "--json", "--output"])
+            .arg(&out)
+            .args(["--script", script, "--card", "H200", "--"])
+            .args(cases[1].0)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let doc = read_json(&out);
+        let forward = doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "cold_forward")
+            .unwrap()
+            .clone();
+        assert_eq!(forward["peak_reserved_bytes"], reserved, "{conf}");
+        assert_eq!(forward["peak_allocated_bytes"], 2_316_468_224u64, "{conf}");
+    }
 }
 
 /// Runs the MemTracker oracle on the spec a prediction ran.
