@@ -24,6 +24,9 @@ pub struct Row {
     pub peak_reserved_bytes: Option<u64>,
     pub end_allocated_bytes: Option<u64>,
     pub end_reserved_bytes: Option<u64>,
+    /// The prediction stored with the run for this phase (first device), when there is one.
+    pub predicted_peak_allocated_bytes: Option<u64>,
+    pub predicted_peak_reserved_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -157,6 +160,12 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
                     peak_reserved_bytes: d.peak_reserved_bytes,
                     end_allocated_bytes: d.end_allocated_bytes,
                     end_reserved_bytes: d.end_reserved_bytes,
+                    predicted_peak_allocated_bytes: predicted(r, p, &d.device, |c| {
+                        c.predicted_peak_allocated_bytes
+                    }),
+                    predicted_peak_reserved_bytes: predicted(r, p, &d.device, |c| {
+                        c.predicted_peak_reserved_bytes
+                    }),
                 });
             }
         }
@@ -168,6 +177,22 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
         comparable: warnings.is_empty(),
         warnings,
     })
+}
+
+/// The stored prediction of a phase (first device only: predictions follow one device).
+fn predicted(
+    r: &MeasureResult,
+    phase: &crate::measure::events::PhaseRecord,
+    device: &str,
+    field: fn(&crate::prediction::check::PhaseCheck) -> u64,
+) -> Option<u64> {
+    if r.scope.devices.first().map(String::as_str) != Some(device) {
+        return None;
+    }
+    r.predictions
+        .iter()
+        .find(|c| c.index == phase.index)
+        .map(field)
 }
 
 /// RFC 4180 quoting: only fields with commas, quotes or line breaks are quoted.
@@ -182,12 +207,12 @@ fn field(s: &str) -> String {
 /// One row per run and phase (and device), raw bytes; empty cells for values not read.
 pub fn csv(c: &Comparison) -> String {
     let mut o = String::from(
-        "run,phase,index,device,status,start_allocated_bytes,start_reserved_bytes,peak_allocated_bytes,peak_reserved_bytes,end_allocated_bytes,end_reserved_bytes\n",
+        "run,phase,index,device,status,start_allocated_bytes,start_reserved_bytes,peak_allocated_bytes,peak_reserved_bytes,end_allocated_bytes,end_reserved_bytes,predicted_peak_allocated_bytes,predicted_peak_reserved_bytes\n",
     );
     let n = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     for r in &c.rows {
         o.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             field(&r.run),
             field(&r.phase),
             r.index,
@@ -198,7 +223,9 @@ pub fn csv(c: &Comparison) -> String {
             n(r.peak_allocated_bytes),
             n(r.peak_reserved_bytes),
             n(r.end_allocated_bytes),
-            n(r.end_reserved_bytes)
+            n(r.end_reserved_bytes),
+            n(r.predicted_peak_allocated_bytes),
+            n(r.predicted_peak_reserved_bytes)
         ));
     }
     o
@@ -211,13 +238,21 @@ pub fn table(c: &Comparison) -> String {
     let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
     let _ = writeln!(
         o,
-        "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12}   (GiB)",
-        "run", "phase", "device", "status", "peak alloc", "peak resv", "end alloc", "end resv"
+        "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}   (GiB)",
+        "run",
+        "phase",
+        "device",
+        "status",
+        "peak alloc",
+        "peak resv",
+        "end alloc",
+        "end resv",
+        "predicted"
     );
     for r in &c.rows {
         let _ = writeln!(
             o,
-            "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12}",
+            "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}",
             r.run,
             r.phase,
             r.device,
@@ -225,7 +260,9 @@ pub fn table(c: &Comparison) -> String {
             gib(r.peak_allocated_bytes),
             gib(r.peak_reserved_bytes),
             gib(r.end_allocated_bytes),
-            gib(r.end_reserved_bytes)
+            gib(r.end_reserved_bytes),
+            r.predicted_peak_reserved_bytes
+                .map_or("—".into(), |b| format!("{:.3}", Bytes(b).gib()))
         );
     }
     if let Some(v) = &c.variable {

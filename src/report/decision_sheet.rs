@@ -197,6 +197,26 @@ pub fn build(
     })
 }
 
+/// The two largest categories alive at the predicted peak of the `k`-th phase named `name`.
+fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Lang) -> String {
+    let Some(at) = r
+        .prediction
+        .as_ref()
+        .and_then(|p| p.phases.iter().filter(|ph| ph.name == name).nth(k))
+        .and_then(|ph| ph.at_peak.as_ref())
+    else {
+        return "—".into();
+    };
+    let mut categories: Vec<(&String, &u64)> = at.by_category.iter().collect();
+    categories.sort_by(|a, b| b.1.cmp(a.1));
+    categories
+        .iter()
+        .take(2)
+        .map(|(c, b)| format!("{c} {}", both(Some(**b), lang)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The parameters the measured workload declared (dense) or counted at model load (causal-lm).
 fn measured_parameters(r: &MeasureResult) -> Option<u64> {
     r.identity
@@ -604,24 +624,43 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
         )));
     }
     if !r.predictions.is_empty() {
+        b.push(Block::Para(lang.t(
+            "Predicted (the same code on data-less tensors for this card, run after the measurement; a prediction, not a measurement) next to observed:",
+            "Prédit (le même code sur des tenseurs sans données pour cette carte, après la mesure ; une prédiction, pas une mesure) à côté de l’observé :",
+        ).into()));
+        let mut seen: std::collections::HashMap<&str, usize> = Default::default();
         b.push(Block::Table {
             header: vec![
                 "phase".into(),
+                lang.t("predicted peak allocated", "pic allocated prévu")
+                    .into(),
+                lang.t("observed", "observé").into(),
+                lang.t("error", "écart").into(),
                 lang.t("predicted peak reserved", "pic reserved prévu")
                     .into(),
                 lang.t("observed", "observé").into(),
                 lang.t("error", "écart").into(),
+                lang.t("largest at the predicted peak", "le plus gros au pic prévu")
+                    .into(),
             ],
             rows: r
                 .predictions
                 .iter()
                 .map(|c| {
+                    let n = seen.entry(c.phase.as_str()).or_default();
+                    let k = *n;
+                    *n += 1;
                     vec![
                         c.phase.clone(),
+                        both(Some(c.predicted_peak_allocated_bytes), lang),
+                        both(c.observed_peak_allocated_bytes, lang),
+                        c.error_allocated_pct
+                            .map_or("null".into(), |p| format!("{p:+.1} %")),
                         both(Some(c.predicted_peak_reserved_bytes), lang),
                         both(c.observed_peak_reserved_bytes, lang),
                         c.error_reserved_pct
                             .map_or("null".into(), |p| format!("{p:+.1} %")),
+                        largest_at_peak(r, &c.phase, k, lang),
                     ]
                 })
                 .collect(),
