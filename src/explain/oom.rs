@@ -1,0 +1,1 @@
+//! The out-of-memory post-mortem: PyTorch's message parsed into fields and classified.

@@ -1,0 +1,1 @@
+//! PyTorch's memory snapshot (`torch.cuda.memory._snapshot()`), read as a stream.
