@@ -41,6 +41,24 @@ pub enum Command {
     /// Every phase's peak for a workload (yours included), predicted on a CPU: the same code runs
     /// on data-less CUDA tensors for a target card. A prediction, never a measurement.
     Predict(Box<PredictArgs>),
+    /// Why the peak exceeds the estimate: the gap ledger, term by term, from the estimate to the
+    /// driver's view and the card's capacity.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// A measure result (iteragpu.measure/1).
+    pub result: PathBuf,
+    /// The output of `iteragpu estimate --json` for the estimate's side.
+    #[arg(long, value_name = "EST.json")]
+    pub estimate: Option<PathBuf>,
+    /// A prediction (iteragpu.prediction/1); default: the one stored in the result.
+    #[arg(long, value_name = "PRED.json")]
+    pub prediction: Option<PathBuf>,
+    /// Print JSON (schema iteragpu.explain/1) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

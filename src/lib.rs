@@ -10,6 +10,7 @@ pub mod dtype;
 pub(crate) mod environment;
 pub mod estimate;
 pub(crate) mod exit;
+pub mod explain;
 pub mod measure;
 pub mod model;
 pub(crate) mod output;
@@ -57,6 +58,7 @@ where
         cli::Command::Compare(args) => commands::compare::run(args, &mut stdout),
         cli::Command::Cards(args) => commands::cards::run(args, &mut stdout),
         cli::Command::Predict(args) => commands::predict::run(args, &mut stdout),
+        cli::Command::Explain(args) => commands::explain::run(args, &mut stdout),
     };
     match result {
         Ok(code) => ExitCode::from(code),

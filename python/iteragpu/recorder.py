@@ -181,6 +181,7 @@ class Recorder:
                     "end_allocated_bytes": end["allocated"],
                     "end_reserved_bytes": end["reserved"],
                     "mem_get_info": info,
+                    "allocator": _allocator_stats(cuda, device, reasons),
                     "null_reasons": reasons,
                 }
             )
@@ -203,6 +204,54 @@ class Recorder:
         self._emit("phase_end", record)
         if error is not None:
             raise error
+
+
+# memory_stats() fields read at each phase end: ".current" is the end level, ".peak" the phase's
+# highest (the peaks were reset at the phase's start).
+_STATS = {
+    "active_bytes": "active_bytes.all",
+    "inactive_split_bytes": "inactive_split_bytes.all",
+    "requested_bytes": "requested_bytes.all",
+    "segments": "segment.all",
+}
+
+
+def _allocator_stats(cuda, device, reasons):
+    """The caching allocator's own counters (fragmentation, rounding, retries), or None with a
+    reason; with cudaMallocAsync PyTorch reports fewer of them (the missing ones are None)."""
+    try:
+        stats = cuda.memory_stats(device)
+    except Exception as exc:
+        reasons["allocator"] = f"{type(exc).__name__}: {exc}"
+        return None
+    out = {}
+    for name, key in _STATS.items():
+        for suffix in ("current", "peak"):
+            value = stats.get(f"{key}.{suffix}")
+            out[f"{name}_{suffix}"] = int(value) if value is not None else None
+    for name in ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free"):
+        value = stats.get(name)
+        out[name] = int(value) if value is not None else None
+    try:
+        out["largest_free_block"] = _largest_free_blocks(cuda, device)
+    except Exception as exc:
+        reasons["largest_free_block"] = f"{type(exc).__name__}: {exc}"
+        out["largest_free_block"] = None
+    return out
+
+
+def _largest_free_blocks(cuda, device):
+    """The largest inactive block of each pool, from the allocator's snapshot of its segments."""
+    index = device.index if getattr(device, "index", None) is not None else 0
+    largest = {"small": 0, "large": 0}
+    for segment in cuda.memory_snapshot():
+        if segment.get("device", index) != index:
+            continue
+        pool = segment.get("segment_type", "large")
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive":
+                largest[pool] = max(largest.get(pool, 0), int(block.get("size", 0)))
+    return largest
 
 
 def code_hash():

@@ -4,6 +4,7 @@ pub mod cards;
 pub mod compare;
 pub mod environment;
 pub mod estimate;
+pub mod explain;
 pub mod measure;
 pub mod predict;
 pub mod report;

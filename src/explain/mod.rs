@@ -2,5 +2,7 @@
 //! the card's capacity, term by term (`ledger`); the out-of-memory post-mortem (`oom`); the
 //! allocation timeline read from PyTorch's memory snapshot (`snapshot`).
 
+pub mod ledger;
 pub mod oom;
+pub mod render;
 pub mod snapshot;

@@ -48,8 +48,42 @@ pub struct DeviceReading {
     pub end_allocated_bytes: Option<u64>,
     pub end_reserved_bytes: Option<u64>,
     pub mem_get_info: Option<MemGetInfo>,
+    /// The caching allocator's own counters at the phase's end (`.current`) and its highest in
+    /// the phase (`.peak`); null with a reason when `memory_stats()` could not be read.
+    #[serde(default)]
+    pub allocator: Option<AllocatorStats>,
     #[serde(default)]
     pub null_reasons: BTreeMap<String, String>,
+}
+
+/// `torch.cuda.memory_stats()` fields that tell fragmentation and rounding apart. A field the
+/// backend does not report (cudaMallocAsync reports few) is null.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorStats {
+    /// Bytes in blocks handed out or waiting to be freed (allocated plus pending frees).
+    pub active_bytes_current: Option<u64>,
+    pub active_bytes_peak: Option<u64>,
+    /// Free bytes inside split blocks: reserved, not allocatable for larger requests.
+    pub inactive_split_bytes_current: Option<u64>,
+    pub inactive_split_bytes_peak: Option<u64>,
+    /// Bytes the program asked for (before rounding to blocks).
+    pub requested_bytes_current: Option<u64>,
+    pub requested_bytes_peak: Option<u64>,
+    pub segments_current: Option<u64>,
+    pub segments_peak: Option<u64>,
+    /// cudaMalloc retries after freeing the cache (cumulative since the process started).
+    pub num_alloc_retries: Option<u64>,
+    /// Out-of-memory errors (cumulative).
+    pub num_ooms: Option<u64>,
+    #[serde(default)]
+    pub num_sync_all_streams: Option<u64>,
+    #[serde(default)]
+    pub num_device_alloc: Option<u64>,
+    #[serde(default)]
+    pub num_device_free: Option<u64>,
+    /// The largest free block of each pool (`small`, `large`) at the phase's end.
+    #[serde(default)]
+    pub largest_free_block: Option<BTreeMap<String, u64>>,
 }
 
 /// The exception a phase raised.

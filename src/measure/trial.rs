@@ -530,6 +530,7 @@ pub(crate) mod mock {
                         end_allocated_bytes: peak.map(|_| 0),
                         end_reserved_bytes: peak,
                         mem_get_info: None,
+                        allocator: None,
                         null_reasons: Default::default(),
                     })
                     .collect(),

@@ -164,6 +164,7 @@ pub fn build(
     environment(&mut b, r, lang);
     calculated(&mut b, e, lang);
     observed(&mut b, r, s, lang);
+    gap(&mut b, r, e, lang);
     assumed(&mut b, r, s, e, lang);
     chosen(&mut b, r, s, lang);
     let mut attachments = Vec::new();
@@ -848,6 +849,117 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
             points,
             lines,
         }));
+    }
+}
+
+/// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
+fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lang) {
+    use crate::explain::ledger::{self, LineKind, Provenance};
+    let Ok(l) = ledger::of_result(r, e, None) else {
+        return;
+    };
+    b.push(Block::Heading(
+        lang.t(
+            "Why the peak exceeds the estimate",
+            "Pourquoi le pic dépasse l’estimation",
+        )
+        .into(),
+    ));
+    b.push(Block::Para(format!(
+        "{} {} #{} ({}). {}",
+        lang.t("The phase with the highest peak:", "La phase au pic le plus haut :"),
+        l.phase,
+        l.phase_index,
+        l.device,
+        lang.t(
+            "Each figure says where it comes from; what no term explains is its own line.",
+            "Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne.",
+        )
+    )));
+    let cell = |f: &Option<ledger::Figure>| match f {
+        None => "—".to_string(),
+        Some(f) => format!(
+            "{} ({})",
+            both(Some(f.bytes), lang),
+            match f.provenance {
+                Provenance::Calculated => lang.t("calculated", "calculé"),
+                Provenance::Assumed => lang.t("assumed", "supposé"),
+                Provenance::Predicted => lang.t("predicted", "prédit"),
+                Provenance::Observed => lang.t("observed", "observé"),
+            }
+        ),
+    };
+    b.push(Block::Table {
+        header: vec![
+            lang.t("term", "terme").into(),
+            lang.t("estimate", "estimation").into(),
+            lang.t("predicted", "prédit").into(),
+            lang.t("observed", "observé").into(),
+            lang.t("checkpoint", "point de lecture").into(),
+        ],
+        rows: l
+            .lines
+            .iter()
+            .map(|x| {
+                vec![
+                    x.term.clone(),
+                    cell(&x.estimate),
+                    cell(&x.predicted),
+                    cell(&x.observed),
+                    x.checkpoint.clone(),
+                ]
+            })
+            .collect(),
+    });
+    // The waterfall follows the observed chain: weights, what the phase held, its growth, the
+    // peak allocated, the peak reserved, what lies outside the allocator, the driver's view.
+    let observed = |term: &str| {
+        l.lines
+            .iter()
+            .find(|x| x.term.starts_with(term))
+            .and_then(|x| x.observed.as_ref())
+            .map(|f| f.bytes)
+    };
+    let mut steps = Vec::new();
+    for (term, label, level) in [
+        ("weights", lang.t("weights", "poids"), false),
+        ("held at", lang.t("held at start", "tenu au début"), false),
+        ("growth", lang.t("growth to the peak", "croissance au pic"), false),
+        ("peak allocated", "peak allocated", true),
+        ("peak reserved", "peak reserved", true),
+        ("outside", lang.t("outside the allocator", "hors allocateur"), false),
+        ("the driver's view", lang.t("driver's view", "vue du pilote"), true),
+    ] {
+        if let Some(bytes) = observed(term) {
+            steps.push((label.to_string(), bytes, level));
+        }
+    }
+    let mut lines = Vec::new();
+    if let Some(est) = l
+        .lines
+        .iter()
+        .find(|x| x.kind == LineKind::Level && x.term.starts_with("the driver's view"))
+        .and_then(|x| x.estimate.as_ref())
+    {
+        lines.push((lang.t("estimate", "estimation").to_string(), est.bytes));
+    }
+    for c in &l.capacities {
+        lines.push((c.name.clone(), c.bytes));
+    }
+    if steps.len() >= 2 {
+        b.push(Block::Chart(Chart::Waterfall {
+            title: lang
+                .t(
+                    "From the weights to the driver's view (observed)",
+                    "Des poids à la vue du pilote (observé)",
+                )
+                .into(),
+            steps,
+            lines,
+        }));
+    }
+    if !l.diagnostics.is_empty() {
+        b.push(Block::List(l.diagnostics.clone()));
     }
 }
 

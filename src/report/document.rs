@@ -10,6 +10,15 @@ pub enum Chart {
         series: Vec<String>,
         categories: Vec<(String, Vec<Option<u64>>)>,
     },
+    /// From the estimate to the peak: bars that add (`Some(delta)` steps) and levels (a running
+    /// total drawn from zero), with reference lines (the estimate, capacities) that are drawn
+    /// when they fall in the chart's range and named with an arrow otherwise.
+    Waterfall {
+        title: String,
+        /// (label, bytes, is_level): a level is drawn from zero; a step adds to the running total.
+        steps: Vec<(String, u64, bool)>,
+        lines: Vec<(String, u64)>,
+    },
     /// Peak against a varied value, successes and failures marked, capacities as lines.
     Scatter {
         title: String,

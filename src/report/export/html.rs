@@ -203,6 +203,100 @@ fn svg_scatter(
     o
 }
 
+fn svg_waterfall(title: &str, steps: &[(String, u64, bool)], lines: &[(String, u64)]) -> String {
+    let (w, h, left, bottom, top, right) = (760.0, 320.0, 70.0, 90.0, 30.0, 170.0);
+    // The running total of every bar, and the scale: the bars decide it; a reference line far
+    // above them is named with an arrow instead of squashing the bars.
+    let mut total = 0u64;
+    let mut bars = Vec::new();
+    for (label, bytes, level) in steps {
+        let (from, to) = if *level {
+            total = *bytes;
+            (0, *bytes)
+        } else {
+            let from = total;
+            total = total.saturating_add(*bytes);
+            (from, total)
+        };
+        bars.push((label.as_str(), from, to, *level));
+    }
+    let top_bar = bars.iter().map(|b| b.2).max().unwrap_or(1).max(1) as f64;
+    let in_range: Vec<&(String, u64)> = lines
+        .iter()
+        .filter(|(_, b)| (*b as f64) <= top_bar * 1.6)
+        .collect();
+    let ymax = in_range
+        .iter()
+        .map(|(_, b)| *b as f64)
+        .fold(top_bar, f64::max)
+        * 1.05;
+    let (pw, ph) = (w - left - right, h - top - bottom);
+    let n = bars.len().max(1) as f64;
+    let slot = pw / n;
+    let sy = |y: f64| top + ph - ph * y / ymax;
+    let mut o = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
+        escape(title)
+    );
+    let _ = write!(
+        o,
+        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
+        escape(title)
+    );
+    y_grid(&mut o, ymax, left, left + pw, sy);
+    for (i, (label, from, to, level)) in bars.iter().enumerate() {
+        let x = left + slot * i as f64 + slot * 0.15;
+        let (y1, y2) = (sy(*to as f64), sy(*from as f64));
+        let color = if *level { COLORS[0] } else { COLORS[1] };
+        let _ = write!(
+            o,
+            r#"<rect x="{x:.1}" y="{y1:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{}: {} bytes</title></rect>"#,
+            slot * 0.7,
+            (y2 - y1).max(0.5),
+            escape(label),
+            to - from
+        );
+        let _ = write!(
+            o,
+            r#"<text x="{:.1}" y="{}" font-size="10" transform="rotate(25 {:.1} {})">{}</text>"#,
+            x,
+            h - bottom + 14.0,
+            x,
+            h - bottom + 14.0,
+            escape(label)
+        );
+    }
+    let mut arrows = 0.0;
+    for (label, bytes) in lines {
+        if in_range.iter().any(|(l, _)| l == label) {
+            let y = sy(*bytes as f64);
+            let _ = write!(
+                o,
+                r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#c44" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" font-size="10" fill="#c44">{} ({} GiB)</text>"##,
+                left + pw,
+                left + pw + 4.0,
+                y + 3.0,
+                escape(label),
+                gib(*bytes as f64)
+            );
+        } else {
+            // Above the scale: named with an arrow, on two short lines.
+            let _ = write!(
+                o,
+                r##"<text x="{}" y="{:.1}" font-size="10" fill="#c44">↑ {}<tspan x="{}" dy="12">{} GiB, off the scale</tspan></text>"##,
+                left + pw + 4.0,
+                top + 10.0 + arrows,
+                escape(label),
+                left + pw + 14.0,
+                gib(*bytes as f64)
+            );
+            arrows += 30.0;
+        }
+    }
+    o.push_str("</svg>");
+    o
+}
+
 impl Exporter for Html {
     fn render(&self, doc: &Document) -> String {
         let mut o = format!(
@@ -254,6 +348,14 @@ impl Exporter for Html {
                     categories,
                 }) => {
                     o.push_str(&svg_bars(title, series, categories));
+                    o.push('\n');
+                }
+                Block::Chart(Chart::Waterfall {
+                    title,
+                    steps,
+                    lines,
+                }) => {
+                    o.push_str(&svg_waterfall(title, steps, lines));
                     o.push('\n');
                 }
                 Block::Chart(Chart::Scatter {

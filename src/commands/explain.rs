@@ -1,0 +1,45 @@
+//! `iteragpu explain`: a result (with an estimate and a prediction) → the gap ledger → table or JSON.
+
+use anyhow::{Result, bail};
+use std::io::Write;
+
+use crate::cli::ExplainArgs;
+use crate::explain::{ledger, render};
+use crate::exit;
+use crate::report::inputs::{self, InputFile};
+
+pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
+    let result = inputs::load(&args.result)?;
+    let InputFile::Measure(r) = &result.doc else {
+        return Err(result
+            .wrong(inputs::MEASURE, "explain reads a measure result; give the estimate with --estimate and a prediction with --prediction")
+            .into());
+    };
+    let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
+    let estimate = match &estimate {
+        None => None,
+        Some(l) => match &l.doc {
+            InputFile::Estimate(e) => Some(e.as_ref()),
+            _ => return Err(l.wrong(inputs::ESTIMATE, "--estimate takes the output of `iteragpu estimate --json`").into()),
+        },
+    };
+    let prediction = args.prediction.as_deref().map(inputs::load).transpose()?;
+    let prediction = match &prediction {
+        None => None,
+        Some(l) => match &l.doc {
+            InputFile::Prediction(p) => Some(p.as_ref()),
+            _ => return Err(l.wrong(inputs::PREDICTION, "--prediction takes the output of `iteragpu predict`").into()),
+        },
+    };
+    let ledger = match ledger::of_result(r, estimate, prediction) {
+        Ok(l) => l,
+        Err(why) => bail!("{}: {why}", args.result.display()),
+    };
+    let text = if args.json {
+        serde_json::to_string_pretty(&ledger)? + "\n"
+    } else {
+        render::table(&ledger)
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(exit::OK)
+}

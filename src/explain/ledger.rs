@@ -1,0 +1,594 @@
+//! The gap ledger: from the estimate to the driver's view and the card's capacity, term by term,
+//! for the phase whose peak is the highest. Each figure says where it comes from (calculated or
+//! assumed by the estimate, predicted, observed) and the checkpoint it was read at; what no term
+//! explains is its own `unexplained` line, never spread over the others. The reading rules hold:
+//! reserved − allocated only from one checkpoint (never peak − peak); the growth inside a phase
+//! is not called the volume of its temporaries (it is what was alive at the peak beyond the
+//! start); a partial peak before a failure is not a need.
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::result::MeasureResult;
+use crate::prediction::document::{PredictedPhase, PredictionDoc};
+use crate::report::inputs::EstimateDoc;
+
+pub const SCHEMA: &str = "iteragpu.explain/1";
+
+/// Where a figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provenance {
+    /// Exact arithmetic on the inputs (the estimate).
+    Calculated,
+    /// A model or a stated choice.
+    Assumed,
+    /// `iteragpu predict` (the workload's code on data-less tensors).
+    Predicted,
+    /// Read on the GPU by PyTorch or the driver.
+    Observed,
+}
+
+/// One number of the ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figure {
+    pub bytes: u64,
+    pub provenance: Provenance,
+    /// How it was obtained, in words.
+    pub basis: String,
+}
+
+/// What a line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// A part of the peak allocated: weights, what the phase started with, its growth.
+    Term,
+    /// Inside one of the terms, shown apart (the KV cache, library workspaces): not added again.
+    Part,
+    /// A level read at a checkpoint (the peak allocated, the peak reserved, the driver's view).
+    Level,
+    /// What no term explains.
+    Unexplained,
+}
+
+/// One line: the same term as the estimate states it, as predicted, as observed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub term: String,
+    pub kind: LineKind,
+    pub estimate: Option<Figure>,
+    pub predicted: Option<Figure>,
+    pub observed: Option<Figure>,
+    /// Where the figures were read (`end of model_load`, `peak of forward − its start`).
+    pub checkpoint: String,
+    /// Predicted parts of the term (by category, then by module), when a prediction has them.
+    #[serde(default)]
+    pub breakdown: Vec<(String, u64)>,
+}
+
+/// A capacity of the card, named for what it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    pub name: String,
+    pub bytes: u64,
+    pub source: String,
+}
+
+/// The whole ledger.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ledger {
+    pub schema: String,
+    /// The phase explained (the highest observed peak reserved; predicted when nothing was
+    /// observed), its index and device.
+    pub phase: String,
+    pub phase_index: u64,
+    pub device: String,
+    pub lines: Vec<Line>,
+    pub capacities: Vec<Capacity>,
+    /// The allocator's own story: fragmentation, retries, rounding.
+    pub diagnostics: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+fn figure(bytes: u64, provenance: Provenance, basis: impl Into<String>) -> Figure {
+    Figure {
+        bytes,
+        provenance,
+        basis: basis.into(),
+    }
+}
+
+/// The estimate's terms whose names start with one of `prefixes`, summed (counted terms only).
+fn estimate_sum(e: &EstimateDoc, prefixes: &[&str]) -> Option<Figure> {
+    let terms: Vec<_> = e
+        .terms
+        .iter()
+        .filter(|t| t.in_total && prefixes.iter().any(|p| t.name.starts_with(p)))
+        .collect();
+    if terms.is_empty() {
+        return None;
+    }
+    let assumed = terms.iter().any(|t| t.kind == "assumed");
+    Some(figure(
+        terms.iter().map(|t| t.bytes).sum(),
+        if assumed {
+            Provenance::Assumed
+        } else {
+            Provenance::Calculated
+        },
+        terms
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" + "),
+    ))
+}
+
+/// The n-th predicted phase of this name (phases repeat: warm_forward, training steps).
+fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&'a PredictedPhase> {
+    p.phases.iter().filter(|ph| ph.name == name).nth(nth)
+}
+
+/// Builds the ledger of a result, with the estimate and the prediction when given (the
+/// prediction stored in the result is used when none is given).
+pub fn of_result(
+    r: &MeasureResult,
+    estimate: Option<&EstimateDoc>,
+    prediction: Option<&PredictionDoc>,
+) -> Result<Ledger, String> {
+    let prediction = prediction.or(r.prediction.as_deref());
+    let device = r.scope.devices.first().cloned().unwrap_or_else(|| "cuda:0".into());
+    // The phase to explain: the highest peak reserved of the first device among completed phases.
+    let (k, peak_phase) = r
+        .phases
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.status.is_ok())
+        .filter_map(|(k, p)| Some((k, p, p.devices.first()?.peak_reserved_bytes?)))
+        .max_by_key(|(_, _, b)| *b)
+        .map(|(k, p, _)| (k, p))
+        .ok_or_else(|| {
+            "the result has no completed phase with a peak reserved reading: nothing to explain (a partial peak before a failure is not a need)".to_string()
+        })?;
+    let reading = &peak_phase.devices[0];
+    let nth = r.phases[..k]
+        .iter()
+        .filter(|p| p.name == peak_phase.name)
+        .count();
+    let pred = prediction.and_then(|p| predicted_phase(p, &peak_phase.name, nth));
+    let name = &peak_phase.name;
+    let mut lines = Vec::new();
+    let mut notes = Vec::new();
+
+    // Weights: the estimate's, and what was allocated once the model was loaded.
+    let load = r.phases.iter().find(|p| p.name == "model_load");
+    let weights_observed = load
+        .and_then(|p| p.devices.first()?.end_allocated_bytes)
+        .map(|b| figure(b, Provenance::Observed, "allocated at the end of model_load"));
+    let weights_predicted = prediction
+        .and_then(|p| predicted_phase(p, "model_load", 0))
+        .and_then(|ph| ph.end_allocated_bytes)
+        .map(|b| figure(b, Provenance::Predicted, "allocated at the end of model_load"));
+    let weights_estimate = estimate.and_then(|e| estimate_sum(e, &["weights", "allocator segments"]));
+    if load.is_some() || weights_estimate.is_some() {
+        lines.push(Line {
+            term: "weights (as loaded)".into(),
+            kind: LineKind::Term,
+            estimate: weights_estimate,
+            predicted: weights_predicted,
+            observed: weights_observed.clone(),
+            checkpoint: "end of model_load".into(),
+            breakdown: Vec::new(),
+        });
+    } else {
+        notes.push("no model_load phase: the weights are inside the phase's start level".into());
+    }
+
+    // KV cache: the estimate's term and the cache object's bytes in the explained phase.
+    let kv_observed = peak_phase
+        .inputs
+        .get("cache_bytes")
+        .and_then(serde_json::Value::as_u64)
+        .map(|b| figure(b, Provenance::Observed, "storage of every tensor the cache object holds"));
+    let kv_estimate = estimate.and_then(|e| estimate_sum(e, &["KV cache"]));
+    let kv_predicted = pred
+        .and_then(|p| p.inputs.get("cache_bytes"))
+        .and_then(serde_json::Value::as_u64)
+        .map(|b| figure(b, Provenance::Predicted, "the cache object's storage, predicted"));
+    if kv_observed.is_some() || kv_estimate.is_some() {
+        lines.push(Line {
+            term: "KV cache (inside the levels below, shown apart)".into(),
+            kind: LineKind::Part,
+            estimate: kv_estimate,
+            predicted: kv_predicted,
+            observed: kv_observed.clone(),
+            checkpoint: format!("end of {name}"),
+            breakdown: Vec::new(),
+        });
+    }
+
+    // What the phase started with beyond the weights.
+    let start = reading.start_allocated_bytes;
+    let held = start
+        .zip(weights_observed.as_ref())
+        .map(|(s, w)| s.saturating_sub(w.bytes));
+    let held_predicted = pred.and_then(|p| {
+        Some(
+            p.start_allocated_bytes?
+                .saturating_sub(weights_predicted_bytes(prediction)?),
+        )
+    });
+    lines.push(Line {
+        term: "held at the phase's start beyond the weights".into(),
+        kind: LineKind::Term,
+        estimate: estimate.and_then(|e| {
+            estimate_sum(e, &["gradients", "optimizer states", "master weights", "LoRA"])
+        }),
+        predicted: held_predicted
+            .map(|b| figure(b, Provenance::Predicted, "start of the phase − the weights")),
+        observed: held.map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                format!(
+                    "allocated at the start of {name} − the weights (inputs, caches, gradients, optimizer states, workspaces of earlier phases)"
+                ),
+            )
+        }),
+        checkpoint: format!("start of {name}"),
+        breakdown: Vec::new(),
+    });
+
+    // In-phase growth to the peak: what was alive at the peak beyond the start.
+    let growth = reading
+        .peak_allocated_bytes
+        .zip(start)
+        .map(|(p, s)| p.saturating_sub(s));
+    let mut breakdown = Vec::new();
+    if let Some(at) = pred.and_then(|p| p.at_peak.as_ref()) {
+        let mut cats: Vec<(String, u64)> = at
+            .by_category
+            .iter()
+            .filter(|(c, _)| !matches!(c.as_str(), "parameter" | "buffer"))
+            .map(|(c, b)| (format!("category {c}"), *b))
+            .collect();
+        cats.sort_by(|a, b| b.1.cmp(&a.1));
+        breakdown.extend(cats);
+        breakdown.extend(
+            at.top_modules
+                .iter()
+                .take(5)
+                .map(|m| (format!("module {}", m.module), m.bytes)),
+        );
+    }
+    lines.push(Line {
+        term: "growth inside the phase to its peak".into(),
+        kind: LineKind::Term,
+        estimate: estimate.and_then(|e| estimate_sum(e, &["activations", "logits", "prefill transient"])),
+        predicted: pred.and_then(|p| {
+            Some(figure(
+                p.peak_allocated_bytes?.saturating_sub(p.start_allocated_bytes?),
+                Provenance::Predicted,
+                "predicted peak allocated − the phase's start",
+            ))
+        }),
+        observed: growth.map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                format!("peak allocated of {name} − allocated at its start"),
+            )
+        }),
+        checkpoint: format!("peak of {name} − its start"),
+        breakdown,
+    });
+
+    // Workspaces: inside allocated, visible only in a prediction.
+    let workspaces = pred
+        .and_then(|p| p.at_peak.as_ref())
+        .and_then(|a| a.by_category.get("workspace"))
+        .copied();
+    if let Some(ws) = workspaces {
+        lines.push(Line {
+            term: "of which library workspaces (no tensor holds them)".into(),
+            kind: LineKind::Part,
+            estimate: None,
+            predicted: Some(figure(
+                ws,
+                Provenance::Predicted,
+                prediction.map_or(String::new(), |p| p.target.workspaces_source.clone()),
+            )),
+            observed: None,
+            checkpoint: format!("predicted peak of {name}"),
+            breakdown: Vec::new(),
+        });
+    }
+
+    lines.push(Line {
+        term: "peak allocated".into(),
+        kind: LineKind::Level,
+        estimate: None,
+        predicted: pred
+            .and_then(|p| p.peak_allocated_bytes)
+            .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
+        observed: reading
+            .peak_allocated_bytes
+            .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_allocated")),
+        checkpoint: format!("peak of {name}"),
+        breakdown: Vec::new(),
+    });
+    lines.push(Line {
+        term: "peak reserved".into(),
+        kind: LineKind::Level,
+        estimate: None,
+        predicted: pred
+            .and_then(|p| p.peak_reserved_bytes)
+            .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
+        observed: reading
+            .peak_reserved_bytes
+            .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_reserved")),
+        checkpoint: format!("peak of {name}"),
+        breakdown: Vec::new(),
+    });
+    // Allocator slack: reserved − allocated at one checkpoint, and the inactive split bytes.
+    let slack = reading
+        .end_reserved_bytes
+        .zip(reading.end_allocated_bytes)
+        .map(|(r, a)| r.saturating_sub(a));
+    let mut slack_breakdown = Vec::new();
+    if let Some(stats) = &reading.allocator {
+        if let Some(b) = stats.inactive_split_bytes_current {
+            slack_breakdown.push(("inactive split bytes (free inside split blocks)".into(), b));
+        }
+        if let (Some(req), Some(a)) = (stats.requested_bytes_current, reading.end_allocated_bytes)
+        {
+            slack_breakdown.push(("rounding (allocated − requested)".into(), a.saturating_sub(req)));
+        }
+    }
+    lines.push(Line {
+        term: "allocator slack (reserved − allocated)".into(),
+        kind: LineKind::Term,
+        estimate: None,
+        predicted: pred.and_then(|p| {
+            Some(figure(
+                p.end_reserved_bytes?.saturating_sub(p.end_allocated_bytes?),
+                Provenance::Predicted,
+                "at the phase's end",
+            ))
+        }),
+        observed: slack.map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                "memory_reserved − memory_allocated, both read at the phase's end",
+            )
+        }),
+        checkpoint: format!("end of {name} (one checkpoint)"),
+        breakdown: slack_breakdown,
+    });
+
+    // Outside PyTorch's allocator, and the driver's view.
+    let driver = peak_phase.driver.as_ref().and_then(|d| d.first());
+    let outside = driver.and_then(|d| d.outside_allocator_at_end_bytes);
+    lines.push(Line {
+        term: "outside PyTorch's allocator (CUDA context, libraries)".into(),
+        kind: LineKind::Term,
+        estimate: None,
+        predicted: prediction.map(|p| {
+            figure(
+                p.target.context_bytes,
+                Provenance::Predicted,
+                p.target.context_source.clone(),
+            )
+        }),
+        observed: outside.map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                "NVML process memory − memory_reserved at the phase's end",
+            )
+        }),
+        checkpoint: format!("end of {name}"),
+        breakdown: Vec::new(),
+    });
+    if let Some(reserve) = estimate.and_then(|e| estimate_sum(e, &["reserve"])) {
+        lines.push(Line {
+            term: "the estimate's reserve (a stated margin)".into(),
+            kind: LineKind::Term,
+            estimate: Some(reserve),
+            predicted: None,
+            observed: None,
+            checkpoint: "stated".into(),
+            breakdown: Vec::new(),
+        });
+    }
+    let driver_peak = driver.and_then(|d| d.peak_process_used_bytes);
+    lines.push(Line {
+        term: "the driver's view".into(),
+        kind: LineKind::Level,
+        estimate: estimate.map(|e| {
+            figure(
+                e.total_bytes,
+                if e.terms.iter().any(|t| t.in_total && t.kind == "assumed") {
+                    Provenance::Assumed
+                } else {
+                    Provenance::Calculated
+                },
+                "the estimate's preparation hypothesis",
+            )
+        }),
+        predicted: pred
+            .and_then(|p| p.driver_view_bytes)
+            .map(|b| figure(b, Provenance::Predicted, "peak reserved + outside the allocator")),
+        observed: driver_peak.map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                format!("NVML's highest reading for the process during {name}"),
+            )
+        }),
+        checkpoint: format!("peak of {name} (sampled)"),
+        breakdown: Vec::new(),
+    });
+    if driver.is_none_or(|d| d.peak_process_used_bytes.is_none()) {
+        notes.push(
+            driver
+                .and_then(|d| d.reason.clone())
+                .or_else(|| r.environment.driver_reason.clone())
+                .map_or("no driver's view (NVML) in this result".into(), |why| {
+                    format!("no driver's view: {why}")
+                }),
+        );
+    }
+    // Unexplained: the driver's peak beyond the reserved peak and what lies outside the allocator.
+    let unexplained = driver_peak
+        .zip(reading.peak_reserved_bytes)
+        .zip(outside)
+        .map(|((d, resv), out)| d as i128 - resv as i128 - out as i128);
+    if let Some(u) = unexplained {
+        lines.push(Line {
+            term: "unexplained: driver's view − (peak reserved + outside)".into(),
+            kind: LineKind::Unexplained,
+            estimate: None,
+            predicted: None,
+            observed: Some(figure(
+                u.unsigned_abs() as u64,
+                Provenance::Observed,
+                if u < 0 {
+                    "negative: the outside-the-allocator reading at the phase's end was larger than at the driver's peak (NVML samples every ~5 ms; the two readings are not one instant)"
+                } else {
+                    "what neither the allocator nor the end-of-phase outside reading accounts for (other allocations outside PyTorch during the phase, NVML's sampling)"
+                },
+            )),
+            checkpoint: format!("peak of {name}"),
+            breakdown: Vec::new(),
+        });
+    }
+
+    // Capacities, named apart.
+    let mut capacities = Vec::new();
+    if let Some(t) = r
+        .environment
+        .python
+        .as_ref()
+        .and_then(|p| p.device(&device))
+        .and_then(|d| d.get("total_memory"))
+        .and_then(serde_json::Value::as_u64)
+    {
+        capacities.push(Capacity {
+            name: "PyTorch's total_memory".into(),
+            bytes: t,
+            source: "torch.cuda.get_device_properties().total_memory, read in the run".into(),
+        });
+    }
+    if let Some(total) = driver
+        .and_then(|d| d.nvml_index)
+        .and_then(|i| r.environment.driver.as_ref()?.gpus.iter().find(|g| g.index == i))
+        .and_then(|g| g.total_bytes)
+    {
+        capacities.push(Capacity {
+            name: "NVML's total".into(),
+            bytes: total,
+            source: "nvmlDeviceGetMemoryInfo().total, read in the run".into(),
+        });
+    }
+    let gpu = r
+        .environment
+        .python
+        .as_ref()
+        .and_then(|p| p.device(&device))
+        .and_then(|d| d.get("name"))
+        .and_then(serde_json::Value::as_str)
+        .map(String::from);
+    if let Some(card) = gpu.as_deref().and_then(|n| crate::cards::find(n).ok()) {
+        let gb: f64 = card
+            .label
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        capacities.push(Capacity {
+            name: format!("the vendor's label ({})", card.label),
+            bytes: (gb * 1e9) as u64,
+            source: format!("catalog: {}", card.name),
+        });
+    }
+    Ok(Ledger {
+        schema: SCHEMA.into(),
+        phase: name.clone(),
+        phase_index: peak_phase.index,
+        device,
+        lines,
+        capacities,
+        diagnostics: diagnostics(r),
+        notes,
+    })
+}
+
+fn weights_predicted_bytes(prediction: Option<&PredictionDoc>) -> Option<u64> {
+    prediction
+        .and_then(|p| predicted_phase(p, "model_load", 0))
+        .and_then(|ph| ph.end_allocated_bytes)
+}
+
+/// Inactive split bytes at or above this share of the reserved memory mean fragmentation.
+const FRAGMENTED_SHARE: f64 = 0.10;
+/// …and at least this many bytes (small workloads always have some).
+const FRAGMENTED_BYTES: u64 = 256 << 20;
+
+/// The allocator's own story, phase by phase: retries (cudaMalloc failed and the cache was
+/// freed), out-of-memory errors caught, and large inactive split bytes: fragmentation.
+pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut retries_before: Option<u64> = None;
+    let mut ooms_before: Option<u64> = None;
+    for p in &r.phases {
+        let Some(d) = p.devices.first() else { continue };
+        let Some(stats) = &d.allocator else { continue };
+        if let (Some(now), Some(before)) = (stats.num_alloc_retries, retries_before)
+            && now > before
+        {
+            out.push(format!(
+                "{} #{}: {} allocation retr{} (cudaMalloc failed, the cache was freed and the request tried again): fragmentation, and slow",
+                p.name,
+                p.index,
+                now - before,
+                if now - before == 1 { "y" } else { "ies" }
+            ));
+        }
+        if let (Some(now), Some(before)) = (stats.num_ooms, ooms_before)
+            && now > before
+        {
+            out.push(format!(
+                "{} #{}: {} out-of-memory error(s) raised by the allocator",
+                p.name,
+                p.index,
+                now - before
+            ));
+        }
+        retries_before = stats.num_alloc_retries.or(retries_before);
+        ooms_before = stats.num_ooms.or(ooms_before);
+        if let (Some(split), Some(resv)) = (stats.inactive_split_bytes_peak, d.peak_reserved_bytes)
+            && split >= FRAGMENTED_BYTES
+            && split as f64 >= FRAGMENTED_SHARE * resv as f64
+        {
+            out.push(format!(
+                "{} #{}: fragmentation: up to {} free inside split blocks ({:.0}% of the reserved peak), unusable for larger requests; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                p.name,
+                p.index,
+                crate::units::Bytes(split).both(),
+                100.0 * split as f64 / resv as f64
+            ));
+        }
+    }
+    if r
+        .environment
+        .python
+        .as_ref()
+        .and_then(|p| p.allocator_backend())
+        == Some("cudaMallocAsync")
+    {
+        out.push("backend cudaMallocAsync: the driver's pool manages the memory; PyTorch reports no split blocks or segments for it, and reserved is the pool's size".into());
+    }
+    out
+}
