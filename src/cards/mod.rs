@@ -117,9 +117,57 @@ pub fn find(query: &str) -> Result<Card, String> {
         })
 }
 
+/// The catalog card a device name as the driver declares it denotes
+/// (`NVIDIA H200`, `NVIDIA A100-SXM4-80GB`, `NVIDIA GeForce RTX 4090`,
+/// `AMD Instinct MI300X`), or `None` when the name is not specific enough:
+/// an `A100` without its memory size could be either of two cards, and a
+/// wrong card would put a wrong capacity in the ledger.
+pub fn identify(device_name: &str) -> Option<Card> {
+    let mut rest = device_name.trim();
+    for prefix in ["NVIDIA ", "GeForce ", "Tesla ", "AMD ", "Instinct "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    if let Ok(card) = find(rest) {
+        return Some(card);
+    }
+    let tokens: Vec<&str> = rest.split([' ', '-']).filter(|t| !t.is_empty()).collect();
+    let model = *tokens.first()?;
+    let size = tokens
+        .iter()
+        .find(|t| t.len() > 2 && t.to_ascii_uppercase().ends_with("GB"));
+    if let Some(size) = size {
+        return find(&format!("{model}-{size}")).ok();
+    }
+    let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    let same_model = catalog()
+        .iter()
+        .filter(|c| norm(&c.name).starts_with(&norm(model)))
+        .count();
+    if same_model == 1 {
+        find(model).ok()
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_names_from_the_driver_identify_their_card() {
+        let name = |d: &str| identify(d).map(|c| c.name);
+        assert_eq!(name("NVIDIA H200").as_deref(), Some("H200 141GB"));
+        assert_eq!(name("NVIDIA A100-SXM4-80GB").as_deref(), Some("A100 80GB"));
+        assert_eq!(name("NVIDIA A100-SXM4-40GB").as_deref(), Some("A100 40GB"));
+        assert_eq!(name("Tesla V100-SXM2-32GB").as_deref(), Some("V100 32GB"));
+        assert_eq!(name("NVIDIA GeForce RTX 4090").as_deref(), Some("RTX 4090"));
+        assert_eq!(name("AMD Instinct MI300X").as_deref(), Some("MI300X"));
+        assert_eq!(name("NVIDIA L40S").as_deref(), Some("L40S"));
+        // Two A100s exist: without the size the name is not enough.
+        assert_eq!(name("NVIDIA A100-PCIE"), None);
+        assert_eq!(name("Some Future GPU"), None);
+    }
 
     #[test]
     fn catalog_loads_and_finds() {

@@ -4,8 +4,8 @@ use anyhow::{Result, bail};
 use std::io::Write;
 
 use crate::cli::ExplainArgs;
-use crate::explain::{ledger, render};
 use crate::exit;
+use crate::explain::{ledger, render};
 use crate::report::inputs::{self, InputFile};
 
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
@@ -20,7 +20,14 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
         None => None,
         Some(l) => match &l.doc {
             InputFile::Estimate(e) => Some(e.as_ref()),
-            _ => return Err(l.wrong(inputs::ESTIMATE, "--estimate takes the output of `iteragpu estimate --json`").into()),
+            _ => {
+                return Err(l
+                    .wrong(
+                        inputs::ESTIMATE,
+                        "--estimate takes the output of `iteragpu estimate --json`",
+                    )
+                    .into());
+            }
         },
     };
     let prediction = args.prediction.as_deref().map(inputs::load).transpose()?;
@@ -28,7 +35,14 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
         None => None,
         Some(l) => match &l.doc {
             InputFile::Prediction(p) => Some(p.as_ref()),
-            _ => return Err(l.wrong(inputs::PREDICTION, "--prediction takes the output of `iteragpu predict`").into()),
+            _ => {
+                return Err(l
+                    .wrong(
+                        inputs::PREDICTION,
+                        "--prediction takes the output of `iteragpu predict`",
+                    )
+                    .into());
+            }
         },
     };
     let ledger = match ledger::of_result(r, estimate, prediction) {

@@ -137,7 +137,12 @@ pub fn of_result(
     prediction: Option<&PredictionDoc>,
 ) -> Result<Ledger, String> {
     let prediction = prediction.or(r.prediction.as_deref());
-    let device = r.scope.devices.first().cloned().unwrap_or_else(|| "cuda:0".into());
+    let device = r
+        .scope
+        .devices
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "cuda:0".into());
     // The phase to explain: the highest peak reserved of the first device among completed phases.
     let (k, peak_phase) = r
         .phases
@@ -164,12 +169,25 @@ pub fn of_result(
     let load = r.phases.iter().find(|p| p.name == "model_load");
     let weights_observed = load
         .and_then(|p| p.devices.first()?.end_allocated_bytes)
-        .map(|b| figure(b, Provenance::Observed, "allocated at the end of model_load"));
+        .map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                "allocated at the end of model_load",
+            )
+        });
     let weights_predicted = prediction
         .and_then(|p| predicted_phase(p, "model_load", 0))
         .and_then(|ph| ph.end_allocated_bytes)
-        .map(|b| figure(b, Provenance::Predicted, "allocated at the end of model_load"));
-    let weights_estimate = estimate.and_then(|e| estimate_sum(e, &["weights", "allocator segments"]));
+        .map(|b| {
+            figure(
+                b,
+                Provenance::Predicted,
+                "allocated at the end of model_load",
+            )
+        });
+    let weights_estimate =
+        estimate.and_then(|e| estimate_sum(e, &["weights", "allocator segments"]));
     if load.is_some() || weights_estimate.is_some() {
         lines.push(Line {
             term: "weights (as loaded)".into(),
@@ -189,12 +207,24 @@ pub fn of_result(
         .inputs
         .get("cache_bytes")
         .and_then(serde_json::Value::as_u64)
-        .map(|b| figure(b, Provenance::Observed, "storage of every tensor the cache object holds"));
+        .map(|b| {
+            figure(
+                b,
+                Provenance::Observed,
+                "storage of every tensor the cache object holds",
+            )
+        });
     let kv_estimate = estimate.and_then(|e| estimate_sum(e, &["KV cache"]));
     let kv_predicted = pred
         .and_then(|p| p.inputs.get("cache_bytes"))
         .and_then(serde_json::Value::as_u64)
-        .map(|b| figure(b, Provenance::Predicted, "the cache object's storage, predicted"));
+        .map(|b| {
+            figure(
+                b,
+                Provenance::Predicted,
+                "the cache object's storage, predicted",
+            )
+        });
     if kv_observed.is_some() || kv_estimate.is_some() {
         lines.push(Line {
             term: "KV cache (inside the levels below, shown apart)".into(),
@@ -264,10 +294,12 @@ pub fn of_result(
     lines.push(Line {
         term: "growth inside the phase to its peak".into(),
         kind: LineKind::Term,
-        estimate: estimate.and_then(|e| estimate_sum(e, &["activations", "logits", "prefill transient"])),
+        estimate: estimate
+            .and_then(|e| estimate_sum(e, &["activations", "logits", "prefill transient"])),
         predicted: pred.and_then(|p| {
             Some(figure(
-                p.peak_allocated_bytes?.saturating_sub(p.start_allocated_bytes?),
+                p.peak_allocated_bytes?
+                    .saturating_sub(p.start_allocated_bytes?),
                 Provenance::Predicted,
                 "predicted peak allocated − the phase's start",
             ))
@@ -340,9 +372,11 @@ pub fn of_result(
         if let Some(b) = stats.inactive_split_bytes_current {
             slack_breakdown.push(("inactive split bytes (free inside split blocks)".into(), b));
         }
-        if let (Some(req), Some(a)) = (stats.requested_bytes_current, reading.end_allocated_bytes)
-        {
-            slack_breakdown.push(("rounding (allocated − requested)".into(), a.saturating_sub(req)));
+        if let (Some(req), Some(a)) = (stats.requested_bytes_current, reading.end_allocated_bytes) {
+            slack_breakdown.push((
+                "rounding (allocated − requested)".into(),
+                a.saturating_sub(req),
+            ));
         }
     }
     lines.push(Line {
@@ -417,9 +451,13 @@ pub fn of_result(
                 "the estimate's preparation hypothesis",
             )
         }),
-        predicted: pred
-            .and_then(|p| p.driver_view_bytes)
-            .map(|b| figure(b, Provenance::Predicted, "peak reserved + outside the allocator")),
+        predicted: pred.and_then(|p| p.driver_view_bytes).map(|b| {
+            figure(
+                b,
+                Provenance::Predicted,
+                "peak reserved + outside the allocator",
+            )
+        }),
         observed: driver_peak.map(|b| {
             figure(
                 b,
@@ -483,7 +521,14 @@ pub fn of_result(
     }
     if let Some(total) = driver
         .and_then(|d| d.nvml_index)
-        .and_then(|i| r.environment.driver.as_ref()?.gpus.iter().find(|g| g.index == i))
+        .and_then(|i| {
+            r.environment
+                .driver
+                .as_ref()?
+                .gpus
+                .iter()
+                .find(|g| g.index == i)
+        })
         .and_then(|g| g.total_bytes)
     {
         capacities.push(Capacity {
@@ -500,7 +545,7 @@ pub fn of_result(
         .and_then(|d| d.get("name"))
         .and_then(serde_json::Value::as_str)
         .map(String::from);
-    if let Some(card) = gpu.as_deref().and_then(|n| crate::cards::find(n).ok()) {
+    if let Some(card) = gpu.as_deref().and_then(crate::cards::identify) {
         let gb: f64 = card
             .label
             .split_whitespace()
@@ -581,8 +626,7 @@ pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
             ));
         }
     }
-    if r
-        .environment
+    if r.environment
         .python
         .as_ref()
         .and_then(|p| p.allocator_backend())
@@ -591,4 +635,107 @@ pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
         out.push("backend cudaMallocAsync: the driver's pool manages the memory; PyTorch reports no split blocks or segments for it, and reserved is the pool's size".into());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(
+        name: &str,
+        index: u64,
+        start: u64,
+        peak: u64,
+        end: u64,
+        resv: (u64, u64),
+    ) -> serde_json::Value {
+        serde_json::json!({"name": name, "index": index, "status": "ok", "duration_s": 0.1, "inputs": {},
+            "devices": [{"device": "cuda:0", "start_allocated_bytes": start, "start_reserved_bytes": resv.0,
+                "peak_allocated_bytes": peak, "peak_reserved_bytes": resv.1, "end_allocated_bytes": end,
+                "end_reserved_bytes": resv.1, "mem_get_info": null,
+                "allocator": {"active_bytes_current": end, "active_bytes_peak": peak,
+                    "inactive_split_bytes_current": 1000, "inactive_split_bytes_peak": 600 << 20,
+                    "requested_bytes_current": end - 512, "requested_bytes_peak": peak,
+                    "segments_current": 3, "segments_peak": 4,
+                    "num_alloc_retries": if name == "forward" { 2 } else { 0 }, "num_ooms": 0}}],
+            "error": null,
+            "driver": [{"device": "cuda:0", "nvml_index": 0, "samples": 10, "peak_device_used_bytes": null,
+                "peak_process_used_bytes": resv.1 + (700 << 20), "process_used_at_end_bytes": resv.1 + (600 << 20),
+                "outside_allocator_at_end_bytes": 600u64 << 20, "reason": null}]})
+    }
+
+    #[test]
+    fn the_ledger_reads_each_term_at_its_checkpoint_and_keeps_the_rest_unexplained() {
+        let gib = 1u64 << 30;
+        let r: MeasureResult = serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.measure/1", "tool_version": "t", "status": "ok", "started_at": "", "ended_at": "",
+            "identity": {"workload": "dense", "code_hash": "x", "seed": 0, "declared": {}}, "dimensions": {},
+            "environment": {"python": {"python": {}, "settings": {}, "transformers_version": null, "peft_version": null,
+                "torch": {"devices": [{"index": 0, "name": "NVIDIA H200", "total_memory": 150_109_880_320u64}]},
+                "can_measure": true, "reason": null},
+                "driver": {"driver_version": "580", "cuda_driver_version": "13", "gpus": [{"index": 0, "name": "NVIDIA H200",
+                    "uuid": null, "total_bytes": 150_754_820_096u64, "used_bytes": null, "free_bytes": null,
+                    "compute_capability": "9.0", "processes": []}]},
+                "driver_reason": null, "nvml_indices": [0], "nvml_sample_interval_ms": 5.0},
+            "scope": {"phases": [], "first_pass": "", "devices": ["cuda:0"]},
+            "policies": {"process": "fresh", "warmup": 0, "repeats": 0, "empty_cache": "never", "protocol": "per-phase", "timeout_s": null},
+            "phases": [phase("model_load", 0, 0, 4 * gib, 4 * gib, (0, 5 * gib)),
+                       phase("forward", 1, 4 * gib + (1 << 20), 7 * gib, 5 * gib, (5 * gib, 8 * gib))],
+            "warm_summary": [], "failure": null,
+            "worker": {"pid": 1, "exit_code": 0, "signal": null, "stderr_tail": []},
+            "unknown_events": [], "notes": []
+        })).unwrap();
+        let l = of_result(&r, None, None).unwrap();
+        assert_eq!(l.phase, "forward");
+        let find = |t: &str| l.lines.iter().find(|x| x.term.starts_with(t)).unwrap();
+        assert_eq!(find("weights").observed.as_ref().unwrap().bytes, 4 * gib);
+        assert_eq!(find("held at").observed.as_ref().unwrap().bytes, 1 << 20);
+        assert_eq!(
+            find("growth").observed.as_ref().unwrap().bytes,
+            3 * gib - (1 << 20)
+        );
+        assert_eq!(
+            find("allocator slack").observed.as_ref().unwrap().bytes,
+            3 * gib
+        );
+        assert_eq!(find("outside").observed.as_ref().unwrap().bytes, 600 << 20);
+        // Driver's peak 8 GiB + 700 MiB; peak reserved 8 GiB + outside 600 MiB: 100 MiB unexplained.
+        let u = find("unexplained");
+        assert_eq!(u.kind, LineKind::Unexplained);
+        assert_eq!(u.observed.as_ref().unwrap().bytes, 100 << 20);
+        let names: Vec<&str> = l.capacities.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names[..2], ["PyTorch's total_memory", "NVML's total"]);
+        assert!(names[2].starts_with("the vendor's label"));
+        assert!(
+            l.diagnostics
+                .iter()
+                .any(|d| d.contains("2 allocation retries")),
+            "{:?}",
+            l.diagnostics
+        );
+        assert!(
+            l.diagnostics.iter().any(|d| d.contains("fragmentation")),
+            "{:?}",
+            l.diagnostics
+        );
+    }
+
+    #[test]
+    fn a_failed_run_has_no_ledger() {
+        let r: MeasureResult = serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.measure/1", "tool_version": "t", "status": "failed", "started_at": "", "ended_at": "",
+            "identity": {"workload": "dense", "code_hash": "x", "seed": 0, "declared": {}}, "dimensions": {},
+            "environment": {"python": null, "driver": null, "driver_reason": null, "nvml_indices": [], "nvml_sample_interval_ms": null},
+            "scope": {"phases": [], "first_pass": "", "devices": ["cuda:0"]},
+            "policies": {"process": "fresh", "warmup": 0, "repeats": 0, "empty_cache": "never", "protocol": "per-phase", "timeout_s": null},
+            "phases": [], "warm_summary": [], "failure": null,
+            "worker": {"pid": 1, "exit_code": 3, "signal": null, "stderr_tail": []},
+            "unknown_events": [], "notes": []
+        })).unwrap();
+        assert!(
+            of_result(&r, None, None)
+                .unwrap_err()
+                .contains("partial peak")
+        );
+    }
 }

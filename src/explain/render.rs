@@ -82,7 +82,13 @@ pub fn table(l: &Ledger) -> String {
     if !l.capacities.is_empty() {
         let _ = writeln!(o, "\n  capacities (not one number):");
         for c in &l.capacities {
-            let _ = writeln!(o, "    {:<34} {} ({})", c.name, Bytes(c.bytes).both(), c.source);
+            let _ = writeln!(
+                o,
+                "    {:<34} {} ({})",
+                c.name,
+                Bytes(c.bytes).both(),
+                c.source
+            );
         }
     }
     for d in &l.diagnostics {

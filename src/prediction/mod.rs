@@ -118,9 +118,9 @@ pub fn measured_target(result: &MeasureResult) -> Option<Target> {
     } else {
         backend.to_string()
     };
-    let mut t = match crate::cards::find(&name) {
-        Ok(card) => Target::for_card(&card, &backend).ok()?,
-        Err(_) => Target::named(None, &backend).ok()?,
+    let mut t = match crate::cards::identify(&name) {
+        Some(card) => Target::for_card(&card, &backend).ok()?,
+        None => Target::named(None, &backend).ok()?,
     };
     t.name = format!("{name} ({device})");
     t.capability = capability;

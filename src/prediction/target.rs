@@ -162,9 +162,9 @@ impl Target {
             .get("total_memory")
             .and_then(|v| v.as_u64())
             .ok_or_else(|| format!("PyTorch did not report {device}'s total_memory"))?;
-        let mut target = match cards::find(&name) {
-            Ok(card) => Target::for_card(&card, backend)?,
-            Err(_) => Target::named(None, backend)?,
+        let mut target = match cards::identify(&name) {
+            Some(card) => Target::for_card(&card, backend)?,
+            None => Target::named(None, backend)?,
         };
         target.name = format!("{name} ({device} of this machine)");
         target.capability = capability;

@@ -867,7 +867,10 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
     ));
     b.push(Block::Para(format!(
         "{} {} #{} ({}). {}",
-        lang.t("The phase with the highest peak:", "La phase au pic le plus haut :"),
+        lang.t(
+            "The phase with the highest peak:",
+            "La phase au pic le plus haut :"
+        ),
         l.phase,
         l.phase_index,
         l.device,
@@ -924,11 +927,23 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
     for (term, label, level) in [
         ("weights", lang.t("weights", "poids"), false),
         ("held at", lang.t("held at start", "tenu au début"), false),
-        ("growth", lang.t("growth to the peak", "croissance au pic"), false),
+        (
+            "growth",
+            lang.t("growth to the peak", "croissance au pic"),
+            false,
+        ),
         ("peak allocated", "peak allocated", true),
         ("peak reserved", "peak reserved", true),
-        ("outside", lang.t("outside the allocator", "hors allocateur"), false),
-        ("the driver's view", lang.t("driver's view", "vue du pilote"), true),
+        (
+            "outside",
+            lang.t("outside the allocator", "hors allocateur"),
+            false,
+        ),
+        (
+            "the driver's view",
+            lang.t("driver's view", "vue du pilote"),
+            true,
+        ),
     ] {
         if let Some(bytes) = observed(term) {
             steps.push((label.to_string(), bytes, level));
