@@ -282,7 +282,7 @@ pub fn of_result(
             .filter(|(c, _)| !matches!(c.as_str(), "parameter" | "buffer"))
             .map(|(c, b)| (format!("category {c}"), *b))
             .collect();
-        cats.sort_by(|a, b| b.1.cmp(&a.1));
+        cats.sort_by_key(|b| std::cmp::Reverse(b.1));
         breakdown.extend(cats);
         breakdown.extend(
             at.top_modules
