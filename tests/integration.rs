@@ -4,6 +4,8 @@
 mod common;
 #[path = "integration/estimate.rs"]
 mod estimate;
+#[path = "integration/explain.rs"]
+mod explain;
 #[path = "integration/honesty.rs"]
 mod honesty;
 #[path = "integration/measure.rs"]

@@ -17,33 +17,21 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
     };
     let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
     let estimate = match &estimate {
+        Some(l) => {
+            let e = l.as_estimate()?;
+            inputs::check_estimate_of(r, e, l)?;
+            Some(e)
+        }
         None => None,
-        Some(l) => match &l.doc {
-            InputFile::Estimate(e) => Some(e.as_ref()),
-            _ => {
-                return Err(l
-                    .wrong(
-                        inputs::ESTIMATE,
-                        "--estimate takes the output of `iteragpu estimate --json`",
-                    )
-                    .into());
-            }
-        },
     };
     let prediction = args.prediction.as_deref().map(inputs::load).transpose()?;
     let prediction = match &prediction {
+        Some(l) => {
+            let p = l.as_prediction()?;
+            inputs::check_prediction_of(r, p, l)?;
+            Some(p)
+        }
         None => None,
-        Some(l) => match &l.doc {
-            InputFile::Prediction(p) => Some(p.as_ref()),
-            _ => {
-                return Err(l
-                    .wrong(
-                        inputs::PREDICTION,
-                        "--prediction takes the output of `iteragpu predict`",
-                    )
-                    .into());
-            }
-        },
     };
     let ledger = match ledger::of_result(r, estimate, prediction) {
         Ok(l) => l,

@@ -143,14 +143,16 @@ pub fn of_result(
         .first()
         .cloned()
         .unwrap_or_else(|| "cuda:0".into());
-    // The phase to explain: the highest peak reserved of the first device among completed phases.
+    // The phase to explain: the highest peak reserved of the first device among completed
+    // phases, the first to reach it on a tie (the cache keeps what it reserved, so every later
+    // phase shows the same peak without having caused it).
     let (k, peak_phase) = r
         .phases
         .iter()
         .enumerate()
         .filter(|(_, p)| p.status.is_ok())
         .filter_map(|(k, p)| Some((k, p, p.devices.first()?.peak_reserved_bytes?)))
-        .max_by_key(|(_, _, b)| *b)
+        .max_by_key(|(k, _, b)| (*b, std::cmp::Reverse(*k)))
         .map(|(k, p, _)| (k, p))
         .ok_or_else(|| {
             "the result has no completed phase with a peak reserved reading: nothing to explain (a partial peak before a failure is not a need)".to_string()

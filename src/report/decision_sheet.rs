@@ -101,16 +101,7 @@ pub fn build(
             ));
         }
     };
-    let e: Option<&EstimateDoc> = match estimate.map(|l| (&l.doc, l)) {
-        None => None,
-        Some((Input::Estimate(e), _)) => Some(e),
-        Some((_, l)) => {
-            return Err(l.wrong(
-                super::inputs::ESTIMATE,
-                "--estimate takes the output of `iteragpu estimate --json`",
-            ));
-        }
-    };
+    let e: Option<&EstimateDoc> = estimate.map(Loaded::as_estimate).transpose()?;
     if let Some(s) = s {
         let first = s
             .trials
@@ -132,19 +123,8 @@ pub fn build(
     if let (Some(s), Some(l)) = (s, series) {
         check_series_matches(r, s, l)?;
     }
-    if let (Some(e), Some(l)) = (e, estimate)
-        && let (Some(estimated), Some(measured)) = (e.parameters(), measured_parameters(r))
-        && estimated != measured
-    {
-        return Err(InputError::Content {
-            path: l.path.clone(),
-            schema: super::inputs::ESTIMATE.into(),
-            message: format!(
-                "the estimate counts {} parameters and the measured model has {}: it is the estimate of another model; estimate the measured one (iteragpu estimate --model … --json)",
-                crate::units::group_thousands(estimated as u128),
-                crate::units::group_thousands(measured as u128)
-            ),
-        });
+    if let (Some(e), Some(l)) = (e, estimate) {
+        super::inputs::check_estimate_of(r, e, l)?;
     }
     let mut b = Vec::new();
     if let Some(s) = s
@@ -216,21 +196,6 @@ fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Lang) -> Strin
         .map(|(c, b)| format!("{c} {}", both(Some(**b), lang)))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// The parameters the measured workload declared (dense) or counted at model load (causal-lm).
-fn measured_parameters(r: &MeasureResult) -> Option<u64> {
-    r.identity
-        .declared
-        .get("parameters")
-        .and_then(Value::as_u64)
-        .or_else(|| {
-            r.phases
-                .iter()
-                .find(|p| p.name == "model_load")
-                .and_then(|p| p.inputs.get("parameters"))
-                .and_then(Value::as_u64)
-        })
 }
 
 /// A series belongs with a result when every dimension but the varied ones is the same.

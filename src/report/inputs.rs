@@ -166,6 +166,28 @@ impl Loaded {
         }
     }
 
+    /// This file as the estimate beside a result (`--estimate`).
+    pub fn as_estimate(&self) -> Result<&EstimateDoc, InputError> {
+        match &self.doc {
+            InputFile::Estimate(e) => Ok(e),
+            _ => Err(self.wrong(
+                ESTIMATE,
+                "--estimate takes the output of `iteragpu estimate --json`",
+            )),
+        }
+    }
+
+    /// This file as the prediction beside a result (`--prediction`).
+    pub fn as_prediction(&self) -> Result<&crate::prediction::document::PredictionDoc, InputError> {
+        match &self.doc {
+            InputFile::Prediction(p) => Ok(p),
+            _ => Err(self.wrong(
+                PREDICTION,
+                "--prediction takes the output of `iteragpu predict`",
+            )),
+        }
+    }
+
     pub fn wrong(&self, wanted: &str, hint: &str) -> InputError {
         InputError::Schema {
             path: self.path.clone(),
@@ -174,4 +196,66 @@ impl Loaded {
             hint: hint.to_string(),
         }
     }
+}
+
+/// The parameters the measured model had: declared by the workload, else counted at load.
+pub fn measured_parameters(r: &MeasureResult) -> Option<u64> {
+    r.identity
+        .declared
+        .get("parameters")
+        .and_then(serde_json::Value::as_u64)
+        .or_else(|| {
+            r.phases
+                .iter()
+                .find(|p| p.name == "model_load")
+                .and_then(|p| p.inputs.get("parameters"))
+                .and_then(serde_json::Value::as_u64)
+        })
+}
+
+/// Refuses an estimate of another model: a gap against it would explain nothing.
+pub fn check_estimate_of(r: &MeasureResult, e: &EstimateDoc, l: &Loaded) -> Result<(), InputError> {
+    if let (Some(estimated), Some(measured)) = (e.parameters(), measured_parameters(r))
+        && estimated != measured
+    {
+        return Err(InputError::Content {
+            path: l.path.clone(),
+            schema: ESTIMATE.into(),
+            message: format!(
+                "the estimate counts {} parameters and the measured model has {}: it is the estimate of another model; estimate the measured one (iteragpu estimate --model … --json)",
+                crate::units::group_thousands(estimated as u128),
+                crate::units::group_thousands(measured as u128)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a prediction of another workload or other dimensions than the result's.
+pub fn check_prediction_of(
+    r: &MeasureResult,
+    p: &crate::prediction::document::PredictionDoc,
+    l: &Loaded,
+) -> Result<(), InputError> {
+    let refuse = |message: String| InputError::Content {
+        path: l.path.clone(),
+        schema: PREDICTION.into(),
+        message,
+    };
+    if p.identity.workload != r.identity.workload {
+        return Err(refuse(format!(
+            "the prediction is of the `{}` workload and the result measured `{}`; predict the measured workload (iteragpu predict with the measure's options)",
+            p.identity.workload, r.identity.workload
+        )));
+    }
+    for (key, value) in &r.dimensions {
+        if let Some(theirs) = p.dimensions.get(key)
+            && theirs != value
+        {
+            return Err(refuse(format!(
+                "the result has {key} = {value} and the prediction {key} = {theirs}; predict with the measure's dimensions"
+            )));
+        }
+    }
+    Ok(())
 }

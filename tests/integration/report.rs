@@ -147,6 +147,19 @@ fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
     assert!(text.contains("same checkpoint"));
     assert!(text.contains("never as peak reserved − peak allocated"));
     assert!(text.contains("Largest load tested successfully: batch = 4"));
+    // The gap ledger, between what was observed and what was assumed.
+    let gap = text
+        .find("## Why the peak exceeds the estimate")
+        .expect("the gap section");
+    assert!(positions[5] < gap && gap < positions[6]);
+    let gap = &text[gap..positions[6]];
+    for term in [
+        "weights (as loaded)",
+        "growth inside the phase",
+        "peak reserved",
+    ] {
+        assert!(gap.contains(term), "{term} missing from the gap section");
+    }
 }
 
 #[test]
@@ -179,9 +192,11 @@ fn the_html_fiche_is_self_contained_and_french_on_request() {
     assert!(html.contains("Calculé") && html.contains("Observé") && html.contains("Supposé"));
     assert_eq!(
         html.matches("<svg").count(),
-        2,
-        "peaks per phase and the series chart"
+        3,
+        "peaks per phase, the series chart and the gap's waterfall"
     );
+    assert!(html.contains("Pourquoi le pic dépasse l’estimation"));
+    assert!(html.contains("Des poids à la vue du pilote (observé)"));
     assert!(
         !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"),
         "no external resource"
@@ -296,6 +311,8 @@ fn the_html_fiche_renders_in_a_headless_browser() {
         "Peaks per phase",
         "peak reserved",
         "SHA-256",
+        "Why the peak exceeds the estimate",
+        "From the weights to the driver's view (observed)",
     ] {
         assert!(dom.contains(text), "{text} not rendered");
     }

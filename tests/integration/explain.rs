@@ -1,0 +1,301 @@
+//! `iteragpu explain`: the gap ledger read back from a fake-torch measurement (every observed
+//! figure is checked against the result's own readings), with a real prediction beside it when
+//! real torch is there, and the refusals of files that do not belong together.
+
+use crate::common::{iteragpu, read_json, torch_python, with_fake_torch};
+use predicates::prelude::*;
+use serde_json::Value;
+use std::path::Path;
+
+const DIMS: [&str; 6] = ["--batch", "2", "--context", "128", "--width", "512"];
+
+fn measure(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("result.json");
+    with_fake_torch()
+        .arg("measure")
+        .args(DIMS)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+fn estimate(dir: &Path, parameters: &str) -> std::path::PathBuf {
+    let out = dir.join(format!("estimate-{parameters}.json"));
+    let run = iteragpu()
+        .args(["estimate", "--parameters", parameters, "--bits", "32"])
+        .args(["--reserve-gib", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    std::fs::write(&out, run.stdout).unwrap();
+    out
+}
+
+fn explain_json(args: &[&Path], extra: &[&str]) -> Value {
+    let run = iteragpu()
+        .arg("explain")
+        .args(args)
+        .args(extra)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+fn line<'a>(ledger: &'a Value, prefix: &str) -> &'a Value {
+    ledger["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["term"].as_str().unwrap().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line `{prefix}` in {ledger:#}"))
+}
+
+fn observed(ledger: &Value, prefix: &str) -> u64 {
+    let l = line(ledger, prefix);
+    assert_eq!(l["observed"]["provenance"], "observed");
+    l["observed"]["bytes"].as_u64().unwrap()
+}
+
+fn reading(phase: &Value, key: &str) -> u64 {
+    phase["devices"][0][key].as_u64().unwrap()
+}
+
+#[test]
+fn the_ledger_adds_up_to_the_results_own_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = measure(dir.path());
+    let est = estimate(dir.path(), "8402944");
+    let doc = read_json(&result);
+    let ledger = explain_json(&[&result], &["--estimate", est.to_str().unwrap()]);
+    assert_eq!(ledger["schema"], "iteragpu.explain/1");
+
+    // The phase explained is the one with the highest peak reserved (the first one on a tie).
+    let phases = doc["phases"].as_array().unwrap();
+    let (_, peak) = phases
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p["status"] == "ok")
+        .max_by_key(|(k, p)| (reading(p, "peak_reserved_bytes"), std::cmp::Reverse(*k)))
+        .unwrap();
+    assert_eq!(ledger["phase"], peak["name"]);
+    assert_eq!(ledger["phase_index"], peak["index"]);
+
+    let load = phases.iter().find(|p| p["name"] == "model_load").unwrap();
+    let weights = observed(&ledger, "weights");
+    assert_eq!(weights, reading(load, "end_allocated_bytes"));
+    let held = observed(&ledger, "held at the phase's start");
+    assert_eq!(weights + held, reading(peak, "start_allocated_bytes"));
+    let growth = observed(&ledger, "growth inside the phase");
+    assert_eq!(
+        weights + held + growth,
+        reading(peak, "peak_allocated_bytes")
+    );
+    assert_eq!(
+        observed(&ledger, "peak allocated"),
+        reading(peak, "peak_allocated_bytes")
+    );
+    assert_eq!(
+        observed(&ledger, "peak reserved"),
+        reading(peak, "peak_reserved_bytes")
+    );
+    assert_eq!(
+        observed(&ledger, "allocator slack"),
+        reading(peak, "end_reserved_bytes") - reading(peak, "end_allocated_bytes")
+    );
+
+    // The estimate's side: its weights term and its stated reserve, labelled as such.
+    let e = read_json(&est);
+    let weights_term = e["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str().unwrap().starts_with("weights"))
+        .unwrap();
+    let w = &line(&ledger, "weights")["estimate"];
+    assert_eq!(w["bytes"], weights_term["bytes"]);
+    assert_eq!(w["provenance"], "calculated");
+    let reserve = &line(&ledger, "the estimate's reserve")["estimate"];
+    assert_eq!(reserve["bytes"], 1u64 << 30);
+    assert_eq!(reserve["provenance"], "assumed");
+
+    // Capacities are named apart, never folded into one number.
+    let capacities = ledger["capacities"].as_array().unwrap();
+    let torch_total = doc["environment"]["python"]["torch"]["devices"]
+        .as_array()
+        .and_then(|d| d.first())
+        .map(|d| d["total_memory"].clone());
+    assert!(capacities.iter().any(|c| {
+        c["name"]
+            .as_str()
+            .unwrap()
+            .contains("PyTorch's total_memory")
+            && Some(&c["bytes"]) == torch_total.as_ref()
+    }));
+
+    // The table says the same thing for a person.
+    iteragpu()
+        .arg("explain")
+        .arg(&result)
+        .args(["--estimate", est.to_str().unwrap()])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("estimate vs prediction vs observation")
+                .and(predicate::str::contains("weights (as loaded)"))
+                .and(predicate::str::contains("capacities (not one number)")),
+        );
+}
+
+#[test]
+fn a_real_prediction_fills_the_predicted_column() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let result = measure(dir.path());
+    let pred = dir.path().join("prediction.json");
+    let run = iteragpu()
+        .args(["predict", "--python", &python, "--json", "--output"])
+        .arg(&pred)
+        .args(DIMS)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let p = read_json(&pred);
+    let ledger = explain_json(&[&result], &["--prediction", pred.to_str().unwrap()]);
+    let phase = ledger["phase"].as_str().unwrap();
+    let predicted = p["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|ph| ph["name"] == phase)
+        .unwrap();
+    let pa = &line(&ledger, "peak allocated")["predicted"];
+    assert_eq!(pa["provenance"], "predicted");
+    assert_eq!(pa["bytes"], predicted["peak_allocated_bytes"]);
+    let load = p["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|ph| ph["name"] == "model_load")
+        .unwrap();
+    assert_eq!(
+        line(&ledger, "weights")["predicted"]["bytes"],
+        load["end_allocated_bytes"]
+    );
+    // A prediction of other dimensions is refused, not set beside the result.
+    let mut other = p.clone();
+    other["dimensions"]["batch"] = 64.into();
+    let edited = dir.path().join("other-prediction.json");
+    std::fs::write(&edited, serde_json::to_vec(&other).unwrap()).unwrap();
+    iteragpu()
+        .arg("explain")
+        .arg(&result)
+        .args(["--prediction", edited.to_str().unwrap()])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "the result has batch = 2 and the prediction batch = 64",
+        ));
+}
+
+#[test]
+fn files_that_do_not_belong_together_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = measure(dir.path());
+    // An estimate of another model.
+    let other = estimate(dir.path(), "1000");
+    iteragpu()
+        .arg("explain")
+        .arg(&result)
+        .args(["--estimate", other.to_str().unwrap()])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("the estimate of another model"));
+    // An estimate given as the result, a result given as the estimate.
+    let est = estimate(dir.path(), "8402944");
+    iteragpu()
+        .arg("explain")
+        .arg(&est)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("explain reads a measure result"));
+    iteragpu()
+        .arg("explain")
+        .arg(&result)
+        .args(["--estimate", result.to_str().unwrap()])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("iteragpu estimate --json"));
+    // A prediction of other dimensions: made by editing the file's dimensions, as a prediction
+    // needs real torch.
+    let mut doc = read_json(&result);
+    doc["dimensions"]["batch"] = 64.into();
+    let edited = dir.path().join("other.json");
+    std::fs::write(&edited, serde_json::to_vec(&doc).unwrap()).unwrap();
+    // Not a prediction: refused as such.
+    iteragpu()
+        .arg("explain")
+        .arg(&result)
+        .args(["--prediction", edited.to_str().unwrap()])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("iteragpu predict"));
+    // A missing file names itself.
+    iteragpu()
+        .args(["explain", "/nonexistent/r.json"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("/nonexistent/r.json"));
+}
+
+#[test]
+fn a_failed_run_is_explained_up_to_its_last_completed_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("failed.json");
+    with_fake_torch()
+        .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string())
+        .args(["measure", "--width", "2048", "--output"])
+        .arg(&out)
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    let run = iteragpu()
+        .arg("explain")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let completed = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["status"] == "ok");
+    if completed {
+        assert!(run.status.success());
+        let ledger: Value = serde_json::from_slice(&run.stdout).unwrap();
+        let phase = doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == ledger["phase"])
+            .unwrap();
+        assert_eq!(
+            phase["status"], "ok",
+            "a partial peak is not explained as a need"
+        );
+    } else {
+        assert_eq!(run.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&run.stderr).contains("nothing to explain"));
+    }
+}
