@@ -9,7 +9,7 @@ use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
 use crate::measure::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
 use crate::model::config::{MAX_DIMENSION, MAX_LAYERS};
-use crate::sweep::vary::{Search, Vary, parse_vary};
+use crate::sweep::vary::{Search, VaryArg, parse_vary_arg};
 use crate::units::{self, Bytes, Decimal};
 
 pub use crate::units::parse_count as positive_u64;
@@ -126,8 +126,10 @@ pub struct CardsArgs {
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
-    #[arg(long, value_name = "NAME=VALUES", value_parser = parse_vary, help_heading = "Sweep")]
-    pub vary: Vec<Vary>,
+    /// `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator settings in
+    /// fresh processes, alone or at each value of one listed dimension.
+    #[arg(long, value_name = "NAME=VALUES", value_parser = parse_vary_arg, help_heading = "Sweep")]
+    pub vary: Vec<VaryArg>,
     /// Search the success / out-of-memory frontier over a --vary range.
     #[arg(long, value_enum, help_heading = "Sweep")]
     pub search: Option<Search>,
@@ -265,6 +267,11 @@ pub struct MeasureArgs {
     /// Measure the whole loop as one phase with no synchronization between its steps.
     #[arg(long)]
     pub whole_loop: bool,
+    /// The caching allocator's setting for the worker: default, expandable_segments or
+    /// cudaMallocAsync (replaces PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF for this run;
+    /// default: inherit them).
+    #[arg(long, value_name = "SETTING", value_parser = alloc_conf)]
+    pub alloc_conf: Option<crate::measure::alloc_conf::AllocConf>,
     /// Skip the prediction (measure: the one stored next to the result, which runs the workload
     /// again on data-less tensors on the CPU; sweep: the frontier's hint).
     #[arg(long)]
@@ -422,6 +429,10 @@ fn size(text: &str) -> Result<Bytes, String> {
 }
 
 /// What the training loop runs; the estimate's other optimizers are named as such.
+fn alloc_conf(s: &str) -> Result<crate::measure::alloc_conf::AllocConf, String> {
+    crate::measure::alloc_conf::AllocConf::parse(s)
+}
+
 fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
     use clap::ValueEnum;
     TrainOptimizer::from_str(text, true).map_err(|_| {

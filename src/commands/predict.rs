@@ -11,7 +11,7 @@ use crate::measure::plan::MeasurePlan;
 use crate::measure::worker_process::StartError;
 use crate::output::{self, Saved};
 use crate::prediction::run::{Outcome, predict};
-use crate::prediction::target::{self, Target};
+use crate::prediction::target::Target;
 use crate::{exit, signals};
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
@@ -28,7 +28,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
             plan.devices.len()
         );
     }
-    let backend = target::allocator_backend_from_env();
+    let backend = plan.allocator_backend();
     let (target, note) = match (&args.card, m.device.first()) {
         (Some(card), _) => (Target::named(Some(card), &backend).map_err(anyhow::Error::msg)?, None),
         (None, Some(device)) => (

@@ -4,6 +4,7 @@
 //! process's lifetime is `worker_process`'s) and builds the `result` from the `events` as they
 //! arrive, with NVML's view (`sampler`, `driver_view`); `render` draws the terminal table.
 
+pub(crate) mod alloc_conf;
 pub(crate) mod dimensions;
 pub(crate) mod driver_view;
 pub mod events;

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::alloc_conf::AllocConf;
 use super::dimensions::{Dimensions, Variable};
 use super::result::Policies;
 use super::spec::{
@@ -28,6 +29,8 @@ pub struct MeasurePlan {
     pub seed: u64,
     pub python: PathBuf,
     pub timeout: Duration,
+    /// `--alloc-conf`: the allocator setting the worker starts with (`None`: the environment's).
+    pub alloc_conf: Option<AllocConf>,
 }
 
 /// The workload and its validated settings.
@@ -136,6 +139,7 @@ impl MeasurePlan {
             seed: args.seed,
             python: crate::python_side::interpreter(args.python.as_deref()),
             timeout: Duration::from_secs(args.timeout),
+            alloc_conf: args.alloc_conf,
         };
         plan.check_dimensions()?;
         refuse_unused(args, &plan)?;
@@ -364,6 +368,24 @@ impl MeasurePlan {
             python: self.python.clone(),
             timeout: Some(self.timeout),
             forward_output: true,
+            alloc_conf: self.alloc_conf,
+        }
+    }
+
+    /// The allocator model a prediction of this plan uses: the one `--alloc-conf` sets, else the
+    /// one the environment's variables ask for.
+    pub fn allocator_backend(&self) -> String {
+        match self.alloc_conf {
+            Some(a) => a.backend().to_string(),
+            None => crate::prediction::target::allocator_backend_from_env(),
+        }
+    }
+
+    /// The same plan with another allocator setting.
+    pub fn with_alloc_conf(&self, alloc_conf: AllocConf) -> MeasurePlan {
+        MeasurePlan {
+            alloc_conf: Some(alloc_conf),
+            ..self.clone()
         }
     }
 

@@ -39,6 +39,8 @@ pub struct Trial {
     pub timeout: Option<Duration>,
     /// Forward the workload's own output to our stderr (a sweep keeps its terminal quiet).
     pub forward_output: bool,
+    /// The allocator setting the worker starts with (`None`: the environment's).
+    pub alloc_conf: Option<super::alloc_conf::AllocConf>,
 }
 
 /// How a trial ended.
@@ -74,8 +76,8 @@ pub trait TrialRunner {
 /// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
 pub struct ProcessRunner {
     stop: &'static StopRequest,
-    /// The card predictions are made for (read once from the first device).
-    target: Option<Option<crate::prediction::target::Target>>,
+    /// The card predictions are made for, read from the first device for one allocator backend.
+    target: Option<(String, Option<crate::prediction::target::Target>)>,
 }
 
 impl ProcessRunner {
@@ -111,19 +113,18 @@ impl TrialRunner for ProcessRunner {
 
     fn predicted_peak(&mut self, plan: &super::plan::MeasurePlan) -> Option<u64> {
         let device = plan.devices.first()?;
-        if self.target.is_none() {
-            let backend = crate::prediction::target::allocator_backend_from_env();
-            self.target = Some(
-                crate::prediction::target::Target::of_device(
-                    &plan.python,
-                    device,
-                    &backend,
-                    Some(self.stop),
-                )
-                .ok(),
-            );
+        let backend = plan.allocator_backend();
+        if self.target.as_ref().is_none_or(|(b, _)| *b != backend) {
+            let target = crate::prediction::target::Target::of_device(
+                &plan.python,
+                device,
+                &backend,
+                Some(self.stop),
+            )
+            .ok();
+            self.target = Some((backend, target));
         }
-        let target = self.target.clone().flatten()?;
+        let target = self.target.clone().and_then(|(_, t)| t)?;
         match crate::prediction::run::predict(plan, &target, self.stop, None).ok()? {
             crate::prediction::run::Outcome::Predicted(doc) => doc.max_peak_reserved(),
             _ => None,
@@ -167,7 +168,10 @@ fn run_in_process(
         timeout: trial.timeout,
         forward_output: trial.forward_output,
         progress: progress.cloned(),
-        env: Vec::new(),
+        env: trial
+            .alloc_conf
+            .map(super::alloc_conf::AllocConf::environment)
+            .unwrap_or_default(),
     };
     let run = worker_process::run(&cmd, stop, |line| match line {
         Line::Event(Event::Hello { pid, .. }) => {
@@ -455,6 +459,8 @@ pub(crate) mod mock {
         pub predictions: usize,
         /// Every spec run, in order.
         pub specs: Vec<WorkerSpec>,
+        /// The allocator setting of every trial run, in order.
+        pub alloc_confs: Vec<Option<crate::measure::alloc_conf::AllocConf>>,
     }
 
     impl<F: FnMut(&WorkerSpec) -> Outcome> MockRunner<F> {
@@ -466,6 +472,7 @@ pub(crate) mod mock {
                 predict: None,
                 predictions: 0,
                 specs: Vec::new(),
+                alloc_confs: Vec::new(),
             }
         }
     }
@@ -477,6 +484,7 @@ pub(crate) mod mock {
             _progress: Option<&ProgressBar>,
         ) -> Result<TrialOutcome, StartError> {
             self.specs.push(trial.spec.clone());
+            self.alloc_confs.push(trial.alloc_conf);
             let outcome = (self.decide)(&trial.spec);
             let (status, peak, error) = match outcome {
                 Outcome::Unavailable => {

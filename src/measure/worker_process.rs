@@ -29,8 +29,9 @@ pub struct WorkerCommand {
     pub forward_output: bool,
     /// A progress display on a terminal: forwarded lines are printed above it.
     pub progress: Option<indicatif::ProgressBar>,
-    /// Extra environment (a prediction hides every GPU from its worker).
-    pub env: Vec<(String, String)>,
+    /// Environment changes in order: `Some` sets, `None` removes (a prediction hides every GPU
+    /// from its worker; `--alloc-conf` replaces the allocator's variables).
+    pub env: Vec<(String, Option<String>)>,
 }
 
 /// How the worker ended.
@@ -123,11 +124,16 @@ pub fn run(
         .arg(&spec_path)
         .env("PYTHONPATH", package.pythonpath())
         .env("PYTHONUNBUFFERED", "1")
-        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    for (key, value) in &cmd.env {
+        match value {
+            Some(v) => command.env(key, v),
+            None => command.env_remove(key),
+        };
+    }
     die_with_parent(&mut command);
     let mut child = command.spawn().map_err(|e| StartError::Interpreter {
         python: cmd.python.display().to_string(),

@@ -113,8 +113,15 @@ pub fn measured_target(result: &MeasureResult) -> Option<Target> {
         .as_ref()
         .and_then(|p| p.allocator_backend())
         .unwrap_or("native");
+    // The worker's own settings, as it recorded them (not this process's: `--alloc-conf` set
+    // the worker's).
     let backend = if backend == "native" {
-        target::allocator_backend_from_env()
+        let settings = &result.environment.python.as_ref()?.settings;
+        let values: Vec<String> = crate::measure::alloc_conf::VARIABLES
+            .iter()
+            .filter_map(|v| settings.get(*v)?.as_str().map(String::from))
+            .collect();
+        target::allocator_backend_of(&values)
     } else {
         backend.to_string()
     };

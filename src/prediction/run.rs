@@ -54,7 +54,7 @@ pub fn predict(
         forward_output: trial.forward_output,
         progress: progress.cloned(),
         // The predicting process never touches a GPU, even on a machine that has one.
-        env: vec![("CUDA_VISIBLE_DEVICES".into(), String::new())],
+        env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
     };
     let mut c = Collected::default();
     let run = worker_process::run(&cmd, stop, |line| match line {

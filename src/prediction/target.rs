@@ -174,13 +174,19 @@ impl Target {
     }
 }
 
-/// The allocator backend the settings ask for (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF`).
+/// The allocator backend the settings of this process's environment ask for
+/// (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF`).
 pub fn allocator_backend_from_env() -> String {
-    let conf = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
+    let values: Vec<String> = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
         .iter()
         .filter_map(|v| std::env::var(v).ok())
-        .collect::<Vec<_>>()
-        .join(",");
+        .collect();
+    allocator_backend_of(&values)
+}
+
+/// The allocator backend a list of allocator settings asks for.
+pub fn allocator_backend_of(values: &[String]) -> String {
+    let conf = values.join(",").replace(' ', "");
     if conf.contains("cudaMallocAsync") {
         "cudaMallocAsync".into()
     } else if conf.contains("expandable_segments:True") || conf.contains("expandable_segments:true")

@@ -767,6 +767,11 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
             l.source
         )));
     }
+    if !s.alloc_confs.is_empty() {
+        // One chart across two allocators would mix two curves: the settings side by side.
+        alloc_conf_comparison(b, s, lang);
+        return;
+    }
     let points: Vec<(u64, Option<u64>, bool)> = s
         .trials
         .iter()
@@ -815,6 +820,55 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
             lines,
         }));
     }
+}
+
+/// An allocator A/B (`sweep --vary alloc_conf=…`): each setting's peak reserved per value.
+fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Lang) {
+    let first = s.alloc_confs[0];
+    b.push(Block::Para(format!(
+        "{} {first} ({}).",
+        lang.t(
+            "Allocator settings compared in fresh processes; the change is against",
+            "Réglages de l’allocateur comparés dans des processus neufs ; l’écart est mesuré par rapport à"
+        ),
+        lang.t(
+            "complete trials only: a partial peak compares nothing",
+            "essais complets seulement : un pic partiel ne se compare pas"
+        )
+    )));
+    let mut header = vec![
+        s.varied
+            .first()
+            .map_or("—".into(), |v| v.name().to_string()),
+    ];
+    header.extend(s.alloc_confs.iter().map(|a| a.name().to_string()));
+    let rows = s
+        .alloc_conf_rows()
+        .iter()
+        .map(|row| {
+            let mut cells = vec![row.value.map_or("—".into(), |(_, v)| v.to_string())];
+            for (k, t) in row.trials.iter().enumerate() {
+                cells.push(match t {
+                    None => lang.t("not run", "non exécuté").into(),
+                    Some(t) if !t.status.is_ok() => {
+                        crate::sweep::render::status_label(t).to_string()
+                    }
+                    Some(t) => match (k, row.change(k)) {
+                        (0, _) | (_, None) => both(t.peak_reserved_bytes, lang),
+                        (_, Some(c)) => {
+                            format!(
+                                "{} ({:+.1} %)",
+                                both(t.peak_reserved_bytes, lang),
+                                c * 100.0
+                            )
+                        }
+                    },
+                });
+            }
+            cells
+        })
+        .collect();
+    b.push(Block::Table { header, rows });
 }
 
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
@@ -985,6 +1039,7 @@ fn assumed(
             s.varied
                 .iter()
                 .map(|v| v.name())
+                .chain((!s.alloc_confs.is_empty()).then_some(crate::sweep::vary::ALLOC_CONF))
                 .collect::<Vec<_>>()
                 .join(", ")
         })

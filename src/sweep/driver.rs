@@ -15,7 +15,7 @@ use super::series::{
     CardFrontier, FitRecord, FrontierRecord, Series, SeriesStatus, SweepMode, TrialRecord,
     TrialStatus, Writer,
 };
-use super::vary::{Values, grid_order};
+use super::vary::{ALLOC_CONF, Values, Vary, grid_order};
 use crate::cards;
 use crate::exit;
 use crate::measure::dimensions::Variable;
@@ -75,6 +75,7 @@ pub fn run(
             status: SeriesStatus::Running,
             mode: plan.mode,
             varied: plan.vary.iter().map(|v| v.variable).collect(),
+            alloc_confs: plan.alloc_confs.clone(),
             base: Map::new(),
             identical_across_trials: true,
             protocol: if plan.mode == SweepMode::Processes {
@@ -233,6 +234,32 @@ impl Sweep<'_> {
                         values.insert(variable.name().to_string(), json!(n));
                     }
                     step!(self.trial(&p, values, Some(load.name.clone())));
+                }
+            }
+            SweepMode::AllocConf => {
+                // The settings outside, the listed values inside, walked so that neighbours
+                // differ by one of the two.
+                let settings: Vec<u64> = (0..plan.alloc_confs.len() as u64).collect();
+                let (variable, list) = match plan.vary.first() {
+                    Some(Vary {
+                        variable,
+                        values: Values::List(list),
+                    }) => (Some(*variable), list.clone()),
+                    Some(_) => bail!("internal: an allocator A/B over a range"),
+                    None => (None, vec![0]),
+                };
+                let cells = grid_order(&settings, &list);
+                self.bar.set_length(cells.len() as u64);
+                for (s, x) in cells {
+                    let setting = plan.alloc_confs[s as usize];
+                    let mut p = base.with_alloc_conf(setting);
+                    let mut values = Map::new();
+                    values.insert(ALLOC_CONF.into(), json!(setting.name()));
+                    if let Some(variable) = variable {
+                        p = p.with(variable, x)?;
+                        values.insert(variable.name().to_string(), json!(x));
+                    }
+                    step!(self.trial(&p, values, None));
                 }
             }
             SweepMode::Frontier => return self.frontier(),
@@ -865,5 +892,97 @@ mod tests {
         assert_eq!(mock.specs.len(), 3);
         assert!(mock.specs.windows(2).all(|w| w[0] == w[1]));
         assert!(series.protocol.contains("3 fresh processes"));
+    }
+
+    #[test]
+    fn allocator_settings_are_compared_in_fresh_trials_at_each_value() {
+        use crate::measure::alloc_conf::AllocConf;
+        // Expandable segments reserve 10% less in this mock.
+        let mut calls = 0u64;
+        let mut mock = MockRunner::new(|s| {
+            calls += 1;
+            let peak = 1_000_000 * dense(s).batch;
+            Outcome::Ok {
+                peak: if calls > 2 { peak / 10 * 9 } else { peak },
+            }
+        });
+        let (_d, out, finish) = sweep(
+            &[
+                "--vary",
+                "alloc_conf=default,expandable_segments",
+                "--vary",
+                "batch=1,2",
+            ],
+            &mut mock,
+        );
+        let Finish::Done { series, .. } = finish.unwrap() else {
+            panic!()
+        };
+        let (e, d) = (
+            Some(AllocConf::ExpandableSegments),
+            Some(AllocConf::Default),
+        );
+        assert_eq!(mock.alloc_confs, [d, d, e, e]);
+        let batches: Vec<u64> = mock.specs.iter().map(|s| dense(s).batch).collect();
+        assert_eq!(batches, [1, 2, 2, 1], "neighbours differ by one variable");
+        assert_eq!(series.mode, SweepMode::AllocConf);
+        assert!(series.identical_across_trials);
+        assert!(series.fit.is_none(), "no fit across two allocators");
+        let rows = series.alloc_conf_rows();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].value, Some((Variable::Batch, 1)));
+        assert!((rows[1].change(1).unwrap() + 0.1).abs() < 1e-9);
+        let on_disk = on_disk(&out);
+        assert_eq!(
+            on_disk.alloc_confs,
+            [AllocConf::Default, AllocConf::ExpandableSegments]
+        );
+        assert_eq!(
+            on_disk.trials[2].values["alloc-conf"],
+            "expandable_segments"
+        );
+        let table = super::super::render::table(&series, &out);
+        assert!(table.contains("allocator settings compared"), "{table}");
+        assert!(table.contains("(-10.0%)"), "{table}");
+
+        // The settings alone: one trial each.
+        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) =
+            sweep(&["--vary", "alloc_conf=default,cudaMallocAsync"], &mut mock);
+        assert!(matches!(finish.unwrap(), Finish::Done { .. }));
+        assert_eq!(
+            mock.alloc_confs,
+            [Some(AllocConf::Default), Some(AllocConf::CudaMallocAsync)]
+        );
+    }
+
+    #[test]
+    fn an_allocator_a_b_refuses_what_it_cannot_compare() {
+        let refused = |args: &[&str]| {
+            let mut argv = vec!["iteragpu", "sweep"];
+            argv.extend_from_slice(args);
+            argv.extend(["--output", "/tmp/never-written.json"]);
+            let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
+                unreachable!()
+            };
+            SweepPlan::from_args(&args).unwrap_err().to_string()
+        };
+        let ab = "alloc_conf=default,expandable_segments";
+        assert!(refused(&["--vary", ab, "--alloc-conf", "default"]).contains("both set"));
+        assert!(
+            refused(&["--vary", ab, "--vary", "batch=1..8", "--search", "frontier"])
+                .contains("--alloc-conf SETTING")
+        );
+        assert!(
+            refused(&[
+                "--vary",
+                ab,
+                "--vary",
+                "batch=1,2",
+                "--vary",
+                "context=8,16"
+            ])
+            .contains("at most one listed dimension")
+        );
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::search::Bounds;
 use super::series::{Limit, SweepMode};
-use super::vary::{Search, Values, Vary};
+use super::vary::{AllocConf, Search, Values, Vary, VaryArg};
 use crate::cards;
 use crate::cli::SweepArgs;
 use crate::measure::dimensions::Variable;
@@ -27,6 +27,8 @@ pub struct SweepPlan {
     /// The configuration every trial starts from.
     pub base: MeasurePlan,
     pub vary: Vec<Vary>,
+    /// `--vary alloc_conf=…`: the allocator settings compared (mode `alloc-conf`).
+    pub alloc_confs: Vec<AllocConf>,
     pub loads: Vec<Load>,
     /// `--processes N`.
     pub processes: u64,
@@ -43,7 +45,37 @@ pub struct SweepPlan {
 impl SweepPlan {
     pub fn from_args(args: &SweepArgs) -> Result<SweepPlan> {
         let m = &args.measure;
-        let mode = match (args.vary.len(), args.search, &args.loads, args.processes) {
+        let mut vary: Vec<Vary> = Vec::new();
+        let mut alloc_confs: Option<Vec<AllocConf>> = None;
+        for v in &args.vary {
+            match v {
+                VaryArg::Dimension(v) => vary.push(v.clone()),
+                VaryArg::AllocConf(_) if alloc_confs.is_some() => {
+                    bail!("--vary alloc_conf is given twice; list every setting in one")
+                }
+                VaryArg::AllocConf(list) => alloc_confs = Some(list.clone()),
+            }
+        }
+        if let Some(list) = &alloc_confs {
+            if m.alloc_conf.is_some() {
+                bail!(
+                    "--alloc-conf and --vary alloc_conf both set the allocator; keep the --vary (it runs {})",
+                    list.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
+                );
+            }
+            if args.search.is_some() || args.loads.is_some() || args.processes.is_some() {
+                bail!(
+                    "--vary alloc_conf compares settings at listed values; for a frontier per setting run one sweep each with --alloc-conf SETTING"
+                );
+            }
+            if vary.len() > 1 {
+                bail!(
+                    "--vary alloc_conf goes with at most one listed dimension (the A/B at each of its values)"
+                );
+            }
+        }
+        let mode = match (vary.len(), args.search, &args.loads, args.processes) {
+            _ if alloc_confs.is_some() => SweepMode::AllocConf,
             (0, None, Some(_), None) => SweepMode::Loads,
             (0, None, None, Some(_)) => SweepMode::Processes,
             (1, Some(Search::Frontier), None, None) => SweepMode::Frontier,
@@ -62,16 +94,16 @@ impl SweepPlan {
                 bail!("combine --vary with --search frontier, or use --loads or --processes alone")
             }
         };
-        if args.vary.len() == 2 && args.vary[0].variable == args.vary[1].variable {
+        if vary.len() == 2 && vary[0].variable == vary[1].variable {
             bail!(
                 "--vary {} is given twice; a grid needs two different dimensions",
-                args.vary[0].variable
+                vary[0].variable
             );
         }
-        for v in &args.vary {
+        for v in &vary {
             match (&v.values, mode) {
                 (Values::Range { .. }, SweepMode::Frontier)
-                | (Values::List(_), SweepMode::List | SweepMode::Grid) => {}
+                | (Values::List(_), SweepMode::List | SweepMode::Grid | SweepMode::AllocConf) => {}
                 (Values::List(_), SweepMode::Frontier) => bail!(
                     "--search frontier needs a range: --vary {}=LO..HI",
                     v.variable
@@ -85,7 +117,7 @@ impl SweepPlan {
         }
         if m.script.is_some() && mode != SweepMode::Loads {
             // A script only sees what its arguments say: each varied dimension must appear there.
-            for v in &args.vary {
+            for v in &vary {
                 let placeholder = format!("{{{}}}", v.variable);
                 if !m.script_args.iter().any(|a| a.contains(&placeholder)) {
                     bail!(
@@ -109,8 +141,7 @@ impl SweepPlan {
             None => Vec::new(),
         };
         // A varied dimension the workload never reads would make every trial the same.
-        let varied = args
-            .vary
+        let varied = vary
             .iter()
             .map(|v| v.variable)
             .chain(loads.iter().flat_map(|l| l.values.iter().map(|(v, _)| *v)));
@@ -131,7 +162,8 @@ impl SweepPlan {
         Ok(SweepPlan {
             mode,
             base,
-            vary: args.vary.clone(),
+            vary,
+            alloc_confs: alloc_confs.unwrap_or_default(),
             loads,
             processes: args.processes.unwrap_or(1),
             limit,

@@ -72,6 +72,9 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             "\nthe sweep failed: {broken} trial(s) ended for a reason other than out-of-memory (an out-of-memory at a known load is a finding; this is not)"
         );
     }
+    if !s.alloc_confs.is_empty() {
+        alloc_conf_table(&mut o, s);
+    }
     if let Some(f) = &s.frontier {
         let _ = writeln!(
             o,
@@ -125,4 +128,42 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
     }
     let _ = writeln!(o, "series: {}", path.display());
     o
+}
+
+/// The allocator A/B: each setting's peak reserved at each value, and its change against the
+/// first setting.
+fn alloc_conf_table(o: &mut String, s: &Series) {
+    let _ = writeln!(
+        o,
+        "\nallocator settings compared (peak reserved; change against {}, complete trials only):",
+        s.alloc_confs[0]
+    );
+    let mut header = format!("  {:<16}", s.varied.first().map_or("", |v| v.name()));
+    for a in &s.alloc_confs {
+        let _ = write!(header, " {:>28}", a.name());
+    }
+    let _ = writeln!(o, "{header}");
+    for row in s.alloc_conf_rows() {
+        let mut line = format!(
+            "  {:<16}",
+            row.value.map_or(String::new(), |(_, v)| v.to_string())
+        );
+        for (k, t) in row.trials.iter().enumerate() {
+            let cell = match t {
+                None => "not run".to_string(),
+                Some(t) if !t.status.is_ok() => status_label(t).to_string(),
+                Some(t) => {
+                    let peak = t
+                        .peak_reserved_bytes
+                        .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib()));
+                    match (k, row.change(k)) {
+                        (0, _) | (_, None) => peak,
+                        (_, Some(c)) => format!("{peak} ({:+.1}%)", c * 100.0),
+                    }
+                }
+            };
+            let _ = write!(line, " {cell:>28}");
+        }
+        let _ = writeln!(o, "{line}");
+    }
 }

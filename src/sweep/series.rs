@@ -113,6 +113,10 @@ pub enum SweepMode {
     Loads,
     /// The same configuration in N fresh processes (`--processes`).
     Processes,
+    /// Allocator settings compared in fresh processes (`--vary alloc_conf=…`), alone or at each
+    /// value of one listed dimension.
+    #[serde(rename = "alloc-conf")]
+    AllocConf,
 }
 
 impl SweepMode {
@@ -123,6 +127,7 @@ impl SweepMode {
             SweepMode::Grid => "grid",
             SweepMode::Loads => "loads",
             SweepMode::Processes => "processes",
+            SweepMode::AllocConf => "alloc-conf",
         }
     }
 }
@@ -227,9 +232,12 @@ pub struct Series {
     pub updated_at: String,
     /// `running`, `complete`, `interrupted`, `terminated` or `aborted`.
     pub status: SeriesStatus,
-    /// `list`, `frontier`, `grid`, `loads` or `processes`.
+    /// `list`, `frontier`, `grid`, `loads`, `processes` or `alloc-conf`.
     pub mode: SweepMode,
     pub varied: Vec<Variable>,
+    /// The allocator settings compared (mode `alloc-conf`), in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alloc_confs: Vec<crate::measure::alloc_conf::AllocConf>,
     /// The worker specification shared by every trial (the varied keys removed).
     pub base: Map<String, Value>,
     /// Checked after each trial: every option but the varied ones was identical.
@@ -244,7 +252,58 @@ pub struct Series {
     pub notes: Vec<String>,
 }
 
+/// One row of an allocator A/B: a value of the listed dimension (none when only the settings
+/// vary) and each setting's trial there, in the order of `Series::alloc_confs`.
+#[derive(Debug)]
+pub struct AllocConfRow<'a> {
+    pub value: Option<(Variable, u64)>,
+    pub trials: Vec<Option<&'a TrialRecord>>,
+}
+
+impl AllocConfRow<'_> {
+    /// A setting's peak reserved against the first setting's, as a signed fraction, when both
+    /// trials completed (a partial peak compares nothing).
+    pub fn change(&self, k: usize) -> Option<f64> {
+        let peak = |t: Option<&TrialRecord>| {
+            t.filter(|t| t.status.is_ok())
+                .and_then(|t| t.peak_reserved_bytes)
+        };
+        let (a, b) = (peak(*self.trials.first()?)?, peak(*self.trials.get(k)?)?);
+        (a > 0).then(|| (b as f64 - a as f64) / a as f64)
+    }
+}
+
 impl Series {
+    /// Mode `alloc-conf`: the trials side by side, one row per value of the listed dimension.
+    pub fn alloc_conf_rows(&self) -> Vec<AllocConfRow<'_>> {
+        let variable = self.varied.first().copied();
+        let mut values: Vec<Option<u64>> = Vec::new();
+        for t in &self.trials {
+            let v = variable.and_then(|v| t.values.get(v.name())?.as_u64());
+            if !values.contains(&v) {
+                values.push(v);
+            }
+        }
+        values.sort_unstable();
+        values
+            .into_iter()
+            .map(|v| AllocConfRow {
+                value: variable.zip(v),
+                trials: self
+                    .alloc_confs
+                    .iter()
+                    .map(|a| {
+                        self.trials.iter().find(|t| {
+                            t.values.get(crate::sweep::vary::ALLOC_CONF)
+                                == Some(&Value::from(a.name()))
+                                && variable.and_then(|x| t.values.get(x.name())?.as_u64()) == v
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// The most memory a trial's process held outside PyTorch's allocator (NVML's view).
     pub fn max_outside_allocator(&self) -> Option<u64> {
         self.trials

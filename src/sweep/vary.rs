@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::measure::alloc_conf::AllocConf;
 pub use crate::measure::dimensions::Variable;
 
 /// How a sweep chooses its values.
@@ -26,6 +27,49 @@ pub struct Vary {
     pub values: Values,
 }
 
+/// One `--vary` option as written: a dimension's values, or allocator settings to compare in
+/// fresh processes (`alloc_conf=default,expandable_segments`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VaryArg {
+    Dimension(Vary),
+    AllocConf(Vec<AllocConf>),
+}
+
+/// The key of the allocator setting in a trial's values.
+pub const ALLOC_CONF: &str = "alloc-conf";
+
+/// Parses `name=1,2,4`, `name=lo..hi` or `alloc_conf=default,expandable_segments`.
+pub fn parse_vary_arg(text: &str) -> Result<VaryArg, String> {
+    let Some((name, values)) = text.split_once('=') else {
+        return Err(format!(
+            "`{text}` is not NAME=VALUES: write e.g. batch=1,2,4,8, context=1024..65536 or alloc_conf=default,expandable_segments"
+        ));
+    };
+    if name.trim().replace('_', "-") != ALLOC_CONF {
+        return parse_vary(text).map(VaryArg::Dimension);
+    }
+    let list: Vec<AllocConf> = values
+        .split(',')
+        .map(|v| AllocConf::parse(v).map_err(|e| format!("--vary alloc_conf: {e}")))
+        .collect::<Result<_, _>>()?;
+    if let Some(dup) = list
+        .iter()
+        .enumerate()
+        .find(|(i, a)| list[..*i].contains(a))
+        .map(|(_, a)| a)
+    {
+        return Err(format!(
+            "--vary alloc_conf: {dup} is listed twice; each setting once"
+        ));
+    }
+    if list.len() < 2 {
+        return Err(format!(
+            "--vary alloc_conf={values}: an A/B needs two settings or more, e.g. alloc_conf=default,expandable_segments (one setting: measure … --alloc-conf {values})"
+        ));
+    }
+    Ok(VaryArg::AllocConf(list))
+}
+
 /// Parses `name=1,2,4` or `name=lo..hi`.
 pub fn parse_vary(text: &str) -> Result<Vary, String> {
     let Some((name, values)) = text.split_once('=') else {
@@ -33,7 +77,7 @@ pub fn parse_vary(text: &str) -> Result<Vary, String> {
             "`{text}` is not NAME=VALUES: write e.g. batch=1,2,4,8 or context=1024..65536"
         ));
     };
-    let name = Variable::parse(name)?;
+    let name = Variable::parse(name).map_err(|e| format!("{e}, or alloc_conf"))?;
     let number = |v: &str| crate::units::parse_count(v).map_err(|e| format!("--vary {name}: {e}"));
     let values = if let Some((lo, hi)) = values.split_once("..") {
         let (lo, hi) = (number(lo)?, number(hi)?);
@@ -106,6 +150,36 @@ mod tests {
         assert!(parse_vary("batch=1,1").unwrap_err().contains("twice"));
         assert!(parse_vary("batch=8..2").unwrap_err().contains("grow"));
         assert!(parse_vary("batch=0,2").is_err());
+    }
+
+    #[test]
+    fn allocator_settings_are_an_a_b() {
+        assert_eq!(
+            parse_vary_arg("alloc_conf=default,expandable_segments"),
+            Ok(VaryArg::AllocConf(vec![
+                AllocConf::Default,
+                AllocConf::ExpandableSegments
+            ]))
+        );
+        assert!(matches!(
+            parse_vary_arg("batch=1,2"),
+            Ok(VaryArg::Dimension(_))
+        ));
+        assert!(
+            parse_vary_arg("alloc_conf=default")
+                .unwrap_err()
+                .contains("two settings")
+        );
+        assert!(
+            parse_vary_arg("alloc-conf=default,default")
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(
+            parse_vary_arg("alloc_conf=default,max_split_size_mb:64")
+                .unwrap_err()
+                .contains("max_split_size_mb:64")
+        );
     }
 
     #[test]

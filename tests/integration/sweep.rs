@@ -442,3 +442,94 @@ fn a_script_sweep_passes_the_value_to_the_script() {
         .stderr(predicate::str::contains("{context}"));
     assert!(!out.exists());
 }
+
+/// Each setting's worker starts with exactly that setting, whatever the caller exported, and
+/// records it; the summary sets the settings side by side.
+#[test]
+fn an_allocator_a_b_gives_each_worker_its_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("series.json");
+    with_fake_torch()
+        .env(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "garbage_collection_threshold:0.6",
+        )
+        .env("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
+        .args([
+            "sweep",
+            "--vary",
+            "alloc_conf=default,expandable_segments",
+            "--vary",
+            "batch=1,2",
+            "--width",
+            "256",
+            "--output",
+        ])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("allocator settings compared"));
+    let doc = read_json(&out);
+    assert_eq!(doc["mode"], "alloc-conf");
+    assert_eq!(
+        doc["alloc_confs"],
+        serde_json::json!(["default", "expandable_segments"])
+    );
+    for t in doc["trials"].as_array().unwrap() {
+        let settings = &t["result"]["environment"]["python"]["settings"];
+        let expected = match t["values"]["alloc-conf"].as_str().unwrap() {
+            "default" => serde_json::Value::Null,
+            "expandable_segments" => "expandable_segments:True".into(),
+            other => panic!("{other}"),
+        };
+        assert_eq!(settings["PYTORCH_CUDA_ALLOC_CONF"], expected);
+        assert_eq!(settings["PYTORCH_ALLOC_CONF"], serde_json::Value::Null);
+    }
+
+    // One setting for one measurement.
+    let one = dir.path().join("one.json");
+    with_fake_torch()
+        .args([
+            "measure",
+            "--alloc-conf",
+            "expandable_segments",
+            "--width",
+            "256",
+        ])
+        .arg("--output")
+        .arg(&one)
+        .assert()
+        .success();
+    assert_eq!(
+        read_json(&one)["environment"]["python"]["settings"]["PYTORCH_CUDA_ALLOC_CONF"],
+        "expandable_segments:True"
+    );
+    // The fiche sets the settings side by side instead of one curve mixing both.
+    let fiche = dir.path().join("fiche.md");
+    crate::common::iteragpu()
+        .arg("report")
+        .args([&one, &out])
+        .arg("--output")
+        .arg(&fiche)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&fiche).unwrap();
+    assert!(text.contains("Allocator settings compared in fresh processes"));
+    assert!(
+        text.contains("| batch | default | expandable_segments |"),
+        "{text}"
+    );
+    assert!(!text.contains("Peak reserved against batch"));
+    with_fake_torch()
+        .args([
+            "measure",
+            "--alloc-conf",
+            "max_split_size_mb:64",
+            "--output",
+        ])
+        .arg(dir.path().join("never.json"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("max_split_size_mb:64"));
+    assert!(!dir.path().join("never.json").exists());
+}
