@@ -270,8 +270,19 @@ pub struct MeasureArgs {
     /// The caching allocator's setting for the worker: default, expandable_segments or
     /// cudaMallocAsync (replaces PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF for this run;
     /// default: inherit them).
-    #[arg(long, value_name = "SETTING", value_parser = alloc_conf)]
+    #[arg(long, value_name = "SETTING", value_parser = alloc_conf, help_heading = "Allocator")]
     pub alloc_conf: Option<crate::measure::alloc_conf::AllocConf>,
+    /// Record PyTorch's allocation history and write its snapshot next to the result
+    /// (RESULT.snapshot.pickle, for PyTorch's memory_viz), summarised per phase in the result.
+    #[arg(long, conflicts_with = "no_history", help_heading = "Allocator")]
+    pub timeline: bool,
+    /// The most allocation events --timeline keeps (the oldest are dropped first).
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = clap::value_parser!(u64).range(1..=100_000_000), requires = "timeline", help_heading = "Allocator")]
+    pub timeline_entries: u64,
+    /// Record nothing in the allocator (by default the Python frames of live allocations are
+    /// kept, so that an out-of-memory names the largest live tensors).
+    #[arg(long, help_heading = "Allocator")]
+    pub no_history: bool,
     /// Skip the prediction (measure: the one stored next to the result, which runs the workload
     /// again on data-less tensors on the CPU; sweep: the frontier's hint).
     #[arg(long)]

@@ -26,7 +26,7 @@ pub enum OutputError {
 }
 
 impl OutputError {
-    fn io(path: &Path, e: &std::io::Error) -> OutputError {
+    pub fn io(path: &Path, e: &std::io::Error) -> OutputError {
         OutputError::Io {
             path: path.to_path_buf(),
             reason: reason(e),

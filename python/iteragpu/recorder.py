@@ -41,6 +41,8 @@ class Recorder:
         self.output = output
         self._index = 0
         self._standalone = emit is None
+        # The allocator's recording (iteragpu.history), when the CLI asked for one.
+        self.history = None
         self._emit = emit or (lambda type_, data: None)
         if self._standalone:
             self._start_standalone(torch)
@@ -143,6 +145,9 @@ class Recorder:
         index = self._index
         self._index += 1
         self._emit("phase_start", {"name": name, "index": index, "inputs": inputs})
+        if self.history is not None:
+            self.history.phase_start(index, name)
+        started_at = time.time_ns() // 1000
         start_reasons = {}
         self._sync(start_reasons)
         starts = [self._levels(d, start_reasons) for d in self.devices]
@@ -160,6 +165,9 @@ class Recorder:
         end_reasons = {}
         self._sync(end_reasons)
         duration = time.perf_counter() - began
+        ended_at = time.time_ns() // 1000
+        if self.history is not None:
+            self.history.phase_end()
         devices = []
         for device, start in zip(self.devices, starts):
             reasons = dict(start_reasons)
@@ -191,6 +199,8 @@ class Recorder:
             "inputs": inputs,
             "status": "ok" if error is None else "failed",
             "duration_s": duration,
+            "started_at_unix_us": started_at,
+            "ended_at_unix_us": ended_at,
             "devices": devices,
             "error": None
             if error is None

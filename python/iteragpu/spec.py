@@ -50,6 +50,7 @@ class Dense:
     training: Optional[Training] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
+    history: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class CausalLm:
     training: Optional[Training] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
+    history: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Script:
     script_args: Tuple[str, ...] = field(default_factory=tuple)
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
+    history: Optional[dict] = None
 
 
 WORKLOADS = {cls.workload: cls for cls in (Dense, CausalLm, Script)}

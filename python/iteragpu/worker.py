@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 
-from . import probe, recorder, spec as specs
+from . import history, probe, recorder, spec as specs
 from .channel import PROTOCOL, Channel
 
 
@@ -39,12 +39,18 @@ def run(channel, spec):
         return 2
     rec = recorder.Recorder(torch, list(spec.devices), channel.emit)
     recorder._set_current(rec)
-    if spec.memory_limit_bytes:
-        try:
-            rec.describe(memory_limit=emulate_limit(torch, spec))
-        except BaseException as exc:
-            return failed(channel, exc)
-    return run_workload(rec, torch, spec, channel.emit)
+    if spec.history:
+        rec.history = history.History(torch, spec.history, channel.emit).start()
+    try:
+        if spec.memory_limit_bytes:
+            try:
+                rec.describe(memory_limit=emulate_limit(torch, spec))
+            except BaseException as exc:
+                return failed(channel, exc)
+        return run_workload(rec, torch, spec, channel.emit)
+    finally:
+        if rec.history is not None:
+            rec.history.finish()
 
 
 def run_workload(rec, torch, spec, emit):

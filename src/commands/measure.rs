@@ -6,9 +6,11 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use crate::cli::MeasureArgs;
+use crate::measure::history::HistoryMode;
 use crate::measure::plan::MeasurePlan;
 use crate::measure::render;
 use crate::measure::result::MeasureResult;
+use crate::measure::timeline;
 use crate::measure::trial::{ProcessRunner, TrialOutcome, TrialRunner};
 use crate::measure::worker_process::StartError;
 use crate::output::{self, Saved};
@@ -22,8 +24,18 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
     let stop = signals::stop_request();
     let plan = MeasurePlan::from_args(args)?;
     let kv_estimates = prediction::kv_estimates(&plan)?;
-    let trial = plan.trial();
+    let mut trial = plan.trial();
     output::check_new(&args.output)?;
+    // --timeline: the worker dumps the allocator's snapshot into a temporary file next to the
+    // result; the CLI then moves it to RESULT.snapshot.pickle, never over an existing file.
+    let snapshot = match &mut trial.spec.history {
+        Some(h) if h.mode == HistoryMode::Timeline => {
+            let staged = timeline::Staged::new(&args.output)?;
+            h.snapshot = Some(staged.temporary().to_path_buf());
+            Some(staged)
+        }
+        _ => None,
+    };
     // A spinner with the current phase, only on a terminal and never with --json.
     let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
         let bar =
@@ -60,6 +72,9 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         TrialOutcome::Measured(result) => result,
     };
     check::kv_cache(&mut result, &kv_estimates);
+    if let Some(staged) = snapshot {
+        timeline::keep(staged, &mut result);
+    }
     if args.no_prediction {
         result
             .notes

@@ -20,6 +20,11 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
     if m.no_prediction {
         bail!("--no-prediction has no effect on predict; drop it");
     }
+    if m.timeline || m.no_history {
+        bail!(
+            "--timeline and --no-history set what the GPU's allocator records; a prediction has no allocator to record (use them with measure)"
+        );
+    }
     let plan = MeasurePlan::from_args(m)?;
     if plan.devices.len() > 1 {
         bail!(

@@ -87,6 +87,10 @@ pub struct Ledger {
     pub capacities: Vec<Capacity>,
     /// The allocator's own story: fragmentation, retries, rounding.
     pub diagnostics: Vec<String>,
+    /// The failure's out-of-memory message, parsed and classified.
+    pub post_mortem: Option<super::oom::PostMortem>,
+    /// What PyTorch's observer saw alive at the (latest) out-of-memory.
+    pub live_at_oom: Option<crate::measure::history::OomSnapshot>,
     pub notes: Vec<String>,
 }
 
@@ -146,7 +150,9 @@ pub fn of_result(
     // The phase to explain: the highest peak reserved of the first device among completed
     // phases, the first to reach it on a tie (the cache keeps what it reserved, so every later
     // phase shows the same peak without having caused it).
-    let (k, peak_phase) = r
+    let post_mortem = r.failure.as_ref().and_then(|f| f.post_mortem.clone());
+    let live_at_oom = r.oom_snapshots.last().cloned();
+    let Some((k, peak_phase)) = r
         .phases
         .iter()
         .enumerate()
@@ -154,9 +160,30 @@ pub fn of_result(
         .filter_map(|(k, p)| Some((k, p, p.devices.first()?.peak_reserved_bytes?)))
         .max_by_key(|(k, _, b)| (*b, std::cmp::Reverse(*k)))
         .map(|(k, p, _)| (k, p))
-        .ok_or_else(|| {
-            "the result has no completed phase with a peak reserved reading: nothing to explain (a partial peak before a failure is not a need)".to_string()
-        })?;
+    else {
+        let nothing = "the result has no completed phase with a peak reserved reading: nothing to reconcile (a partial peak before a failure is not a need)";
+        if post_mortem.is_none() && live_at_oom.is_none() {
+            return Err(nothing.into());
+        }
+        // An out-of-memory before any phase completed: its post-mortem is the explanation.
+        let failed = r.phases.last();
+        return Ok(Ledger {
+            schema: SCHEMA.into(),
+            phase: failed.map_or("(before any phase)".into(), |p| p.name.clone()),
+            phase_index: failed.map_or(0, |p| p.index),
+            capacities: capacities(
+                r,
+                &device,
+                r.environment.nvml_indices.first().copied().flatten(),
+            ),
+            device,
+            lines: Vec::new(),
+            diagnostics: diagnostics(r),
+            post_mortem,
+            live_at_oom,
+            notes: vec![nothing.into()],
+        });
+    };
     let reading = &peak_phase.devices[0];
     let nth = r.phases[..k]
         .iter()
@@ -505,13 +532,30 @@ pub fn of_result(
         });
     }
 
-    // Capacities, named apart.
+    let capacities = capacities(r, &device, driver.and_then(|d| d.nvml_index));
+    Ok(Ledger {
+        schema: SCHEMA.into(),
+        phase: name.clone(),
+        phase_index: peak_phase.index,
+        device,
+        lines,
+        capacities,
+        diagnostics: diagnostics(r),
+        post_mortem,
+        live_at_oom,
+        notes,
+    })
+}
+
+/// The device's capacities, named apart: PyTorch's total_memory, NVML's total and the vendor's
+/// label (never folded into one number).
+fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<Capacity> {
     let mut capacities = Vec::new();
     if let Some(t) = r
         .environment
         .python
         .as_ref()
-        .and_then(|p| p.device(&device))
+        .and_then(|p| p.device(device))
         .and_then(|d| d.get("total_memory"))
         .and_then(serde_json::Value::as_u64)
     {
@@ -521,8 +565,7 @@ pub fn of_result(
             source: "torch.cuda.get_device_properties().total_memory, read in the run".into(),
         });
     }
-    if let Some(total) = driver
-        .and_then(|d| d.nvml_index)
+    if let Some(total) = nvml_index
         .and_then(|i| {
             r.environment
                 .driver
@@ -543,7 +586,7 @@ pub fn of_result(
         .environment
         .python
         .as_ref()
-        .and_then(|p| p.device(&device))
+        .and_then(|p| p.device(device))
         .and_then(|d| d.get("name"))
         .and_then(serde_json::Value::as_str)
         .map(String::from);
@@ -560,16 +603,7 @@ pub fn of_result(
             source: format!("catalog: {}", card.name),
         });
     }
-    Ok(Ledger {
-        schema: SCHEMA.into(),
-        phase: name.clone(),
-        phase_index: peak_phase.index,
-        device,
-        lines,
-        capacities,
-        diagnostics: diagnostics(r),
-        notes,
-    })
+    capacities
 }
 
 fn weights_predicted_bytes(prediction: Option<&PredictionDoc>) -> Option<u64> {

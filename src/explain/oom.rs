@@ -251,6 +251,18 @@ pub enum OomClass {
     Unknown,
 }
 
+impl OomClass {
+    /// `capacity`, `fragmentation`, `another process` or `unknown`.
+    pub fn label(self) -> &'static str {
+        match self {
+            OomClass::Capacity => "capacity",
+            OomClass::Fragmentation => "fragmentation",
+            OomClass::AnotherProcess => "another process",
+            OomClass::Unknown => "unknown",
+        }
+    }
+}
+
 /// Which check of [`classify`] decided (numbered as in the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

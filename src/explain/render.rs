@@ -5,6 +5,8 @@
 use std::fmt::Write as _;
 
 use super::ledger::{Figure, Ledger, LineKind, Provenance};
+use super::oom::PostMortem;
+use crate::measure::history::OomSnapshot;
 use crate::units::Bytes;
 
 fn cell(f: &Option<Figure>) -> String {
@@ -25,16 +27,24 @@ fn cell(f: &Option<Figure>) -> String {
 
 pub fn table(l: &Ledger) -> String {
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "iteragpu explain: {} #{} on {}, the highest peak — estimate vs prediction vs observation (GiB; calc = calculated, assum = assumed, pred = predicted, obs = observed; bytes in --json)\n",
-        l.phase, l.phase_index, l.device
-    );
-    let _ = writeln!(
-        o,
-        "  {:<60} {:>14} {:>14} {:>14}  checkpoint",
-        "term", "estimate", "predicted", "observed"
-    );
+    if l.lines.is_empty() {
+        let _ = writeln!(
+            o,
+            "iteragpu explain: the run failed in {} #{} on {} before any phase completed — no peak to reconcile\n",
+            l.phase, l.phase_index, l.device
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "iteragpu explain: {} #{} on {}, the highest peak — estimate vs prediction vs observation (GiB; calc = calculated, assum = assumed, pred = predicted, obs = observed; bytes in --json)\n",
+            l.phase, l.phase_index, l.device
+        );
+        let _ = writeln!(
+            o,
+            "  {:<60} {:>14} {:>14} {:>14}  checkpoint",
+            "term", "estimate", "predicted", "observed"
+        );
+    }
     for line in &l.lines {
         let marker = match line.kind {
             LineKind::Term => "+ ",
@@ -94,6 +104,9 @@ pub fn table(l: &Ledger) -> String {
     for d in &l.diagnostics {
         let _ = writeln!(o, "  allocator: {d}");
     }
+    for line in post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref()) {
+        let _ = writeln!(o, "  {line}");
+    }
     for n in &l.notes {
         let _ = writeln!(o, "  note: {n}");
     }
@@ -102,4 +115,54 @@ pub fn table(l: &Ledger) -> String {
         "  reading rules: reserved − allocated only from one checkpoint; the growth inside a phase is what was alive at its peak beyond its start, not the volume of its temporaries."
     );
     o
+}
+
+/// The out-of-memory post-mortem as lines of text: the class and its reason, what to try, and
+/// the largest allocations alive when PyTorch's observer saw the failure.
+pub fn post_mortem(pm: Option<&PostMortem>, live: Option<&OomSnapshot>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(pm) = pm {
+        let d = &pm.diagnosis;
+        out.push(format!(
+            "out-of-memory post-mortem: {} — {}",
+            d.class.label(),
+            d.reason
+        ));
+        out.extend(d.advice.iter().map(|a| format!("try: {a}")));
+    }
+    if let Some(s) = live {
+        match &s.live {
+            Some(l) => {
+                out.push(format!(
+                    "at the out-of-memory on {} (PyTorch's observer, before it raised): {} requested; {} live in {} segment(s) of {} reserved; largest free block {}",
+                    s.device,
+                    Bytes(s.requested_bytes).both(),
+                    Bytes(l.live_bytes).both(),
+                    l.segments,
+                    Bytes(l.reserved_bytes).both(),
+                    Bytes(l.largest_free_block).both()
+                ));
+                for b in l.largest_live.iter().take(5) {
+                    let at = b
+                        .frames
+                        .first()
+                        .map_or("no frame recorded".to_string(), |f| {
+                            format!(
+                                "{}:{} in {}",
+                                f.filename.as_deref().unwrap_or("?"),
+                                f.line.map_or("?".into(), |l| l.to_string()),
+                                f.name.as_deref().unwrap_or("?")
+                            )
+                        });
+                    out.push(format!("  live {} — {at}", Bytes(b.bytes).both()));
+                }
+            }
+            None => out.push(format!(
+                "at the out-of-memory on {}: no snapshot ({})",
+                s.device,
+                s.reason.as_deref().unwrap_or("not taken")
+            )),
+        }
+    }
+    out
 }

@@ -10,6 +10,12 @@
 //! {"type": "unavailable", "data": {"reason": "PyTorch cannot be imported …"}}
 //! {"type": "done", "data": {"status": "ok"}}
 //! ```
+//! The allocator's recording (`measure/history.rs`) adds:
+//! ```text
+//! {"type": "history", "data": {"mode": "state", "recording": true, "max_entries": null, "phase_markers": false, "oom_observer": true, "null_reasons": {}}}
+//! {"type": "oom_snapshot", "data": {"device": "cuda:0", "requested_bytes": 429496729600, "device_allocated_bytes": 0, "device_free_bytes": 149467152384, "at_unix_us": 1764480000000000, "live": {…}, "reason": null}}
+//! {"type": "snapshot", "data": {"path": "/out/.r.json.snapshot.tmp", "reason": null}}
+//! ```
 //! A prediction (`iteragpu predict`) adds the storages of the target device, in order:
 //! ```text
 //! {"type": "alloc", "data": {"id": 7, "bytes": 262144, "category": "temporary", "module": "LlamaForCausalLM.model.layers.0.mlp", "shape": [2, 16, 2048], "dtype": "float32", "tainted": false}}
@@ -127,6 +133,12 @@ pub struct PhaseRecord {
     /// `timeout` or `interrupted`.
     pub status: super::result::RunStatus,
     pub duration_s: Option<f64>,
+    /// Wall-clock bounds of the phase in microseconds since the Unix epoch (the clock of the
+    /// allocator's trace, which `--timeline` splits by phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_unix_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_unix_us: Option<u64>,
     #[serde(default)]
     pub devices: Vec<DeviceReading>,
     pub error: Option<PhaseError>,
@@ -189,6 +201,15 @@ pub enum Event {
     /// Something the worker wants said in the result.
     Note {
         text: String,
+    },
+    /// The allocator's recording as the worker could start it.
+    History(super::history::HistoryStatus),
+    /// What PyTorch's out-of-memory observer saw before it raised.
+    OomSnapshot(Box<super::history::OomSnapshot>),
+    /// `--timeline`: the snapshot dumped (its temporary path) or why not.
+    Snapshot {
+        path: Option<String>,
+        reason: Option<String>,
     },
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::alloc_conf::AllocConf;
 use super::dimensions::{Dimensions, Variable};
+use super::history::{HistoryMode, HistorySpec};
 use super::result::Policies;
 use super::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
@@ -31,6 +32,9 @@ pub struct MeasurePlan {
     pub timeout: Duration,
     /// `--alloc-conf`: the allocator setting the worker starts with (`None`: the environment's).
     pub alloc_conf: Option<AllocConf>,
+    /// What the allocator records: live allocations' frames for the post-mortem (the default),
+    /// the whole timeline (`--timeline`), or nothing (`--no-history`).
+    pub history: Option<HistorySpec>,
 }
 
 /// The workload and its validated settings.
@@ -140,6 +144,19 @@ impl MeasurePlan {
             python: crate::python_side::interpreter(args.python.as_deref()),
             timeout: Duration::from_secs(args.timeout),
             alloc_conf: args.alloc_conf,
+            history: match (args.no_history, args.timeline) {
+                (true, _) => None,
+                (false, true) => Some(HistorySpec {
+                    mode: HistoryMode::Timeline,
+                    max_entries: Some(args.timeline_entries),
+                    snapshot: None,
+                }),
+                (false, false) => Some(HistorySpec {
+                    mode: HistoryMode::State,
+                    max_entries: None,
+                    snapshot: None,
+                }),
+            },
         };
         plan.check_dimensions()?;
         refuse_unused(args, &plan)?;
@@ -285,6 +302,7 @@ impl MeasurePlan {
             seed: self.seed,
             memory_limit_bytes: None,
             predict: None,
+            history: self.history.clone(),
         }
     }
 

@@ -150,6 +150,10 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
             f.message.as_deref().unwrap_or(""),
             f.caution
         );
+        let live = r.oom_snapshots.last();
+        for line in crate::explain::render::post_mortem(f.post_mortem.as_ref(), live) {
+            let _ = writeln!(o, "  {line}");
+        }
     }
     if r.environment.driver.is_none() {
         let _ = writeln!(

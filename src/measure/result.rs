@@ -87,6 +87,16 @@ pub struct MeasureResult {
     /// The cache object's real size next to the estimate's KV term for the same load (causal-lm).
     #[serde(default)]
     pub kv_cache: Vec<crate::prediction::check::CacheCheck>,
+    /// The allocator's recording as the worker could start it (null: not asked, `--no-history`).
+    #[serde(default)]
+    pub history: Option<super::history::HistoryStatus>,
+    /// What PyTorch's out-of-memory observer saw before raising (the largest live blocks with
+    /// their frames); at most `history::MAX_OOM_SNAPSHOTS`.
+    #[serde(default)]
+    pub oom_snapshots: Vec<super::history::OomSnapshot>,
+    /// `--timeline`: the allocator's snapshot written next to the result, and its summary.
+    #[serde(default)]
+    pub timeline: Option<Timeline>,
     /// Events of types this CLI does not know, kept verbatim.
     pub unknown_events: Vec<Value>,
     pub notes: Vec<String>,
@@ -159,8 +169,26 @@ pub struct Failure {
     pub error_type: Option<String>,
     pub message: Option<String>,
     pub out_of_memory: bool,
+    /// PyTorch's out-of-memory message parsed and classified (capacity, fragmentation, another
+    /// process), with what to try; null when the message is not an out-of-memory's.
+    #[serde(default)]
+    pub post_mortem: Option<crate::explain::oom::PostMortem>,
     /// A partial peak before a failure is not the need of a complete run.
     pub caution: String,
+}
+
+/// `measure --timeline`: PyTorch's allocator snapshot (a pickle memory_viz opens) next to the
+/// result, with the CLI's summary of it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Where the snapshot is; null with `reason` when none was written.
+    pub path: Option<std::path::PathBuf>,
+    pub reason: Option<String>,
+    pub bytes: Option<u64>,
+    pub sha256: Option<String>,
+    /// Per phase: the largest allocations alive at its peak with their frames, the segments, the
+    /// largest free block, and allocated/reserved over time.
+    pub summary: Option<Value>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -7,9 +7,11 @@
 //! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 0, "repeats": 2, "empty_cache": "never", "whole_loop": false, "task": "train", "steps": 2, "optimizer": "adamw", "precision": "bf16-mixed", "gradient_checkpointing": false}
 //! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
+//! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": [], "history": {"mode": "timeline", "max_entries": 100000, "snapshot": "/out/.r.json.snapshot-1a2b"}}
 //! ```
 //! A sweep adds `"memory_limit_bytes": 8589934592` to emulate a smaller card; a prediction adds
-//! `"predict": {…}`, the target card (`prediction::target::Target`). The training keys
+//! `"predict": {…}`, the target card (`prediction::target::Target`); a measurement adds what the
+//! allocator records, `"history": {"mode": "state"}` (the last example: `--timeline`). The training keys
 //! appear only for `--task train`; the quantized cache's keys only for `--cache quantized`.
 
 use serde::{Deserialize, Serialize};
@@ -33,6 +35,9 @@ pub struct WorkerSpec {
     /// Predict instead of measure: run on data-less CUDA tensors for this card, in a CPU process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predict: Option<crate::prediction::target::Target>,
+    /// What the allocator records (`measure/history.rs`); absent: nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<super::history::HistorySpec>,
 }
 
 /// What the worker runs, tagged by `workload`.
@@ -213,7 +218,7 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("//! {"))
             .collect();
-        assert_eq!(examples.len(), 4);
+        assert_eq!(examples.len(), 5);
         for rest in examples {
             let text = format!("{{{rest}");
             let original: Value = serde_json::from_str(&text).expect(&text);
@@ -247,6 +252,7 @@ mod tests {
             seed: 0,
             memory_limit_bytes: None,
             predict: None,
+            history: None,
         };
         let map = spec.to_map();
         assert_eq!(map["workload"], "dense");

@@ -144,6 +144,10 @@ struct Progress {
     unknown: Vec<Value>,
     garbage: u64,
     notes: Vec<String>,
+    history: Option<super::history::HistoryStatus>,
+    oom_snapshots: Vec<super::history::OomSnapshot>,
+    oom_snapshots_dropped: u64,
+    snapshot: Option<(Option<String>, Option<String>)>,
 }
 
 /// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
@@ -208,6 +212,13 @@ fn run_in_process(
         Line::Event(Event::Unavailable { reason }) => p.unavailable = Some(reason),
         Line::Event(Event::Done { status, error }) => p.done = Some((status, error)),
         Line::Event(Event::Note { text }) => p.notes.push(text),
+        Line::Event(Event::History(status)) => p.history = Some(status),
+        Line::Event(Event::OomSnapshot(s)) => {
+            if super::history::keep(&mut p.oom_snapshots, *s) {
+                p.oom_snapshots_dropped += 1;
+            }
+        }
+        Line::Event(Event::Snapshot { path, reason }) => p.snapshot = Some((path, reason)),
         // Storage events belong to predictions; a measuring worker does not send them.
         Line::Event(
             Event::Alloc(_)
@@ -223,6 +234,8 @@ fn run_in_process(
     // A phase the worker never finished keeps the driver's view of it (peaks seen while it ran).
     let unfinished_driver = p.current.as_ref().map(|(name, index)| {
         let probe = PhaseRecord {
+            started_at_unix_us: None,
+            ended_at_unix_us: None,
             name: name.clone(),
             index: *index,
             inputs: Map::new(),
@@ -298,6 +311,8 @@ fn run_in_process(
     }
     if let Some((name, index)) = p.current.take() {
         p.phases.push(PhaseRecord {
+            started_at_unix_us: None,
+            ended_at_unix_us: None,
             name: name.clone(),
             index,
             inputs: Map::new(),
@@ -327,7 +342,21 @@ fn run_in_process(
     {
         notes.push("measured with the test suite's fake torch: not a GPU measurement".into());
     }
+    if p.oom_snapshots_dropped > 0 {
+        notes.push(format!(
+            "{} more out-of-memory snapshot(s) were taken and not kept (the first {} and the latest are)",
+            p.oom_snapshots_dropped,
+            super::history::MAX_OOM_SNAPSHOTS - 1
+        ));
+    }
     let failure = (!status.is_ok()).then(|| failure_of(&p, status, stopped));
+    let timeline = p.snapshot.take().map(|(path, reason)| result::Timeline {
+        path: path.map(std::path::PathBuf::from),
+        reason,
+        bytes: None,
+        sha256: None,
+        summary: None,
+    });
     let warm_summary = result::warm_summary(&p.phases, &trial.devices);
     let result = MeasureResult {
         schema: result::SCHEMA.to_string(),
@@ -374,6 +403,9 @@ fn run_in_process(
         predictions: Vec::new(),
         prediction: None,
         kv_cache: Vec::new(),
+        history: p.history,
+        oom_snapshots: p.oom_snapshots,
+        timeline,
         unknown_events: p.unknown,
         notes,
     };
@@ -417,6 +449,11 @@ fn failure_of(p: &Progress, status: RunStatus, stopped: Option<Stop>) -> Failure
                 })
             }),
         out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
+        post_mortem: phase_error
+            .as_ref()
+            .map(|e| e.message.as_str())
+            .or_else(|| done_error.as_ref().and_then(|e| e["message"].as_str()))
+            .and_then(crate::explain::oom::diagnose),
         caution: "a partial peak before a failure is not the memory need of a complete run".into(),
     }
 }
@@ -521,6 +558,8 @@ pub(crate) mod mock {
                 status
             };
             let phase = PhaseRecord {
+                started_at_unix_us: None,
+                ended_at_unix_us: None,
                 name: "work".into(),
                 index: 0,
                 inputs: Map::new(),
@@ -551,6 +590,7 @@ pub(crate) mod mock {
                 error_type: error.as_ref().map(|e| e.kind.clone()),
                 message: error.as_ref().map(|e| e.message.clone()),
                 out_of_memory: error.as_ref().is_some_and(|e| e.out_of_memory),
+                post_mortem: None,
                 caution: "a partial peak before a failure is not the memory need of a complete run"
                     .into(),
             });
@@ -593,6 +633,9 @@ pub(crate) mod mock {
                 predictions: Vec::new(),
                 prediction: None,
                 kv_cache: Vec::new(),
+                history: None,
+                oom_snapshots: Vec::new(),
+                timeline: None,
                 unknown_events: Vec::new(),
                 notes: Vec::new(),
             })))

@@ -46,6 +46,8 @@ pub fn predict(
     let mut spec = trial.spec.clone();
     spec.devices.truncate(1);
     spec.predict = Some(target.clone());
+    // Fake tensors have no allocator to record.
+    spec.history = None;
     let cmd = WorkerCommand {
         python: plan.python.clone(),
         spec: serde_json::to_value(&spec)

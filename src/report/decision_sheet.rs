@@ -877,6 +877,10 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
     let Ok(l) = ledger::of_result(r, e, None) else {
         return;
     };
+    if l.lines.is_empty() {
+        post_mortem(b, &l, lang);
+        return;
+    }
     b.push(Block::Heading(
         lang.t(
             "Why the peak exceeds the estimate",
@@ -995,6 +999,21 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
     if !l.diagnostics.is_empty() {
         b.push(Block::List(l.diagnostics.clone()));
     }
+    post_mortem(b, &l, lang);
+}
+
+/// The out-of-memory post-mortem, when the run ended in one (its text is in English: it quotes
+/// and reasons on PyTorch's English message).
+fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Lang) {
+    let lines = crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref());
+    if lines.is_empty() {
+        return;
+    }
+    b.push(Block::Heading(
+        lang.t("Out-of-memory post-mortem", "Autopsie du manque de mémoire")
+            .into(),
+    ));
+    b.push(Block::List(lines));
 }
 
 fn assumed(

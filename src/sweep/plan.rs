@@ -132,6 +132,11 @@ impl SweepPlan {
                 "--no-prediction applies to --search frontier (its hint); drop it (sweep trials are measured, not predicted)"
             );
         }
+        if m.timeline {
+            bail!(
+                "--timeline records one run's allocations; measure the configuration you want to see with `iteragpu measure … --timeline` (a sweep keeps the live allocations' frames for its out-of-memory post-mortems)"
+            );
+        }
         let limit = limit(args)?;
         // Validate the base configuration before anything runs (bad input exits 1).
         let base = MeasurePlan::from_args(m)?;

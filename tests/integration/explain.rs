@@ -259,8 +259,10 @@ fn files_that_do_not_belong_together_are_refused() {
         .stderr(predicate::str::contains("/nonexistent/r.json"));
 }
 
+/// An out-of-memory is explained by its post-mortem: PyTorch's message parsed and classified,
+/// in the result, the table, the JSON and the fiche; no partial peak is reconciled as a need.
 #[test]
-fn a_failed_run_is_explained_up_to_its_last_completed_phase() {
+fn an_out_of_memory_gets_its_post_mortem() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("failed.json");
     with_fake_torch()
@@ -268,22 +270,24 @@ fn a_failed_run_is_explained_up_to_its_last_completed_phase() {
         .args(["measure", "--width", "2048", "--output"])
         .arg(&out)
         .assert()
-        .code(3);
+        .code(3)
+        .stdout(predicate::str::contains(
+            "out-of-memory post-mortem: capacity",
+        ));
     let doc = read_json(&out);
-    let run = iteragpu()
-        .arg("explain")
-        .arg(&out)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let pm = &doc["failure"]["post_mortem"];
+    assert_eq!(pm["diagnosis"]["class"], "capacity");
+    assert_eq!(pm["report"]["tried_to_allocate"]["bytes"], 64u64 << 20);
+    let ledger = explain_json(&[&out], &[]);
+    assert_eq!(ledger["post_mortem"], *pm);
     let completed = doc["phases"]
         .as_array()
         .unwrap()
         .iter()
         .any(|p| p["status"] == "ok");
-    if completed {
-        assert!(run.status.success());
-        let ledger: Value = serde_json::from_slice(&run.stdout).unwrap();
+    if !completed {
+        assert_eq!(ledger["lines"].as_array().unwrap().len(), 0);
+    } else {
         let phase = doc["phases"]
             .as_array()
             .unwrap()
@@ -294,8 +298,55 @@ fn a_failed_run_is_explained_up_to_its_last_completed_phase() {
             phase["status"], "ok",
             "a partial peak is not explained as a need"
         );
-    } else {
-        assert_eq!(run.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&run.stderr).contains("nothing to explain"));
     }
+    iteragpu()
+        .arg("explain")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "try: Find the frontier at a smaller load",
+        ));
+    let fiche = dir.path().join("fiche.md");
+    iteragpu()
+        .arg("report")
+        .arg(&out)
+        .arg("--output")
+        .arg(&fiche)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&fiche).unwrap();
+    assert!(text.contains("## Out-of-memory post-mortem"));
+    assert!(text.contains("capacity"));
+}
+
+/// A run that failed for another reason has nothing to explain and says so.
+#[test]
+fn a_crash_before_any_phase_has_nothing_to_explain() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("crashed.json");
+    with_fake_torch()
+        .env("FAKE_TORCH_CRASH_AFTER_SYNC", "1")
+        .args(["measure", "--width", "256", "--output"])
+        .arg(&out)
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    if doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["status"] == "ok")
+    {
+        return crate::common::not_run(
+            "explain of a run with no completed phase",
+            "FAKE_TORCH_CRASH_AFTER_SYNC=1 let a phase complete",
+        );
+    }
+    iteragpu()
+        .arg("explain")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("nothing to reconcile"));
 }

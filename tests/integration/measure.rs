@@ -426,7 +426,7 @@ fn the_worker_reads_the_documented_specs() {
         .filter_map(|l| l.strip_prefix("//! {"))
         .map(|rest| format!("{{{rest}"))
         .collect();
-    assert_eq!(examples.len(), 4);
+    assert_eq!(examples.len(), 5);
     let code = "import json, sys\nfrom iteragpu import spec\nfor line in sys.stdin:\n    s = spec.parse(json.loads(line))\n    print(type(s).__name__, s.devices[0], s.training is not None if hasattr(s, 'training') else None)\ntry:\n    spec.parse({'workload': 'script', 'devices': ['cuda:0'], 'seed': 0, 'script': 'x.py', 'scirpt_args': []})\nexcept spec.SpecError as e:\n    print('refused:', e)\n";
     let out = std::process::Command::new("python3")
         .env(
@@ -460,6 +460,7 @@ fn the_worker_reads_the_documented_specs() {
             "Dense cuda:0 False",
             "Dense cuda:0 True",
             "CausalLm cuda:0 False",
+            "Script cuda:0 None",
             "Script cuda:0 None",
             "refused: the worker's spec has unknown key(s) scirpt_args for workload 'script'",
         ]

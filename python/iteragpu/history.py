@@ -1,0 +1,192 @@
+"""The caching allocator's own record of allocations, for the post-mortem and the timeline.
+
+Two modes, chosen by the CLI (`spec.history`):
+
+- ``state`` (the default of `measure`): PyTorch keeps the Python frames of each *live* allocation
+  and no event history, so its cost is bounded by what is alive. At an out-of-memory, the observer
+  PyTorch calls before raising takes a snapshot and the largest live blocks are reported with
+  their frames (event ``oom_snapshot``).
+- ``timeline`` (`measure --timeline`): every allocation and free with its frames, bounded by
+  ``max_entries``; each phase is marked in the trace's user metadata where this PyTorch has it
+  (thread-local: autograd's threads are not marked, so the CLI also splits by time), and the
+  snapshot is dumped at the end to the path the CLI gave, for PyTorch's memory_viz.
+
+Anything this PyTorch or its allocator backend does not support is reported as a reason
+(event ``history``), never hidden and never fatal to the measurement.
+"""
+
+import time
+
+# At an out-of-memory: how many live blocks and frames per block are reported.
+LARGEST_LIVE = 10
+FRAMES = 8
+
+
+def _reason(exc):
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _frames(block):
+    """The block's Python frames, the workload's own first (PyTorch's internals last)."""
+    frames = [
+        {"filename": f.get("filename"), "line": f.get("line"), "name": f.get("name")}
+        for f in (block.get("frames") or [])
+        if f.get("filename")
+    ]
+    own = [f for f in frames if "/torch/" not in f["filename"] and "iteragpu/" not in f["filename"]]
+    rest = [f for f in frames if f not in own]
+    return (own + rest)[:FRAMES]
+
+
+def summarize_live(snapshot, device_index, limit=LARGEST_LIVE):
+    """The device's segments as the allocator saw them: reserved, live and free bytes, the
+    largest free block, and the largest live blocks with their frames."""
+    reserved = live = free = largest_free = segments = 0
+    blocks = []
+    for seg in snapshot.get("segments", []):
+        if seg.get("device", device_index) != device_index:
+            continue
+        segments += 1
+        reserved += int(seg.get("total_size", 0))
+        for b in seg.get("blocks", []):
+            size = int(b.get("size", 0))
+            state = b.get("state", "")
+            if state.startswith("active"):
+                live += size
+                blocks.append(b)
+            elif state == "inactive":
+                free += size
+                largest_free = max(largest_free, size)
+    blocks.sort(key=lambda b: int(b.get("size", 0)), reverse=True)
+    return {
+        "segments": segments,
+        "reserved_bytes": reserved,
+        "live_bytes": live,
+        "free_bytes": free,
+        "largest_free_block": largest_free,
+        "largest_live": [
+            {
+                "bytes": int(b.get("size", 0)),
+                "requested_bytes": b.get("requested_size"),
+                "frames": _frames(b),
+            }
+            for b in blocks[:limit]
+        ],
+    }
+
+
+class History:
+    """Starts the allocator's recording and follows the phases; `finish()` dumps the timeline."""
+
+    def __init__(self, torch, config, emit):
+        self.torch = torch
+        self.mode = config.get("mode", "state")
+        self.max_entries = int(config.get("max_entries") or 100_000)
+        self.snapshot = config.get("snapshot")
+        self.emit = emit
+        self.recording = False
+        self.markers = False
+        self.observer = False
+        self.reasons = {}
+
+    def start(self):
+        memory = getattr(self.torch.cuda, "memory", None)
+        record = getattr(memory, "_record_memory_history", None)
+        if record is None:
+            self.reasons["record"] = "this PyTorch has no torch.cuda.memory._record_memory_history"
+        else:
+            try:
+                if self.mode == "timeline":
+                    record(enabled="all", context="all", stacks="python", max_entries=self.max_entries)
+                else:
+                    record(enabled="state", context="alloc", stacks="python")
+                self.recording = True
+            except Exception as exc:  # cudaMallocAsync and pluggable allocators refuse it
+                self.reasons["record"] = _reason(exc)
+        supported = getattr(memory, "_memory_metadata_supported", None)
+        if self.mode == "timeline" and self.recording and hasattr(memory, "_set_memory_metadata"):
+            try:
+                self.markers = bool(supported()) if supported else True
+            except Exception as exc:
+                self.reasons["markers"] = _reason(exc)
+            if not self.markers and "markers" not in self.reasons:
+                self.reasons["markers"] = "the allocator backend records no metadata"
+        elif self.mode == "timeline":
+            self.reasons.setdefault("markers", "this PyTorch has no torch.cuda.memory._set_memory_metadata")
+        attach = getattr(getattr(self.torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            self.reasons["observer"] = "this PyTorch has no out-of-memory observer"
+        else:
+            try:
+                attach(self._on_oom)
+                self.observer = True
+            except Exception as exc:
+                self.reasons["observer"] = _reason(exc)
+        self.emit(
+            "history",
+            {
+                "mode": self.mode,
+                "recording": self.recording,
+                "max_entries": self.max_entries if self.mode == "timeline" else None,
+                "phase_markers": self.markers,
+                "oom_observer": self.observer,
+                "null_reasons": dict(self.reasons),
+            },
+        )
+        return self
+
+    def _on_oom(self, device, alloc, device_allocated, device_free):
+        """Called by PyTorch before it raises an out-of-memory: what was alive at that moment."""
+        try:
+            snapshot = self.torch.cuda.memory._snapshot()
+            live = summarize_live(snapshot, int(device))
+            reason = None
+        except Exception as exc:
+            live, reason = None, _reason(exc)
+        self.emit(
+            "oom_snapshot",
+            {
+                "device": f"cuda:{int(device)}",
+                "requested_bytes": int(alloc),
+                "device_allocated_bytes": int(device_allocated),
+                "device_free_bytes": int(device_free),
+                "at_unix_us": time.time_ns() // 1000,
+                "live": live,
+                "reason": reason,
+            },
+        )
+
+    def phase_start(self, index, name):
+        if self.markers:
+            try:
+                self.torch.cuda.memory._set_memory_metadata(f"iteragpu phase {index} {name}")
+            except Exception as exc:
+                self.markers = False
+                self.reasons["markers"] = _reason(exc)
+
+    def phase_end(self):
+        if self.markers:
+            try:
+                self.torch.cuda.memory._set_memory_metadata("")
+            except Exception as exc:
+                self.markers = False
+                self.reasons["markers"] = _reason(exc)
+
+    def finish(self):
+        """Dumps the timeline (mode ``timeline``) where the CLI asked; says where or why not."""
+        if self.mode != "timeline" or not self.snapshot:
+            return
+        data = {"path": None, "reason": None}
+        if not self.recording:
+            data["reason"] = self.reasons.get("record", "the history was not recorded")
+        else:
+            try:
+                self.torch.cuda.memory._dump_snapshot(self.snapshot)
+                data["path"] = self.snapshot
+            except Exception as exc:
+                data["reason"] = _reason(exc)
+            try:
+                self.torch.cuda.memory._record_memory_history(enabled=None)
+            except Exception:
+                pass
+        self.emit("snapshot", data)

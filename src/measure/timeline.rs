@@ -1,0 +1,155 @@
+//! `measure --timeline`: where the allocator's snapshot goes. The worker dumps it into a hidden
+//! temporary file beside the result (the CLI owns the files); the CLI then moves it to
+//! `RESULT.snapshot.pickle` without replacing anything, records its size and SHA-256, and
+//! summarises it (`explain::snapshot`).
+
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::result::{MeasureResult, Timeline};
+use crate::output::{self, OutputError};
+
+/// The snapshot's final path for a result path: `r.json` → `r.snapshot.pickle`.
+pub fn snapshot_path(result: &Path) -> PathBuf {
+    let stem = match result.extension().and_then(|e| e.to_str()) {
+        Some("json") => result.with_extension(""),
+        _ => result.to_path_buf(),
+    };
+    let mut name = stem.file_name().unwrap_or_default().to_os_string();
+    name.push(".snapshot.pickle");
+    stem.with_file_name(name)
+}
+
+/// The temporary file the worker writes, and where it goes once written.
+pub struct Staged {
+    temporary: tempfile::NamedTempFile,
+    destination: PathBuf,
+}
+
+impl Staged {
+    /// Refuses before the run when the snapshot's path exists or cannot be created.
+    pub fn new(result: &Path) -> Result<Staged, OutputError> {
+        let destination = snapshot_path(result);
+        output::check_new(&destination)?;
+        let folder = destination
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let temporary = tempfile::Builder::new()
+            .prefix(".iteragpu-snapshot-")
+            .suffix(".pickle")
+            .tempfile_in(folder)
+            .map_err(|e| OutputError::io(&destination, &e))?;
+        Ok(Staged {
+            temporary,
+            destination,
+        })
+    }
+
+    pub fn temporary(&self) -> &Path {
+        self.temporary.path()
+    }
+}
+
+/// Moves the snapshot into place (or says why there is none) and records it in the result.
+pub fn keep(staged: Staged, result: &mut MeasureResult) {
+    let mut timeline = result.timeline.take().unwrap_or_else(|| Timeline {
+        path: None,
+        reason: Some(format!(
+            "the worker ended ({}) before dumping the allocator's snapshot",
+            result.status
+        )),
+        bytes: None,
+        sha256: None,
+        summary: None,
+    });
+    if timeline.path.is_none() {
+        // Dropping the staged file removes it.
+        result.timeline = Some(timeline);
+        return;
+    }
+    let path = match staged.temporary.persist_noclobber(&staged.destination) {
+        Ok(_) => staged.destination,
+        Err(e) => {
+            // The destination appeared meanwhile: keep the snapshot where it was written.
+            let kept = e.file.into_temp_path();
+            match kept.keep() {
+                Ok(p) => {
+                    result.notes.push(format!(
+                        "the snapshot could not be moved to {} ({}); it stays in {}",
+                        staged.destination.display(),
+                        output::reason(&e.error),
+                        p.display()
+                    ));
+                    p
+                }
+                Err(e) => {
+                    timeline.path = None;
+                    timeline.reason = Some(format!(
+                        "the snapshot could not be kept: {}",
+                        output::reason(&e.error)
+                    ));
+                    result.timeline = Some(timeline);
+                    return;
+                }
+            }
+        }
+    };
+    match digest(&path) {
+        Ok((bytes, sha)) if bytes > 0 => {
+            timeline.bytes = Some(bytes);
+            timeline.sha256 = Some(sha);
+        }
+        Ok(_) => timeline.reason = Some("the worker wrote an empty snapshot".into()),
+        Err(e) => {
+            timeline.reason = Some(format!(
+                "cannot read the snapshot back: {}",
+                output::reason(&e)
+            ))
+        }
+    }
+    timeline.path = Some(path);
+    result.timeline = Some(timeline);
+}
+
+/// Size and SHA-256 of a file, read in blocks (a snapshot can hold gigabytes).
+fn digest(path: &Path) -> std::io::Result<(u64, String)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        total += n as u64;
+    }
+    Ok((
+        total,
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_snapshot_sits_beside_its_result() {
+        assert_eq!(
+            snapshot_path(Path::new("/runs/r.json")),
+            Path::new("/runs/r.snapshot.pickle")
+        );
+        assert_eq!(
+            snapshot_path(Path::new("out")),
+            Path::new("out.snapshot.pickle")
+        );
+    }
+}
