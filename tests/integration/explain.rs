@@ -350,3 +350,53 @@ fn a_crash_before_any_phase_has_nothing_to_explain() {
         .code(1)
         .stderr(predicate::str::contains("nothing to reconcile"));
 }
+
+/// The worker's summary of the allocator's snapshot at an out-of-memory, on a snapshot shaped as
+/// PyTorch's `torch.cuda.memory._snapshot()` returns it: the largest live blocks first, the
+/// workload's own frames before PyTorch's, other devices and free blocks left out.
+#[test]
+fn the_live_blocks_at_an_out_of_memory_are_summarised_largest_first() {
+    let code = r#"
+import json
+from iteragpu import history
+torch_frame = {"filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"}
+own = {"filename": "/home/me/train.py", "line": 42, "name": "step"}
+snapshot = {"segments": [
+    {"device": 0, "total_size": 20971520, "blocks": [
+        {"size": 8388608, "requested_size": 8000000, "state": "active_allocated", "frames": [torch_frame, own]},
+        {"size": 2097152, "requested_size": 2097152, "state": "active_pending_free", "frames": []},
+        {"size": 10485760, "state": "inactive", "frames": []}]},
+    {"device": 0, "total_size": 2097152, "blocks": [
+        {"size": 512, "requested_size": 4, "state": "active_allocated", "frames": [own]},
+        {"size": 2096640, "state": "inactive"}]},
+    {"device": 1, "total_size": 1073741824, "blocks": [
+        {"size": 1073741824, "state": "active_allocated", "frames": [own]}]}]}
+print(json.dumps(history.summarize_live(snapshot, 0, limit=2)))
+"#;
+    let out = std::process::Command::new("python3")
+        .env(
+            "PYTHONPATH",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["segments"], 2);
+    assert_eq!(s["reserved_bytes"], 20971520 + 2097152);
+    assert_eq!(s["live_bytes"], 8388608 + 2097152 + 512);
+    assert_eq!(s["free_bytes"], 10485760 + 2096640);
+    assert_eq!(s["largest_free_block"], 10485760);
+    let live = s["largest_live"].as_array().unwrap();
+    assert_eq!(live.len(), 2, "limited to the largest two");
+    assert_eq!(live[0]["bytes"], 8388608);
+    assert_eq!(live[0]["frames"][0]["filename"], "/home/me/train.py");
+    assert_eq!(live[1]["bytes"], 2097152);
+    // The Rust side reads the same shape.
+    let _: iteragpu::measure::history::LiveSummary = serde_json::from_value(s).unwrap();
+}
