@@ -10,6 +10,7 @@ pub mod dtype;
 pub(crate) mod environment;
 pub mod estimate;
 pub(crate) mod exit;
+pub mod explain;
 pub mod measure;
 pub mod model;
 pub(crate) mod output;
