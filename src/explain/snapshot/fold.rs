@@ -143,7 +143,7 @@ pub(crate) enum Acc {
     Segment(Box<SegmentAcc>),
     Blocks(Box<BlockStats>),
     Block(BlockAcc),
-    Entry(Box<EntryAcc>),
+    Entry(EntryAcc),
     Frames(StackRec),
     Frame(FrameAcc),
 }
@@ -336,7 +336,7 @@ impl Folder {
     }
 
     fn device_mut(&mut self, device: i64) -> Option<&mut DeviceAcc> {
-        if !self.devices.contains_key(&device) && self.devices.len() >= MAX_DEVICES {
+        if self.devices.len() >= MAX_DEVICES && !self.devices.contains_key(&device) {
             self.count("devices beyond the 1,024th were ignored");
             return None;
         }
@@ -964,7 +964,7 @@ impl Schema for Folder {
                 state: Word::Other,
                 stack: None,
             }),
-            Ctx::Entry(_) => Acc::Entry(Box::new(EntryAcc {
+            Ctx::Entry(_) => Acc::Entry(EntryAcc {
                 action: Word::Other,
                 other_action: None,
                 addr: None,
@@ -973,7 +973,7 @@ impl Schema for Folder {
                 stack: None,
                 meta: Meta::Absent,
                 device_free: None,
-            })),
+            }),
             Ctx::Frames => Acc::Frames(StackRec::default()),
             Ctx::Frame => Acc::Frame(FrameAcc::default()),
             Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) => Acc::None,
@@ -1127,7 +1127,7 @@ impl Schema for Folder {
             (Ctx::Blocks, Acc::Blocks(b)) => self.fold_out(Folded::Blocks(b)),
             (Ctx::Block, Acc::Block(b)) => self.fold_out(Folded::Block(b)),
             (Ctx::Entry(d), Acc::Entry(e)) => {
-                self.fold_entry(d, *e);
+                self.fold_entry(d, e);
                 Value::Skipped
             }
             (Ctx::Frames, Acc::Frames(rec)) => self.intern_stack(rec),

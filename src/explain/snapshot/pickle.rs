@@ -330,11 +330,15 @@ impl Scalar {
     }
 }
 
-/// The memo: a dense vector of handles for the indices Python's pickler uses (0, 1, 2, …) and a
+/// Memo handles are kept in chunks of this many (no reallocation as the memo grows).
+const MEMO_CHUNK: usize = 1 << 16;
+
+/// The memo: dense handles for the indices Python's pickler uses (0, 1, 2, …), in chunks, and a
 /// bounded map for any other.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<u32>,
+    chunks: Vec<Box<[u32]>>,
+    dense_len: usize,
     sparse: FxMap<u32, u32>,
     tuples: FxMap<Box<[Scalar]>, u32>,
     tuple_list: Vec<Box<[Scalar]>>,
@@ -344,18 +348,22 @@ struct Memo {
 
 impl Memo {
     fn next_index(&self) -> u32 {
-        (self.dense.len() + self.sparse.len()).min(u32::MAX as usize) as u32
+        (self.dense_len + self.sparse.len()).min(u32::MAX as usize) as u32
     }
 
     fn put(&mut self, index: u32, handle: u32) -> Result<(), &'static str> {
         let i = index as usize;
-        if i < self.dense.len() {
-            self.dense[i] = handle;
-        } else if i == self.dense.len() && !self.sparse.contains_key(&index) {
-            if self.dense.len() >= MAX_MEMO {
+        if i < self.dense_len {
+            self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = handle;
+        } else if i == self.dense_len && !self.sparse.contains_key(&index) {
+            if self.dense_len >= MAX_MEMO {
                 return Err("more memoized objects than a memory snapshot holds");
             }
-            self.dense.push(handle);
+            if i % MEMO_CHUNK == 0 {
+                self.chunks.push(vec![0u32; MEMO_CHUNK].into_boxed_slice());
+            }
+            self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = handle;
+            self.dense_len += 1;
         } else {
             if self.sparse.len() >= MAX_SPARSE_MEMO && !self.sparse.contains_key(&index) {
                 return Err("too many memo indices out of sequence");
@@ -365,11 +373,13 @@ impl Memo {
         Ok(())
     }
 
+    #[inline]
     fn get(&self, index: u32) -> Option<u32> {
-        self.dense
-            .get(index as usize)
-            .copied()
-            .or_else(|| self.sparse.get(&index).copied())
+        let i = index as usize;
+        if i < self.dense_len {
+            return Some(self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]);
+        }
+        self.sparse.get(&index).copied()
     }
 
     /// The handle under which `value` is kept.
@@ -421,6 +431,7 @@ impl Memo {
         (TAG_ARENA << TAG_SHIFT) | (self.arena.len() as u32 - 1)
     }
 
+    #[inline]
     fn value(&self, handle: u32) -> Value {
         let id = handle & ID_MASK;
         match handle >> TAG_SHIFT {
@@ -549,7 +560,7 @@ struct Vm<'s, R, S: Schema> {
     protocol: u8,
     built_budget: u64,
     built_dropped: u64,
-    scratch: Vec<Slot<S::Ctx, S::Acc>>,
+    pool: Pool<S::Ctx, S::Acc>,
 }
 
 /// Runs the machine over `input` until STOP, handing streamed items to `schema`.
@@ -564,7 +575,7 @@ pub(crate) fn run<R: Read, S: Schema>(input: R, schema: &mut S) -> Result<Run, S
         protocol: 0,
         built_budget: MAX_BUILT_ITEMS,
         built_dropped: 0,
-        scratch: Vec::new(),
+        pool: Pool { spare: Vec::new() },
     };
     let top = vm.execute()?;
     Ok(Run {
@@ -576,6 +587,15 @@ pub(crate) fn run<R: Read, S: Schema>(input: R, schema: &mut S) -> Result<Run, S
     })
 }
 
+#[cold]
+fn stack_too_deep(offset: u64) -> SnapshotError {
+    SnapshotError::TooLarge {
+        offset,
+        message: format!("the pickle stack grows past {MAX_STACK} items"),
+    }
+}
+
+#[cold]
 fn malformed(offset: u64, message: impl Into<String>) -> SnapshotError {
     SnapshotError::Malformed {
         offset,
@@ -598,12 +618,10 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
         }
     }
 
+    #[inline]
     fn push(&mut self, slot: Slot<S::Ctx, S::Acc>, offset: u64) -> Result<(), SnapshotError> {
         if self.stack.len() >= MAX_STACK {
-            return Err(SnapshotError::TooLarge {
-                offset,
-                message: format!("the pickle stack grows past {MAX_STACK} items"),
-            });
+            return Err(stack_too_deep(offset));
         }
         self.stack.push(slot);
         Ok(())
@@ -660,30 +678,25 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                     self.marks.push(self.stack.len());
                 }
                 b's' => {
-                    let value = self.pop(offset, "SETITEM")?;
-                    let key = self.pop(offset, "SETITEM")?;
-                    let target = self.single_target();
-                    self.fill(target, Kind::Dict, vec![key, value], offset, "SETITEM")?;
+                    let start = self.single_start(2, offset, "SETITEM")?;
+                    self.fill(start.checked_sub(1), Kind::Dict, start, offset, "SETITEM")?;
                 }
                 b'u' => {
                     let mark = self.pop_mark(offset, "SETITEMS")?;
-                    let items: Vec<_> = self.take_from(mark);
-                    if !items.len().is_multiple_of(2) {
+                    if !(self.stack.len() - mark.min(self.stack.len())).is_multiple_of(2) {
                         return Err(malformed(offset, "SETITEMS with an odd number of items"));
                     }
                     let target = self.batch_target(mark);
-                    self.fill(target, Kind::Dict, items, offset, "SETITEMS")?;
+                    self.fill(target, Kind::Dict, mark, offset, "SETITEMS")?;
                 }
                 b'a' => {
-                    let value = self.pop(offset, "APPEND")?;
-                    let target = self.single_target();
-                    self.fill(target, Kind::List, vec![value], offset, "APPEND")?;
+                    let start = self.single_start(1, offset, "APPEND")?;
+                    self.fill(start.checked_sub(1), Kind::List, start, offset, "APPEND")?;
                 }
                 b'e' => {
                     let mark = self.pop_mark(offset, "APPENDS")?;
-                    let items = self.take_from(mark);
                     let target = self.batch_target(mark);
-                    self.fill(target, Kind::List, items, offset, "APPENDS")?;
+                    self.fill(target, Kind::List, mark, offset, "APPENDS")?;
                 }
                 // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
                 0x8c => {
@@ -757,13 +770,11 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                         return Err(malformed(offset, "TUPLE with too few items on the stack"));
                     }
                     let start = self.stack.len() - n;
-                    let items = self.take_from(start);
-                    self.tuple(items, offset)?;
+                    self.tuple(start, offset)?;
                 }
                 b't' => {
                     let mark = self.pop_mark(offset, "TUPLE")?;
-                    let items = self.take_from(mark);
-                    self.tuple(items, offset)?;
+                    self.tuple(mark, offset)?;
                 }
                 b'.' => {
                     let top = self.pop(offset, "STOP")?;
@@ -774,7 +785,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                             Kind::List => "list",
                         },
                     };
-                    self.value_of(top)?;
+                    self.value_of(top);
                     return Ok(name);
                 }
                 other => {
@@ -787,27 +798,23 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
         }
     }
 
-    /// The container that SETITEM or APPEND sets into: the top, above the innermost mark.
-    fn single_target(&self) -> Option<usize> {
+    /// Where the `n` items of SETITEM (2) or APPEND (1) start: the container they go into and
+    /// the items must lie above the innermost mark.
+    fn single_start(&self, n: usize, offset: u64, op: &str) -> Result<usize, SnapshotError> {
         let floor = self.marks.last().copied().unwrap_or(0);
-        self.stack.len().checked_sub(1).filter(|&t| t >= floor)
+        if self.stack.len() < floor + n + 1 {
+            return Err(malformed(
+                offset,
+                format!("{op} with too few items on the stack"),
+            ));
+        }
+        Ok(self.stack.len() - n)
     }
 
     /// The container that SETITEMS or APPENDS (whose mark was just popped) sets into.
     fn batch_target(&self, mark: usize) -> Option<usize> {
         let floor = self.marks.last().copied().unwrap_or(0);
         mark.checked_sub(1).filter(|&t| t >= floor)
-    }
-
-    /// The slots from `start` to the top, removed from the stack (start ≤ len is ensured by the
-    /// marks, which never point past the stack).
-    fn take_from(&mut self, start: usize) -> Vec<Slot<S::Ctx, S::Acc>> {
-        let start = start.min(self.stack.len());
-        let mut items = std::mem::take(&mut self.scratch);
-        items.clear();
-        items.extend(self.stack.drain(start..));
-        // Marks above the new top are stale (a TUPLE1..3 never spans a mark, checked above).
-        items
     }
 
     fn string(&mut self, n: u64, offset: u64) -> Result<(), SnapshotError> {
@@ -824,7 +831,10 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                     what: "a string",
                 });
             };
-            let text = String::from_utf8_lossy(&bytes);
+            let text = match std::str::from_utf8(&bytes) {
+                Ok(t) => std::borrow::Cow::Borrowed(t),
+                Err(_) => String::from_utf8_lossy(&bytes),
+            };
             match self.strings.intern(&text) {
                 Some(id) => Value::Str(id),
                 None => Value::Text(text.into()),
@@ -833,18 +843,23 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
         self.push(Slot::Val(value), offset)
     }
 
-    fn tuple(
-        &mut self,
-        items: Vec<Slot<S::Ctx, S::Acc>>,
-        offset: u64,
-    ) -> Result<(), SnapshotError> {
-        let mut values = Vec::with_capacity(items.len());
-        let mut items = items;
-        for slot in items.drain(..) {
-            values.push(self.value_of(slot)?);
-        }
-        self.scratch = items;
-        self.push(Slot::Val(Value::Tuple(values.into_boxed_slice())), offset)
+    /// The slots from `start` to the top as a tuple.
+    fn tuple(&mut self, start: usize, offset: u64) -> Result<(), SnapshotError> {
+        let start = start.min(self.stack.len());
+        let Vm {
+            stack,
+            schema,
+            memo,
+            strings,
+            pool,
+            ..
+        } = self;
+        let schema = &mut **schema;
+        let values: Box<[Value]> = stack
+            .drain(start..)
+            .map(|slot| slot_value(slot, schema, memo, strings, pool))
+            .collect();
+        self.push(Slot::Val(Value::Tuple(values)), offset)
     }
 
     fn memoize(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
@@ -907,59 +922,40 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 },
             }
         };
-        self.push(
-            Slot::Open(Box::new(Open {
-                kind,
-                items: 0,
-                memo: None,
-                memo_more: Vec::new(),
-                body,
-            })),
-            offset,
-        )
+        let open = self.pool.boxed(Open {
+            kind,
+            items: 0,
+            memo: None,
+            memo_more: Vec::new(),
+            body,
+        });
+        self.push(Slot::Open(open), offset)
     }
 
     /// A slot as a value: a container is complete when its parent consumes it.
-    fn value_of(&mut self, slot: Slot<S::Ctx, S::Acc>) -> Result<Value, SnapshotError> {
-        let open = match slot {
-            Slot::Val(v) => return Ok(v),
-            Slot::Open(open) => open,
-        };
-        let Open {
-            memo,
-            memo_more,
-            body,
-            ..
-        } = *open;
-        let value = match body {
-            Body::Stream(ctx, acc) => self.schema.close(ctx, acc, &self.strings),
-            Body::List(items) => Value::List(items.into_boxed_slice()),
-            Body::Dict(items) => Value::Dict(items.into_boxed_slice()),
-            Body::Skip => Value::Skipped,
-        };
-        if memo.is_some() {
-            let handle = match value {
-                Value::Folded(_) | Value::Skipped => NOT_KEPT,
-                _ => self.memo.keep(&value),
-            };
-            for index in memo.into_iter().chain(memo_more) {
-                // The slot exists (it was put when memoized), so this cannot fail.
-                let _ = self.memo.put(index, handle);
-            }
-        }
-        Ok(value)
+    #[inline]
+    fn value_of(&mut self, slot: Slot<S::Ctx, S::Acc>) -> Value {
+        slot_value(
+            slot,
+            &mut *self.schema,
+            &mut self.memo,
+            &self.strings,
+            &mut self.pool,
+        )
     }
 
-    /// Sets `items` (pairs for a dict) into the container at `target`.
+    /// Sets the slots from `start` to the top (pairs for a dict) into the container at
+    /// `target`, then cuts the stack at `start`.
     fn fill(
         &mut self,
         target: Option<usize>,
         kind: Kind,
-        mut items: Vec<Slot<S::Ctx, S::Acc>>,
+        start: usize,
         offset: u64,
         op: &str,
     ) -> Result<(), SnapshotError> {
-        let Some(target) = target.filter(|&t| t < self.stack.len()) else {
+        let end = self.stack.len();
+        let Some(target) = target.filter(|&t| t < start && start <= end) else {
             return Err(malformed(offset, format!("{op} with no container below")));
         };
         let mut open = match std::mem::replace(&mut self.stack[target], Slot::Val(Value::Skipped)) {
@@ -983,60 +979,127 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 ));
             }
         };
-        let mut result = Ok(());
-        let mut drain = items.drain(..);
+        let Vm {
+            stack,
+            schema,
+            memo,
+            strings,
+            built_budget,
+            built_dropped,
+            pool,
+            ..
+        } = self;
+        let schema = &mut **schema;
+        let mut items = stack.drain(start..);
         loop {
-            let (key, value) = match kind {
-                Kind::List => match drain.next() {
-                    Some(v) => (None, v),
+            let key = match kind {
+                Kind::List => None,
+                Kind::Dict => match items.next() {
+                    Some(slot) => Some(slot_value(slot, schema, memo, strings, pool)),
                     None => break,
                 },
-                Kind::Dict => match (drain.next(), drain.next()) {
-                    (Some(k), Some(v)) => (Some(k), v),
-                    _ => break,
-                },
             };
-            let key = match key.map(|k| self.value_of(k)).transpose() {
-                Ok(k) => k,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+            let Some(slot) = items.next() else {
+                break;
             };
-            let value = match self.value_of(value) {
-                Ok(v) => v,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
+            let value = slot_value(slot, schema, memo, strings, pool);
             open.items += 1;
             match &mut open.body {
-                Body::Stream(ctx, acc) => self.schema.item(*ctx, acc, key, value, &self.strings),
+                Body::Stream(ctx, acc) => schema.item(*ctx, acc, key, value, strings),
                 Body::List(list) => {
-                    if self.built_budget > 0 {
-                        self.built_budget -= 1;
+                    if *built_budget > 0 {
+                        *built_budget -= 1;
                         list.push(value);
                     } else {
-                        self.built_dropped += 1;
+                        *built_dropped += 1;
                     }
                 }
                 Body::Dict(dict) => {
-                    if self.built_budget > 0 {
-                        self.built_budget -= 1;
+                    if *built_budget > 0 {
+                        *built_budget -= 1;
                         dict.push((key.unwrap_or(Value::Skipped), value));
                     } else {
-                        self.built_dropped += 1;
+                        *built_dropped += 1;
                     }
                 }
                 Body::Skip => {}
             }
         }
-        drop(drain);
-        self.scratch = items;
-        self.stack[target] = Slot::Open(open);
-        result
+        drop(items);
+        stack[target] = Slot::Open(open);
+        Ok(())
     }
+}
+
+/// A slot as a value (see `Vm::value_of`), over the machine's fields so that it can run while
+/// the stack is drained.
+#[inline]
+fn slot_value<S: Schema>(
+    slot: Slot<S::Ctx, S::Acc>,
+    schema: &mut S,
+    memo: &mut Memo,
+    strings: &Strings,
+    pool: &mut Pool<S::Ctx, S::Acc>,
+) -> Value {
+    match slot {
+        Slot::Val(v) => v,
+        Slot::Open(open) => finish(open, schema, memo, strings, pool),
+    }
+}
+
+/// Spare container boxes (a container opens and closes per trace entry and per frame list).
+struct Pool<C, A> {
+    spare: Vec<Box<Open<C, A>>>,
+}
+
+impl<C, A> Pool<C, A> {
+    fn boxed(&mut self, open: Open<C, A>) -> Box<Open<C, A>> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                *b = open;
+                b
+            }
+            None => Box::new(open),
+        }
+    }
+
+    fn recycle(&mut self, open: Box<Open<C, A>>) {
+        if self.spare.len() < 256 {
+            self.spare.push(open);
+        }
+    }
+}
+
+/// A container is complete: what it stands for, written into its memo slots.
+#[inline(never)]
+fn finish<S: Schema>(
+    mut open: Box<Open<S::Ctx, S::Acc>>,
+    schema: &mut S,
+    memo: &mut Memo,
+    strings: &Strings,
+    pool: &mut Pool<S::Ctx, S::Acc>,
+) -> Value {
+    let body = std::mem::replace(&mut open.body, Body::Skip);
+    let index = open.memo.take();
+    let memo_more = std::mem::take(&mut open.memo_more);
+    pool.recycle(open);
+    let value = match body {
+        Body::Stream(ctx, acc) => schema.close(ctx, acc, strings),
+        Body::List(items) => Value::List(items.into_boxed_slice()),
+        Body::Dict(items) => Value::Dict(items.into_boxed_slice()),
+        Body::Skip => Value::Skipped,
+    };
+    if index.is_some() {
+        let handle = match value {
+            Value::Folded(_) | Value::Skipped => NOT_KEPT,
+            _ => memo.keep(&value),
+        };
+        for i in index.into_iter().chain(memo_more) {
+            // The slot exists (it was put when memoized), so this cannot fail.
+            let _ = memo.put(i, handle);
+        }
+    }
+    value
 }
 
 fn role_body<S: Schema>(role: Role<S::Ctx>, kind: Kind, schema: &mut S) -> Body<S::Ctx, S::Acc> {
