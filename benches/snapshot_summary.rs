@@ -577,7 +577,7 @@ impl Sim {
     /// empty_cache(): the cached large segments and the empty small ones go back to CUDA.
     fn empty_cache<W: Write>(&mut self, p: &mut Pickler<W>, sh: &mut Shared) {
         let mut released: Vec<usize> = self.free_large.values().copied().collect();
-        released.extend(self.empty_small.drain(..));
+        released.append(&mut self.empty_small);
         self.free_large.clear();
         released.sort_unstable();
         for s in released {
@@ -628,7 +628,7 @@ impl Sim {
             if steps.is_some_and(|n| step >= n) || (steps.is_none() && stop()) {
                 break;
             }
-            if step % 400 == 0 {
+            if step.is_multiple_of(400) {
                 // Between phases: the recorder's unmarked entries, then an empty_cache.
                 self.set_phase(None);
                 self.empty_cache(p, sh);

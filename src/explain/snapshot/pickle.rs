@@ -359,7 +359,7 @@ impl Memo {
             if self.dense_len >= MAX_MEMO {
                 return Err("more memoized objects than a memory snapshot holds");
             }
-            if i % MEMO_CHUNK == 0 {
+            if i.is_multiple_of(MEMO_CHUNK) {
                 self.chunks.push(vec![0u32; MEMO_CHUNK].into_boxed_slice());
             }
             self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = handle;

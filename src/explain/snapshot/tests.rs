@@ -1,7 +1,6 @@
 use super::writer::{Pickler, Py, dumps};
 use super::*;
 use std::collections::HashMap;
-use std::rc::Rc;
 
 const MIB: i128 = 1 << 20;
 const BASE: i128 = 0x7F3A_0000_0000;
@@ -777,5 +776,4 @@ fn frames_of_the_fixture_are_interned_once() {
     let mut folder = fold::Folder::new(SummaryOptions::default());
     let run = pickle::run(P4, &mut folder).expect("read");
     assert!(run.strings.len() < 100, "{} strings", run.strings.len());
-    let _ = Rc::new(());
 }
