@@ -18,6 +18,9 @@ const MAX_MARKERS: usize = 100_000;
 const MAX_PHASES: usize = 10_000;
 const MAX_OOMS_KEPT: usize = 16;
 const MAX_OTHER_ACTIONS: usize = 64;
+/// Allocations (and segments) tracked alive at once by the replay; past this the levels are
+/// still replayed but the newest are not ranked at the peaks.
+const MAX_ALIVE: usize = 1 << 22;
 
 /// The words of the snapshot's keys and values, cached per interned string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -599,6 +602,11 @@ impl Folder {
             let trace = match acc.replay {
                 Some(mut replay) if replay.entries > 0 => {
                     replay.end();
+                    if replay.untracked {
+                        self.count(
+                            "device traces with more than 4,194,304 allocations or segments alive at once (the newest were not ranked)",
+                        );
+                    }
                     Some(self.trace_summary(&replay, &segments, strings))
                 }
                 _ => None,
@@ -1280,6 +1288,8 @@ struct Replay {
     segments: FxMap<u64, u64>,
     frees_without_alloc: u64,
     segment_frees_without_alloc: u64,
+    /// More allocations or segments were alive at once than the replay tracks.
+    untracked: bool,
     phases: Vec<PhaseAcc>,
     phase_slot: FxMap<u32, usize>,
     current: Option<usize>,
@@ -1361,7 +1371,10 @@ impl Replay {
                     self.alloc += i128::from(size);
                     phase.allocations += 1;
                     phase.allocated_total = phase.allocated_total.saturating_add(size);
-                    if let Some(address) = e.addr {
+                    if let Some(address) = e
+                        .addr
+                        .filter(|a| self.alive.len() < MAX_ALIVE || self.alive.contains_key(a))
+                    {
                         let alive = Alive {
                             size,
                             stack: e.stack,
@@ -1373,6 +1386,8 @@ impl Replay {
                             self.by_size.remove(&(old.size, address));
                         }
                         self.by_size.insert((size, address));
+                    } else if e.addr.is_some() {
+                        self.untracked = true;
                     }
                     if self.alloc > phase.peak_alloc {
                         phase.peak_alloc = self.alloc;
@@ -1400,7 +1415,8 @@ impl Replay {
                             Some(a) => {
                                 self.by_size.remove(&(a.size, address));
                             }
-                            None => self.frees_without_alloc += 1,
+                            None if !self.untracked => self.frees_without_alloc += 1,
+                            None => {}
                         }
                     }
                 }
@@ -1409,7 +1425,11 @@ impl Replay {
                 if let Some(size) = e.size {
                     self.reserved += i128::from(size);
                     if let Some(address) = e.addr {
-                        self.segments.insert(address, size);
+                        if self.segments.len() < MAX_ALIVE {
+                            self.segments.insert(address, size);
+                        } else {
+                            self.untracked = true;
+                        }
                     }
                     if self.reserved > phase.peak_reserved {
                         phase.peak_reserved = self.reserved;
@@ -1427,7 +1447,7 @@ impl Replay {
                     self.min_reserved = self.min_reserved.min(self.reserved);
                     if let Some(address) = e.addr {
                         let known = self.segments.remove(&address).is_some();
-                        if !known && e.action == Word::SegmentFree {
+                        if !known && e.action == Word::SegmentFree && !self.untracked {
                             self.segment_frees_without_alloc += 1;
                         }
                     }

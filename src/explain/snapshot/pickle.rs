@@ -27,7 +27,7 @@ use std::io::{self, Read};
 const BATCH: u64 = 1000;
 const BUFFER: usize = 1 << 18;
 /// Bounds on what grows with the input.
-const MAX_STACK: usize = 1 << 20;
+const MAX_STACK: usize = 1 << 18;
 const MAX_MARKS: usize = 1 << 16;
 const MAX_MEMO: usize = 1 << 27;
 const MAX_SPARSE_MEMO: usize = 1 << 20;
@@ -37,6 +37,7 @@ const MAX_INTERNED_STRING_BYTES: usize = 64 << 20;
 const MAX_TUPLES: usize = 1 << 20;
 const MAX_ARENA: usize = 1 << 16;
 const MAX_BUILT_ITEMS: u64 = 1 << 20;
+const MAX_BUILT_DEPTH: u8 = 8;
 
 /// A fast hasher for the interners (keys are small and not attacker-chosen for collisions in a
 /// way that matters: a slow file is the worst case).
@@ -278,6 +279,8 @@ enum Body<C, A> {
 struct Open<C, A> {
     kind: Kind,
     items: u64,
+    /// Nesting of built containers (1 for one the schema asked to build).
+    depth: u8,
     memo: Option<u32>,
     memo_more: Vec<u32>,
     body: Body<C, A>,
@@ -412,9 +415,13 @@ impl Memo {
             | Value::Int(_)
             | Value::UInt(_)
             | Value::BigInt
-            | Value::Float(_)
-            | Value::List(_)
-            | Value::Dict(_) => self.keep_in_arena(value),
+            | Value::Float(_) => self.keep_in_arena(value),
+            // A memoized container can be fetched into another one again and again: only flat
+            // ones are kept, so that no chain of fetches builds a deep value.
+            Value::List(items) if items.iter().all(is_flat) => self.keep_in_arena(value),
+            Value::Dict(items) if items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
+                self.keep_in_arena(value)
+            }
             _ => {
                 self.not_kept += 1;
                 NOT_KEPT
@@ -857,7 +864,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
         let schema = &mut **schema;
         let values: Box<[Value]> = stack
             .drain(start..)
-            .map(|slot| slot_value(slot, schema, memo, strings, pool))
+            .map(|slot| shallow(slot_value(slot, schema, memo, strings, pool)))
             .collect();
         self.push(Slot::Val(Value::Tuple(values)), offset)
     }
@@ -896,35 +903,39 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
 
     /// Opens a container, its role decided from where it sits.
     fn open(&mut self, kind: Kind, offset: u64) -> Result<(), SnapshotError> {
-        let body = {
+        let (body, depth) = {
             let stack = &self.stack;
             let schema = &mut *self.schema;
             let located = locate(stack, &self.marks, |ctx| schema.accepts(ctx, kind));
             match located {
-                Located::Root => role_body(
-                    schema.open(None, Place::Root, kind, &self.strings),
-                    kind,
-                    schema,
-                ),
-                Located::Orphan => Body::Skip,
+                Located::Root => {
+                    let role = schema.open(None, Place::Root, kind, &self.strings);
+                    (role_body(role, kind, schema), 1)
+                }
+                Located::Orphan => (Body::Skip, 0),
                 Located::In(parent, place) => match &stack[parent] {
                     Slot::Open(p) => match &p.body {
                         Body::Stream(ctx, _) => {
                             let role = schema.open(Some(*ctx), place, kind, &self.strings);
-                            role_body(role, kind, schema)
+                            (role_body(role, kind, schema), 1)
                         }
-                        Body::List(_) | Body::Dict(_) if self.built_budget > 0 => {
-                            role_body(Role::Build, kind, schema)
+                        // Built values stay shallow: nothing reads deep ones, and a deep one
+                        // would cost a deep recursion to drop.
+                        Body::List(_) | Body::Dict(_)
+                            if self.built_budget > 0 && p.depth < MAX_BUILT_DEPTH =>
+                        {
+                            (role_body(Role::Build, kind, schema), p.depth + 1)
                         }
-                        _ => Body::Skip,
+                        _ => (Body::Skip, 0),
                     },
-                    Slot::Val(_) => Body::Skip,
+                    Slot::Val(_) => (Body::Skip, 0),
                 },
             }
         };
         let open = self.pool.boxed(Open {
             kind,
             items: 0,
+            depth,
             memo: None,
             memo_more: Vec::new(),
             body,
@@ -1170,6 +1181,23 @@ fn locate<'a, C: Copy, A>(
         Located::Root
     } else {
         Located::Orphan
+    }
+}
+
+/// A value with no container inside.
+fn is_flat(value: &Value) -> bool {
+    !matches!(value, Value::Tuple(_) | Value::List(_) | Value::Dict(_))
+}
+
+/// A tuple's element: a container is kept only if it is flat (tuples in a snapshot hold
+/// numbers; this keeps TUPLE1 repeated a million times from nesting a million levels).
+fn shallow(value: Value) -> Value {
+    match &value {
+        Value::Tuple(items) | Value::List(items) if !items.iter().all(is_flat) => Value::Skipped,
+        Value::Dict(items) if !items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
+            Value::Skipped
+        }
+        _ => value,
     }
 }
 

@@ -702,6 +702,51 @@ fn shared_tuples_and_strings_come_back_from_the_memo() {
     assert_eq!(pools[0].inactive_bytes, 3 * M);
 }
 
+#[test]
+fn deep_nesting_is_cut_not_recursed_into() {
+    let opts = SummaryOptions::default();
+    // A million TUPLE1 around one integer: the tuple stays flat (dropping a million-deep value
+    // would overflow the stack).
+    let mut p = vec![0x80u8, 4, b'K', 1];
+    p.extend(std::iter::repeat_n(0x85u8, 1_000_000));
+    p.push(b'.');
+    let msg = summarize(&p[..], &opts).unwrap_err().to_string();
+    assert!(msg.contains("not a PyTorch memory snapshot"), "{msg}");
+    // A chain of memoized lists, each fetched into the next, in the built allocator settings.
+    let mut p = Pickler::new(Vec::new(), 4).expect("vec");
+    p.empty_dict();
+    p.mark();
+    p.str("device_traces");
+    p.empty_list();
+    p.str("allocator_settings");
+    p.empty_dict();
+    let mut previous = None;
+    for batch in 0..300 {
+        p.mark();
+        for _ in 0..1000 {
+            p.str("k");
+            let list = p.empty_list();
+            match previous {
+                Some(i) => p.get(i),
+                None => p.int(batch),
+            }
+            p.append();
+            previous = Some(list);
+        }
+        p.setitems();
+    }
+    p.setitems();
+    let bytes = p.stop().expect("vec");
+    let s = summarize(&bytes[..], &opts).expect("read");
+    assert!(s.allocator_settings.is_some());
+    // Lists opened inside lists without end: refused by the stack bound.
+    let mut p = vec![0x80u8, 4];
+    p.extend(std::iter::repeat_n(b']', 1 << 19));
+    p.push(b'.');
+    let msg = summarize(&p[..], &opts).unwrap_err().to_string();
+    assert!(msg.contains("stack"), "{msg}");
+}
+
 mod fuzz {
     use super::*;
     use proptest::prelude::*;
