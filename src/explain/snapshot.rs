@@ -77,7 +77,7 @@ pub struct SnapshotSummary {
     pub bytes_read: u64,
     /// Whether any device trace holds an entry (`_record_memory_history(enabled="all")`).
     pub history_recorded: bool,
-    /// One entry per device that has segments or a trace list, by device index.
+    /// One entry per device that has segments or trace entries, by device index.
     pub devices: Vec<DeviceSummary>,
     /// `allocator_settings` as PyTorch wrote them (PYTORCH_CUDA_ALLOC_CONF, max_split_size,
     /// expandable_segments, …), absent before PyTorch 2.3.

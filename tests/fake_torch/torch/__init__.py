@@ -203,9 +203,6 @@ class _Allocator:
         return blocks
 
     def free(self, allocation):
-        history = cuda.memory._HISTORY
-        address = allocation.blocks[0].address
-        history.record(self.index, "free_requested", address, allocation.size, history.free_frames(allocation.frames))
         self.allocated -= allocation.size
         self.requested -= allocation.requested
         for block in allocation.blocks:
@@ -220,6 +217,12 @@ class _Allocator:
                         merged.append(block)
                 segment.blocks = merged
         self._peaks()
+        try:
+            history = cuda.memory._HISTORY
+        except (AttributeError, TypeError):  # interpreter shutdown: the modules are gone
+            return
+        address = allocation.blocks[0].address
+        history.record(self.index, "free_requested", address, allocation.size, history.free_frames(allocation.frames))
         history.record(self.index, "free_completed", address, allocation.size, history.completed_frames(allocation.frames))
 
     def inactive_split(self):
