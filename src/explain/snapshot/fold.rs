@@ -331,7 +331,7 @@ impl Folder {
         }
     }
 
-    fn key_word(&mut self, key: &Option<Value>, strings: &Strings) -> Word {
+    fn key_word(&mut self, key: Option<&Value>, strings: &Strings) -> Word {
         match key {
             Some(k) => self.word(k, strings),
             None => Word::Other,
@@ -992,15 +992,15 @@ impl Schema for Folder {
         &mut self,
         ctx: Ctx,
         acc: &mut Acc,
-        key: Option<Value>,
-        value: Value,
+        key: Option<&Value>,
+        value: &Value,
         strings: &Strings,
     ) {
         match (ctx, acc) {
-            (Ctx::Root, _) => match self.key_word(&key, strings) {
+            (Ctx::Root, _) => match self.key_word(key, strings) {
                 Word::AllocatorSettings => {
                     if let Value::Dict(_) = value {
-                        let json = to_json(&value, strings);
+                        let json = to_json(value, strings);
                         if let serde_json::Value::Object(map) = json {
                             self.settings = Some(map.into_iter().collect());
                         }
@@ -1010,30 +1010,30 @@ impl Schema for Folder {
                 Word::DeviceTraces => self.saw_traces = true,
                 _ => {}
             },
-            (Ctx::Segment, Acc::Segment(s)) => match self.key_word(&key, strings) {
+            (Ctx::Segment, Acc::Segment(s)) => match self.key_word(key, strings) {
                 Word::Device => s.device = value.as_i64(),
                 Word::TotalSize => s.total_size = value.as_u64(),
                 Word::AllocatedSize => s.allocated_size = value.as_u64(),
                 Word::ActiveSize => s.active_size = value.as_u64(),
                 Word::RequestedSize => s.requested_size = value.as_u64(),
                 Word::SegmentType => {
-                    s.segment_type = match self.word(&value, strings) {
+                    s.segment_type = match self.word(value, strings) {
                         Word::Small => 1,
                         Word::Large => 2,
                         _ => 0,
                     }
                 }
-                Word::SegmentPoolId => s.pool = pool_id(&value),
+                Word::SegmentPoolId => s.pool = pool_id(value),
                 Word::IsExpandable => s.expandable = value.as_bool().unwrap_or(false),
                 Word::Blocks => {
-                    if let Some(Folded::Blocks(b)) = self.take_folded(&value) {
+                    if let Some(Folded::Blocks(b)) = self.take_folded(value) {
                         s.blocks = Some(b);
                     }
                 }
                 _ => {}
             },
             (Ctx::Blocks, Acc::Blocks(stats)) => {
-                if let Some(Folded::Block(b)) = self.take_folded(&value) {
+                if let Some(Folded::Block(b)) = self.take_folded(value) {
                     let size = b.size.unwrap_or(0);
                     stats.count += 1;
                     match b.state {
@@ -1060,33 +1060,33 @@ impl Schema for Folder {
                     }
                 }
             }
-            (Ctx::Block, Acc::Block(b)) => match self.key_word(&key, strings) {
+            (Ctx::Block, Acc::Block(b)) => match self.key_word(key, strings) {
                 Word::Size => b.size = value.as_u64(),
                 Word::RequestedSize => b.requested = value.as_u64(),
                 Word::Address => b.address = value.as_u64(),
-                Word::State => b.state = self.word(&value, strings),
+                Word::State => b.state = self.word(value, strings),
                 Word::Frames => {
-                    if let Value::Stack(id) = value {
+                    if let Value::Stack(id) = *value {
                         b.stack = Some(id);
                     }
                 }
                 _ => {}
             },
-            (Ctx::Entry(_), Acc::Entry(e)) => match self.key_word(&key, strings) {
+            (Ctx::Entry(_), Acc::Entry(e)) => match self.key_word(key, strings) {
                 Word::Action => {
-                    e.action = self.word(&value, strings);
+                    e.action = self.word(value, strings);
                     if e.action == Word::Other || !ACTIONS.iter().any(|(w, _)| *w == e.action) {
                         e.action = Word::Other;
-                        e.other_action = strings.text(&value).map(Into::into);
+                        e.other_action = strings.text(value).map(Into::into);
                     }
                 }
                 Word::Addr => e.addr = value.as_u64(),
                 Word::Size => e.size = value.as_u64(),
                 Word::TimeUs => e.time_us = value.as_i64(),
                 Word::DeviceFree => e.device_free = value.as_u64(),
-                Word::UserMetadata => e.meta = self.marker(&value, strings),
+                Word::UserMetadata => e.meta = self.marker(value, strings),
                 Word::Frames => {
-                    if let Value::Stack(id) = value {
+                    if let Value::Stack(id) = *value {
                         e.stack = Some(id);
                     }
                 }
@@ -1094,7 +1094,7 @@ impl Schema for Folder {
             },
             (Ctx::Frames, Acc::Frames(rec)) => {
                 if let Some((id, frame)) = match value {
-                    Value::Frame(id) => self.frames.get(id as usize).map(|f| (id, f)),
+                    Value::Frame(id) => self.frames.get(*id as usize).map(|f| (*id, f)),
                     _ => None,
                 } {
                     {
@@ -1108,14 +1108,14 @@ impl Schema for Folder {
                     }
                 }
             }
-            (Ctx::Frame, Acc::Frame(f)) => match self.key_word(&key, strings) {
+            (Ctx::Frame, Acc::Frame(f)) => match self.key_word(key, strings) {
                 Word::Filename => {
-                    if let Value::Str(id) = value {
+                    if let Value::Str(id) = *value {
                         f.filename = Some(id);
                     }
                 }
                 Word::Name => {
-                    if let Value::Str(id) = value {
+                    if let Value::Str(id) = *value {
                         f.name = Some(id);
                     }
                 }

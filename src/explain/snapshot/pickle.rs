@@ -250,8 +250,8 @@ pub(crate) trait Schema {
         &mut self,
         ctx: Self::Ctx,
         acc: &mut Self::Acc,
-        key: Option<Value>,
-        value: Value,
+        key: Option<&Value>,
+        value: &Value,
         strings: &Strings,
     );
     /// The streamed container is complete (consumed by its parent): what it stands for.
@@ -625,13 +625,10 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
         }
     }
 
+    /// Pushes a slot (the stack's bound is checked once per opcode, each pushing at most one).
     #[inline]
-    fn push(&mut self, slot: Slot<S::Ctx, S::Acc>, offset: u64) -> Result<(), SnapshotError> {
-        if self.stack.len() >= MAX_STACK {
-            return Err(stack_too_deep(offset));
-        }
+    fn push(&mut self, slot: Slot<S::Ctx, S::Acc>) {
         self.stack.push(slot);
-        Ok(())
     }
 
     fn pop(&mut self, offset: u64, op: &str) -> Result<Slot<S::Ctx, S::Acc>, SnapshotError> {
@@ -653,6 +650,9 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
     fn execute(&mut self) -> Result<&'static str, SnapshotError> {
         loop {
             let offset = self.reader.offset();
+            if self.stack.len() >= MAX_STACK {
+                return Err(stack_too_deep(offset));
+            }
             let Some(op) = self.reader.byte()? else {
                 return Err(self.truncated("the pickle (no STOP opcode)"));
             };
@@ -672,9 +672,9 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 0x95 => {
                     self.need::<8>("FRAME")?;
                 }
-                b'}' => self.open(Kind::Dict, offset)?,
-                b']' => self.open(Kind::List, offset)?,
-                b')' => self.push(Slot::Val(Value::Tuple(Box::new([]))), offset)?,
+                b'}' => self.open(Kind::Dict),
+                b']' => self.open(Kind::List),
+                b')' => self.push(Slot::Val(Value::Tuple(Box::new([])))),
                 b'(' => {
                     if self.marks.len() >= MAX_MARKS {
                         return Err(SnapshotError::TooLarge {
@@ -721,15 +721,15 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 // BININT, BININT1, BININT2, LONG1
                 b'J' => {
                     let v = i32::from_le_bytes(self.need::<4>("BININT")?);
-                    self.push(Slot::Val(Value::Int(i64::from(v))), offset)?;
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
                 }
                 b'K' => {
                     let [v] = self.need::<1>("BININT1")?;
-                    self.push(Slot::Val(Value::Int(i64::from(v))), offset)?;
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.need::<2>("BININT2")?);
-                    self.push(Slot::Val(Value::Int(i64::from(v))), offset)?;
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
                 }
                 0x8a => {
                     let [n] = self.need::<1>("LONG1")?;
@@ -738,15 +738,15 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                         None => return Err(self.truncated("LONG1")),
                     };
                     let value = long1(&bytes);
-                    self.push(Slot::Val(value), offset)?;
+                    self.push(Slot::Val(value));
                 }
                 b'G' => {
                     let v = f64::from_be_bytes(self.need::<8>("BINFLOAT")?);
-                    self.push(Slot::Val(Value::Float(v)), offset)?;
+                    self.push(Slot::Val(Value::Float(v)));
                 }
-                b'N' => self.push(Slot::Val(Value::None), offset)?,
-                0x88 => self.push(Slot::Val(Value::Bool(true)), offset)?,
-                0x89 => self.push(Slot::Val(Value::Bool(false)), offset)?,
+                b'N' => self.push(Slot::Val(Value::None)),
+                0x88 => self.push(Slot::Val(Value::Bool(true))),
+                0x89 => self.push(Slot::Val(Value::Bool(false))),
                 // MEMOIZE, BINPUT, LONG_BINPUT
                 0x94 => {
                     let index = self.memo.next_index();
@@ -777,11 +777,11 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                         return Err(malformed(offset, "TUPLE with too few items on the stack"));
                     }
                     let start = self.stack.len() - n;
-                    self.tuple(start, offset)?;
+                    self.tuple(start);
                 }
                 b't' => {
                     let mark = self.pop_mark(offset, "TUPLE")?;
-                    self.tuple(mark, offset)?;
+                    self.tuple(mark);
                 }
                 b'.' => {
                     let top = self.pop(offset, "STOP")?;
@@ -847,11 +847,12 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 None => Value::Text(text.into()),
             }
         };
-        self.push(Slot::Val(value), offset)
+        self.push(Slot::Val(value));
+        Ok(())
     }
 
     /// The slots from `start` to the top as a tuple.
-    fn tuple(&mut self, start: usize, offset: u64) -> Result<(), SnapshotError> {
+    fn tuple(&mut self, start: usize) {
         let start = start.min(self.stack.len());
         let Vm {
             stack,
@@ -866,7 +867,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             .drain(start..)
             .map(|slot| shallow(slot_value(slot, schema, memo, strings, pool)))
             .collect();
-        self.push(Slot::Val(Value::Tuple(values)), offset)
+        self.push(Slot::Val(Value::Tuple(values)));
     }
 
     fn memoize(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
@@ -898,11 +899,12 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             ));
         };
         let value = self.memo.value(handle);
-        self.push(Slot::Val(value), offset)
+        self.push(Slot::Val(value));
+        Ok(())
     }
 
     /// Opens a container, its role decided from where it sits.
-    fn open(&mut self, kind: Kind, offset: u64) -> Result<(), SnapshotError> {
+    fn open(&mut self, kind: Kind) {
         let (body, depth) = {
             let stack = &self.stack;
             let schema = &mut *self.schema;
@@ -940,7 +942,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             memo_more: Vec::new(),
             body,
         });
-        self.push(Slot::Open(open), offset)
+        self.push(Slot::Open(open));
     }
 
     /// A slot as a value: a container is complete when its parent consumes it.
@@ -1016,7 +1018,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             let value = slot_value(slot, schema, memo, strings, pool);
             open.items += 1;
             match &mut open.body {
-                Body::Stream(ctx, acc) => schema.item(*ctx, acc, key, value, strings),
+                Body::Stream(ctx, acc) => schema.item(*ctx, acc, key.as_ref(), &value, strings),
                 Body::List(list) => {
                     if *built_budget > 0 {
                         *built_budget -= 1;
