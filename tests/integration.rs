@@ -20,6 +20,8 @@ mod properties;
 mod report;
 #[path = "integration/signals.rs"]
 mod signals;
+#[path = "integration/snapshot.rs"]
+mod snapshot;
 #[path = "integration/sweep.rs"]
 mod sweep;
 #[path = "integration/workloads.rs"]

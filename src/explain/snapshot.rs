@@ -1,1 +1,346 @@
 //! PyTorch's memory snapshot (`torch.cuda.memory._snapshot()`), read as a stream.
+//!
+//! `torch.cuda.memory._dump_snapshot(path)` writes the snapshot dictionary with Python's
+//! `pickle.dump` (protocol 4 up to Python 3.13, 5 from 3.14):
+//!
+//! ```text
+//! {"segments": [ {device, address, total_size, allocated_size, active_size, requested_size,
+//!                 stream, segment_type: "small"|"large", segment_pool_id: (int, int),
+//!                 is_expandable, frames,
+//!                 blocks: [ {address, size, requested_size,
+//!                            state: "active_allocated"|"active_pending_free"|"inactive",
+//!                            frames: [ {name, filename, line} … ]} … ]} … ],
+//!  "device_traces": [ [ {action, addr | device_free (oom), size, stream, time_us,
+//!                        compile_context, user_metadata (2.5+), frames} … ]  one list per device ],
+//!  "allocator_settings": {PYTORCH_CUDA_ALLOC_CONF, max_split_size, expandable_segments, …},
+//!  …}
+//! ```
+//!
+//! `action` is one of alloc, free_requested, free_completed, segment_alloc, segment_free,
+//! segment_map, segment_unmap (expandable segments), snapshot, oom (and annotate in recent
+//! versions). Frames are innermost first; PyTorch shares frame dictionaries and memoizes
+//! strings, so a frame list is mostly references back to earlier objects.
+//!
+//! Such a file reaches gigabytes (several KB per trace entry with deep stacks). It is read here
+//! by a small pickle machine (`pickle`, the opcodes `pickle.dump` writes for these structures,
+//! protocols 2 to 5; anything else is refused with the opcode and its byte offset) that never
+//! builds the whole tree: it knows where it is in the structure (`segments[i].blocks[j]`,
+//! `device_traces[d][k]`) and folds each entry into the summary (`fold`) as it completes. Strings,
+//! frames and stacks are interned; the memo keeps four bytes per memoized object. The
+//! `serde-pickle` crate was not used: it parses the whole stream into a value tree (its memo
+//! clones whole values), so its memory grows with the file.
+//!
+//! The summary replays the traces (alloc +size and free_completed −size for the allocated bytes,
+//! segment_alloc/segment_map +size and segment_free/segment_unmap −size for the reserved bytes),
+//! cuts them into phases with the `user_metadata` markers `iteragpu phase <index> <name>` that
+//! `measure --timeline` sets, and anchors the replayed levels to the segments at the end of the
+//! snapshot (so that a trace whose first entries were dropped by `max_entries` still gives
+//! absolute levels, and says that it is truncated).
+
+mod fold;
+mod pickle;
+pub mod writer;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+/// The label of the trace entries recorded before the first phase marker.
+pub const BEFORE_FIRST_PHASE: &str = "(before the first phase)";
+/// The label of unmarked trace entries recorded after a phase ended and before the next began.
+pub const BETWEEN_PHASES: &str = "(between phases)";
+/// The prefix of the `user_metadata` that marks a phase: `iteragpu phase <index> <name>`.
+pub const PHASE_MARKER_PREFIX: &str = "iteragpu phase ";
+/// At most this many points in a device's time series.
+pub const SERIES_MAX_POINTS: usize = 2000;
+/// This many allocations are kept alive at each phase's peak (and at the end of the snapshot).
+pub const LARGEST_KEPT: usize = 10;
+/// This many Python frames are kept from the innermost end of each stack.
+pub const STACK_TOP_FRAMES: usize = 5;
+
+/// How the snapshot was recorded, when the caller knows it.
+#[derive(Clone, Debug, Default)]
+pub struct SummaryOptions {
+    /// The `max_entries` given to `_record_memory_history`: a device trace that holds this many
+    /// entries is known to have lost its oldest ones.
+    pub max_entries: Option<u64>,
+}
+
+/// What a memory snapshot says, per device: the segments at the end, and, when the allocation
+/// history was recorded, the replayed timeline cut into phases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotSummary {
+    /// The pickle protocol of the file (4 for Python ≤ 3.13's default, 5 for 3.14's).
+    pub pickle_protocol: u8,
+    /// Bytes read up to the pickle's STOP.
+    pub bytes_read: u64,
+    /// Whether any device trace holds an entry (`_record_memory_history(enabled="all")`).
+    pub history_recorded: bool,
+    /// One entry per device that has segments or trace entries, by device index.
+    pub devices: Vec<DeviceSummary>,
+    /// `allocator_settings` as PyTorch wrote them (PYTORCH_CUDA_ALLOC_CONF, max_split_size,
+    /// expandable_segments, …), absent before PyTorch 2.3.
+    pub allocator_settings: Option<BTreeMap<String, serde_json::Value>>,
+    /// What the reader met but could not use (unknown actions, entries without a size, bounds
+    /// reached), one sentence each; empty for a snapshot PyTorch wrote.
+    pub notes: Vec<String>,
+}
+
+/// One device: its segments at the end of the snapshot and its replayed trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSummary {
+    /// The CUDA device index (the position of its list in `device_traces`, the `device` field
+    /// of its segments).
+    pub device: i64,
+    /// The allocator's segments when the snapshot was taken.
+    pub segments: SegmentMap,
+    /// The largest allocated blocks when the snapshot was taken (at most 10, largest first),
+    /// with the stack that allocated them when context was recorded.
+    pub largest_blocks_at_end: Vec<Allocation>,
+    /// The replayed trace; `None` when this device's trace is empty (history not recorded).
+    pub trace: Option<TraceSummary>,
+}
+
+/// The segments of one device when the snapshot was taken.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SegmentMap {
+    /// Number of segments (cudaMalloc'd ranges, or mapped ranges of expandable segments).
+    pub segments: u64,
+    /// Σ `total_size`: what `memory_reserved()` reports.
+    pub reserved_bytes: u64,
+    /// Σ block sizes in state `active_allocated`: what `memory_allocated()` reports.
+    pub allocated_bytes: u64,
+    /// `allocated_bytes` plus the blocks in state `active_pending_free` (freed, waiting for
+    /// another stream): what the trace replay counts as allocated.
+    pub active_bytes: u64,
+    /// Σ `requested_size` of the allocated blocks (before PyTorch's rounding).
+    pub requested_bytes: u64,
+    /// Σ sizes of the inactive (free, cached) blocks.
+    pub inactive_bytes: u64,
+    /// Inactive bytes in segments that are split (hold more than one block): free memory that
+    /// `empty_cache()` cannot return, PyTorch's `inactive_split_bytes`.
+    pub inactive_split_bytes: u64,
+    /// The largest inactive block of the device.
+    pub largest_inactive_block_bytes: u64,
+    /// Per pool (private pool id and small/large), in pool order.
+    pub pools: Vec<PoolSummary>,
+}
+
+/// The segments of one pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolSummary {
+    /// `segment_pool_id`: `[0, 0]` is the default pool; others are private pools (CUDA graphs,
+    /// `torch.cuda.MemPool`). `None` when the file does not say.
+    pub pool_id: Option<[i64; 2]>,
+    /// "small" (blocks ≤ 1 MiB, 2 MiB segments) or "large", as `segment_type` says ("unknown"
+    /// when absent).
+    pub segment_type: String,
+    /// Number of segments, and how many of them are expandable.
+    pub segments: u64,
+    pub expandable_segments: u64,
+    /// Σ `total_size` of the pool's segments.
+    pub reserved_bytes: u64,
+    /// Σ allocated blocks (`active_allocated`).
+    pub allocated_bytes: u64,
+    /// Σ allocated and pending-free blocks.
+    pub active_bytes: u64,
+    /// Σ inactive blocks.
+    pub inactive_bytes: u64,
+    /// Inactive bytes in split segments (see `SegmentMap::inactive_split_bytes`).
+    pub inactive_split_bytes: u64,
+    /// The pool's largest inactive block: the largest request it can serve without a new
+    /// segment (modulo PyTorch's rounding and `max_split_size`).
+    pub largest_inactive_block_bytes: u64,
+}
+
+/// A device's trace, replayed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceSummary {
+    /// Entries in `device_traces[device]`.
+    pub entries: u64,
+    /// Entries per action (alloc, free_requested, free_completed, segment_alloc, …).
+    pub actions: BTreeMap<String, u64>,
+    /// `time_us` of the first and last entries (absent before PyTorch 2.1).
+    pub first_time_us: Option<i64>,
+    pub last_time_us: Option<i64>,
+    /// Whether the trace holds the whole history, and what is missing if not.
+    pub history: HistoryCoverage,
+    /// The highest replayed allocated and reserved levels over the whole trace.
+    pub peak_allocated_bytes: u64,
+    pub peak_allocated_at: TracePoint,
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_at: TracePoint,
+    /// The replayed levels after the last entry (equal to the segments' `active_bytes` and
+    /// `reserved_bytes`, to which they are anchored).
+    pub end_allocated_bytes: u64,
+    pub end_reserved_bytes: u64,
+    /// The phases in the order they first appear; entries before the first marker form
+    /// "(before the first phase)", unmarked entries after a phase "(between phases)".
+    pub phases: Vec<PhaseSummary>,
+    /// The timeline for a chart, at most 2,000 points: each point spans `series_stride`
+    /// consecutive entries and holds the highest levels within them (peaks are never lost),
+    /// stamped with the first entry of the span.
+    pub series: Vec<SeriesPoint>,
+    pub series_stride: u64,
+}
+
+/// Whether the first entries of the history are missing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryCoverage {
+    /// True when the trace does not start from an empty allocator: it holds `max_entries`
+    /// entries, or frees memory it never saw allocated, or memory was already allocated or
+    /// reserved at its first entry. Its first entries are missing (`max_entries` dropped them,
+    /// or recording began after those allocations).
+    pub truncated: bool,
+    /// Why `truncated` is true, in one sentence.
+    pub reason: Option<String>,
+    /// Allocated (active) and reserved bytes already present before the first entry: the
+    /// levels at the end of the snapshot minus what the trace adds up to.
+    pub allocated_before_first_entry_bytes: u64,
+    pub reserved_before_first_entry_bytes: u64,
+    /// free_completed entries whose address no earlier alloc entry gave, and segment_free /
+    /// segment_unmap entries whose address no earlier segment_alloc / segment_map gave.
+    pub frees_without_alloc: u64,
+    pub segment_frees_without_alloc: u64,
+}
+
+/// An entry of a device trace: its index in `device_traces[device]` and its `time_us`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracePoint {
+    /// `None` when the level was already reached before the first entry of the span (a phase's
+    /// peak that is its starting level).
+    pub event: Option<u64>,
+    pub time_us: Option<i64>,
+}
+
+/// One phase of one device, from the trace entries that carry its marker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSummary {
+    /// The marker's name (`model_load`, `warm_forward[2]`, …) or one of the pseudo-phases
+    /// "(before the first phase)" and "(between phases)".
+    pub name: String,
+    /// The marker's index (the phase's position in the measurement); `None` for pseudo-phases.
+    pub index: Option<u64>,
+    /// Trace entries of the phase (a phase interrupted by unmarked entries counts all its
+    /// spans), the first and the last, with their times.
+    pub entries: u64,
+    pub first_event: u64,
+    pub last_event: u64,
+    pub start_time_us: Option<i64>,
+    pub end_time_us: Option<i64>,
+    /// alloc entries and their bytes; free_completed entries and their bytes.
+    pub allocations: u64,
+    pub allocated_total_bytes: u64,
+    pub frees: u64,
+    pub freed_total_bytes: u64,
+    /// Levels just before the phase's first entry and just after its last.
+    pub start_allocated_bytes: u64,
+    pub end_allocated_bytes: u64,
+    pub start_reserved_bytes: u64,
+    pub end_reserved_bytes: u64,
+    /// The highest allocated level during the phase (its starting level included) and where.
+    pub peak_allocated_bytes: u64,
+    pub peak_allocated_at: TracePoint,
+    /// The highest reserved level during the phase and where.
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_at: TracePoint,
+    /// The largest allocations alive at the allocated peak (at most 10, largest first), among
+    /// those whose alloc entry is in the trace (a truncated trace does not know the older ones).
+    pub largest_at_peak: Vec<Allocation>,
+    /// Out-of-memory entries recorded during the phase (at most 16 kept).
+    pub ooms: Vec<OomEvent>,
+}
+
+/// An allocation (a block), with where it was made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub address: u64,
+    /// The block size (rounded by the allocator).
+    pub size_bytes: u64,
+    /// Its alloc entry, when it comes from the trace.
+    pub allocated_at: Option<TracePoint>,
+    /// The phase of its alloc entry, when it comes from the trace.
+    pub phase: Option<String>,
+    /// The innermost frame of user code: the first Python frame outside PyTorch (`torch/`,
+    /// generated FX/Inductor code), iteragpu's own package and Python's standard library.
+    pub user_frame: Option<Frame>,
+    /// The innermost Python frames of its stack (at most 5, innermost first), PyTorch's
+    /// included: the top of the stack that allocated it.
+    pub stack_top: Vec<Frame>,
+}
+
+/// A frame of a recorded stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    pub filename: String,
+    pub line: i64,
+    pub name: String,
+}
+
+/// An `oom` trace entry: the allocator raised an out-of-memory error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomEvent {
+    pub at: TracePoint,
+    /// The requested bytes that could not be allocated.
+    pub requested_bytes: u64,
+    /// What CUDA still reported free.
+    pub device_free_bytes: Option<u64>,
+}
+
+/// A point of a device's time series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    /// The first trace entry of the span and its time.
+    pub event: u64,
+    pub time_us: Option<i64>,
+    /// The highest allocated and reserved levels within the span.
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+/// Why a snapshot could not be summarised.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("cannot read the snapshot: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(
+        "unsupported pickle opcode {} at byte {offset}: a memory snapshot written by pickle.dump does not use it",
+        pickle::describe_opcode(*opcode)
+    )]
+    Opcode { opcode: u8, offset: u64 },
+    #[error("unsupported pickle protocol {protocol} at byte {offset} (protocols 2 to 5 are read)")]
+    Protocol { protocol: u8, offset: u64 },
+    #[error("the snapshot ends at byte {offset}, inside {what}: the file is truncated")]
+    Truncated { offset: u64, what: &'static str },
+    #[error("malformed pickle at byte {offset}: {message}")]
+    Malformed { offset: u64, message: String },
+    #[error("{message} at byte {offset}: refused rather than use unbounded memory")]
+    TooLarge { offset: u64, message: String },
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotASnapshot(String),
+}
+
+/// Summarises the snapshot file at `path` (see [`summarize`]).
+pub fn summarize_file(
+    path: &Path,
+    options: &SummaryOptions,
+) -> Result<SnapshotSummary, SnapshotError> {
+    let file = std::fs::File::open(path)?;
+    summarize(file, options)
+}
+
+/// Summarises a snapshot pickle read from `input`, in one pass, with memory bounded by the
+/// snapshot's live state (allocations alive at once, distinct strings and frames), never by its
+/// length. Any byte sequence gives a summary or an error, never a panic.
+pub fn summarize<R: Read>(
+    input: R,
+    options: &SummaryOptions,
+) -> Result<SnapshotSummary, SnapshotError> {
+    let mut folder = fold::Folder::new(options.clone());
+    let run = pickle::run(input, &mut folder)?;
+    folder.finish(run)
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,15 @@ Controls (environment variables):
   FAKE_TORCH_NOISE=1            writes noise to stdout (print and raw fd 1) on every randn()
   FAKE_TORCH_BACKEND=NAME       allocator backend name (default "native")
   FAKE_TORCH_HANG_ABOVE=BYTES   an allocation larger than BYTES sleeps for an hour
+
+Besides the counters, the fake lays its memory out as PyTorch's snapshot shows it: segments (one
+per growth of the reserved bytes, at made-up addresses) split into blocks, each allocated or
+inactive (free). The counters stay the fake's truth: its pool has no fragmentation, so an
+allocation that no single free block can hold is spread over several blocks, and empty_cache()
+brings the reserved bytes down to the allocated bytes rounded up to 2 MiB, returning whole free
+segments first (segment_free), then cutting free blocks out of segments (segment_unmap). On top
+of that layout torch.cuda.memory (torch/_cuda_memory.py) records the allocation history and
+writes snapshots, and torch.cuda.memory_stats() reports PyTorch's counters.
 """
 
 import contextlib
@@ -85,6 +94,35 @@ def _round(n):
     return (n + 511) // 512 * 512
 
 
+class _Block:
+    """A piece of a segment: allocated (to a tensor) or inactive (free, cached)."""
+
+    __slots__ = ("address", "size", "requested", "allocated", "frames")
+
+    def __init__(self, address, size):
+        self.address, self.size = address, size
+        self.requested, self.allocated, self.frames = 0, False, None
+
+
+class _Segment:
+    """A range the fake reserved at once (PyTorch: one cudaMalloc), split into blocks."""
+
+    __slots__ = ("address", "size", "is_large", "blocks", "frames")
+
+    def __init__(self, address, size, is_large, frames):
+        self.address, self.size, self.is_large, self.frames = address, size, is_large, frames
+        self.blocks = [_Block(address, size)]
+
+
+class _Allocation:
+    """What a tensor holds: its rounded size, the bytes it asked for, and its blocks."""
+
+    __slots__ = ("size", "requested", "blocks", "frames")
+
+    def __init__(self, size, requested, blocks, frames):
+        self.size, self.requested, self.blocks, self.frames = size, requested, blocks, frames
+
+
 class _Allocator:
     SEGMENT = 2 << 20
 
@@ -94,6 +132,11 @@ class _Allocator:
         self.peak_allocated = self.peak_reserved = 0
         self.num_ooms = 0
         self.limit = _CAPACITY
+        self.requested = self.peak_requested = 0
+        self.segments = []
+        self.peak_segments = self.peak_inactive_split = 0
+        self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
+        self.next_address = 0x7F0000000000 + (index << 44)
 
     def alloc(self, nbytes):
         _maybe_fail()
@@ -102,23 +145,148 @@ class _Allocator:
             time.sleep(3600)
         size = _round(nbytes)
         need = self.allocated + size
+        history = cuda.memory._HISTORY
+        frames = history.alloc_frames()
         if need > self.reserved:
             grow = (need - self.reserved + self.SEGMENT - 1) // self.SEGMENT * self.SEGMENT
             if self.reserved + grow > min(_CAPACITY, self.limit):
                 self.num_ooms += 1
+                history.record(self.index, "oom", None, size, frames, device_free=_CAPACITY - self.reserved)
                 raise OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {self.index} has a total "
                     f"capacity of {_CAPACITY / 2**30:.2f} GiB of which {(_CAPACITY - self.reserved) / 2**20:.2f} MiB is free. "
                     f"Of the allocated memory {self.allocated / 2**20:.2f} MiB is allocated by PyTorch (fake allocator)"
                 )
             self.reserved += grow
+            segment = _Segment(self.next_address, grow, size > (1 << 20) or grow > self.SEGMENT, history.state_frames(frames))
+            self.next_address += grow + self.SEGMENT
+            self.segments.append(segment)
+            self.num_device_alloc += 1
+            history.record(self.index, "segment_alloc", segment.address, grow, frames)
         self.allocated = need
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         self.peak_reserved = max(self.peak_reserved, self.reserved)
-        return size
+        self.requested += nbytes
+        allocation = _Allocation(size, nbytes, self._place(size, nbytes, history.state_frames(frames)), frames)
+        self._peaks()
+        history.record(self.index, "alloc", allocation.blocks[0].address, size, frames)
+        return allocation
 
-    def free(self, size):
-        self.allocated -= size
+    def _place(self, size, requested, frames):
+        """The smallest free block that holds `size` (split), else free blocks in address order."""
+        best = None
+        for segment in self.segments:
+            for i, block in enumerate(segment.blocks):
+                if not block.allocated and block.size >= size and (best is None or block.size < best[2].size):
+                    best = (segment, i, block)
+        if best is not None:
+            chosen = [best]
+        else:
+            chosen, left = [], size
+            for segment in sorted(self.segments, key=lambda g: g.address):
+                for i, block in enumerate(segment.blocks):
+                    if left > 0 and not block.allocated:
+                        chosen.append((segment, i, block))
+                        left -= block.size
+        blocks, left, asked = [], size, requested
+        for segment, _, block in chosen:
+            take = min(block.size, left)
+            if block.size > take:
+                rest = _Block(block.address + take, block.size - take)
+                segment.blocks.insert(segment.blocks.index(block) + 1, rest)
+                block.size = take
+            block.allocated, block.frames = True, frames
+            block.requested = min(take, asked)
+            asked -= block.requested
+            left -= take
+            blocks.append(block)
+        return blocks
+
+    def free(self, allocation):
+        self.allocated -= allocation.size
+        self.requested -= allocation.requested
+        for block in allocation.blocks:
+            block.allocated, block.requested, block.frames = False, 0, None
+        for segment in self.segments:
+            if any(b in allocation.blocks for b in segment.blocks):
+                merged = []
+                for block in segment.blocks:
+                    if merged and not block.allocated and not merged[-1].allocated:
+                        merged[-1].size += block.size
+                    else:
+                        merged.append(block)
+                segment.blocks = merged
+        self._peaks()
+        try:
+            history = cuda.memory._HISTORY
+        except (AttributeError, TypeError):  # interpreter shutdown: the modules are gone
+            return
+        address = allocation.blocks[0].address
+        history.record(self.index, "free_requested", address, allocation.size, history.free_frames(allocation.frames))
+        history.record(self.index, "free_completed", address, allocation.size, history.completed_frames(allocation.frames))
+
+    def inactive_split(self):
+        return sum(b.size for g in self.segments if len(g.blocks) > 1 for b in g.blocks if not b.allocated)
+
+    def _peaks(self):
+        self.peak_requested = max(self.peak_requested, self.requested)
+        self.peak_segments = max(self.peak_segments, len(self.segments))
+        self.peak_inactive_split = max(self.peak_inactive_split, self.inactive_split())
+
+    def reset_peaks(self):
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+        self.peak_requested, self.peak_segments = self.requested, len(self.segments)
+        self.peak_inactive_split = self.inactive_split()
+
+    def empty_cache(self):
+        """Reserved down to the allocated bytes rounded up to 2 MiB: free segments go whole
+        (largest first), then free blocks are cut out (largest first)."""
+        target = (self.allocated + self.SEGMENT - 1) // self.SEGMENT * self.SEGMENT
+        excess = self.reserved - target
+        history = cuda.memory._HISTORY
+        frames = history.free_frames(None)
+        for segment in sorted(self.segments, key=lambda g: -g.size):
+            if 0 < segment.size <= excess and len(segment.blocks) == 1 and not segment.blocks[0].allocated:
+                self.segments.remove(segment)
+                excess -= segment.size
+                self.num_device_free += 1
+                history.record(self.index, "segment_free", segment.address, segment.size, frames)
+        while excess > 0:
+            free = [(b.size, g, b) for g in self.segments for b in g.blocks if not b.allocated]
+            if not free:
+                break
+            _, segment, block = max(free, key=lambda x: (x[0], -x[2].address))
+            cut = min(block.size, excess)
+            start = block.address + block.size - cut
+            self._unmap(segment, start, cut)
+            excess -= cut
+            self.num_device_free += 1
+            history.record(self.index, "segment_unmap", start, cut, frames)
+        self.reserved = target
+
+    def _unmap(self, segment, start, size):
+        """Removes [start, start + size) (inside one free block) from `segment`, splitting it."""
+        end = start + size
+        left, right = [], []
+        for block in segment.blocks:
+            b_end = block.address + block.size
+            if b_end <= start:
+                left.append(block)
+            elif block.address >= end:
+                right.append(block)
+            else:
+                if block.address < start:
+                    left.append(_Block(block.address, start - block.address))
+                if b_end > end:
+                    right.append(_Block(end, b_end - end))
+        i = self.segments.index(segment)
+        parts = []
+        for blocks in (left, right):
+            if blocks:
+                part = _Segment(blocks[0].address, sum(b.size for b in blocks), segment.is_large, segment.frames)
+                part.blocks = blocks
+                parts.append(part)
+        self.segments[i : i + 1] = parts
 
 
 _ALLOCATORS = [_Allocator(i) for i in range(_DEVICES)]
@@ -159,8 +327,9 @@ class Tensor:
         self.grad = None
         # Autograd, simulated: outputs keep their inputs alive until backward() (activations).
         self._saved = tuple(saved) if _GRAD[0] else ()
-        self._alloc = _allocator(self.device)
-        self._size = self._alloc.alloc(self.nbytes) if self._alloc else 0
+        alloc = _allocator(self.device)
+        self._allocation = alloc.alloc(self.nbytes) if alloc else None
+        self._alloc = alloc
 
     def float(self):
         return self.to(dtype=float32)
@@ -209,7 +378,7 @@ class Tensor:
 
     def __del__(self):
         if getattr(self, "_alloc", None) is not None:
-            self._alloc.free(self._size)
+            self._alloc.free(self._allocation)
             self._alloc = None
 
     def to(self, dev=None, dtype=None):

@@ -1,13 +1,21 @@
-"""Fake torch.cuda: the allocator counters of the simulated devices."""
+"""Fake torch.cuda: the allocator counters of the simulated devices; torch.cuda.memory (the
+allocation history and snapshots) lives in torch/_cuda_memory.py."""
 
 import os
+import sys
 
 import torch as _torch
+
+from . import _cuda_memory as memory
+
+sys.modules[__name__ + ".memory"] = memory
 
 OutOfMemoryError = _torch.OutOfMemoryError
 
 
 def _a(dev=None):
+    if isinstance(dev, int):
+        dev = _torch.device("cuda", dev)
     dev = _torch.device(dev) if dev is not None else _torch.device("cuda:0")
     if dev.index >= len(_torch._ALLOCATORS):
         raise RuntimeError(f"CUDA error: invalid device ordinal {dev.index}")
@@ -56,8 +64,7 @@ def max_memory_reserved(device=None):
 
 
 def reset_peak_memory_stats(device=None):
-    a = _a(device)
-    a.peak_allocated, a.peak_reserved = a.allocated, a.reserved
+    _a(device).reset_peaks()
 
 
 def mem_get_info(device=None):
@@ -67,7 +74,7 @@ def mem_get_info(device=None):
 
 def empty_cache():
     for a in _torch._ALLOCATORS:
-        a.reserved = (a.allocated + a.SEGMENT - 1) // a.SEGMENT * a.SEGMENT
+        a.empty_cache()
 
 
 def get_allocator_backend():
@@ -75,7 +82,33 @@ def get_allocator_backend():
 
 
 def memory_stats(device=None):
-    return {"num_ooms": _a(device).num_ooms}
+    """PyTorch's flat statistics ("<stat>.all.current/peak" and the event counters), sorted by
+    key as PyTorch returns them. The fake frees at once, so active equals allocated."""
+    a = _a(device)
+    stats = {
+        "active_bytes.all.current": a.allocated,
+        "active_bytes.all.peak": a.peak_allocated,
+        "allocated_bytes.all.current": a.allocated,
+        "allocated_bytes.all.peak": a.peak_allocated,
+        "inactive_split_bytes.all.current": a.inactive_split(),
+        "inactive_split_bytes.all.peak": a.peak_inactive_split,
+        "requested_bytes.all.current": a.requested,
+        "requested_bytes.all.peak": a.peak_requested,
+        "reserved_bytes.all.current": a.reserved,
+        "reserved_bytes.all.peak": a.peak_reserved,
+        "segment.all.current": len(a.segments),
+        "segment.all.peak": a.peak_segments,
+        "num_alloc_retries": a.num_alloc_retries,
+        "num_ooms": a.num_ooms,
+        "num_device_alloc": a.num_device_alloc,
+        "num_device_free": a.num_device_free,
+    }
+    return dict(sorted(stats.items()))
+
+
+def memory_snapshot():
+    """The segments of every device, as torch.cuda.memory_snapshot() returns them."""
+    return memory._snapshot()["segments"]
 
 
 def set_per_process_memory_fraction(fraction, device=None):

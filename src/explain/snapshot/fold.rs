@@ -1,0 +1,1544 @@
+//! The snapshot's structure as a [`Schema`]: which containers are streamed, what their fields
+//! mean, and how each completed segment and trace entry is folded into the summary.
+
+use super::pickle::{FxMap, Kind, Place, Role, Run, Schema, Strings, Value};
+use super::{
+    Allocation, BEFORE_FIRST_PHASE, BETWEEN_PHASES, DeviceSummary, Frame, HistoryCoverage,
+    LARGEST_KEPT, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary, PoolSummary, SERIES_MAX_POINTS,
+    STACK_TOP_FRAMES, SegmentMap, SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions,
+    TracePoint, TraceSummary,
+};
+use crate::units::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+
+const MAX_DEVICES: usize = 1024;
+const MAX_FRAMES: usize = 1 << 22;
+const MAX_STACKS: usize = 1 << 22;
+const MAX_MARKERS: usize = 100_000;
+const MAX_PHASES: usize = 10_000;
+const MAX_OOMS_KEPT: usize = 16;
+const MAX_OTHER_ACTIONS: usize = 64;
+/// Allocations (and segments) tracked alive at once by the replay; past this the levels are
+/// still replayed but the newest are not ranked at the peaks.
+const MAX_ALIVE: usize = 1 << 22;
+
+/// The words of the snapshot's keys and values, cached per interned string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Word {
+    Unseen,
+    Other,
+    Segments,
+    DeviceTraces,
+    AllocatorSettings,
+    Device,
+    Address,
+    TotalSize,
+    AllocatedSize,
+    ActiveSize,
+    RequestedSize,
+    SegmentType,
+    SegmentPoolId,
+    IsExpandable,
+    Frames,
+    Blocks,
+    Size,
+    State,
+    Addr,
+    Action,
+    TimeUs,
+    UserMetadata,
+    DeviceFree,
+    Filename,
+    Line,
+    Name,
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    Annotate,
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+    Small,
+    Large,
+}
+
+fn word_of(s: &str) -> Word {
+    match s {
+        "segments" => Word::Segments,
+        "device_traces" => Word::DeviceTraces,
+        "allocator_settings" => Word::AllocatorSettings,
+        "device" => Word::Device,
+        "address" => Word::Address,
+        "total_size" => Word::TotalSize,
+        "allocated_size" => Word::AllocatedSize,
+        "active_size" => Word::ActiveSize,
+        "requested_size" => Word::RequestedSize,
+        "segment_type" => Word::SegmentType,
+        "segment_pool_id" => Word::SegmentPoolId,
+        "is_expandable" => Word::IsExpandable,
+        "frames" => Word::Frames,
+        "blocks" => Word::Blocks,
+        "size" => Word::Size,
+        "state" => Word::State,
+        "addr" => Word::Addr,
+        "action" => Word::Action,
+        "time_us" => Word::TimeUs,
+        "user_metadata" => Word::UserMetadata,
+        "device_free" => Word::DeviceFree,
+        "filename" => Word::Filename,
+        "line" => Word::Line,
+        "name" => Word::Name,
+        "alloc" => Word::Alloc,
+        "free_requested" => Word::FreeRequested,
+        "free_completed" => Word::FreeCompleted,
+        "segment_alloc" => Word::SegmentAlloc,
+        "segment_free" => Word::SegmentFree,
+        "segment_map" => Word::SegmentMap,
+        "segment_unmap" => Word::SegmentUnmap,
+        "snapshot" => Word::Snapshot,
+        "oom" => Word::Oom,
+        "annotate" => Word::Annotate,
+        "active_allocated" => Word::ActiveAllocated,
+        "active_pending_free" | "active_awaiting_free" => Word::ActivePendingFree,
+        "inactive" => Word::Inactive,
+        "small" => Word::Small,
+        "large" => Word::Large,
+        _ => Word::Other,
+    }
+}
+
+/// The trace actions, in the order they are counted.
+const ACTIONS: [(Word, &str); 10] = [
+    (Word::Alloc, "alloc"),
+    (Word::FreeRequested, "free_requested"),
+    (Word::FreeCompleted, "free_completed"),
+    (Word::SegmentAlloc, "segment_alloc"),
+    (Word::SegmentFree, "segment_free"),
+    (Word::SegmentMap, "segment_map"),
+    (Word::SegmentUnmap, "segment_unmap"),
+    (Word::Snapshot, "snapshot"),
+    (Word::Oom, "oom"),
+    (Word::Annotate, "annotate"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    Root,
+    Segments,
+    Segment,
+    Blocks,
+    Block,
+    Traces,
+    Trace(u32),
+    Entry(u32),
+    Frames,
+    Frame,
+}
+
+pub(crate) enum Acc {
+    None,
+    Segment(Box<SegmentAcc>),
+    Blocks(Box<BlockStats>),
+    Block(BlockAcc),
+    Entry(EntryAcc),
+    Frames(StackRec),
+    Frame(FrameAcc),
+}
+
+#[derive(Default)]
+pub(crate) struct SegmentAcc {
+    device: Option<i64>,
+    total_size: Option<u64>,
+    allocated_size: Option<u64>,
+    active_size: Option<u64>,
+    requested_size: Option<u64>,
+    segment_type: u8,
+    pool: Option<[i64; 2]>,
+    expandable: bool,
+    blocks: Option<Box<BlockStats>>,
+}
+
+#[derive(Clone, Copy)]
+struct BlockTop {
+    size: u64,
+    address: u64,
+    stack: Option<u32>,
+}
+
+#[derive(Default)]
+pub(crate) struct BlockStats {
+    count: u64,
+    allocated: u64,
+    pending: u64,
+    inactive: u64,
+    largest_inactive: u64,
+    requested: u64,
+    top: Vec<BlockTop>,
+}
+
+pub(crate) struct BlockAcc {
+    size: Option<u64>,
+    requested: Option<u64>,
+    address: Option<u64>,
+    state: Word,
+    stack: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Meta {
+    Absent,
+    Unmarked,
+    Marker(u32),
+}
+
+pub(crate) struct EntryAcc {
+    action: Word,
+    other_action: Option<Box<str>>,
+    addr: Option<u64>,
+    size: Option<u64>,
+    time_us: Option<i64>,
+    stack: Option<u32>,
+    meta: Meta,
+    device_free: Option<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct FrameAcc {
+    filename: Option<u32>,
+    line: i64,
+    name: Option<u32>,
+}
+
+struct FrameRec {
+    filename: Option<u32>,
+    line: i64,
+    name: Option<u32>,
+    python: bool,
+    user: bool,
+}
+
+/// A stack as kept: its innermost user frame and its innermost Python frames.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct StackRec {
+    user: Option<u32>,
+    top: [u32; STACK_TOP_FRAMES],
+    n: u8,
+}
+
+enum Folded {
+    Blocks(Box<BlockStats>),
+    Block(BlockAcc),
+}
+
+#[derive(Default)]
+struct PoolAcc {
+    segments: u64,
+    expandable: u64,
+    reserved: u64,
+    allocated: u64,
+    active: u64,
+    inactive: u64,
+    inactive_split: u64,
+    largest_inactive: u64,
+}
+
+#[derive(Default)]
+struct DeviceAcc {
+    seen_segments: bool,
+    totals: PoolAcc,
+    requested: u64,
+    pools: BTreeMap<(Option<[i64; 2]>, u8), PoolAcc>,
+    top_blocks: Vec<BlockTop>,
+    replay: Option<Box<Replay>>,
+}
+
+/// The summary being built while the pickle streams by.
+pub(crate) struct Folder {
+    options: SummaryOptions,
+    words: Vec<Word>,
+    package_suffixes: Vec<String>,
+    frames: Vec<FrameRec>,
+    frame_ids: FxMap<(Option<u32>, i64, Option<u32>), u32>,
+    stacks: Vec<StackRec>,
+    stack_ids: FxMap<StackRec, u32>,
+    markers: Vec<(u64, String)>,
+    marker_of_string: FxMap<u32, Option<u32>>,
+    marker_of_text: FxMap<(u64, String), u32>,
+    folded: Option<(u32, Folded)>,
+    folded_seq: u32,
+    devices: BTreeMap<i64, DeviceAcc>,
+    settings: Option<BTreeMap<String, serde_json::Value>>,
+    root: Option<Kind>,
+    saw_segments: bool,
+    saw_traces: bool,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+impl Folder {
+    pub(crate) fn new(options: SummaryOptions) -> Self {
+        let package_suffixes = crate::python_side::FILES
+            .iter()
+            .map(|(path, _)| format!("/{path}"))
+            .collect();
+        Folder {
+            options,
+            words: Vec::new(),
+            package_suffixes,
+            frames: Vec::new(),
+            frame_ids: FxMap::default(),
+            stacks: Vec::new(),
+            stack_ids: FxMap::default(),
+            markers: Vec::new(),
+            marker_of_string: FxMap::default(),
+            marker_of_text: FxMap::default(),
+            folded: None,
+            folded_seq: 0,
+            devices: BTreeMap::new(),
+            settings: None,
+            root: None,
+            saw_segments: false,
+            saw_traces: false,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.counts.entry(what).or_insert(0) += 1;
+    }
+
+    fn word(&mut self, value: &Value, strings: &Strings) -> Word {
+        match value {
+            Value::Str(id) => {
+                let i = *id as usize;
+                if let Some(&w) = self.words.get(i).filter(|w| **w != Word::Unseen) {
+                    return w;
+                }
+                if i >= self.words.len() {
+                    self.words.resize(strings.len().max(i + 1), Word::Unseen);
+                }
+                let w = word_of(strings.get(*id));
+                self.words[i] = w;
+                w
+            }
+            Value::Text(t) => word_of(t),
+            _ => Word::Other,
+        }
+    }
+
+    fn key_word(&mut self, key: Option<&Value>, strings: &Strings) -> Word {
+        match key {
+            Some(k) => self.word(k, strings),
+            None => Word::Other,
+        }
+    }
+
+    fn device_mut(&mut self, device: i64) -> Option<&mut DeviceAcc> {
+        if self.devices.len() >= MAX_DEVICES && !self.devices.contains_key(&device) {
+            self.count("devices beyond the 1,024th were ignored");
+            return None;
+        }
+        Some(self.devices.entry(device).or_default())
+    }
+
+    fn fold_out(&mut self, folded: Folded) -> Value {
+        self.folded_seq = self.folded_seq.wrapping_add(1);
+        self.folded = Some((self.folded_seq, folded));
+        Value::Folded(self.folded_seq)
+    }
+
+    fn take_folded(&mut self, value: &Value) -> Option<Folded> {
+        match (value, self.folded.take()) {
+            (Value::Folded(id), Some((seq, folded))) if *id == seq => Some(folded),
+            (_, other) => {
+                self.folded = other;
+                None
+            }
+        }
+    }
+
+    fn classify(&self, filename: &str) -> (bool, bool) {
+        let python = filename.ends_with(".py") || filename.starts_with('<');
+        let torch = filename.contains("/torch/")
+            || filename.starts_with("torch/")
+            || filename.contains("torchinductor_")
+            || filename.starts_with("<eval_with_key");
+        let package = filename.contains("/iteragpu-python-")
+            || self
+                .package_suffixes
+                .iter()
+                .any(|suffix| filename.ends_with(suffix.as_str()) || filename == &suffix[1..]);
+        let stdlib = filename.starts_with("<frozen")
+            || (filename.contains("/lib/python3")
+                && !filename.contains("site-packages/")
+                && !filename.contains("dist-packages/"));
+        (python, python && !torch && !package && !stdlib)
+    }
+
+    fn intern_frame(&mut self, acc: FrameAcc, strings: &Strings) -> Value {
+        let key = (acc.filename, acc.line, acc.name);
+        if let Some(&id) = self.frame_ids.get(&key) {
+            return Value::Frame(id);
+        }
+        if self.frames.len() >= MAX_FRAMES {
+            self.count("distinct frames beyond the bound were not kept");
+            return Value::Skipped;
+        }
+        let (python, user) = match acc.filename {
+            Some(f) => self.classify(strings.get(f)),
+            None => (false, false),
+        };
+        let id = self.frames.len() as u32;
+        self.frames.push(FrameRec {
+            filename: acc.filename,
+            line: acc.line,
+            name: acc.name,
+            python,
+            user,
+        });
+        self.frame_ids.insert(key, id);
+        Value::Frame(id)
+    }
+
+    fn intern_stack(&mut self, rec: StackRec) -> Value {
+        if let Some(&id) = self.stack_ids.get(&rec) {
+            return Value::Stack(id);
+        }
+        if self.stacks.len() >= MAX_STACKS {
+            self.count("distinct stacks beyond the bound were not kept");
+            return Value::Skipped;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(rec);
+        self.stack_ids.insert(rec, id);
+        Value::Stack(id)
+    }
+
+    fn marker(&mut self, value: &Value, strings: &Strings) -> Meta {
+        let parse = |text: &str| -> Option<(u64, String)> {
+            let rest = text.strip_prefix(PHASE_MARKER_PREFIX)?;
+            let (index, name) = rest.split_once(' ').unwrap_or((rest, ""));
+            Some((index.parse().ok()?, name.to_string()))
+        };
+        match value {
+            Value::Str(id) => {
+                if let Some(known) = self.marker_of_string.get(id) {
+                    return known.map_or(Meta::Unmarked, Meta::Marker);
+                }
+                let found = parse(strings.get(*id)).and_then(|m| self.marker_id(m));
+                self.marker_of_string.insert(*id, found);
+                found.map_or(Meta::Unmarked, Meta::Marker)
+            }
+            Value::Text(text) => parse(text)
+                .and_then(|m| self.marker_id(m))
+                .map_or(Meta::Unmarked, Meta::Marker),
+            _ => Meta::Unmarked,
+        }
+    }
+
+    fn marker_id(&mut self, marker: (u64, String)) -> Option<u32> {
+        if let Some(&id) = self.marker_of_text.get(&marker) {
+            return Some(id);
+        }
+        if self.markers.len() >= MAX_MARKERS {
+            self.count("phase markers beyond the 100,000th were read as unmarked");
+            return None;
+        }
+        let id = self.markers.len() as u32;
+        self.markers.push(marker.clone());
+        self.marker_of_text.insert(marker, id);
+        Some(id)
+    }
+
+    fn fold_segment(&mut self, s: SegmentAcc) {
+        let device = s.device.unwrap_or(0);
+        let Some(dev) = self.device_mut(device) else {
+            return;
+        };
+        dev.seen_segments = true;
+        let total = s.total_size.unwrap_or(0);
+        let (allocated, active, requested, inactive, largest, blocks, top) = match s.blocks {
+            Some(b) => (
+                b.allocated,
+                b.allocated.saturating_add(b.pending),
+                b.requested,
+                b.inactive,
+                b.largest_inactive,
+                b.count,
+                b.top,
+            ),
+            None => {
+                let allocated = s.allocated_size.unwrap_or(0);
+                let active = s.active_size.unwrap_or(allocated);
+                let inactive = total.saturating_sub(active);
+                let largest = if active == 0 { total } else { 0 };
+                let requested = s.requested_size.unwrap_or(0);
+                (
+                    allocated,
+                    active,
+                    requested,
+                    inactive,
+                    largest,
+                    0,
+                    Vec::new(),
+                )
+            }
+        };
+        let split = if blocks >= 2 { inactive } else { 0 };
+        for pool in [
+            &mut dev.totals,
+            dev.pools.entry((s.pool, s.segment_type)).or_default(),
+        ] {
+            pool.segments += 1;
+            pool.expandable += u64::from(s.expandable);
+            pool.reserved = pool.reserved.saturating_add(total);
+            pool.allocated = pool.allocated.saturating_add(allocated);
+            pool.active = pool.active.saturating_add(active);
+            pool.inactive = pool.inactive.saturating_add(inactive);
+            pool.inactive_split = pool.inactive_split.saturating_add(split);
+            pool.largest_inactive = pool.largest_inactive.max(largest);
+        }
+        dev.requested = dev.requested.saturating_add(requested);
+        dev.top_blocks.extend(top);
+        keep_largest(&mut dev.top_blocks);
+    }
+
+    fn fold_entry(&mut self, device: u32, entry: EntryAcc) {
+        let key = match entry.meta {
+            Meta::Marker(m) => 2 + m,
+            _ => u32::MAX,
+        };
+        if entry.size.is_none() && entry.action != Word::Oom && entry.action != Word::Snapshot {
+            self.count("trace entries without a size were counted but not replayed");
+        }
+        if entry.action == Word::Other && entry.other_action.is_none() {
+            self.count("trace entries without an action were counted but not replayed");
+        }
+        let Some(dev) = self.device_mut(i64::from(device)) else {
+            return;
+        };
+        let replay = dev
+            .replay
+            .get_or_insert_with(|| Box::new(Replay::default()));
+        if !replay.apply(&entry, key) {
+            self.count("phases beyond the 10,000th were merged into the one before");
+        }
+    }
+
+    pub(crate) fn finish(mut self, run: Run) -> Result<SnapshotSummary, SnapshotError> {
+        match self.root {
+            None => {
+                return Err(SnapshotError::NotASnapshot(format!(
+                    "the pickle holds a {}, not the snapshot dictionary",
+                    run.top
+                )));
+            }
+            Some(Kind::Dict) if !self.saw_segments && !self.saw_traces => {
+                return Err(SnapshotError::NotASnapshot(
+                    "its dictionary has neither \"segments\" nor \"device_traces\"".into(),
+                ));
+            }
+            _ => {}
+        }
+        let strings = &run.strings;
+        let mut devices = Vec::new();
+        let mut history_recorded = false;
+        let device_accs = std::mem::take(&mut self.devices);
+        for (device, acc) in device_accs {
+            let entries = acc.replay.as_ref().map_or(0, |r| r.entries);
+            if !acc.seen_segments && entries == 0 {
+                continue;
+            }
+            history_recorded |= entries > 0;
+            let t = &acc.totals;
+            let segments = SegmentMap {
+                segments: t.segments,
+                reserved_bytes: t.reserved,
+                allocated_bytes: t.allocated,
+                active_bytes: t.active,
+                requested_bytes: acc.requested,
+                inactive_bytes: t.inactive,
+                inactive_split_bytes: t.inactive_split,
+                largest_inactive_block_bytes: t.largest_inactive,
+                pools: acc
+                    .pools
+                    .iter()
+                    .map(|((pool_id, kind), p)| PoolSummary {
+                        pool_id: *pool_id,
+                        segment_type: match kind {
+                            1 => "small",
+                            2 => "large",
+                            _ => "unknown",
+                        }
+                        .to_string(),
+                        segments: p.segments,
+                        expandable_segments: p.expandable,
+                        reserved_bytes: p.reserved,
+                        allocated_bytes: p.allocated,
+                        active_bytes: p.active,
+                        inactive_bytes: p.inactive,
+                        inactive_split_bytes: p.inactive_split,
+                        largest_inactive_block_bytes: p.largest_inactive,
+                    })
+                    .collect(),
+            };
+            let largest_blocks_at_end = acc
+                .top_blocks
+                .iter()
+                .map(|b| Allocation {
+                    address: b.address,
+                    size_bytes: b.size,
+                    allocated_at: None,
+                    phase: None,
+                    user_frame: self.user_frame(b.stack, strings),
+                    stack_top: self.stack_top(b.stack, strings),
+                })
+                .collect();
+            let trace = match acc.replay {
+                Some(mut replay) if replay.entries > 0 => {
+                    replay.end();
+                    if replay.untracked {
+                        self.count(
+                            "device traces with more than 4,194,304 allocations or segments alive at once (the newest were not ranked)",
+                        );
+                    }
+                    Some(self.trace_summary(&replay, &segments, strings))
+                }
+                _ => None,
+            };
+            devices.push(DeviceSummary {
+                device,
+                segments,
+                largest_blocks_at_end,
+                trace,
+            });
+        }
+        let mut notes: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(what, n)| format!("{n} × {what}"))
+            .collect();
+        if run.strings.refused > 0 {
+            notes.push(format!(
+                "{} strings beyond the interning bound were read but not kept",
+                run.strings.refused
+            ));
+        }
+        if run.built_dropped > 0 {
+            notes.push(format!(
+                "{} items of generic values (allocator settings, unknown keys) beyond the bound were dropped",
+                run.built_dropped
+            ));
+        }
+        Ok(SnapshotSummary {
+            pickle_protocol: run.protocol,
+            bytes_read: run.bytes_read,
+            history_recorded,
+            devices,
+            allocator_settings: self.settings.take(),
+            notes,
+        })
+    }
+
+    fn frame(&self, id: u32, strings: &Strings) -> Option<Frame> {
+        let rec = self.frames.get(id as usize)?;
+        Some(Frame {
+            filename: rec.filename.map_or("", |f| strings.get(f)).to_string(),
+            line: rec.line,
+            name: rec.name.map_or("", |n| strings.get(n)).to_string(),
+        })
+    }
+
+    fn user_frame(&self, stack: Option<u32>, strings: &Strings) -> Option<Frame> {
+        let rec = self.stacks.get(stack? as usize)?;
+        self.frame(rec.user?, strings)
+    }
+
+    fn stack_top(&self, stack: Option<u32>, strings: &Strings) -> Vec<Frame> {
+        let Some(rec) = stack.and_then(|s| self.stacks.get(s as usize)) else {
+            return Vec::new();
+        };
+        rec.top[..usize::from(rec.n).min(STACK_TOP_FRAMES)]
+            .iter()
+            .filter_map(|&f| self.frame(f, strings))
+            .collect()
+    }
+
+    fn phase_name(&self, key: u32) -> (String, Option<u64>) {
+        match key {
+            KEY_BEFORE => (BEFORE_FIRST_PHASE.to_string(), None),
+            KEY_BETWEEN => (BETWEEN_PHASES.to_string(), None),
+            k => match self.markers.get((k - 2) as usize) {
+                Some((index, name)) => (name.clone(), Some(*index)),
+                None => (String::new(), None),
+            },
+        }
+    }
+
+    fn trace_summary(&self, r: &Replay, segments: &SegmentMap, strings: &Strings) -> TraceSummary {
+        // Anchor the relative replay to the segments at the end of the snapshot.
+        let mut base_alloc = i128::from(segments.active_bytes) - r.alloc;
+        let mut base_reserved = i128::from(segments.reserved_bytes) - r.reserved;
+        let mut inconsistent = false;
+        if base_alloc + r.min_alloc < 0 {
+            base_alloc = -r.min_alloc;
+            inconsistent = true;
+        }
+        if base_reserved + r.min_reserved < 0 {
+            base_reserved = -r.min_reserved;
+            inconsistent = true;
+        }
+        let abs = |x: i128, base: i128| -> u64 { (x + base).clamp(0, i128::from(u64::MAX)) as u64 };
+        let before_alloc = abs(0, base_alloc);
+        let before_reserved = abs(0, base_reserved);
+        let full = self
+            .options
+            .max_entries
+            .is_some_and(|m| m > 0 && r.entries >= m);
+        let mut reasons = Vec::new();
+        if full {
+            reasons.push(format!(
+                "it holds {} entries, the max_entries given to _record_memory_history: the oldest were dropped",
+                Bytes(r.entries).grouped()
+            ));
+        }
+        if r.frees_without_alloc > 0 {
+            reasons.push(format!(
+                "it frees {} it never saw allocated",
+                counted(r.frees_without_alloc, "allocation")
+            ));
+        }
+        if r.segment_frees_without_alloc > 0 {
+            reasons.push(format!(
+                "it frees {} it never saw allocated",
+                counted(r.segment_frees_without_alloc, "segment")
+            ));
+        }
+        if before_alloc > 0 {
+            reasons.push(format!(
+                "{} bytes were already allocated at its first entry",
+                Bytes(before_alloc).grouped()
+            ));
+        }
+        if before_reserved > 0 {
+            reasons.push(format!(
+                "{} bytes were already reserved at its first entry",
+                Bytes(before_reserved).grouped()
+            ));
+        }
+        let truncated = !reasons.is_empty();
+        let mut reason = truncated.then(|| {
+            format!(
+                "the trace's first entries are missing (dropped by max_entries, or made before recording began): {}",
+                reasons.join("; ")
+            )
+        });
+        if inconsistent {
+            let note = "the segments at the end do not hold what the trace leaves allocated; levels are shifted so that none is negative";
+            reason = Some(match reason {
+                Some(r) => format!("{r}; {note}"),
+                None => note.to_string(),
+            });
+        }
+        let mut actions = BTreeMap::new();
+        for (i, (_, name)) in ACTIONS.iter().enumerate() {
+            if r.actions[i] > 0 {
+                actions.insert((*name).to_string(), r.actions[i]);
+            }
+        }
+        for (name, n) in &r.other_actions {
+            actions.insert(name.clone(), *n);
+        }
+        let phases = r
+            .phases
+            .iter()
+            .map(|p| {
+                let (name, index) = self.phase_name(p.key);
+                PhaseSummary {
+                    name,
+                    index,
+                    entries: p.entries,
+                    first_event: p.first_event,
+                    last_event: p.last_event,
+                    start_time_us: p.start_time,
+                    end_time_us: p.end_time,
+                    allocations: p.allocations,
+                    allocated_total_bytes: p.allocated_total,
+                    frees: p.frees,
+                    freed_total_bytes: p.freed_total,
+                    start_allocated_bytes: abs(p.start_alloc, base_alloc),
+                    end_allocated_bytes: abs(p.end_alloc, base_alloc),
+                    start_reserved_bytes: abs(p.start_reserved, base_reserved),
+                    end_reserved_bytes: abs(p.end_reserved, base_reserved),
+                    peak_allocated_bytes: abs(p.peak_alloc, base_alloc),
+                    peak_allocated_at: p.peak_alloc_at,
+                    peak_reserved_bytes: abs(p.peak_reserved, base_reserved),
+                    peak_reserved_at: p.peak_reserved_at,
+                    largest_at_peak: p
+                        .top
+                        .iter()
+                        .map(|t| Allocation {
+                            address: t.address,
+                            size_bytes: t.size,
+                            allocated_at: Some(TracePoint {
+                                event: Some(t.event),
+                                time_us: t.time,
+                            }),
+                            phase: r
+                                .phases
+                                .get(t.phase as usize)
+                                .map(|owner| self.phase_name(owner.key).0),
+                            user_frame: self.user_frame(t.stack, strings),
+                            stack_top: self.stack_top(t.stack, strings),
+                        })
+                        .collect(),
+                    ooms: p
+                        .ooms
+                        .iter()
+                        .map(|o| OomEvent {
+                            at: o.at,
+                            requested_bytes: o.requested,
+                            device_free_bytes: o.device_free,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let mut series = r.series.points.clone();
+        if let Some(p) = r.series.current {
+            series.push(p);
+        }
+        TraceSummary {
+            entries: r.entries,
+            actions,
+            first_time_us: r.first_time,
+            last_time_us: r.last_time,
+            history: HistoryCoverage {
+                truncated,
+                reason,
+                allocated_before_first_entry_bytes: before_alloc,
+                reserved_before_first_entry_bytes: before_reserved,
+                frees_without_alloc: r.frees_without_alloc,
+                segment_frees_without_alloc: r.segment_frees_without_alloc,
+            },
+            peak_allocated_bytes: abs(r.peak_alloc, base_alloc),
+            peak_allocated_at: r.peak_alloc_at,
+            peak_reserved_bytes: abs(r.peak_reserved, base_reserved),
+            peak_reserved_at: r.peak_reserved_at,
+            end_allocated_bytes: abs(r.alloc, base_alloc),
+            end_reserved_bytes: abs(r.reserved, base_reserved),
+            phases,
+            series: series
+                .iter()
+                .map(|p| SeriesPoint {
+                    event: p.event,
+                    time_us: p.time,
+                    allocated_bytes: abs(p.alloc, base_alloc),
+                    reserved_bytes: abs(p.reserved, base_reserved),
+                })
+                .collect(),
+            series_stride: r.series.stride,
+        }
+    }
+}
+
+/// `1 allocation`, `12,345 allocations`.
+fn counted(n: u64, what: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {what}{s}", Bytes(n).grouped())
+}
+
+fn keep_largest(tops: &mut Vec<BlockTop>) {
+    if tops.len() > LARGEST_KEPT {
+        tops.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+        tops.truncate(LARGEST_KEPT);
+    } else {
+        tops.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+    }
+}
+
+fn pool_id(value: &Value) -> Option<[i64; 2]> {
+    match value {
+        Value::Tuple(items) if items.len() == 2 => Some([items[0].as_i64()?, items[1].as_i64()?]),
+        Value::List(items) if items.len() == 2 => Some([items[0].as_i64()?, items[1].as_i64()?]),
+        _ => None,
+    }
+}
+
+fn to_json(value: &Value, strings: &Strings) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        Value::None => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::UInt(u) => J::from(*u),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Value::Str(_) | Value::Text(_) => J::String(strings.text(value).unwrap_or("").to_string()),
+        Value::Tuple(items) => J::Array(items.iter().map(|v| to_json(v, strings)).collect()),
+        Value::List(items) => J::Array(items.iter().map(|v| to_json(v, strings)).collect()),
+        Value::Dict(items) => J::Object(
+            items
+                .iter()
+                .map(|(k, v)| (json_key(k, strings), to_json(v, strings)))
+                .collect(),
+        ),
+        _ => J::Null,
+    }
+}
+
+fn json_key(key: &Value, strings: &Strings) -> String {
+    match strings.text(key) {
+        Some(t) => t.to_string(),
+        None => match to_json(key, strings) {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        },
+    }
+}
+
+impl Schema for Folder {
+    type Ctx = Ctx;
+    type Acc = Acc;
+
+    fn open(
+        &mut self,
+        parent: Option<Ctx>,
+        place: Place<'_>,
+        kind: Kind,
+        strings: &Strings,
+    ) -> Role<Ctx> {
+        let key = match place {
+            Place::Key(k) => self.word(k, strings),
+            _ => Word::Other,
+        };
+        match (parent, kind) {
+            (None, _) => {
+                self.root = Some(kind);
+                match kind {
+                    Kind::Dict => Role::Stream(Ctx::Root),
+                    Kind::List => {
+                        self.saw_segments = true;
+                        Role::Stream(Ctx::Segments)
+                    }
+                }
+            }
+            (Some(Ctx::Root), Kind::List) if key == Word::Segments => Role::Stream(Ctx::Segments),
+            (Some(Ctx::Root), Kind::List) if key == Word::DeviceTraces => Role::Stream(Ctx::Traces),
+            (Some(Ctx::Root), Kind::Dict) if key == Word::AllocatorSettings => Role::Build,
+            (Some(Ctx::Segments), Kind::Dict) => Role::Stream(Ctx::Segment),
+            (Some(Ctx::Segment), Kind::List) if key == Word::Blocks => Role::Stream(Ctx::Blocks),
+            (Some(Ctx::Blocks), Kind::Dict) => Role::Stream(Ctx::Block),
+            (Some(Ctx::Traces), Kind::List) => match place {
+                Place::Index(i) if (i as usize) < MAX_DEVICES => Role::Stream(Ctx::Trace(i as u32)),
+                _ => {
+                    self.count("device traces beyond the 1,024th were ignored");
+                    Role::Skip
+                }
+            },
+            (Some(Ctx::Trace(d)), Kind::Dict) => Role::Stream(Ctx::Entry(d)),
+            (Some(Ctx::Segment | Ctx::Block | Ctx::Entry(_)), Kind::List)
+                if key == Word::Frames =>
+            {
+                Role::Stream(Ctx::Frames)
+            }
+            (Some(Ctx::Frames), Kind::Dict) => Role::Stream(Ctx::Frame),
+            _ => Role::Skip,
+        }
+    }
+
+    fn accepts(&self, parent: Ctx, kind: Kind) -> bool {
+        matches!(
+            (parent, kind),
+            (
+                Ctx::Segments | Ctx::Blocks | Ctx::Trace(_) | Ctx::Frames,
+                Kind::Dict
+            ) | (Ctx::Traces, Kind::List)
+        )
+    }
+
+    fn acc(&mut self, ctx: Ctx) -> Acc {
+        match ctx {
+            Ctx::Segment => Acc::Segment(Box::default()),
+            Ctx::Blocks => Acc::Blocks(Box::default()),
+            Ctx::Block => Acc::Block(BlockAcc {
+                size: None,
+                requested: None,
+                address: None,
+                state: Word::Other,
+                stack: None,
+            }),
+            Ctx::Entry(_) => Acc::Entry(EntryAcc {
+                action: Word::Other,
+                other_action: None,
+                addr: None,
+                size: None,
+                time_us: None,
+                stack: None,
+                meta: Meta::Absent,
+                device_free: None,
+            }),
+            Ctx::Frames => Acc::Frames(StackRec::default()),
+            Ctx::Frame => Acc::Frame(FrameAcc::default()),
+            Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) => Acc::None,
+        }
+    }
+
+    fn item(
+        &mut self,
+        ctx: Ctx,
+        acc: &mut Acc,
+        key: Option<&Value>,
+        value: &Value,
+        strings: &Strings,
+    ) {
+        match (ctx, acc) {
+            (Ctx::Root, _) => match self.key_word(key, strings) {
+                Word::AllocatorSettings => {
+                    if let Value::Dict(_) = value {
+                        let json = to_json(value, strings);
+                        if let serde_json::Value::Object(map) = json {
+                            self.settings = Some(map.into_iter().collect());
+                        }
+                    }
+                }
+                Word::Segments => self.saw_segments = true,
+                Word::DeviceTraces => self.saw_traces = true,
+                _ => {}
+            },
+            (Ctx::Segment, Acc::Segment(s)) => match self.key_word(key, strings) {
+                Word::Device => s.device = value.as_i64(),
+                Word::TotalSize => s.total_size = value.as_u64(),
+                Word::AllocatedSize => s.allocated_size = value.as_u64(),
+                Word::ActiveSize => s.active_size = value.as_u64(),
+                Word::RequestedSize => s.requested_size = value.as_u64(),
+                Word::SegmentType => {
+                    s.segment_type = match self.word(value, strings) {
+                        Word::Small => 1,
+                        Word::Large => 2,
+                        _ => 0,
+                    }
+                }
+                Word::SegmentPoolId => s.pool = pool_id(value),
+                Word::IsExpandable => s.expandable = value.as_bool().unwrap_or(false),
+                Word::Blocks => {
+                    if let Some(Folded::Blocks(b)) = self.take_folded(value) {
+                        s.blocks = Some(b);
+                    }
+                }
+                _ => {}
+            },
+            (Ctx::Blocks, Acc::Blocks(stats)) => {
+                if let Some(Folded::Block(b)) = self.take_folded(value) {
+                    let size = b.size.unwrap_or(0);
+                    stats.count += 1;
+                    match b.state {
+                        Word::ActiveAllocated => {
+                            stats.allocated = stats.allocated.saturating_add(size);
+                            stats.requested =
+                                stats.requested.saturating_add(b.requested.unwrap_or(size));
+                            stats.top.push(BlockTop {
+                                size,
+                                address: b.address.unwrap_or(0),
+                                stack: b.stack,
+                            });
+                            if stats.top.len() > 4 * LARGEST_KEPT {
+                                keep_largest(&mut stats.top);
+                            }
+                        }
+                        Word::ActivePendingFree => {
+                            stats.pending = stats.pending.saturating_add(size);
+                        }
+                        _ => {
+                            stats.inactive = stats.inactive.saturating_add(size);
+                            stats.largest_inactive = stats.largest_inactive.max(size);
+                        }
+                    }
+                }
+            }
+            (Ctx::Block, Acc::Block(b)) => match self.key_word(key, strings) {
+                Word::Size => b.size = value.as_u64(),
+                Word::RequestedSize => b.requested = value.as_u64(),
+                Word::Address => b.address = value.as_u64(),
+                Word::State => b.state = self.word(value, strings),
+                Word::Frames => {
+                    if let Value::Stack(id) = *value {
+                        b.stack = Some(id);
+                    }
+                }
+                _ => {}
+            },
+            (Ctx::Entry(_), Acc::Entry(e)) => match self.key_word(key, strings) {
+                Word::Action => {
+                    e.action = self.word(value, strings);
+                    if e.action == Word::Other || !ACTIONS.iter().any(|(w, _)| *w == e.action) {
+                        e.action = Word::Other;
+                        e.other_action = strings.text(value).map(Into::into);
+                    }
+                }
+                Word::Addr => e.addr = value.as_u64(),
+                Word::Size => e.size = value.as_u64(),
+                Word::TimeUs => e.time_us = value.as_i64(),
+                Word::DeviceFree => e.device_free = value.as_u64(),
+                Word::UserMetadata => e.meta = self.marker(value, strings),
+                Word::Frames => {
+                    if let Value::Stack(id) = *value {
+                        e.stack = Some(id);
+                    }
+                }
+                _ => {}
+            },
+            (Ctx::Frames, Acc::Frames(rec)) => {
+                if let Some((id, frame)) = match value {
+                    Value::Frame(id) => self.frames.get(*id as usize).map(|f| (*id, f)),
+                    _ => None,
+                } {
+                    {
+                        if frame.python && usize::from(rec.n) < STACK_TOP_FRAMES {
+                            rec.top[usize::from(rec.n)] = id;
+                            rec.n += 1;
+                        }
+                        if rec.user.is_none() && frame.user {
+                            rec.user = Some(id);
+                        }
+                    }
+                }
+            }
+            (Ctx::Frame, Acc::Frame(f)) => match self.key_word(key, strings) {
+                Word::Filename => {
+                    if let Value::Str(id) = *value {
+                        f.filename = Some(id);
+                    }
+                }
+                Word::Name => {
+                    if let Value::Str(id) = *value {
+                        f.name = Some(id);
+                    }
+                }
+                Word::Line => f.line = value.as_i64().unwrap_or(0),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn close(&mut self, ctx: Ctx, acc: Acc, strings: &Strings) -> Value {
+        match (ctx, acc) {
+            (Ctx::Segment, Acc::Segment(s)) => {
+                self.fold_segment(*s);
+                Value::Skipped
+            }
+            (Ctx::Blocks, Acc::Blocks(b)) => self.fold_out(Folded::Blocks(b)),
+            (Ctx::Block, Acc::Block(b)) => self.fold_out(Folded::Block(b)),
+            (Ctx::Entry(d), Acc::Entry(e)) => {
+                self.fold_entry(d, e);
+                Value::Skipped
+            }
+            (Ctx::Frames, Acc::Frames(rec)) => self.intern_stack(rec),
+            (Ctx::Frame, Acc::Frame(f)) => self.intern_frame(f, strings),
+            _ => Value::Skipped,
+        }
+    }
+}
+
+const KEY_BEFORE: u32 = 0;
+const KEY_BETWEEN: u32 = 1;
+
+#[derive(Clone, Copy)]
+struct RawPoint {
+    event: u64,
+    time: Option<i64>,
+    alloc: i128,
+    reserved: i128,
+}
+
+/// A downsampled time series: points of `stride` entries each holding their highest levels;
+/// when full, pairs are merged and the stride doubles.
+struct Series {
+    stride: u64,
+    points: Vec<RawPoint>,
+    current: Option<RawPoint>,
+    in_current: u64,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series {
+            stride: 1,
+            points: Vec::new(),
+            current: None,
+            in_current: 0,
+        }
+    }
+}
+
+impl Series {
+    fn push(&mut self, event: u64, time: Option<i64>, alloc: i128, reserved: i128) {
+        match &mut self.current {
+            Some(p) => {
+                p.alloc = p.alloc.max(alloc);
+                p.reserved = p.reserved.max(reserved);
+            }
+            None => {
+                self.current = Some(RawPoint {
+                    event,
+                    time,
+                    alloc,
+                    reserved,
+                })
+            }
+        }
+        self.in_current += 1;
+        if self.in_current >= self.stride {
+            if let Some(p) = self.current.take() {
+                self.points.push(p);
+            }
+            self.in_current = 0;
+            if self.points.len() >= SERIES_MAX_POINTS {
+                self.points = self
+                    .points
+                    .chunks(2)
+                    .map(|pair| {
+                        let mut p = pair[0];
+                        if let Some(q) = pair.get(1) {
+                            p.alloc = p.alloc.max(q.alloc);
+                            p.reserved = p.reserved.max(q.reserved);
+                        }
+                        p
+                    })
+                    .collect();
+                self.stride = self.stride.saturating_mul(2);
+            }
+        }
+    }
+}
+
+struct Alive {
+    size: u64,
+    stack: Option<u32>,
+    event: u64,
+    time: Option<i64>,
+    phase: u32,
+}
+
+#[derive(Clone, Copy)]
+struct TopAlloc {
+    address: u64,
+    size: u64,
+    stack: Option<u32>,
+    event: u64,
+    time: Option<i64>,
+    phase: u32,
+}
+
+struct OomAcc {
+    at: TracePoint,
+    requested: u64,
+    device_free: Option<u64>,
+}
+
+struct PhaseAcc {
+    key: u32,
+    entries: u64,
+    first_event: u64,
+    last_event: u64,
+    start_time: Option<i64>,
+    end_time: Option<i64>,
+    allocations: u64,
+    allocated_total: u64,
+    frees: u64,
+    freed_total: u64,
+    start_alloc: i128,
+    start_reserved: i128,
+    end_alloc: i128,
+    end_reserved: i128,
+    peak_alloc: i128,
+    peak_alloc_at: TracePoint,
+    peak_reserved: i128,
+    peak_reserved_at: TracePoint,
+    /// The allocated peak was reached and the allocations alive there are not captured yet.
+    pending: bool,
+    top: Vec<TopAlloc>,
+    ooms: Vec<OomAcc>,
+}
+
+/// One device's trace, replayed entry by entry.
+#[derive(Default)]
+struct Replay {
+    entries: u64,
+    actions: [u64; ACTIONS.len()],
+    other_actions: BTreeMap<String, u64>,
+    /// Levels relative to the first entry; anchored to the segments at the end.
+    alloc: i128,
+    reserved: i128,
+    min_alloc: i128,
+    min_reserved: i128,
+    peak_alloc: i128,
+    peak_alloc_at: TracePoint,
+    peak_reserved: i128,
+    peak_reserved_at: TracePoint,
+    first_time: Option<i64>,
+    last_time: Option<i64>,
+    alive: FxMap<u64, Alive>,
+    by_size: BTreeSet<(u64, u64)>,
+    segments: FxMap<u64, u64>,
+    frees_without_alloc: u64,
+    segment_frees_without_alloc: u64,
+    /// More allocations or segments were alive at once than the replay tracks.
+    untracked: bool,
+    phases: Vec<PhaseAcc>,
+    phase_slot: FxMap<u32, usize>,
+    current: Option<usize>,
+    current_key: u32,
+    seen_marker: bool,
+    series: Series,
+}
+
+fn capture(phase: &mut PhaseAcc, alive: &FxMap<u64, Alive>, by_size: &BTreeSet<(u64, u64)>) {
+    phase.top = by_size
+        .iter()
+        .rev()
+        .take(LARGEST_KEPT)
+        .filter_map(|&(size, address)| {
+            alive.get(&address).map(|a| TopAlloc {
+                address,
+                size,
+                stack: a.stack,
+                event: a.event,
+                time: a.time,
+                phase: a.phase,
+            })
+        })
+        .collect();
+    phase.pending = false;
+}
+
+impl Replay {
+    /// Replays one entry; false when a new phase could not be opened (bound reached).
+    fn apply(&mut self, e: &EntryAcc, marker_key: u32) -> bool {
+        let index = self.entries;
+        self.entries += 1;
+        let time = e.time_us;
+        if self.first_time.is_none() {
+            self.first_time = time;
+        }
+        if time.is_some() {
+            self.last_time = time;
+        }
+        let key = if marker_key != u32::MAX {
+            self.seen_marker = true;
+            marker_key
+        } else if self.seen_marker {
+            KEY_BETWEEN
+        } else {
+            KEY_BEFORE
+        };
+        let mut opened = true;
+        if self.current.is_none() || self.current_key != key {
+            opened = self.switch(key, index, time);
+        }
+        let Some(cur) = self.current else {
+            return opened;
+        };
+        let point = TracePoint {
+            event: Some(index),
+            time_us: time,
+        };
+        match ACTIONS.iter().position(|(w, _)| *w == e.action) {
+            Some(i) => self.actions[i] += 1,
+            None => {
+                let name = e.other_action.as_deref().unwrap_or("(none)").to_string();
+                if self.other_actions.len() < MAX_OTHER_ACTIONS
+                    || self.other_actions.contains_key(&name)
+                {
+                    *self.other_actions.entry(name).or_insert(0) += 1;
+                }
+            }
+        }
+        let phase = &mut self.phases[cur];
+        phase.entries += 1;
+        phase.last_event = index;
+        if time.is_some() {
+            phase.end_time = time;
+        }
+        match e.action {
+            Word::Alloc => {
+                if let Some(size) = e.size {
+                    self.alloc += i128::from(size);
+                    phase.allocations += 1;
+                    phase.allocated_total = phase.allocated_total.saturating_add(size);
+                    if let Some(address) = e
+                        .addr
+                        .filter(|a| self.alive.len() < MAX_ALIVE || self.alive.contains_key(a))
+                    {
+                        let alive = Alive {
+                            size,
+                            stack: e.stack,
+                            event: index,
+                            time,
+                            phase: cur as u32,
+                        };
+                        if let Some(old) = self.alive.insert(address, alive) {
+                            self.by_size.remove(&(old.size, address));
+                        }
+                        self.by_size.insert((size, address));
+                    } else if e.addr.is_some() {
+                        self.untracked = true;
+                    }
+                    if self.alloc > phase.peak_alloc {
+                        phase.peak_alloc = self.alloc;
+                        phase.peak_alloc_at = point;
+                        phase.pending = true;
+                    }
+                    if self.alloc > self.peak_alloc {
+                        self.peak_alloc = self.alloc;
+                        self.peak_alloc_at = point;
+                    }
+                }
+            }
+            Word::FreeCompleted => {
+                let known = e.addr.and_then(|a| self.alive.get(&a).map(|x| x.size));
+                if let Some(size) = e.size.or(known) {
+                    if phase.pending {
+                        capture(phase, &self.alive, &self.by_size);
+                    }
+                    self.alloc -= i128::from(size);
+                    self.min_alloc = self.min_alloc.min(self.alloc);
+                    phase.frees += 1;
+                    phase.freed_total = phase.freed_total.saturating_add(size);
+                    if let Some(address) = e.addr {
+                        match self.alive.remove(&address) {
+                            Some(a) => {
+                                self.by_size.remove(&(a.size, address));
+                            }
+                            None if !self.untracked => self.frees_without_alloc += 1,
+                            None => {}
+                        }
+                    }
+                }
+            }
+            Word::SegmentAlloc | Word::SegmentMap => {
+                if let Some(size) = e.size {
+                    self.reserved += i128::from(size);
+                    if let Some(address) = e.addr {
+                        if self.segments.len() < MAX_ALIVE {
+                            self.segments.insert(address, size);
+                        } else {
+                            self.untracked = true;
+                        }
+                    }
+                    if self.reserved > phase.peak_reserved {
+                        phase.peak_reserved = self.reserved;
+                        phase.peak_reserved_at = point;
+                    }
+                    if self.reserved > self.peak_reserved {
+                        self.peak_reserved = self.reserved;
+                        self.peak_reserved_at = point;
+                    }
+                }
+            }
+            Word::SegmentFree | Word::SegmentUnmap => {
+                if let Some(size) = e.size {
+                    self.reserved -= i128::from(size);
+                    self.min_reserved = self.min_reserved.min(self.reserved);
+                    if let Some(address) = e.addr {
+                        let known = self.segments.remove(&address).is_some();
+                        if !known && e.action == Word::SegmentFree && !self.untracked {
+                            self.segment_frees_without_alloc += 1;
+                        }
+                    }
+                }
+            }
+            Word::Oom if phase.ooms.len() < MAX_OOMS_KEPT => {
+                phase.ooms.push(OomAcc {
+                    at: point,
+                    requested: e.size.unwrap_or(0),
+                    device_free: e.device_free,
+                });
+            }
+            _ => {}
+        }
+        phase.end_alloc = self.alloc;
+        phase.end_reserved = self.reserved;
+        self.series.push(index, time, self.alloc, self.reserved);
+        opened
+    }
+
+    /// Leaves the current phase (capturing its peak if pending) and enters `key`'s; false (and
+    /// the current phase kept) when a new phase would pass the bound.
+    fn switch(&mut self, key: u32, index: u64, time: Option<i64>) -> bool {
+        let existing = self.phase_slot.get(&key).copied();
+        if existing.is_none() && self.phases.len() >= MAX_PHASES && self.current.is_some() {
+            return false;
+        }
+        if let Some(c) = self.current {
+            let phase = &mut self.phases[c];
+            if phase.pending {
+                capture(phase, &self.alive, &self.by_size);
+            }
+        }
+        let start = TracePoint {
+            event: None,
+            time_us: time,
+        };
+        match existing {
+            Some(slot) => {
+                let phase = &mut self.phases[slot];
+                if self.alloc > phase.peak_alloc {
+                    phase.peak_alloc = self.alloc;
+                    phase.peak_alloc_at = start;
+                    phase.pending = true;
+                }
+                if self.reserved > phase.peak_reserved {
+                    phase.peak_reserved = self.reserved;
+                    phase.peak_reserved_at = start;
+                }
+                self.current = Some(slot);
+            }
+            None => {
+                self.phases.push(PhaseAcc {
+                    key,
+                    entries: 0,
+                    first_event: index,
+                    last_event: index,
+                    start_time: time,
+                    end_time: time,
+                    allocations: 0,
+                    allocated_total: 0,
+                    frees: 0,
+                    freed_total: 0,
+                    start_alloc: self.alloc,
+                    start_reserved: self.reserved,
+                    end_alloc: self.alloc,
+                    end_reserved: self.reserved,
+                    peak_alloc: self.alloc,
+                    peak_alloc_at: start,
+                    peak_reserved: self.reserved,
+                    peak_reserved_at: start,
+                    pending: true,
+                    top: Vec::new(),
+                    ooms: Vec::new(),
+                });
+                let slot = self.phases.len() - 1;
+                self.phase_slot.insert(key, slot);
+                self.current = Some(slot);
+            }
+        }
+        self.current_key = key;
+        true
+    }
+
+    /// Captures the pending peak of the phase the trace ends in.
+    fn end(&mut self) {
+        if let Some(c) = self.current {
+            let phase = &mut self.phases[c];
+            if phase.pending {
+                capture(phase, &self.alive, &self.by_size);
+            }
+        }
+    }
+}

@@ -1,0 +1,1305 @@
+//! A streaming pickle machine for the opcodes `pickle.dump` writes for dictionaries, lists,
+//! tuples, strings, numbers, booleans and None (protocols 2 to 5).
+//!
+//! Unlike an unpickler it does not build the object: every dictionary or list is given a role
+//! when it opens, from where it sits (its parent's role and its key or index), by a [`Schema`]:
+//! *streamed* (each item is handed to the schema as it is set, and the container itself only
+//! keeps an accumulator), *built* (a small generic value, within a budget) or *skipped*. The
+//! memo keeps a four-byte handle per memoized object: interned strings, the schema's interned
+//! frames and stacks, interned tuples of scalars, and a small arena for the rest; a streamed
+//! container is memoized as "skipped".
+//!
+//! Where a container sits follows from the stack, as Python's pickler writes it: after a MARK,
+//! the items of the container below the mark; a container with one item (or the last item after
+//! full batches of 1,000) is written as `item APPEND` or `key value SETITEM` without a MARK. A
+//! list on top of the stack therefore takes a new container as its item only if the schema says
+//! that kind can be one of its items (device traces are lists of lists, traces lists of dicts).
+//!
+//! Every count that grows with the input is bounded (stack, marks, memo, strings, generic
+//! values), and every byte sequence ends in a value or an error naming the offset.
+
+use super::SnapshotError;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, Read};
+
+/// Python's pickler writes list and dict items in batches of this many.
+const BATCH: u64 = 1000;
+const BUFFER: usize = 1 << 18;
+/// Bounds on what grows with the input.
+const MAX_STACK: usize = 1 << 18;
+const MAX_MARKS: usize = 1 << 16;
+const MAX_MEMO: usize = 1 << 27;
+const MAX_SPARSE_MEMO: usize = 1 << 20;
+const MAX_STRING_BYTES: u64 = 16 << 20;
+const MAX_INTERNED_STRINGS: usize = 1 << 22;
+const MAX_INTERNED_STRING_BYTES: usize = 64 << 20;
+const MAX_TUPLES: usize = 1 << 20;
+const MAX_ARENA: usize = 1 << 16;
+const MAX_BUILT_ITEMS: u64 = 1 << 20;
+const MAX_BUILT_DEPTH: u8 = 8;
+
+/// A fast hasher for the interners (keys are small and not attacker-chosen for collisions in a
+/// way that matters: a slow file is the worst case).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.add(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A value on the machine's stack.
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer in [2^63, 2^64).
+    UInt(u64),
+    /// An integer outside the 64-bit range (its value is not kept).
+    BigInt,
+    Float(f64),
+    /// An interned string.
+    Str(u32),
+    /// A string that was not interned (the interner's budget was spent).
+    Text(Box<str>),
+    Tuple(Box<[Value]>),
+    /// Built (generic) containers.
+    List(Box<[Value]>),
+    Dict(Box<[(Value, Value)]>),
+    /// The schema's interned frame and stack.
+    Frame(u32),
+    Stack(u32),
+    /// A streamed container's result, handed to the parent that consumes it.
+    Folded(u32),
+    /// A skipped or streamed container, or a memoized object that was not kept.
+    Skipped,
+}
+
+impl Value {
+    pub(crate) fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Int(i) => Some(i),
+            Value::Bool(b) => Some(i64::from(b)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::Int(i) => u64::try_from(i).ok(),
+            Value::UInt(u) => Some(u),
+            Value::Bool(b) => Some(u64::from(b)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(b) => Some(b),
+            Value::Int(i) => Some(i != 0),
+            _ => None,
+        }
+    }
+
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::UInt(_) | Value::BigInt => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) | Value::Text(_) => "str",
+            Value::Tuple(_) => "tuple",
+            Value::List(_) => "list",
+            Value::Dict(_) => "dict",
+            Value::Frame(_) | Value::Stack(_) | Value::Folded(_) | Value::Skipped => "container",
+        }
+    }
+}
+
+/// Interned strings, within a budget; ids are dense from 0.
+#[derive(Default)]
+pub(crate) struct Strings {
+    map: FxMap<Box<str>, u32>,
+    list: Vec<Box<str>>,
+    bytes: usize,
+    /// Strings that were not interned because the budget was spent.
+    pub(crate) refused: u64,
+}
+
+impl Strings {
+    pub(crate) fn intern(&mut self, s: &str) -> Option<u32> {
+        if let Some(&id) = self.map.get(s) {
+            return Some(id);
+        }
+        if self.list.len() >= MAX_INTERNED_STRINGS
+            || self.bytes.saturating_add(s.len()) > MAX_INTERNED_STRING_BYTES
+        {
+            self.refused += 1;
+            return None;
+        }
+        let id = self.list.len() as u32;
+        let boxed: Box<str> = s.into();
+        self.bytes += s.len();
+        self.list.push(boxed.clone());
+        self.map.insert(boxed, id);
+        Some(id)
+    }
+
+    pub(crate) fn get(&self, id: u32) -> &str {
+        self.list.get(id as usize).map_or("", |s| s)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The text of a string value (interned or not).
+    pub(crate) fn text<'a>(&'a self, value: &'a Value) -> Option<&'a str> {
+        match value {
+            Value::Str(id) => Some(self.get(*id)),
+            Value::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Dict,
+    List,
+}
+
+/// Where a container opens.
+pub(crate) enum Place<'a> {
+    /// The first container, with nothing below it.
+    Root,
+    /// The value of this key in a dictionary.
+    Key(&'a Value),
+    /// This item of a list.
+    Index(u64),
+}
+
+/// What a container becomes.
+pub(crate) enum Role<C> {
+    Stream(C),
+    Build,
+    Skip,
+}
+
+/// The structure being read: which containers are streamed and what their items mean.
+pub(crate) trait Schema {
+    type Ctx: Copy;
+    type Acc;
+    /// The role of a container of `kind` that opens at `place` in a streamed container of
+    /// context `parent` (`None`: the root).
+    fn open(
+        &mut self,
+        parent: Option<Self::Ctx>,
+        place: Place<'_>,
+        kind: Kind,
+        strings: &Strings,
+    ) -> Role<Self::Ctx>;
+    /// Whether a container of `kind` can be an item of the streamed list `parent`.
+    fn accepts(&self, parent: Self::Ctx, kind: Kind) -> bool;
+    fn acc(&mut self, ctx: Self::Ctx) -> Self::Acc;
+    /// One item set into a streamed container (`key` is `None` for a list).
+    fn item(
+        &mut self,
+        ctx: Self::Ctx,
+        acc: &mut Self::Acc,
+        key: Option<&Value>,
+        value: &Value,
+        strings: &Strings,
+    );
+    /// The streamed container is complete (consumed by its parent): what it stands for.
+    fn close(&mut self, ctx: Self::Ctx, acc: Self::Acc, strings: &Strings) -> Value;
+}
+
+/// What the machine read, besides what the schema folded.
+pub(crate) struct Run {
+    pub(crate) protocol: u8,
+    pub(crate) bytes_read: u64,
+    pub(crate) strings: Strings,
+    /// The type of the object the pickle holds.
+    pub(crate) top: &'static str,
+    /// Items of generic values dropped once their budget was spent, memoized objects not kept.
+    pub(crate) built_dropped: u64,
+}
+
+enum Body<C, A> {
+    Stream(C, A),
+    List(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+    Skip,
+}
+
+struct Open<C, A> {
+    kind: Kind,
+    items: u64,
+    /// Nesting of built containers (1 for one the schema asked to build).
+    depth: u8,
+    memo: Option<u32>,
+    memo_more: Vec<u32>,
+    body: Body<C, A>,
+}
+
+enum Slot<C, A> {
+    Val(Value),
+    Open(Box<Open<C, A>>),
+}
+
+const TAG_SHIFT: u32 = 29;
+const ID_MASK: u32 = (1 << TAG_SHIFT) - 1;
+const TAG_STR: u32 = 1;
+const TAG_FRAME: u32 = 2;
+const TAG_STACK: u32 = 3;
+const TAG_TUPLE: u32 = 4;
+const TAG_ARENA: u32 = 5;
+/// A memo slot that holds an object not kept (streamed, skipped, over budget).
+const NOT_KEPT: u32 = 0;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Scalar {
+    None,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Str(u32),
+}
+
+impl Scalar {
+    fn of(value: &Value) -> Option<Scalar> {
+        Some(match *value {
+            Value::None => Scalar::None,
+            Value::Bool(b) => Scalar::Bool(b),
+            Value::Int(i) => Scalar::Int(i),
+            Value::UInt(u) => Scalar::UInt(u),
+            Value::Str(s) => Scalar::Str(s),
+            _ => return None,
+        })
+    }
+
+    fn value(&self) -> Value {
+        match *self {
+            Scalar::None => Value::None,
+            Scalar::Bool(b) => Value::Bool(b),
+            Scalar::Int(i) => Value::Int(i),
+            Scalar::UInt(u) => Value::UInt(u),
+            Scalar::Str(s) => Value::Str(s),
+        }
+    }
+}
+
+/// Memo handles are kept in chunks of this many (no reallocation as the memo grows).
+const MEMO_CHUNK: usize = 1 << 16;
+
+/// The memo: dense handles for the indices Python's pickler uses (0, 1, 2, …), in chunks, and a
+/// bounded map for any other.
+#[derive(Default)]
+struct Memo {
+    chunks: Vec<Box<[u32]>>,
+    dense_len: usize,
+    sparse: FxMap<u32, u32>,
+    tuples: FxMap<Box<[Scalar]>, u32>,
+    tuple_list: Vec<Box<[Scalar]>>,
+    arena: Vec<Value>,
+    not_kept: u64,
+}
+
+impl Memo {
+    fn next_index(&self) -> u32 {
+        (self.dense_len + self.sparse.len()).min(u32::MAX as usize) as u32
+    }
+
+    fn put(&mut self, index: u32, handle: u32) -> Result<(), &'static str> {
+        let i = index as usize;
+        if i < self.dense_len {
+            self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = handle;
+        } else if i == self.dense_len && !self.sparse.contains_key(&index) {
+            if self.dense_len >= MAX_MEMO {
+                return Err("more memoized objects than a memory snapshot holds");
+            }
+            if i.is_multiple_of(MEMO_CHUNK) {
+                self.chunks.push(vec![0u32; MEMO_CHUNK].into_boxed_slice());
+            }
+            self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = handle;
+            self.dense_len += 1;
+        } else {
+            if self.sparse.len() >= MAX_SPARSE_MEMO && !self.sparse.contains_key(&index) {
+                return Err("too many memo indices out of sequence");
+            }
+            self.sparse.insert(index, handle);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn get(&self, index: u32) -> Option<u32> {
+        let i = index as usize;
+        if i < self.dense_len {
+            return Some(self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]);
+        }
+        self.sparse.get(&index).copied()
+    }
+
+    /// The handle under which `value` is kept.
+    fn keep(&mut self, value: &Value) -> u32 {
+        match value {
+            Value::Str(id) if *id <= ID_MASK => (TAG_STR << TAG_SHIFT) | id,
+            Value::Frame(id) if *id <= ID_MASK => (TAG_FRAME << TAG_SHIFT) | id,
+            Value::Stack(id) if *id <= ID_MASK => (TAG_STACK << TAG_SHIFT) | id,
+            Value::Tuple(items) => {
+                let scalars: Option<Box<[Scalar]>> = items.iter().map(Scalar::of).collect();
+                match scalars {
+                    Some(key) => {
+                        if let Some(&id) = self.tuples.get(&key) {
+                            return (TAG_TUPLE << TAG_SHIFT) | id;
+                        }
+                        if self.tuple_list.len() >= MAX_TUPLES {
+                            self.not_kept += 1;
+                            return NOT_KEPT;
+                        }
+                        let id = self.tuple_list.len() as u32;
+                        self.tuple_list.push(key.clone());
+                        self.tuples.insert(key, id);
+                        (TAG_TUPLE << TAG_SHIFT) | id
+                    }
+                    None => self.keep_in_arena(value),
+                }
+            }
+            Value::None
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::UInt(_)
+            | Value::BigInt
+            | Value::Float(_) => self.keep_in_arena(value),
+            // A memoized container can be fetched into another one again and again: only flat
+            // ones are kept, so that no chain of fetches builds a deep value.
+            Value::List(items) if items.iter().all(is_flat) => self.keep_in_arena(value),
+            Value::Dict(items) if items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
+                self.keep_in_arena(value)
+            }
+            _ => {
+                self.not_kept += 1;
+                NOT_KEPT
+            }
+        }
+    }
+
+    fn keep_in_arena(&mut self, value: &Value) -> u32 {
+        if self.arena.len() >= MAX_ARENA {
+            self.not_kept += 1;
+            return NOT_KEPT;
+        }
+        self.arena.push(value.clone());
+        (TAG_ARENA << TAG_SHIFT) | (self.arena.len() as u32 - 1)
+    }
+
+    #[inline]
+    fn value(&self, handle: u32) -> Value {
+        let id = handle & ID_MASK;
+        match handle >> TAG_SHIFT {
+            TAG_STR => Value::Str(id),
+            TAG_FRAME => Value::Frame(id),
+            TAG_STACK => Value::Stack(id),
+            TAG_TUPLE => match self.tuple_list.get(id as usize) {
+                Some(items) => Value::Tuple(items.iter().map(Scalar::value).collect()),
+                None => Value::Skipped,
+            },
+            TAG_ARENA => self
+                .arena
+                .get(id as usize)
+                .cloned()
+                .unwrap_or(Value::Skipped),
+            _ => Value::Skipped,
+        }
+    }
+}
+
+struct Reader<R> {
+    inner: R,
+    buf: Box<[u8]>,
+    pos: usize,
+    end: usize,
+    /// Offset in the input of `buf[0]`.
+    base: u64,
+}
+
+impl<R: Read> Reader<R> {
+    fn new(inner: R) -> Self {
+        Reader {
+            inner,
+            buf: vec![0u8; BUFFER].into_boxed_slice(),
+            pos: 0,
+            end: 0,
+            base: 0,
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Makes `need` (≤ BUFFER) bytes available; false at the end of the input.
+    fn fill(&mut self, need: usize) -> io::Result<bool> {
+        if self.end - self.pos >= need {
+            return Ok(true);
+        }
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        while self.end < need {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    #[inline]
+    fn byte(&mut self) -> io::Result<Option<u8>> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(Some(b));
+        }
+        if !self.fill(1)? {
+            return Ok(None);
+        }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(Some(b))
+    }
+
+    #[inline]
+    fn take<const N: usize>(&mut self) -> io::Result<Option<[u8; N]>> {
+        if self.end - self.pos < N && !self.fill(N)? {
+            return Ok(None);
+        }
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+        self.pos += N;
+        Ok(Some(out))
+    }
+
+    /// `n` bytes (at most MAX_STRING_BYTES, checked by the caller), borrowed when they fit the
+    /// buffer.
+    fn bytes(&mut self, n: usize) -> io::Result<Option<std::borrow::Cow<'_, [u8]>>> {
+        if n <= BUFFER {
+            if !self.fill(n)? {
+                return Ok(None);
+            }
+            let start = self.pos;
+            self.pos += n;
+            return Ok(Some(std::borrow::Cow::Borrowed(
+                &self.buf[start..start + n],
+            )));
+        }
+        let mut out = Vec::with_capacity(n);
+        out.extend_from_slice(&self.buf[self.pos..self.end]);
+        self.base += self.end as u64;
+        self.pos = 0;
+        self.end = 0;
+        let want = (n - out.len()) as u64;
+        let got = (&mut self.inner).take(want).read_to_end(&mut out)?;
+        self.base += got as u64;
+        if out.len() < n {
+            return Ok(None);
+        }
+        Ok(Some(std::borrow::Cow::Owned(out)))
+    }
+}
+
+struct Vm<'s, R, S: Schema> {
+    reader: Reader<R>,
+    schema: &'s mut S,
+    stack: Vec<Slot<S::Ctx, S::Acc>>,
+    marks: Vec<usize>,
+    memo: Memo,
+    strings: Strings,
+    protocol: u8,
+    built_budget: u64,
+    built_dropped: u64,
+    pool: Pool<S::Ctx, S::Acc>,
+}
+
+/// Runs the machine over `input` until STOP, handing streamed items to `schema`.
+pub(crate) fn run<R: Read, S: Schema>(input: R, schema: &mut S) -> Result<Run, SnapshotError> {
+    let mut vm = Vm {
+        reader: Reader::new(input),
+        schema,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Memo::default(),
+        strings: Strings::default(),
+        protocol: 0,
+        built_budget: MAX_BUILT_ITEMS,
+        built_dropped: 0,
+        pool: Pool { spare: Vec::new() },
+    };
+    let top = vm.execute()?;
+    Ok(Run {
+        protocol: vm.protocol,
+        bytes_read: vm.reader.offset(),
+        top,
+        built_dropped: vm.built_dropped,
+        strings: vm.strings,
+    })
+}
+
+#[cold]
+fn stack_too_deep(offset: u64) -> SnapshotError {
+    SnapshotError::TooLarge {
+        offset,
+        message: format!("the pickle stack grows past {MAX_STACK} items"),
+    }
+}
+
+#[cold]
+fn malformed(offset: u64, message: impl Into<String>) -> SnapshotError {
+    SnapshotError::Malformed {
+        offset,
+        message: message.into(),
+    }
+}
+
+impl<R: Read, S: Schema> Vm<'_, R, S> {
+    fn truncated(&self, what: &'static str) -> SnapshotError {
+        SnapshotError::Truncated {
+            offset: self.reader.offset(),
+            what,
+        }
+    }
+
+    fn need<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], SnapshotError> {
+        match self.reader.take::<N>()? {
+            Some(b) => Ok(b),
+            None => Err(self.truncated(what)),
+        }
+    }
+
+    /// Pushes a slot (the stack's bound is checked once per opcode, each pushing at most one).
+    #[inline]
+    fn push(&mut self, slot: Slot<S::Ctx, S::Acc>) {
+        self.stack.push(slot);
+    }
+
+    fn pop(&mut self, offset: u64, op: &str) -> Result<Slot<S::Ctx, S::Acc>, SnapshotError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(malformed(offset, format!("{op} on an empty stack")));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| malformed(offset, format!("{op} on an empty stack")))
+    }
+
+    fn pop_mark(&mut self, offset: u64, op: &str) -> Result<usize, SnapshotError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| malformed(offset, format!("{op} without a MARK")))
+    }
+
+    fn execute(&mut self) -> Result<&'static str, SnapshotError> {
+        loop {
+            let offset = self.reader.offset();
+            if self.stack.len() >= MAX_STACK {
+                return Err(stack_too_deep(offset));
+            }
+            let Some(op) = self.reader.byte()? else {
+                return Err(self.truncated("the pickle (no STOP opcode)"));
+            };
+            match op {
+                // PROTO
+                0x80 => {
+                    let [p] = self.need::<1>("PROTO")?;
+                    if !(2..=5).contains(&p) {
+                        return Err(SnapshotError::Protocol {
+                            protocol: p,
+                            offset,
+                        });
+                    }
+                    self.protocol = p;
+                }
+                // FRAME: a length hint only.
+                0x95 => {
+                    self.need::<8>("FRAME")?;
+                }
+                b'}' => self.open(Kind::Dict),
+                b']' => self.open(Kind::List),
+                b')' => self.push(Slot::Val(Value::Tuple(Box::new([])))),
+                b'(' => {
+                    if self.marks.len() >= MAX_MARKS {
+                        return Err(SnapshotError::TooLarge {
+                            offset,
+                            message: format!("more than {MAX_MARKS} nested MARKs"),
+                        });
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b's' => {
+                    let start = self.single_start(2, offset, "SETITEM")?;
+                    self.fill(start.checked_sub(1), Kind::Dict, start, offset, "SETITEM")?;
+                }
+                b'u' => {
+                    let mark = self.pop_mark(offset, "SETITEMS")?;
+                    if !(self.stack.len() - mark.min(self.stack.len())).is_multiple_of(2) {
+                        return Err(malformed(offset, "SETITEMS with an odd number of items"));
+                    }
+                    let target = self.batch_target(mark);
+                    self.fill(target, Kind::Dict, mark, offset, "SETITEMS")?;
+                }
+                b'a' => {
+                    let start = self.single_start(1, offset, "APPEND")?;
+                    self.fill(start.checked_sub(1), Kind::List, start, offset, "APPEND")?;
+                }
+                b'e' => {
+                    let mark = self.pop_mark(offset, "APPENDS")?;
+                    let target = self.batch_target(mark);
+                    self.fill(target, Kind::List, mark, offset, "APPENDS")?;
+                }
+                // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
+                0x8c => {
+                    let [n] = self.need::<1>("SHORT_BINUNICODE")?;
+                    self.string(u64::from(n), offset)?;
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.need::<4>("BINUNICODE")?);
+                    self.string(u64::from(n), offset)?;
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.need::<8>("BINUNICODE8")?);
+                    self.string(n, offset)?;
+                }
+                // BININT, BININT1, BININT2, LONG1
+                b'J' => {
+                    let v = i32::from_le_bytes(self.need::<4>("BININT")?);
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
+                }
+                b'K' => {
+                    let [v] = self.need::<1>("BININT1")?;
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.need::<2>("BININT2")?);
+                    self.push(Slot::Val(Value::Int(i64::from(v))));
+                }
+                0x8a => {
+                    let [n] = self.need::<1>("LONG1")?;
+                    let bytes = match self.reader.bytes(usize::from(n))? {
+                        Some(b) => b,
+                        None => return Err(self.truncated("LONG1")),
+                    };
+                    let value = long1(&bytes);
+                    self.push(Slot::Val(value));
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.need::<8>("BINFLOAT")?);
+                    self.push(Slot::Val(Value::Float(v)));
+                }
+                b'N' => self.push(Slot::Val(Value::None)),
+                0x88 => self.push(Slot::Val(Value::Bool(true))),
+                0x89 => self.push(Slot::Val(Value::Bool(false))),
+                // MEMOIZE, BINPUT, LONG_BINPUT
+                0x94 => {
+                    let index = self.memo.next_index();
+                    self.memoize(index, offset)?;
+                }
+                b'q' => {
+                    let [i] = self.need::<1>("BINPUT")?;
+                    self.memoize(u32::from(i), offset)?;
+                }
+                b'r' => {
+                    let i = u32::from_le_bytes(self.need::<4>("LONG_BINPUT")?);
+                    self.memoize(i, offset)?;
+                }
+                // BINGET, LONG_BINGET
+                b'h' => {
+                    let [i] = self.need::<1>("BINGET")?;
+                    self.get(u32::from(i), offset)?;
+                }
+                b'j' => {
+                    let i = u32::from_le_bytes(self.need::<4>("LONG_BINGET")?);
+                    self.get(i, offset)?;
+                }
+                // TUPLE1, TUPLE2, TUPLE3, TUPLE
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(malformed(offset, "TUPLE with too few items on the stack"));
+                    }
+                    let start = self.stack.len() - n;
+                    self.tuple(start);
+                }
+                b't' => {
+                    let mark = self.pop_mark(offset, "TUPLE")?;
+                    self.tuple(mark);
+                }
+                b'.' => {
+                    let top = self.pop(offset, "STOP")?;
+                    let name = match &top {
+                        Slot::Val(v) => v.type_name(),
+                        Slot::Open(o) => match o.kind {
+                            Kind::Dict => "dict",
+                            Kind::List => "list",
+                        },
+                    };
+                    self.value_of(top);
+                    return Ok(name);
+                }
+                other => {
+                    return Err(SnapshotError::Opcode {
+                        opcode: other,
+                        offset,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Where the `n` items of SETITEM (2) or APPEND (1) start: the container they go into and
+    /// the items must lie above the innermost mark.
+    fn single_start(&self, n: usize, offset: u64, op: &str) -> Result<usize, SnapshotError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() < floor + n + 1 {
+            return Err(malformed(
+                offset,
+                format!("{op} with too few items on the stack"),
+            ));
+        }
+        Ok(self.stack.len() - n)
+    }
+
+    /// The container that SETITEMS or APPENDS (whose mark was just popped) sets into.
+    fn batch_target(&self, mark: usize) -> Option<usize> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        mark.checked_sub(1).filter(|&t| t >= floor)
+    }
+
+    fn string(&mut self, n: u64, offset: u64) -> Result<(), SnapshotError> {
+        if n > MAX_STRING_BYTES {
+            return Err(SnapshotError::TooLarge {
+                offset,
+                message: format!("a string of {n} bytes (at most {MAX_STRING_BYTES} are read)"),
+            });
+        }
+        let value = {
+            let Some(bytes) = self.reader.bytes(n as usize)? else {
+                return Err(SnapshotError::Truncated {
+                    offset,
+                    what: "a string",
+                });
+            };
+            let text = match std::str::from_utf8(&bytes) {
+                Ok(t) => std::borrow::Cow::Borrowed(t),
+                Err(_) => String::from_utf8_lossy(&bytes),
+            };
+            match self.strings.intern(&text) {
+                Some(id) => Value::Str(id),
+                None => Value::Text(text.into()),
+            }
+        };
+        self.push(Slot::Val(value));
+        Ok(())
+    }
+
+    /// The slots from `start` to the top as a tuple.
+    fn tuple(&mut self, start: usize) {
+        let start = start.min(self.stack.len());
+        let Vm {
+            stack,
+            schema,
+            memo,
+            strings,
+            pool,
+            ..
+        } = self;
+        let schema = &mut **schema;
+        let values: Box<[Value]> = stack
+            .drain(start..)
+            .map(|slot| shallow(slot_value(slot, schema, memo, strings, pool)))
+            .collect();
+        self.push(Slot::Val(Value::Tuple(values)));
+    }
+
+    fn memoize(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
+        let handle = match self.stack.last_mut() {
+            None => return Err(malformed(offset, "memoizing an empty stack")),
+            Some(Slot::Open(open)) => {
+                if open.memo.is_none() {
+                    open.memo = Some(index);
+                } else if open.memo_more.len() < 16 {
+                    open.memo_more.push(index);
+                }
+                NOT_KEPT
+            }
+            Some(Slot::Val(value)) => self.memo.keep(value),
+        };
+        self.memo
+            .put(index, handle)
+            .map_err(|message| SnapshotError::TooLarge {
+                offset,
+                message: message.into(),
+            })
+    }
+
+    fn get(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
+        let Some(handle) = self.memo.get(index) else {
+            return Err(malformed(
+                offset,
+                format!("memo index {index} was never stored"),
+            ));
+        };
+        let value = self.memo.value(handle);
+        self.push(Slot::Val(value));
+        Ok(())
+    }
+
+    /// Opens a container, its role decided from where it sits.
+    fn open(&mut self, kind: Kind) {
+        let (body, depth) = {
+            let stack = &self.stack;
+            let schema = &mut *self.schema;
+            let located = locate(stack, &self.marks, |ctx| schema.accepts(ctx, kind));
+            match located {
+                Located::Root => {
+                    let role = schema.open(None, Place::Root, kind, &self.strings);
+                    (role_body(role, kind, schema), 1)
+                }
+                Located::Orphan => (Body::Skip, 0),
+                Located::In(parent, place) => match &stack[parent] {
+                    Slot::Open(p) => match &p.body {
+                        Body::Stream(ctx, _) => {
+                            let role = schema.open(Some(*ctx), place, kind, &self.strings);
+                            (role_body(role, kind, schema), 1)
+                        }
+                        // Built values stay shallow: nothing reads deep ones, and a deep one
+                        // would cost a deep recursion to drop.
+                        Body::List(_) | Body::Dict(_)
+                            if self.built_budget > 0 && p.depth < MAX_BUILT_DEPTH =>
+                        {
+                            (role_body(Role::Build, kind, schema), p.depth + 1)
+                        }
+                        _ => (Body::Skip, 0),
+                    },
+                    Slot::Val(_) => (Body::Skip, 0),
+                },
+            }
+        };
+        let open = self.pool.boxed(Open {
+            kind,
+            items: 0,
+            depth,
+            memo: None,
+            memo_more: Vec::new(),
+            body,
+        });
+        self.push(Slot::Open(open));
+    }
+
+    /// A slot as a value: a container is complete when its parent consumes it.
+    #[inline]
+    fn value_of(&mut self, slot: Slot<S::Ctx, S::Acc>) -> Value {
+        slot_value(
+            slot,
+            &mut *self.schema,
+            &mut self.memo,
+            &self.strings,
+            &mut self.pool,
+        )
+    }
+
+    /// Sets the slots from `start` to the top (pairs for a dict) into the container at
+    /// `target`, then cuts the stack at `start`.
+    fn fill(
+        &mut self,
+        target: Option<usize>,
+        kind: Kind,
+        start: usize,
+        offset: u64,
+        op: &str,
+    ) -> Result<(), SnapshotError> {
+        let end = self.stack.len();
+        let Some(target) = target.filter(|&t| t < start && start <= end) else {
+            return Err(malformed(offset, format!("{op} with no container below")));
+        };
+        let mut open = match std::mem::replace(&mut self.stack[target], Slot::Val(Value::Skipped)) {
+            Slot::Open(open) if open.kind == kind => open,
+            other => {
+                let what = match &other {
+                    Slot::Open(o) if o.kind == Kind::Dict => "a dict",
+                    Slot::Open(_) => "a list",
+                    Slot::Val(v) => v.type_name(),
+                };
+                self.stack[target] = other;
+                return Err(malformed(
+                    offset,
+                    format!(
+                        "{op} on {what}, not a {} being built",
+                        match kind {
+                            Kind::Dict => "dict",
+                            Kind::List => "list",
+                        }
+                    ),
+                ));
+            }
+        };
+        let Vm {
+            stack,
+            schema,
+            memo,
+            strings,
+            built_budget,
+            built_dropped,
+            pool,
+            ..
+        } = self;
+        let schema = &mut **schema;
+        let mut items = stack.drain(start..);
+        loop {
+            let key = match kind {
+                Kind::List => None,
+                Kind::Dict => match items.next() {
+                    Some(slot) => Some(slot_value(slot, schema, memo, strings, pool)),
+                    None => break,
+                },
+            };
+            let Some(slot) = items.next() else {
+                break;
+            };
+            let value = slot_value(slot, schema, memo, strings, pool);
+            open.items += 1;
+            match &mut open.body {
+                Body::Stream(ctx, acc) => schema.item(*ctx, acc, key.as_ref(), &value, strings),
+                Body::List(list) => {
+                    if *built_budget > 0 {
+                        *built_budget -= 1;
+                        list.push(value);
+                    } else {
+                        *built_dropped += 1;
+                    }
+                }
+                Body::Dict(dict) => {
+                    if *built_budget > 0 {
+                        *built_budget -= 1;
+                        dict.push((key.unwrap_or(Value::Skipped), value));
+                    } else {
+                        *built_dropped += 1;
+                    }
+                }
+                Body::Skip => {}
+            }
+        }
+        drop(items);
+        stack[target] = Slot::Open(open);
+        Ok(())
+    }
+}
+
+/// A slot as a value (see `Vm::value_of`), over the machine's fields so that it can run while
+/// the stack is drained.
+#[inline]
+fn slot_value<S: Schema>(
+    slot: Slot<S::Ctx, S::Acc>,
+    schema: &mut S,
+    memo: &mut Memo,
+    strings: &Strings,
+    pool: &mut Pool<S::Ctx, S::Acc>,
+) -> Value {
+    match slot {
+        Slot::Val(v) => v,
+        Slot::Open(open) => finish(open, schema, memo, strings, pool),
+    }
+}
+
+/// Spare container boxes (a container opens and closes per trace entry and per frame list).
+struct Pool<C, A> {
+    spare: Vec<Box<Open<C, A>>>,
+}
+
+impl<C, A> Pool<C, A> {
+    fn boxed(&mut self, open: Open<C, A>) -> Box<Open<C, A>> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                *b = open;
+                b
+            }
+            None => Box::new(open),
+        }
+    }
+
+    fn recycle(&mut self, open: Box<Open<C, A>>) {
+        if self.spare.len() < 256 {
+            self.spare.push(open);
+        }
+    }
+}
+
+/// A container is complete: what it stands for, written into its memo slots.
+#[inline(never)]
+fn finish<S: Schema>(
+    mut open: Box<Open<S::Ctx, S::Acc>>,
+    schema: &mut S,
+    memo: &mut Memo,
+    strings: &Strings,
+    pool: &mut Pool<S::Ctx, S::Acc>,
+) -> Value {
+    let body = std::mem::replace(&mut open.body, Body::Skip);
+    let index = open.memo.take();
+    let memo_more = std::mem::take(&mut open.memo_more);
+    pool.recycle(open);
+    let value = match body {
+        Body::Stream(ctx, acc) => schema.close(ctx, acc, strings),
+        Body::List(items) => Value::List(items.into_boxed_slice()),
+        Body::Dict(items) => Value::Dict(items.into_boxed_slice()),
+        Body::Skip => Value::Skipped,
+    };
+    if index.is_some() {
+        let handle = match value {
+            Value::Folded(_) | Value::Skipped => NOT_KEPT,
+            _ => memo.keep(&value),
+        };
+        for i in index.into_iter().chain(memo_more) {
+            // The slot exists (it was put when memoized), so this cannot fail.
+            let _ = memo.put(i, handle);
+        }
+    }
+    value
+}
+
+fn role_body<S: Schema>(role: Role<S::Ctx>, kind: Kind, schema: &mut S) -> Body<S::Ctx, S::Acc> {
+    match role {
+        Role::Stream(ctx) => Body::Stream(ctx, schema.acc(ctx)),
+        Role::Build => match kind {
+            Kind::List => Body::List(Vec::new()),
+            Kind::Dict => Body::Dict(Vec::new()),
+        },
+        Role::Skip => Body::Skip,
+    }
+}
+
+enum Located<'a> {
+    Root,
+    Orphan,
+    In(usize, Place<'a>),
+}
+
+/// Where a container that opens now sits: the container that will receive it, and its key or
+/// index there.
+fn locate<'a, C: Copy, A>(
+    stack: &'a [Slot<C, A>],
+    marks: &[usize],
+    accepts: impl Fn(C) -> bool,
+) -> Located<'a> {
+    let top = stack.len();
+    let mark = marks.last().copied();
+    let floor = mark.unwrap_or(0);
+    // `item APPEND`: a list on top of the stack, above the innermost mark, that can take it.
+    if top > floor
+        && let Slot::Open(c) = &stack[top - 1]
+        && c.kind == Kind::List
+        && c.items.is_multiple_of(BATCH)
+        && match &c.body {
+            Body::Stream(ctx, _) => accepts(*ctx),
+            _ => true,
+        }
+    {
+        return Located::In(top - 1, Place::Index(c.items));
+    }
+    // `key value SETITEM`: a dict below a key, above the innermost mark.
+    if top >= floor + 2
+        && let (Slot::Open(c), Slot::Val(key)) = (&stack[top - 2], &stack[top - 1])
+        && c.kind == Kind::Dict
+        && c.items.is_multiple_of(BATCH)
+    {
+        return Located::In(top - 2, Place::Key(key));
+    }
+    // A batch after a MARK: the container below the mark.
+    if let Some(m) = mark
+        && m >= 1
+        && m <= top
+        && let Slot::Open(c) = &stack[m - 1]
+    {
+        let n = (top - m) as u64;
+        return match c.kind {
+            Kind::List => Located::In(m - 1, Place::Index(c.items.saturating_add(n))),
+            Kind::Dict if n % 2 == 1 => match &stack[top - 1] {
+                Slot::Val(key) => Located::In(m - 1, Place::Key(key)),
+                Slot::Open(_) => Located::Orphan,
+            },
+            // A container as a dict key: never in a snapshot.
+            Kind::Dict => Located::Orphan,
+        };
+    }
+    if top == 0 && marks.is_empty() {
+        Located::Root
+    } else {
+        Located::Orphan
+    }
+}
+
+/// A value with no container inside.
+fn is_flat(value: &Value) -> bool {
+    !matches!(value, Value::Tuple(_) | Value::List(_) | Value::Dict(_))
+}
+
+/// A tuple's element: a container is kept only if it is flat (tuples in a snapshot hold
+/// numbers; this keeps TUPLE1 repeated a million times from nesting a million levels).
+fn shallow(value: Value) -> Value {
+    match &value {
+        Value::Tuple(items) | Value::List(items) if !items.iter().all(is_flat) => Value::Skipped,
+        Value::Dict(items) if !items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
+            Value::Skipped
+        }
+        _ => value,
+    }
+}
+
+/// LONG1's little-endian two's complement.
+fn long1(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Int(0);
+    }
+    if bytes.len() > 16 {
+        return Value::BigInt;
+    }
+    let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+    let mut word = if negative { [0xffu8; 16] } else { [0u8; 16] };
+    word[..bytes.len()].copy_from_slice(bytes);
+    let v = i128::from_le_bytes(word);
+    if let Ok(i) = i64::try_from(v) {
+        Value::Int(i)
+    } else if let Ok(u) = u64::try_from(v) {
+        Value::UInt(u)
+    } else {
+        Value::BigInt
+    }
+}
+
+/// `0x63 ('c', GLOBAL)`: an opcode with its name, for the error messages.
+pub(crate) fn describe_opcode(op: u8) -> String {
+    let name = match op {
+        b'(' => "MARK",
+        b'.' => "STOP",
+        b'0' => "POP",
+        b'1' => "POP_MARK",
+        b'2' => "DUP",
+        b'F' => "FLOAT",
+        b'I' => "INT",
+        b'J' => "BININT",
+        b'K' => "BININT1",
+        b'L' => "LONG",
+        b'M' => "BININT2",
+        b'N' => "NONE",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        b'R' => "REDUCE",
+        b'S' => "STRING",
+        b'T' => "BINSTRING",
+        b'U' => "SHORT_BINSTRING",
+        b'V' => "UNICODE",
+        b'X' => "BINUNICODE",
+        b'a' => "APPEND",
+        b'b' => "BUILD",
+        b'c' => "GLOBAL",
+        b'd' => "DICT",
+        b'}' => "EMPTY_DICT",
+        b'e' => "APPENDS",
+        b'g' => "GET",
+        b'h' => "BINGET",
+        b'i' => "INST",
+        b'j' => "LONG_BINGET",
+        b'l' => "LIST",
+        b']' => "EMPTY_LIST",
+        b'o' => "OBJ",
+        b'p' => "PUT",
+        b'q' => "BINPUT",
+        b'r' => "LONG_BINPUT",
+        b's' => "SETITEM",
+        b't' => "TUPLE",
+        b')' => "EMPTY_TUPLE",
+        b'u' => "SETITEMS",
+        b'G' => "BINFLOAT",
+        b'B' => "BINBYTES",
+        b'C' => "SHORT_BINBYTES",
+        0x80 => "PROTO",
+        0x81 => "NEWOBJ",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x85 => "TUPLE1",
+        0x86 => "TUPLE2",
+        0x87 => "TUPLE3",
+        0x88 => "NEWTRUE",
+        0x89 => "NEWFALSE",
+        0x8a => "LONG1",
+        0x8b => "LONG4",
+        0x8c => "SHORT_BINUNICODE",
+        0x8d => "BINUNICODE8",
+        0x8e => "BINBYTES8",
+        0x8f => "EMPTY_SET",
+        0x90 => "ADDITEMS",
+        0x91 => "FROZENSET",
+        0x92 => "NEWOBJ_EX",
+        0x93 => "STACK_GLOBAL",
+        0x94 => "MEMOIZE",
+        0x95 => "FRAME",
+        0x96 => "BYTEARRAY8",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => "not a pickle opcode",
+    };
+    if op.is_ascii_graphic() {
+        format!("0x{op:02x} ('{}', {name})", op as char)
+    } else {
+        format!("0x{op:02x} ({name})")
+    }
+}

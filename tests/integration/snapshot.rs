@@ -1,0 +1,234 @@
+//! The memory-snapshot reader (`explain::snapshot`) on a committed fixture written by CPython's
+//! pickler, and on snapshots the fake torch writes, checked against the fake's own counters.
+
+use crate::common::{fixture, not_run};
+use iteragpu::explain::snapshot::{
+    BETWEEN_PHASES, PhaseSummary, SnapshotSummary, SummaryOptions, TraceSummary, summarize_file,
+};
+use std::path::Path;
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+fn phase<'a>(trace: &'a TraceSummary, name: &str) -> &'a PhaseSummary {
+    trace
+        .phases
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no phase {name}: {:?}", trace.phases))
+}
+
+#[test]
+fn a_committed_snapshot_is_summarised() {
+    let path = fixture("snapshots/phases-p4.pickle");
+    let s = summarize_file(&path, &SummaryOptions::default()).expect("the fixture is read");
+    assert_eq!(s.pickle_protocol, 4);
+    assert_eq!(
+        s.bytes_read,
+        std::fs::metadata(&path).expect("fixture").len()
+    );
+    let dev = &s.devices[0];
+    assert_eq!(dev.segments.reserved_bytes, 4 * MIB);
+    let trace = dev.trace.as_ref().expect("the fixture has a trace");
+    assert!(!trace.history.truncated);
+    let fwd = phase(trace, "forward");
+    assert_eq!(fwd.index, Some(1));
+    assert_eq!(fwd.peak_allocated_bytes, 3 * MIB);
+    let largest = &fwd.largest_at_peak[0];
+    assert_eq!(largest.size_bytes, 3 * MIB / 2);
+    let user = largest.user_frame.as_ref().expect("a user frame");
+    assert_eq!(
+        (user.filename.as_str(), user.line),
+        ("/home/u/model.py", 30)
+    );
+    assert_eq!(fwd.ooms.len(), 1);
+    // The summary is plain data: it goes through JSON unchanged.
+    let json = serde_json::to_string(&s).expect("serializes");
+    let back: SnapshotSummary = serde_json::from_str(&json).expect("deserializes");
+    assert_eq!(back, s);
+}
+
+/// Runs tests/fixtures/snapshots/fake_timeline.py on the fake torch; its snapshot and what the
+/// fake's counters said. `None` (and a note) when there is no python3.
+fn fake_run(
+    dir: &Path,
+    devices: u32,
+    max_entries: Option<u64>,
+) -> Option<(SnapshotSummary, serde_json::Value)> {
+    let mut cmd = Command::new("python3");
+    cmd.arg(fixture("snapshots/fake_timeline.py"))
+        .arg(dir)
+        .env("PYTHONPATH", fixture("../fake_torch"))
+        .env("FAKE_TORCH_DEVICES", devices.to_string());
+    for var in [
+        "FAKE_TORCH_CAPACITY",
+        "FAKE_TORCH_NO_CUDA",
+        "FAKE_TORCH_CPU_ONLY",
+        "FAKE_TORCH_CRASH_AFTER_SYNC",
+        "FAKE_TORCH_HANG_AFTER_SYNC",
+        "FAKE_TORCH_NOISE",
+        "FAKE_TORCH_HANG_ABOVE",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(n) = max_entries {
+        cmd.arg(n.to_string());
+    }
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) => {
+            not_run(
+                "memory snapshots written by the fake torch",
+                &format!("python3 cannot run: {e}"),
+            );
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "fake_timeline.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("expected.json")).expect("expected.json is written"),
+    )
+    .expect("expected.json is JSON");
+    let options = SummaryOptions { max_entries };
+    let summary = summarize_file(&dir.join("snapshot.pickle"), &options)
+        .expect("the fake's snapshot is read");
+    Some((summary, expected))
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn the_fake_torch_snapshot_agrees_with_its_counters() {
+    for devices in [1u32, 2] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let Some((s, expected)) = fake_run(dir.path(), devices, None) else {
+            return;
+        };
+        assert_eq!(s.devices.len(), devices as usize);
+        assert!(s.history_recorded);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        let settings = s.allocator_settings.as_ref().expect("allocator settings");
+        assert_eq!(settings["expandable_segments"], false);
+        for dev in &s.devices {
+            let key = dev.device.to_string();
+            let stats = &expected["stats"][&key];
+            let seg = &dev.segments;
+            assert_eq!(seg.reserved_bytes, u(&stats["reserved_bytes.all.current"]));
+            assert_eq!(
+                seg.allocated_bytes,
+                u(&stats["allocated_bytes.all.current"])
+            );
+            assert_eq!(
+                seg.requested_bytes,
+                u(&stats["requested_bytes.all.current"])
+            );
+            assert_eq!(seg.segments, u(&stats["segment.all.current"]));
+            assert_eq!(
+                seg.inactive_split_bytes,
+                u(&stats["inactive_split_bytes.all.current"])
+            );
+            let trace = dev.trace.as_ref().expect("a trace per device");
+            assert!(!trace.history.truncated, "{:?}", trace.history);
+            assert_eq!(trace.end_allocated_bytes, seg.active_bytes);
+            let names: Vec<&str> = trace.phases.iter().map(|p| p.name.as_str()).collect();
+            let marked: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| !n.starts_with('('))
+                .collect();
+            let wanted: Vec<&str> = if dev.device == 0 {
+                vec!["model_load", "forward", "big", "train_step"]
+            } else {
+                vec!["model_load", "forward", "train_step"]
+            };
+            assert_eq!(marked, wanted, "device {key}: {names:?}");
+            for p in expected["phases"].as_array().expect("phases") {
+                let name = p["name"].as_str().expect("name");
+                let Some(mine) = trace.phases.iter().find(|x| x.name == name) else {
+                    continue;
+                };
+                let fake = &p["devices"][&key];
+                let what = format!("device {key}, phase {name}");
+                assert_eq!(mine.index, p["index"].as_u64(), "{what}");
+                assert_eq!(
+                    mine.start_allocated_bytes,
+                    u(&fake["start_allocated"]),
+                    "{what}"
+                );
+                assert_eq!(
+                    mine.start_reserved_bytes,
+                    u(&fake["start_reserved"]),
+                    "{what}"
+                );
+                assert_eq!(
+                    mine.peak_allocated_bytes,
+                    u(&fake["peak_allocated"]),
+                    "{what}"
+                );
+                assert_eq!(
+                    mine.peak_reserved_bytes,
+                    u(&fake["peak_reserved"]),
+                    "{what}"
+                );
+                assert_eq!(
+                    mine.end_allocated_bytes,
+                    u(&fake["end_allocated"]),
+                    "{what}"
+                );
+                assert_eq!(mine.end_reserved_bytes, u(&fake["end_reserved"]), "{what}");
+            }
+            if dev.device == 0 {
+                // The 64 MiB tensor made the peak of "big", allocated on the script's line.
+                let big = phase(trace, "big");
+                let top = &big.largest_at_peak[0];
+                assert_eq!(top.size_bytes, 64 * MIB);
+                assert_eq!(top.phase.as_deref(), Some("big"));
+                let user = top.user_frame.as_ref().expect("a user frame");
+                assert!(user.filename.ends_with("fake_timeline.py"), "{user:?}");
+                assert_eq!(user.line, u(&expected["lines"]["big"]) as i64);
+                assert!(top.stack_top.len() >= 2, "{:?}", top.stack_top);
+                // empty_cache() between the phases, unmarked.
+                let between = phase(trace, BETWEEN_PHASES);
+                assert!(between.end_reserved_bytes < between.start_reserved_bytes);
+                assert!(trace.actions.contains_key("segment_free"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_truncated_fake_history_is_said_and_ends_at_the_counters() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some((s, expected)) = fake_run(dir.path(), 1, Some(8)) else {
+        return;
+    };
+    let dev = &s.devices[0];
+    let trace = dev.trace.as_ref().expect("a trace");
+    assert_eq!(trace.entries, 8, "max_entries keeps the newest entries");
+    assert!(trace.history.truncated);
+    let reason = trace.history.reason.as_deref().expect("a reason");
+    assert!(reason.contains("max_entries"), "{reason}");
+    assert!(trace.history.allocated_before_first_entry_bytes > 0);
+    let stats = &expected["stats"]["0"];
+    assert_eq!(
+        trace.end_allocated_bytes,
+        u(&stats["allocated_bytes.all.current"])
+    );
+    assert_eq!(
+        trace.end_reserved_bytes,
+        u(&stats["reserved_bytes.all.current"])
+    );
+    let last = trace.phases.last().expect("a phase");
+    assert_eq!(last.name, "train_step");
+    assert_eq!(
+        last.end_allocated_bytes,
+        u(&stats["allocated_bytes.all.current"])
+    );
+}
