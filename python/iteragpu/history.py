@@ -26,14 +26,28 @@ def _reason(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
+def _is_workload(filename):
+    """A frame of the workload: not PyTorch, not iteragpu's machinery (its built-in workloads
+    are workloads), not Python's standard library. The CLI's snapshot reader uses the same rule."""
+    if "/torch/" in filename or filename.startswith("torch/") or "torchinductor_" in filename:
+        return False
+    if "iteragpu/" in filename and "iteragpu/workloads/" not in filename:
+        return False
+    if filename.startswith("<frozen") or (
+        "/lib/python3" in filename and "site-packages/" not in filename and "dist-packages/" not in filename
+    ):
+        return False
+    return filename.endswith(".py") or filename.startswith("<")
+
+
 def _frames(block):
-    """The block's Python frames, the workload's own first (PyTorch's internals last)."""
+    """The block's Python frames (innermost first), the workload's own before the others."""
     frames = [
         {"filename": f.get("filename"), "line": f.get("line"), "name": f.get("name")}
         for f in (block.get("frames") or [])
         if f.get("filename")
     ]
-    own = [f for f in frames if "/torch/" not in f["filename"] and "iteragpu/" not in f["filename"]]
+    own = [f for f in frames if _is_workload(f["filename"])]
     rest = [f for f in frames if f not in own]
     return (own + rest)[:FRAMES]
 

@@ -91,6 +91,9 @@ pub struct Ledger {
     pub post_mortem: Option<super::oom::PostMortem>,
     /// What PyTorch's observer saw alive at the (latest) out-of-memory.
     pub live_at_oom: Option<crate::measure::history::OomSnapshot>,
+    /// `--timeline`: the largest allocations alive at the explained phase's peak, with the
+    /// frames that made them (empty without a timeline).
+    pub largest_at_peak: Vec<super::snapshot::Allocation>,
     pub notes: Vec<String>,
 }
 
@@ -181,6 +184,7 @@ pub fn of_result(
             diagnostics: diagnostics(r),
             post_mortem,
             live_at_oom,
+            largest_at_peak: Vec::new(),
             notes: vec![nothing.into()],
         });
     };
@@ -533,6 +537,7 @@ pub fn of_result(
     }
 
     let capacities = capacities(r, &device, driver.and_then(|d| d.nvml_index));
+    let largest_at_peak = largest_at_peak(r, &device, peak_phase.index);
     Ok(Ledger {
         schema: SCHEMA.into(),
         phase: name.clone(),
@@ -543,6 +548,7 @@ pub fn of_result(
         diagnostics: diagnostics(r),
         post_mortem,
         live_at_oom,
+        largest_at_peak,
         notes,
     })
 }
@@ -604,6 +610,26 @@ fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<C
         });
     }
     capacities
+}
+
+/// From the timeline's summary: the largest allocations alive at phase `index`'s peak.
+fn largest_at_peak(
+    r: &MeasureResult,
+    device: &str,
+    index: u64,
+) -> Vec<super::snapshot::Allocation> {
+    let device_index = device
+        .rsplit(':')
+        .next()
+        .and_then(|i| i.parse::<i64>().ok());
+    r.timeline
+        .as_ref()
+        .and_then(|t| t.summary.as_ref())
+        .and_then(|s| s.devices.iter().find(|d| Some(d.device) == device_index))
+        .and_then(|d| d.trace.as_ref())
+        .and_then(|t| t.phases.iter().find(|p| p.index == Some(index)))
+        .map(|p| p.largest_at_peak.clone())
+        .unwrap_or_default()
 }
 
 fn weights_predicted_bytes(prediction: Option<&PredictionDoc>) -> Option<u64> {

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use super::ledger::{Figure, Ledger, LineKind, Provenance};
 use super::oom::PostMortem;
+use super::snapshot::Allocation;
 use crate::measure::history::OomSnapshot;
+use crate::measure::result::Timeline;
 use crate::units::Bytes;
 
 fn cell(f: &Option<Figure>) -> String {
@@ -104,6 +106,16 @@ pub fn table(l: &Ledger) -> String {
     for d in &l.diagnostics {
         let _ = writeln!(o, "  allocator: {d}");
     }
+    if !l.largest_at_peak.is_empty() {
+        let _ = writeln!(
+            o,
+            "  the timeline at {}'s peak (allocated, from the allocator's trace):",
+            l.phase
+        );
+        for line in largest_at_peak(&l.largest_at_peak) {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
     for line in post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref()) {
         let _ = writeln!(o, "  {line}");
     }
@@ -149,7 +161,7 @@ pub fn post_mortem(pm: Option<&PostMortem>, live: Option<&OomSnapshot>) -> Vec<S
                         .map_or("no frame recorded".to_string(), |f| {
                             format!(
                                 "{}:{} in {}",
-                                f.filename.as_deref().unwrap_or("?"),
+                                short_path(f.filename.as_deref().unwrap_or("?")),
                                 f.line.map_or("?".into(), |l| l.to_string()),
                                 f.name.as_deref().unwrap_or("?")
                             )
@@ -165,4 +177,82 @@ pub fn post_mortem(pm: Option<&PostMortem>, live: Option<&OomSnapshot>) -> Vec<S
         }
     }
     out
+}
+
+/// `measure --timeline`: where the snapshot is and what it holds, in one or two lines.
+pub fn timeline(t: &Timeline) -> Vec<String> {
+    let Some(path) = &t.path else {
+        return vec![format!(
+            "timeline: none ({})",
+            t.reason.as_deref().unwrap_or("not written")
+        )];
+    };
+    let mut out = vec![format!(
+        "timeline: {} ({}; open it in https://pytorch.org/memory_viz)",
+        path.display(),
+        t.bytes.map_or("size unknown".into(), |b| format!(
+            "{:.1} MiB",
+            b as f64 / f64::from(1u32 << 20)
+        ))
+    )];
+    match (&t.summary, &t.summary_reason) {
+        (Some(s), _) => {
+            for d in &s.devices {
+                let Some(trace) = &d.trace else { continue };
+                out.push(format!(
+                    "  cuda:{}: {} events, peak allocated {} and reserved {} in the trace{}",
+                    d.device,
+                    trace.entries,
+                    Bytes(trace.peak_allocated_bytes).both(),
+                    Bytes(trace.peak_reserved_bytes).both(),
+                    if trace.history.truncated {
+                        format!(
+                            "; truncated: {}",
+                            trace
+                                .history
+                                .reason
+                                .as_deref()
+                                .unwrap_or("its first events are missing")
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        (None, Some(why)) => out.push(format!("  not summarised: {why}")),
+        (None, None) => {}
+    }
+    out
+}
+
+/// The largest allocations alive at a phase's peak, with the line of the workload that made them.
+pub fn largest_at_peak(list: &[Allocation]) -> Vec<String> {
+    list.iter()
+        .take(5)
+        .map(|a| {
+            let at = a
+                .user_frame
+                .as_ref()
+                .or(a.stack_top.first())
+                .map_or("no frame recorded".to_string(), frame);
+            format!("  alive at the peak: {} — {at}", Bytes(a.size_bytes).both())
+        })
+        .collect()
+}
+
+/// `file:line in function`, iteragpu's temporary package folder left out.
+pub fn frame(f: &super::snapshot::Frame) -> String {
+    format!("{}:{} in {}", short_path(&f.filename), f.line, f.name)
+}
+
+/// A file of iteragpu's embedded package without the temporary folder it was unpacked into
+/// (`/tmp/iteragpu-python-XXXX/iteragpu/workloads/dense.py` → `iteragpu/workloads/dense.py`).
+pub fn short_path(filename: &str) -> &str {
+    match filename.find("/iteragpu-python-") {
+        Some(i) => filename[i + 1..]
+            .split_once('/')
+            .map_or(filename, |(_, rest)| rest),
+        None => filename,
+    }
 }

@@ -65,6 +65,20 @@ pub struct SummaryOptions {
     /// The `max_entries` given to `_record_memory_history`: a device trace that holds this many
     /// entries is known to have lost its oldest ones.
     pub max_entries: Option<u64>,
+    /// The phases' wall-clock bounds as the result recorded them (`started_at_unix_us`,
+    /// `ended_at_unix_us`): an entry without a marker inside a phase's bounds belongs to it.
+    /// PyTorch's metadata is thread-local, so the allocations of autograd's backward threads
+    /// carry no marker; the trace's `time_us` is the same Unix clock in microseconds.
+    pub phase_bounds: Vec<PhaseBound>,
+}
+
+/// One phase's index, name and wall-clock bounds (microseconds since the Unix epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseBound {
+    pub index: u64,
+    pub name: String,
+    pub start_us: i64,
+    pub end_us: i64,
 }
 
 /// What a memory snapshot says, per device: the segments at the end, and, when the allocation

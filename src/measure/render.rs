@@ -141,6 +141,12 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
                 .map_or("no difference computed".into(), |p| format!("{p:+.2}%"))
         );
     }
+    if let Some(t) = &r.timeline {
+        let _ = writeln!(o);
+        for line in crate::explain::render::timeline(t) {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
     if let Some(f) = &r.failure {
         let _ = writeln!(
             o,

@@ -188,7 +188,10 @@ pub struct Timeline {
     pub sha256: Option<String>,
     /// Per phase: the largest allocations alive at its peak with their frames, the segments, the
     /// largest free block, and allocated/reserved over time.
-    pub summary: Option<Value>,
+    pub summary: Option<crate::explain::snapshot::SnapshotSummary>,
+    /// Why there is no summary (the snapshot could not be read).
+    #[serde(default)]
+    pub summary_reason: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

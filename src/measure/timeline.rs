@@ -8,6 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::result::{MeasureResult, Timeline};
+use crate::explain::snapshot;
 use crate::output::{self, OutputError};
 
 /// The snapshot's final path for a result path: `r.json` → `r.snapshot.pickle`.
@@ -63,6 +64,7 @@ pub fn keep(staged: Staged, result: &mut MeasureResult) {
         bytes: None,
         sha256: None,
         summary: None,
+        summary_reason: None,
     });
     if timeline.path.is_none() {
         // Dropping the staged file removes it.
@@ -100,6 +102,10 @@ pub fn keep(staged: Staged, result: &mut MeasureResult) {
         Ok((bytes, sha)) if bytes > 0 => {
             timeline.bytes = Some(bytes);
             timeline.sha256 = Some(sha);
+            match snapshot::summarize_file(&path, &options(result)) {
+                Ok(s) => timeline.summary = Some(s),
+                Err(e) => timeline.summary_reason = Some(e.to_string()),
+            }
         }
         Ok(_) => timeline.reason = Some("the worker wrote an empty snapshot".into()),
         Err(e) => {
@@ -111,6 +117,26 @@ pub fn keep(staged: Staged, result: &mut MeasureResult) {
     }
     timeline.path = Some(path);
     result.timeline = Some(timeline);
+}
+
+/// How the snapshot was recorded: its bound, and the phases' wall-clock bounds (for the
+/// allocations of threads that carry no marker).
+fn options(result: &MeasureResult) -> snapshot::SummaryOptions {
+    snapshot::SummaryOptions {
+        max_entries: result.history.as_ref().and_then(|h| h.max_entries),
+        phase_bounds: result
+            .phases
+            .iter()
+            .filter_map(|p| {
+                Some(snapshot::PhaseBound {
+                    index: p.index,
+                    name: p.name.clone(),
+                    start_us: i64::try_from(p.started_at_unix_us?).ok()?,
+                    end_us: i64::try_from(p.ended_at_unix_us?).ok()?,
+                })
+            })
+            .collect(),
+    }
 }
 
 /// Size and SHA-256 of a file, read in blocks (a snapshot can hold gigabytes).

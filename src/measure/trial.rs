@@ -356,6 +356,7 @@ fn run_in_process(
         bytes: None,
         sha256: None,
         summary: None,
+        summary_reason: None,
     });
     let warm_summary = result::warm_summary(&p.phases, &trial.devices);
     let result = MeasureResult {

@@ -145,6 +145,7 @@ pub fn build(
     calculated(&mut b, e, lang);
     observed(&mut b, r, s, lang);
     gap(&mut b, r, e, lang);
+    timeline(&mut b, r, lang);
     assumed(&mut b, r, s, e, lang);
     chosen(&mut b, r, s, lang);
     let mut attachments = Vec::new();
@@ -1000,6 +1001,117 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
         b.push(Block::List(l.diagnostics.clone()));
     }
     post_mortem(b, &l, lang);
+}
+
+/// At most this many phase starts are marked on the timeline chart.
+const TIMELINE_MARKS: usize = 40;
+
+/// `measure --timeline`: allocated and reserved over time with the phases marked, and per phase
+/// the largest allocation alive at its peak and the line that made it.
+fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+    use crate::explain::snapshot::{BEFORE_FIRST_PHASE, BETWEEN_PHASES};
+    let Some(t) = &r.timeline else { return };
+    b.push(Block::Heading(lang.t("Timeline", "Chronologie").into()));
+    b.push(Block::List(
+        crate::explain::render::timeline(t)
+            .iter()
+            .map(|l| l.trim_start().to_string())
+            .collect(),
+    ));
+    let Some(s) = &t.summary else { return };
+    for d in &s.devices {
+        let Some(trace) = &d.trace else { continue };
+        let origin = trace.first_time_us;
+        let x = |event: u64, time: Option<i64>| match (origin, time) {
+            (Some(o), Some(t)) => (t - o) as f64 / 1e6,
+            _ => event as f64,
+        };
+        let x_label = if origin.is_some() {
+            lang.t(
+                "seconds since the first recorded event",
+                "secondes depuis le premier événement enregistré",
+            )
+        } else {
+            lang.t(
+                "event of the allocator's trace",
+                "événement de la trace de l’allocateur",
+            )
+        };
+        let points: Vec<(f64, u64, u64)> = trace
+            .series
+            .iter()
+            .map(|p| (x(p.event, p.time_us), p.allocated_bytes, p.reserved_bytes))
+            .collect();
+        let real: Vec<_> = trace
+            .phases
+            .iter()
+            .filter(|p| p.name != BEFORE_FIRST_PHASE && p.name != BETWEEN_PHASES)
+            .collect();
+        let marks: Vec<(f64, String)> = real
+            .iter()
+            .take(TIMELINE_MARKS)
+            .map(|p| (x(p.first_event, p.start_time_us), p.name.clone()))
+            .collect();
+        if points.len() >= 2 {
+            b.push(Block::Chart(Chart::Timeline {
+                title: format!(
+                    "cuda:{} — {}",
+                    d.device,
+                    lang.t(
+                        "allocated and reserved over time (the allocator's trace)",
+                        "alloué et réservé au fil du temps (trace de l’allocateur)"
+                    )
+                ),
+                x_label: x_label.into(),
+                points,
+                marks,
+            }));
+        }
+        if real.len() > TIMELINE_MARKS {
+            b.push(Block::Para(format!(
+                "{} {TIMELINE_MARKS} / {}.",
+                lang.t(
+                    "Phases marked on the chart:",
+                    "Phases marquées sur le graphique :"
+                ),
+                real.len()
+            )));
+        }
+        let rows = real
+            .iter()
+            .map(|p| {
+                let top = p.largest_at_peak.first();
+                vec![
+                    format!(
+                        "{} #{}",
+                        p.name,
+                        p.index.map_or("?".into(), |i| i.to_string())
+                    ),
+                    both(Some(p.peak_allocated_bytes), lang),
+                    both(Some(p.peak_reserved_bytes), lang),
+                    top.map_or("—".into(), |a| both(Some(a.size_bytes), lang)),
+                    top.and_then(|a| a.user_frame.as_ref().or(a.stack_top.first()))
+                        .map_or("—".into(), crate::explain::render::frame),
+                ]
+            })
+            .collect();
+        b.push(Block::Table {
+            header: vec![
+                lang.t("phase", "phase").into(),
+                lang.t("peak allocated (trace)", "pic alloué (trace)")
+                    .into(),
+                lang.t("peak reserved (trace)", "pic réservé (trace)")
+                    .into(),
+                lang.t(
+                    "largest alive at the peak",
+                    "plus grande allocation vivante au pic",
+                )
+                .into(),
+                lang.t("allocated at", "allouée à").into(),
+            ],
+            rows,
+        });
+    }
 }
 
 /// The out-of-memory post-mortem, when the run ended in one (its text is in English: it quotes

@@ -19,6 +19,15 @@ pub enum Chart {
         steps: Vec<(String, u64, bool)>,
         lines: Vec<(String, u64)>,
     },
+    /// Allocated and reserved over time (`measure --timeline`), the phases' starts marked.
+    Timeline {
+        title: String,
+        x_label: String,
+        /// (x, allocated, reserved): the highest levels of each span of the trace.
+        points: Vec<(f64, u64, u64)>,
+        /// (x, phase name): where each phase begins.
+        marks: Vec<(f64, String)>,
+    },
     /// Peak against a varied value, successes and failures marked, capacities as lines.
     Scatter {
         title: String,

@@ -277,6 +277,14 @@ fn an_out_of_memory_gets_its_post_mortem() {
     let doc = read_json(&out);
     let pm = &doc["failure"]["post_mortem"];
     assert_eq!(pm["diagnosis"]["class"], "capacity");
+    // PyTorch's observer saw what was alive, with the workload's own line first.
+    assert_eq!(doc["history"]["oom_observer"], true);
+    let snap = &doc["oom_snapshots"][0];
+    assert_eq!(snap["requested_bytes"], 64u64 << 20);
+    let frame = snap["live"]["largest_live"][0]["frames"][0]["filename"]
+        .as_str()
+        .unwrap();
+    assert!(frame.ends_with("iteragpu/workloads/dense.py"), "{frame}");
     assert_eq!(pm["report"]["tried_to_allocate"]["bytes"], 64u64 << 20);
     let ledger = explain_json(&[&out], &[]);
     assert_eq!(ledger["post_mortem"], *pm);
@@ -304,9 +312,10 @@ fn an_out_of_memory_gets_its_post_mortem() {
         .arg(&out)
         .assert()
         .success()
-        .stdout(predicate::str::contains(
-            "try: Find the frontier at a smaller load",
-        ));
+        .stdout(
+            predicate::str::contains("try: Find the frontier at a smaller load")
+                .and(predicate::str::contains("— iteragpu/workloads/dense.py:")),
+        );
     let fiche = dir.path().join("fiche.md");
     iteragpu()
         .arg("report")

@@ -94,7 +94,10 @@ fn fake_run(
         &std::fs::read(dir.join("expected.json")).expect("expected.json is written"),
     )
     .expect("expected.json is JSON");
-    let options = SummaryOptions { max_entries };
+    let options = SummaryOptions {
+        max_entries,
+        ..Default::default()
+    };
     let summary = summarize_file(&dir.join("snapshot.pickle"), &options)
         .expect("the fake's snapshot is read");
     Some((summary, expected))
@@ -231,4 +234,112 @@ fn a_truncated_fake_history_is_said_and_ends_at_the_counters() {
         last.end_allocated_bytes,
         u(&stats["allocated_bytes.all.current"])
     );
+}
+
+/// `measure --timeline` end to end: the snapshot beside the result (never over a file), its size
+/// and SHA-256, the summary's phases and peaks equal to the result's own readings, `explain`
+/// naming what was alive at the peak and the line that allocated it, and the fiche's chart.
+#[test]
+fn measure_timeline_keeps_the_snapshot_beside_the_result() {
+    use crate::common::{iteragpu, read_json, with_fake_torch};
+    use predicates::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    with_fake_torch()
+        .args(["measure", "--width", "512", "--timeline", "--output"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("r.snapshot.pickle"));
+    let doc = read_json(&out);
+    let t = &doc["timeline"];
+    let snapshot = dir.path().join("r.snapshot.pickle");
+    assert_eq!(t["path"], snapshot.to_str().unwrap());
+    let bytes = std::fs::read(&snapshot).unwrap();
+    assert_eq!(t["bytes"], bytes.len() as u64);
+    let sha: String =
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+    assert_eq!(t["sha256"], sha);
+    assert_eq!(doc["history"]["mode"], "timeline");
+    assert_eq!(doc["history"]["phase_markers"], true);
+    let only_temporary = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".iteragpu-snapshot")
+        })
+        .count();
+    assert_eq!(only_temporary, 0, "no temporary file left behind");
+
+    // Every phase of the result is in the trace, with the fake's counters as its peak.
+    let summary: SnapshotSummary = serde_json::from_value(t["summary"].clone()).unwrap();
+    let trace = summary.devices[0].trace.as_ref().unwrap();
+    for p in doc["phases"].as_array().unwrap() {
+        let index = p["index"].as_u64().unwrap();
+        let traced = trace
+            .phases
+            .iter()
+            .find(|q| q.index == Some(index))
+            .unwrap_or_else(|| panic!("phase {index} not in the trace"));
+        assert_eq!(traced.name, p["name"].as_str().unwrap());
+        assert_eq!(
+            traced.peak_allocated_bytes,
+            p["devices"][0]["peak_allocated_bytes"].as_u64().unwrap(),
+            "{}",
+            traced.name
+        );
+    }
+    iteragpu()
+        .arg("explain")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("alive at the peak")
+                .and(predicate::str::contains("iteragpu/workloads/dense.py:")),
+        );
+    let html = dir.path().join("fiche.html");
+    iteragpu()
+        .arg("report")
+        .arg(&out)
+        .arg("--output")
+        .arg(&html)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("allocated and reserved over time"));
+    assert!(page.contains("<polyline"));
+
+    // A second run refuses to replace the snapshot, before anything runs.
+    let again = dir.path().join("r2.json");
+    std::fs::write(dir.path().join("r2.snapshot.pickle"), b"keep me").unwrap();
+    with_fake_torch()
+        .args(["measure", "--width", "512", "--timeline", "--output"])
+        .arg(&again)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("r2.snapshot.pickle"));
+    assert!(!again.exists());
+    assert_eq!(
+        std::fs::read(dir.path().join("r2.snapshot.pickle")).unwrap(),
+        b"keep me"
+    );
+    // Where a timeline means nothing, it is refused.
+    for cmd in [
+        &["sweep", "--vary", "batch=1,2", "--timeline"][..],
+        &["predict", "--timeline"][..],
+    ] {
+        with_fake_torch()
+            .args(cmd)
+            .arg("--output")
+            .arg(dir.path().join("x.json"))
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("--timeline"));
+    }
 }

@@ -368,11 +368,15 @@ impl Folder {
             || filename.starts_with("torch/")
             || filename.contains("torchinductor_")
             || filename.starts_with("<eval_with_key");
-        let package = filename.contains("/iteragpu-python-")
-            || self
-                .package_suffixes
-                .iter()
-                .any(|suffix| filename.ends_with(suffix.as_str()) || filename == &suffix[1..]);
+        // iteragpu's machinery (recorder, worker, history) is not the workload; its built-in
+        // workloads are: their lines are what allocated.
+        let builtin_workload = filename.contains("iteragpu/workloads/");
+        let package = !builtin_workload
+            && (filename.contains("/iteragpu-python-")
+                || self
+                    .package_suffixes
+                    .iter()
+                    .any(|suffix| filename.ends_with(suffix.as_str()) || filename == &suffix[1..]));
         let stdlib = filename.starts_with("<frozen")
             || (filename.contains("/lib/python3")
                 && !filename.contains("site-packages/")
@@ -439,6 +443,18 @@ impl Folder {
                 .map_or(Meta::Unmarked, Meta::Marker),
             _ => Meta::Unmarked,
         }
+    }
+
+    /// The phase whose wall-clock bounds hold `time` (an unmarked entry of another thread).
+    fn phase_at(&mut self, time: Option<i64>) -> Option<u32> {
+        let time = time?;
+        let bound = self
+            .options
+            .phase_bounds
+            .iter()
+            .find(|b| b.start_us <= time && time <= b.end_us)?;
+        let marker = (bound.index, bound.name.clone());
+        self.marker_id(marker)
     }
 
     fn marker_id(&mut self, marker: (u64, String)) -> Option<u32> {
@@ -511,7 +527,7 @@ impl Folder {
     fn fold_entry(&mut self, device: u32, entry: EntryAcc) {
         let key = match entry.meta {
             Meta::Marker(m) => 2 + m,
-            _ => u32::MAX,
+            _ => self.phase_at(entry.time_us).map_or(u32::MAX, |m| 2 + m),
         };
         if entry.size.is_none() && entry.action != Word::Oom && entry.action != Word::Snapshot {
             self.count("trace entries without a size were counted but not replayed");

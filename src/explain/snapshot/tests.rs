@@ -438,6 +438,7 @@ fn a_truncated_history_is_said_and_levels_stay_absolute() {
     let n = 14 - 3 + 3 * 2;
     let options = SummaryOptions {
         max_entries: Some(n),
+        ..Default::default()
     };
     let s = summarize(&bytes[..], &options).expect("read");
     let reason = s.devices[0].trace.as_ref().unwrap().history.reason.clone();
@@ -821,4 +822,81 @@ fn frames_of_the_fixture_are_interned_once() {
     let mut folder = fold::Folder::new(SummaryOptions::default());
     let run = pickle::run(P4, &mut folder).expect("read");
     assert!(run.strings.len() < 100, "{} strings", run.strings.len());
+}
+
+/// Autograd's threads carry no marker (PyTorch's metadata is thread-local): an unmarked entry
+/// inside a phase's wall-clock bounds belongs to that phase, a marked entry keeps its marker.
+#[test]
+fn unmarked_entries_inside_a_phase_bounds_belong_to_it() {
+    let at = |e: Py, t: i128, meta: &str| match e {
+        Py::Dict(items) => {
+            let mut items = items.as_ref().clone();
+            items.push((Py::str("time_us"), Py::Int(t)));
+            items.push((Py::str("user_metadata"), Py::str(meta)));
+            Py::dict(items)
+        }
+        other => other,
+    };
+    let bytes = snapshot(
+        vec![seg(
+            0,
+            0x1000_0000,
+            &[(3 * MIB, "active_allocated"), (MIB, "inactive")],
+        )],
+        Some(vec![Py::list(vec![
+            at(
+                ev("segment_alloc", 0x1000_0000, 4 * MIB),
+                100,
+                "iteragpu phase 0 forward",
+            ),
+            at(
+                ev("alloc", 0x1000_0000, MIB),
+                110,
+                "iteragpu phase 0 forward",
+            ),
+            // The backward thread: no marker, inside phase 1's bounds.
+            at(ev("alloc", 0x1010_0000, 2 * MIB), 210, ""),
+            // After every phase: stays between phases.
+            at(ev("alloc", 0x1030_0000, 0), 400, ""),
+        ])]),
+    );
+    let bounds = vec![
+        PhaseBound {
+            index: 0,
+            name: "forward".into(),
+            start_us: 90,
+            end_us: 150,
+        },
+        PhaseBound {
+            index: 1,
+            name: "backward".into(),
+            start_us: 200,
+            end_us: 300,
+        },
+    ];
+    let s = summarize(
+        &bytes[..],
+        &SummaryOptions {
+            phase_bounds: bounds,
+            ..Default::default()
+        },
+    )
+    .expect("read");
+    let trace = s.devices[0].trace.as_ref().unwrap();
+    let names: Vec<&str> = trace.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["forward", "backward", BETWEEN_PHASES]);
+    let backward = phase(trace, "backward");
+    assert_eq!(backward.index, Some(1));
+    assert_eq!(backward.peak_allocated_bytes, 3 * M);
+    // Without the bounds, the backward thread's allocation is unmarked.
+    let s = summary_of(&bytes);
+    let names: Vec<String> = s.devices[0]
+        .trace
+        .as_ref()
+        .unwrap()
+        .phases
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    assert_eq!(names, ["forward", BETWEEN_PHASES]);
 }

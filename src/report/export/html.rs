@@ -111,6 +111,87 @@ fn svg_bars(title: &str, series: &[String], categories: &[(String, Vec<Option<u6
     o
 }
 
+fn svg_timeline(
+    title: &str,
+    x_label: &str,
+    points: &[(f64, u64, u64)],
+    marks: &[(f64, String)],
+) -> String {
+    let (w, h, left, bottom, top, right) = (760.0, 340.0, 70.0, 50.0, 30.0, 110.0);
+    let xmin = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let xmax = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let (xmin, xmax) = if xmin.is_finite() {
+        (xmin, xmax)
+    } else {
+        (0.0, 1.0)
+    };
+    let span = (xmax - xmin).max(f64::MIN_POSITIVE);
+    let ymax = points
+        .iter()
+        .map(|p| p.1.max(p.2))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.05;
+    let (pw, ph) = (w - left - right, h - top - bottom);
+    let sx = |x: f64| left + pw * (x - xmin) / span;
+    let sy = |y: f64| top + ph - ph * y / ymax;
+    let mut o = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
+        escape(title)
+    );
+    let _ = write!(
+        o,
+        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
+        escape(title)
+    );
+    y_grid(&mut o, ymax, left, left + pw, sy);
+    for (k, (x, name)) in marks.iter().enumerate() {
+        let xx = sx(*x);
+        // Labels alternate between two heights so that neighbours do not overlap.
+        let y = top + 10.0 + (k % 2) as f64 * 11.0;
+        let _ = write!(
+            o,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{:.1}" stroke="#999" stroke-dasharray="2 3"/><text x="{:.1}" y="{y:.1}" font-size="9" fill="#555">{}</text>"##,
+            top + ph,
+            xx + 2.0,
+            escape(name)
+        );
+    }
+    for (k, (label, pick)) in [
+        (
+            "reserved",
+            (|p: &(f64, u64, u64)| p.2) as fn(&(f64, u64, u64)) -> u64,
+        ),
+        ("allocated", |p: &(f64, u64, u64)| p.1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path: Vec<String> = points
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", sx(p.0), sy(pick(p) as f64)))
+            .collect();
+        let color = COLORS[k];
+        let _ = write!(
+            o,
+            r##"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/><text x="{}" y="{:.1}" font-size="11" fill="{color}">{label}</text>"##,
+            path.join(" "),
+            left + pw + 6.0,
+            top + 14.0 + k as f64 * 14.0
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        h - 12.0,
+        escape(x_label)
+    );
+    o.push_str("</svg>");
+    o
+}
+
 fn svg_scatter(
     title: &str,
     x_label: &str,
@@ -356,6 +437,15 @@ impl Exporter for Html {
                     lines,
                 }) => {
                     o.push_str(&svg_waterfall(title, steps, lines));
+                    o.push('\n');
+                }
+                Block::Chart(Chart::Timeline {
+                    title,
+                    x_label,
+                    points,
+                    marks,
+                }) => {
+                    o.push_str(&svg_timeline(title, x_label, points, marks));
                     o.push('\n');
                 }
                 Block::Chart(Chart::Scatter {

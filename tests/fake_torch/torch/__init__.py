@@ -48,6 +48,21 @@ class _Version:
 version = _Version()
 
 
+class _CModule:
+    """The few private entry points of `torch._C` the worker uses."""
+
+    _OOM_OBSERVERS = []
+
+    @staticmethod
+    def _cuda_attach_out_of_memory_observer(observer):
+        """Called with (device, requested bytes, allocated bytes, free bytes) before an
+        out-of-memory is raised, as PyTorch's caching allocator does."""
+        _CModule._OOM_OBSERVERS.append(observer)
+
+
+_C = _CModule()
+
+
 class OutOfMemoryError(RuntimeError):
     pass
 
@@ -152,10 +167,18 @@ class _Allocator:
             if self.reserved + grow > min(_CAPACITY, self.limit):
                 self.num_ooms += 1
                 history.record(self.index, "oom", None, size, frames, device_free=_CAPACITY - self.reserved)
+                # As PyTorch does: the observers first (they may take a snapshot), then the error,
+                # worded as PyTorch 2.2+ words it.
+                for observer in list(_C._OOM_OBSERVERS):
+                    observer(self.index, size, self.allocated, _CAPACITY - self.reserved)
                 raise OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {self.index} has a total "
                     f"capacity of {_CAPACITY / 2**30:.2f} GiB of which {(_CAPACITY - self.reserved) / 2**20:.2f} MiB is free. "
-                    f"Of the allocated memory {self.allocated / 2**20:.2f} MiB is allocated by PyTorch (fake allocator)"
+                    f"Of the allocated memory {self.allocated / 2**20:.2f} MiB is allocated by PyTorch, and "
+                    f"{(self.reserved - self.allocated) / 2**20:.2f} MiB is reserved by PyTorch but unallocated. If reserved "
+                    "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+                    "fragmentation.  See documentation for Memory Management  "
+                    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
                 )
             self.reserved += grow
             segment = _Segment(self.next_address, grow, size > (1 << 20) or grow > self.SEGMENT, history.state_frames(frames))
