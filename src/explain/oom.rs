@@ -993,6 +993,7 @@ pub fn classify(report: &OomReport) -> Diagnosis {
     // 6. Fragmentation: the cache would cover what the free memory lacked.
     if let (Some(u), Some(short)) = (u, shortfall)
         && u > 0
+        && short > 0
         && u >= short
     {
         return ctx.fragmentation(OomRule::CacheCoversShortfall, figures);
@@ -1011,7 +1012,16 @@ pub fn classify(report: &OomReport) -> Diagnosis {
     if f.is_none() {
         missing.push("the free memory");
     }
-    let (rule, reason) = if missing.is_empty() {
+    let (rule, reason) = if missing.is_empty() && shortfall == Some(0) && l.is_none() {
+        (
+            OomRule::NoRuleFits,
+            format!(
+                "the device had {} free, more than the request ({}), so something other than the card capped this process: a memory fraction (`torch.cuda.set_per_process_memory_fraction`, printed as `allowed` only by PyTorch 1.8–2.0 and 2.5+) or another limit; check the run's settings",
+                both(f.unwrap_or(0)),
+                both(r)
+            ),
+        )
+    } else if missing.is_empty() {
         (
             OomRule::NoRuleFits,
             format!(
@@ -1980,6 +1990,16 @@ mod tests {
         );
         let held = d.figures.held_elsewhere.expect("computed").0;
         assert!(held > 18 * GIB && held < 19 * GIB, "{held}");
+    }
+
+    #[test]
+    fn free_memory_above_the_request_is_not_fragmentation() {
+        // A memory fraction this PyTorch does not print: the device had room, the cache is not
+        // to blame.
+        let msg = "CUDA out of memory. Tried to allocate 360.00 MiB. GPU 0 has a total capacity of 16.00 GiB of which 15.08 GiB is free. Of the allocated memory 940.00 MiB is allocated by PyTorch, and 276.00 MiB is reserved by PyTorch but unallocated.";
+        let d = classify(&parse(msg).expect("parses"));
+        assert_eq!((d.class, d.rule), (OomClass::Unknown, OomRule::NoRuleFits));
+        assert!(d.reason.contains("memory fraction"), "{}", d.reason);
     }
 
     #[test]

@@ -60,6 +60,19 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
         {
             let _ = writeln!(o, "       {e}");
         }
+        if let Some(pm) = t
+            .result
+            .as_ref()
+            .and_then(|r| r.failure.as_ref())
+            .and_then(|f| f.post_mortem.as_ref())
+        {
+            let _ = writeln!(
+                o,
+                "       out-of-memory: {} — {}",
+                pm.diagnosis.class.label(),
+                pm.diagnosis.reason
+            );
+        }
     }
     let broken = s
         .trials

@@ -101,7 +101,10 @@ fn the_frontier_search_finds_the_boundary() {
         .arg(&out)
         .assert()
         .success()
-        .stdout(predicate::str::contains("frontier of context"));
+        .stdout(
+            predicate::str::contains("frontier of context")
+                .and(predicate::str::contains("out-of-memory: capacity")),
+        );
     let doc = read_json(&out);
     let f = &doc["frontier"];
     let (ok, fail) = (
@@ -123,6 +126,10 @@ fn the_frontier_search_finds_the_boundary() {
         if v == fail {
             assert_eq!(t["status"], "failed");
             assert_eq!(t["out_of_memory"], true);
+            // The emulated card is what ran out: the post-mortem says capacity.
+            let pm = &t["result"]["failure"]["post_mortem"]["diagnosis"];
+            assert_eq!(pm["class"], "capacity", "{pm:#}");
+            assert_eq!(pm["figures"]["limit_kind"], "memory_fraction");
         }
     }
     let limit = &doc["limit"];

@@ -174,7 +174,9 @@ class _Allocator:
                 raise OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {self.index} has a total "
                     f"capacity of {_CAPACITY / 2**30:.2f} GiB of which {(_CAPACITY - self.reserved) / 2**20:.2f} MiB is free. "
-                    f"Of the allocated memory {self.allocated / 2**20:.2f} MiB is allocated by PyTorch, and "
+                    # PyTorch 2.5+ names a memory fraction's limit.
+                    + (f"{self.limit / 2**30:.2f} GiB allowed; " if self.limit < _CAPACITY else "")
+                    + f"Of the allocated memory {self.allocated / 2**20:.2f} MiB is allocated by PyTorch, and "
                     f"{(self.reserved - self.allocated) / 2**20:.2f} MiB is reserved by PyTorch but unallocated. If reserved "
                     "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
                     "fragmentation.  See documentation for Memory Management  "
