@@ -272,6 +272,37 @@ pub struct MeasureArgs {
     /// default: inherit them).
     #[arg(long, value_name = "SETTING", value_parser = alloc_conf, help_heading = "Allocator")]
     pub alloc_conf: Option<crate::measure::alloc_conf::AllocConf>,
+    /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
+    /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024), help_heading = "Distributed")]
+    pub nproc_per_node: Option<u64>,
+    /// Number of nodes of the torchrun job (each node runs its own iteragpu and writes its file).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..=65536), requires = "nproc_per_node", help_heading = "Distributed")]
+    pub nnodes: Option<u64>,
+    /// This node's rank among --nnodes (0 … M−1).
+    #[arg(
+        long,
+        value_name = "R",
+        requires = "nnodes",
+        help_heading = "Distributed"
+    )]
+    pub node_rank: Option<u64>,
+    /// The rendezvous of a multi-node job, the same on every node (HOST:PORT).
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "nnodes",
+        help_heading = "Distributed"
+    )]
+    pub rdzv_endpoint: Option<String>,
+    /// The job's id, the same on every node; it names the run that `report` merges.
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "nnodes",
+        help_heading = "Distributed"
+    )]
+    pub rdzv_id: Option<String>,
     /// Record PyTorch's allocation history and write its snapshot next to the result
     /// (RESULT.snapshot.pickle, for PyTorch's memory_viz), summarised per phase in the result.
     #[arg(long, conflicts_with = "no_history", help_heading = "Allocator")]

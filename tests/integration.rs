@@ -24,5 +24,7 @@ mod signals;
 mod snapshot;
 #[path = "integration/sweep.rs"]
 mod sweep;
+#[path = "integration/torchrun.rs"]
+mod torchrun;
 #[path = "integration/workloads.rs"]
 mod workloads;

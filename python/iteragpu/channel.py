@@ -8,6 +8,7 @@ writing to fd 1 — lands on stderr and can never corrupt the event stream.
 import json
 import os
 import sys
+import threading
 
 # Version of the event protocol (the `hello` event carries it).
 PROTOCOL = 1
@@ -16,6 +17,8 @@ PROTOCOL = 1
 class Channel:
     def __init__(self, stream):
         self._stream = stream
+        # A rank's stop watchdog writes from another thread: lines must not interleave.
+        self._lock = threading.Lock()
 
     @classmethod
     def take_stdout(cls):
@@ -24,13 +27,22 @@ class Channel:
         os.dup2(2, 1)
         return cls(events)
 
+    @classmethod
+    def connect(cls):
+        """A rank's channel under torchrun: the CLI's socket (see iteragpu.ranks)."""
+        from . import ranks
+
+        return cls(ranks.connect())
+
     def emit(self, type_, data):
         line = json.dumps({"type": type_, "data": data}, allow_nan=False, default=str)
-        self._stream.write(line + "\n")
-        self._stream.flush()
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
 
     def write_lines(self, lines):
         """Events already encoded, written at once (a prediction's many storage events)."""
         if lines:
-            self._stream.write("\n".join(lines) + "\n")
-            self._stream.flush()
+            with self._lock:
+                self._stream.write("\n".join(lines) + "\n")
+                self._stream.flush()

@@ -10,12 +10,15 @@ import os
 import sys
 import traceback
 
-from . import history, probe, recorder, spec as specs
+from . import history, probe, ranks, recorder, spec as specs
 from .channel import PROTOCOL, Channel
 
 
-def run(channel, spec):
-    channel.emit("hello", {"pid": os.getpid(), "protocol": PROTOCOL})
+def run(channel, spec, rank=None):
+    hello = {"pid": os.getpid(), "protocol": PROTOCOL}
+    if rank is not None:
+        hello["rank"] = rank
+    channel.emit("hello", hello)
     try:
         import torch
     except Exception as exc:
@@ -32,6 +35,12 @@ def run(channel, spec):
         from . import predict
 
         return predict.run(channel, spec, spec.predict)
+    if rank is not None:
+        # Before anything touches CUDA: no rank opens a context on another rank's device.
+        try:
+            torch.cuda.set_device(torch.device(spec.devices[0]))
+        except Exception as exc:
+            channel.emit("note", {"text": f"torch.cuda.set_device({spec.devices[0]}) failed: {type(exc).__name__}: {exc}"})
     env = probe.collect(torch, list(spec.devices))
     channel.emit("environment", env)
     if not env["can_measure"]:
@@ -142,10 +151,18 @@ def run_script(spec):
 
 
 def main():
-    channel = Channel.take_stdout()
+    rank = ranks.identity()
+    if rank is None:
+        channel = Channel.take_stdout()
+    else:
+        ranks.die_with_agent()
+        channel = Channel.connect()
+        ranks.stop_on_signals(channel)
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = specs.parse(json.load(f))
-    code = run(channel, spec)
+    if rank is not None:
+        spec = ranks.for_rank(spec, rank)
+    code = run(channel, spec, rank)
     if spec.predict is not None:
         from .predict import finish
 

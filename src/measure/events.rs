@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! {"type": "hello", "data": {"pid": 4242, "protocol": 1}}
+//! {"type": "hello", "data": {"pid": 4243, "protocol": 1, "rank": {"rank": 1, "local_rank": 1, "world_size": 2, "local_world_size": 2, "node_rank": 0, "host": "gpu7", "run_id": "3f2a…", "device": "cuda:1"}}}
 //! {"type": "environment", "data": {"python": {…}, "torch": {…}, "can_measure": true, …}}
 //! {"type": "describe", "data": {"workload": "dense", "parameters": 33583104}}
 //! {"type": "phase_start", "data": {"name": "cold_forward", "index": 2, "inputs": {…}}}
@@ -150,6 +151,22 @@ pub struct PhaseRecord {
     pub note: Option<String>,
 }
 
+/// A rank's identity, from torchrun's environment (`RANK`, `LOCAL_RANK`, `GROUP_RANK`, …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankHello {
+    pub rank: u64,
+    pub local_rank: u64,
+    pub world_size: u64,
+    pub local_world_size: u64,
+    /// The node's rank (`GROUP_RANK`).
+    pub node_rank: u64,
+    pub host: String,
+    /// `TORCHELASTIC_RUN_ID`: the same on every node of one job.
+    pub run_id: Option<String>,
+    /// The device this rank records (`devices[LOCAL_RANK]`).
+    pub device: String,
+}
+
 /// A known event.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
@@ -157,6 +174,9 @@ pub enum Event {
     Hello {
         pid: u32,
         protocol: u32,
+        /// Under torchrun: who this worker is.
+        #[serde(default)]
+        rank: Option<RankHello>,
     },
     Environment(Box<PythonEnvironment>),
     Describe(Map<String, Value>),

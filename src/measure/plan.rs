@@ -15,6 +15,7 @@ use super::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
     TrainPrecision, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
 };
+use super::torchrun::{Rendezvous, Torchrun};
 use super::trial::Trial;
 use crate::cli::MeasureArgs;
 use crate::dtype::Dtype;
@@ -32,6 +33,8 @@ pub struct MeasurePlan {
     pub timeout: Duration,
     /// `--alloc-conf`: the allocator setting the worker starts with (`None`: the environment's).
     pub alloc_conf: Option<AllocConf>,
+    /// `--nproc-per-node`: one fresh worker per local rank under torchrun.
+    pub torchrun: Option<Torchrun>,
     /// What the allocator records: live allocations' frames for the post-mortem (the default),
     /// the whole timeline (`--timeline`), or nothing (`--no-history`).
     pub history: Option<HistorySpec>,
@@ -96,10 +99,18 @@ pub struct LoraPlan {
 impl MeasurePlan {
     /// Validates the arguments of `measure` (and of the base configuration of a sweep).
     pub fn from_args(args: &MeasureArgs) -> Result<MeasurePlan> {
-        let devices = if args.device.is_empty() {
-            vec!["cuda:0".to_string()]
-        } else {
-            args.device.clone()
+        let torchrun = torchrun(args)?;
+        let devices = match (&torchrun, args.device.is_empty()) {
+            (None, true) => vec!["cuda:0".to_string()],
+            (Some(t), true) => (0..t.nproc_per_node).map(|k| format!("cuda:{k}")).collect(),
+            (Some(t), false) if args.device.len() as u64 != t.nproc_per_node => bail!(
+                "--nproc-per-node {} runs {} ranks on this node and --device lists {}: give one device per local rank (rank k records the k-th), or drop --device for cuda:0 … cuda:{}",
+                t.nproc_per_node,
+                t.nproc_per_node,
+                args.device.len(),
+                t.nproc_per_node - 1
+            ),
+            (_, false) => args.device.clone(),
         };
         let mut seen = std::collections::BTreeSet::new();
         for d in &devices {
@@ -144,6 +155,7 @@ impl MeasurePlan {
             python: crate::python_side::interpreter(args.python.as_deref()),
             timeout: Duration::from_secs(args.timeout),
             alloc_conf: args.alloc_conf,
+            torchrun,
             history: match (args.no_history, args.timeline) {
                 (true, _) => None,
                 (false, true) => Some(HistorySpec {
@@ -207,7 +219,9 @@ impl MeasurePlan {
 
     /// The rules that depend on the dimensions, checked again whenever a sweep changes one.
     fn check_dimensions(&self) -> Result<()> {
+        // Under torchrun each rank runs the whole network on its one device.
         if let WorkloadPlan::Dense(_) = self.workload
+            && self.torchrun.is_none()
             && self.dims.depth < self.devices.len() as u64
         {
             bail!(
@@ -387,6 +401,7 @@ impl MeasurePlan {
             timeout: Some(self.timeout),
             forward_output: true,
             alloc_conf: self.alloc_conf,
+            torchrun: self.torchrun.clone(),
         }
     }
 
@@ -449,6 +464,62 @@ const DEFAULTS: Dimensions = Dimensions {
 
 /// Every option must act or be refused: an option given for a workload that would ignore it is
 /// an error that names where it applies.
+/// `--nproc-per-node` and the multi-node options, validated.
+fn torchrun(args: &MeasureArgs) -> Result<Option<Torchrun>> {
+    let Some(nproc_per_node) = args.nproc_per_node else {
+        return Ok(None);
+    };
+    let nnodes = args.nnodes.unwrap_or(1);
+    let node_rank = args.node_rank.unwrap_or(0);
+    if node_rank >= nnodes {
+        bail!(
+            "--node-rank {node_rank} with --nnodes {nnodes}: a node's rank goes from 0 to {}",
+            nnodes - 1
+        );
+    }
+    let rendezvous = match (nnodes, &args.rdzv_endpoint, &args.rdzv_id) {
+        (1, None, None) => Rendezvous::Standalone,
+        (1, _, _) => bail!(
+            "--rdzv-endpoint and --rdzv-id are for several nodes; with --nnodes 1 the ranks meet on this machine (drop them)"
+        ),
+        (_, Some(endpoint), Some(id)) => {
+            let port = endpoint
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                bail!("--rdzv-endpoint {endpoint}: write HOST:PORT (e.g. node0.cluster:29400)");
+            }
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                bail!(
+                    "--rdzv-id `{id}`: use letters, digits, `-`, `_` or `.` (the same id on every node)"
+                );
+            }
+            Rendezvous::C10d {
+                endpoint: endpoint.clone(),
+                id: id.clone(),
+            }
+        }
+        (n, _, _) => bail!(
+            "--nnodes {n} needs --rdzv-endpoint HOST:PORT and --rdzv-id ID, the same on every node"
+        ),
+    };
+    if args.timeline {
+        bail!(
+            "--timeline with --nproc-per-node is not supported yet: record one rank's timeline with a single-process run of the same workload"
+        );
+    }
+    Ok(Some(Torchrun {
+        nproc_per_node,
+        nnodes,
+        node_rank,
+        rendezvous,
+    }))
+}
+
 fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
     let dims: [(Variable, Option<u64>); 7] = [
         (Variable::Batch, args.batch),

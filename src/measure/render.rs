@@ -18,13 +18,17 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
     let declared = &r.identity.declared;
     let _ = writeln!(
         o,
-        "iteragpu measure: {} {} on {} — status {} (counters in GiB; raw bytes in the result file)",
+        "iteragpu measure: {} {} on {}{} — status {} (counters in GiB; raw bytes in the result file)",
         r.identity.workload,
         declared
             .get("architecture")
             .and_then(Value::as_str)
             .unwrap_or(""),
         r.scope.devices.join(", "),
+        match (r.scope.rank, &r.distributed) {
+            (Some(k), Some(d)) => format!(" (rank {k} of {})", d.world_size),
+            _ => String::new(),
+        },
         r.status
     );
     let _ = writeln!(
@@ -87,6 +91,9 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
                 );
             }
         }
+    }
+    if let Some(d) = &r.distributed {
+        ranks(&mut o, d);
     }
     for w in &r.warm_summary {
         if let Some(s) = &w.peak_reserved_bytes {
@@ -180,4 +187,58 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
         path.display()
     );
     o
+}
+
+/// The ranks of this node side by side: each on its own device, never added together.
+fn ranks(o: &mut String, d: &crate::measure::result::Distributed) {
+    let _ = writeln!(
+        o,
+        "\n  ranks of this node under torchrun (world size {}, node {} of {}; each read on its own device, never added together):",
+        d.world_size, d.torchrun.node_rank, d.torchrun.nnodes
+    );
+    let _ = writeln!(
+        o,
+        "  {:>5} {:>5} {:<8} {:<11} {:>11} {:>11} {:>15}  phases",
+        "rank", "local", "device", "status", "peak alloc", "peak resv", "outside alloc"
+    );
+    for k in &d.ranks {
+        let readings = k.phases.iter().flat_map(|p| p.devices.iter());
+        let peak_alloc = readings
+            .clone()
+            .filter_map(|x| x.peak_allocated_bytes)
+            .max();
+        let peak_resv = readings.filter_map(|x| x.peak_reserved_bytes).max();
+        let outside = k
+            .phases
+            .iter()
+            .flat_map(|p| p.driver.iter().flatten())
+            .filter_map(|x| x.outside_allocator_at_end_bytes)
+            .max();
+        let _ = writeln!(
+            o,
+            "  {:>5} {:>5} {:<8} {:<11} {:>11} {:>11} {:>15}  {}",
+            k.rank,
+            k.local_rank,
+            k.device,
+            k.status.to_string(),
+            gib(peak_alloc),
+            gib(peak_resv),
+            gib(outside),
+            k.phases.len()
+        );
+        if let Some(why) = &k.stopped_because {
+            let _ = writeln!(o, "  {:>5} stopped: {why}", "");
+        }
+    }
+    if let Some(i) = &d.imbalance {
+        let _ = writeln!(
+            o,
+            "  highest peak reserved: rank {} ({} GiB); lowest: rank {} ({} GiB); spread {} GiB",
+            i.max_rank,
+            gib(Some(i.max_peak_reserved_bytes)),
+            i.min_rank,
+            gib(Some(i.min_peak_reserved_bytes)),
+            gib(Some(i.spread_bytes))
+        );
+    }
 }

@@ -97,6 +97,9 @@ pub struct MeasureResult {
     /// `--timeline`: the allocator's snapshot written next to the result, and its summary.
     #[serde(default)]
     pub timeline: Option<Timeline>,
+    /// Under torchrun (`--nproc-per-node`): every rank of this node, each read on its own device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Distributed>,
     /// Events of types this CLI does not know, kept verbatim.
     pub unknown_events: Vec<Value>,
     pub notes: Vec<String>,
@@ -132,6 +135,10 @@ pub struct Scope {
     /// The first pass after device initialisation (cold), as opposed to the warm repeats.
     pub first_pass: String,
     pub devices: Vec<String>,
+    /// Under torchrun: the rank whose phases are the result's `phases` (the one with the highest
+    /// peak reserved); every rank's are in `distributed.ranks`, never added together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -169,12 +176,63 @@ pub struct Failure {
     pub error_type: Option<String>,
     pub message: Option<String>,
     pub out_of_memory: bool,
+    /// Under torchrun: the rank that failed first (the others were stopped because of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u64>,
     /// PyTorch's out-of-memory message parsed and classified (capacity, fragmentation, another
     /// process), with what to try; null when the message is not an out-of-memory's.
     #[serde(default)]
     pub post_mortem: Option<crate::explain::oom::PostMortem>,
     /// A partial peak before a failure is not the need of a complete run.
     pub caution: String,
+}
+
+/// One node's ranks under torchrun. Each rank is its own fresh worker on its own device; its
+/// phases are recorded with the same protocol and are never pooled with another rank's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Distributed {
+    /// `torchrun (torch.distributed.run)`, with its options.
+    pub launcher: String,
+    pub torchrun: super::torchrun::Torchrun,
+    /// `TORCHELASTIC_RUN_ID` as the ranks read it: the files of one job's nodes share it.
+    pub run_id: Option<String>,
+    pub world_size: u64,
+    pub ranks: Vec<RankResult>,
+    /// The rank with the highest peak reserved, and the spread between ranks.
+    pub highest_peak_rank: Option<u64>,
+    pub imbalance: Option<Imbalance>,
+    /// torchrun's own exit status and last lines (its summary names each failed rank).
+    pub torchrun_exit: String,
+}
+
+/// The spread of the ranks' highest peak reserved.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Imbalance {
+    pub max_peak_reserved_bytes: u64,
+    pub max_rank: u64,
+    pub min_peak_reserved_bytes: u64,
+    pub min_rank: u64,
+    /// max − min.
+    pub spread_bytes: u64,
+}
+
+/// One rank: who it is, where it ran, how it ended, and its phases.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RankResult {
+    pub rank: u64,
+    pub local_rank: u64,
+    pub node_rank: u64,
+    pub host: String,
+    pub device: String,
+    pub pid: Option<u32>,
+    pub status: RunStatus,
+    /// Why a rank that did not fail itself ended (torchrun stops every rank when one fails).
+    pub stopped_because: Option<String>,
+    pub phases: Vec<PhaseRecord>,
+    pub failure: Option<Failure>,
+    #[serde(default)]
+    pub oom_snapshots: Vec<super::history::OomSnapshot>,
+    pub notes: Vec<String>,
 }
 
 /// `measure --timeline`: PyTorch's allocator snapshot (a pickle memory_viz opens) next to the

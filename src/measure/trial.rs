@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::driver_view::{driver_phase, nvml_indices};
-use super::events::{Event, Line, PhaseRecord};
+use super::events::{Event, Line, PhaseRecord, RankHello};
 use super::result::{
     self, Failure, Identity, MeasureResult, Policies, RunEnvironment, RunStatus, Scope, WorkerInfo,
 };
 use super::sampler::Sampler;
 use super::spec::WorkerSpec;
-use super::worker_process::{self, Exit, StartError, WorkerCommand};
+use super::worker_process::{self, Exit, Launch, StartError, WorkerCommand};
 use crate::environment::{PythonEnvironment, nvml};
 use crate::signals::{Stop, StopRequest};
 
@@ -41,6 +41,8 @@ pub struct Trial {
     pub forward_output: bool,
     /// The allocator setting the worker starts with (`None`: the environment's).
     pub alloc_conf: Option<super::alloc_conf::AllocConf>,
+    /// `--nproc-per-node`: one worker per local rank under torchrun.
+    pub torchrun: Option<super::torchrun::Torchrun>,
 }
 
 /// How a trial ended.
@@ -132,39 +134,179 @@ impl TrialRunner for ProcessRunner {
     }
 }
 
+/// What one event source (a worker, or one rank) has said so far.
 #[derive(Default)]
-struct Progress {
-    pid: Option<u32>,
-    environment: Option<PythonEnvironment>,
-    declared: Map<String, Value>,
-    phases: Vec<PhaseRecord>,
-    current: Option<(String, u64)>,
-    unavailable: Option<String>,
-    done: Option<(String, Option<Value>)>,
-    unknown: Vec<Value>,
-    garbage: u64,
-    notes: Vec<String>,
-    history: Option<super::history::HistoryStatus>,
-    oom_snapshots: Vec<super::history::OomSnapshot>,
-    oom_snapshots_dropped: u64,
-    snapshot: Option<(Option<String>, Option<String>)>,
+pub(crate) struct Progress {
+    pub(crate) pid: Option<u32>,
+    pub(crate) rank: Option<RankHello>,
+    pub(crate) environment: Option<PythonEnvironment>,
+    pub(crate) declared: Map<String, Value>,
+    pub(crate) phases: Vec<PhaseRecord>,
+    pub(crate) current: Option<(String, u64)>,
+    pub(crate) unavailable: Option<String>,
+    pub(crate) done: Option<(String, Option<Value>)>,
+    /// The order in which the sources said `done` (a rank that failed first is the cause).
+    pub(crate) done_order: Option<usize>,
+    pub(crate) unknown: Vec<Value>,
+    pub(crate) garbage: u64,
+    pub(crate) notes: Vec<String>,
+    pub(crate) history: Option<super::history::HistoryStatus>,
+    pub(crate) oom_snapshots: Vec<super::history::OomSnapshot>,
+    pub(crate) oom_snapshots_dropped: u64,
+    pub(crate) snapshot: Option<(Option<String>, Option<String>)>,
+    pub(crate) sampler: Option<Sampler>,
+    /// The phase the sampler is in when the worker ends mid-phase (NVML's peaks of it).
+    pub(crate) unfinished_driver: Option<Vec<super::events::DriverPhase>>,
 }
 
-/// Runs one trial in a fresh worker; `progress` (a terminal display, if any) shows the phase.
+/// The driver's side of a run: NVML, or why not, and which NVML device each CUDA device is.
+pub(crate) struct DriverSide {
+    pub(crate) nvml: Option<Arc<nvml_wrapper::Nvml>>,
+    pub(crate) reason: Option<String>,
+    pub(crate) view: Option<crate::environment::DriverView>,
+    pub(crate) indices: Vec<Option<u32>>,
+}
+
+impl Progress {
+    /// The devices this source records, and their NVML indices: all of the trial's for a plain
+    /// worker, its own `devices[LOCAL_RANK]` for a rank.
+    fn devices(&self, trial: &Trial, side: &DriverSide) -> (Vec<String>, Vec<Option<u32>>) {
+        match &self.rank {
+            None => (trial.devices.clone(), side.indices.clone()),
+            Some(r) => {
+                let k = r.local_rank as usize;
+                (
+                    vec![r.device.clone()],
+                    vec![side.indices.get(k).copied().flatten()],
+                )
+            }
+        }
+    }
+
+    fn on_line(
+        &mut self,
+        line: Line,
+        trial: &Trial,
+        side: &DriverSide,
+        progress: Option<&ProgressBar>,
+        dones: &mut usize,
+    ) {
+        match line {
+            Line::Event(Event::Hello { pid, rank, .. }) => {
+                self.pid = Some(pid);
+                self.rank = rank;
+                let (_, indices) = self.devices(trial, side);
+                if let Some(nvml) = &side.nvml {
+                    let known: Vec<u32> = indices.iter().flatten().copied().collect();
+                    if known.len() == indices.len() {
+                        self.sampler = Some(Sampler::start(Arc::clone(nvml), known, pid));
+                    }
+                }
+            }
+            Line::Event(Event::Environment(env)) => self.environment = Some(*env),
+            Line::Event(Event::Describe(map)) => self.declared.extend(map),
+            Line::Event(Event::PhaseStart { name, index }) => {
+                if let Some(s) = &self.sampler {
+                    s.enter(index);
+                }
+                if let Some(bar) = progress
+                    && self.rank.as_ref().is_none_or(|r| r.local_rank == 0)
+                {
+                    bar.set_prefix(format!("phase {} ({name})", index + 1));
+                }
+                self.current = Some((name, index));
+            }
+            Line::Event(Event::PhaseEnd(mut record)) => {
+                let (devices, indices) = self.devices(trial, side);
+                record.driver = Some(driver_phase(
+                    self.sampler.as_ref(),
+                    &record,
+                    &devices,
+                    &indices,
+                    &side.reason,
+                ));
+                self.current = None;
+                self.phases.push(*record);
+            }
+            Line::Event(Event::Unavailable { reason }) => self.unavailable = Some(reason),
+            Line::Event(Event::Done { status, error }) => {
+                self.done = Some((status, error));
+                self.done_order = Some(*dones);
+                *dones += 1;
+            }
+            Line::Event(Event::Note { text }) => self.notes.push(text),
+            Line::Event(Event::History(status)) => self.history = Some(status),
+            Line::Event(Event::OomSnapshot(s)) => {
+                if super::history::keep(&mut self.oom_snapshots, *s) {
+                    self.oom_snapshots_dropped += 1;
+                }
+            }
+            Line::Event(Event::Snapshot { path, reason }) => self.snapshot = Some((path, reason)),
+            // Storage events belong to predictions; a measuring worker does not send them.
+            Line::Event(
+                Event::Alloc(_)
+                | Event::Free { .. }
+                | Event::Tag { .. }
+                | Event::Unpredictable(_)
+                | Event::Placeholder { .. }
+                | Event::PlaceholderCount { .. },
+            ) => {}
+            Line::Unknown(value) => self.unknown.push(value),
+            Line::Garbage(_) => self.garbage += 1,
+        }
+    }
+
+    /// The worker ended: NVML's view of the phase it never finished, and the sampler's interval.
+    fn stop_sampling(&mut self, trial: &Trial, side: &DriverSide) -> Option<f64> {
+        if let Some((name, index)) = &self.current {
+            let probe = PhaseRecord {
+                name: name.clone(),
+                index: *index,
+                inputs: Map::new(),
+                status: RunStatus::Crashed,
+                duration_s: None,
+                started_at_unix_us: None,
+                ended_at_unix_us: None,
+                devices: Vec::new(),
+                error: None,
+                driver: None,
+                note: None,
+            };
+            let (devices, indices) = self.devices(trial, side);
+            self.unfinished_driver = Some(driver_phase(
+                self.sampler.as_ref(),
+                &probe,
+                &devices,
+                &indices,
+                &side.reason,
+            ));
+        }
+        self.sampler.take().and_then(|s| s.finish().1)
+    }
+}
+
+/// Runs one trial in a fresh worker (or one fresh worker per rank under torchrun); `progress`
+/// (a terminal display, if any) shows the phase.
 fn run_in_process(
     trial: &Trial,
     stop: &StopRequest,
     progress: Option<&ProgressBar>,
 ) -> Result<TrialOutcome, StartError> {
     let started_at = chrono::Utc::now().to_rfc3339();
-    let (nvml, driver_reason) = match nvml::open() {
+    let (nvml, reason) = match nvml::open() {
         Ok(n) => (Some(Arc::new(n)), None),
         Err(reason) => (None, Some(reason)),
     };
-    let driver = nvml.as_deref().map(nvml::read);
-    let indices = nvml_indices(&trial.devices, driver.as_ref());
-    let mut sampler: Option<Sampler> = None;
-    let mut p = Progress::default();
+    let view = nvml.as_deref().map(nvml::read);
+    let indices = nvml_indices(&trial.devices, view.as_ref());
+    let side = DriverSide {
+        nvml,
+        reason,
+        view,
+        indices,
+    };
+    let mut sources: Vec<Progress> = Vec::new();
+    let mut dones = 0usize;
     let cmd = WorkerCommand {
         python: trial.python.clone(),
         spec: serde_json::to_value(&trial.spec)
@@ -176,89 +318,50 @@ fn run_in_process(
             .alloc_conf
             .map(super::alloc_conf::AllocConf::environment)
             .unwrap_or_default(),
+        launch: match &trial.torchrun {
+            None => Launch::Worker,
+            Some(t) => Launch::Torchrun(t.clone()),
+        },
     };
-    let run = worker_process::run(&cmd, stop, |line| match line {
-        Line::Event(Event::Hello { pid, .. }) => {
-            p.pid = Some(pid);
-            if let Some(nvml) = &nvml {
-                let known: Vec<u32> = indices.iter().flatten().copied().collect();
-                if known.len() == indices.len() {
-                    sampler = Some(Sampler::start(Arc::clone(nvml), known, pid));
-                }
-            }
+    let run = worker_process::run(&cmd, stop, |source, line| {
+        while sources.len() <= source {
+            sources.push(Progress::default());
         }
-        Line::Event(Event::Environment(env)) => p.environment = Some(*env),
-        Line::Event(Event::Describe(map)) => p.declared.extend(map),
-        Line::Event(Event::PhaseStart { name, index }) => {
-            if let Some(s) = &sampler {
-                s.enter(index);
-            }
-            if let Some(bar) = progress {
-                bar.set_prefix(format!("phase {} ({name})", index + 1));
-            }
-            p.current = Some((name, index));
-        }
-        Line::Event(Event::PhaseEnd(mut record)) => {
-            record.driver = Some(driver_phase(
-                sampler.as_ref(),
-                &record,
-                &trial.devices,
-                &indices,
-                &driver_reason,
-            ));
-            p.current = None;
-            p.phases.push(*record);
-        }
-        Line::Event(Event::Unavailable { reason }) => p.unavailable = Some(reason),
-        Line::Event(Event::Done { status, error }) => p.done = Some((status, error)),
-        Line::Event(Event::Note { text }) => p.notes.push(text),
-        Line::Event(Event::History(status)) => p.history = Some(status),
-        Line::Event(Event::OomSnapshot(s)) => {
-            if super::history::keep(&mut p.oom_snapshots, *s) {
-                p.oom_snapshots_dropped += 1;
-            }
-        }
-        Line::Event(Event::Snapshot { path, reason }) => p.snapshot = Some((path, reason)),
-        // Storage events belong to predictions; a measuring worker does not send them.
-        Line::Event(
-            Event::Alloc(_)
-            | Event::Free { .. }
-            | Event::Tag { .. }
-            | Event::Unpredictable(_)
-            | Event::Placeholder { .. }
-            | Event::PlaceholderCount { .. },
-        ) => {}
-        Line::Unknown(value) => p.unknown.push(value),
-        Line::Garbage(_) => p.garbage += 1,
+        sources[source].on_line(line, trial, &side, progress, &mut dones);
     })?;
-    // A phase the worker never finished keeps the driver's view of it (peaks seen while it ran).
-    let unfinished_driver = p.current.as_ref().map(|(name, index)| {
-        let probe = PhaseRecord {
-            started_at_unix_us: None,
-            ended_at_unix_us: None,
-            name: name.clone(),
-            index: *index,
-            inputs: Map::new(),
-            status: RunStatus::Crashed,
-            duration_s: None,
-            devices: Vec::new(),
-            error: None,
-            driver: None,
-            note: None,
-        };
-        driver_phase(
-            sampler.as_ref(),
-            &probe,
-            &trial.devices,
-            &indices,
-            &driver_reason,
-        )
-    });
-    let (_, interval) = match sampler {
-        Some(s) => s.finish(),
-        None => (Vec::new(), None),
+    let mut interval = None;
+    for p in &mut sources {
+        interval = interval.or(p.stop_sampling(trial, &side));
+    }
+    let ended = Ended {
+        started_at,
+        run,
+        interval,
     };
+    match &trial.torchrun {
+        None => {
+            let p = sources.pop().unwrap_or_default();
+            one_worker(p, trial, &side, &ended)
+        }
+        Some(t) => super::ranks::combine(sources, t, trial, &side, &ended),
+    }
+}
 
+/// How a run ended, beside its events.
+pub(crate) struct Ended {
+    pub started_at: String,
+    pub run: worker_process::WorkerRun,
+    pub interval: Option<f64>,
+}
+
+/// The result of one plain worker (or one rank, which `ranks` then gathers).
+fn one_worker(
+    p: Progress,
+    trial: &Trial,
+    side: &DriverSide,
+    ended: &Ended,
+) -> Result<TrialOutcome, StartError> {
+    let run = &ended.run;
     let stopped = match run.exit {
         Exit::Stopped(signal) => Some(signal),
         _ => None,
@@ -300,6 +403,22 @@ fn run_in_process(
         (Exit::Code(3), Some(_)) => RunStatus::Failed,
         _ => RunStatus::Crashed,
     };
+    Ok(TrialOutcome::Measured(Box::new(build(
+        p, status, stopped, trial, side, ended,
+    ))))
+}
+
+/// The result file of one source, its status decided.
+pub(crate) fn build(
+    mut p: Progress,
+    status: RunStatus,
+    stopped: Option<Stop>,
+    trial: &Trial,
+    side: &DriverSide,
+    ended: &Ended,
+) -> MeasureResult {
+    let run = &ended.run;
+    let (devices, indices) = p.devices(trial, side);
     let mut notes = std::mem::take(&mut p.notes);
     if let Some(signal) = stopped
         && p.pid.is_none()
@@ -311,16 +430,16 @@ fn run_in_process(
     }
     if let Some((name, index)) = p.current.take() {
         p.phases.push(PhaseRecord {
-            started_at_unix_us: None,
-            ended_at_unix_us: None,
             name: name.clone(),
             index,
             inputs: Map::new(),
             status,
             duration_s: None,
+            started_at_unix_us: None,
+            ended_at_unix_us: None,
             devices: Vec::new(),
             error: None,
-            driver: unfinished_driver,
+            driver: p.unfinished_driver.take(),
             note: Some(format!(
                 "the worker ended ({status}) during this phase: no PyTorch end readings; `driver` holds the peaks NVML saw while it ran"
             )),
@@ -358,13 +477,13 @@ fn run_in_process(
         summary: None,
         summary_reason: None,
     });
-    let warm_summary = result::warm_summary(&p.phases, &trial.devices);
-    let result = MeasureResult {
+    let warm_summary = result::warm_summary(&p.phases, &devices);
+    MeasureResult {
         schema: result::SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         status,
         stop_signal: stopped.map(|s| s.name().to_string()),
-        started_at,
+        started_at: ended.started_at.clone(),
         ended_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
             workload: trial.workload.clone(),
@@ -375,15 +494,16 @@ fn run_in_process(
         dimensions: trial.dimensions.clone(),
         environment: RunEnvironment {
             python: p.environment,
-            driver,
-            driver_reason,
+            driver: side.view.clone(),
+            driver_reason: side.reason.clone(),
             nvml_indices: indices,
-            nvml_sample_interval_ms: interval,
+            nvml_sample_interval_ms: ended.interval,
         },
         scope: Scope {
             phases: trial.scope_phases.clone(),
             first_pass: trial.first_pass.clone(),
-            devices: trial.devices.clone(),
+            devices,
+            rank: p.rank.as_ref().map(|r| r.rank),
         },
         policies: trial.policies.clone(),
         phases: p.phases,
@@ -399,7 +519,7 @@ fn run_in_process(
                 Exit::Signal(s) => Some(s),
                 _ => None,
             },
-            stderr_tail: run.stderr_tail,
+            stderr_tail: run.stderr_tail.clone(),
         },
         predictions: Vec::new(),
         prediction: None,
@@ -407,10 +527,10 @@ fn run_in_process(
         history: p.history,
         oom_snapshots: p.oom_snapshots,
         timeline,
+        distributed: None,
         unknown_events: p.unknown,
         notes,
-    };
-    Ok(TrialOutcome::Measured(Box::new(result)))
+    }
 }
 
 fn failure_of(p: &Progress, status: RunStatus, stopped: Option<Stop>) -> Failure {
@@ -418,6 +538,7 @@ fn failure_of(p: &Progress, status: RunStatus, stopped: Option<Stop>) -> Failure
     let phase_error = last.and_then(|ph| ph.error.clone());
     let done_error = p.done.as_ref().and_then(|(_, e)| e.clone());
     Failure {
+        rank: p.rank.as_ref().map(|r| r.rank),
         phase: last.map(|ph| ph.name.clone()),
         error_type: phase_error
             .as_ref()
@@ -591,6 +712,7 @@ pub(crate) mod mock {
                 error_type: error.as_ref().map(|e| e.kind.clone()),
                 message: error.as_ref().map(|e| e.message.clone()),
                 out_of_memory: error.as_ref().is_some_and(|e| e.out_of_memory),
+                rank: None,
                 post_mortem: None,
                 caution: "a partial peak before a failure is not the memory need of a complete run"
                     .into(),
@@ -620,6 +742,7 @@ pub(crate) mod mock {
                     phases: trial.scope_phases.clone(),
                     first_pass: trial.first_pass.clone(),
                     devices: trial.devices.clone(),
+                    rank: None,
                 },
                 policies: trial.policies.clone(),
                 phases: vec![phase],
@@ -637,6 +760,7 @@ pub(crate) mod mock {
                 history: None,
                 oom_snapshots: Vec::new(),
                 timeline: None,
+                distributed: None,
                 unknown_events: Vec::new(),
                 notes: Vec::new(),
             })))

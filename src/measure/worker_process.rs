@@ -5,9 +5,11 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +34,18 @@ pub struct WorkerCommand {
     /// Environment changes in order: `Some` sets, `None` removes (a prediction hides every GPU
     /// from its worker; `--alloc-conf` replaces the allocator's variables).
     pub env: Vec<(String, Option<String>)>,
+    /// One worker, or one per local rank under torchrun.
+    pub launch: Launch,
+}
+
+/// How the worker processes are started.
+#[derive(Clone, Debug)]
+pub enum Launch {
+    /// `python -m iteragpu.worker SPEC.json`: its events on its standard output (source 0).
+    Worker,
+    /// `python -m torch.distributed.run … -m iteragpu.worker SPEC.json`: one worker per local
+    /// rank, each a connection to a Unix socket of the CLI (sources 0, 1, … in connection order).
+    Torchrun(super::torchrun::Torchrun),
 }
 
 /// How the worker ended.
@@ -59,9 +73,12 @@ impl std::fmt::Display for Exit {
 #[derive(Clone, Debug)]
 pub struct WorkerRun {
     pub exit: Exit,
+    /// The worker's pid (torchrun's, under torchrun).
     pub pid: u32,
     /// The last lines the worker wrote on stderr.
     pub stderr_tail: Vec<String>,
+    /// Event sources in the order their channel closed (a rank that died first is first).
+    pub closed: Vec<usize>,
 }
 
 /// Why a worker could not be started at all.
@@ -76,8 +93,10 @@ pub enum StartError {
 }
 
 enum Msg {
-    Line(String),
-    Closed,
+    Line(usize, String),
+    Closed(usize),
+    /// Every expected source has connected, or none will any more.
+    Accepted,
 }
 
 const STDERR_TAIL: usize = 40;
@@ -108,16 +127,121 @@ fn kill_group(pid: u32, signal: i32) {
     }
 }
 
-/// Runs one worker to the end, calling `on_line` for each line of its event channel.
+/// Reads one event channel line by line into `tx`, tagged with its source.
+fn read_lines(source: usize, stream: impl std::io::Read + Send + 'static, tx: mpsc::Sender<Msg>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(Msg::Line(source, l)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(Msg::Closed(source));
+    });
+}
+
+/// Forwards a stream of the workload's own output (stderr; torchrun's stdout too) to ours, above
+/// the progress display, keeping its last lines.
+fn forward_lines(
+    stream: impl std::io::Read + Send + 'static,
+    forward: bool,
+    progress: Option<indicatif::ProgressBar>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if forward {
+                match &progress {
+                    Some(bar) => bar.println(&line),
+                    None => {
+                        let _ = writeln!(std::io::stderr().lock(), "{line}");
+                    }
+                }
+            }
+            let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    })
+}
+
+/// Accepts up to `expected` connections on the events socket (a thread each), until `finished`
+/// is set; then says `Accepted`.
+fn accept_ranks(
+    listener: UnixListener,
+    expected: usize,
+    tx: mpsc::Sender<Msg>,
+    finished: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = listener.set_nonblocking(true);
+        let mut accepted = 0;
+        while accepted < expected && !finished.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    read_lines(accepted, stream, tx.clone());
+                    accepted += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(Msg::Accepted);
+    })
+}
+
+/// How long a stopped torchrun gets to stop its ranks (they write their last events) before
+/// everything is killed; torchrun's own grace is 30 s.
+const TORCHRUN_GRACE: Duration = Duration::from_secs(5);
+/// Once a rank has ended, how long the others get to be stopped by torchrun before the CLI
+/// kills them itself (a rank blocked in a collective may never see torchrun's SIGTERM).
+const RANK_FAILURE_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs one worker (or one torchrun job of this node) to the end, calling `on_line` with each
+/// line of an event channel and its source.
 pub fn run(
     cmd: &WorkerCommand,
     stop: &StopRequest,
-    mut on_line: impl FnMut(Line),
+    mut on_line: impl FnMut(usize, Line),
 ) -> Result<WorkerRun, StartError> {
     let package = Package::write().map_err(StartError::Files)?;
     let spec_path = package.root().join("spec.json");
     std::fs::write(&spec_path, cmd.spec.to_string()).map_err(StartError::Files)?;
     let mut command = Command::new(&cmd.python);
+    // Under torchrun: a private folder for the socket (a short path: Unix sockets allow ~107
+    // bytes) and torchrun's logs.
+    let mut socket_dir = None;
+    let mut listener = None;
+    match &cmd.launch {
+        Launch::Worker => {}
+        Launch::Torchrun(t) => {
+            let dir = tempfile::Builder::new()
+                .prefix("iteragpu-ranks-")
+                .tempdir()
+                .map_err(StartError::Files)?;
+            let socket = dir.path().join("ev.sock");
+            listener = Some(UnixListener::bind(&socket).map_err(StartError::Files)?);
+            command.args(t.args(&dir.path().join("logs")));
+            for var in super::torchrun::Torchrun::scrubbed(std::env::vars().map(|(k, _)| k)) {
+                command.env_remove(var);
+            }
+            command.env(super::torchrun::EVENTS_SOCKET, &socket);
+            // What torchrun sets when it is unset (and says so in a banner on every run).
+            if std::env::var_os("OMP_NUM_THREADS").is_none() {
+                command.env("OMP_NUM_THREADS", "1");
+            }
+            socket_dir = Some(dir);
+        }
+    }
     command
         .arg("-m")
         .arg("iteragpu.worker")
@@ -141,88 +265,107 @@ pub fn run(
     })?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            match line {
-                Ok(l) => {
-                    if tx.send(Msg::Line(l)).is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        let _ = tx.send(Msg::Closed);
-    });
     let tail = Arc::new(Mutex::new(VecDeque::new()));
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (tail2, forward, progress) = (Arc::clone(&tail), cmd.forward_output, cmd.progress.clone());
-    let errors = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if forward {
-                match &progress {
-                    Some(bar) => bar.println(&line),
-                    None => {
-                        let _ = writeln!(std::io::stderr().lock(), "{line}");
-                    }
-                }
-            }
-            let mut t = tail2.lock().unwrap_or_else(|p| p.into_inner());
-            if t.len() == STDERR_TAIL {
-                t.pop_front();
-            }
-            t.push_back(line);
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let finished = Arc::new(AtomicBool::new(false));
+    let mut forwarders = match listener {
+        None => {
+            read_lines(0, stdout, tx.clone());
+            let _ = tx.send(Msg::Accepted);
+            Vec::new()
         }
-    });
+        Some(l) => {
+            let expected = match &cmd.launch {
+                Launch::Torchrun(t) => t.nproc_per_node as usize,
+                Launch::Worker => 1,
+            };
+            let acceptor = accept_ranks(l, expected, tx.clone(), Arc::clone(&finished));
+            // torchrun's stdout carries only the ranks' stray output and its own logs.
+            let out = forward_lines(
+                stdout,
+                cmd.forward_output,
+                cmd.progress.clone(),
+                Arc::clone(&tail),
+            );
+            vec![acceptor, out]
+        }
+    };
+    drop(tx);
+    let stderr = child.stderr.take().expect("stderr is piped");
+    forwarders.push(forward_lines(
+        stderr,
+        cmd.forward_output,
+        cmd.progress.clone(),
+        Arc::clone(&tail),
+    ));
+    let torchrun = matches!(cmd.launch, Launch::Torchrun(_));
 
     let started = Instant::now();
     let mut forced: Option<Exit> = None;
-    let mut closed = false;
+    let mut ch = Channels {
+        torchrun,
+        ..Channels::default()
+    };
+    let mut first_rank_end: Option<Instant> = None;
     let status = loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(Msg::Line(line)) => on_line(parse(&line)),
-            Ok(Msg::Closed) => closed = true,
-            Err(_) => {}
+        if let Ok(msg) = rx.recv_timeout(Duration::from_millis(20)) {
+            ch.handle(msg, &mut on_line);
         }
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
         let timed_out = cmd.timeout.is_some_and(|t| started.elapsed() > t);
         let stopped = stop.get();
+        if torchrun && !ch.closed.is_empty() && first_rank_end.is_none() {
+            first_rank_end = Some(Instant::now());
+        }
+        if first_rank_end.is_some_and(|t| t.elapsed() > RANK_FAILURE_GRACE) {
+            // torchrun stops the other ranks when one ends; one that did not stop is killed.
+            ch.kill_ranks();
+        }
         if forced.is_none() && (timed_out || stopped.is_some()) {
             forced = Some(match stopped {
                 Some(signal) => Exit::Stopped(signal),
                 None => Exit::Timeout,
             });
+            // torchrun forwards the signal to every rank, which records it and ends.
             kill_group(pid, libc::SIGTERM);
             let grace = Instant::now();
-            while grace.elapsed() < Duration::from_secs(2) {
+            let limit = if torchrun {
+                TORCHRUN_GRACE
+            } else {
+                Duration::from_secs(2)
+            };
+            while grace.elapsed() < limit {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
+                }
+                while let Ok(msg) = rx.try_recv() {
+                    ch.handle(msg, &mut on_line);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
             kill_group(pid, libc::SIGKILL);
-        }
-        if closed && forced.is_some() {
-            // Keep waiting for the exit status; nothing more will arrive.
-            std::thread::sleep(Duration::from_millis(10));
+            ch.kill_ranks();
         }
     };
-    // The worker is gone: end anything it left in its group, then drain the channel.
+    // The worker is gone: end anything it left in its group (and the ranks' groups), then
+    // drain the channels.
     kill_group(pid, libc::SIGKILL);
+    ch.kill_ranks();
+    finished.store(true, Ordering::Relaxed);
     let drain_until = Instant::now() + Duration::from_secs(5);
-    while !closed && Instant::now() < drain_until {
+    while !ch.drained() && Instant::now() < drain_until {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Msg::Line(line)) => on_line(parse(&line)),
-            Ok(Msg::Closed) => closed = true,
-            Err(mpsc::RecvTimeoutError::Disconnected) => closed = true,
+            Ok(msg) => ch.handle(msg, &mut on_line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
-    let _ = reader.join();
-    let _ = errors.join();
+    for f in forwarders {
+        let _ = f.join();
+    }
+    drop(socket_dir);
     let exit = forced.unwrap_or_else(|| match (status.code(), status.signal()) {
         (Some(code), _) => Exit::Code(code),
         (None, Some(sig)) => Exit::Signal(sig),
@@ -238,5 +381,59 @@ pub fn run(
         exit,
         pid,
         stderr_tail,
+        closed: ch.closed,
     })
+}
+
+/// The event channels of a run: which are open, which closed (in order), the ranks' groups.
+#[derive(Default)]
+struct Channels {
+    torchrun: bool,
+    /// Sources seen so far (a source's first message opens it).
+    connected: usize,
+    open: usize,
+    closed: Vec<usize>,
+    /// Every expected source connected, or none will any more.
+    all_accepted: bool,
+    /// Each rank leads its own session under torchrun: its pid is its group.
+    rank_groups: Vec<u32>,
+}
+
+impl Channels {
+    fn handle(&mut self, msg: Msg, on_line: &mut impl FnMut(usize, Line)) {
+        match msg {
+            Msg::Line(source, line) => {
+                if source >= self.connected {
+                    self.connected = source + 1;
+                    self.open += 1;
+                }
+                let parsed = parse(&line);
+                if let Line::Event(super::events::Event::Hello { pid, .. }) = &parsed
+                    && self.torchrun
+                {
+                    self.rank_groups.push(*pid);
+                }
+                on_line(source, parsed);
+            }
+            Msg::Closed(source) => {
+                if source >= self.connected {
+                    self.connected = source + 1;
+                } else {
+                    self.open = self.open.saturating_sub(1);
+                }
+                self.closed.push(source);
+            }
+            Msg::Accepted => self.all_accepted = true,
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.all_accepted && self.open == 0 && self.closed.len() >= self.connected
+    }
+
+    fn kill_ranks(&self) {
+        for g in &self.rank_groups {
+            kill_group(*g, libc::SIGKILL);
+        }
+    }
 }

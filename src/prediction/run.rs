@@ -57,9 +57,10 @@ pub fn predict(
         progress: progress.cloned(),
         // The predicting process never touches a GPU, even on a machine that has one.
         env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
+        launch: worker_process::Launch::Worker,
     };
     let mut c = Collected::default();
-    let run = worker_process::run(&cmd, stop, |line| match line {
+    let run = worker_process::run(&cmd, stop, |_, line| match line {
         Line::Event(Event::Environment(env)) => c.environment = Some(*env),
         Line::Event(Event::Describe(map)) => c.declared.extend(map),
         Line::Event(Event::PhaseStart { name, index }) => {

@@ -1,0 +1,298 @@
+//! `measure --nproc-per-node` under torchrun (PyTorch's launcher) with real torch on the CPU: the
+//! gloo backend for the collectives and a fake CUDA device for the counters (tests/fake_cuda,
+//! reported as "fake": never a GPU measurement). Each case checks the per-rank result, the exit
+//! code, and that no rank survives the run.
+
+use crate::common::{fixture, iteragpu, read_json, torch_python};
+use predicates::prelude::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One torchrun job at a time: each starts three interpreters that import torch, and the
+/// timeout case needs its ranks to reach their last phase within its limit on 2 cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `iteragpu measure --nproc-per-node 2 --script ranks.py -- MODE` with real torch, the script
+/// copied into `dir` so that its processes can be found by their command line.
+fn measure(
+    python: &str,
+    dir: &Path,
+    mode: &str,
+    extra: &[&str],
+) -> (std::process::Command, PathBuf) {
+    let script = dir.join("ranks.py");
+    std::fs::copy(fixture("scripts/ranks.py"), &script).unwrap();
+    let out = dir.join(format!("{mode}.json"));
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"));
+    cmd.env("PYTHONPATH", fixture("../fake_cuda"))
+        .env("FAKE_CUDA_DEVICES", "2")
+        .env("TMPDIR", dir)
+        .args([
+            "measure",
+            "--nproc-per-node",
+            "2",
+            "--python",
+            python,
+            "--script",
+        ])
+        .arg(&script)
+        .args(extra)
+        .arg("--output")
+        .arg(&out)
+        .args(["--", mode]);
+    (cmd, out)
+}
+
+/// Waits until no process runs the copied script (every rank and torchrun are gone).
+fn assert_no_rank_left(dir: &Path) {
+    let marker = dir.to_string_lossy().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(&marker))
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "ranks left running: {alive:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ranks(doc: &Value) -> Vec<(u64, String, Option<String>)> {
+    doc["distributed"]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["status"].as_str().unwrap().to_string(),
+                r["stopped_because"].as_str().map(String::from),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_rank_is_recorded_on_its_own_device_and_never_pooled() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, out) = measure(&python, dir.path(), "ok", &[]);
+    assert_cmd::Command::from_std(cmd)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "ranks of this node under torchrun",
+        ));
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "ok");
+    let d = &doc["distributed"];
+    assert_eq!(d["world_size"], 2);
+    assert_eq!(
+        ranks(&doc),
+        [(0, "ok".into(), None), (1, "ok".into(), None)]
+    );
+    for (k, r) in d["ranks"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(r["device"], format!("cuda:{k}"));
+        let names: Vec<&str> = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["init_process_group", "allocate", "all_reduce"]);
+        // Each rank's own counters: (k + 1) × 64 MiB, never the sum.
+        let peak = r["phases"][1]["devices"][0]["peak_allocated_bytes"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(peak, (k as u64 + 1) * (64 << 20));
+    }
+    assert_eq!(d["highest_peak_rank"], 1);
+    assert_eq!(d["imbalance"]["spread_bytes"], 64u64 << 20);
+    // The result's phases are rank 1's, and say so.
+    assert_eq!(doc["scope"]["rank"], 1);
+    assert!(doc["notes"].to_string().contains("fake torch"));
+    assert!(d["run_id"].as_str().is_some_and(|id| !id.is_empty()));
+    // torchrun's logs stayed in the CLI's own temporary folder, which is gone.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("torchelastic_") || n.starts_with("iteragpu-ranks-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_rank_that_raises_is_the_cause_and_the_others_are_stopped() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, out) = measure(&python, dir.path(), "raise", &[]);
+    assert_cmd::Command::from_std(cmd).assert().code(3);
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "failed");
+    assert_eq!(doc["failure"]["rank"], 1);
+    assert!(
+        doc["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rank 1 fails on purpose")
+    );
+    let r = ranks(&doc);
+    assert_eq!(r[1].1, "failed");
+    assert_ne!(r[0].1, "ok");
+    assert!(
+        r[0].2
+            .as_deref()
+            .is_some_and(|w| w.contains("rank 1 failed first")),
+        "{r:?}"
+    );
+    // Every rank keeps the phases it completed.
+    for rank in doc["distributed"]["ranks"].as_array().unwrap() {
+        assert!(rank["phases"].as_array().unwrap().len() >= 2);
+    }
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_is_named_from_torchruns_summary() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, out) = measure(&python, dir.path(), "kill", &[]);
+    assert_cmd::Command::from_std(cmd).assert().code(3);
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "crashed");
+    assert_eq!(doc["failure"]["rank"], 1);
+    let message = doc["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("without reporting"), "{message}");
+    assert_eq!(ranks(&doc)[1].1, "crashed");
+}
+
+#[test]
+fn a_timeout_stops_every_rank_and_keeps_their_phases() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, out) = measure(&python, dir.path(), "hang", &["--timeout", "20"]);
+    let began = Instant::now();
+    assert_cmd::Command::from_std(cmd).assert().code(3);
+    assert!(began.elapsed() < Duration::from_secs(60));
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "timeout");
+    for rank in doc["distributed"]["ranks"].as_array().unwrap() {
+        assert_eq!(rank["status"], "timeout");
+        let phases = rank["phases"].as_array().unwrap();
+        assert_eq!(phases.len(), 3);
+        // The phase each rank was in is recorded as stopped, with the signal.
+        assert_eq!(phases[2]["status"], "failed");
+        assert_eq!(phases[2]["error"]["type"], "RankStopped");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_torchrun_and_every_rank() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cmd, out) = measure(&python, dir.path(), "hang", &[]);
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until both ranks sleep in their last phase (their processes exist), then Ctrl-C.
+    let marker = dir.path().join("ranks.py").to_string_lossy().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ranks = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).to_string())
+            .filter(|c| c.contains("iteragpu.worker"))
+            .count();
+        if ranks >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ranks never started ({marker})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    // SAFETY: kill only sends a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "interrupted");
+    assert_eq!(doc["stop_signal"], "SIGINT");
+}
+
+#[test]
+fn distributed_options_are_checked_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.json");
+    for (args, message) in [
+        (
+            &["--nproc-per-node", "2", "--device", "cuda:0"][..],
+            "one device per local rank",
+        ),
+        (
+            &["--nproc-per-node", "2", "--nnodes", "2"][..],
+            "--rdzv-endpoint",
+        ),
+        (
+            &["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2"][..],
+            "from 0 to 1",
+        ),
+        (
+            &[
+                "--nproc-per-node",
+                "1",
+                "--nnodes",
+                "2",
+                "--rdzv-endpoint",
+                "nohost",
+                "--rdzv-id",
+                "j",
+            ][..],
+            "HOST:PORT",
+        ),
+        (&["--nproc-per-node", "2", "--timeline"][..], "--timeline"),
+        (&["--nproc-per-node", "0"][..], "0"),
+    ] {
+        iteragpu()
+            .arg("measure")
+            .args(args)
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists());
+    }
+}
