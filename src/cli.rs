@@ -251,6 +251,10 @@ pub struct MeasureArgs {
     /// Recompute activations in the backward pass; step durations and losses are recorded.
     #[arg(long, help_heading = "Training")]
     pub gradient_checkpointing: bool,
+    /// causal-lm training under torchrun: wrap the model in DDP, or shard it with FSDP2
+    /// (`fully_shard` per decoder layer, bfloat16 compute with --precision bf16-mixed).
+    #[arg(long, value_enum, help_heading = "Training")]
+    pub shard: Option<crate::measure::spec::TrainShard>,
     /// causal-lm: LoRA rank (through peft).
     #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets", help_heading = "Training")]
     pub lora_rank: Option<u64>,

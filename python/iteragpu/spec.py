@@ -22,6 +22,7 @@ class Training:
     optimizer: str
     precision: str
     gradient_checkpointing: bool = False
+    shard: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ use super::history::{HistoryMode, HistorySpec};
 use super::result::Policies;
 use super::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
-    TrainPrecision, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
+    TrainPrecision, TrainShard, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
 };
 use super::torchrun::{Rendezvous, Torchrun};
 use super::trial::Trial;
@@ -88,6 +88,7 @@ pub struct TrainingPlan {
     pub optimizer: TrainOptimizer,
     pub precision: TrainPrecision,
     pub gradient_checkpointing: bool,
+    pub shard: Option<TrainShard>,
 }
 
 #[derive(Clone, Debug)]
@@ -263,6 +264,7 @@ impl MeasurePlan {
                 optimizer: t.optimizer,
                 precision: t.precision,
                 gradient_checkpointing: t.gradient_checkpointing,
+                shard: t.shard,
             })
         };
         let workload = match &self.workload {
@@ -336,6 +338,7 @@ impl MeasurePlan {
             "optimizer",
             "precision",
             "gradient_checkpointing",
+            "shard",
         ];
         let (dimensions, seed, first_pass, warmup, repeats) = match &self.workload {
             WorkloadPlan::Script(_) => (
@@ -558,7 +561,13 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
     let generation = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && !plan.is_training();
     let script = matches!(plan.workload, WorkloadPlan::Script(_));
     let lora = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && plan.is_training();
-    let options: [(&str, bool, bool, &str); 11] = [
+    let options: [(&str, bool, bool, &str); 12] = [
+        (
+            "--shard",
+            args.shard.is_some(),
+            lora,
+            "causal-lm training (--workload causal-lm --task train)",
+        ),
         (
             "--gradient-checkpointing",
             args.gradient_checkpointing,
@@ -634,6 +643,19 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
             );
         }
     }
+    if let Some(shard) = args.shard {
+        let name = format!("{shard:?}").to_lowercase();
+        if plan.torchrun.is_none() {
+            bail!(
+                "--shard {name} spreads the model over the ranks of a torchrun job: add --nproc-per-node N"
+            );
+        }
+        if args.lora_rank.is_some() && shard == TrainShard::Fsdp {
+            bail!(
+                "--shard fsdp with --lora-rank is not supported yet (peft's adapters under FSDP2 are untested here); use --shard ddp or drop --lora-rank"
+            );
+        }
+    }
     Ok(())
 }
 
@@ -681,6 +703,7 @@ fn training(args: &MeasureArgs) -> Result<Option<TrainingPlan>> {
         optimizer: args.optimizer.unwrap_or(TrainOptimizer::Adamw),
         precision: args.precision.unwrap_or(TrainPrecision::Fp32),
         gradient_checkpointing: args.gradient_checkpointing,
+        shard: args.shard,
     }))
 }
 

@@ -105,6 +105,20 @@ pub struct TrainingSpec {
     pub optimizer: TrainOptimizer,
     pub precision: TrainPrecision,
     pub gradient_checkpointing: bool,
+    /// `--shard`: the model wrapped in DDP or sharded with FSDP2 over the torchrun job's ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<TrainShard>,
+}
+
+/// How a training model is spread over the ranks of a torchrun job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainShard {
+    /// DistributedDataParallel: a full replica per rank, gradients all-reduced.
+    Ddp,
+    /// FSDP2 (`fully_shard` per decoder layer, then the root): parameters, gradients and
+    /// optimizer states sharded over the ranks.
+    Fsdp,
 }
 
 /// The optimizers the training loop runs (the estimate knows more).
@@ -246,6 +260,7 @@ mod tests {
                     optimizer: TrainOptimizer::Adamw,
                     precision: TrainPrecision::Bf16Mixed,
                     gradient_checkpointing: true,
+                    shard: None,
                 }),
             }),
             devices: vec!["cuda:0".into()],

@@ -296,3 +296,97 @@ fn distributed_options_are_checked_before_anything_runs() {
         assert!(!out.exists());
     }
 }
+
+/// DDP and FSDP2 as the built-in training workload runs them (`--shard`), for real on two CPU
+/// ranks with gloo: the process group in its own phase, FSDP2's shards half the model on each
+/// rank, the whole training loop through. Structure only: the counters read zero.
+#[test]
+fn ddp_and_fsdp2_run_their_real_code_on_cpu_ranks() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1000,
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+            "tie_word_embeddings": false}"#,
+    )
+    .unwrap();
+    for shard in ["fsdp", "ddp"] {
+        let job = serde_json::json!({
+            "workload": "causal-lm", "devices": ["cpu"], "seed": 0, "model_config": config,
+            "batch": 1, "context": 16, "prompt_tokens": 8, "new_tokens": 2, "cache": "dynamic",
+            "window": null, "dtype": "float32", "whole_loop": false, "lora_rank": null,
+            "lora_targets": [], "task": "train", "steps": 2, "optimizer": "adamw",
+            "precision": "bf16-mixed", "gradient_checkpointing": false, "shard": shard
+        });
+        let job_path = dir.path().join(format!("{shard}.json"));
+        std::fs::write(&job_path, job.to_string()).unwrap();
+        let out = dir.path().join(shard);
+        std::fs::create_dir(&out).unwrap();
+        let run = std::process::Command::new(&python)
+            .env(
+                "PYTHONPATH",
+                format!(
+                    "{}:{}",
+                    fixture("../python").display(),
+                    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                        .join("python")
+                        .display()
+                ),
+            )
+            .env("OMP_NUM_THREADS", "1")
+            .args([
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "--log-dir",
+            ])
+            .arg(dir.path().join("logs"))
+            .arg(fixture("../python/sharded_on_cpu.py"))
+            .arg(&job_path)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{shard}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        for rank in 0..2 {
+            let doc = read_json(&out.join(format!("rank{rank}.json")));
+            assert_eq!(
+                doc["error"],
+                Value::Null,
+                "{shard} rank {rank}: {}",
+                doc["error"]
+            );
+            let phases = doc["phases"].as_array().unwrap();
+            let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+            assert_eq!(&names[..3], ["init_process_group", "model_load", "inputs"]);
+            assert_eq!(names.iter().filter(|n| **n == "optimizer_step").count(), 2);
+            assert!(names.ends_with(&["evaluation", "export"]), "{names:?}");
+            assert!(phases.iter().all(|p| p["status"] == "ok"));
+            assert_eq!(phases[0]["inputs"]["world_size"], 2);
+            assert_eq!(phases[0]["inputs"]["backend"], "gloo");
+            let load = &phases[1]["inputs"];
+            assert_eq!(load["shard"], shard);
+            let total = load["parameters"].as_u64().unwrap();
+            if shard == "fsdp" {
+                // Each rank holds half of every parameter (dim 0 padded to an even split).
+                let local = load["local_parameters"].as_u64().unwrap();
+                assert!(
+                    2 * local >= total && 2 * local < total + 2 * 1000,
+                    "{local} of {total}"
+                );
+                assert_eq!(load["fsdp_groups"], 3, "two decoder layers and the root");
+            } else {
+                assert!(load.get("local_parameters").is_none());
+            }
+        }
+    }
+}

@@ -7,7 +7,6 @@ Exits 77 (reason on stderr) when torch is not importable. Measures nothing: the 
 
 import json
 import sys
-import types
 
 try:
     import torch
@@ -15,30 +14,9 @@ except Exception as exc:
     print(f"torch is needed: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(77)
 
+from cpu_torch import CpuTorch  # noqa: E402  (this folder is on sys.path: the script's own)
 from iteragpu import recorder, spec as specs
 from iteragpu.workloads import causal_lm, dense
-
-
-class CpuTorch(types.ModuleType):
-    """Real torch, except `cuda`: counters that read 0, so the protocol runs on the CPU."""
-
-    def __init__(self):
-        super().__init__("torch")
-        zero = lambda *a, **k: 0  # noqa: E731
-        self.cuda = types.SimpleNamespace(
-            synchronize=lambda *a, **k: None,
-            memory_allocated=zero,
-            memory_reserved=zero,
-            max_memory_allocated=zero,
-            max_memory_reserved=zero,
-            reset_peak_memory_stats=lambda *a, **k: None,
-            mem_get_info=lambda *a, **k: (0, 0),
-            empty_cache=lambda: None,
-            OutOfMemoryError=torch.OutOfMemoryError,
-        )
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
 
 
 def run(job):

@@ -10,7 +10,7 @@ size (the storage of every tensor it holds, counted once) is recorded after pref
 
 import json
 
-from . import training
+from . import sharding, training
 
 
 class Missing(Exception):
@@ -127,10 +127,24 @@ def run(rec, torch, spec):
         dtype=spec.dtype,
     )
     train = spec.training is not None
+    shard = spec.training.shard if train else None
+    checkpointing_done = False
+    if shard:
+        sharding.init(rec, torch, device)
     with rec.phase("model_load") as info:
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        if shard == "fsdp":
+            model, details = sharding.build_fsdp(
+                torch, transformers, config, dtype, device, spec.training.precision, spec.training.gradient_checkpointing
+            )
+            info.update(details)
+            checkpointing_done = spec.training.gradient_checkpointing
+        else:
+            with torch.device(device):
+                model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        # The model's parameters (a DTensor counts its global shape), and this rank's own.
         info["parameters"] = sum(p.numel() for p in model.parameters())
+        if shard == "fsdp":
+            info["local_parameters"] = sum(sharding.local(p).numel() for p in model.parameters())
         info["attention_implementation"] = getattr(model.config, "_attn_implementation", None)
         if train and spec.lora_rank:
             try:
@@ -139,6 +153,15 @@ def run(rec, torch, spec):
                 raise Missing(f"--lora-rank needs peft, which cannot be imported: {type(exc).__name__}: {exc}") from exc
             lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=list(spec.lora_targets))
             model = peft.get_peft_model(model, lora)
+        if shard == "ddp":
+            if spec.training.gradient_checkpointing:
+                model.gradient_checkpointing_enable()
+                model.config.use_cache = False
+                if spec.lora_rank:
+                    model.enable_input_require_grads()
+                checkpointing_done = True
+            model = sharding.wrap_ddp(torch, model, device)
+            info["shard"] = "ddp"
         info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     vocab = config.get_text_config(decoder=True).vocab_size
     length = spec.context if train else spec.prompt_tokens
@@ -148,7 +171,7 @@ def run(rec, torch, spec):
         info["processed_shape"] = list(ids.shape)
     if train:
         model.train()
-        if spec.training.gradient_checkpointing:
+        if spec.training.gradient_checkpointing and not checkpointing_done:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
             if spec.lora_rank:

@@ -66,7 +66,8 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
             loss = loss_fn(out)
         del out, loss
     with rec.phase("export") as info:
-        state = {k: v.detach().to("cpu") for k, v in model_state(model).items()}
+        # A sharded model exports each rank's own shards (as distributed checkpoints do).
+        state = {k: _local(v).detach().to("cpu") for k, v in model_state(model).items()}
         info["tensors"] = len(state)
         try:
             from safetensors.torch import save_file
@@ -77,6 +78,10 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
                 save_file({k: v.contiguous() for k, v in state.items()}, f"{folder}/model.safetensors")
             info["safetensors"] = "saved to a temporary folder"
         del state
+
+
+def _local(tensor):
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def model_state(model):
