@@ -77,10 +77,11 @@ pub struct PredictArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A measure result (iteragpu.measure/1).
-    pub result: PathBuf,
-    /// A sweep series (iteragpu.series/1) for the same workload.
-    pub series: Option<PathBuf>,
+    /// A measure result (iteragpu.measure/1) — the node files of one multi-node torchrun job are
+    /// merged by their run id — then optionally a sweep series (iteragpu.series/1) of the same
+    /// workload.
+    #[arg(required = true, num_args = 1.., value_name = "FILES")]
+    pub files: Vec<PathBuf>,
     /// The output of `iteragpu estimate --json` for the calculated section.
     #[arg(long, value_name = "EST.json")]
     pub estimate: Option<PathBuf>,

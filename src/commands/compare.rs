@@ -16,6 +16,18 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
         .iter()
         .map(|p| inputs::load(p))
         .collect::<Result<Vec<_>, _>>()?;
+    // The node files of one multi-node job are one run.
+    let loaded = inputs::gather_nodes(loaded)?;
+    if loaded.len() < 2 {
+        anyhow::bail!(
+            "the files given are the nodes of one run: compare needs two runs or more (a fiche of that run: iteragpu report {})",
+            args.files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     let c = comparison::compare(&loaded)?;
     // The CSV is staged and moved into place only once the table is out: all or nothing.
     let staged = match &args.csv {

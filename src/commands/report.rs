@@ -15,8 +15,20 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
         );
     };
     output::check_new(&args.output)?;
-    let result = inputs::load(&args.result)?;
-    let series = args.series.as_deref().map(inputs::load).transpose()?;
+    let loaded = args
+        .files
+        .iter()
+        .map(|p| inputs::load(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut files = inputs::gather_nodes(loaded)?.into_iter();
+    let result = files.next().expect("clap requires one file");
+    let series = files.next();
+    if let Some(extra) = files.next() {
+        bail!(
+            "{}: a fiche is made of one run and at most one series; the node files of one multi-node job are merged only when they share a run id",
+            extra.path.display()
+        );
+    }
     let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
     let doc = decision_sheet::build(&result, series.as_ref(), estimate.as_ref(), args.lang)?;
     // Staged, announced, then moved into place: if standard output fails, nothing is written.

@@ -10,7 +10,7 @@ pub(crate) mod driver_view;
 pub mod events;
 pub mod history;
 pub(crate) mod plan;
-pub(crate) mod ranks;
+pub mod ranks;
 pub(crate) mod render;
 pub mod result;
 pub(crate) mod sampler;

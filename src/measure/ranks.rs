@@ -153,25 +153,9 @@ pub(crate) fn combine(
         ));
     }
     results.sort_by_key(|(rank, _)| rank.rank);
-    let peaks: Vec<(u64, u64)> = results
-        .iter()
-        .filter_map(|(rank, r)| Some((rank.rank, r.max_peak_reserved()?)))
-        .collect();
-    let max = peaks
-        .iter()
-        .max_by_key(|(r, p)| (*p, std::cmp::Reverse(*r)));
-    let min = peaks.iter().min_by_key(|(r, p)| (*p, *r));
-    let imbalance = max.zip(min).map(|(max, min)| Imbalance {
-        max_peak_reserved_bytes: max.1,
-        max_rank: max.0,
-        min_peak_reserved_bytes: min.1,
-        min_rank: min.0,
-        spread_bytes: max.1 - min.1,
-    });
-    let shown = max
-        .map(|m| m.0)
-        .or(cause_rank)
-        .or(results.first().map(|r| r.0.rank));
+    let ranks: Vec<RankResult> = results.iter().map(|(r, _)| r.clone()).collect();
+    let (highest, imbalance) = spread(&ranks);
+    let shown = highest.or(cause_rank).or(results.first().map(|r| r.0.rank));
     let Some(k) = results
         .iter()
         .position(|(rank, _)| Some(rank.rank) == shown)
@@ -227,12 +211,124 @@ pub(crate) fn combine(
         torchrun: torchrun.clone(),
         run_id,
         world_size: torchrun.world_size(),
-        highest_peak_rank: max.map(|m| m.0),
+        highest_peak_rank: highest,
         imbalance,
         torchrun_exit: run.exit.to_string(),
         ranks: results.into_iter().map(|(r, _)| r).collect(),
     });
     Ok(TrialOutcome::Measured(Box::new(top)))
+}
+
+/// The highest peak reserved of a rank, over its phases.
+fn rank_peak(r: &RankResult) -> Option<u64> {
+    r.phases
+        .iter()
+        .flat_map(|p| p.devices.iter())
+        .filter_map(|d| d.peak_reserved_bytes)
+        .max()
+}
+
+/// The rank with the highest peak reserved, and the spread between ranks.
+fn spread(ranks: &[RankResult]) -> (Option<u64>, Option<Imbalance>) {
+    let peaks: Vec<(u64, u64)> = ranks
+        .iter()
+        .filter_map(|r| Some((r.rank, rank_peak(r)?)))
+        .collect();
+    let max = peaks
+        .iter()
+        .max_by_key(|(r, p)| (*p, std::cmp::Reverse(*r)));
+    let min = peaks.iter().min_by_key(|(r, p)| (*p, *r));
+    let imbalance = max.zip(min).map(|(max, min)| Imbalance {
+        max_peak_reserved_bytes: max.1,
+        max_rank: max.0,
+        min_peak_reserved_bytes: min.1,
+        min_rank: min.0,
+        spread_bytes: max.1 - min.1,
+    });
+    (max.map(|m| m.0), imbalance)
+}
+
+/// The files of one multi-node job (one per node, the same `run_id`) as one result: every rank of
+/// every node side by side, the phases shown of the node whose rank peaked highest. Refuses files
+/// of different runs, a node given twice, or a file that is not a torchrun run.
+pub fn merge_nodes(nodes: &[(&std::path::Path, &MeasureResult)]) -> Result<MeasureResult, String> {
+    let mut seen = std::collections::BTreeMap::new();
+    let mut run_id: Option<&str> = None;
+    for (path, r) in nodes {
+        let Some(d) = &r.distributed else {
+            return Err(format!(
+                "{} is not a torchrun run (no `distributed`): only the files of one multi-node job are merged",
+                path.display()
+            ));
+        };
+        let id = d.run_id.as_deref().ok_or_else(|| {
+            format!(
+                "{} has no run id: its nodes cannot be matched",
+                path.display()
+            )
+        })?;
+        match run_id {
+            None => run_id = Some(id),
+            Some(first) if first != id => {
+                return Err(format!(
+                    "{} belongs to run `{id}` and {} to run `{first}`: files of different runs are never merged",
+                    path.display(),
+                    nodes[0].0.display()
+                ));
+            }
+            Some(_) => {}
+        }
+        if let Some(other) = seen.insert(d.torchrun.node_rank, path) {
+            return Err(format!(
+                "{} and {} are both node {} of run `{id}`: give each node's file once",
+                other.display(),
+                path.display(),
+                d.torchrun.node_rank
+            ));
+        }
+    }
+    let mut ranks: Vec<RankResult> = nodes
+        .iter()
+        .flat_map(|(_, r)| r.distributed.iter().flat_map(|d| d.ranks.iter().cloned()))
+        .collect();
+    ranks.sort_by_key(|r| r.rank);
+    let (highest, imbalance) = spread(&ranks);
+    let shown = nodes
+        .iter()
+        .find(|(_, r)| {
+            r.distributed
+                .iter()
+                .any(|d| d.ranks.iter().any(|k| Some(k.rank) == highest))
+        })
+        .unwrap_or(&nodes[0])
+        .1;
+    let mut merged = shown.clone();
+    if let Some(bad) = nodes.iter().map(|(_, r)| r).find(|r| !r.status.is_ok()) {
+        merged.status = bad.status;
+        merged.failure = bad.failure.clone();
+    }
+    let nnodes = nodes[0]
+        .1
+        .distributed
+        .as_ref()
+        .map_or(1, |d| d.torchrun.nnodes);
+    let missing = nnodes.saturating_sub(nodes.len() as u64);
+    merged.notes.push(format!(
+        "merged from {} node file(s) of run `{}`{}",
+        nodes.len(),
+        run_id.unwrap_or(""),
+        if missing > 0 {
+            format!("; {missing} node(s) of the job are missing")
+        } else {
+            String::new()
+        }
+    ));
+    if let Some(d) = &mut merged.distributed {
+        d.ranks = ranks;
+        d.highest_peak_rank = highest;
+        d.imbalance = imbalance;
+    }
+    Ok(merged)
 }
 
 /// Each failed rank's exit code from torchrun's summary on stderr (`rank : 1 (local_rank: 1)` then

@@ -144,13 +144,19 @@ pub fn build(
     environment(&mut b, r, lang);
     calculated(&mut b, e, lang);
     observed(&mut b, r, s, lang);
+    ranks(&mut b, r, lang);
     gap(&mut b, r, e, lang);
     timeline(&mut b, r, lang);
     assumed(&mut b, r, s, e, lang);
     chosen(&mut b, r, s, lang);
     let mut attachments = Vec::new();
     let mut listed = Vec::new();
-    for l in [Some(result), series, estimate].into_iter().flatten() {
+    let nodes = result.merged_from.iter();
+    for l in [Some(result), series, estimate]
+        .into_iter()
+        .flatten()
+        .chain(nodes)
+    {
         listed.push(format!("{} — SHA-256 {}", l.path.display(), l.sha256));
         attachments.push(Attachment {
             path: l.path.display().to_string(),
@@ -870,6 +876,96 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Lang) {
         })
         .collect();
     b.push(Block::Table { header, rows });
+}
+
+/// Under torchrun: every rank on its own device, side by side, never added together.
+fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+    let Some(d) = &r.distributed else { return };
+    b.push(Block::Heading(
+        lang.t("Ranks (torchrun)", "Rangs (torchrun)").into(),
+    ));
+    b.push(Block::Para(format!(
+        "{} {} ({} × {}). {}",
+        lang.t("World size", "Taille du monde"),
+        d.world_size,
+        d.torchrun.nnodes,
+        d.torchrun.nproc_per_node,
+        lang.t(
+            "Each rank is a fresh worker read on its own device; the figures are per device and are never added together. The phases above are those of the rank with the highest peak reserved.",
+            "Chaque rang est un processus neuf lu sur son propre périphérique ; les chiffres sont par périphérique et ne s’additionnent jamais. Les phases ci-dessus sont celles du rang au pic réservé le plus haut.",
+        )
+    )));
+    let rows = d
+        .ranks
+        .iter()
+        .map(|k| {
+            let readings = k.phases.iter().flat_map(|p| p.devices.iter());
+            let outside = k
+                .phases
+                .iter()
+                .flat_map(|p| p.driver.iter().flatten())
+                .filter_map(|x| x.outside_allocator_at_end_bytes)
+                .max();
+            vec![
+                k.rank.to_string(),
+                format!("{} / {}", k.node_rank, k.host),
+                k.device.clone(),
+                k.status.to_string(),
+                both(
+                    readings
+                        .clone()
+                        .filter_map(|x| x.peak_allocated_bytes)
+                        .max(),
+                    lang,
+                ),
+                both(readings.filter_map(|x| x.peak_reserved_bytes).max(), lang),
+                both(outside, lang),
+                k.stopped_because.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    b.push(Block::Table {
+        header: vec![
+            lang.t("rank", "rang").into(),
+            lang.t("node / host", "nœud / hôte").into(),
+            lang.t("device", "périphérique").into(),
+            lang.t("status", "statut").into(),
+            "peak allocated".into(),
+            "peak reserved".into(),
+            lang.t(
+                "outside PyTorch's allocator (CUDA context, NCCL)",
+                "hors de l’allocateur de PyTorch (contexte CUDA, NCCL)",
+            )
+            .into(),
+            lang.t("note", "note").into(),
+        ],
+        rows,
+    });
+    if let Some(i) = &d.imbalance {
+        b.push(Block::Para(format!(
+            "{} {} ({}); {} {} ({}); {} {}.",
+            lang.t(
+                "Highest peak reserved: rank",
+                "Pic réservé le plus haut : rang"
+            ),
+            i.max_rank,
+            both(Some(i.max_peak_reserved_bytes), lang),
+            lang.t("lowest: rank", "le plus bas : rang"),
+            i.min_rank,
+            both(Some(i.min_peak_reserved_bytes), lang),
+            lang.t("spread", "écart"),
+            both(Some(i.spread_bytes), lang)
+        )));
+    }
+    let merged: Vec<String> = r
+        .notes
+        .iter()
+        .filter(|n| n.starts_with("merged from"))
+        .cloned()
+        .collect();
+    if !merged.is_empty() {
+        b.push(Block::List(merged));
+    }
 }
 
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.

@@ -100,6 +100,8 @@ pub struct Loaded {
     pub sha256: String,
     pub raw: String,
     pub doc: InputFile,
+    /// The other node files of one multi-node job merged into this one (`doc` is the merge).
+    pub merged_from: Vec<Loaded>,
 }
 
 pub use crate::estimate::SCHEMA as ESTIMATE;
@@ -153,6 +155,7 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
         sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
         raw,
         doc,
+        merged_from: Vec::new(),
     })
 }
 
@@ -258,4 +261,66 @@ pub fn check_prediction_of(
         }
     }
     Ok(())
+}
+
+/// Measure files of one multi-node torchrun job (the same run id) merged into one, in the order
+/// of their first file; every other file as it was. Files of different runs stay apart; a node
+/// given twice is refused.
+pub fn gather_nodes(files: Vec<Loaded>) -> Result<Vec<Loaded>, InputError> {
+    let run_id = |l: &Loaded| match &l.doc {
+        InputFile::Measure(r) => r.distributed.as_ref().and_then(|d| d.run_id.clone()),
+        _ => None,
+    };
+    let mut out: Vec<Loaded> = Vec::new();
+    let mut groups: Vec<(String, Vec<Loaded>)> = Vec::new();
+    let mut slots: Vec<Option<usize>> = Vec::new();
+    for l in files {
+        match run_id(&l) {
+            Some(id) => match groups.iter().position(|(g, _)| *g == id) {
+                Some(k) => groups[k].1.push(l),
+                None => {
+                    slots.push(Some(groups.len()));
+                    groups.push((id, vec![l]));
+                }
+            },
+            None => {
+                slots.push(None);
+                out.push(l);
+            }
+        }
+    }
+    let mut merged: Vec<Loaded> = Vec::new();
+    for (_, mut group) in groups {
+        if group.len() == 1 {
+            merged.push(group.remove(0));
+            continue;
+        }
+        let pairs: Vec<(&Path, &MeasureResult)> = group
+            .iter()
+            .filter_map(|l| match &l.doc {
+                InputFile::Measure(r) => Some((l.path.as_path(), r.as_ref())),
+                _ => None,
+            })
+            .collect();
+        let doc =
+            crate::measure::ranks::merge_nodes(&pairs).map_err(|message| InputError::Content {
+                path: group[0].path.clone(),
+                schema: MEASURE.into(),
+                message,
+            })?;
+        let mut first = group.remove(0);
+        first.doc = InputFile::Measure(Box::new(doc));
+        first.merged_from = group;
+        merged.push(first);
+    }
+    // Back in the order the files were given.
+    let mut plain = out.into_iter();
+    let mut merged = merged.into_iter();
+    Ok(slots
+        .into_iter()
+        .filter_map(|s| match s {
+            Some(_) => merged.next(),
+            None => plain.next(),
+        })
+        .collect())
 }

@@ -390,3 +390,75 @@ fn ddp_and_fsdp2_run_their_real_code_on_cpu_ranks() {
         }
     }
 }
+
+/// The files of a multi-node job (one per node, one run id) make one fiche: every rank of every
+/// node side by side; files of different runs, or a node given twice, are refused. (The second
+/// node's file is made from the first: one machine has one node.)
+#[test]
+fn the_node_files_of_one_job_are_merged_and_other_runs_refused() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, node0) = measure(&python, dir.path(), "ok", &[]);
+    assert_cmd::Command::from_std(cmd).assert().success();
+    let mut doc = read_json(&node0);
+    doc["distributed"]["torchrun"]["nnodes"] = 2.into();
+    std::fs::write(&node0, serde_json::to_vec(&doc).unwrap()).unwrap();
+    doc["distributed"]["torchrun"]["node_rank"] = 1.into();
+    for r in doc["distributed"]["ranks"].as_array_mut().unwrap() {
+        let k = r["rank"].as_u64().unwrap();
+        r["rank"] = (k + 2).into();
+        r["node_rank"] = 1.into();
+    }
+    let node1 = dir.path().join("node1.json");
+    std::fs::write(&node1, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let fiche = dir.path().join("fiche.md");
+    iteragpu()
+        .arg("report")
+        .args([&node0, &node1])
+        .arg("--output")
+        .arg(&fiche)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&fiche).unwrap();
+    assert!(text.contains("merged from 2 node file(s)"), "{text}");
+    let ranks = &text[text.find("## Ranks (torchrun)").expect("the ranks section")..];
+    for rank in 0..4 {
+        assert!(
+            ranks.contains(&format!("\n| {rank} | ")),
+            "rank {rank} in {ranks}"
+        );
+    }
+    for name in ["ok.json", "node1.json"] {
+        assert!(text.contains(name), "{name} attached");
+    }
+    // Another run's file.
+    doc["distributed"]["run_id"] = "another-run".into();
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let out = dir.path().join("never.md");
+    iteragpu()
+        .arg("report")
+        .args([&node0, &other])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(1);
+    assert!(!out.exists());
+    // The same node twice.
+    iteragpu()
+        .arg("report")
+        .args([&node0, &node0])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("both node 0"));
+    // compare sees one run in the two node files.
+    iteragpu()
+        .arg("compare")
+        .args([&node0, &node1])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("the nodes of one run"));
+}
