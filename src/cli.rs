@@ -63,6 +63,11 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
+    /// Predict rank 0 of a job of N ranks (FSDP2 pads every rank to the same shard; a DDP replica
+    /// is the same on every rank), on PyTorch's fake process group: world sizes this machine does
+    /// not have (8, 64). With --shard ddp|fsdp for causal-lm training.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=65536), help_heading = "Target")]
+    pub world_size: Option<u64>,
     /// The card to predict for, from the catalog (`iteragpu cards`) [default: H200].
     #[arg(
         long,

@@ -52,6 +52,7 @@ class Dense:
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
+    world_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class CausalLm:
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
+    world_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Script:
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
+    world_size: Optional[int] = None
 
 
 WORKLOADS = {cls.workload: cls for cls in (Dense, CausalLm, Script)}

@@ -25,7 +25,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
             "--timeline and --no-history set what the GPU's allocator records; a prediction has no allocator to record (use them with measure)"
         );
     }
-    let plan = MeasurePlan::from_args(m)?;
+    let plan = MeasurePlan::for_prediction(m, args.world_size)?;
     if plan.devices.len() > 1 {
         bail!(
             "predict follows one device; --device {} lists {}: give one (several devices are measured apart, never one pool)",

@@ -35,6 +35,8 @@ pub struct MeasurePlan {
     pub alloc_conf: Option<AllocConf>,
     /// `--nproc-per-node`: one fresh worker per local rank under torchrun.
     pub torchrun: Option<Torchrun>,
+    /// `predict --world-size N`: rank 0 of N ranks on PyTorch's fake process group.
+    pub predicted_world_size: Option<u64>,
     /// What the allocator records: live allocations' frames for the post-mortem (the default),
     /// the whole timeline (`--timeline`), or nothing (`--no-history`).
     pub history: Option<HistorySpec>,
@@ -100,6 +102,28 @@ pub struct LoraPlan {
 impl MeasurePlan {
     /// Validates the arguments of `measure` (and of the base configuration of a sweep).
     pub fn from_args(args: &MeasureArgs) -> Result<MeasurePlan> {
+        Self::build(args, None)
+    }
+
+    /// Validates the arguments of `predict`, for rank 0 of `world_size` ranks when given.
+    pub fn for_prediction(args: &MeasureArgs, world_size: Option<u64>) -> Result<MeasurePlan> {
+        if args.nproc_per_node.is_some() {
+            bail!(
+                "predict runs no torchrun job: give the job's size with --world-size N (rank 0 is predicted on PyTorch's fake process group)"
+            );
+        }
+        Self::build(args, world_size)
+    }
+
+    /// The world size the workload's ranks see: torchrun's, or the predicted one.
+    pub fn world_size(&self) -> Option<u64> {
+        self.torchrun
+            .as_ref()
+            .map(Torchrun::world_size)
+            .or(self.predicted_world_size)
+    }
+
+    fn build(args: &MeasureArgs, predicted_world_size: Option<u64>) -> Result<MeasurePlan> {
         let torchrun = torchrun(args)?;
         let devices = match (&torchrun, args.device.is_empty()) {
             (None, true) => vec!["cuda:0".to_string()],
@@ -157,6 +181,7 @@ impl MeasurePlan {
             timeout: Duration::from_secs(args.timeout),
             alloc_conf: args.alloc_conf,
             torchrun,
+            predicted_world_size,
             history: match (args.no_history, args.timeline) {
                 (true, _) => None,
                 (false, true) => Some(HistorySpec {
@@ -319,6 +344,7 @@ impl MeasurePlan {
             memory_limit_bytes: None,
             predict: None,
             history: self.history.clone(),
+            world_size: None,
         }
     }
 
@@ -645,9 +671,9 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
     }
     if let Some(shard) = args.shard {
         let name = format!("{shard:?}").to_lowercase();
-        if plan.torchrun.is_none() {
+        if plan.world_size().is_none() {
             bail!(
-                "--shard {name} spreads the model over the ranks of a torchrun job: add --nproc-per-node N"
+                "--shard {name} spreads the model over the ranks of a torchrun job: add --nproc-per-node N (measure) or --world-size N (predict)"
             );
         }
         if args.lora_rank.is_some() && shard == TrainShard::Fsdp {

@@ -38,6 +38,9 @@ pub struct WorkerSpec {
     /// What the allocator records (`measure/history.rs`); absent: nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<super::history::HistorySpec>,
+    /// A prediction of rank 0 of this many ranks, on PyTorch's fake process group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u64>,
 }
 
 /// What the worker runs, tagged by `workload`.
@@ -268,6 +271,7 @@ mod tests {
             memory_limit_bytes: None,
             predict: None,
             history: None,
+            world_size: None,
         };
         let map = spec.to_map();
         assert_eq!(map["workload"], "dense");

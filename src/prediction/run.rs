@@ -48,6 +48,7 @@ pub fn predict(
     spec.predict = Some(target.clone());
     // Fake tensors have no allocator to record.
     spec.history = None;
+    spec.world_size = plan.world_size();
     let cmd = WorkerCommand {
         python: plan.python.clone(),
         spec: serde_json::to_value(&spec)

@@ -27,6 +27,10 @@ pub enum Category {
     /// Held by a library (cuBLAS), not by a tensor of the program.
     #[serde(rename = "workspace")]
     Workspace,
+    /// A collective's buffer: DDP's gradient buckets, FSDP2's all-gather outputs and
+    /// reduce-scatter inputs.
+    #[serde(rename = "communication")]
+    Communication,
     #[serde(rename = "other")]
     Other,
 }
@@ -43,6 +47,7 @@ impl Category {
             Category::Temporary => "temporary",
             Category::KvCache => "kv cache",
             Category::Workspace => "workspace",
+            Category::Communication => "communication",
             Category::Other => "other",
         }
     }

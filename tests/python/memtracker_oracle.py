@@ -46,6 +46,16 @@ class Oracle(MemTracker):
         def remove(self):
             pass
 
+    # The session's tracker, whose `suspended` flag marks DTensor's shape inference (global-shape
+    # fake tensors that no rank ever allocates on a GPU): not counted here either.
+    suspend_source = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        source = self.suspend_source
+        if source is not None and getattr(source.local, "suspended", 0):
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
     def _pre_fw_hook(self, module, inputs):
         # MemTracker hooks every parameter's gradient; a frozen one (LoRA's base) cannot take a
         # hook: mark it as hooked already.
@@ -85,6 +95,7 @@ def main():
     s = session.Session(torch, lambda kind, data: None, spec, spec.predict, mode_class)
     s.install()  # the same fake CUDA world; iteragpu's tracker is never entered here
     tracker = Oracle()
+    tracker.suspend_source = s.tracker
     peaks = []
 
     def cuda(snapshot):

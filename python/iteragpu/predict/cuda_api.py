@@ -14,6 +14,10 @@ class _Stream:
         self.device = torch.device("cuda", 0)
         self.cuda_stream = 0
         self.priority = priority
+        # What torch.cuda.Stream carries (FSDP2 records its gradients' stream by these).
+        self.stream_id = 0
+        self.device_index = 0
+        self.device_type = 1
 
     def synchronize(self):
         pass

@@ -62,6 +62,71 @@ class Session:
         self._hooks()
         self._file_writes()
         _route_sdpa(torch, self.target)
+        if self.spec.world_size:
+            self._fake_process_group(self.spec.world_size)
+
+    def _fake_process_group(self, world_size):
+        """Rank 0 of `world_size` ranks on PyTorch's fake process group (collectives return at
+        once; all-gathers fill their outputs with this rank's data). The environment a torchrun
+        rank reads is set; a script's own `init_process_group` joins the fake group instead.
+        FSDP2 frees and refills its unsharded parameters by resizing their storage, which no
+        dispatch mode sees: `UntypedStorage.resize_` is followed. DTensor's sharding propagation
+        makes global-shape fake tensors to infer shapes: they are not the rank's memory."""
+        import os
+
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        torch = self.torch
+        tr = self.tracker
+        for key, value in {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": "29500",
+        }.items():
+            os.environ[key] = value
+        dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+        original_init = dist.init_process_group
+        notes = self.notes
+
+        def init_process_group(*args, **kwargs):
+            if dist.is_initialized():
+                note = f"init_process_group({kwargs.get('backend', args[0] if args else '')!s}) joined PyTorch's fake process group of {world_size} ranks"
+                if note not in notes:
+                    notes.append(note)
+                return None
+            return original_init(*args, **kwargs)
+
+        dist.init_process_group = init_process_group
+        original_resize = torch.UntypedStorage.resize_
+
+        def resize_(storage, nbytes):
+            result = original_resize(storage, nbytes)
+            tr.resized(storage, int(nbytes))
+            return result
+
+        torch.UntypedStorage.resize_ = resize_
+        try:
+            from torch.distributed.tensor import _sharding_prop as prop
+
+            cls = prop.ShardingPropagator
+            original_meta = cls._propagate_tensor_meta_non_cached
+
+            def propagate(self_, *args, **kwargs):
+                with tr.suspended():
+                    return original_meta(self_, *args, **kwargs)
+
+            cls._propagate_tensor_meta_non_cached = propagate
+        except (ImportError, AttributeError) as exc:
+            notes.append(f"DTensor's sharding propagation could not be set apart ({type(exc).__name__}: {exc}): global-shape temporaries may be counted")
+        self.notes.append(
+            f"predicted for rank 0 of {world_size} ranks on PyTorch's fake process group: collectives move no data, "
+            "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"
+        )
 
     def _hooks(self):
         torch = self.torch
@@ -165,6 +230,8 @@ class Session:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
         for module in self.modules.values():
+            for b in getattr(module, "_iteragpu_ddp_buckets", ()):
+                tr.tag(b, "communication")
             for p in module.parameters():
                 tr.tag(p, "parameter")
                 if p.grad is not None:

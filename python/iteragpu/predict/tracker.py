@@ -4,7 +4,7 @@ caching allocator). Like PyTorch's MemTracker, storages are seen at the dispatch
 storage counted once, however many views share it) and freed when their last reference dies.
 
 Categories: parameter, buffer, gradient, optimizer state, input, activation (saved for backward),
-temporary, kv cache, workspace, other. A storage gets the category known when it is created
+temporary, kv cache, workspace, communication (a collective's buffer), other. A storage gets the category known when it is created
 (temporary inside a forward, a backward or an optimizer step, else other) and is re-tagged as soon
 as its role shows: registered as a parameter or buffer, accumulated as a gradient, saved for
 backward, kept in an optimizer's state, passed as a model's input, held by a KV cache.
@@ -16,6 +16,7 @@ produces is tainted so that no later phase holding it is presented as predicted 
 """
 
 import collections
+import contextlib
 import os
 import sys
 import threading
@@ -23,7 +24,7 @@ import weakref
 
 import torch
 from torch._subclasses import fake_tensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 aten = torch.ops.aten
@@ -71,7 +72,8 @@ class Tracker(TorchDispatchMode):
         self._emit = emit
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
         self.lock = threading.RLock()
-        self.live = {}  # id(storage) -> [event id, bytes, category]
+        # id(storage) -> [event id (None while resized to 0), bytes, category, first event id]
+        self.live = {}
         self.next_id = 0
         self.allocated = 0  # 512-byte-rounded live bytes: what the torch.cuda shim answers
         self.peak = 0
@@ -109,8 +111,50 @@ class Tracker(TorchDispatchMode):
         return "other"
 
     # ---------------------------------------------------------------- events
+    @contextlib.contextmanager
+    def suspended(self):
+        """Storages made inside are not the workload's (DTensor's shape inference)."""
+        depth = getattr(self.local, "suspended", 0)
+        self.local.suspended = depth + 1
+        try:
+            yield
+        finally:
+            self.local.suspended = depth
+
+    def resized(self, storage, nbytes):
+        """`UntypedStorage.resize_` on a tracked storage (FSDP2's free and refill of unsharded
+        parameters): a free, then a new block of the new size."""
+        key = id(storage)
+        with self.lock:
+            known = self.live.get(key)
+            if known is None or known[1] == nbytes:
+                return
+            category, origin = known[2], known[3]
+            self._free(key)
+            if nbytes == 0:
+                # An empty storage stays known, so that its refill is seen as one.
+                self.live[key] = [None, 0, category, origin]
+                return
+            ident = self.next_id
+            self.next_id += 1
+            self.live[key] = [ident, nbytes, category, origin]
+            self.allocated += (nbytes + 511) // 512 * 512
+            self.peak = max(self.peak, self.allocated)
+            self._emit(
+                "alloc",
+                {
+                    "id": ident,
+                    "bytes": nbytes,
+                    "category": category,
+                    "module": self.module(),
+                    "shape": [nbytes],
+                    "dtype": "uint8",
+                    "tainted": False,
+                },
+            )
+
     def _storage(self, t):
-        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or is_traceable_wrapper_subclass(t):
             return None
         try:
             return t.untyped_storage()
@@ -118,7 +162,14 @@ class Tracker(TorchDispatchMode):
             return None
 
     def register(self, t, category=None, tainted=False):
-        """Records the storage behind `t` if it is new (or resized); returns its event id."""
+        """Records the storage behind `t` if it is new (or resized); returns its event id. A
+        wrapper subclass (a DTensor: the global shape around a rank's local shard) holds no
+        memory of its own: its inner tensors are what the device holds."""
+        if getattr(self.local, "suspended", 0):
+            return None
+        if is_traceable_wrapper_subclass(t):
+            ids = [self.register(inner, category, tainted) for inner in _inner(t)]
+            return next((i for i in ids if i is not None), None)
         st = self._storage(t)
         if st is None:
             return None
@@ -135,7 +186,7 @@ class Tracker(TorchDispatchMode):
             ident = self.next_id
             self.next_id += 1
             category = category or self.default_category()
-            self.live[key] = [ident, nbytes, category]
+            self.live[key] = [ident, nbytes, category, ident]
             rounded = 0 if nbytes == 0 else (nbytes + 511) // 512 * 512
             self.allocated += rounded
             self.peak = max(self.peak, self.allocated)
@@ -157,19 +208,25 @@ class Tracker(TorchDispatchMode):
         weakref.finalize(st, self._finalized, key, ident)
         return ident
 
-    def _finalized(self, key, ident):
+    def _finalized(self, key, origin):
         with self.lock:
             known = self.live.get(key)
-            if known is not None and known[0] == ident:
+            if known is not None and known[3] == origin:
                 self._free(key)
 
     def _free(self, key):
-        ident, nbytes, _ = self.live.pop(key)
+        ident, nbytes, _, _ = self.live.pop(key)
+        if ident is None:
+            return
         self.allocated -= 0 if nbytes == 0 else (nbytes + 511) // 512 * 512
         self._emit("free", {"id": ident})
 
     def tag(self, t, category, only_from=None):
         """Gives the storage behind `t` a category (if it has one of `only_from`, when given)."""
+        if is_traceable_wrapper_subclass(t):
+            for inner in _inner(t):
+                self.tag(inner, category, only_from)
+            return
         st = self._storage(t)
         if st is None:
             return
@@ -181,7 +238,8 @@ class Tracker(TorchDispatchMode):
             if known[2] == category or (only_from is not None and known[2] not in only_from):
                 return
             known[2] = category
-            self._emit("tag", {"id": known[0], "category": category})
+            if known[0] is not None:
+                self._emit("tag", {"id": known[0], "category": category})
 
     def workspace(self):
         """A thread's first BLAS call: its cuBLAS workspaces, held until the process ends."""
@@ -234,7 +292,17 @@ class Tracker(TorchDispatchMode):
         for o in tree_flatten(out)[0]:
             # A scalar made from a data-dependent tensor (its sum, its max) has a known size.
             self.register(o, tainted=tainted and isinstance(o, torch.Tensor) and o.dim() > 0)
+        # A collective's buffers (FSDP2's all-gather output, its reduce-scatter input).
+        if "allgather" in name or "all_gather" in name:
+            self._tag_all(args[:1], "communication")
+        elif "reduce_scatter" in name:
+            self._tag_all(args[1:2], "communication")
         return out
+
+    def _tag_all(self, values, category):
+        for t in tree_flatten(values)[0]:
+            if isinstance(t, torch.Tensor):
+                self.tag(t, category, only_from={"temporary", "other"})
 
     def _is_tainted(self, t):
         st = self._storage(t)
@@ -283,3 +351,9 @@ class Tracker(TorchDispatchMode):
                     indices.append(i)
             return func(x, indices)
         raise Unpredictable(f"{func} has an output size that depends on the data ({file}:{line})")
+
+
+def _inner(t):
+    """The tensors a traceable wrapper subclass (DTensor) is made of."""
+    names, _ = t.__tensor_flatten__()
+    return [getattr(t, n) for n in names]

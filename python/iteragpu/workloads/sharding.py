@@ -9,8 +9,10 @@
   explicit: PyTorch 2.15 changed its default), then materialised on the rank's device with
   `to_empty` and initialised: every rank holds its shard only.
 
-Under `iteragpu predict --world-size N` the process group is already PyTorch's fake one: nothing
-is initialised here then.
+Under `iteragpu predict --world-size N` the process group is already PyTorch's fake one (the
+phase still runs its first collective, so that predicted and measured phases match). DDP's C++
+reducer cannot run on fake tensors (it reads their data pointers): there, its gradient buckets
+are laid out by PyTorch's own bucketing function and allocated as DDP does at construction.
 """
 
 
@@ -18,10 +20,10 @@ def init(rec, torch, device):
     """The default process group (NCCL on CUDA, gloo on the CPU) and a first all-reduce."""
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        return dist
     with rec.phase("init_process_group") as info:
-        if device.type == "cuda":
+        if dist.is_initialized():
+            pass  # a prediction's fake process group
+        elif device.type == "cuda":
             dist.init_process_group("nccl", device_id=device)
         else:
             dist.init_process_group("gloo")
@@ -60,9 +62,10 @@ def build_fsdp(torch, transformers, config, dtype, device, precision, gradient_c
     else:
         policy = MixedPrecisionPolicy()
     layers = decoder_layers(model)
+    mesh = device_mesh(torch, device)
     for layer in layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     model.to_empty(device=device)
     info = {"shard": "fsdp", "fsdp_groups": len(layers) + 1, "mixed_precision": precision == "bf16-mixed"}
     try:
@@ -74,12 +77,64 @@ def build_fsdp(torch, transformers, config, dtype, device, precision, gradient_c
     return model, info
 
 
+def predicting():
+    """True on PyTorch's fake process group (`iteragpu predict --world-size`)."""
+    import torch.distributed as dist
+
+    return dist.is_initialized() and str(dist.get_backend()) == "fake"
+
+
+def device_mesh(torch, device):
+    """One mesh over every rank of the default group, built once. Its coordinates come from
+    real (CPU) tensors even during a prediction: DeviceMesh finds its rank with `nonzero`, which
+    fake tensors cannot answer."""
+    import contextlib
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:
+        unset_fake_temporarily = contextlib.nullcontext
+    with unset_fake_temporarily():
+        return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
 def wrap_ddp(torch, model, device):
-    """A full replica per rank, gradients all-reduced in buckets (PyTorch's defaults)."""
+    """A full replica per rank, gradients all-reduced in buckets (PyTorch's defaults:
+    gradient_as_bucket_view=False, a first bucket of 1 MiB then 25 MiB)."""
+    if predicting():
+        return emulate_ddp(torch, model)
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def emulate_ddp(torch, model):
+    """What DDP allocates at construction, on fake tensors: one flat buffer per gradient bucket
+    (the bucket assignment is PyTorch's own function), kept alive with the model. The all-reduce
+    moves no data on the fake group; the grads stay separate tensors, as with
+    gradient_as_bucket_view=False. The second iteration's bucket rebuild (the same bytes, the old
+    and new sets briefly together) is not followed."""
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    # DDP assigns buckets in reverse order of the parameters (gradients arrive from the end).
+    reversed_params = list(reversed(params))
+    first_cap = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+    indices, _ = dist._compute_bucket_assignment_by_size(
+        reversed_params, [first_cap, 25 << 20], [False] * len(reversed_params)
+    )
+    buckets = []
+    for bucket in indices:
+        members = [reversed_params[i] for i in bucket]
+        numel = sum(p.numel() for p in members)
+        buckets.append(torch.empty(numel, dtype=members[0].dtype, device=members[0].device))
+    # The prediction's session tags them as communication buffers.
+    model._iteragpu_ddp_buckets = buckets
+    return model
 
 
 def local(tensor):
