@@ -449,6 +449,38 @@ pub struct EstimateArgs {
     #[arg(long, requires = "train", help_heading = "Training")]
     pub flash_attention: bool,
 
+    /// Sharded data-parallel training (with --train): every figure becomes ONE rank's memory.
+    /// ddp (full replica + reducer buckets), zero1/zero2/zero3 (DeepSpeed), fsdp (FSDP2).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "STRATEGY",
+        help_heading = "Sharded training"
+    )]
+    pub shard: Option<crate::estimate::Strategy>,
+    /// Ranks in the data-parallel group (required with --shard; 1 is allowed).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Sharded training")]
+    pub world_size: Option<u64>,
+    /// Ranks per node; must divide --world-size [default: the world size up to 8, else 8].
+    #[arg(long, allow_negative_numbers = true, value_name = "G", value_parser = positive_u64, help_heading = "Sharded training")]
+    pub gpus_per_node: Option<u64>,
+    /// Keep states on the host: optimizer (zero2, zero3: DeepSpeed offload_optimizer) or
+    /// parameters (zero3: offload_param too; fsdp: CPUOffloadPolicy).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHAT",
+        help_heading = "Sharded training"
+    )]
+    pub offload: Option<crate::estimate::Offload>,
+    /// zero3 with --parameters: the largest single module's own parameters (DeepSpeed's
+    /// largest_layer_params; read from --model otherwise).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Sharded training")]
+    pub largest_layer_parameters: Option<u64>,
+    /// NCCL's memory per rank, outside PyTorch's allocator [default: 1GiB, assumed].
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Sharded training")]
+    pub comm_reserve: Option<Bytes>,
+
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,

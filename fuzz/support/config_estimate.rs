@@ -8,7 +8,8 @@ use iteragpu::estimate::kv_cache::{CacheKind, CacheOptions, QuantizedSettings};
 use iteragpu::estimate::training::Lora;
 use iteragpu::estimate::weights::ModelWeights;
 use iteragpu::estimate::{
-    self, Estimate, KvRequest, Optimizer, Precision, Request, TrainingRequest, WeightsSource,
+    self, Estimate, KvRequest, Offload, Optimizer, Precision, Request, Sharding, Strategy,
+    TrainingRequest, WeightsSource,
 };
 use iteragpu::model::config::{MAX_LAYERS, MAX_PARAMETERS};
 use iteragpu::model::{Architecture, Config};
@@ -145,7 +146,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
         Precision::Fp16Mixed,
         Precision::Bf16,
     ][usize::from(knobs.precision % 4)];
-    let training = |lora: Option<Lora>| TrainingRequest {
+    let training_with = |lora: Option<Lora>, sharding: Option<Sharding>| TrainingRequest {
         optimizer,
         precision,
         lora,
@@ -153,6 +154,18 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
         flash_attention: knobs.flags & 64 != 0,
         batch: Some(nonzero(knobs.sequences)),
         context: (knobs.flags & 128 != 0).then_some(tokens),
+        sharding,
+    };
+    let training = |lora: Option<Lora>| training_with(lora, None);
+    // Sharded training over any world size: every strategy, with the offload the bits pick.
+    let sharded = |strategy: Strategy| Sharding {
+        strategy,
+        world_size: nonzero(knobs.window),
+        gpus_per_node: (knobs.flags & 2 != 0).then_some(1),
+        offload: [None, Some(Offload::Optimizer), Some(Offload::Parameters)]
+            [usize::from(knobs.kv_bits as u8 % 3)],
+        largest_layer_parameters: None,
+        comm_reserve: None,
     };
     let lora = Lora {
         rank: nonzero(knobs.lora_rank),
@@ -197,7 +210,22 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             reserve: None,
         },
     ];
-    for request in &requests {
+    let requests = requests.into_iter().chain(
+        [
+            Strategy::Ddp,
+            Strategy::Zero1,
+            Strategy::Zero2,
+            Strategy::Zero3,
+            Strategy::Fsdp,
+        ]
+        .map(|strategy| Request {
+            weights: Some(model(dtype)),
+            kv: None,
+            training: Some(training_with(None, Some(sharded(strategy)))),
+            reserve: None,
+        }),
+    );
+    for request in &requests.collect::<Vec<_>>() {
         match estimate::estimate(request) {
             Ok(est) => {
                 check_estimate(&est)?;

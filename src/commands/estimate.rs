@@ -9,7 +9,9 @@ use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::estimate::training::Lora;
 use crate::estimate::weights::ModelWeights;
-use crate::estimate::{self, KvRequest, Request, Reserve, TrainingRequest, WeightsSource};
+use crate::estimate::{
+    self, KvRequest, Request, Reserve, Sharding, TrainingRequest, WeightsSource,
+};
 use crate::model::{Architecture, Config, KvLayout, safetensors};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
@@ -28,6 +30,7 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request> {
+    refuse_sharding_without_shard(args)?;
     refuse_ignored(args)?;
     let weights = match (args.parameters, args.bits, &args.model) {
         (Some(parameters), Some(bits), None) => Some(WeightsSource::Numbers { parameters, bits }),
@@ -69,6 +72,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
             flash_attention: args.flash_attention,
             batch: Some(args.sequences.unwrap_or(1)),
             context: args.tokens,
+            sharding: sharding(args)?,
         })
     } else {
         None
@@ -128,6 +132,59 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
         training,
         reserve,
     })
+}
+
+/// `--shard` and its options, checked for presence; their values are checked by the estimate.
+fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>> {
+    let Some(strategy) = args.shard else {
+        return Ok(None);
+    };
+    let Some(world_size) = args.world_size else {
+        bail!(
+            "--shard {} needs the number of ranks: add --world-size N (--world-size 1 for a single GPU)",
+            strategy.name()
+        );
+    };
+    Ok(Some(Sharding {
+        strategy,
+        world_size,
+        gpus_per_node: args.gpus_per_node,
+        offload: args.offload,
+        largest_layer_parameters: args.largest_layer_parameters,
+        comm_reserve: args.comm_reserve,
+    }))
+}
+
+/// Refuses the sharding options without `--shard`, and `--shard` without `--train`.
+fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<()> {
+    if let Some(strategy) = args.shard {
+        if !args.train {
+            bail!(
+                "--shard {} estimates one rank of a sharded training step: add --train (or drop --shard)",
+                strategy.name()
+            );
+        }
+        return Ok(());
+    }
+    let options = given(&[
+        ("--world-size", args.world_size.is_some()),
+        ("--gpus-per-node", args.gpus_per_node.is_some()),
+        ("--offload", args.offload.is_some()),
+        (
+            "--largest-layer-parameters",
+            args.largest_layer_parameters.is_some(),
+        ),
+        ("--comm-reserve", args.comm_reserve.is_some()),
+    ]);
+    if !options.is_empty() {
+        bail!(
+            "{} {} sharded training, which needs --shard ddp|zero1|zero2|zero3|fsdp (with --train): add --shard, or drop {}",
+            options.join(", "),
+            verb(&options, "describes", "describe"),
+            pronoun(&options)
+        );
+    }
+    Ok(())
 }
 
 /// The options among `options` that were given.

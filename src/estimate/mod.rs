@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod kv_cache;
 pub mod render;
 pub mod reserve;
+pub mod sharding;
 pub mod training;
 pub mod weights;
 
@@ -17,6 +18,7 @@ use crate::units::{Bytes, Overflow, checked_sum};
 
 pub use kv_cache::{CacheStrategy, KvRequest};
 pub use reserve::Reserve;
+pub use sharding::{Offload, Sharding, ShardingSummary, Strategy};
 pub use training::{Optimizer, Precision, TrainingRequest};
 pub use weights::WeightsSource;
 
@@ -118,6 +120,10 @@ pub struct Estimate {
     pub model: Option<ModelSummary>,
     /// The stored format read from safetensors headers, apart from the config-based count.
     pub stored: Option<Stored>,
+    /// Sharded training (`--shard`): strategy, ranks, offload, the host memory and the
+    /// comparisons. Absent otherwise. With it, every term is ONE rank's memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<ShardingSummary>,
 }
 
 /// Why an estimate cannot be made from valid-looking inputs.
@@ -164,15 +170,13 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
     let mut terms = Vec::new();
     let mut notes = Vec::new();
     let mut left_out = Vec::new();
+    let mut sharding = None;
 
     match (&req.training, &req.weights) {
         (Some(training), Some(source)) => {
-            terms.extend(training::terms(
-                source,
-                training,
-                &mut notes,
-                &mut left_out,
-            )?);
+            let trained = training::terms(source, training, &mut notes, &mut left_out)?;
+            terms.extend(trained.terms);
+            sharding = trained.sharding;
         }
         (Some(_), None) => {
             return Err(EstimateError::Input(
@@ -204,8 +208,11 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
     }
     left_out.push("temporary buffers of each operation (workspaces, intermediate tensors)".into());
     left_out.push(
-        "memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)"
-            .into(),
+        match sharding.as_ref().and_then(|s| s.comm_reserve_bytes) {
+            Some(_) => "memory outside PyTorch's allocator other than NCCL's assumed term (CUDA context, libraries such as cuBLAS)",
+            None => "memory outside PyTorch's allocator (CUDA context, libraries such as cuBLAS and NCCL)",
+        }
+        .into(),
     );
     left_out.push("allocator rounding of transient tensors and fragmentation (reserved but unallocated memory)".into());
     match &req.reserve {
@@ -247,6 +254,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         notes,
         model,
         stored,
+        sharding,
     })
 }
 

@@ -39,10 +39,37 @@ pub fn table(est: &Estimate) -> String {
             );
         }
     }
+    if let Some(sh) = &est.sharding {
+        let _ = writeln!(
+            out,
+            "sharded training: {} over {} rank(s) ({} node(s) × {} GPU(s)){}; every figure below is ONE rank's GPU memory, never a total over ranks",
+            sh.strategy.name(),
+            g(sh.world_size),
+            g(sh.nodes),
+            g(sh.gpus_per_node),
+            sh.offload
+                .map_or(String::new(), |o| format!(", --offload {}", o.name())),
+        );
+        let _ = writeln!(
+            out,
+            "model states per rank: {} bytes ({}){}",
+            sh.model_states_bytes.grouped(),
+            sh.model_states_bytes.both(),
+            sh.deepspeed.as_ref().map_or(String::new(), |d| format!(
+                "; DeepSpeed's {}: {} bytes per GPU",
+                d.estimator,
+                d.gpu_bytes.grouped()
+            )),
+        );
+    }
     let _ = writeln!(out);
     let counted: Vec<&Term> = est.terms.iter().filter(|t| t.in_total).collect();
     let info: Vec<&Term> = est.terms.iter().filter(|t| !t.in_total).collect();
-    let total_name = "preparation hypothesis";
+    let total_name = if est.sharding.is_some() {
+        "preparation hypothesis, per rank"
+    } else {
+        "preparation hypothesis"
+    };
     let name_width = est
         .terms
         .iter()

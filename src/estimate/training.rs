@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::sharding::{self, Sharding, ShardingSummary, Strategy};
 use super::weights::{self, WeightsSource};
 use super::{EstimateError, Kind, Term, g, product, sum};
 use crate::model::inventory::TensorGroup;
@@ -48,7 +49,7 @@ pub enum Precision {
 
 impl Precision {
     /// Bytes of a trainable parameter, its gradient and each optimizer state element.
-    fn param_bytes(self) -> u64 {
+    pub(super) fn param_bytes(self) -> u64 {
         match self {
             Precision::Bf16 => 2,
             _ => 4,
@@ -61,7 +62,7 @@ impl Precision {
             _ => 2,
         }
     }
-    fn mixed(self) -> bool {
+    pub(super) fn mixed(self) -> bool {
         matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
     }
     /// The name the command line takes (`bf16-mixed`).
@@ -93,6 +94,14 @@ pub struct TrainingRequest {
     /// Micro-batch and sequence length, needed for activations.
     pub batch: Option<u64>,
     pub context: Option<u64>,
+    /// Sharded data-parallel training (`--shard`): the terms become one rank's.
+    pub sharding: Option<Sharding>,
+}
+
+/// The terms of a training step, and the sharding summary when sharded.
+pub struct TrainingTerms {
+    pub terms: Vec<Term>,
+    pub sharding: Option<ShardingSummary>,
 }
 
 /// How full fine-tuning of quantized weights is refused, and what to do instead.
@@ -214,13 +223,13 @@ fn check_lora_targets(targets: &[String], arch: &Architecture) -> Result<(), Est
     Ok(())
 }
 
-enum Trainable {
+pub(super) enum Trainable {
     Shapes(Vec<TensorGroup>),
     Count(u128),
 }
 
 impl Trainable {
-    fn count(&self) -> u128 {
+    pub(super) fn count(&self) -> u128 {
         match self {
             Trainable::Shapes(groups) => groups.iter().map(TensorGroup::total).sum(),
             Trainable::Count(n) => *n,
@@ -228,8 +237,8 @@ impl Trainable {
     }
 }
 
-/// Optimizer-state bytes for the trainable tensors.
-fn optimizer_bytes(
+/// Optimizer-state bytes for the trainable tensors (or one rank's partition of them).
+pub(super) fn optimizer_bytes(
     opt: Optimizer,
     trainable: &Trainable,
     s: u128,
@@ -316,16 +325,20 @@ pub fn terms(
     req: &TrainingRequest,
     notes: &mut Vec<String>,
     left_out: &mut Vec<String>,
-) -> Result<Vec<Term>, EstimateError> {
-    let overflow =
-        || EstimateError::overflow("the training terms", "the model size and dimensions");
-    let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
+) -> Result<TrainingTerms, EstimateError> {
+    if let Some(sh) = &req.sharding {
+        sh.check(source, req)?;
+    }
     let trainable = trainable(source, req)?;
-    let n = trainable.count();
     let s = req.precision.param_bytes() as u128;
-    let mut out = Vec::new();
     let precision = req.precision.name();
-    if let (None, WeightsSource::Numbers { bits, .. }) = (&req.lora, source) {
+    let zero = req.sharding.as_ref().is_some_and(|sh| {
+        matches!(
+            sh.strategy,
+            Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3
+        )
+    });
+    if let (None, WeightsSource::Numbers { bits, .. }, false) = (&req.lora, source, zero) {
         notes.push(format!(
             "--bits {bits} is the checkpoint's width; during training each parameter takes {s} bytes ({precision}{}) whatever that width",
             if req.precision.mixed() {
@@ -336,6 +349,62 @@ pub fn terms(
         ));
     }
 
+    // DDP keeps the unsharded states on every rank; the other strategies lay them out anew.
+    let unsharded = match &req.sharding {
+        Some(sh) if sh.strategy != Strategy::Ddp => Vec::new(),
+        _ => state_terms(source, req, &trainable, notes)?,
+    };
+    let (mut out, tail, summary) = match &req.sharding {
+        None => (unsharded, Vec::new(), None),
+        Some(sh) => {
+            let sharded = sharding::terms(
+                sh,
+                sharding::Context {
+                    source,
+                    req,
+                    trainable: &trainable,
+                    unsharded,
+                },
+                notes,
+                left_out,
+            )?;
+            (sharded.states, sharded.tail, Some(sharded.summary))
+        }
+    };
+    notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
+
+    match (source, req.batch, req.context) {
+        (WeightsSource::Model(m), Some(b), Some(sq)) => {
+            out.extend(activation_terms(&m.architecture, req, b, sq).map_err(
+                EstimateError::overflow("the activations", "--context and --batch"),
+            )?);
+        }
+        (WeightsSource::Model(_), _, _) => {
+            left_out.push("activations (give --batch and --context to estimate them)".into());
+        }
+        _ => left_out.push("activations (they need the model's dimensions: pass --model PATH with --batch and --context)".into()),
+    }
+    out.extend(tail);
+    Ok(TrainingTerms {
+        terms: out,
+        sharding: summary,
+    })
+}
+
+/// The unsharded model states: weights (or LoRA adapters), gradients, optimizer states.
+fn state_terms(
+    source: &WeightsSource,
+    req: &TrainingRequest,
+    trainable: &Trainable,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Term>, EstimateError> {
+    let overflow =
+        || EstimateError::overflow("the training terms", "the model size and dimensions");
+    let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
+    let n = trainable.count();
+    let s = req.precision.param_bytes() as u128;
+    let precision = req.precision.name();
+    let mut out = Vec::new();
     if req.lora.is_some() {
         // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
         out.extend(weights::terms(source, notes)?);
@@ -393,7 +462,7 @@ pub fn terms(
             g(n)
         ),
     ));
-    let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, &trainable, s)?;
+    let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, trainable, s)?;
     out.push(
         Term::new(
             format!("optimizer states ({})", req.optimizer.name()),
@@ -403,19 +472,6 @@ pub fn terms(
         )
         .input("optimizer", req.optimizer.name()),
     );
-    notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
-
-    match (source, req.batch, req.context) {
-        (WeightsSource::Model(m), Some(b), Some(sq)) => {
-            out.extend(activation_terms(&m.architecture, req, b, sq).map_err(
-                EstimateError::overflow("the activations", "--context and --batch"),
-            )?);
-        }
-        (WeightsSource::Model(_), _, _) => {
-            left_out.push("activations (give --batch and --context to estimate them)".into());
-        }
-        _ => left_out.push("activations (they need the model's dimensions: pass --model PATH with --batch and --context)".into()),
-    }
     Ok(out)
 }
 

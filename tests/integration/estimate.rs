@@ -156,9 +156,10 @@ fn kv_strategies_from_numbers() {
 /// Parameter counts of real models, equal to transformers' own (tests/fixtures/models/REFERENCE.md).
 #[test]
 fn parameter_counts_of_real_configs() {
-    let expected: [(&str, u64); 19] = [
+    let expected: [(&str, u64); 20] = [
         ("gpt2", 124_439_808),
         ("llama-3-8b", 8_030_261_248),
+        ("llama-3-70b", 70_553_706_496),
         ("llama-3-8b-bnb-4bit", 8_030_261_248),
         ("llama-2-7b-gptq", 6_738_415_616),
         ("mistral-7b-v0.1", 7_241_732_096),
@@ -1588,4 +1589,604 @@ fn messages_say_things_once_and_as_typed() {
         let err = refused(&args, &[&format!("`{value}`")]);
         assert!(!err.contains("``"), "{err}");
     }
+}
+
+/// `estimate --train --shard …`: the per-rank model states reproduce DeepSpeed's estimators for
+/// mixed-precision AdamW on Llama-3-8B (research-issue13.md §5), from the config and from
+/// --parameters with --largest-layer-parameters alike.
+#[test]
+fn sharded_training_reproduces_deepspeed() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let from_config = |extra: &[&str]| {
+        estimate_json(&[&["--model", llama.as_str(), "--train"][..], extra].concat())
+    };
+    let from_numbers = |extra: &[&str]| {
+        estimate_json(
+            &[
+                &[
+                    "--parameters",
+                    "8030261248",
+                    "--bits",
+                    "16",
+                    "--train",
+                    "--largest-layer-parameters",
+                    "525336576",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    // (shard, world size, offload, DeepSpeed gpu_mem, DeepSpeed cpu_mem per node)
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, u64, Option<u64>);
+    let cases: [Case; 7] = [
+        ("zero2", "8", None, 34_128_610_304, Some(385_452_539_904)),
+        (
+            "zero2",
+            "8",
+            Some("optimizer"),
+            16_060_522_496,
+            Some(385_452_539_904),
+        ),
+        ("zero3", "8", None, 20_169_434_112, Some(25_216_155_648)),
+        (
+            "zero3",
+            "8",
+            Some("optimizer"),
+            4_108_911_616,
+            Some(192_726_269_952),
+        ),
+        (
+            "zero3",
+            "8",
+            Some("parameters"),
+            2_101_346_304,
+            Some(216_817_053_696),
+        ),
+        ("zero2", "64", None, 18_319_033_472, None),
+        ("zero3", "64", None, 4_359_857_280, None),
+    ];
+    for (shard, n, offload, gpu, cpu) in cases {
+        let mut extra = vec!["--shard", shard, "--world-size", n];
+        if let Some(o) = offload {
+            extra.extend(["--offload", o]);
+        }
+        if n == "64" {
+            extra.extend(["--gpus-per-node", "8"]);
+        }
+        let docs = if shard == "zero3" {
+            vec![from_config(&extra), from_numbers(&extra)]
+        } else {
+            // --largest-layer-parameters is ZeRO-3's only.
+            vec![
+                from_config(&extra),
+                estimate_json(
+                    &[
+                        &["--parameters", "8030261248", "--bits", "16", "--train"][..],
+                        &extra,
+                    ]
+                    .concat(),
+                ),
+            ]
+        };
+        for doc in docs {
+            let sh = &doc["sharding"];
+            let what = format!("{shard} N={n} {offload:?}");
+            assert_eq!(sh["model_states_bytes"], gpu, "{what}");
+            assert_eq!(sh["deepspeed"]["gpu_bytes"], gpu, "{what}");
+            assert_eq!(sh["per_rank"], true);
+            assert_eq!(sh["strategy"], shard);
+            assert_eq!(sh["world_size"], n.parse::<u64>().unwrap());
+            if let Some(cpu) = cpu {
+                assert_eq!(sh["deepspeed"]["cpu_bytes_per_node"], cpu, "{what}");
+                assert_eq!(sh["deepspeed"]["additional_buffer_factor"], 1.5);
+                assert_eq!(
+                    term_bytes(&doc, "HOST memory per node (CPU RAM, not GPU), DeepSpeed"),
+                    cpu
+                );
+            }
+            // Per rank: the model states plus NCCL's assumed 1 GiB, nothing pooled.
+            assert_eq!(doc["total_bytes"], gpu + (1 << 30), "{what}");
+            assert_eq!(sh["comm_reserve_bytes"], 1u64 << 30);
+            if shard == "zero3" {
+                assert_eq!(sh["largest_module"]["parameters"], 525_336_576u64);
+            }
+        }
+    }
+    // The config names the largest module as DeepSpeed's walk would find it.
+    let doc = from_config(&["--shard", "zero3", "--world-size", "8"]);
+    assert_eq!(
+        doc["sharding"]["largest_module"]["name"],
+        "model.embed_tokens"
+    );
+    // The ZeRO paper's closed forms, shown for comparison: 16Ψ/N for ZeRO-3 (14.96 GiB at N=8).
+    assert_eq!(
+        doc["sharding"]["zero_paper_bytes"],
+        16 * 8_030_261_248u64 / 8
+    );
+    let z1 = from_config(&["--shard", "zero1", "--world-size", "8"]);
+    assert_eq!(
+        z1["sharding"]["zero_paper_bytes"],
+        4 * 8_030_261_248u64 + 12 * 8_030_261_248 / 8
+    );
+    assert_eq!(
+        z1["sharding"]["model_states_bytes"],
+        4 * 8_030_261_248u64 + 16 * 8_030_261_248 / 8
+    );
+    assert!(z1["sharding"]["deepspeed"].is_null());
+    // An offload's own host figure: what the terms moved, per node.
+    let off = from_config(&[
+        "--shard",
+        "zero3",
+        "--world-size",
+        "8",
+        "--offload",
+        "parameters",
+    ]);
+    assert_eq!(
+        off["sharding"]["host_memory_per_node_bytes"],
+        8 * 18 * (8_030_261_248u64 / 8)
+    );
+    let host = off["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "HOST memory per node (CPU RAM, not GPU): offloaded states")
+        .unwrap();
+    assert_eq!(host["in_total"], false);
+    assert_eq!(host["inputs"]["memory"], "host");
+}
+
+/// DDP, FSDP, the table, the JSON object, and world size 1.
+#[test]
+fn sharded_training_per_rank_terms() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let p = 8_030_261_248u64;
+    let base = ["--model", llama.as_str(), "--train"];
+    let plain = estimate_json(&base);
+    assert!(
+        plain.get("sharding").is_none(),
+        "no sharding key without --shard"
+    );
+
+    let ddp = estimate_json(&[&base[..], &["--shard", "ddp", "--world-size", "4"]].concat());
+    assert_eq!(
+        term_bytes(&ddp, "gradients (fp32), DDP reducer buckets"),
+        4 * p
+    );
+    assert_eq!(
+        ddp["total_bytes"].as_u64().unwrap(),
+        plain["total_bytes"].as_u64().unwrap() + 4 * p + (1 << 30)
+    );
+    assert_eq!(ddp["sharding"]["gpus_per_node"], 4);
+    assert_eq!(ddp["sharding"]["nodes"], 1);
+
+    let fsdp = estimate_json(
+        &[
+            &base[..],
+            &[
+                "--shard",
+                "fsdp",
+                "--world-size",
+                "16",
+                "--comm-reserve",
+                "600MiB",
+                "--batch",
+                "2",
+                "--context",
+                "2048",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(fsdp["sharding"]["model_states_bytes"], 16 * p / 16);
+    assert_eq!(fsdp["sharding"]["padding_counted"], true);
+    assert_eq!(fsdp["sharding"]["batch_per_rank"], 2);
+    assert_eq!(fsdp["sharding"]["gpus_per_node"], 8);
+    assert_eq!(fsdp["sharding"]["nodes"], 2);
+    assert_eq!(term_bytes(&fsdp, "NCCL"), 600 << 20);
+    let nccl = fsdp["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str().unwrap().starts_with("NCCL"))
+        .unwrap();
+    assert_eq!(nccl["kind"], "assumed");
+    assert_eq!(nccl["in_total"], true);
+    // The activations are those of the per-rank batch: the same as without --shard.
+    let single = estimate_json(&[&base[..], &["--batch", "2", "--context", "2048"]].concat());
+    assert_eq!(
+        term_bytes(&fsdp, "activations"),
+        term_bytes(&single, "activations")
+    );
+    for name in [
+        "weights (bf16), FSDP root group unsharded",
+        "weights (bf16), FSDP all-gathered blocks",
+        "gradients (fp32), FSDP reduce-scatter inputs",
+    ] {
+        assert!(term_bytes(&fsdp, name) > 0, "{name}");
+    }
+
+    // The table says per rank, with GB and GiB side by side.
+    let out = iteragpu()
+        .args(["estimate"])
+        .args(base)
+        .args([
+            "--shard",
+            "zero3",
+            "--world-size",
+            "8",
+            "--offload",
+            "optimizer",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "ONE rank's GPU memory, never a total over ranks",
+        "preparation hypothesis, per rank",
+        "HOST memory per node (CPU RAM, not GPU)",
+        "estimate_zero3_model_states_mem_needs",
+        "NCCL communicator buffers",
+    ] {
+        assert!(table.contains(needle), "{needle:?} not in {table}");
+    }
+    assert!(
+        predicate::str::is_match(
+            r"weights and gradients \(16-bit\) of the gathered largest module\s+2,101,346,304\s+2\.10 GB\s+1\.96 GiB\s+assumed"
+        )
+        .unwrap()
+        .eval(&table),
+        "{table}"
+    );
+}
+
+/// `--world-size 1 --shard zero3` degenerates to the unsharded estimate plus DeepSpeed's gathered
+/// largest module (4·L), without NCCL; FSDP on one rank keeps 16 bytes per parameter of states.
+#[test]
+fn sharding_over_one_rank_degenerates() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let base = [
+        "--model",
+        llama.as_str(),
+        "--train",
+        "--batch",
+        "1",
+        "--context",
+        "1024",
+    ];
+    let plain = estimate_json(&base);
+    let zero3 = estimate_json(&[&base[..], &["--shard", "zero3", "--world-size", "1"]].concat());
+    assert_eq!(
+        zero3["total_bytes"].as_u64().unwrap(),
+        plain["total_bytes"].as_u64().unwrap() + 4 * 525_336_576
+    );
+    assert!(zero3["sharding"]["comm_reserve_bytes"].is_null());
+    let names: Vec<&str> = zero3["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("NCCL")), "{names:?}");
+    assert!(
+        zero3["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("--world-size 1")),
+        "the difference is named"
+    );
+    let fsdp = estimate_json(&[&base[..], &["--shard", "fsdp", "--world-size", "1"]].concat());
+    assert_eq!(
+        fsdp["sharding"]["model_states_bytes"],
+        16 * 8_030_261_248u64
+    );
+}
+
+/// Every sharding mistake: exit 1, nothing on stdout, the value and the fix in the message.
+#[test]
+fn sharding_mistakes_are_refused() {
+    let llama = fixture("models/llama-3-8b").display().to_string();
+    let bnb = fixture("models/llama-3-8b-bnb-4bit").display().to_string();
+    let m = ["--model", llama.as_str()];
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            [&m[..], &["--shard", "zero2", "--world-size", "8"]].concat(),
+            vec!["--shard zero2", "add --train"],
+        ),
+        (
+            [&m[..], &["--train", "--world-size", "8"]].concat(),
+            vec!["--world-size", "add --shard"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--comm-reserve",
+                    "1GiB",
+                    "--offload",
+                    "optimizer",
+                ],
+            ]
+            .concat(),
+            vec!["--offload, --comm-reserve", "drop them"],
+        ),
+        (
+            [&m[..], &["--train", "--shard", "fsdp"]].concat(),
+            vec!["add --world-size N"],
+        ),
+        (
+            [&m[..], &["--train", "--shard", "fsdp", "--world-size", "0"]].concat(),
+            vec!["'0'", "greater than 0"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "fsdp",
+                    "--world-size",
+                    "12",
+                    "--gpus-per-node",
+                    "8",
+                ],
+            ]
+            .concat(),
+            vec![
+                "--gpus-per-node 8 does not divide --world-size 12",
+                "e.g. --gpus-per-node 6",
+            ],
+        ),
+        (
+            [
+                &m[..],
+                &["--train", "--shard", "fsdp", "--world-size", "12"],
+            ]
+            .concat(),
+            vec!["--world-size 12", "give --gpus-per-node G"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "zero2",
+                    "--world-size",
+                    "8",
+                    "--offload",
+                    "parameters",
+                ],
+            ]
+            .concat(),
+            vec![
+                "--offload parameters with --shard zero2",
+                "--shard zero3 --offload parameters",
+            ],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "ddp",
+                    "--world-size",
+                    "8",
+                    "--offload",
+                    "optimizer",
+                ],
+            ]
+            .concat(),
+            vec!["--offload optimizer with --shard ddp"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "fsdp",
+                    "--world-size",
+                    "8",
+                    "--offload",
+                    "optimizer",
+                ],
+            ]
+            .concat(),
+            vec!["use --offload parameters"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "zero1",
+                    "--world-size",
+                    "8",
+                    "--offload",
+                    "optimizer",
+                ],
+            ]
+            .concat(),
+            vec!["--shard zero1", "--shard zero2 --offload optimizer"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "fsdp",
+                    "--world-size",
+                    "8",
+                    "--lora-rank",
+                    "16",
+                    "--lora-targets",
+                    "q_proj",
+                ],
+            ]
+            .concat(),
+            vec!["--lora-rank with --shard fsdp", "drop --lora-rank"],
+        ),
+        (
+            vec![
+                "--model",
+                &bnb,
+                "--train",
+                "--shard",
+                "fsdp",
+                "--world-size",
+                "8",
+            ],
+            vec!["is quantized", "unquantized model's config.json"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "1000",
+                "--bits",
+                "4",
+                "--train",
+                "--shard",
+                "ddp",
+                "--world-size",
+                "2",
+            ],
+            vec!["--bits 4", "--bits 16 or 32"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "1000",
+                "--bits",
+                "16",
+                "--train",
+                "--shard",
+                "zero3",
+                "--world-size",
+                "2",
+            ],
+            vec!["add --largest-layer-parameters N", "--model PATH"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "zero3",
+                    "--world-size",
+                    "2",
+                    "--largest-layer-parameters",
+                    "5",
+                ],
+            ]
+            .concat(),
+            vec!["--largest-layer-parameters is read from --model", "drop it"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "fsdp",
+                    "--world-size",
+                    "1",
+                    "--comm-reserve",
+                    "1GiB",
+                ],
+            ]
+            .concat(),
+            vec!["--comm-reserve with --world-size 1", "drop --comm-reserve"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "zero2",
+                    "--world-size",
+                    "2",
+                    "--precision",
+                    "bf16",
+                ],
+            ]
+            .concat(),
+            vec!["--precision bf16 with --shard zero2", "bf16-mixed"],
+        ),
+        (
+            [
+                &m[..],
+                &[
+                    "--train",
+                    "--shard",
+                    "fsdp",
+                    "--world-size",
+                    "2",
+                    "--optimizer",
+                    "adafactor",
+                ],
+            ]
+            .concat(),
+            vec!["--optimizer adafactor with --shard fsdp", "use adamw"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "18446744073709551615",
+                "--bits",
+                "16",
+                "--train",
+                "--shard",
+                "ddp",
+                "--world-size",
+                "1",
+            ],
+            vec!["18.4 EB"],
+        ),
+        (
+            vec![
+                "--parameters",
+                "18446744073709551615",
+                "--bits",
+                "16",
+                "--train",
+                "--shard",
+                "zero3",
+                "--world-size",
+                "18446744073709551615",
+                "--gpus-per-node",
+                "1",
+                "--largest-layer-parameters",
+                "18446744073709551615",
+            ],
+            vec!["18.4 EB"],
+        ),
+    ];
+    for (args, needles) in cases {
+        refused(&args, &needles);
+    }
+    // A huge world size is fine when nothing overflows: the partitions shrink.
+    let doc = estimate_json(&[
+        "--parameters",
+        "1000",
+        "--bits",
+        "16",
+        "--train",
+        "--shard",
+        "zero2",
+        "--world-size",
+        "18446744073709551615",
+        "--gpus-per-node",
+        "1",
+    ]);
+    assert_eq!(doc["sharding"]["nodes"], u64::MAX);
 }
