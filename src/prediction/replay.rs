@@ -1,6 +1,7 @@
 //! A prediction's storage events replayed through the caching-allocator model: per phase, the
 //! peaks of allocated and reserved memory, the levels at its start and end, and — in a second
-//! pass over the same events — what was alive at the peak, by category, module and tensor.
+//! pass over the same events — what was alive at the peak, by category (the last role each storage
+//! showed), module and tensor.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -182,19 +183,25 @@ fn snapshots(
     if wanted.is_empty() {
         return;
     }
+    // A storage's role is the last one it showed: a parameter materialised from the meta device
+    // is tagged at the phase's end, after the peak, yet it was a parameter all along.
+    let mut role: HashMap<u64, Category> = HashMap::new();
+    for event in events {
+        if let TraceEvent::Tag(id, category) = event {
+            role.insert(*id, *category);
+        }
+    }
     let mut a = CachingAllocator::with_backend(backend);
     let mut live: HashMap<u64, Live> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
         match event {
             TraceEvent::Alloc(alloc) => {
                 let allocation = (alloc.bytes > 0).then(|| a.malloc(alloc.bytes));
-                live.insert(
-                    alloc.id,
-                    Live {
-                        allocation,
-                        alloc: alloc.clone(),
-                    },
-                );
+                let mut alloc = alloc.clone();
+                if let Some(category) = role.get(&alloc.id) {
+                    alloc.category = *category;
+                }
+                live.insert(alloc.id, Live { allocation, alloc });
             }
             TraceEvent::Free(id) => {
                 if let Some(Live {
@@ -203,11 +210,6 @@ fn snapshots(
                 }) = live.remove(id)
                 {
                     a.free(allocation);
-                }
-            }
-            TraceEvent::Tag(id, category) => {
-                if let Some(l) = live.get_mut(id) {
-                    l.alloc.category = *category;
                 }
             }
             _ => {}

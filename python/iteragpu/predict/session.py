@@ -133,16 +133,17 @@ class Session:
         tr = self.tracker
         M = torch.nn.modules.module
 
-        def name_of(module):
-            name = self.names.get(id(module))
-            if name is None:
-                # A module seen for the first time as a root: name its whole tree.
-                root = type(module).__name__
-                self.modules[id(module)] = module
-                for sub_name, sub in module.named_modules():
-                    self.names.setdefault(id(sub), f"{root}.{sub_name}" if sub_name else root)
-                name = self.names[id(module)]
-            return name
+        name_of = self.name_of
+        # A model materialised from the meta device (FSDP2's sharded parameters) is known from
+        # then on, so that its parameters are tagged at the phase's end, before any forward.
+        original_to_empty = M.Module.to_empty
+
+        def to_empty(module, *args, **kwargs):
+            result = original_to_empty(module, *args, **kwargs)
+            name_of(module)
+            return result
+
+        M.Module.to_empty = to_empty
 
         def pre(module, args, kwargs=None):
             outer = not getattr(tr.local, "modules", None)
@@ -197,6 +198,18 @@ class Session:
 
         optimizer.register_optimizer_step_pre_hook(step_pre)
         optimizer.register_optimizer_step_post_hook(step_post)
+
+    def name_of(self, module):
+        """The module's qualified name; a module seen for the first time is a root: its whole
+        tree is named, and it is re-tagged at each phase's end."""
+        name = self.names.get(id(module))
+        if name is None:
+            root = type(module).__name__
+            self.modules[id(module)] = module
+            for sub_name, sub in module.named_modules():
+                self.names.setdefault(id(sub), f"{root}.{sub_name}" if sub_name else root)
+            name = self.names[id(module)]
+        return name
 
     def _saved_tensors(self):
         tr = self.tracker

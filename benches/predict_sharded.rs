@@ -1,0 +1,89 @@
+//! Scale on paper (issue 13): the predicted per-rank memory of a Llama-3-70B FSDP2 training step
+//! (its real config, bf16-mixed, AdamW, batch 1 × 4096 per rank, gradient checkpointing: the
+//! workload's minimum of 2 steps, an evaluation and an export), for rank 0 of 8, 16 and 64 ranks —
+//! world sizes this machine does not have — on PyTorch's fake process group, and how long each
+//! prediction took. The figures are predictions for an H200, never measurements.
+//!
+//! Needs an interpreter with torch and transformers (ITERAGPU_TEST_PYTHON, else python3); run with
+//! `cargo bench --bench predict_sharded`.
+
+use std::process::Command;
+use std::time::Instant;
+
+fn main() {
+    let python = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import torch, transformers"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!(
+            "{python} cannot import torch and transformers: nothing predicted (set ITERAGPU_TEST_PYTHON)"
+        );
+        return;
+    }
+    let model = format!(
+        "{}/tests/fixtures/models/llama-3-70b/config.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    println!(
+        "Llama-3-70B, FSDP2 bf16-mixed AdamW, 1×4096 per rank, checkpointing — rank 0, predicted for an H200\n{:>6} {:>10} {:>16} {:>16} {:>16} {:>14}",
+        "ranks", "seconds", "model states", "peak allocated", "peak reserved", "driver's view"
+    );
+    for world in [8u64, 16, 64] {
+        let out = dir.path().join(format!("w{world}.json"));
+        let began = Instant::now();
+        let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
+            .args(["predict", "--python", &python, "--json", "--output"])
+            .arg(&out)
+            .args(["--workload", "causal-lm", "--model", &model])
+            .args(["--task", "train", "--precision", "bf16-mixed"])
+            .args([
+                "--batch",
+                "1",
+                "--context",
+                "4096",
+                "--gradient-checkpointing",
+            ])
+            .args(["--world-size", &world.to_string(), "--shard", "fsdp"])
+            .output()
+            .expect("iteragpu runs");
+        let seconds = began.elapsed().as_secs_f64();
+        if !run.status.success() {
+            println!(
+                "{world:>6} {seconds:>10.1}  FAILED: {}",
+                String::from_utf8_lossy(&run.stderr).trim()
+            );
+            continue;
+        }
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&out).expect("the prediction")).expect("JSON");
+        let phases = doc["phases"].as_array().cloned().unwrap_or_default();
+        let max = |key: &str| {
+            phases
+                .iter()
+                .filter_map(|p| p[key].as_u64())
+                .max()
+                .unwrap_or(0)
+        };
+        // Sharded params, grads and optimizer states: what the first zero_grad leaves behind.
+        let states = phases
+            .iter()
+            .find(|p| p["name"] == "zero_grad")
+            .and_then(|p| p["start_allocated_bytes"].as_u64())
+            .unwrap_or(0);
+        println!(
+            "{world:>6} {seconds:>10.1} {:>12.2} GiB {:>12.2} GiB {:>12.2} GiB {:>10.2} GiB",
+            gib(states),
+            gib(max("peak_allocated_bytes")),
+            gib(max("peak_reserved_bytes")),
+            gib(max("driver_view_bytes")),
+        );
+    }
+    println!(
+        "(predictions, not measurements; machine: {} logical CPU(s))",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}
