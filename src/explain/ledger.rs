@@ -83,6 +83,9 @@ pub struct Ledger {
     pub phase: String,
     pub phase_index: u64,
     pub device: String,
+    /// Under torchrun: the rank explained (the one with the highest peak reserved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u64>,
     pub lines: Vec<Line>,
     pub capacities: Vec<Capacity>,
     /// The allocator's own story: fragmentation, retries, rounding.
@@ -180,6 +183,7 @@ pub fn of_result(
                 r.environment.nvml_indices.first().copied().flatten(),
             ),
             device,
+            rank: r.scope.rank,
             lines: Vec::new(),
             diagnostics: diagnostics(r),
             post_mortem,
@@ -543,6 +547,7 @@ pub fn of_result(
         phase: name.clone(),
         phase_index: peak_phase.index,
         device,
+        rank: r.scope.rank,
         lines,
         capacities,
         diagnostics: diagnostics(r),

@@ -38,8 +38,13 @@ pub fn table(l: &Ledger) -> String {
     } else {
         let _ = writeln!(
             o,
-            "iteragpu explain: {} #{} on {}, the highest peak — estimate vs prediction vs observation (GiB; calc = calculated, assum = assumed, pred = predicted, obs = observed; bytes in --json)\n",
-            l.phase, l.phase_index, l.device
+            "iteragpu explain: {} #{} on {}{}, the highest peak — estimate vs prediction vs observation (GiB; calc = calculated, assum = assumed, pred = predicted, obs = observed; bytes in --json)\n",
+            l.phase,
+            l.phase_index,
+            l.device,
+            l.rank.map_or(String::new(), |k| format!(
+                " (rank {k}, the highest of its job)"
+            ))
         );
         let _ = writeln!(
             o,
