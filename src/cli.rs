@@ -166,7 +166,8 @@ pub struct EnvironmentArgs {
     /// Devices to check, comma-separated (cuda:0,cuda:1).
     #[arg(long, value_name = "LIST", default_value = "cuda:0", value_delimiter = ',', value_parser = device)]
     pub device: Vec<String>,
-    /// Python interpreter (default: $ITERAGPU_PYTHON, else python3).
+    /// Python interpreter (default: $ITERAGPU_PYTHON, else the Python beside the iteragpu binary —
+    /// the environment pip installed it in —, else python3).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
     /// Stop the interpreter if it has not reported after this many seconds.
@@ -331,7 +332,8 @@ pub struct MeasureArgs {
     /// Result file to create; an existing file is refused before anything runs.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Python interpreter with PyTorch (default: $ITERAGPU_PYTHON, else python3).
+    /// Python interpreter with PyTorch (default: $ITERAGPU_PYTHON, else the Python beside the
+    /// iteragpu binary — the environment pip installed it in —, else python3).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
     /// Stop the worker after this many seconds (status `timeout`, results kept).

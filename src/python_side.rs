@@ -55,9 +55,47 @@ impl Package {
     }
 }
 
-/// The interpreter to use: `--python`, else `ITERAGPU_PYTHON`, else `python3`.
+/// The interpreter to use: `--python`, else `ITERAGPU_PYTHON`, else the Python beside this
+/// binary (`pip install iteragpu` puts both in the environment's `bin`: the one that has torch),
+/// else `python3` from the `PATH`.
 pub fn interpreter(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf)
         .or_else(|| std::env::var_os("ITERAGPU_PYTHON").map(PathBuf::from))
+        .or_else(|| std::env::current_exe().ok().and_then(|exe| beside(&exe)))
         .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// `python3` (else `python`) in the folder of `exe`, when it is an executable file.
+fn beside(exe: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = exe.parent()?;
+    ["python3", "python"]
+        .iter()
+        .map(|name| folder.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_python_beside_the_binary_is_the_environments() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("iteragpu");
+        assert_eq!(beside(&exe), None, "no interpreter there");
+        let python = dir.path().join("python");
+        std::fs::write(&python, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(beside(&exe), None, "not executable");
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(beside(&exe), Some(python));
+        let python3 = dir.path().join("python3");
+        std::fs::write(&python3, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&python3, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(beside(&exe), Some(python3), "python3 first");
+    }
 }

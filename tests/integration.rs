@@ -26,5 +26,7 @@ mod snapshot;
 mod sweep;
 #[path = "integration/torchrun.rs"]
 mod torchrun;
+#[path = "integration/wheel.rs"]
+mod wheel;
 #[path = "integration/workloads.rs"]
 mod workloads;

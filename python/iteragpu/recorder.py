@@ -55,6 +55,7 @@ class Recorder:
 
         if self.output is None:
             raise ValueError("Recorder(output=...) needs a file name for the result")
+        # From here on, iteragpu.phase() and iteragpu.describe() record into this one.
         if os.path.exists(self.output):
             raise FileExistsError(
                 f"{self.output} already exists; iteragpu never overwrites a result: choose a new file name"
@@ -63,6 +64,7 @@ class Recorder:
         if not self._environment["can_measure"]:
             raise RuntimeError(f"nothing measured: {self._environment['reason']}")
         self._started = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        _set_current(self)
 
     def __enter__(self):
         return self
@@ -118,6 +120,8 @@ class Recorder:
         }
         with open(self.output, "x", encoding="utf-8") as f:
             json.dump(doc, f, indent=2, default=str)
+        if _current is self:
+            _set_current(None)
         return self.output
 
     def _sync(self, reasons):
@@ -294,23 +298,39 @@ def _is_oom(torch, error):
     return "out of memory" in str(error).lower()
 
 
+_said_inactive = False
+
+
 def _active():
-    if _current is None:
-        raise RuntimeError(
-            "no iteragpu recorder is active: run this script with `iteragpu measure --script`, "
-            "or create one with iteragpu.Recorder(...)"
+    """The recorder in charge, or None — said once on stderr: a script that marks its phases
+    runs the same with plain `python script.py`, where nothing is recorded."""
+    global _said_inactive
+    if _current is None and not _said_inactive:
+        _said_inactive = True
+        import sys
+
+        print(
+            "iteragpu: no recorder is active, phases are not recorded (run the script with "
+            "`iteragpu measure --script`, or create an iteragpu.Recorder(output=...) first)",
+            file=sys.stderr,
         )
     return _current
 
 
 def phase(name, **inputs):
-    """`with iteragpu.phase("forward"): …` inside a script run by `iteragpu measure --script`."""
-    return _active().phase(name, **inputs)
+    """`with iteragpu.phase("forward"): …` — recorded under `iteragpu measure --script` or an
+    active Recorder; otherwise the block just runs."""
+    rec = _active()
+    if rec is None:
+        return contextlib.nullcontext(inputs)
+    return rec.phase(name, **inputs)
 
 
 def describe(**identity):
     """Declares the script's identity and dimensions: model=…, revision=…, batch=…, context=…"""
-    _active().describe(**identity)
+    rec = _active()
+    if rec is not None:
+        rec.describe(**identity)
 
 
 def _set_current(recorder):
