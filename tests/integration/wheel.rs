@@ -179,4 +179,36 @@ fn pip_install_gives_the_command_and_the_package() {
     );
     let doc = read_json(&measured);
     assert_eq!(doc["phases"].as_array().unwrap().len(), 3);
+
+    // The lab notebook's first cell finds the command beside its kernel's Python.
+    let nb: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("notebooks/iteragpu-lab.ipynb"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let first: String = nb["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cell_type"] == "code")
+        .unwrap()["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let cell = Command::new(venv.join("bin/python"))
+        .args(["-c", &format!("{first}\nprint('BIN', BIN)")])
+        .env_remove("ITERAGPU_BIN")
+        .env("TMPDIR", dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&cell.stdout);
+    assert!(
+        printed.contains(&format!("BIN {}", bin.display())),
+        "{printed}{}",
+        String::from_utf8_lossy(&cell.stderr)
+    );
 }
