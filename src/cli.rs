@@ -95,7 +95,11 @@ pub struct ReportArgs {
     pub output: PathBuf,
     /// Language of the fiche.
     #[arg(long, value_enum, default_value = "en")]
-    pub lang: crate::report::decision_sheet::Lang,
+    pub lang: crate::report::format::Lang,
+    /// The one unit of the fiche's sizes: gib (2^30 bytes, as PyTorch and nvidia-smi count) or gb
+    /// (10^9, as vendors label cards); raw bytes stay on hover and in the embedded results.
+    #[arg(long, value_enum, default_value = "gib")]
+    pub units: crate::report::format::Units,
 }
 
 #[derive(Debug, Args)]

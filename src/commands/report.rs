@@ -30,7 +30,12 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
         );
     }
     let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
-    let doc = decision_sheet::build(&result, series.as_ref(), estimate.as_ref(), args.lang)?;
+    let doc = decision_sheet::build(
+        &result,
+        series.as_ref(),
+        estimate.as_ref(),
+        crate::report::format::Style::new(args.lang, args.units),
+    )?;
     // Staged, announced, then moved into place: if standard output fails, nothing is written.
     let staged = output::stage(&args.output, exporter.render(&doc).as_bytes())?;
     writeln!(out, "fiche: {}", args.output.display())

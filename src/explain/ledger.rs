@@ -651,6 +651,18 @@ const FRAGMENTED_BYTES: u64 = 256 << 20;
 /// The allocator's own story, phase by phase: retries (cudaMalloc failed and the cache was
 /// freed), out-of-memory errors caught, and large inactive split bytes: fragmentation.
 pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
+    diagnostics_in(r, false)
+}
+
+/// The same diagnostics in English or in French (the fiche's language).
+pub fn diagnostics_in(r: &MeasureResult, fr: bool) -> Vec<String> {
+    let size = |b: u64| {
+        if fr {
+            format!("{:.2}\u{a0}Gio", crate::units::Bytes(b).gib()).replace('.', ",")
+        } else {
+            crate::units::Bytes(b).both()
+        }
+    };
     let mut out = Vec::new();
     let mut retries_before: Option<u64> = None;
     let mut ooms_before: Option<u64> = None;
@@ -660,23 +672,39 @@ pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
         if let (Some(now), Some(before)) = (stats.num_alloc_retries, retries_before)
             && now > before
         {
-            out.push(format!(
-                "{} #{}: {} allocation retr{} (cudaMalloc failed, the cache was freed and the request tried again): fragmentation, and slow",
-                p.name,
-                p.index,
-                now - before,
-                if now - before == 1 { "y" } else { "ies" }
-            ));
+            out.push(if fr {
+                format!(
+                    "`{}` #{}\u{a0}: {} nouvelle(s) tentative(s) d’allocation (cudaMalloc a échoué, le cache a été vidé et la demande relancée)\u{a0}: fragmentation, et lenteur",
+                    p.name, p.index, now - before
+                )
+            } else {
+                format!(
+                    "{} #{}: {} allocation retr{} (cudaMalloc failed, the cache was freed and the request tried again): fragmentation, and slow",
+                    p.name,
+                    p.index,
+                    now - before,
+                    if now - before == 1 { "y" } else { "ies" }
+                )
+            });
         }
         if let (Some(now), Some(before)) = (stats.num_ooms, ooms_before)
             && now > before
         {
-            out.push(format!(
-                "{} #{}: {} out-of-memory error(s) raised by the allocator",
-                p.name,
-                p.index,
-                now - before
-            ));
+            out.push(if fr {
+                format!(
+                    "`{}` #{}\u{a0}: {} erreur(s) de manque de mémoire levée(s) par l’allocateur",
+                    p.name,
+                    p.index,
+                    now - before
+                )
+            } else {
+                format!(
+                    "{} #{}: {} out-of-memory error(s) raised by the allocator",
+                    p.name,
+                    p.index,
+                    now - before
+                )
+            });
         }
         retries_before = stats.num_alloc_retries.or(retries_before);
         ooms_before = stats.num_ooms.or(ooms_before);
@@ -684,13 +712,24 @@ pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
             && split >= FRAGMENTED_BYTES
             && split as f64 >= FRAGMENTED_SHARE * resv as f64
         {
-            out.push(format!(
-                "{} #{}: fragmentation: up to {} free inside split blocks ({:.0}% of the reserved peak), unusable for larger requests; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                p.name,
-                p.index,
-                crate::units::Bytes(split).both(),
-                100.0 * split as f64 / resv as f64
-            ));
+            let share = 100.0 * split as f64 / resv as f64;
+            out.push(if fr {
+                format!(
+                    "`{}` #{}\u{a0}: fragmentation\u{a0}: jusqu’à {} libres dans des blocs découpés ({:.0}\u{a0}% du pic réservé), inutilisables pour des demandes plus grandes\u{a0}; essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
+                    p.name,
+                    p.index,
+                    size(split),
+                    share
+                )
+            } else {
+                format!(
+                    "{} #{}: fragmentation: up to {} free inside split blocks ({:.0}% of the reserved peak), unusable for larger requests; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                    p.name,
+                    p.index,
+                    size(split),
+                    share
+                )
+            });
         }
     }
     if r.environment
@@ -699,7 +738,11 @@ pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
         .and_then(|p| p.allocator_backend())
         == Some("cudaMallocAsync")
     {
-        out.push("backend cudaMallocAsync: the driver's pool manages the memory; PyTorch reports no split blocks or segments for it, and reserved is the pool's size".into());
+        out.push(if fr {
+            "backend `cudaMallocAsync`\u{a0}: la réserve du pilote gère la mémoire\u{a0}; PyTorch n’y signale ni blocs découpés ni segments, et le réservé est la taille de cette réserve".into()
+        } else {
+            "backend cudaMallocAsync: the driver's pool manages the memory; PyTorch reports no split blocks or segments for it, and reserved is the pool's size".into()
+        });
     }
     out
 }

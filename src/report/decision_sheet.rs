@@ -9,53 +9,27 @@
 
 use serde_json::Value;
 
-use super::document::{Attachment, Block, Chart, Document};
+use super::document::{Attachment, Block, Cell, Chart, Document, Tone, Verdict};
 use super::inputs::{EstimateDoc, InputError, InputFile as Input, Loaded};
 use crate::cards;
 use crate::measure::result::MeasureResult;
 use crate::sweep::series::Series;
-use crate::units::Bytes;
 
-/// English or French.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Lang {
-    En,
-    Fr,
+use super::format::Style;
+
+/// A size in the fiche's one unit, or `null (not read)` (never 0) for a value not read.
+fn both(v: Option<u64>, lang: Style) -> String {
+    lang.size(v)
 }
 
-impl Lang {
-    fn t(self, en: &'static str, fr: &'static str) -> &'static str {
-        match self {
-            Lang::En => en,
-            Lang::Fr => fr,
-        }
-    }
-    fn code(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::Fr => "fr",
-        }
-    }
+/// The size cell of a column whose header names the unit.
+fn size(v: Option<u64>) -> Cell {
+    Cell::size(v)
 }
 
-/// `1.23 GB · 1.15 GiB · 1,234,567,890 B`, or `null` (never 0) for a value not read.
-fn both(v: Option<u64>, lang: Lang) -> String {
-    match v {
-        None => lang.t("null (not read)", "null (non lu)").into(),
-        Some(b) => {
-            let b = Bytes(b);
-            let (gb, gib) = (format!("{:.2}", b.gb()), format!("{:.2}", b.gib()));
-            match lang {
-                Lang::En => format!("{gb} GB · {gib} GiB · {} B", b.grouped()),
-                Lang::Fr => format!(
-                    "{} Go · {} Gio · {} o",
-                    gb.replace('.', ","),
-                    gib.replace('.', ","),
-                    b.grouped().replace(',', "\u{202f}")
-                ),
-            }
-        }
-    }
+/// A column header with the fiche's unit: `peak reserved (GiB)`.
+fn in_unit(header: &str, lang: Style) -> String {
+    format!("{header} ({})", lang.unit())
 }
 
 fn text(v: &Value) -> String {
@@ -83,7 +57,7 @@ pub fn build(
     result: &Loaded,
     series: Option<&Loaded>,
     estimate: Option<&Loaded>,
-    lang: Lang,
+    lang: Style,
 ) -> Result<Document, InputError> {
     let Input::Measure(r) = &result.doc else {
         return Err(result.wrong(
@@ -140,6 +114,7 @@ pub fn build(
         );
         b.push(Block::Para(warning.into()));
     }
+    verdict(&mut b, r, s, e, lang);
     identity(&mut b, r, lang);
     environment(&mut b, r, lang);
     calculated(&mut b, e, lang);
@@ -157,7 +132,7 @@ pub fn build(
         .flatten()
         .chain(nodes)
     {
-        listed.push(format!("{} — SHA-256 {}", l.path.display(), l.sha256));
+        listed.push(format!("`{}` — SHA-256 `{}`", l.path.display(), l.sha256));
         attachments.push(Attachment {
             path: l.path.display().to_string(),
             sha256: l.sha256.clone(),
@@ -179,14 +154,302 @@ pub fn build(
                 .map(text)
                 .unwrap_or_else(|| r.identity.workload.clone())
         ),
-        lang: lang.code(),
+        style: lang,
         blocks: b,
         attachments,
     })
 }
 
+/// The answer first: the workload, the peak that matters, the capacity and the margin, the
+/// largest load validated, the largest term of the gap, what is still assumed — each line linked
+/// to the section that backs it.
+fn verdict(
+    b: &mut Vec<Block>,
+    r: &MeasureResult,
+    s: Option<&Series>,
+    e: Option<&EstimateDoc>,
+    lang: Style,
+) {
+    let mut lines = Vec::new();
+    let fake = r
+        .environment
+        .python
+        .as_ref()
+        .and_then(|p| p.torch_str("version"))
+        .is_some_and(|v| v.contains("fake"));
+    if fake {
+        lines.push(Verdict {
+            label: lang.t("Source", "Source").into(),
+            value: lang
+                .t(
+                    "the test suite's fake torch: an example, not a GPU measurement",
+                    "le faux torch des tests : un exemple, pas une mesure sur GPU",
+                )
+                .into(),
+            section: Some(lang.t("Environment", "Environnement").into()),
+            tone: Tone::Bad,
+        });
+    }
+    let dims: Vec<String> = r
+        .dimensions
+        .iter()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect();
+    lines.push(Verdict {
+        label: lang.t("Workload", "Charge").into(),
+        value: format!(
+            "`{}` · {}",
+            r.identity
+                .declared
+                .get("model")
+                .map(text)
+                .unwrap_or_else(|| r.identity.workload.clone()),
+            if dims.is_empty() {
+                lang.t("no declared dimension", "aucune dimension déclarée")
+                    .to_string()
+            } else {
+                format!("`{}`", dims.join(" · "))
+            }
+        ),
+        section: Some(lang.t("Dimensions", "Dimensions").into()),
+        tone: Tone::Neutral,
+    });
+    let observed_heading = lang.t("Observed", "Observé").to_string();
+    // The peak that matters: the highest peak reserved of a completed phase, and the driver's view.
+    let peak = r
+        .phases
+        .iter()
+        .filter(|p| p.status.is_ok())
+        .filter_map(|p| Some((p, p.devices.first()?.peak_reserved_bytes?)))
+        .max_by_key(|(p, b)| (*b, std::cmp::Reverse(p.index)));
+    let driver_peak = r
+        .phases
+        .iter()
+        .filter(|p| p.status.is_ok())
+        .flat_map(|p| p.driver.iter().flatten())
+        .filter_map(|d| d.peak_process_used_bytes)
+        .max();
+    if !r.status.is_ok() {
+        let class = r
+            .failure
+            .as_ref()
+            .and_then(|f| f.post_mortem.as_ref())
+            .map(|pm| match (pm.diagnosis.class, lang.fr()) {
+                (c, false) => format!(" ({})", c.label()),
+                (crate::explain::oom::OomClass::Capacity, true) => " (capacité)".into(),
+                (crate::explain::oom::OomClass::Fragmentation, true) => " (fragmentation)".into(),
+                (crate::explain::oom::OomClass::AnotherProcess, true) => {
+                    " (un autre processus)".into()
+                }
+                (crate::explain::oom::OomClass::Unknown, true) => " (indéterminé)".into(),
+            })
+            .unwrap_or_default();
+        lines.push(Verdict {
+            label: lang.t("Run", "Essai").into(),
+            value: format!(
+                "{} `{}`{class} — {}",
+                lang.t(
+                    "did not complete: it stopped in",
+                    "n’a pas abouti : arrêt dans"
+                ),
+                r.failure
+                    .as_ref()
+                    .and_then(|f| f.phase.clone())
+                    .unwrap_or_else(|| "?".into()),
+                lang.t(
+                    "a partial peak before a failure is not the need of a complete run",
+                    "un pic partiel avant un échec n’est pas le besoin d’une exécution complète"
+                )
+            ),
+            section: Some(observed_heading.clone()),
+            tone: Tone::Bad,
+        });
+    }
+    if let Some((p, reserved)) = peak {
+        lines.push(Verdict {
+            label: lang.t("Peak that matters", "Pic qui compte").into(),
+            value: format!(
+                "{} {} `{}`{}",
+                both(Some(reserved), lang),
+                lang.t("reserved, in", "réservés, dans"),
+                p.name,
+                driver_peak.map_or(String::new(), |d| format!(
+                    " — {} {}",
+                    lang.t("driver's view", "vue du pilote"),
+                    both(Some(d), lang)
+                ))
+            ),
+            section: Some(observed_heading.clone()),
+            tone: Tone::Neutral,
+        });
+    }
+    // The capacity compared with, named, and the margin.
+    let nvml = r
+        .environment
+        .driver
+        .as_ref()
+        .and_then(|d| d.gpus.first())
+        .and_then(|g| g.total_bytes);
+    let torch_total = first_device(r)
+        .and_then(|d| d.get("total_memory"))
+        .and_then(Value::as_u64);
+    let capacity = match (nvml, torch_total) {
+        (Some(n), _) => Some((lang.t("NVML's total", "total de NVML"), n)),
+        (None, Some(t)) => Some((
+            lang.t("PyTorch's total_memory", "total_memory de PyTorch"),
+            t,
+        )),
+        _ => None,
+    };
+    let need = driver_peak.or(peak.map(|p| p.1));
+    if let (Some((name, cap)), Some(need)) = (capacity, need) {
+        let margin = cap as i128 - need as i128;
+        let share = 100.0 * margin as f64 / cap as f64;
+        lines.push(Verdict {
+            label: lang.t("Capacity and margin", "Capacité et marge").into(),
+            value: format!(
+                "{name} {} — {} {} ({}, {})",
+                both(Some(cap), lang),
+                if margin >= 0 {
+                    lang.t("margin", "marge")
+                } else {
+                    lang.t("short by", "manque")
+                },
+                both(Some(margin.unsigned_abs() as u64), lang),
+                lang.percent(Some(share)).trim_start_matches('+'),
+                if driver_peak.is_some() {
+                    lang.t("against the driver's view", "face à la vue du pilote")
+                } else {
+                    lang.t(
+                        "against the peak reserved; the CUDA context is not counted",
+                        "face au pic réservé ; le contexte CUDA n’est pas compté",
+                    )
+                }
+            ),
+            section: Some(lang.t("Environment", "Environnement").into()),
+            tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
+        });
+    }
+    // What a series validated.
+    if let Some(s) = s {
+        let var = s.varied.first().map_or("", |v| v.name());
+        let largest = s
+            .trials
+            .iter()
+            .filter(|t| t.status.is_ok())
+            .filter_map(|t| t.values.get(var).and_then(Value::as_u64))
+            .max();
+        let mut value = match largest {
+            Some(v) => format!(
+                "`{var}` = {} {}",
+                lang.integer(u128::from(v)),
+                lang.t("validated", "validé")
+            ),
+            None => lang
+                .t(
+                    "no load of the series completed",
+                    "aucune charge de la série n’a abouti",
+                )
+                .into(),
+        };
+        if let Some(f) = &s.frontier {
+            value.push_str(&format!(
+                "; {} {} – {}",
+                lang.t("frontier between", "frontière entre"),
+                f.last_success
+                    .map_or("—".into(), |v| lang.integer(u128::from(v))),
+                f.first_failure
+                    .map_or("—".into(), |v| lang.integer(u128::from(v)))
+            ));
+        }
+        lines.push(Verdict {
+            label: lang
+                .t("Largest load validated", "Plus grande charge validée")
+                .into(),
+            value,
+            section: Some(observed_heading.clone()),
+            tone: if largest.is_some() {
+                Tone::Good
+            } else {
+                Tone::Bad
+            },
+        });
+    } else if r.status.is_ok() {
+        lines.push(Verdict {
+            label: lang
+                .t("Largest load validated", "Plus grande charge validée")
+                .into(),
+            value: lang
+                .t(
+                    "this load only (no series attached)",
+                    "cette charge seulement (aucune série jointe)",
+                )
+                .into(),
+            section: Some(lang.t("Configuration chosen", "Choix retenu").into()),
+            tone: Tone::Neutral,
+        });
+    }
+    // The largest term of the gap.
+    if let Ok(l) = crate::explain::ledger::of_result(r, e, None) {
+        use crate::explain::ledger::LineKind;
+        if let Some(term) = l
+            .lines
+            .iter()
+            .filter(|x| x.kind == LineKind::Term)
+            .filter_map(|x| Some((x, x.observed.as_ref()?.bytes)))
+            .max_by_key(|(_, b)| *b)
+        {
+            lines.push(Verdict {
+                label: lang
+                    .t("Largest term of the gap", "Plus gros poste de l’écart")
+                    .into(),
+                value: format!(
+                    "{}{} {}",
+                    ledger_text(&term.0.term, lang),
+                    colon(lang),
+                    both(Some(term.1), lang)
+                ),
+                section: Some(
+                    lang.t(
+                        "Why the peak exceeds the estimate",
+                        "Pourquoi le pic dépasse l’estimation",
+                    )
+                    .into(),
+                ),
+                tone: Tone::Neutral,
+            });
+        }
+    }
+    // What is still assumed.
+    let assumed = e.map_or(0, |e| {
+        e.terms.iter().filter(|t| t.kind == "assumed").count()
+    });
+    lines.push(Verdict {
+        label: lang.t("Still assumed", "Encore supposé").into(),
+        value: match (assumed, e.is_some()) {
+            (_, false) => lang
+                .t(
+                    "no estimate attached; evaluation, export and variations not covered by a series",
+                    "aucune estimation jointe ; évaluation, export et variations hors série"
+                )
+                .into(),
+            (n, true) => format!(
+                "{} {}",
+                lang.integer(n as u128),
+                lang.t(
+                    "term(s) of the estimate, and the variations listed",
+                    "poste(s) de l’estimation, et les variations listées"
+                )
+            ),
+        },
+        section: Some(lang.t("Assumed", "Supposé").into()),
+        tone: Tone::Neutral,
+    });
+    b.push(Block::Verdict(lines));
+}
+
 /// The two largest categories alive at the predicted peak of the `k`-th phase named `name`.
-fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Lang) -> String {
+fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Style) -> String {
     let Some(at) = r
         .prediction
         .as_ref()
@@ -200,9 +463,32 @@ fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Lang) -> Strin
     categories
         .iter()
         .take(2)
-        .map(|(c, b)| format!("{c} {}", both(Some(**b), lang)))
+        .map(|(c, b)| format!("{} {}", category_name(c, lang), both(Some(**b), lang)))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A prediction's storage category in the reader's language.
+fn category_name(c: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return c.to_string();
+    }
+    match c {
+        "parameter" => "paramètres",
+        "buffer" => "tampons",
+        "gradient" => "gradients",
+        "optimizer state" => "états de l’optimiseur",
+        "input" => "entrées",
+        "activation" => "activations",
+        "temporary" => "temporaires",
+        "kv cache" => "cache KV",
+        "workspace" => "espaces de travail",
+        "communication" => "communication",
+        "allocator rounding" => "arrondi de l’allocateur",
+        "other" => "autres",
+        other => other,
+    }
+    .to_string()
 }
 
 /// A series belongs with a result when every dimension but the varied ones is the same.
@@ -242,35 +528,45 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
     Ok(())
 }
 
-fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     b.push(Block::Heading(
         lang.t("Identity", "Identité de l’essai").into(),
     ));
     let d = &r.identity.declared;
-    let mut rows = vec![
+    let code = |v: Option<&Value>| v.map_or(Cell::Text("—".into()), |v| Cell::Code(text(v)));
+    let mut rows: Vec<Vec<Cell>> = vec![
         vec![
             lang.t("workload", "charge").into(),
-            r.identity.workload.clone(),
+            Cell::Code(r.identity.workload.clone()),
         ],
         vec![
             lang.t("model or code", "modèle ou code").into(),
-            d.get("model").map(text).unwrap_or_else(|| "—".into()),
+            code(d.get("model")),
         ],
         vec![
             lang.t("revision", "révision").into(),
-            d.get("revision").map(text).unwrap_or_else(|| "—".into()),
+            code(d.get("revision")),
         ],
         vec![
             lang.t("measuring code", "code de mesure").into(),
-            r.identity.code_hash.clone(),
+            Cell::Code(r.identity.code_hash.clone()),
         ],
         vec![
             lang.t("seed", "graine").into(),
-            r.identity.seed.map_or("—".into(), |s| s.to_string()),
+            r.identity
+                .seed
+                .map_or("—".into(), |s| lang.integer(u128::from(s)))
+                .into(),
         ],
         vec![
             lang.t("run", "exécution").into(),
-            format!("{} → {} ({})", r.started_at, r.ended_at, r.status),
+            format!(
+                "{} → {} ({})",
+                lang.date(&r.started_at),
+                lang.date(&r.ended_at),
+                status_word(r.status, lang)
+            )
+            .into(),
         ],
     ];
     let shapes: Vec<String> = r
@@ -287,7 +583,7 @@ fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
         rows.push(vec![
             lang.t("inputs (processed shapes)", "entrées (formes traitées)")
                 .into(),
-            shapes.join("; "),
+            Cell::Code(shapes.join("; ")),
         ]);
     }
     b.push(Block::Table {
@@ -303,16 +599,38 @@ fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
         rows: r
             .dimensions
             .iter()
-            .map(|(k, v)| vec![k.clone(), text(v)])
+            .map(|(k, v)| vec![Cell::Code(k.clone()), value_cell(v, lang)])
             .collect(),
     });
 }
 
-fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+/// A dimension's value: a number in the fiche's style, anything else as an identifier.
+fn value_cell(v: &Value, lang: Style) -> Cell {
+    match v {
+        Value::Number(n) if n.is_u64() => lang.integer(u128::from(n.as_u64().unwrap_or(0))).into(),
+        Value::Number(n) => lang.decimal(n.as_f64().unwrap_or(0.0), 2).into(),
+        other => Cell::Code(text(other)),
+    }
+}
+
+/// A run's status in the reader's language (the identifier in the JSON stays English).
+fn status_word(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
+    use crate::measure::result::RunStatus as S;
+    match status {
+        S::Ok => lang.t("ok", "réussi"),
+        S::Failed => lang.t("failed", "échoué"),
+        S::Crashed => lang.t("crashed", "planté"),
+        S::Timeout => lang.t("timed out", "délai dépassé"),
+        S::Interrupted => lang.t("interrupted", "interrompu"),
+        S::Terminated => lang.t("terminated", "arrêté"),
+    }
+}
+
+fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     b.push(Block::Heading(
         lang.t("Environment", "Environnement").into(),
     ));
-    let mut rows = Vec::new();
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
     let py = r.environment.python.as_ref();
     let torch = py.and_then(|p| p.torch.as_ref());
     let tget = |k: &str| {
@@ -323,11 +641,11 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
     };
     rows.push(vec![
         "GPU".into(),
-        format!(
+        Cell::Code(format!(
             "{} ({})",
             gpu_name(r).unwrap_or_else(|| "null".into()),
             r.scope.devices.join(", ")
-        ),
+        )),
     ]);
     if let Some(total) = first_device(r)
         .and_then(|d| d.get("total_memory"))
@@ -339,59 +657,62 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
                 "capacité (total_memory de PyTorch)",
             )
             .into(),
-            both(Some(total), lang),
+            Cell::size_with_unit(Some(total)),
         ]);
     }
     match &r.environment.driver {
         Some(d) => {
             rows.push(vec![
                 lang.t("driver", "pilote").into(),
-                format!(
+                Cell::Code(format!(
                     "{} (CUDA {})",
                     d.driver_version.as_deref().unwrap_or("?"),
                     d.cuda_driver_version.as_deref().unwrap_or("?")
-                ),
+                )),
             ]);
             if let Some(g) = d.gpus.first() {
                 rows.push(vec![
                     lang.t("capacity (NVML)", "capacité (NVML)").into(),
-                    both(g.total_bytes, lang),
+                    Cell::size_with_unit(g.total_bytes),
                 ]);
             }
         }
         None => rows.push(vec![
             lang.t("driver", "pilote").into(),
-            r.environment
-                .driver_reason
-                .clone()
-                .unwrap_or_else(|| "null".into()),
+            lang.t(
+                "no NVIDIA driver's view in this run",
+                "pas de vue du pilote NVIDIA dans cet essai",
+            )
+            .into(),
         ]),
     }
     rows.push(vec![
         "Python".into(),
-        py.map(|p| {
-            format!(
-                "{} {}",
-                text(&p.python["executable"]),
-                text(&p.python["version"])
-            )
-        })
-        .unwrap_or_else(|| "null".into()),
+        Cell::Code(
+            py.map(|p| {
+                format!(
+                    "{} {}",
+                    text(&p.python["executable"]),
+                    text(&p.python["version"])
+                )
+            })
+            .unwrap_or_else(|| "null".into()),
+        ),
     ]);
-    rows.push(vec!["PyTorch".into(), tget("version")]);
+    rows.push(vec!["PyTorch".into(), Cell::Code(tget("version"))]);
     rows.push(vec![
         "CUDA / HIP".into(),
-        format!(
+        Cell::Code(format!(
             "{} (cuda {}, hip {})",
             tget("backend"),
             tget("cuda_version"),
             tget("hip_version")
-        ),
+        )),
     ]);
     rows.push(vec![
         lang.t("allocator backend", "backend de l’allocateur")
             .into(),
-        tget("allocator_backend"),
+        Cell::Code(tget("allocator_backend")),
     ]);
     if let Some(settings) = py.and_then(|p| p.settings.as_object()) {
         let set: Vec<String> = settings
@@ -405,7 +726,7 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
             if set.is_empty() {
                 lang.t("none set", "aucun").into()
             } else {
-                set.join(", ")
+                Cell::Code(set.join(", "))
             },
         ]);
     }
@@ -417,103 +738,156 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
     let p = &r.policies;
     b.push(Block::List(vec![
         format!(
-            "{}: {}",
+            "{}{} `{}`",
             lang.t("phases", "phases"),
+            colon(lang),
             r.scope.phases.join(", ")
         ),
         format!(
-            "{}: {}",
+            "{}{} `{}`",
             lang.t("first pass", "premier passage"),
+            colon(lang),
             r.scope.first_pass
         ),
         format!(
-            "{}: {}, {} {}, {} {}, empty_cache {}",
+            "{}{} `{}`, {} {}, {} {}, `empty_cache {}`",
             lang.t("protocol", "protocole"),
+            colon(lang),
             p.protocol,
-            p.warmup,
+            lang.integer(u128::from(p.warmup)),
             lang.t("warm-up passes", "passages d’échauffement"),
-            p.repeats,
+            lang.integer(u128::from(p.repeats)),
             lang.t("repeats", "répétitions"),
             p.empty_cache.as_str()
         ),
-        format!("{}: {}", lang.t("process", "processus"), p.process),
+        format!(
+            "{}{} `{}`",
+            lang.t("process", "processus"),
+            colon(lang),
+            p.process
+        ),
     ]));
 }
 
-fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Lang) {
+/// `:` in English, ` :` with a no-break space in French.
+fn colon(lang: Style) -> &'static str {
+    lang.t(":", "\u{a0}:")
+}
+
+fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {
     b.push(Block::Heading(lang.t("Calculated", "Calculé").into()));
     let Some(e) = e else {
         b.push(Block::Para(
             lang.t(
                 "No estimate attached: give --estimate EST.json (the output of `iteragpu estimate --json`).",
-                "Aucune estimation jointe : ajoutez --estimate EST.json (sortie de `iteragpu estimate --json`).",
+                "Aucune estimation jointe : ajoutez `--estimate EST.json` (sortie de `iteragpu estimate --json`).",
             )
             .into(),
         ));
         return;
     };
-    let rows: Vec<Vec<String>> = e
+    let rows: Vec<Vec<Cell>> = e
         .terms
         .iter()
         .filter(|t| t.kind == "calculated")
         .map(|t| {
             vec![
-                t.name.clone(),
-                both(Some(t.bytes), lang),
-                t.formula.clone(),
-                if t.in_total { "" } else { "(info)" }.into(),
+                term_name(&t.name, lang).into(),
+                size(Some(t.bytes)),
+                Cell::Code(t.formula.clone()),
+                if t.in_total {
+                    ""
+                } else {
+                    lang.t("(not in the total)", "(hors total)")
+                }
+                .into(),
             ]
         })
         .collect();
     b.push(Block::Table {
         header: vec![
             lang.t("term", "poste").into(),
-            lang.t("bytes", "octets").into(),
+            in_unit(lang.t("size", "taille"), lang),
             lang.t("formula", "formule").into(),
             String::new(),
         ],
         rows,
     });
     b.push(Block::Para(format!(
-        "{}: {}",
+        "{}{} {}",
         lang.t(
             "Preparation hypothesis (calculated and assumed terms together)",
             "Hypothèse de préparation (postes calculés et supposés ensemble)"
         ),
+        colon(lang),
         both(Some(e.total_bytes), lang)
     )));
 }
 
-fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang) {
+/// An estimate's term name as the reader's language says it (the estimate writes English).
+fn term_name(name: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return name.to_string();
+    }
+    const FR: [(&str, &str); 16] = [
+        ("weights", "poids"),
+        ("gradients", "gradients"),
+        ("optimizer states", "états de l’optimiseur"),
+        ("master weights", "poids maîtres"),
+        ("activations", "activations"),
+        ("KV cache", "cache KV"),
+        ("reserve", "réserve"),
+        ("allocator segments", "segments de l’allocateur"),
+        ("CUDA context", "contexte CUDA"),
+        ("workspaces", "espaces de travail"),
+        ("DDP buckets", "seaux DDP"),
+        ("NCCL", "NCCL"),
+        ("HOST memory", "mémoire HÔTE"),
+        ("model states", "états du modèle"),
+        ("unsharded", "non partitionnés"),
+        ("per node", "par nœud"),
+    ];
+    let mut out = name.to_string();
+    for (en, fr) in FR {
+        out = out.replace(en, fr);
+    }
+    out
+}
+
+fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Style) {
     b.push(Block::Heading(lang.t("Observed", "Observé").into()));
-    let mut rows = Vec::new();
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
     for p in &r.phases {
         if p.devices.is_empty() {
             rows.push(vec![
-                p.name.clone(),
+                Cell::Code(p.name.clone()),
                 "—".into(),
-                p.status.to_string(),
-                p.note.clone().unwrap_or_default(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
+                phase_status(p.status, lang).into(),
+                lang.t(
+                    "no end readings: the worker ended during this phase",
+                    "pas de lecture de fin : le processus s’est arrêté pendant cette phase",
+                )
+                .into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
             ]);
         }
         for d in &p.devices {
             let gap = match (d.end_reserved_bytes, d.end_allocated_bytes) {
-                (Some(rv), Some(a)) if rv >= a => both(Some(rv - a), lang),
-                _ => "null".into(),
+                (Some(rv), Some(a)) if rv >= a => Some(rv - a),
+                _ => None,
             };
             rows.push(vec![
-                p.name.clone(),
-                d.device.clone(),
-                p.status.to_string(),
-                both(d.peak_allocated_bytes, lang),
-                both(d.peak_reserved_bytes, lang),
-                both(d.end_allocated_bytes, lang),
-                both(d.end_reserved_bytes, lang),
-                gap,
+                Cell::Code(p.name.clone()),
+                Cell::Code(d.device.clone()),
+                phase_status(p.status, lang).into(),
+                size(d.peak_allocated_bytes),
+                size(d.peak_reserved_bytes),
+                size(d.end_allocated_bytes),
+                size(d.end_reserved_bytes),
+                size(gap),
             ]);
         }
     }
@@ -522,22 +896,24 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
             "phase".into(),
             lang.t("device", "appareil").into(),
             lang.t("status", "statut").into(),
-            lang.t("peak allocated", "pic allocated").into(),
-            lang.t("peak reserved", "pic reserved").into(),
-            lang.t("end allocated", "allocated fin").into(),
-            lang.t("end reserved", "reserved fin").into(),
-            lang.t(
-                "reserved − allocated at the end (same checkpoint)",
-                "reserved − allocated en fin (même point de contrôle)",
-            )
-            .into(),
+            in_unit(lang.t("peak allocated", "pic alloué"), lang),
+            in_unit(lang.t("peak reserved", "pic réservé"), lang),
+            in_unit(lang.t("end allocated", "alloué en fin"), lang),
+            in_unit(lang.t("end reserved", "réservé en fin"), lang),
+            in_unit(
+                lang.t(
+                    "reserved − allocated at the end (same checkpoint)",
+                    "réservé − alloué en fin (même point de contrôle)",
+                ),
+                lang,
+            ),
         ],
         rows,
     });
     b.push(Block::List(vec![
         lang.t(
             "Peaks are absolute over each phase and include what already existed at its start. Reserved − allocated is shown only from two readings of the same checkpoint, never as peak reserved − peak allocated, which describes no single moment.",
-            "Les pics sont absolus sur chaque phase et incluent ce qui existait à son début. L’écart reserved − allocated n’est montré qu’à partir de deux lectures d’un même point de contrôle, jamais comme pic reserved − pic allocated, qui ne décrit aucun instant.",
+            "Les pics sont absolus sur chaque phase et incluent ce qui existait à son début. L’écart réservé − alloué n’est montré qu’à partir de deux lectures d’un même point de contrôle, jamais comme pic réservé − pic alloué, qui ne décrit aucun instant.",
         )
         .into(),
         lang.t(
@@ -547,37 +923,39 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
         .into(),
     ]));
     // The driver's view.
-    let driver: Vec<Vec<String>> = r
+    let driver: Vec<Vec<Cell>> = r
         .phases
         .iter()
         .flat_map(|p| p.driver.iter().flatten().map(move |d| (p, d)))
         .filter(|(_, d)| d.peak_process_used_bytes.is_some())
         .map(|(p, d)| {
             vec![
-                p.name.clone(),
-                d.device.clone(),
-                both(d.peak_process_used_bytes, lang),
-                both(d.outside_allocator_at_end_bytes, lang),
-                d.samples.to_string(),
+                Cell::Code(p.name.clone()),
+                Cell::Code(d.device.clone()),
+                size(d.peak_process_used_bytes),
+                size(d.outside_allocator_at_end_bytes),
+                lang.integer(d.samples as u128).into(),
             ]
         })
         .collect();
     if driver.is_empty() {
         b.push(Block::Para(format!(
-            "{}: {}",
+            "{}{} {}",
             lang.t("Driver's view", "Vue du pilote"),
-            r.environment
-                .driver_reason
-                .clone()
-                .unwrap_or_else(|| lang.t("not sampled", "non échantillonnée").into())
+            colon(lang),
+            match &r.environment.driver_reason {
+                Some(why) if !lang.fr() => why.clone(),
+                Some(_) => "pilote NVIDIA absent ou illisible (la raison exacte est dans le résultat joint)".into(),
+                None => lang.t("not sampled", "non échantillonnée").into(),
+            }
         )));
     } else {
         b.push(Block::Table {
             header: vec![
                 "phase".into(),
                 lang.t("device", "appareil").into(),
-                lang.t("process peak (NVML)", "pic du processus (NVML)").into(),
-                lang.t("outside PyTorch's allocator at the end (CUDA context, libraries; not a leak by itself)", "hors de l’allocateur PyTorch en fin (contexte CUDA, bibliothèques ; pas une fuite en soi)").into(),
+                in_unit(lang.t("process peak (NVML)", "pic du processus (NVML)"), lang),
+                in_unit(lang.t("outside PyTorch's allocator at the end (CUDA context, libraries; not a leak by itself)", "hors de l’allocateur PyTorch en fin (contexte CUDA, bibliothèques ; pas une fuite en soi)"), lang),
                 lang.t("samples", "échantillons").into(),
             ],
             rows: driver,
@@ -585,11 +963,16 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
     }
     if let Some(f) = &r.failure {
         b.push(Block::Para(format!(
-            "{} {}: {} {} — {}",
+            "{} `{}`{} `{}` {} — {}",
             lang.t("Failure in", "Échec dans"),
             f.phase.as_deref().unwrap_or("?"),
+            colon(lang),
             f.error_type.as_deref().unwrap_or(""),
-            f.message.as_deref().unwrap_or(""),
+            if lang.fr() {
+                String::new()
+            } else {
+                f.message.clone().unwrap_or_default()
+            },
             lang.t(
                 "a partial peak before a failure is not the memory need of a complete run.",
                 "un pic partiel avant une saturation ne constitue pas le besoin mémoire d’une exécution complète.",
@@ -605,13 +988,11 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
         b.push(Block::Table {
             header: vec![
                 "phase".into(),
-                lang.t("predicted peak allocated", "pic allocated prévu")
-                    .into(),
-                lang.t("observed", "observé").into(),
+                in_unit(lang.t("predicted peak allocated", "pic alloué prévu"), lang),
+                in_unit(lang.t("observed", "observé"), lang),
                 lang.t("error", "écart").into(),
-                lang.t("predicted peak reserved", "pic reserved prévu")
-                    .into(),
-                lang.t("observed", "observé").into(),
+                in_unit(lang.t("predicted peak reserved", "pic réservé prévu"), lang),
+                in_unit(lang.t("observed", "observé"), lang),
                 lang.t("error", "écart").into(),
                 lang.t("largest at the predicted peak", "le plus gros au pic prévu")
                     .into(),
@@ -624,16 +1005,14 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
                     let k = *n;
                     *n += 1;
                     vec![
-                        c.phase.clone(),
-                        both(Some(c.predicted_peak_allocated_bytes), lang),
-                        both(c.observed_peak_allocated_bytes, lang),
-                        c.error_allocated_pct
-                            .map_or("null".into(), |p| format!("{p:+.1} %")),
-                        both(Some(c.predicted_peak_reserved_bytes), lang),
-                        both(c.observed_peak_reserved_bytes, lang),
-                        c.error_reserved_pct
-                            .map_or("null".into(), |p| format!("{p:+.1} %")),
-                        largest_at_peak(r, &c.phase, k, lang),
+                        Cell::Code(c.phase.clone()),
+                        size(Some(c.predicted_peak_allocated_bytes)),
+                        size(c.observed_peak_allocated_bytes),
+                        Cell::Percent(c.error_allocated_pct),
+                        size(Some(c.predicted_peak_reserved_bytes)),
+                        size(c.observed_peak_reserved_bytes),
+                        Cell::Percent(c.error_reserved_pct),
+                        largest_at_peak(r, &c.phase, k, lang).into(),
                     ]
                 })
                 .collect(),
@@ -641,15 +1020,15 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
     }
     for c in &r.kv_cache {
         b.push(Block::Para(format!(
-            "{} {}: {} {} / {} {} ({})",
+            "{} `{}`{} {} {} / {} {} ({})",
             lang.t("KV cache after", "Cache KV après"),
             c.phase,
+            colon(lang),
             lang.t("observed", "observé"),
             both(c.observed_bytes, lang),
             lang.t("estimated", "estimé"),
             both(Some(c.estimated_bytes), lang),
-            c.difference_pct
-                .map_or("null".into(), |p| format!("{p:+.2} %"))
+            lang.percent(c.difference_pct)
         )));
     }
     let bars: Vec<(String, Vec<Option<u64>>)> = r
@@ -677,10 +1056,13 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
                 )
                 .into(),
             series: vec![
-                lang.t("peak allocated", "pic allocated").into(),
-                lang.t("peak reserved", "pic reserved").into(),
-                lang.t("process peak (driver)", "pic du processus (pilote)")
-                    .into(),
+                lang.t("peak allocated", "pic alloué").into(),
+                lang.t("peak reserved", "pic réservé").into(),
+                lang.t(
+                    "driver's view (process peak)",
+                    "vue du pilote (pic du processus)",
+                )
+                .into(),
             ],
             categories: bars,
         }));
@@ -690,10 +1072,29 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lan
     }
 }
 
-fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
+/// A sweep trial's status in the reader's language.
+fn trial_status(status: crate::sweep::series::TrialStatus, lang: Style) -> &'static str {
+    use crate::sweep::series::TrialStatus as T;
+    match status {
+        T::Ok => lang.t("ok", "réussi"),
+        T::Failed => lang.t("failed", "échoué"),
+        T::Crashed => lang.t("crashed", "planté"),
+        T::Timeout => lang.t("timed out", "délai dépassé"),
+        T::Interrupted => lang.t("interrupted", "interrompu"),
+        T::Terminated => lang.t("terminated", "arrêté"),
+        T::Unavailable => lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
+    }
+}
+
+/// A phase's status in the reader's language.
+fn phase_status(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
+    status_word(status, lang)
+}
+
+fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Style) {
     // A list, grid or frontier varies a dimension; loads and processes have none.
     let var = s.varied.first().map_or("", |v| v.name());
-    let rows: Vec<Vec<String>> = s
+    let rows: Vec<Vec<Cell>> = s
         .trials
         .iter()
         .map(|t| {
@@ -703,24 +1104,25 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
                 .map(|(k, v)| format!("{k}={}", text(v)))
                 .chain(t.load.clone())
                 .collect();
-            let status = crate::sweep::render::status_label(t).to_string();
-            let peak = if t.status.is_ok() {
-                both(t.peak_reserved_bytes, lang)
+            let status = if t.out_of_memory {
+                lang.t("out of memory", "mémoire saturée")
             } else {
-                format!(
-                    "{} ({})",
-                    both(t.peak_reserved_bytes, lang),
-                    lang.t(
-                        "partial: not the need of a complete run",
-                        "partiel : pas le besoin d’une exécution complète"
-                    )
-                )
+                trial_status(t.status, lang)
             };
             vec![
-                values.join(" "),
-                status,
-                peak,
-                format!("{:.2} s", t.duration_s),
+                Cell::Code(values.join(" ")),
+                status.into(),
+                size(t.peak_reserved_bytes),
+                if t.status.is_ok() {
+                    "".into()
+                } else {
+                    lang.t(
+                        "partial: not the need of a complete run",
+                        "partiel : pas le besoin d’une exécution complète",
+                    )
+                    .into()
+                },
+                format!("{}{}s", lang.decimal(t.duration_s, 2), super::format::NBSP).into(),
             ]
         })
         .collect();
@@ -728,7 +1130,8 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
         header: vec![
             lang.t("trial", "essai").into(),
             lang.t("status", "statut").into(),
-            lang.t("peak reserved", "pic reserved").into(),
+            in_unit(lang.t("peak reserved", "pic réservé"), lang),
+            String::new(),
             lang.t("duration", "durée").into(),
         ],
         rows,
@@ -741,35 +1144,42 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
         .max();
     if let Some(v) = largest {
         b.push(Block::Para(format!(
-            "{} {var} = {v}",
+            "{} `{var}` = {}",
             lang.t(
                 "Largest load tested successfully:",
-                "Plus grande charge testée avec succès :"
-            )
+                "Plus grande charge testée avec succès\u{a0}:"
+            ),
+            lang.integer(u128::from(v))
         )));
     }
     if let Some(f) = &s.frontier {
         b.push(Block::Para(format!(
-            "{} {}: {} {}, {} {} ({} {}, {} {})",
+            "{} `{}`{} {} {}, {} {} ({} {}, {} {})",
             lang.t("Frontier of", "Frontière de"),
             f.variable,
+            colon(lang),
             lang.t("last success", "dernier succès"),
-            f.last_success.map_or("none".into(), |v| v.to_string()),
+            f.last_success
+                .map_or(lang.t("none", "aucun").into(), |v| lang
+                    .integer(u128::from(v))),
             lang.t("first failure", "premier échec"),
-            f.first_failure.map_or("none".into(), |v| v.to_string()),
-            f.trials,
+            f.first_failure
+                .map_or(lang.t("none", "aucun").into(), |v| lang
+                    .integer(u128::from(v))),
+            lang.integer(f.trials as u128),
             lang.t("trials", "essais"),
             lang.t("resolution", "résolution"),
-            f.resolution
+            lang.integer(u128::from(f.resolution))
         )));
     }
     if let Some(l) = &s.limit {
         b.push(Block::Para(format!(
-            "{}: {} ({})",
+            "{}{} {} (`{}`)",
             lang.t(
                 "Emulated limit (not a real card)",
                 "Limite émulée (pas une vraie carte)"
             ),
+            colon(lang),
             both(Some(l.bytes), lang),
             l.source
         )));
@@ -820,7 +1230,7 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
         b.push(Block::Chart(Chart::Scatter {
             title: format!(
                 "{} {var}",
-                lang.t("Peak reserved against", "Pic reserved en fonction de")
+                lang.t("Peak reserved against", "Pic réservé en fonction de")
             ),
             x_label: var.to_string(),
             points,
@@ -830,7 +1240,7 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Lang) {
 }
 
 /// An allocator A/B (`sweep --vary alloc_conf=…`): each setting's peak reserved per value.
-fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Lang) {
+fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
     let first = s.alloc_confs[0];
     b.push(Block::Para(format!(
         "{} {first} ({}).",
@@ -848,30 +1258,41 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Lang) {
             .first()
             .map_or("—".into(), |v| v.name().to_string()),
     ];
-    header.extend(s.alloc_confs.iter().map(|a| a.name().to_string()));
-    let rows = s
+    header.extend(s.alloc_confs.iter().map(|a| {
+        in_unit(
+            &format!("{} {}", lang.t("peak reserved,", "pic réservé,"), a.name()),
+            lang,
+        )
+    }));
+    header.push(lang.t("change", "écart").into());
+    let rows: Vec<Vec<Cell>> = s
         .alloc_conf_rows()
         .iter()
         .map(|row| {
-            let mut cells = vec![row.value.map_or("—".into(), |(_, v)| v.to_string())];
+            let mut cells: Vec<Cell> = vec![
+                row.value
+                    .map_or("—".into(), |(_, v)| lang.integer(u128::from(v)))
+                    .into(),
+            ];
+            let mut changes = Vec::new();
             for (k, t) in row.trials.iter().enumerate() {
                 cells.push(match t {
                     None => lang.t("not run", "non exécuté").into(),
-                    Some(t) if !t.status.is_ok() => {
-                        crate::sweep::render::status_label(t).to_string()
-                    }
-                    Some(t) => match (k, row.change(k)) {
-                        (0, _) | (_, None) => both(t.peak_reserved_bytes, lang),
-                        (_, Some(c)) => {
-                            format!(
-                                "{} ({:+.1} %)",
-                                both(t.peak_reserved_bytes, lang),
-                                c * 100.0
-                            )
-                        }
-                    },
+                    Some(t) if !t.status.is_ok() => trial_status(t.status, lang).into(),
+                    Some(t) => size(t.peak_reserved_bytes),
                 });
+                if k > 0
+                    && let Some(c) = row.change(k)
+                {
+                    changes.push(format!(
+                        "{}{} {}",
+                        s.alloc_confs[k].name(),
+                        colon(lang),
+                        lang.percent(Some(c * 100.0))
+                    ));
+                }
             }
+            cells.push(changes.join("; ").into());
             cells
         })
         .collect();
@@ -879,7 +1300,7 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Lang) {
 }
 
 /// Under torchrun: every rank on its own device, side by side, never added together.
-fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     let Some(d) = &r.distributed else { return };
     b.push(Block::Heading(
         lang.t("Ranks (torchrun)", "Rangs (torchrun)").into(),
@@ -887,9 +1308,9 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
     b.push(Block::Para(format!(
         "{} {} ({} × {}). {}",
         lang.t("World size", "Taille du monde"),
-        d.world_size,
-        d.torchrun.nnodes,
-        d.torchrun.nproc_per_node,
+        lang.integer(u128::from(d.world_size)),
+        lang.integer(u128::from(d.torchrun.nnodes)),
+        lang.integer(u128::from(d.torchrun.nproc_per_node)),
         lang.t(
             "Each rank is a fresh worker read on its own device; the figures are per device and are never added together. The phases above are those of the rank with the highest peak reserved.",
             "Chaque rang est un processus neuf lu sur son propre périphérique ; les chiffres sont par périphérique et ne s’additionnent jamais. Les phases ci-dessus sont celles du rang au pic réservé le plus haut.",
@@ -907,20 +1328,25 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
                 .filter_map(|x| x.outside_allocator_at_end_bytes)
                 .max();
             vec![
-                k.rank.to_string(),
-                format!("{} / {}", k.node_rank, k.host),
-                k.device.clone(),
-                k.status.to_string(),
-                both(
+                lang.integer(u128::from(k.rank)).into(),
+                Cell::Code(format!("{} / {}", k.node_rank, k.host)),
+                Cell::Code(k.device.clone()),
+                status_word(k.status, lang).into(),
+                size(
                     readings
                         .clone()
                         .filter_map(|x| x.peak_allocated_bytes)
                         .max(),
-                    lang,
                 ),
-                both(readings.filter_map(|x| x.peak_reserved_bytes).max(), lang),
-                both(outside, lang),
-                k.stopped_because.clone().unwrap_or_default(),
+                size(readings.filter_map(|x| x.peak_reserved_bytes).max()),
+                size(outside),
+                match (&k.stopped_because, lang.fr()) {
+                    (None, _) => "".into(),
+                    (Some(why), false) => why.clone().into(),
+                    (Some(_), true) => {
+                        "arrêté à cause d’un autre rang (voir le résultat joint)".into()
+                    }
+                },
             ]
         })
         .collect();
@@ -930,13 +1356,15 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
             lang.t("node / host", "nœud / hôte").into(),
             lang.t("device", "périphérique").into(),
             lang.t("status", "statut").into(),
-            "peak allocated".into(),
-            "peak reserved".into(),
-            lang.t(
-                "outside PyTorch's allocator (CUDA context, NCCL)",
-                "hors de l’allocateur de PyTorch (contexte CUDA, NCCL)",
-            )
-            .into(),
+            in_unit(lang.t("peak allocated", "pic alloué"), lang),
+            in_unit(lang.t("peak reserved", "pic réservé"), lang),
+            in_unit(
+                lang.t(
+                    "outside PyTorch's allocator (CUDA context, NCCL)",
+                    "hors de l’allocateur de PyTorch (contexte CUDA, NCCL)",
+                ),
+                lang,
+            ),
             lang.t("note", "note").into(),
         ],
         rows,
@@ -946,12 +1374,12 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
             "{} {} ({}); {} {} ({}); {} {}.",
             lang.t(
                 "Highest peak reserved: rank",
-                "Pic réservé le plus haut : rang"
+                "Pic réservé le plus haut\u{a0}: rang"
             ),
-            i.max_rank,
+            lang.integer(u128::from(i.max_rank)),
             both(Some(i.max_peak_reserved_bytes), lang),
-            lang.t("lowest: rank", "le plus bas : rang"),
-            i.min_rank,
+            lang.t("lowest: rank", "le plus bas\u{a0}: rang"),
+            lang.integer(u128::from(i.min_rank)),
             both(Some(i.min_peak_reserved_bytes), lang),
             lang.t("spread", "écart"),
             both(Some(i.spread_bytes), lang)
@@ -961,15 +1389,82 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
         .notes
         .iter()
         .filter(|n| n.starts_with("merged from"))
-        .cloned()
+        .map(|n| {
+            if lang.fr() {
+                format!("fusionné depuis les fichiers de plusieurs nœuds (`{n}`)")
+            } else {
+                n.clone()
+            }
+        })
         .collect();
     if !merged.is_empty() {
         b.push(Block::List(merged));
     }
 }
 
+/// A ledger's term or checkpoint (written in English by `explain::ledger`) in the reader's
+/// language; phase names stay as they are (identifiers).
+fn ledger_text(text: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return text.to_string();
+    }
+    const FR: [(&str, &str); 22] = [
+        ("weights (as loaded)", "poids (tels que chargés)"),
+        (
+            "KV cache (inside the levels below, shown apart)",
+            "cache KV (compris dans les niveaux ci-dessous, montré à part)",
+        ),
+        (
+            "held at the phase's start beyond the weights",
+            "tenu au début de la phase au-delà des poids",
+        ),
+        (
+            "growth inside the phase to its peak",
+            "croissance dans la phase jusqu’à son pic",
+        ),
+        (
+            "of which library workspaces (no tensor holds them)",
+            "dont espaces de travail des bibliothèques (aucun tenseur ne les tient)",
+        ),
+        ("peak allocated", "pic alloué"),
+        ("peak reserved", "pic réservé"),
+        (
+            "allocator slack (reserved − allocated)",
+            "marge de l’allocateur (réservé − alloué)",
+        ),
+        (
+            "outside PyTorch's allocator (CUDA context, libraries)",
+            "hors de l’allocateur de PyTorch (contexte CUDA, bibliothèques)",
+        ),
+        (
+            "the estimate's reserve (a stated margin)",
+            "réserve de l’estimation (une marge déclarée)",
+        ),
+        (
+            "unexplained: driver's view − (peak reserved + outside)",
+            "inexpliqué : vue du pilote − (pic réservé + hors allocateur)",
+        ),
+        ("the driver's view", "vue du pilote"),
+        ("predicted peak of ", "pic prédit de "),
+        (" (one checkpoint)", " (un seul point de contrôle)"),
+        (" (sampled)", " (échantillonné)"),
+        (" − its start", " − son début"),
+        ("end of ", "fin de "),
+        ("start of ", "début de "),
+        ("peak of ", "pic de "),
+        ("stated", "déclaré"),
+        ("model_load", "model_load"),
+        ("—", "—"),
+    ];
+    let mut out = text.to_string();
+    for (en, fr) in FR {
+        out = out.replace(en, fr);
+    }
+    out
+}
+
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
-fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lang) {
+fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Style) {
     use crate::explain::ledger::{self, LineKind, Provenance};
     let Ok(l) = ledger::of_result(r, e, None) else {
         return;
@@ -986,10 +1481,10 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
         .into(),
     ));
     b.push(Block::Para(format!(
-        "{} {} #{} ({}). {}",
+        "{} `{}` #{} (`{}`). {}",
         lang.t(
             "The phase with the highest peak:",
-            "La phase au pic le plus haut :"
+            "La phase au pic le plus haut\u{a0}:"
         ),
         l.phase,
         l.phase_index,
@@ -999,37 +1494,39 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
             "Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne.",
         )
     )));
-    let cell = |f: &Option<ledger::Figure>| match f {
-        None => "—".to_string(),
-        Some(f) => format!(
-            "{} ({})",
-            both(Some(f.bytes), lang),
-            match f.provenance {
-                Provenance::Calculated => lang.t("calculated", "calculé"),
-                Provenance::Assumed => lang.t("assumed", "supposé"),
-                Provenance::Predicted => lang.t("predicted", "prédit"),
-                Provenance::Observed => lang.t("observed", "observé"),
-            }
-        ),
-    };
+    let cell =
+        |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| size(Some(f.bytes)));
     b.push(Block::Table {
         header: vec![
             lang.t("term", "terme").into(),
-            lang.t("estimate", "estimation").into(),
-            lang.t("predicted", "prédit").into(),
-            lang.t("observed", "observé").into(),
+            in_unit(lang.t("estimate", "estimation"), lang),
+            in_unit(lang.t("predicted", "prédit"), lang),
+            in_unit(lang.t("observed", "observé"), lang),
             lang.t("checkpoint", "point de lecture").into(),
         ],
         rows: l
             .lines
             .iter()
             .map(|x| {
+                let assumed = x
+                    .estimate
+                    .as_ref()
+                    .is_some_and(|f| f.provenance == Provenance::Assumed);
                 vec![
-                    x.term.clone(),
+                    format!(
+                        "{}{}",
+                        ledger_text(&x.term, lang),
+                        if assumed {
+                            lang.t(" (assumed)", " (supposé)")
+                        } else {
+                            ""
+                        }
+                    )
+                    .into(),
                     cell(&x.estimate),
                     cell(&x.predicted),
                     cell(&x.observed),
-                    x.checkpoint.clone(),
+                    ledger_text(&x.checkpoint, lang).into(),
                 ]
             })
             .collect(),
@@ -1052,8 +1549,16 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
             lang.t("growth to the peak", "croissance au pic"),
             false,
         ),
-        ("peak allocated", "peak allocated", true),
-        ("peak reserved", "peak reserved", true),
+        (
+            "peak allocated",
+            lang.t("peak allocated", "pic alloué"),
+            true,
+        ),
+        (
+            "peak reserved",
+            lang.t("peak reserved", "pic réservé"),
+            true,
+        ),
         (
             "outside",
             lang.t("outside the allocator", "hors allocateur"),
@@ -1079,7 +1584,7 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
         lines.push((lang.t("estimate", "estimation").to_string(), est.bytes));
     }
     for c in &l.capacities {
-        lines.push((c.name.clone(), c.bytes));
+        lines.push((capacity_name(&c.name, lang), c.bytes));
     }
     if steps.len() >= 2 {
         b.push(Block::Chart(Chart::Waterfall {
@@ -1093,10 +1598,21 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Lan
             lines,
         }));
     }
-    if !l.diagnostics.is_empty() {
-        b.push(Block::List(l.diagnostics.clone()));
+    let diagnostics = crate::explain::ledger::diagnostics_in(r, lang.fr());
+    if !diagnostics.is_empty() {
+        b.push(Block::List(diagnostics));
     }
     post_mortem(b, &l, lang);
+}
+
+/// A capacity's name (the ledger writes English) in the reader's language.
+fn capacity_name(name: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return name.to_string();
+    }
+    name.replace("PyTorch's total_memory", "total_memory de PyTorch")
+        .replace("NVML's total", "total de NVML")
+        .replace("the vendor's label", "l’étiquette du constructeur")
 }
 
 /// At most this many phase starts are marked on the timeline chart.
@@ -1104,16 +1620,27 @@ const TIMELINE_MARKS: usize = 40;
 
 /// `measure --timeline`: allocated and reserved over time with the phases marked, and per phase
 /// the largest allocation alive at its peak and the line that made it.
-fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
+fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     use crate::explain::snapshot::{BEFORE_FIRST_PHASE, BETWEEN_PHASES};
     let Some(t) = &r.timeline else { return };
     b.push(Block::Heading(lang.t("Timeline", "Chronologie").into()));
-    b.push(Block::List(
-        crate::explain::render::timeline(t)
-            .iter()
-            .map(|l| l.trim_start().to_string())
-            .collect(),
-    ));
+    b.push(Block::List(vec![match (&t.path, t.bytes) {
+        (Some(path), bytes) => format!(
+            "{} `{}` ({}{}) {}",
+            lang.t("PyTorch's snapshot:", "instantané de PyTorch\u{a0}:"),
+            path.display(),
+            bytes.map_or("?".into(), |b| lang
+                .decimal(b as f64 / f64::from(1u32 << 20), 1)),
+            lang.t("\u{a0}MiB", "\u{a0}Mio"),
+            lang.t(
+                "— open it in https://pytorch.org/memory_viz",
+                "— à ouvrir dans https://pytorch.org/memory_viz"
+            )
+        ),
+        (None, _) => lang
+            .t("no snapshot was written", "aucun instantané écrit")
+            .into(),
+    }]));
     let Some(s) = &t.summary else { return };
     for d in &s.devices {
         let Some(trace) = &d.trace else { continue };
@@ -1168,41 +1695,43 @@ fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
                 "{} {TIMELINE_MARKS} / {}.",
                 lang.t(
                     "Phases marked on the chart:",
-                    "Phases marquées sur le graphique :"
+                    "Phases marquées sur le graphique\u{a0}:"
                 ),
-                real.len()
+                lang.integer(real.len() as u128)
             )));
         }
-        let rows = real
+        let rows: Vec<Vec<Cell>> = real
             .iter()
             .map(|p| {
                 let top = p.largest_at_peak.first();
                 vec![
-                    format!(
+                    Cell::Code(format!(
                         "{} #{}",
                         p.name,
                         p.index.map_or("?".into(), |i| i.to_string())
-                    ),
-                    both(Some(p.peak_allocated_bytes), lang),
-                    both(Some(p.peak_reserved_bytes), lang),
-                    top.map_or("—".into(), |a| both(Some(a.size_bytes), lang)),
+                    )),
+                    size(Some(p.peak_allocated_bytes)),
+                    size(Some(p.peak_reserved_bytes)),
+                    size(top.map(|a| a.size_bytes)),
                     top.and_then(|a| a.user_frame.as_ref().or(a.stack_top.first()))
-                        .map_or("—".into(), crate::explain::render::frame),
+                        .map_or("—".into(), |f| {
+                            Cell::Code(crate::explain::render::frame(f))
+                        }),
                 ]
             })
             .collect();
         b.push(Block::Table {
             header: vec![
                 lang.t("phase", "phase").into(),
-                lang.t("peak allocated (trace)", "pic alloué (trace)")
-                    .into(),
-                lang.t("peak reserved (trace)", "pic réservé (trace)")
-                    .into(),
-                lang.t(
-                    "largest alive at the peak",
-                    "plus grande allocation vivante au pic",
-                )
-                .into(),
+                in_unit(lang.t("peak allocated (trace)", "pic alloué (trace)"), lang),
+                in_unit(lang.t("peak reserved (trace)", "pic réservé (trace)"), lang),
+                in_unit(
+                    lang.t(
+                        "largest alive at the peak",
+                        "plus grande allocation vivante au pic",
+                    ),
+                    lang,
+                ),
                 lang.t("allocated at", "allouée à").into(),
             ],
             rows,
@@ -1210,10 +1739,88 @@ fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Lang) {
     }
 }
 
-/// The out-of-memory post-mortem, when the run ended in one (its text is in English: it quotes
-/// and reasons on PyTorch's English message).
-fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Lang) {
-    let lines = crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref());
+/// The out-of-memory post-mortem, when the run ended in one. In English it is the explain
+/// command's own text; in French it is said again from the classification's figures (PyTorch's
+/// message itself stays in the attached result).
+fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Style) {
+    use crate::explain::oom::OomClass;
+    let lines = if lang.fr() {
+        let mut out = Vec::new();
+        if let Some(pm) = &l.post_mortem {
+            let d = &pm.diagnosis;
+            let f = &d.figures;
+            let class = match d.class {
+                OomClass::Capacity => {
+                    "capacité : la charge ne tient pas dans ce que ce processus peut utiliser"
+                }
+                OomClass::Fragmentation => {
+                    "fragmentation : la mémoire est là, gardée par PyTorch, mais en morceaux"
+                }
+                OomClass::AnotherProcess => {
+                    "un autre processus : la mémoire manquante est tenue ailleurs"
+                }
+                OomClass::Unknown => "indéterminé : les chiffres du message ne tranchent pas",
+            };
+            out.push(format!("Classe{} {class}", colon(lang)));
+            let request = Some(pm.report.tried_to_allocate.bytes.0);
+            out.push(format!(
+                "Demande{} {} ; besoin{} {} ; limite{} {}",
+                colon(lang),
+                both(request, lang),
+                colon(lang),
+                both(f.need.map(|b| b.0), lang),
+                colon(lang),
+                both(f.limit.map(|b| b.0), lang)
+            ));
+            out.extend(
+                match d.class {
+                    OomClass::Capacity => vec![
+                        "Chercher la frontière à une charge plus petite : `iteragpu sweep --vary DIM=MIN..MAX --search frontier`.",
+                        "Réduire la dimension qui porte le pic (batch, contexte, largeur) ou ses octets par élément (type, quantification, recalcul des activations).",
+                        "Ou une carte plus grande : `iteragpu cards --need TAILLE`.",
+                    ],
+                    OomClass::Fragmentation => vec![
+                        "Essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, comparé dans des processus neufs : `iteragpu sweep --vary alloc_conf=default,expandable_segments`.",
+                        "Ou libérer le cache entre les phases (`torch.cuda.empty_cache()`).",
+                    ],
+                    OomClass::AnotherProcess => vec![
+                        "Libérer le périphérique (les processus sont nommés dans le message joint) ; vérifier avec `iteragpu environment`.",
+                    ],
+                    OomClass::Unknown => vec![
+                        "Relire le message de PyTorch dans le résultat joint ; mesurer à nouveau avec `--timeline`.",
+                    ],
+                }
+                .into_iter()
+                .map(|a| format!("À essayer{} {a}", colon(lang))),
+            );
+        }
+        if let Some(s) = &l.live_at_oom
+            && let Some(live) = &s.live
+        {
+            out.push(format!(
+                "Au manque de mémoire sur `{}`{} {} demandés, {} vivants, plus grand bloc libre {}",
+                s.device,
+                colon(lang),
+                both(Some(s.requested_bytes), lang),
+                both(Some(live.live_bytes), lang),
+                both(Some(live.largest_free_block), lang)
+            ));
+            for blk in live.largest_live.iter().take(5) {
+                out.push(format!(
+                    "  vivant {} — `{}`",
+                    both(Some(blk.bytes), lang),
+                    blk.frames.first().map_or("?".into(), |f| format!(
+                        "{}:{}",
+                        crate::explain::render::short_path(f.filename.as_deref().unwrap_or("?")),
+                        f.line.unwrap_or(0)
+                    ))
+                ));
+            }
+        }
+        out
+    } else {
+        crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
+    };
     if lines.is_empty() {
         return;
     }
@@ -1229,24 +1836,33 @@ fn assumed(
     r: &MeasureResult,
     s: Option<&Series>,
     e: Option<&EstimateDoc>,
-    lang: Lang,
+    lang: Style,
 ) {
     b.push(Block::Heading(lang.t("Assumed", "Supposé").into()));
     let mut items: Vec<String> = Vec::new();
     if let Some(e) = e {
         for t in e.terms.iter().filter(|t| t.kind == "assumed") {
             items.push(format!(
-                "{}: {} — {}",
-                t.name,
+                "{}{} {} — `{}`",
+                term_name(&t.name, lang),
+                colon(lang),
                 both(Some(t.bytes), lang),
                 t.formula
             ));
         }
         if !e.left_out.is_empty() {
             items.push(format!(
-                "{}: {}",
+                "{}{} {}",
                 lang.t("left out of the estimate", "hors de l’estimation"),
-                e.left_out.join("; ")
+                colon(lang),
+                if lang.fr() {
+                    format!(
+                        "{} élément(s), listés dans l’estimation jointe",
+                        e.left_out.len()
+                    )
+                } else {
+                    e.left_out.join("; ")
+                }
             ));
         }
     }
@@ -1256,8 +1872,9 @@ fn assumed(
         .collect();
     if !scope.is_empty() {
         items.push(format!(
-            "{}: {}",
+            "{}{} `{}`",
             lang.t("not measured in this run", "non mesuré dans cet essai"),
+            colon(lang),
             scope.join(", ")
         ));
     }
@@ -1272,7 +1889,7 @@ fn assumed(
         })
         .filter(|v| !v.is_empty());
     items.push(match covered {
-        Some(v) => format!("{}: {v}", lang.t("variations covered by the series", "variations couvertes par la série")),
+        Some(v) => format!("{}{} `{v}`", lang.t("variations covered by the series", "variations couvertes par la série"), colon(lang)),
         None => lang
             .t(
                 "no variation was tested: a margin must still cover a longer input, the allowed batch, evaluation, export, library versions and other users of the card",
@@ -1283,25 +1900,25 @@ fn assumed(
     b.push(Block::List(items));
 }
 
-fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang) {
+fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Style) {
     b.push(Block::Heading(
         lang.t("Configuration chosen", "Choix retenu").into(),
     ));
     let frontier = s.and_then(|s| s.frontier.as_ref());
     let text = match (frontier, r.status.as_str()) {
         (Some(f), _) => format!(
-            "{} {} = {} ({} {}); {}",
-            lang.t("Largest value that succeeded:", "Plus grande valeur réussie :"),
+            "{} `{}` = {} ({} {}); {}",
+            lang.t("Largest value that succeeded:", "Plus grande valeur réussie\u{a0}:"),
             f.variable,
-            f.last_success.map_or("none".into(), |v| v.to_string()),
+            f.last_success.map_or(lang.t("none", "aucune").into(), |v| lang.integer(u128::from(v))),
             lang.t("first failure at", "premier échec à"),
-            f.first_failure.map_or("none".into(), |v| v.to_string()),
+            f.first_failure.map_or(lang.t("none", "aucun").into(), |v| lang.integer(u128::from(v))),
             lang.t("keep a margin below it for the variations listed as assumed.", "gardez une marge en dessous pour les variations listées comme supposées.")
         ),
         (None, "ok") if r.phases.is_empty() => lang
             .t(
-                "No phase was recorded: this result proves nothing about fit; mark the work with iteragpu.phase(…) and measure again.",
-                "Aucune phase n’a été enregistrée : ce résultat ne prouve rien sur la tenue en mémoire ; marquez le travail avec iteragpu.phase(…) et mesurez de nouveau.",
+                "No phase was recorded: this result proves nothing about fit; mark the work with `iteragpu.phase(…)` and measure again.",
+                "Aucune phase n’a été enregistrée : ce résultat ne prouve rien sur la tenue en mémoire ; marquez le travail avec `iteragpu.phase(…)` et mesurez de nouveau.",
             )
             .into(),
         (None, "ok") => lang
@@ -1312,8 +1929,8 @@ fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Lang)
             .into(),
         (None, _) => lang
             .t(
-                "The measured configuration did not complete: reduce one dimension and search the frontier (iteragpu sweep --search frontier).",
-                "La configuration mesurée n’a pas abouti : réduisez une seule dimension et cherchez la frontière (iteragpu sweep --search frontier).",
+                "The measured configuration did not complete: reduce one dimension and search the frontier (`iteragpu sweep --search frontier`).",
+                "La configuration mesurée n’a pas abouti : réduisez une seule dimension et cherchez la frontière (`iteragpu sweep --search frontier`).",
             )
             .into(),
     };

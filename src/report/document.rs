@@ -37,13 +37,79 @@ pub enum Chart {
     },
 }
 
+/// One cell of a table. A size is a number in the fiche's one unit (named in the column's
+/// header, or in the cell with `with_unit`), its raw bytes kept for hover and for Markdown's final
+/// table of raw bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Text(String),
+    /// An identifier (a path, a version, a hash, a status): shown as code, never translated.
+    Code(String),
+    Size {
+        bytes: Option<u64>,
+        with_unit: bool,
+    },
+    Percent(Option<f64>),
+}
+
+impl Cell {
+    /// A size in a column whose header names the unit.
+    pub fn size(bytes: Option<u64>) -> Cell {
+        Cell::Size {
+            bytes,
+            with_unit: false,
+        }
+    }
+
+    /// A size that says its unit (a table whose rows hold different kinds of value).
+    pub fn size_with_unit(bytes: Option<u64>) -> Cell {
+        Cell::Size {
+            bytes,
+            with_unit: true,
+        }
+    }
+}
+
+impl From<String> for Cell {
+    fn from(s: String) -> Cell {
+        Cell::Text(s)
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(s: &str) -> Cell {
+        Cell::Text(s.to_string())
+    }
+}
+
+/// How a verdict line reads: good news, bad news, or a fact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Bad,
+    Neutral,
+}
+
+/// One line of the verdict: what it is, its answer, and the section that shows why.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    pub label: String,
+    pub value: String,
+    /// The heading (its text) of the section behind this line.
+    pub section: Option<String>,
+    pub tone: Tone,
+}
+
 #[derive(Clone, Debug)]
 pub enum Block {
+    /// The answer first: a few lines, each linked to the section that backs it.
+    Verdict(Vec<Verdict>),
     Heading(String),
+    /// Text; `code` spans in backticks are identifiers (shown as code).
     Para(String),
     Table {
         header: Vec<String>,
-        rows: Vec<Vec<String>>,
+        rows: Vec<Vec<Cell>>,
     },
     List(Vec<String>),
     Chart(Chart),
@@ -60,7 +126,8 @@ pub struct Attachment {
 #[derive(Clone, Debug)]
 pub struct Document {
     pub title: String,
-    pub lang: &'static str,
+    /// The language and the unit every number is written in.
+    pub style: super::format::Style,
     pub blocks: Vec<Block>,
     pub attachments: Vec<Attachment>,
 }

@@ -1,8 +1,9 @@
 //! The decision side of the guide: the fiche (what it says: `decision_sheet`; how it is written:
-//! `export`), runs side by side (`comparison`), and the files they are made from (`inputs`).
+//! `export`; how numbers read: `format`), runs side by side (`comparison`), and the files they are made from (`inputs`).
 
 pub mod comparison;
 pub mod decision_sheet;
 pub mod document;
 pub mod export;
+pub mod format;
 pub mod inputs;

@@ -55,7 +55,7 @@ fn inputs() -> &'static Inputs {
             .args([
                 "sweep",
                 "--vary",
-                "batch=1,2,4",
+                "batch=1,2,4,8,16",
                 "--context",
                 "128",
                 "--width",
@@ -112,6 +112,7 @@ fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
     .success();
     let text = std::fs::read_to_string(&out).unwrap();
     let order = [
+        "## Verdict",
         "## Identity",
         "## Dimensions",
         "## Environment",
@@ -137,22 +138,40 @@ fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert!(text.contains(&sha));
-    // Counters in GB and GiB with raw bytes; the reserve is assumed, the weights calculated.
-    assert!(text.contains(" GB · ") && text.contains(" GiB · ") && text.contains(" B |"));
-    let calculated = &text[positions[4]..positions[5]];
-    let assumed = &text[positions[6]..positions[7]];
+    // One unit per column (named in the header), every size again in raw bytes at the end; the
+    // reserve is assumed, the weights calculated.
+    assert!(text.contains("| peak reserved (GiB) |"), "{text}");
+    assert!(!text.contains(" GB · "), "no three units per cell any more");
+    let raw_bytes = &text[text.find("## Raw bytes").expect("the raw bytes table")..];
+    let doc = read_json(&i.path("result.json"));
+    let peak = doc["phases"][2]["devices"][0]["peak_reserved_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(raw_bytes.contains(&format!("| {peak} |")), "{raw_bytes}");
+    let calculated = &text[positions[5]..positions[6]];
+    let assumed = &text[positions[7]..positions[8]];
     assert!(calculated.contains("weights") && !calculated.contains("reserve"));
     assert!(assumed.contains("reserve"));
     // The reading rules.
     assert!(text.contains("same checkpoint"));
     assert!(text.contains("never as peak reserved − peak allocated"));
-    assert!(text.contains("Largest load tested successfully: batch = 4"));
+    assert!(text.contains("Largest load tested successfully: `batch` = 16"));
+    // The verdict links each line to its section.
+    let verdict = &text[positions[0]..positions[1]];
+    for link in [
+        "(#observed)",
+        "(#why-the-peak-exceeds-the-estimate)",
+        "(#assumed)",
+    ] {
+        assert!(verdict.contains(link), "{link} in {verdict}");
+    }
+    assert!(verdict.contains("`batch` = 16 validated"));
     // The gap ledger, between what was observed and what was assumed.
     let gap = text
         .find("## Why the peak exceeds the estimate")
         .expect("the gap section");
-    assert!(positions[5] < gap && gap < positions[6]);
-    let gap = &text[gap..positions[6]];
+    assert!(positions[6] < gap && gap < positions[7]);
+    let gap = &text[gap..positions[7]];
     for term in [
         "weights (as loaded)",
         "growth inside the phase",
@@ -190,6 +209,7 @@ fn the_html_fiche_is_self_contained_and_french_on_request() {
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(html.contains("<html lang=\"fr\">"));
     assert!(html.contains("Calculé") && html.contains("Observé") && html.contains("Supposé"));
+    assert!(html.contains("id=\"verdict\""));
     assert_eq!(
         html.matches("<svg").count(),
         3,
@@ -248,74 +268,205 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-#[test]
-fn the_html_fiche_renders_in_a_headless_browser() {
-    let Some(browser) = chromium() else { return };
-    let i = inputs();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fiche.html");
-    report(
-        &[&i.path("result.json"), &i.path("series.json")],
-        &["--estimate", i.path("estimate.json").to_str().unwrap()],
-        &out,
+/// What a reader's browser sees, measured by a script added to a copy of the fiche: where the
+/// verdict ends, whether the page overflows sideways, how much of each chart's plot its data
+/// spans along its value axis, and the visible text outside code.
+const MEASURE: &str = r#"<script>
+(function () {
+  const out = {};
+  const v = document.getElementById('verdict');
+  out.verdict_bottom = v ? v.getBoundingClientRect().bottom + window.scrollY : null;
+  out.scroll_width = document.documentElement.scrollWidth;
+  out.client_width = document.documentElement.clientWidth;
+  out.charts = Array.from(document.querySelectorAll('svg[data-value-axis]')).map(function (svg) {
+    const axis = svg.dataset.valueAxis;
+    const plot = svg.querySelector('.plot').getBBox();
+    let reach = 0;
+    svg.querySelectorAll('.data').forEach(function (e) {
+      const b = e.getBBox();
+      reach = Math.max(reach, axis === 'y' ? (plot.y + plot.height) - b.y : (b.x + b.width) - plot.x);
+    });
+    return {title: svg.querySelector('title').textContent,
+            ratio: reach / (axis === 'y' ? plot.height : plot.width),
+            described: !!svg.querySelector('desc') && svg.querySelector('desc').textContent.length > 0};
+  });
+  const copy = document.body.cloneNode(true);
+  copy.querySelectorAll('code, script, pre').forEach(function (e) { e.remove(); });
+  out.text = copy.textContent;
+  const pre = document.createElement('pre');
+  pre.id = 'measured';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"#;
+
+const FLAGS: [&str; 9] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+];
+
+/// Opens `page` at `width` pixels with the measuring script: what it measured.
+fn measure_in_browser(browser: &Path, dir: &Path, page: &Path, width: u32) -> serde_json::Value {
+    let html = std::fs::read_to_string(page).unwrap();
+    let instrumented = dir.join(format!("measured-{width}.html"));
+    std::fs::write(
+        &instrumented,
+        html.replace("</body>", &format!("{MEASURE}</body>")),
     )
-    .success();
-    let flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ];
-    let profile = dir.path().join("profile");
-    let url = format!("file://{}", out.display());
-    let shot = dir.path().join("fiche.png");
-    let status = std::process::Command::new(&browser)
-        .args(flags)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--window-size=1100,2400")
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    let png = std::fs::read(&shot).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    assert!(
-        png.len() > 20_000,
-        "a screenshot of a real page, {} bytes",
-        png.len()
-    );
-    let dom = std::process::Command::new(&browser)
-        .args(flags)
+    .unwrap();
+    let dom = std::process::Command::new(browser)
+        .args(FLAGS)
         .arg(format!(
             "--user-data-dir={}",
-            dir.path().join("profile2").display()
+            dir.join(format!("profile-m{width}")).display()
         ))
+        .arg(format!("--window-size={width},900"))
+        .arg("--virtual-time-budget=3000")
         .arg("--dump-dom")
-        .arg(&url)
+        .arg(format!("file://{}", instrumented.display()))
         .output()
         .unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
-    for text in [
-        "Calculated",
-        "Observed",
-        "Assumed",
-        "Peaks per phase",
-        "peak reserved",
-        "SHA-256",
-        "Why the peak exceeds the estimate",
-        "From the weights to the driver's view (observed)",
-    ] {
-        assert!(dom.contains(text), "{text} not rendered");
+    let marker = "<pre id=\"measured\">";
+    let start = dom.find(marker).expect("the script ran") + marker.len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// The fiche as a new reader opens it (a dense result, a 5-value batch sweep, an estimate), at a
+/// desktop width and at A4's: the verdict within the first 900 pixels, no sideways overflow, every
+/// chart's data over at least half of its plot and described in text, screenshots taken, a PDF
+/// printed; and the French fiche free of decimal points in its numbers.
+#[test]
+fn the_html_fiche_reads_as_a_decision_in_a_headless_browser() {
+    let Some(browser) = chromium() else { return };
+    let i = inputs();
+    let dir = tempfile::tempdir().unwrap();
+    for (lang, name) in [("en", "fiche.html"), ("fr", "fiche-fr.html")] {
+        let out = dir.path().join(name);
+        report(
+            &[&i.path("result.json"), &i.path("series.json")],
+            &[
+                "--estimate",
+                i.path("estimate.json").to_str().unwrap(),
+                "--lang",
+                lang,
+            ],
+            &out,
+        )
+        .success();
+        // Desktop and A4 (210 mm at 96 dpi).
+        for width in [1280u32, 794] {
+            let m = measure_in_browser(&browser, dir.path(), &out, width);
+            let bottom = m["verdict_bottom"].as_f64().expect("a verdict block");
+            assert!(
+                bottom <= 900.0,
+                "{lang} {width}px: the verdict ends at {bottom}px"
+            );
+            assert!(
+                m["scroll_width"].as_f64() <= m["client_width"].as_f64(),
+                "{lang} {width}px: the page overflows sideways ({} > {})",
+                m["scroll_width"],
+                m["client_width"]
+            );
+            let charts = m["charts"].as_array().unwrap();
+            assert!(charts.len() >= 3, "peaks, series and waterfall: {charts:?}");
+            for c in charts {
+                let ratio = c["ratio"].as_f64().unwrap();
+                assert!(
+                    ratio >= 0.5,
+                    "{lang}: {} uses {ratio:.2} of its plot",
+                    c["title"]
+                );
+                assert_eq!(c["described"], true, "{}: no text alternative", c["title"]);
+            }
+            if lang == "fr" {
+                let text = m["text"].as_str().unwrap();
+                let decimal_point = text
+                    .as_bytes()
+                    .windows(3)
+                    .position(|w| w[0].is_ascii_digit() && w[1] == b'.' && w[2].is_ascii_digit());
+                assert!(
+                    decimal_point.is_none(),
+                    "a decimal point in the French fiche: …{}…",
+                    decimal_point.map_or("", |p| &text
+                        [p.saturating_sub(40)..(p + 40).min(text.len())])
+                );
+                for english in [" the ", "peak ", "reserved", "allocated", " of the "] {
+                    if let Some(p) = text.find(english) {
+                        let from = text.floor_char_boundary(p.saturating_sub(60));
+                        let to = text.ceil_char_boundary((p + 60).min(text.len()));
+                        panic!(
+                            "English `{english}` in the French fiche: …{}…",
+                            &text[from..to]
+                        );
+                    }
+                }
+            }
+            let shot = dir.path().join(format!("{lang}-{width}.png"));
+            let run = std::process::Command::new(&browser)
+                .args(FLAGS)
+                .arg(format!(
+                    "--user-data-dir={}",
+                    dir.path().join(format!("profile-s{lang}{width}")).display()
+                ))
+                .arg(format!("--window-size={width},1800"))
+                .arg(format!("--screenshot={}", shot.display()))
+                .arg(format!("file://{}", out.display()))
+                .output()
+                .unwrap();
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            let png = std::fs::read(&shot).unwrap();
+            assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+            assert!(
+                png.len() > 20_000,
+                "a screenshot of a real page, {} bytes",
+                png.len()
+            );
+        }
+        // Printed on A4 by the browser's own print path (the print stylesheet applies).
+        let pdf = dir.path().join(format!("{lang}.pdf"));
+        let run = std::process::Command::new(&browser)
+            .args(FLAGS)
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join(format!("profile-p{lang}")).display()
+            ))
+            .arg("--no-pdf-header-footer")
+            .arg(format!("--print-to-pdf={}", pdf.display()))
+            .arg(format!("file://{}", out.display()))
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let bytes = std::fs::read(&pdf).unwrap();
+        assert!(bytes.starts_with(b"%PDF"), "a PDF");
+        assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
     }
+    let html = std::fs::read_to_string(dir.path().join("fiche.html")).unwrap();
+    assert!(html.contains("@media print") && html.contains("size:A4"));
+    assert!(html.contains("prefers-color-scheme: dark"));
+    assert!(!html.contains("rotate("), "labels are never rotated");
 }
 
 #[test]

@@ -523,7 +523,9 @@ fn an_allocator_a_b_gives_each_worker_its_setting() {
     let text = std::fs::read_to_string(&fiche).unwrap();
     assert!(text.contains("Allocator settings compared in fresh processes"));
     assert!(
-        text.contains("| batch | default | expandable_segments |"),
+        text.contains(
+            "| batch | peak reserved, default (GiB) | peak reserved, expandable_segments (GiB) | change |"
+        ),
         "{text}"
     );
     assert!(!text.contains("Peak reserved against batch"));

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::Exporter;
-use crate::report::document::{Block, Chart, Document};
+use super::{Exporter, svg};
+use crate::report::document::{Block, Cell, Chart, Document, Tone};
+use crate::report::format::{Style, slug};
 
 pub struct Html;
 
@@ -24,411 +25,163 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-const COLORS: [&str; 4] = ["#3b6ea5", "#e08a2c", "#5a9e5a", "#9a5aa5"];
-
-fn gib(b: f64) -> String {
-    format!("{:.2}", b / (1u64 << 30) as f64)
-}
-
-/// Five horizontal grid lines from 0 to `max` bytes, labelled in GiB, `y` mapping bytes to pixels.
-fn y_grid(o: &mut String, max: f64, x1: f64, x2: f64, y: impl Fn(f64) -> f64) {
-    for k in 0..=4 {
-        let v = max * k as f64 / 4.0;
-        let yy = y(v);
-        let _ = write!(
-            o,
-            r##"<line x1="{x1}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" font-size="10" text-anchor="end">{} GiB</text>"##,
-            x1 - 4.0,
-            yy + 3.0,
-            gib(v)
-        );
-    }
-}
-
-fn svg_bars(title: &str, series: &[String], categories: &[(String, Vec<Option<u64>>)]) -> String {
-    let (w, h, left, bottom, top) = (760.0, 300.0, 60.0, 70.0, 30.0);
-    let max = categories
-        .iter()
-        .flat_map(|(_, v)| v.iter().flatten())
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let plot_h = h - bottom - top;
-    let n = categories.len().max(1) as f64;
-    let group_w = (w - left - 10.0) / n;
-    let bar_w = (group_w * 0.8 / series.len().max(1) as f64).max(1.0);
-    let mut o = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
-        escape(title)
-    );
-    let _ = write!(
-        o,
-        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
-        escape(title)
-    );
-    y_grid(&mut o, max, left, w - 10.0, |v| {
-        top + plot_h - plot_h * v / max
-    });
-    for (i, (label, values)) in categories.iter().enumerate() {
-        let x0 = left + group_w * i as f64 + group_w * 0.1;
-        for (j, v) in values.iter().enumerate() {
-            let Some(v) = v else { continue };
-            let bh = plot_h * *v as f64 / max;
-            let _ = write!(
-                o,
-                r#"<rect x="{:.1}" y="{:.1}" width="{bar_w:.1}" height="{bh:.1}" fill="{}"><title>{}: {} bytes</title></rect>"#,
-                x0 + bar_w * j as f64,
-                top + plot_h - bh,
-                COLORS[j % COLORS.len()],
-                escape(&format!("{label} — {}", series[j])),
-                v
-            );
+/// Inline text: `code` spans between backticks become code (identifiers), the rest is escaped.
+fn inline(text: &str) -> String {
+    let mut out = String::new();
+    for (k, part) in text.split('`').enumerate() {
+        if k % 2 == 1 {
+            let _ = write!(out, "<code>{}</code>", escape(part));
+        } else {
+            out.push_str(&escape(part));
         }
-        let _ = write!(
-            o,
-            r#"<text x="{:.1}" y="{}" font-size="10" transform="rotate(30 {:.1} {})">{}</text>"#,
-            x0,
-            h - bottom + 14.0,
-            x0,
-            h - bottom + 14.0,
-            escape(label)
-        );
     }
-    for (j, s) in series.iter().enumerate() {
-        let x = left + 10.0 + 200.0 * j as f64;
-        let _ = write!(
-            o,
-            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}" font-size="11">{}</text>"#,
-            h - 14.0,
-            COLORS[j % COLORS.len()],
-            x + 14.0,
-            h - 5.0,
-            escape(s)
-        );
-    }
-    o.push_str("</svg>");
-    o
+    out
 }
 
-fn svg_timeline(
-    title: &str,
-    x_label: &str,
-    points: &[(f64, u64, u64)],
-    marks: &[(f64, String)],
-) -> String {
-    let (w, h, left, bottom, top, right) = (760.0, 340.0, 70.0, 50.0, 30.0, 110.0);
-    let xmin = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let xmax = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-    let (xmin, xmax) = if xmin.is_finite() {
-        (xmin, xmax)
-    } else {
-        (0.0, 1.0)
-    };
-    let span = (xmax - xmin).max(f64::MIN_POSITIVE);
-    let ymax = points
-        .iter()
-        .map(|p| p.1.max(p.2))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
-        * 1.05;
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let sx = |x: f64| left + pw * (x - xmin) / span;
-    let sy = |y: f64| top + ph - ph * y / ymax;
-    let mut o = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
-        escape(title)
-    );
-    let _ = write!(
-        o,
-        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
-        escape(title)
-    );
-    y_grid(&mut o, ymax, left, left + pw, sy);
-    for (k, (x, name)) in marks.iter().enumerate() {
-        let xx = sx(*x);
-        // Labels alternate between two heights so that neighbours do not overlap.
-        let y = top + 10.0 + (k % 2) as f64 * 11.0;
-        let _ = write!(
-            o,
-            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{:.1}" stroke="#999" stroke-dasharray="2 3"/><text x="{:.1}" y="{y:.1}" font-size="9" fill="#555">{}</text>"##,
-            top + ph,
-            xx + 2.0,
-            escape(name)
-        );
-    }
-    for (k, (label, pick)) in [
-        (
-            "reserved",
-            (|p: &(f64, u64, u64)| p.2) as fn(&(f64, u64, u64)) -> u64,
+/// One table cell: a size is a number in the fiche's unit, its raw bytes on hover.
+fn cell(c: &Cell, style: Style) -> String {
+    match c {
+        Cell::Text(t) => format!("<td>{}</td>", inline(t)),
+        // A short identifier never breaks across lines; a long one (a path) may.
+        Cell::Code(t) if t.chars().count() <= 24 => {
+            format!("<td class=\"id\"><code>{}</code></td>", escape(t))
+        }
+        Cell::Code(t) => format!("<td><code>{}</code></td>", escape(t)),
+        Cell::Size {
+            bytes: Some(b),
+            with_unit,
+        } => format!(
+            "<td class=\"n\" title=\"{}\">{}</td>",
+            escape(&style.raw(*b)),
+            escape(&if *with_unit {
+                style.size(Some(*b))
+            } else {
+                style.size_number(*b)
+            })
         ),
-        ("allocated", |p: &(f64, u64, u64)| p.1),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let path: Vec<String> = points
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", sx(p.0), sy(pick(p) as f64)))
-            .collect();
-        let color = COLORS[k];
-        let _ = write!(
-            o,
-            r##"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/><text x="{}" y="{:.1}" font-size="11" fill="{color}">{label}</text>"##,
-            path.join(" "),
-            left + pw + 6.0,
-            top + 14.0 + k as f64 * 14.0
-        );
+        Cell::Size { bytes: None, .. } => format!(
+            "<td class=\"n\">{}</td>",
+            escape(style.t("null (not read)", "null (non lu)"))
+        ),
+        Cell::Percent(p) => format!("<td class=\"n\">{}</td>", escape(&style.percent(*p))),
     }
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        h - 12.0,
-        escape(x_label)
-    );
-    o.push_str("</svg>");
-    o
 }
 
-fn svg_scatter(
-    title: &str,
-    x_label: &str,
-    points: &[(u64, Option<u64>, bool)],
-    lines: &[(String, u64)],
-) -> String {
-    let (w, h, left, bottom, top, right) = (760.0, 320.0, 70.0, 50.0, 30.0, 150.0);
-    let xmax = points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
-    let xmin = points.iter().map(|p| p.0).min().unwrap_or(0) as f64;
-    let ymax = points
-        .iter()
-        .filter_map(|p| p.1)
-        .chain(lines.iter().map(|l| l.1))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
-        * 1.05;
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let span = (xmax - xmin).max(1.0);
-    let sx = |x: f64| left + pw * (x - xmin) / span;
-    let sy = |y: f64| top + ph - ph * y / ymax;
-    let mut o = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
-        escape(title)
-    );
-    let _ = write!(
-        o,
-        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
-        escape(title)
-    );
-    y_grid(&mut o, ymax, left, left + pw, sy);
-    for (i, (label, cap)) in lines.iter().enumerate() {
-        let y = sy(*cap as f64);
-        let _ = write!(
-            o,
-            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#c44" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" font-size="10" fill="#c44">{}</text>"##,
-            left + pw,
-            left + pw + 4.0,
-            y + 3.0 + (i % 2) as f64 * 0.0,
-            escape(label)
-        );
-    }
-    let mut ok: Vec<&(u64, Option<u64>, bool)> =
-        points.iter().filter(|p| p.2 && p.1.is_some()).collect();
-    ok.sort_by_key(|p| p.0);
-    if ok.len() > 1 {
-        let path: Vec<String> = ok
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", sx(p.0 as f64), sy(p.1.unwrap_or(0) as f64)))
-            .collect();
-        let _ = write!(
-            o,
-            r##"<polyline fill="none" stroke="#3b6ea5" points="{}"/>"##,
-            path.join(" ")
-        );
-    }
-    for (x, y, success) in points {
-        let cx = sx(*x as f64);
-        match (y, success) {
-            (Some(y), true) => {
-                let _ = write!(
-                    o,
-                    r##"<circle cx="{cx:.1}" cy="{:.1}" r="4" fill="#3b6ea5"><title>{x}: {y} bytes (ok)</title></circle>"##,
-                    sy(*y as f64)
-                );
-            }
-            _ => {
-                let yy = sy(y.unwrap_or(ymax as u64) as f64);
-                let _ = write!(
-                    o,
-                    r##"<text x="{cx:.1}" y="{:.1}" font-size="14" fill="#c44" text-anchor="middle">✕<title>{x}: failed</title></text>"##,
-                    yy + 5.0
-                );
-            }
-        }
-    }
-    let _ = write!(
-        o,
-        r#"<text x="{left}" y="{}" font-size="10">{}</text><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text><text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-        h - bottom + 14.0,
-        xmin,
-        left + pw,
-        h - bottom + 14.0,
-        xmax,
-        left + pw / 2.0,
-        h - 12.0,
-        escape(x_label)
-    );
-    o.push_str("</svg>");
-    o
+/// Light and dark colours follow the reader's setting; print is A4 with no table cut where it
+/// can be avoided; wide tables scroll inside themselves, never the page.
+const CSS: &str = r#"
+:root{color-scheme:light dark;--fg:#1b1f24;--muted:#57606a;--bg:#ffffff;--line:#d0d7de;--grid:#e6e9ed;--card:#f6f8fa;--accent:#0072B2;--good:#1a7f37;--bad:#cf222e}
+@media (prefers-color-scheme: dark){:root{--fg:#e6edf3;--muted:#9198a1;--bg:#0d1117;--line:#30363d;--grid:#262c36;--card:#161b22;--accent:#56B4E9;--good:#3fb950;--bad:#f85149}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+main{max-width:1040px;margin:0 auto;padding:20px 18px 40px}
+h1{font-size:1.45em;margin:0 0 .5em}
+h2{font-size:1.12em;margin:1.8em 0 .5em;padding-bottom:.2em;border-bottom:1px solid var(--line)}
+p,li{max-width:75ch}
+a{color:var(--accent)}
+.verdict{border:2px solid var(--accent);border-radius:8px;padding:10px 16px 12px;background:var(--card)}
+.verdict h2{margin:0 0 .4em;border:0;font-size:1.05em}
+.verdict dl{display:grid;grid-template-columns:minmax(9em,max-content) 1fr;gap:3px 16px;margin:0}
+.verdict dt{color:var(--muted);font-weight:600}
+.verdict dd{margin:0;overflow-wrap:anywhere}
+.verdict .good::before{content:"✔ ";color:var(--good);font-weight:700}
+.verdict .bad::before{content:"✘ ";color:var(--bad);font-weight:700}
+table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse;margin:.8em 0;font-size:13px}
+th,td{border:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
+th{background:var(--card);font-weight:600}
+td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+td.id{white-space:nowrap}
+code{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--card);padding:0 3px;border-radius:3px;overflow-wrap:anywhere}
+figure{margin:1em 0}
+svg{display:block;max-width:100%;height:auto}
+svg text{fill:currentColor}
+svg .grid{stroke:var(--grid)}
+svg .axis{stroke:var(--muted)}
+svg .plot{stroke:var(--line)}
+@media print{
+@page{size:A4;margin:14mm}
+body{background:#fff;color:#000;font-size:10.5pt}
+main{max-width:none;padding:0}
+table{display:table;overflow:visible;font-size:8.5pt;page-break-inside:avoid}
+figure,.verdict,tr{page-break-inside:avoid}
+h2{page-break-after:avoid}
+a{color:inherit;text-decoration:none}
 }
-
-fn svg_waterfall(title: &str, steps: &[(String, u64, bool)], lines: &[(String, u64)]) -> String {
-    let (w, h, left, bottom, top, right) = (760.0, 320.0, 70.0, 90.0, 30.0, 170.0);
-    // The running total of every bar, and the scale: the bars decide it; a reference line far
-    // above them is named with an arrow instead of squashing the bars.
-    let mut total = 0u64;
-    let mut bars = Vec::new();
-    for (label, bytes, level) in steps {
-        let (from, to) = if *level {
-            total = *bytes;
-            (0, *bytes)
-        } else {
-            let from = total;
-            total = total.saturating_add(*bytes);
-            (from, total)
-        };
-        bars.push((label.as_str(), from, to, *level));
-    }
-    let top_bar = bars.iter().map(|b| b.2).max().unwrap_or(1).max(1) as f64;
-    let in_range: Vec<&(String, u64)> = lines
-        .iter()
-        .filter(|(_, b)| (*b as f64) <= top_bar * 1.6)
-        .collect();
-    let ymax = in_range
-        .iter()
-        .map(|(_, b)| *b as f64)
-        .fold(top_bar, f64::max)
-        * 1.05;
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let n = bars.len().max(1) as f64;
-    let slot = pw / n;
-    let sy = |y: f64| top + ph - ph * y / ymax;
-    let mut o = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><title>{}</title>"#,
-        escape(title)
-    );
-    let _ = write!(
-        o,
-        r#"<text x="{left}" y="18" font-size="14">{}</text>"#,
-        escape(title)
-    );
-    y_grid(&mut o, ymax, left, left + pw, sy);
-    for (i, (label, from, to, level)) in bars.iter().enumerate() {
-        let x = left + slot * i as f64 + slot * 0.15;
-        let (y1, y2) = (sy(*to as f64), sy(*from as f64));
-        let color = if *level { COLORS[0] } else { COLORS[1] };
-        let _ = write!(
-            o,
-            r#"<rect x="{x:.1}" y="{y1:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{}: {} bytes</title></rect>"#,
-            slot * 0.7,
-            (y2 - y1).max(0.5),
-            escape(label),
-            to - from
-        );
-        let _ = write!(
-            o,
-            r#"<text x="{:.1}" y="{}" font-size="10" transform="rotate(25 {:.1} {})">{}</text>"#,
-            x,
-            h - bottom + 14.0,
-            x,
-            h - bottom + 14.0,
-            escape(label)
-        );
-    }
-    let mut arrows = 0.0;
-    for (label, bytes) in lines {
-        if in_range.iter().any(|(l, _)| l == label) {
-            let y = sy(*bytes as f64);
-            let _ = write!(
-                o,
-                r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#c44" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" font-size="10" fill="#c44">{} ({} GiB)</text>"##,
-                left + pw,
-                left + pw + 4.0,
-                y + 3.0,
-                escape(label),
-                gib(*bytes as f64)
-            );
-        } else {
-            // Above the scale: named with an arrow, on two short lines.
-            let _ = write!(
-                o,
-                r##"<text x="{}" y="{:.1}" font-size="10" fill="#c44">↑ {}<tspan x="{}" dy="12">{} GiB, off the scale</tspan></text>"##,
-                left + pw + 4.0,
-                top + 10.0 + arrows,
-                escape(label),
-                left + pw + 14.0,
-                gib(*bytes as f64)
-            );
-            arrows += 30.0;
-        }
-    }
-    o.push_str("</svg>");
-    o
-}
+"#;
 
 impl Exporter for Html {
     fn render(&self, doc: &Document) -> String {
+        let style = doc.style;
         let mut o = format!(
-            "<!DOCTYPE html>\n<html lang=\"{}\"><head><meta charset=\"utf-8\"><title>{}</title><style>body{{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}}table{{border-collapse:collapse;margin:1em 0;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left}}td.n{{text-align:right}}h2{{border-bottom:1px solid #ddd}}code{{font-size:12px}}</style></head><body>\n<h1>{}</h1>\n",
-            doc.lang,
+            "<!DOCTYPE html>\n<html lang=\"{}\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><meta name=\"color-scheme\" content=\"light dark\"><title>{}</title><style>{CSS}</style></head><body><main>\n<h1>{}</h1>\n",
+            style.code(),
             escape(&doc.title),
             escape(&doc.title)
         );
         for block in &doc.blocks {
             match block {
+                Block::Verdict(lines) => {
+                    let _ = write!(
+                        o,
+                        "<section class=\"verdict\" id=\"verdict\"><h2>{}</h2><dl>",
+                        escape(style.t("Verdict", "Verdict"))
+                    );
+                    for v in lines {
+                        let class = match v.tone {
+                            Tone::Good => " class=\"good\"",
+                            Tone::Bad => " class=\"bad\"",
+                            Tone::Neutral => "",
+                        };
+                        let value = match &v.section {
+                            Some(h) => format!(
+                                "<a href=\"#{}\">{}</a>",
+                                escape(&slug(h)),
+                                inline(&v.value)
+                            ),
+                            None => inline(&v.value),
+                        };
+                        let _ = write!(o, "<dt>{}</dt><dd{class}>{value}</dd>", escape(&v.label));
+                    }
+                    o.push_str("</dl></section>\n");
+                }
                 Block::Heading(h) => {
-                    let _ = writeln!(o, "<h2>{}</h2>", escape(h));
+                    let _ = writeln!(o, "<h2 id=\"{}\">{}</h2>", escape(&slug(h)), escape(h));
                 }
                 Block::Para(p) => {
-                    let _ = writeln!(o, "<p>{}</p>", escape(p));
+                    let _ = writeln!(o, "<p>{}</p>", inline(p));
                 }
                 Block::List(items) => {
                     o.push_str("<ul>");
                     for i in items {
-                        let _ = write!(o, "<li>{}</li>", escape(i));
+                        let _ = write!(o, "<li>{}</li>", inline(i));
                     }
                     o.push_str("</ul>\n");
                 }
                 Block::Table { header, rows } => {
-                    o.push_str("<table><tr>");
-                    for h in header {
-                        let _ = write!(o, "<th>{}</th>", escape(h));
+                    o.push_str("<table>");
+                    if header.iter().any(|h| !h.is_empty()) {
+                        o.push_str("<thead><tr>");
+                        for h in header {
+                            let _ = write!(o, "<th scope=\"col\">{}</th>", inline(h));
+                        }
+                        o.push_str("</tr></thead>");
                     }
-                    o.push_str("</tr>");
+                    o.push_str("<tbody>");
                     for r in rows {
                         o.push_str("<tr>");
                         for c in r {
-                            let numeric = c.chars().next().is_some_and(|ch| ch.is_ascii_digit())
-                                && !c.contains(' ');
-                            let _ = write!(
-                                o,
-                                "<td{}>{}</td>",
-                                if numeric { " class=\"n\"" } else { "" },
-                                escape(c)
-                            );
+                            o.push_str(&cell(c, style));
                         }
                         o.push_str("</tr>");
                     }
-                    o.push_str("</table>\n");
+                    o.push_str("</tbody></table>\n");
                 }
                 Block::Chart(Chart::Bars {
                     title,
                     series,
                     categories,
                 }) => {
-                    o.push_str(&svg_bars(title, series, categories));
+                    o.push_str(&svg::bars(style, title, series, categories));
                     o.push('\n');
                 }
                 Block::Chart(Chart::Waterfall {
@@ -436,7 +189,7 @@ impl Exporter for Html {
                     steps,
                     lines,
                 }) => {
-                    o.push_str(&svg_waterfall(title, steps, lines));
+                    o.push_str(&svg::waterfall(style, title, steps, lines));
                     o.push('\n');
                 }
                 Block::Chart(Chart::Timeline {
@@ -445,7 +198,7 @@ impl Exporter for Html {
                     points,
                     marks,
                 }) => {
-                    o.push_str(&svg_timeline(title, x_label, points, marks));
+                    o.push_str(&svg::timeline(style, title, x_label, points, marks));
                     o.push('\n');
                 }
                 Block::Chart(Chart::Scatter {
@@ -454,11 +207,12 @@ impl Exporter for Html {
                     points,
                     lines,
                 }) => {
-                    o.push_str(&svg_scatter(title, x_label, points, lines));
+                    o.push_str(&svg::scatter(style, title, x_label, points, lines));
                     o.push('\n');
                 }
             }
         }
+        o.push_str("</main>\n");
         for a in &doc.attachments {
             // Every `<` becomes the JSON escape `\u003c` (valid only inside JSON strings, where the
             // parsed value is unchanged), so no file content can close or confuse the element.
@@ -486,7 +240,10 @@ mod tests {
         assert_eq!(escape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
         let doc = Document {
             title: "<script>alert(1)</script>".into(),
-            lang: "en",
+            style: Style::new(
+                crate::report::format::Lang::En,
+                crate::report::format::Units::Gib,
+            ),
             blocks: vec![Block::Para("a < b".into())],
             attachments: vec![Attachment {
                 path: "r.json".into(),

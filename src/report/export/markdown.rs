@@ -1,10 +1,12 @@
 //! Markdown: plain text for reading and diffing; charts are skipped (their numbers are in the
-//! tables) and no file content can become HTML in a renderer.
+//! tables) and no file content can become HTML in a renderer. Sizes read in the fiche's one unit;
+//! every size shown is listed again in raw bytes in a final table, for copy-paste.
 
 use std::fmt::Write as _;
 
 use super::Exporter;
-use crate::report::document::{Block, Document};
+use crate::report::document::{Block, Cell, Document, Tone};
+use crate::report::format::{Style, slug};
 
 pub struct Markdown;
 
@@ -17,12 +19,57 @@ fn md_cell(s: &str) -> String {
     md(s).replace('|', "\\|").replace('\n', " ")
 }
 
+fn cell(c: &Cell, style: Style) -> String {
+    match c {
+        Cell::Text(t) => md_cell(t),
+        Cell::Code(t) => format!("`{}`", md_cell(t).replace('`', "'")),
+        Cell::Size {
+            bytes: Some(b),
+            with_unit,
+        } => {
+            if *with_unit {
+                style.size(Some(*b))
+            } else {
+                style.size_number(*b)
+            }
+        }
+        Cell::Size { bytes: None, .. } => style.t("null (not read)", "null (non lu)").into(),
+        Cell::Percent(p) => style.percent(*p),
+    }
+}
+
 impl Exporter for Markdown {
     fn render(&self, doc: &Document) -> String {
+        let style = doc.style;
         let mut o = format!("# {}\n\n", md(&doc.title));
+        // (section, row, column, bytes) of every size shown.
+        let mut raw: Vec<(String, String, String, u64)> = Vec::new();
+        let mut section = String::new();
         for block in &doc.blocks {
             match block {
+                Block::Verdict(lines) => {
+                    let _ = write!(o, "## {}\n\n", style.t("Verdict", "Verdict"));
+                    for v in lines {
+                        let mark = match v.tone {
+                            Tone::Good => "✔ ",
+                            Tone::Bad => "✘ ",
+                            Tone::Neutral => "",
+                        };
+                        let value = match &v.section {
+                            Some(h) => format!("{mark}{} ([→](#{}))", md(&v.value), slug(h)),
+                            None => format!("{mark}{}", md(&v.value)),
+                        };
+                        let _ = writeln!(
+                            o,
+                            "- **{}**{} {value}",
+                            md(&v.label),
+                            style.t(":", "\u{a0}:")
+                        );
+                    }
+                    o.push('\n');
+                }
                 Block::Heading(h) => {
+                    section = h.clone();
                     let _ = write!(o, "## {}\n\n", md(h));
                 }
                 Block::Para(p) => {
@@ -53,13 +100,42 @@ impl Exporter for Markdown {
                         let _ = writeln!(
                             o,
                             "| {} |",
-                            r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | ")
+                            r.iter()
+                                .map(|c| cell(c, style))
+                                .collect::<Vec<_>>()
+                                .join(" | ")
                         );
+                        let row = r.first().map(|c| cell(c, style)).unwrap_or_default();
+                        for (k, c) in r.iter().enumerate() {
+                            if let Cell::Size { bytes: Some(b), .. } = c {
+                                raw.push((
+                                    section.clone(),
+                                    row.clone(),
+                                    header.get(k).cloned().unwrap_or_default(),
+                                    *b,
+                                ));
+                            }
+                        }
                     }
                     o.push('\n');
                 }
                 Block::Chart(_) => {}
             }
+        }
+        if !raw.is_empty() {
+            let _ = write!(
+                o,
+                "## {}\n\n| {} | {} | {} | {} |\n| --- | --- | --- | --- |\n",
+                style.t("Raw bytes", "Octets bruts"),
+                style.t("section", "section"),
+                style.t("row", "ligne"),
+                style.t("column", "colonne"),
+                style.t("bytes", "octets")
+            );
+            for (s, r, c, b) in raw {
+                let _ = writeln!(o, "| {} | {} | {} | {} |", md_cell(&s), r, md_cell(&c), b);
+            }
+            o.push('\n');
         }
         o
     }

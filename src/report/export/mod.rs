@@ -3,6 +3,7 @@
 
 mod html;
 mod markdown;
+mod svg;
 
 pub use html::Html;
 pub use markdown::Markdown;
