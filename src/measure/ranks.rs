@@ -219,20 +219,11 @@ pub(crate) fn combine(
     Ok(TrialOutcome::Measured(Box::new(top)))
 }
 
-/// The highest peak reserved of a rank, over its phases.
-fn rank_peak(r: &RankResult) -> Option<u64> {
-    r.phases
-        .iter()
-        .flat_map(|p| p.devices.iter())
-        .filter_map(|d| d.peak_reserved_bytes)
-        .max()
-}
-
 /// The rank with the highest peak reserved, and the spread between ranks.
 fn spread(ranks: &[RankResult]) -> (Option<u64>, Option<Imbalance>) {
     let peaks: Vec<(u64, u64)> = ranks
         .iter()
-        .filter_map(|r| Some((r.rank, rank_peak(r)?)))
+        .filter_map(|r| Some((r.rank, r.peak_reserved()?)))
         .collect();
     let max = peaks
         .iter()

@@ -202,18 +202,6 @@ fn ranks(o: &mut String, d: &crate::measure::result::Distributed) {
         "rank", "local", "device", "status", "peak alloc", "peak resv", "outside alloc"
     );
     for k in &d.ranks {
-        let readings = k.phases.iter().flat_map(|p| p.devices.iter());
-        let peak_alloc = readings
-            .clone()
-            .filter_map(|x| x.peak_allocated_bytes)
-            .max();
-        let peak_resv = readings.filter_map(|x| x.peak_reserved_bytes).max();
-        let outside = k
-            .phases
-            .iter()
-            .flat_map(|p| p.driver.iter().flatten())
-            .filter_map(|x| x.outside_allocator_at_end_bytes)
-            .max();
         let _ = writeln!(
             o,
             "  {:>5} {:>5} {:<8} {:<11} {:>11} {:>11} {:>15}  {}",
@@ -221,9 +209,9 @@ fn ranks(o: &mut String, d: &crate::measure::result::Distributed) {
             k.local_rank,
             k.device,
             k.status.to_string(),
-            gib(peak_alloc),
-            gib(peak_resv),
-            gib(outside),
+            gib(k.peak_allocated()),
+            gib(k.peak_reserved()),
+            gib(k.outside_allocator()),
             k.phases.len()
         );
         if let Some(why) = &k.stopped_because {

@@ -235,6 +235,31 @@ pub struct RankResult {
     pub notes: Vec<String>,
 }
 
+impl RankResult {
+    fn readings(&self) -> impl Iterator<Item = &super::events::DeviceReading> {
+        self.phases.iter().flat_map(|p| p.devices.iter())
+    }
+
+    /// The rank's highest peak allocated over its phases.
+    pub fn peak_allocated(&self) -> Option<u64> {
+        self.readings().filter_map(|d| d.peak_allocated_bytes).max()
+    }
+
+    /// The rank's highest peak reserved over its phases.
+    pub fn peak_reserved(&self) -> Option<u64> {
+        self.readings().filter_map(|d| d.peak_reserved_bytes).max()
+    }
+
+    /// The most memory its process held outside PyTorch's allocator at a phase's end (NVML).
+    pub fn outside_allocator(&self) -> Option<u64> {
+        self.phases
+            .iter()
+            .flat_map(|p| p.driver.iter().flatten())
+            .filter_map(|x| x.outside_allocator_at_end_bytes)
+            .max()
+    }
+}
+
 /// `measure --timeline`: PyTorch's allocator snapshot (a pickle memory_viz opens) next to the
 /// result, with the CLI's summary of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]

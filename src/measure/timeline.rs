@@ -98,11 +98,11 @@ pub fn keep(staged: Staged, result: &mut MeasureResult) {
             }
         }
     };
-    match digest(&path) {
-        Ok((bytes, sha)) if bytes > 0 => {
+    match read_once(&path, &options(result)) {
+        Ok((bytes, sha, summary)) if bytes > 0 => {
             timeline.bytes = Some(bytes);
             timeline.sha256 = Some(sha);
-            match snapshot::summarize_file(&path, &options(result)) {
+            match summary {
                 Ok(s) => timeline.summary = Some(s),
                 Err(e) => timeline.summary_reason = Some(e.to_string()),
             }
@@ -139,28 +139,46 @@ fn options(result: &MeasureResult) -> snapshot::SummaryOptions {
     }
 }
 
-/// Size and SHA-256 of a file, read in blocks (a snapshot can hold gigabytes).
-fn digest(path: &Path) -> std::io::Result<(u64, String)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-        total += n as u64;
+/// A reader that hashes and counts what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
     }
-    Ok((
-        total,
-        hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    ))
+}
+
+/// Size, SHA-256 and summary of a snapshot in one pass over the file (it can hold gigabytes):
+/// the summary reads it as a stream, and whatever lies after the pickle's end is hashed too.
+fn read_once(
+    path: &Path,
+    options: &snapshot::SummaryOptions,
+) -> std::io::Result<(
+    u64,
+    String,
+    Result<snapshot::SnapshotSummary, snapshot::SnapshotError>,
+)> {
+    let mut reader = Hashing {
+        inner: std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?),
+        hasher: Sha256::new(),
+        bytes: 0,
+    };
+    let summary = snapshot::summarize(&mut reader, options);
+    std::io::copy(&mut reader, &mut std::io::sink())?;
+    let sha = reader
+        .hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((reader.bytes, sha, summary))
 }
 
 #[cfg(test)]

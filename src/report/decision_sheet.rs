@@ -114,13 +114,15 @@ pub fn build(
         );
         b.push(Block::Para(warning.into()));
     }
-    verdict(&mut b, r, s, e, lang);
+    // The gap ledger, read by the verdict and by its own section.
+    let ledger = crate::explain::ledger::of_result(r, e, None).ok();
+    verdict(&mut b, r, s, e, ledger.as_ref(), lang);
     identity(&mut b, r, lang);
     environment(&mut b, r, lang);
     calculated(&mut b, e, lang);
     observed(&mut b, r, s, lang);
     ranks(&mut b, r, lang);
-    gap(&mut b, r, e, lang);
+    gap(&mut b, r, ledger.as_ref(), lang);
     timeline(&mut b, r, lang);
     assumed(&mut b, r, s, e, lang);
     chosen(&mut b, r, s, lang);
@@ -168,6 +170,7 @@ fn verdict(
     r: &MeasureResult,
     s: Option<&Series>,
     e: Option<&EstimateDoc>,
+    ledger: Option<&crate::explain::ledger::Ledger>,
     lang: Style,
 ) {
     let mut lines = Vec::new();
@@ -390,7 +393,7 @@ fn verdict(
         });
     }
     // The largest term of the gap.
-    if let Ok(l) = crate::explain::ledger::of_result(r, e, None) {
+    if let Some(l) = ledger {
         use crate::explain::ledger::LineKind;
         if let Some(term) = l
             .lines
@@ -862,7 +865,7 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Sty
             rows.push(vec![
                 Cell::Code(p.name.clone()),
                 "—".into(),
-                phase_status(p.status, lang).into(),
+                status_word(p.status, lang).into(),
                 lang.t(
                     "no end readings: the worker ended during this phase",
                     "pas de lecture de fin : le processus s’est arrêté pendant cette phase",
@@ -882,7 +885,7 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Sty
             rows.push(vec![
                 Cell::Code(p.name.clone()),
                 Cell::Code(d.device.clone()),
-                phase_status(p.status, lang).into(),
+                status_word(p.status, lang).into(),
                 size(d.peak_allocated_bytes),
                 size(d.peak_reserved_bytes),
                 size(d.end_allocated_bytes),
@@ -1074,21 +1077,18 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Sty
 
 /// A sweep trial's status in the reader's language.
 fn trial_status(status: crate::sweep::series::TrialStatus, lang: Style) -> &'static str {
+    use crate::measure::result::RunStatus as S;
     use crate::sweep::series::TrialStatus as T;
-    match status {
-        T::Ok => lang.t("ok", "réussi"),
-        T::Failed => lang.t("failed", "échoué"),
-        T::Crashed => lang.t("crashed", "planté"),
-        T::Timeout => lang.t("timed out", "délai dépassé"),
-        T::Interrupted => lang.t("interrupted", "interrompu"),
-        T::Terminated => lang.t("terminated", "arrêté"),
-        T::Unavailable => lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
-    }
-}
-
-/// A phase's status in the reader's language.
-fn phase_status(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
-    status_word(status, lang)
+    let run = match status {
+        T::Unavailable => return lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
+        T::Ok => S::Ok,
+        T::Failed => S::Failed,
+        T::Crashed => S::Crashed,
+        T::Timeout => S::Timeout,
+        T::Interrupted => S::Interrupted,
+        T::Terminated => S::Terminated,
+    };
+    status_word(run, lang)
 }
 
 fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Style) {
@@ -1320,26 +1320,14 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         .ranks
         .iter()
         .map(|k| {
-            let readings = k.phases.iter().flat_map(|p| p.devices.iter());
-            let outside = k
-                .phases
-                .iter()
-                .flat_map(|p| p.driver.iter().flatten())
-                .filter_map(|x| x.outside_allocator_at_end_bytes)
-                .max();
             vec![
                 lang.integer(u128::from(k.rank)).into(),
                 Cell::Code(format!("{} / {}", k.node_rank, k.host)),
                 Cell::Code(k.device.clone()),
                 status_word(k.status, lang).into(),
-                size(
-                    readings
-                        .clone()
-                        .filter_map(|x| x.peak_allocated_bytes)
-                        .max(),
-                ),
-                size(readings.filter_map(|x| x.peak_reserved_bytes).max()),
-                size(outside),
+                size(k.peak_allocated()),
+                size(k.peak_reserved()),
+                size(k.outside_allocator()),
                 match (&k.stopped_because, lang.fr()) {
                     (None, _) => "".into(),
                     (Some(why), false) => why.clone().into(),
@@ -1464,13 +1452,18 @@ fn ledger_text(text: &str, lang: Style) -> String {
 }
 
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
-fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Style) {
+fn gap(
+    b: &mut Vec<Block>,
+    r: &MeasureResult,
+    ledger: Option<&crate::explain::ledger::Ledger>,
+    lang: Style,
+) {
     use crate::explain::ledger::{self, LineKind, Provenance};
-    let Ok(l) = ledger::of_result(r, e, None) else {
+    let Some(l) = ledger else {
         return;
     };
     if l.lines.is_empty() {
-        post_mortem(b, &l, lang);
+        post_mortem(b, l, lang);
         return;
     }
     b.push(Block::Heading(
@@ -1602,7 +1595,7 @@ fn gap(b: &mut Vec<Block>, r: &MeasureResult, e: Option<&EstimateDoc>, lang: Sty
     if !diagnostics.is_empty() {
         b.push(Block::List(diagnostics));
     }
-    post_mortem(b, &l, lang);
+    post_mortem(b, l, lang);
 }
 
 /// A capacity's name (the ledger writes English) in the reader's language.
