@@ -16,9 +16,59 @@ pub fn code_hash() -> String {
         hasher.update(text.as_bytes());
         hasher.update([0]);
     }
-    let digest = hasher.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    sha256_text(hasher)
+}
+
+fn sha256_text(hasher: Sha256) -> String {
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("sha256:{hex}")
+}
+
+/// What identifies the code of a run: `code_hash` for the result's identity and, for a script,
+/// the script's own `sha256:…`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeHash {
+    pub code_hash: String,
+    pub script_sha256: Option<String>,
+}
+
+/// The code a `--script` workload runs: the tool's package (`code_hash()`, then a NUL), the
+/// script's bytes (their length as 8 little-endian bytes, then the bytes) and its arguments (each
+/// followed by a NUL), so that two scripts, or one script with other arguments, never share a
+/// hash; a measurement and a prediction of the same script and arguments always do. A script that
+/// cannot be read is said in the hash itself: `unreadable-script:sha256:…` (the tool and the
+/// arguments only), with no script hash.
+pub fn script_code_hash(script: &Path, args: &[String]) -> CodeHash {
+    let bytes = std::fs::read(script);
+    let mut hasher = Sha256::new();
+    hasher.update(code_hash().as_bytes());
+    hasher.update([0]);
+    match &bytes {
+        Ok(bytes) => {
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        Err(_) => hasher.update(b"unreadable\0"),
+    }
+    for a in args {
+        hasher.update(a.as_bytes());
+        hasher.update([0]);
+    }
+    let combined = sha256_text(hasher);
+    match bytes {
+        Ok(bytes) => CodeHash {
+            code_hash: combined,
+            script_sha256: Some(sha256_text(Sha256::new_with_prefix(&bytes))),
+        },
+        Err(_) => CodeHash {
+            code_hash: format!("unreadable-script:{combined}"),
+            script_sha256: None,
+        },
+    }
 }
 
 /// The package written into a temporary folder, removed when dropped.
@@ -80,6 +130,51 @@ fn beside(exe: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two scripts, or one script with other arguments, never share a hash; the same script and
+    /// arguments always do; an unreadable script is said so.
+    #[test]
+    fn a_scripts_hash_covers_its_bytes_and_arguments() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.py");
+        let b = dir.path().join("b.py");
+        std::fs::write(&a, "print('a')\n").unwrap();
+        std::fs::write(&b, "print('b')\n").unwrap();
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ha = script_code_hash(&a, &args(&["--batch", "8"]));
+        assert!(ha.code_hash.starts_with("sha256:"));
+        assert_ne!(ha.code_hash, code_hash(), "not the tool's hash alone");
+        assert_eq!(ha, script_code_hash(&a, &args(&["--batch", "8"])));
+        assert_ne!(ha, script_code_hash(&b, &args(&["--batch", "8"])));
+        assert_ne!(
+            ha.code_hash,
+            script_code_hash(&a, &args(&["--batch", "16"])).code_hash
+        );
+        // Arguments are delimited: ["ab"] is not ["a", "b"].
+        assert_ne!(
+            script_code_hash(&a, &args(&["ab"])).code_hash,
+            script_code_hash(&a, &args(&["a", "b"])).code_hash
+        );
+        assert_eq!(
+            ha.script_sha256.as_deref(),
+            Some("sha256:62bdb208de6dc6b169a467f646f50ca39e6c203fa6f6732431624d8dec1e77fb")
+        );
+        assert_eq!(
+            script_code_hash(&a, &[]).script_sha256,
+            ha.script_sha256,
+            "the script's own hash ignores the arguments"
+        );
+        let missing = script_code_hash(&dir.path().join("gone.py"), &args(&["x"]));
+        assert!(
+            missing.code_hash.starts_with("unreadable-script:sha256:"),
+            "{}",
+            missing.code_hash
+        );
+        assert_eq!(missing.script_sha256, None);
+        // Edited in place: another hash.
+        std::fs::write(&a, "print('a2')\n").unwrap();
+        assert_ne!(ha, script_code_hash(&a, &args(&["--batch", "8"])));
+    }
 
     #[test]
     fn the_python_beside_the_binary_is_the_environments() {

@@ -47,7 +47,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
             overhead: None,
         },
         InputFile::Prediction(p) => {
-            if p.status == "failed" {
+            if p.status == "failed" || p.stopped() {
                 bail!(
                     "{} is the prediction of a workload that stopped ({}): it is not the need of a complete run",
                     path.display(),
@@ -60,7 +60,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
             let unpredictable = p
                 .phases
                 .iter()
-                .filter(|ph| ph.peak_reserved_bytes.is_none())
+                .filter(|ph| ph.status != crate::prediction::document::PhaseStatus::Predicted)
                 .count();
             Need {
                 bytes: Bytes(peak),

@@ -130,11 +130,18 @@ fn predict_next_to(
         bar.set_prefix("predicting the same workload on the CPU");
     }
     match run::predict(plan, &target, stop, bar) {
+        // Stopped by a signal or the timeout: its first phases are not the workload's prediction.
+        Ok(Outcome::Predicted(doc)) if doc.stopped() => {
+            result.notes.push(format!(
+                "no prediction: {}",
+                doc.failure.as_deref().unwrap_or(&doc.status)
+            ));
+        }
         Ok(Outcome::Predicted(doc)) => {
             check::predictions(result, &doc, 0);
             result.prediction = Some(doc);
         }
-        Ok(Outcome::Unavailable(reason) | Outcome::Stopped(reason)) => {
+        Ok(Outcome::Unavailable(reason)) => {
             result.notes.push(format!("no prediction: {reason}"));
         }
         Err(e) => result.notes.push(format!("no prediction: {e}")),

@@ -1,6 +1,7 @@
 //! `iteragpu predict`: arguments → a validated plan and a target card → the workload's own code
-//! on data-less CUDA tensors in a CPU worker → the prediction file (never overwritten) → the
-//! table or the JSON.
+//! on data-less CUDA tensors in a CPU worker → the prediction file (never overwritten; written
+//! too when the timeout or a signal stopped the worker, with the phases so far) → the table or
+//! the JSON.
 
 use anyhow::{Result, bail};
 use std::io::{IsTerminal, Write};
@@ -68,10 +69,6 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
             eprintln!("error: nothing predicted: {reason}");
             return Ok(exit::MISSING_RUNTIME);
         }
-        Ok(Outcome::Stopped(reason)) => {
-            eprintln!("error: nothing predicted: {reason}");
-            return Ok(exit::WORKLOAD_FAILED);
-        }
         Err(e @ StartError::Interpreter { .. }) => {
             eprintln!("error: {e}");
             return Ok(exit::MISSING_RUNTIME);
@@ -99,8 +96,11 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
         );
         return Ok(exit::BAD_INPUT);
     }
+    // Stopped by the timeout or a signal: the phases so far are kept, as `measure` keeps them.
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
-    Ok(if doc.status == "failed" {
+    Ok(if doc.stopped() {
+        exit::WORKLOAD_FAILED
+    } else if doc.status == "failed" {
         exit::BAD_INPUT
     } else {
         exit::OK

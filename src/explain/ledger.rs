@@ -134,9 +134,14 @@ fn estimate_sum(e: &EstimateDoc, prefixes: &[&str]) -> Option<Figure> {
     ))
 }
 
-/// The n-th predicted phase of this name (phases repeat: warm_forward, training steps).
+/// The n-th predicted phase of this name (phases repeat: warm_forward, training steps), when it
+/// was predicted (a failed phase's figures stop where it failed).
 fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&'a PredictedPhase> {
-    p.phases.iter().filter(|ph| ph.name == name).nth(nth)
+    p.phases
+        .iter()
+        .filter(|ph| ph.name == name)
+        .nth(nth)
+        .filter(|ph| ph.status == crate::prediction::document::PhaseStatus::Predicted)
 }
 
 /// Builds the ledger of a result, with the estimate and the prediction when given (the

@@ -5,12 +5,15 @@
 //! {"type": "hello", "data": {"pid": 4243, "protocol": 1, "rank": {"rank": 1, "local_rank": 1, "world_size": 2, "local_world_size": 2, "node_rank": 0, "host": "gpu7", "run_id": "3f2a…", "device": "cuda:1"}}}
 //! {"type": "environment", "data": {"python": {…}, "torch": {…}, "can_measure": true, …}}
 //! {"type": "describe", "data": {"workload": "dense", "parameters": 33583104}}
-//! {"type": "phase_start", "data": {"name": "cold_forward", "index": 2, "inputs": {…}}}
+//! {"type": "phase_start", "data": {"name": "cold_forward", "index": 2, "inputs": {…}, "parent": null, "automatic": false}}
 //! {"type": "phase_end", "data": {"name": "cold_forward", "index": 2, "status": "ok", "duration_s": 0.01,
 //!   "devices": [{"device": "cuda:0", "start_allocated_bytes": 1024, "peak_allocated_bytes": …}], "error": null}}
 //! {"type": "unavailable", "data": {"reason": "PyTorch cannot be imported …"}}
 //! {"type": "done", "data": {"status": "ok"}}
 //! ```
+//! Phases nest: `parent` is the index of the phase open around it (null at the top level) and
+//! `phase_end` carries the `index` of the phase it closes; `automatic` marks a phase the tool made
+//! (not a user's marker). Both keys are optional: an older worker sends neither and never nests.
 //! The allocator's recording (`measure/history.rs`) adds:
 //! ```text
 //! {"type": "history", "data": {"mode": "state", "recording": true, "max_entries": null, "phase_markers": false, "oom_observer": true, "null_reasons": {}}}
@@ -183,6 +186,16 @@ pub enum Event {
     PhaseStart {
         name: String,
         index: u64,
+        /// What the phase was given (its `phase_end` repeats them, possibly with more).
+        #[serde(default)]
+        inputs: Map<String, Value>,
+        /// The index of the enclosing open phase (phases nest); null at the top level. Absent
+        /// from older workers, which never nest.
+        #[serde(default)]
+        parent: Option<u64>,
+        /// Made by the tool (a phase around a workload that marks none), not by a user's marker.
+        #[serde(default)]
+        automatic: bool,
     },
     PhaseEnd(Box<PhaseRecord>),
     Unavailable {
@@ -277,5 +290,45 @@ mod tests {
         };
         assert_eq!(record.devices[0].start_reserved_bytes, None);
         assert_eq!(record.devices[0].null_reasons["reserved"], "boom");
+    }
+
+    /// An older worker's `phase_start` (no inputs, parent or automatic) still parses; a newer
+    /// one's nesting and origin are read.
+    #[test]
+    fn phase_start_with_and_without_nesting() {
+        let Line::Event(Event::PhaseStart {
+            name,
+            index,
+            inputs,
+            parent,
+            automatic,
+        }) = parse(r#"{"type":"phase_start","data":{"name":"load","index":0}}"#)
+        else {
+            panic!("old phase_start not parsed")
+        };
+        assert_eq!((name.as_str(), index), ("load", 0));
+        assert!(inputs.is_empty());
+        assert_eq!(parent, None);
+        assert!(!automatic);
+        let Line::Event(Event::PhaseStart {
+            index,
+            inputs,
+            parent,
+            automatic,
+            ..
+        }) = parse(
+            r#"{"type":"phase_start","data":{"name":"step","index":3,"inputs":{"batch":8},"parent":1,"automatic":true}}"#,
+        )
+        else {
+            panic!("nested phase_start not parsed")
+        };
+        assert_eq!(index, 3);
+        assert_eq!(inputs["batch"], 8);
+        assert_eq!(parent, Some(1));
+        assert!(automatic);
+        assert!(matches!(
+            parse(r#"{"type":"phase_start","data":{"name":"x","index":0,"parent":null}}"#),
+            Line::Event(Event::PhaseStart { parent: None, .. })
+        ));
     }
 }

@@ -109,8 +109,12 @@ pub struct MeasureResult {
 pub struct Identity {
     /// Built-in workload name (`dense`, …) or `script`.
     pub workload: String,
-    /// `sha256:` of the Python code that measured.
+    /// `sha256:` of the Python code that measured; for a script, of the tool's code, the
+    /// script's bytes and its arguments together (`python_side::script_code_hash`).
     pub code_hash: String,
+    /// `sha256:` of the script file alone (`--script` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_sha256: Option<String>,
     pub seed: Option<u64>,
     /// What the workload declared about itself (model, revision, architecture, parameters…).
     pub declared: Map<String, Value>,

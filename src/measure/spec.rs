@@ -214,6 +214,20 @@ impl WorkerSpec {
         }
     }
 
+    /// What identifies the code this spec runs (a result's and a prediction's `code_hash`): the
+    /// tool's Python package, and for a script also the script's bytes and its arguments.
+    pub fn code_hash(&self) -> crate::python_side::CodeHash {
+        match &self.workload {
+            WorkloadSpec::Script(s) => {
+                crate::python_side::script_code_hash(&s.script, &s.script_args)
+            }
+            _ => crate::python_side::CodeHash {
+                code_hash: crate::python_side::code_hash(),
+                script_sha256: None,
+            },
+        }
+    }
+
     /// The built-in workload's name, or `script`.
     pub fn workload_name(&self) -> &'static str {
         match self.workload {
@@ -227,6 +241,41 @@ impl WorkerSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A measurement and a prediction name their code through the spec: a script's hash covers
+    /// its bytes and its arguments, a built-in workload's is the tool's.
+    #[test]
+    fn the_code_hash_follows_the_workload() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("train.py");
+        std::fs::write(&script, "pass\n").unwrap();
+        let spec = |args: &[&str]| -> WorkerSpec {
+            serde_json::from_value(
+                serde_json::json!({"workload": "script", "devices": ["cuda:0"],
+                "seed": 0, "script": script, "script_args": args}),
+            )
+            .unwrap()
+        };
+        let args = vec!["--batch".to_string(), "8".to_string()];
+        let hash = spec(&["--batch", "8"]).code_hash();
+        assert_eq!(hash, crate::python_side::script_code_hash(&script, &args));
+        assert!(hash.script_sha256.is_some());
+        assert_ne!(
+            hash.code_hash,
+            spec(&["--batch", "16"]).code_hash().code_hash
+        );
+        let dense: WorkerSpec = serde_json::from_str(
+            r#"{"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 3, "repeats": 5, "empty_cache": "never", "whole_loop": false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            dense.code_hash(),
+            crate::python_side::CodeHash {
+                code_hash: crate::python_side::code_hash(),
+                script_sha256: None
+            }
+        );
+    }
 
     /// The examples of the module documentation are what the worker receives, key for key.
     #[test]

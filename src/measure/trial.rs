@@ -128,7 +128,10 @@ impl TrialRunner for ProcessRunner {
         }
         let target = self.target.clone().and_then(|(_, t)| t)?;
         match crate::prediction::run::predict(plan, &target, self.stop, None).ok()? {
-            crate::prediction::run::Outcome::Predicted(doc) => doc.max_peak_reserved(),
+            // A prediction stopped by a signal or the timeout holds only its first phases.
+            crate::prediction::run::Outcome::Predicted(doc) if !doc.stopped() => {
+                doc.max_peak_reserved()
+            }
             _ => None,
         }
     }
@@ -205,7 +208,7 @@ impl Progress {
             }
             Line::Event(Event::Environment(env)) => self.environment = Some(*env),
             Line::Event(Event::Describe(map)) => self.declared.extend(map),
-            Line::Event(Event::PhaseStart { name, index }) => {
+            Line::Event(Event::PhaseStart { name, index, .. }) => {
                 if let Some(s) = &self.sampler {
                     s.enter(index);
                 }
@@ -478,6 +481,7 @@ pub(crate) fn build(
         summary_reason: None,
     });
     let warm_summary = result::warm_summary(&p.phases, &devices);
+    let hash = trial.spec.code_hash();
     MeasureResult {
         schema: result::SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -487,7 +491,8 @@ pub(crate) fn build(
         ended_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
             workload: trial.workload.clone(),
-            code_hash: crate::python_side::code_hash(),
+            code_hash: hash.code_hash,
+            script_sha256: hash.script_sha256,
             seed: trial.seed,
             declared: p.declared,
         },
@@ -727,6 +732,7 @@ pub(crate) mod mock {
                 identity: Identity {
                     workload: trial.workload.clone(),
                     code_hash: "mock".into(),
+                    script_sha256: None,
                     seed: trial.seed,
                     declared: Map::new(),
                 },

@@ -58,6 +58,10 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
         };
         used[k] = true;
         let p = &predicted[k];
+        // A failed phase's figures stop where it failed: not a prediction of the whole phase.
+        if p.status != super::document::PhaseStatus::Predicted {
+            continue;
+        }
         let (Some(p_alloc), Some(p_resv)) = (p.peak_allocated_bytes, p.peak_reserved_bytes) else {
             continue;
         };
@@ -136,6 +140,9 @@ mod tests {
                 "peak_tensor_bytes": alloc, "end_allocated_bytes": null, "end_reserved_bytes": null,
                 "driver_view_bytes": null, "at_peak": null, "unpredictable": []})
         };
+        // A phase that failed in the prediction keeps the figures reached until it failed.
+        let mut failed = phase("late", Some(300));
+        failed["status"] = "failed".into();
         let target = crate::prediction::target::Target::named(None, "native").unwrap();
         let doc: PredictionDoc = serde_json::from_value(serde_json::json!({
             "schema": "iteragpu.prediction/1", "tool_version": "t", "kind": "prediction", "status": "partial",
@@ -144,7 +151,7 @@ mod tests {
             "spec": {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "x.py", "script_args": []},
             "assumptions": {"torch_version": null, "transformers_version": null, "allocator_model": "",
                 "placeholder_reads": [], "not_modelled": []},
-            "phases": [phase("warm", Some(100)), phase("warm", Some(200)), phase("odd", None)],
+            "phases": [phase("warm", Some(100)), phase("warm", Some(200)), phase("odd", None), failed],
             "failure": null, "notes": []
         }))
         .unwrap();
@@ -162,7 +169,8 @@ mod tests {
             "scope": {"phases": [], "first_pass": "", "devices": ["cuda:0"]},
             "policies": {"process": "fresh", "warmup": 0, "repeats": 0, "empty_cache": "never",
                 "protocol": "per-phase", "timeout_s": null},
-            "phases": [observed("warm", 100, "ok"), observed("warm", 250, "ok"), observed("odd", 5, "ok")],
+            "phases": [observed("warm", 100, "ok"), observed("warm", 250, "ok"), observed("odd", 5, "ok"),
+                observed("late", 400, "ok")],
             "warm_summary": [], "failure": null,
             "worker": {"pid": 1, "exit_code": 0, "signal": null, "stderr_tail": []},
             "unknown_events": [], "notes": []
@@ -172,7 +180,7 @@ mod tests {
         assert_eq!(
             result.predictions.len(),
             2,
-            "the unpredictable phase is left out"
+            "the unpredictable and the failed phases are left out"
         );
         assert_eq!(result.predictions[0].error_allocated_pct, Some(0.0));
         assert_eq!(result.predictions[1].predicted_peak_allocated_bytes, 200);

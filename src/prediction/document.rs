@@ -40,8 +40,11 @@ pub struct PredictionDoc {
     pub tool_version: String,
     /// Always `prediction`: nothing here was measured on a GPU.
     pub kind: String,
-    /// `complete` (every phase predicted), `partial` (some unpredictable or failed) or `failed`
-    /// (the workload stopped before its end).
+    /// `complete` (every phase predicted), `partial` (some unpredictable or failed, or no phase
+    /// at all), `failed` (the workload raised before its end), or, when the prediction was
+    /// stopped before the workload ended, `timeout`, `interrupted` (SIGINT) or `terminated`
+    /// (SIGTERM, SIGHUP) — `measure`'s words (`RunStatus`); the phases are then those predicted
+    /// until it stopped.
     pub status: String,
     pub created_at: String,
     pub identity: crate::measure::result::Identity,
@@ -51,7 +54,7 @@ pub struct PredictionDoc {
     pub spec: crate::measure::spec::WorkerSpec,
     pub assumptions: Assumptions,
     pub phases: Vec<PredictedPhase>,
-    /// The workload's error, when it stopped.
+    /// The workload's error, or why the prediction stopped (the timeout, a signal).
     pub failure: Option<String>,
     pub notes: Vec<String>,
 }
@@ -61,6 +64,12 @@ pub struct PredictionDoc {
 pub struct Assumptions {
     pub torch_version: Option<String>,
     pub transformers_version: Option<String>,
+    #[serde(default)]
+    pub peft_version: Option<String>,
+    /// The CUDA version PyTorch was built with (`torch.version.cuda`), or `hip X` for a ROCm
+    /// build; null for a CPU-only build.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
     /// How reserved memory is modelled.
     pub allocator_model: String,
     /// Values read from data answered with placeholders (`.item()` of a loss, a flag…).
@@ -78,11 +87,19 @@ pub struct PlaceholderRead {
     pub answer: String,
 }
 
-/// One phase as predicted.
+/// One phase as predicted. Phases nest (`parent`); each one's figures cover its whole span, its
+/// inner phases included. A failed phase (or one that never ended) has the figures reached until
+/// it stopped; an unpredictable one has none.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PredictedPhase {
     pub name: String,
     pub index: u64,
+    /// The index of the phase this one ran inside; null at the top level.
+    #[serde(default)]
+    pub parent: Option<u64>,
+    /// Made by the tool (around a workload that marks no phase), not by a user's marker.
+    #[serde(default)]
+    pub automatic: bool,
     pub status: PhaseStatus,
     #[serde(default)]
     pub inputs: Map<String, Value>,
@@ -130,16 +147,52 @@ pub struct TensorAtPeak {
 }
 
 impl PredictionDoc {
-    /// The highest predicted peak reserved over the predicted phases.
+    /// The highest predicted peak reserved over the predicted phases (a failed phase's figures
+    /// stop where it failed: they are not its peak).
     pub fn max_peak_reserved(&self) -> Option<u64> {
-        self.phases
-            .iter()
-            .filter_map(|p| p.peak_reserved_bytes)
-            .max()
+        self.predicted().filter_map(|p| p.peak_reserved_bytes).max()
     }
 
     /// The highest predicted driver's view over the predicted phases.
     pub fn max_driver_view(&self) -> Option<u64> {
-        self.phases.iter().filter_map(|p| p.driver_view_bytes).max()
+        self.predicted().filter_map(|p| p.driver_view_bytes).max()
+    }
+
+    fn predicted(&self) -> impl Iterator<Item = &PredictedPhase> {
+        self.phases
+            .iter()
+            .filter(|p| p.status == PhaseStatus::Predicted)
+    }
+
+    /// Stopped before the workload ended (`timeout`, `interrupted`, `terminated`): the phases are
+    /// what was predicted until then, not the workload's prediction.
+    pub fn stopped(&self) -> bool {
+        use crate::measure::result::RunStatus;
+        [
+            RunStatus::Timeout,
+            RunStatus::Interrupted,
+            RunStatus::Terminated,
+        ]
+        .iter()
+        .any(|s| s.as_str() == self.status)
+    }
+
+    /// How deep a phase is nested (0 at the top level), following `parent` through the phases
+    /// of this file.
+    pub fn depth(&self, phase: &PredictedPhase) -> usize {
+        let mut depth = 0;
+        let mut parent = phase.parent;
+        while let Some(index) = parent {
+            // A parent that is not in the file (or a cycle) ends the walk.
+            let Some(p) = self.phases.iter().find(|p| p.index == index) else {
+                break;
+            };
+            depth += 1;
+            if depth > self.phases.len() {
+                break;
+            }
+            parent = p.parent;
+        }
+        depth
     }
 }

@@ -18,12 +18,31 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
         "iteragpu predict: {} for {} (compute capability {}.{}) — status {} — a PREDICTION, not a measurement (GiB; raw bytes in the file)",
         p.identity.workload, p.target.name, p.target.capability.0, p.target.capability.1, p.status
     );
+    // An inner phase is indented two spaces per level; a phase the tool made says `(auto)`.
+    let labels: Vec<String> = p
+        .phases
+        .iter()
+        .map(|ph| {
+            format!(
+                "{}{}{}",
+                "  ".repeat(p.depth(ph)),
+                ph.name,
+                if ph.automatic { " (auto)" } else { "" }
+            )
+        })
+        .collect();
+    let w = labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(14);
     let _ = writeln!(
         o,
-        "\n  {:<14} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  largest at the peak",
+        "\n  {:<w$} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  largest at the peak",
         "phase", "status", "start alloc", "peak alloc", "peak resv", "end alloc", "driver view"
     );
-    for ph in &p.phases {
+    for (ph, label) in p.phases.iter().zip(&labels) {
         let largest = ph
             .at_peak
             .as_ref()
@@ -33,8 +52,8 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             });
         let _ = writeln!(
             o,
-            "  {:<14} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  {largest}",
-            ph.name,
+            "  {:<w$} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  {largest}",
+            label,
             ph.status.as_str(),
             gib(ph.start_allocated_bytes),
             gib(ph.peak_allocated_bytes),
@@ -46,7 +65,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             for u in &ph.unpredictable {
                 let _ = writeln!(
                     o,
-                    "  {:<14} unpredictable: {} ({}) at {}:{}",
+                    "  {:<w$} unpredictable: {} ({}) at {}:{}",
                     "",
                     u.op,
                     u.reason,
@@ -57,7 +76,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             if ph.unpredictable.is_empty() {
                 let _ = writeln!(
                     o,
-                    "  {:<14} unpredictable: it holds what a data-dependent op produced earlier",
+                    "  {:<w$} unpredictable: it holds what a data-dependent op produced earlier",
                     ""
                 );
             }
@@ -72,7 +91,9 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             Bytes(p.target.total_memory).both(),
             p.target.name,
             p.target.total_memory_source,
-            if max <= p.target.total_memory {
+            if max <= p.target.total_memory && p.status != "complete" {
+                "the phases predicted fit, but not every phase was predicted (a measurement on the card is the proof)"
+            } else if max <= p.target.total_memory {
                 "predicted to fit (a measurement on the card is the proof)"
             } else {
                 "predicted NOT to fit"
@@ -97,11 +118,85 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
         );
     }
     if let Some(f) = &p.failure {
-        let _ = writeln!(o, "  the workload stopped: {f}");
+        if p.stopped() {
+            let _ = writeln!(
+                o,
+                "  the prediction stopped: {f} (the phases above are those predicted until then)"
+            );
+        } else {
+            let _ = writeln!(o, "  the workload stopped: {f}");
+        }
     }
     for n in &p.notes {
         let _ = writeln!(o, "  note: {n}");
     }
     let _ = writeln!(o, "  prediction: {}", path.display());
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(phases: serde_json::Value, status: &str) -> PredictionDoc {
+        let target = crate::prediction::target::Target::named(None, "native").unwrap();
+        serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.prediction/1", "tool_version": "t", "kind": "prediction", "status": status,
+            "created_at": "", "identity": {"workload": "script", "code_hash": "x", "seed": 0, "declared": {}},
+            "dimensions": {}, "target": target,
+            "spec": {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "x.py", "script_args": []},
+            "assumptions": {"torch_version": null, "transformers_version": null, "allocator_model": "",
+                "placeholder_reads": [], "not_modelled": []},
+            "phases": phases, "failure": "stopped by SIGINT", "notes": []
+        }))
+        .unwrap()
+    }
+
+    fn phase(name: &str, index: u64, parent: Option<u64>, automatic: bool) -> serde_json::Value {
+        serde_json::json!({"name": name, "index": index, "parent": parent, "automatic": automatic,
+            "status": "predicted", "inputs": {}, "start_allocated_bytes": 0, "start_reserved_bytes": 0,
+            "peak_allocated_bytes": 1u64 << 30, "peak_reserved_bytes": 1u64 << 30, "peak_tensor_bytes": 0,
+            "end_allocated_bytes": 0, "end_reserved_bytes": 0, "driver_view_bytes": 1u64 << 30,
+            "at_peak": null, "unpredictable": []})
+    }
+
+    /// Inner phases are indented two spaces per level, automatic ones say so, and every column
+    /// stays aligned whatever the labels' lengths; a stopped prediction says so.
+    #[test]
+    fn nested_and_automatic_phases_stay_aligned() {
+        let p = doc(
+            serde_json::json!([
+                phase("script", 0, None, true),
+                phase("train", 1, Some(0), false),
+                phase("a_rather_long_step_name", 2, Some(1), false),
+                phase("eval", 3, None, false),
+            ]),
+            "interrupted",
+        );
+        let text = table(&p, Path::new("p.json"));
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("phase "))
+            .take(5)
+            .collect();
+        assert_eq!(rows.len(), 5, "{text}");
+        assert!(rows[1].starts_with("  script (auto) "), "{text}");
+        assert!(rows[2].starts_with("    train "), "{text}");
+        assert!(
+            rows[3].starts_with("      a_rather_long_step_name "),
+            "{text}"
+        );
+        assert!(rows[4].starts_with("  eval "), "{text}");
+        // The status column starts at the same place on every line.
+        let at: Vec<usize> = rows
+            .iter()
+            .map(|r| r.find("predicted").or_else(|| r.find("status")).unwrap())
+            .collect();
+        assert!(at.iter().all(|x| *x == at[0]), "{text}");
+        assert!(
+            text.contains("the prediction stopped: stopped by SIGINT"),
+            "{text}"
+        );
+        assert!(text.contains("not every phase was predicted"), "{text}");
+    }
 }

@@ -15,8 +15,14 @@ pub enum TraceEvent {
     PhaseStart {
         name: String,
         index: u64,
+        /// The enclosing open phase's index as the worker said it (else the innermost open one).
+        parent: Option<u64>,
+        automatic: bool,
+        inputs: serde_json::Map<String, serde_json::Value>,
     },
+    /// Closes the open phase `index` (and, first, any phase still open inside it, as failed).
     PhaseEnd {
+        index: u64,
         failed: bool,
         inputs: serde_json::Map<String, serde_json::Value>,
     },
@@ -31,17 +37,43 @@ struct Live {
     alloc: Box<Alloc>,
 }
 
+/// A phase open at some point of the replay, with its own peaks (phases nest, so the
+/// allocator's single peak counters cannot serve them all).
 struct Open {
     name: String,
     index: u64,
+    parent: Option<u64>,
+    automatic: bool,
+    inputs: serde_json::Map<String, serde_json::Value>,
     start_allocated: u64,
     start_reserved: u64,
+    peak_allocated: u64,
+    peak_reserved: u64,
+    peak_tensor: u64,
     /// Event index at which the phase started, and at which its allocated peak was reached.
     start_at: usize,
     peak_at: Option<usize>,
     unpredictable: Vec<Unpredictable>,
     tainted: bool,
-    peak_tensor: u64,
+}
+
+/// How a phase was closed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Ended {
+        failed: bool,
+    },
+    /// Its enclosing phase ended first (the worker closed the outer one).
+    OuterEnded,
+    /// The events stopped with it open (the worker died, was stopped, or timed out in it).
+    NeverEnded,
+}
+
+/// The phases a replay found, ordered by index, and what it has to say about them.
+pub struct Replayed {
+    pub phases: Vec<PredictedPhase>,
+    /// Phases that did not end where they should have.
+    pub notes: Vec<String>,
 }
 
 /// The allocator backend a target names (`native`, `expandable_segments`, `cudaMallocAsync`).
@@ -54,45 +86,60 @@ pub fn backend(name: &str) -> Backend {
 }
 
 /// Replays `events`; `context_bytes` is added to the peak reserved for the driver's view.
-pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Vec<PredictedPhase> {
+/// Phases nest: each keeps its own peaks over its whole span (an outer phase's peak covers its
+/// inner ones). A phase still open at the end of the events is closed there, `failed` (or
+/// `unpredictable`), with the figures reached so far.
+pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Replayed {
     let mut a = CachingAllocator::with_backend(backend);
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
     // Live tensor bytes (rounded to 512, workspaces left out).
     let mut tensors = 0u64;
-    let mut open: Option<Open> = None;
+    // The open phases, the innermost last.
+    let mut open: Vec<Open> = Vec::new();
     let mut phases: Vec<(PredictedPhase, Option<usize>)> = Vec::new();
+    let mut notes = Vec::new();
     for (i, event) in events.iter().enumerate() {
+        // The allocator's peaks then hold this event's highest levels, whatever happens inside it.
+        a.reset_peaks();
+        let mut allocated_here = false;
         match event {
-            TraceEvent::PhaseStart { name, index } => {
-                a.reset_peaks();
-                open = Some(Open {
+            TraceEvent::PhaseStart {
+                name,
+                index,
+                parent,
+                automatic,
+                inputs,
+            } => {
+                open.push(Open {
                     name: name.clone(),
                     index: *index,
+                    parent: parent.or_else(|| open.last().map(|o| o.index)),
+                    automatic: *automatic,
+                    inputs: inputs.clone(),
                     start_allocated: a.allocated,
                     start_reserved: a.reserved,
+                    peak_allocated: a.allocated,
+                    peak_reserved: a.reserved,
+                    peak_tensor: tensors,
                     start_at: i,
                     peak_at: None,
                     unpredictable: Vec::new(),
                     tainted: tainted_live > 0,
-                    peak_tensor: tensors,
                 });
             }
             TraceEvent::Alloc(alloc) => {
                 // PyTorch hands out no block for an empty storage.
                 let allocation = (alloc.bytes > 0).then(|| a.malloc(alloc.bytes));
+                allocated_here = allocation.is_some();
                 if alloc.tainted {
                     tainted_live += 1;
+                    for o in &mut open {
+                        o.tainted = true;
+                    }
                 }
                 if alloc.category != Category::Workspace && alloc.bytes > 0 {
                     tensors += rounded(alloc.bytes);
-                }
-                if let Some(o) = &mut open {
-                    o.tainted |= alloc.tainted;
-                    o.peak_tensor = o.peak_tensor.max(tensors);
-                    if a.allocated == a.peak_allocated && allocation.is_some() {
-                        o.peak_at = Some(i);
-                    }
                 }
                 live.insert(
                     alloc.id,
@@ -121,51 +168,105 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Ve
                 }
             }
             TraceEvent::Unpredictable(u) => {
-                if let Some(o) = &mut open {
+                // The op ran inside every open phase: none of their peaks is known.
+                for o in &mut open {
                     o.unpredictable.push(u.clone());
                 }
             }
-            TraceEvent::PhaseEnd { failed, inputs } => {
-                let Some(o) = open.take() else { continue };
-                let unpredictable = o.tainted || !o.unpredictable.is_empty();
-                let status = if unpredictable {
-                    PhaseStatus::Unpredictable
-                } else if *failed {
-                    PhaseStatus::Failed
-                } else {
-                    PhaseStatus::Predicted
+            TraceEvent::PhaseEnd {
+                index,
+                failed,
+                inputs,
+            } => {
+                // An end for no open phase (a worker out of step) closes nothing.
+                let Some(k) = open.iter().rposition(|o| o.index == *index) else {
+                    continue;
                 };
-                let known = status == PhaseStatus::Predicted;
-                let figure = |v: u64| known.then_some(v);
-                phases.push((
-                    PredictedPhase {
-                        name: o.name,
-                        index: o.index,
-                        status,
-                        inputs: inputs.clone(),
-                        start_allocated_bytes: figure(o.start_allocated),
-                        start_reserved_bytes: figure(o.start_reserved),
-                        peak_allocated_bytes: figure(a.peak_allocated),
-                        peak_reserved_bytes: figure(a.peak_reserved),
-                        peak_tensor_bytes: figure(o.peak_tensor),
-                        end_allocated_bytes: figure(a.allocated),
-                        end_reserved_bytes: figure(a.reserved),
-                        driver_view_bytes: figure(a.peak_reserved.saturating_add(context_bytes)),
-                        at_peak: None,
-                        unpredictable: o.unpredictable,
-                    },
-                    // No allocation in the phase: its peak is its start level.
-                    if known {
-                        Some(o.peak_at.unwrap_or(o.start_at))
-                    } else {
-                        None
-                    },
-                ));
+                while open.len() > k + 1 {
+                    let inner = open.pop().expect("deeper than k");
+                    notes.push(format!(
+                        "phase {} did not end before the phase {} around it: closed as failed there",
+                        inner.name, open[k].name
+                    ));
+                    phases.push(close(inner, Closed::OuterEnded, &a, context_bytes, None));
+                }
+                let o = open.pop().expect("k is open");
+                let how = Closed::Ended { failed: *failed };
+                phases.push(close(o, how, &a, context_bytes, Some(inputs)));
+            }
+        }
+        for o in &mut open {
+            o.peak_reserved = o.peak_reserved.max(a.peak_reserved);
+            o.peak_tensor = o.peak_tensor.max(tensors);
+            if a.peak_allocated > o.peak_allocated {
+                o.peak_allocated = a.peak_allocated;
+            }
+            // The latest event at the peak: what is alive there is the peak's content.
+            if allocated_here && a.allocated >= o.peak_allocated {
+                o.peak_at = Some(i);
             }
         }
     }
+    while let Some(o) = open.pop() {
+        notes.push(format!(
+            "phase {} did not end: its figures stop at the last event received",
+            o.name
+        ));
+        phases.push(close(o, Closed::NeverEnded, &a, context_bytes, None));
+    }
     snapshots(events, &mut phases, backend);
-    phases.into_iter().map(|(p, _)| p).collect()
+    let mut phases: Vec<PredictedPhase> = phases.into_iter().map(|(p, _)| p).collect();
+    phases.sort_by_key(|p| p.index);
+    Replayed { phases, notes }
+}
+
+/// A phase closed at the allocator's present levels, and the event of its peak when it has
+/// figures.
+fn close(
+    o: Open,
+    how: Closed,
+    a: &CachingAllocator,
+    context_bytes: u64,
+    end_inputs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> (PredictedPhase, Option<usize>) {
+    let unpredictable = o.tainted || !o.unpredictable.is_empty();
+    let status = if unpredictable {
+        PhaseStatus::Unpredictable
+    } else if how == (Closed::Ended { failed: false }) {
+        PhaseStatus::Predicted
+    } else {
+        PhaseStatus::Failed
+    };
+    // A phase that depends on data has no figure; a failed one has those reached until it
+    // stopped.
+    let known = status != PhaseStatus::Unpredictable;
+    let figure = |v: u64| known.then_some(v);
+    let mut inputs = o.inputs;
+    if let Some(end) = end_inputs {
+        inputs.extend(end.clone());
+    }
+    (
+        PredictedPhase {
+            name: o.name,
+            index: o.index,
+            parent: o.parent,
+            automatic: o.automatic,
+            status,
+            inputs,
+            start_allocated_bytes: figure(o.start_allocated),
+            start_reserved_bytes: figure(o.start_reserved),
+            peak_allocated_bytes: figure(o.peak_allocated),
+            peak_reserved_bytes: figure(o.peak_reserved),
+            peak_tensor_bytes: figure(o.peak_tensor),
+            end_allocated_bytes: figure(a.allocated),
+            end_reserved_bytes: figure(a.reserved),
+            driver_view_bytes: figure(o.peak_reserved.saturating_add(context_bytes)),
+            at_peak: None,
+            unpredictable: o.unpredictable,
+        },
+        // No allocation in the phase: its peak is its start level.
+        known.then(|| o.peak_at.unwrap_or(o.start_at)),
+    )
 }
 
 /// Second pass: at each phase's peak event, what is alive.
@@ -296,12 +397,24 @@ mod tests {
         TraceEvent::PhaseStart {
             name: name.into(),
             index,
+            parent: None,
+            automatic: false,
+            inputs: Default::default(),
         }
     }
 
-    fn end() -> TraceEvent {
+    fn end(index: u64) -> TraceEvent {
         TraceEvent::PhaseEnd {
+            index,
             failed: false,
+            inputs: Default::default(),
+        }
+    }
+
+    fn failed(index: u64) -> TraceEvent {
+        TraceEvent::PhaseEnd {
+            index,
+            failed: true,
             inputs: Default::default(),
         }
     }
@@ -315,7 +428,7 @@ mod tests {
             start("load", 0),
             alloc(0, 4 * mib, Category::Parameter, "m.w"), // large pool: a 20 MiB segment, split
             alloc(1, 1000, Category::Buffer, "m.b"),       // small pool: a 2 MiB segment, 1024 B
-            end(),
+            end(0),
             start("forward", 1),
             // Best fit: the 16 MiB left in the first segment, split (4 MiB stay free).
             alloc(2, 12 * mib, Category::Temporary, "m"),
@@ -323,14 +436,14 @@ mod tests {
             // The 4 MiB block left is not split for 1 MiB: the request counts 4 MiB.
             alloc(3, 3 * mib, Category::Temporary, "m.act"),
             TraceEvent::Free(3),
-            end(),
+            end(1),
             start("after", 2),
             alloc(4, 3 * mib, Category::Temporary, "m.act"), // the same 4 MiB block again
             TraceEvent::Free(2),
             TraceEvent::Free(4),
-            end(),
+            end(2),
         ];
-        let phases = replay(&events, 1000, Backend::Native);
+        let phases = replay(&events, 1000, Backend::Native).phases;
         assert_eq!(phases.len(), 3);
         let load = &phases[0];
         assert_eq!(load.peak_allocated_bytes, Some(4 * mib + 1024));
@@ -369,17 +482,17 @@ mod tests {
         let events = vec![
             start("a", 0),
             tainted,
-            end(),
+            end(0),
             start("b", 1),
-            end(),
+            end(1),
             start("c", 2),
             TraceEvent::Free(9),
-            end(),
+            end(2),
             start("d", 3),
             alloc(10, 512, Category::Other, "x"),
-            end(),
+            end(3),
         ];
-        let phases = replay(&events, 0, Backend::Native);
+        let phases = replay(&events, 0, Backend::Native).phases;
         let status: Vec<PhaseStatus> = phases.iter().map(|p| p.status).collect();
         assert_eq!(
             status,
@@ -392,5 +505,208 @@ mod tests {
         );
         assert!(phases[0].peak_allocated_bytes.is_none());
         assert_eq!(phases[3].peak_allocated_bytes, Some(512));
+    }
+
+    fn nested(name: &str, index: u64, parent: Option<u64>, automatic: bool) -> TraceEvent {
+        TraceEvent::PhaseStart {
+            name: name.into(),
+            index,
+            parent,
+            automatic,
+            inputs: Default::default(),
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// An outer phase's peak covers its inner phases; each inner phase has its own peak (not the
+    /// outer's, not the previous sibling's); phases come out once each, by index, with their
+    /// parent and origin; what was alive at each peak is each one's own.
+    #[test]
+    fn nested_phases_keep_their_own_peaks() {
+        let events = vec![
+            nested("step", 0, None, true),
+            alloc(0, 4 * MIB, Category::Parameter, "m"),
+            // No parent said (an older worker): the innermost open phase.
+            nested("forward", 1, None, false),
+            alloc(1, 8 * MIB, Category::Activation, "m.fwd"),
+            TraceEvent::Free(1),
+            end(1),
+            nested("backward", 2, Some(0), false),
+            alloc(2, 2 * MIB, Category::Gradient, "m.bwd"),
+            TraceEvent::Free(2),
+            end(2),
+            TraceEvent::Free(0),
+            end(0),
+        ];
+        let r = replay(&events, 0, Backend::Native);
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+        let names: Vec<(&str, u64, Option<u64>, bool)> = r
+            .phases
+            .iter()
+            .map(|p| (p.name.as_str(), p.index, p.parent, p.automatic))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("step", 0, None, true),
+                ("forward", 1, Some(0), false),
+                ("backward", 2, Some(0), false)
+            ]
+        );
+        let [step, forward, backward] = &r.phases[..] else {
+            panic!("three phases")
+        };
+        assert!(r.phases.iter().all(|p| p.status == PhaseStatus::Predicted));
+        assert_eq!(step.start_allocated_bytes, Some(0));
+        assert_eq!(
+            step.peak_allocated_bytes,
+            Some(12 * MIB),
+            "the outer peak covers forward's"
+        );
+        assert_eq!(step.peak_tensor_bytes, Some(12 * MIB));
+        assert_eq!(step.peak_reserved_bytes, Some(20 * MIB));
+        assert_eq!(step.end_allocated_bytes, Some(0));
+        assert_eq!(forward.start_allocated_bytes, Some(4 * MIB));
+        assert_eq!(forward.peak_allocated_bytes, Some(12 * MIB));
+        assert_eq!(forward.end_allocated_bytes, Some(4 * MIB));
+        assert_eq!(backward.start_allocated_bytes, Some(4 * MIB));
+        assert_eq!(
+            backward.peak_allocated_bytes,
+            Some(6 * MIB),
+            "its own peak, not forward's"
+        );
+        assert_eq!(backward.peak_tensor_bytes, Some(6 * MIB));
+        let step_at = step.at_peak.as_ref().unwrap();
+        assert_eq!(step_at.by_category["activation"], 8 * MIB);
+        assert!(!step_at.by_category.contains_key("gradient"));
+        let fwd_at = forward.at_peak.as_ref().unwrap();
+        assert_eq!(fwd_at.by_category["activation"], 8 * MIB);
+        let bwd_at = backward.at_peak.as_ref().unwrap();
+        assert_eq!(bwd_at.by_category["gradient"], 2 * MIB);
+        assert_eq!(bwd_at.by_category["parameter"], 4 * MIB);
+        assert!(!bwd_at.by_category.contains_key("activation"));
+    }
+
+    /// An end for the outer phase closes the inner ones first, as failed, with their figures.
+    #[test]
+    fn an_outer_end_closes_the_inner_phases_as_failed() {
+        let events = vec![
+            start("outer", 0),
+            alloc(0, 4 * MIB, Category::Parameter, "m"),
+            nested("inner", 1, Some(0), false),
+            nested("innermost", 2, Some(1), false),
+            alloc(1, 2 * MIB, Category::Temporary, "m"),
+            end(0),
+            // An end for a phase that is not open changes nothing.
+            end(7),
+        ];
+        let r = replay(&events, 0, Backend::Native);
+        let status: Vec<(u64, PhaseStatus)> =
+            r.phases.iter().map(|p| (p.index, p.status)).collect();
+        assert_eq!(
+            status,
+            [
+                (0, PhaseStatus::Predicted),
+                (1, PhaseStatus::Failed),
+                (2, PhaseStatus::Failed)
+            ]
+        );
+        assert_eq!(r.phases[1].peak_allocated_bytes, Some(6 * MIB));
+        assert_eq!(r.phases[2].end_allocated_bytes, Some(6 * MIB));
+        assert!(r.phases[2].at_peak.is_some());
+        assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
+        assert!(r.notes[0].contains("innermost"), "{:?}", r.notes);
+        assert!(
+            r.notes[1].contains("phase inner did not end"),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    /// A phase still open when the events stop (the worker died, was stopped or timed out in it)
+    /// keeps its figures up to the last event and what was alive at its peak; a data-dependent
+    /// one stays without figures.
+    #[test]
+    fn a_phase_that_never_ended_keeps_its_partial_peak() {
+        let events = vec![
+            start("load", 0),
+            alloc(0, 4 * MIB, Category::Parameter, "m"),
+            end(0),
+            start("train", 1),
+            nested("forward", 2, Some(1), false),
+            alloc(1, 8 * MIB, Category::Activation, "m"),
+            TraceEvent::Free(1),
+            alloc(2, 2 * MIB, Category::Temporary, "m"),
+        ];
+        let r = replay(&events, 1000, Backend::Native);
+        assert_eq!(r.phases.len(), 3);
+        for ph in &r.phases[1..] {
+            assert_eq!(ph.status, PhaseStatus::Failed, "{}", ph.name);
+            assert_eq!(ph.start_allocated_bytes, Some(4 * MIB));
+            assert_eq!(ph.peak_allocated_bytes, Some(12 * MIB));
+            assert_eq!(ph.end_allocated_bytes, Some(6 * MIB));
+            assert_eq!(ph.driver_view_bytes, Some(20 * MIB + 1000));
+            let at = ph.at_peak.as_ref().expect("at_peak filled");
+            assert_eq!(at.by_category["activation"], 8 * MIB);
+        }
+        assert_eq!(
+            r.notes,
+            [
+                "phase forward did not end: its figures stop at the last event received",
+                "phase train did not end: its figures stop at the last event received"
+            ]
+        );
+        let tainted = TraceEvent::Alloc(Box::new(Alloc {
+            id: 5,
+            bytes: 4096,
+            category: Category::Temporary,
+            module: None,
+            shape: vec![4096],
+            dtype: "uint8".into(),
+            tainted: true,
+        }));
+        let r = replay(&[start("select", 0), tainted], 0, Backend::Native);
+        assert_eq!(r.phases[0].status, PhaseStatus::Unpredictable);
+        assert_eq!(r.phases[0].peak_allocated_bytes, None);
+        assert!(r.phases[0].at_peak.is_none());
+        assert_eq!(r.notes.len(), 1);
+    }
+
+    /// A phase that raised keeps the figures reached until it raised; an unpredictable op inside
+    /// an inner phase makes every phase around it unpredictable.
+    #[test]
+    fn failed_phases_keep_figures_and_unpredictable_ops_reach_the_outer_phases() {
+        let events = vec![
+            start("a", 0),
+            alloc(0, 3 * MIB, Category::Temporary, "m"),
+            failed(0),
+            start("outer", 1),
+            nested("inner", 2, Some(1), false),
+            TraceEvent::Unpredictable(Unpredictable {
+                op: "aten.nonzero.default".into(),
+                file: None,
+                line: None,
+                reason: "data".into(),
+            }),
+            end(2),
+            nested("sibling", 3, Some(1), false),
+            end(3),
+            end(1),
+        ];
+        let r = replay(&events, 0, Backend::Native);
+        assert_eq!(r.phases[0].status, PhaseStatus::Failed);
+        assert_eq!(r.phases[0].peak_allocated_bytes, Some(3 * MIB));
+        assert!(r.phases[0].at_peak.is_some());
+        let status: Vec<PhaseStatus> = r.phases[1..].iter().map(|p| p.status).collect();
+        assert_eq!(
+            status,
+            [
+                PhaseStatus::Unpredictable,
+                PhaseStatus::Unpredictable,
+                PhaseStatus::Predicted
+            ]
+        );
+        assert_eq!(r.phases[1].unpredictable.len(), 1);
     }
 }

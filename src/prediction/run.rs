@@ -4,23 +4,28 @@
 use indicatif::ProgressBar;
 use serde_json::{Map, Value};
 
-use super::document::{Assumptions, PhaseStatus, PlaceholderRead, PredictionDoc, SCHEMA};
+use super::document::{
+    Assumptions, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc, SCHEMA,
+};
 use super::replay::{TraceEvent, replay};
 use super::target::Target;
 use crate::environment::PythonEnvironment;
+use crate::estimate::allocator::Backend;
 use crate::measure::events::{Event, Line};
 use crate::measure::plan::MeasurePlan;
-use crate::measure::result::Identity;
+use crate::measure::result::{Identity, RunStatus};
 use crate::measure::worker_process::{self, Exit, StartError, WorkerCommand};
-use crate::signals::StopRequest;
+use crate::signals::{Stop, StopRequest};
 
 /// How a prediction ended.
 pub enum Outcome {
+    /// A prediction file, whatever became of the workload: its `status` says whether it ran to
+    /// its end (`complete`, `partial`), raised (`failed`) or was stopped by the timeout or a
+    /// signal (`timeout`, `interrupted`, `terminated`: `PredictionDoc::stopped`), with the
+    /// phases predicted until then.
     Predicted(Box<PredictionDoc>),
     /// PyTorch, a C++ compiler for the shims, or a workload's package is missing.
     Unavailable(String),
-    /// Stopped by a signal or the timeout before the workload ended: nothing is claimed.
-    Stopped(String),
 }
 
 #[derive(Default)]
@@ -64,13 +69,26 @@ pub fn predict(
     let run = worker_process::run(&cmd, stop, |_, line| match line {
         Line::Event(Event::Environment(env)) => c.environment = Some(*env),
         Line::Event(Event::Describe(map)) => c.declared.extend(map),
-        Line::Event(Event::PhaseStart { name, index }) => {
+        Line::Event(Event::PhaseStart {
+            name,
+            index,
+            inputs,
+            parent,
+            automatic,
+        }) => {
             if let Some(bar) = progress {
                 bar.set_prefix(format!("predicting phase {} ({name})", index + 1));
             }
-            c.events.push(TraceEvent::PhaseStart { name, index });
+            c.events.push(TraceEvent::PhaseStart {
+                name,
+                index,
+                parent,
+                automatic,
+                inputs,
+            });
         }
         Line::Event(Event::PhaseEnd(record)) => c.events.push(TraceEvent::PhaseEnd {
+            index: record.index,
             failed: !record.status.is_ok(),
             inputs: record.inputs,
         }),
@@ -100,103 +118,53 @@ pub fn predict(
         Line::Event(Event::Done { status, error }) => c.done = Some((status, error)),
         _ => {}
     })?;
-    if let Exit::Stopped(signal) = run.exit {
-        return Ok(Outcome::Stopped(format!("stopped by {}", signal.name())));
+    let stopped = matches!(run.exit, Exit::Timeout | Exit::Stopped(_));
+    if !stopped {
+        if let Some(reason) = c.unavailable {
+            return Ok(Outcome::Unavailable(reason));
+        }
+        if c.environment.is_none() {
+            return Ok(Outcome::Unavailable(format!(
+                "`{}` did not start iteragpu's predicting worker ({}){}",
+                plan.python.display(),
+                run.exit,
+                if run.stderr_tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", run.stderr_tail.join(" | "))
+                }
+            )));
+        }
     }
-    if run.exit == Exit::Timeout {
-        return Ok(Outcome::Stopped(format!(
-            "the prediction took longer than --timeout {} s",
-            plan.timeout.as_secs()
-        )));
-    }
-    if let Some(reason) = c.unavailable {
-        return Ok(Outcome::Unavailable(reason));
-    }
-    if c.environment.is_none() {
-        return Ok(Outcome::Unavailable(format!(
-            "`{}` did not start iteragpu's predicting worker ({}){}",
-            plan.python.display(),
-            run.exit,
-            if run.stderr_tail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", run.stderr_tail.join(" | "))
-            }
-        )));
-    }
-    let mut phases = replay(
+    let judged = judge(
         &c.events,
+        c.done.as_ref(),
+        &run.exit,
+        &run.stderr_tail,
+        plan.timeout.as_secs(),
         target.context_bytes,
         super::replay::backend(&target.allocator_backend),
     );
-    let failure = match (&run.exit, &c.done) {
-        (Exit::Code(0), Some((s, _))) if s == "ok" => None,
-        (_, Some((_, Some(error)))) => Some(format!(
-            "{}: {}",
-            error["type"].as_str().unwrap_or("error"),
-            error["message"].as_str().unwrap_or("")
-        )),
-        (exit, _) => Some(format!(
-            "the predicting worker ended unexpectedly ({exit}): {}",
-            run.stderr_tail.join(" | ")
-        )),
-    };
-    // A phase that never ended (the worker died in it) is not predicted.
-    let opened = c
-        .events
-        .iter()
-        .filter(|e| matches!(e, TraceEvent::PhaseStart { .. }))
-        .count();
-    if opened > phases.len()
-        && let Some(TraceEvent::PhaseStart { name, index }) = c
-            .events
-            .iter()
-            .rev()
-            .find(|e| matches!(e, TraceEvent::PhaseStart { .. }))
-    {
-        phases.push(super::document::PredictedPhase {
-            name: name.clone(),
-            index: *index,
-            status: PhaseStatus::Failed,
-            inputs: Map::new(),
-            start_allocated_bytes: None,
-            start_reserved_bytes: None,
-            peak_allocated_bytes: None,
-            peak_reserved_bytes: None,
-            peak_tensor_bytes: None,
-            end_allocated_bytes: None,
-            end_reserved_bytes: None,
-            driver_view_bytes: None,
-            at_peak: None,
-            unpredictable: Vec::new(),
-        });
-    }
-    let all_predicted = phases.iter().all(|p| p.status == PhaseStatus::Predicted);
-    let status = match (&failure, all_predicted) {
-        (Some(_), _) => "failed",
-        (None, true) => "complete",
-        (None, false) => "partial",
-    };
-    let torch_version = c
-        .environment
-        .as_ref()
-        .and_then(|e| e.torch_str("version"))
-        .map(String::from);
+    let env = c.environment.as_ref();
+    let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
     let mut notes = c.notes;
+    notes.extend(judged.notes);
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),
         );
     }
+    let hash = spec.code_hash();
     Ok(Outcome::Predicted(Box::new(PredictionDoc {
         schema: SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
         kind: "prediction".into(),
-        status: status.into(),
+        status: judged.status,
         created_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
             workload: trial.workload.clone(),
-            code_hash: crate::python_side::code_hash(),
+            code_hash: hash.code_hash,
+            script_sha256: hash.script_sha256,
             seed: trial.seed,
             declared: c.declared,
         },
@@ -204,10 +172,9 @@ pub fn predict(
         target: target.clone(),
         spec,
         assumptions: Assumptions {
-            transformers_version: c
-                .environment
-                .as_ref()
-                .and_then(|e| e.transformers_version.clone()),
+            transformers_version: env.and_then(|e| e.transformers_version.clone()),
+            peft_version: env.and_then(|e| e.peft_version.clone()),
+            cuda_version: env.and_then(cuda_version),
             torch_version,
             allocator_model: allocator_model(&target.allocator_backend),
             placeholder_reads: c.placeholders,
@@ -217,10 +184,103 @@ pub fn predict(
                 "memory of other processes on the card".into(),
             ],
         },
-        phases,
-        failure,
+        phases: judged.phases,
+        failure: judged.failure,
         notes,
     })))
+}
+
+/// The CUDA version PyTorch was built with, or `hip X` for a ROCm build.
+fn cuda_version(env: &PythonEnvironment) -> Option<String> {
+    env.torch_str("cuda_version")
+        .map(String::from)
+        .or_else(|| env.torch_str("hip_version").map(|v| format!("hip {v}")))
+}
+
+/// What the events and the worker's end say: the phases, the file's status, the failure and the
+/// notes about them.
+struct Judged {
+    status: String,
+    failure: Option<String>,
+    phases: Vec<PredictedPhase>,
+    notes: Vec<String>,
+}
+
+/// Replays `events` and decides the prediction's status: `timeout`, `interrupted` or
+/// `terminated` when the CLI stopped the worker (the phases so far kept), `failed` when the
+/// workload raised or the worker died, `partial` when a phase could not be predicted or none was
+/// recorded, `complete` otherwise.
+fn judge(
+    events: &[TraceEvent],
+    done: Option<&(String, Option<Value>)>,
+    exit: &Exit,
+    stderr_tail: &[String],
+    timeout_s: u64,
+    context_bytes: u64,
+    backend: Backend,
+) -> Judged {
+    let replayed = replay(events, context_bytes, backend);
+    let mut notes = replayed.notes;
+    let phases = replayed.phases;
+    let stop = match exit {
+        Exit::Timeout => Some((
+            RunStatus::Timeout,
+            format!("the prediction took longer than --timeout {timeout_s} s"),
+        )),
+        Exit::Stopped(signal) => Some((
+            match signal {
+                Stop::Interrupt => RunStatus::Interrupted,
+                Stop::Terminate(_) => RunStatus::Terminated,
+            },
+            format!("stopped by {}", signal.name()),
+        )),
+        _ => None,
+    };
+    let failure = match (exit, done) {
+        _ if stop.is_some() => stop.as_ref().map(|(_, reason)| reason.clone()),
+        (Exit::Code(0), Some((s, _))) if s == "ok" => None,
+        (_, Some((_, Some(error)))) => Some(format!(
+            "{}: {}",
+            error["type"].as_str().unwrap_or("error"),
+            error["message"].as_str().unwrap_or("")
+        )),
+        (exit, _) => Some(format!(
+            "the predicting worker ended unexpectedly ({exit}): {}",
+            stderr_tail.join(" | ")
+        )),
+    };
+    let all_predicted = phases.iter().all(|p| p.status == PhaseStatus::Predicted);
+    let status = match (&stop, &failure) {
+        (Some((status, _)), _) => status.as_str(),
+        (None, Some(_)) => "failed",
+        (None, None) if phases.is_empty() => "partial",
+        (None, None) if all_predicted => "complete",
+        (None, None) => "partial",
+    };
+    if phases.is_empty() {
+        notes.push(format!(
+            "no phase was recorded: the workload made no phase ({})",
+            match (&stop, &failure) {
+                (Some(_), _) => "it was stopped before its first phase",
+                (None, Some(_)) => "it stopped before its first phase",
+                (None, None) =>
+                    "nothing marked one and the worker made none around it; mark them with `with iteragpu.phase(\"name\"):`",
+            }
+        ));
+    } else if all_predicted && failure.is_some() {
+        notes.push(match &stop {
+            Some(_) => {
+                "every phase that started was predicted before the prediction stopped".into()
+            }
+            None => "every phase that started was predicted before the failure".into(),
+        });
+    }
+    Judged {
+        status: status.into(),
+        failure,
+        phases,
+        notes,
+    }
 }
 
 fn allocator_model(backend: &str) -> String {
@@ -228,5 +288,162 @@ fn allocator_model(backend: &str) -> String {
         "expandable_segments" => "expandable segments approximated: 512-byte rounding, blocks always split, each pool's pages (20 MiB large, 2 MiB small) covering its highest level (one H200 reading agrees); fragmentation inside the segments not modelled".into(),
         "cudaMallocAsync" => "cudaMallocAsync approximated: requested bytes counted, the driver's pool as the highest allocated level rounded up to 32 MiB (one H200 reading agrees); fragmentation inside the pool not modelled".into(),
         _ => "PyTorch's caching allocator replayed (512-byte rounding, 2 MiB small-pool and 20 MiB large-pool segments, ≥ 10 MiB requests rounded to 2 MiB, best fit, splitting, merging; one stream)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prediction::trace::{Alloc, Category};
+
+    fn start(name: &str, index: u64) -> TraceEvent {
+        TraceEvent::PhaseStart {
+            name: name.into(),
+            index,
+            parent: None,
+            automatic: false,
+            inputs: Map::new(),
+        }
+    }
+
+    fn end(index: u64) -> TraceEvent {
+        TraceEvent::PhaseEnd {
+            index,
+            failed: false,
+            inputs: Map::new(),
+        }
+    }
+
+    fn alloc(id: u64, bytes: u64) -> TraceEvent {
+        TraceEvent::Alloc(Box::new(Alloc {
+            id,
+            bytes,
+            category: Category::Activation,
+            module: None,
+            shape: vec![bytes],
+            dtype: "uint8".into(),
+            tainted: false,
+        }))
+    }
+
+    fn ok() -> Option<(String, Option<Value>)> {
+        Some(("ok".into(), None))
+    }
+
+    fn judged(events: &[TraceEvent], done: Option<(String, Option<Value>)>, exit: Exit) -> Judged {
+        judge(
+            events,
+            done.as_ref(),
+            &exit,
+            &["boom".into()],
+            60,
+            0,
+            Backend::Native,
+        )
+    }
+
+    /// The timeout and each signal keep the phases predicted so far, the one running included
+    /// with its partial peak, under `measure`'s words for the status.
+    #[test]
+    fn a_stopped_prediction_keeps_its_phases() {
+        let events = [
+            start("load", 0),
+            alloc(0, 4 << 20),
+            end(0),
+            start("forward", 1),
+            alloc(1, 8 << 20),
+        ];
+        for (exit, status, failure) in [
+            (
+                Exit::Timeout,
+                "timeout",
+                "the prediction took longer than --timeout 60 s",
+            ),
+            (
+                Exit::Stopped(Stop::Interrupt),
+                "interrupted",
+                "stopped by SIGINT",
+            ),
+            (
+                Exit::Stopped(Stop::Terminate(libc::SIGTERM)),
+                "terminated",
+                "stopped by SIGTERM",
+            ),
+            (
+                Exit::Stopped(Stop::Terminate(libc::SIGHUP)),
+                "terminated",
+                "stopped by SIGHUP",
+            ),
+        ] {
+            let j = judged(&events, None, exit);
+            assert_eq!(j.status, status);
+            assert_eq!(j.failure.as_deref(), Some(failure));
+            assert_eq!(j.phases.len(), 2);
+            assert_eq!(j.phases[0].status, PhaseStatus::Predicted);
+            assert_eq!(j.phases[1].status, PhaseStatus::Failed);
+            assert_eq!(j.phases[1].peak_allocated_bytes, Some(12 << 20));
+            assert!(
+                j.notes.iter().any(|n| n
+                    == "phase forward did not end: its figures stop at the last event received"),
+                "{:?}",
+                j.notes
+            );
+        }
+        // Stopped between two phases: every phase that started was predicted.
+        let j = judged(&events[..3], None, Exit::Stopped(Stop::Interrupt));
+        assert_eq!(j.status, "interrupted");
+        assert!(
+            j.notes
+                .iter()
+                .any(|n| n.contains("every phase that started")),
+            "{:?}",
+            j.notes
+        );
+    }
+
+    /// A workload that made no phase is never `complete`.
+    #[test]
+    fn no_phase_is_never_complete() {
+        let j = judged(&[alloc(0, 512)], ok(), Exit::Code(0));
+        assert_eq!(j.status, "partial");
+        assert_eq!(j.failure, None);
+        assert!(
+            j.notes[0].starts_with("no phase was recorded: the workload made no phase ("),
+            "{:?}",
+            j.notes
+        );
+        let j = judged(&[], None, Exit::Stopped(Stop::Interrupt));
+        assert_eq!(j.status, "interrupted");
+        assert!(j.notes[0].starts_with("no phase was recorded"));
+        let j = judged(&[start("a", 0), end(0)], ok(), Exit::Code(0));
+        assert_eq!(j.status, "complete");
+        assert!(j.notes.is_empty(), "{:?}", j.notes);
+    }
+
+    /// A failure after every phase ended keeps `failed` and says every phase was predicted; a
+    /// failure inside a phase leaves that phase failed with its figures.
+    #[test]
+    fn a_failure_after_the_phases_says_they_were_predicted() {
+        let error = Some((
+            "failed".to_string(),
+            Some(serde_json::json!({"type": "ValueError", "message": "late"})),
+        ));
+        let events = [start("a", 0), alloc(0, 1024), end(0)];
+        let j = judged(&events, error.clone(), Exit::Code(3));
+        assert_eq!(j.status, "failed");
+        assert_eq!(j.failure.as_deref(), Some("ValueError: late"));
+        assert_eq!(
+            j.notes,
+            ["every phase that started was predicted before the failure"]
+        );
+        let j = judged(&events[..2], error, Exit::Code(3));
+        assert_eq!(j.status, "failed");
+        assert_eq!(j.phases[0].status, PhaseStatus::Failed);
+        assert_eq!(j.phases[0].peak_allocated_bytes, Some(1024));
+        assert!(!j.notes.iter().any(|n| n.contains("every phase")));
+        // A worker that died without a word.
+        let j = judged(&events, None, Exit::Signal(9));
+        assert_eq!(j.status, "failed");
+        assert!(j.failure.unwrap().contains("ended unexpectedly"));
     }
 }
