@@ -40,6 +40,8 @@ class Recorder:
         self.identity = {}
         self.output = output
         self._index = 0
+        # Phases open now, innermost last: a phase opened inside another nests in it.
+        self._open = []
         self._standalone = emit is None
         # The allocator's recording (iteragpu.history), when the CLI asked for one.
         self.history = None
@@ -145,36 +147,85 @@ class Recorder:
 
     @contextlib.contextmanager
     def phase(self, name, **inputs):
+        state = self.begin(name, inputs)
+        error = None
+        try:
+            yield inputs
+        except BaseException as exc:  # recorded, then raised again below
+            error = exc
+        self.end(state, error)
+        if error is not None:
+            raise error
+
+    def open_phases(self):
+        """The phases open now, outermost first (their records so far)."""
+        return list(self._open)
+
+    def begin(self, name, inputs=None, automatic=False):
+        """Opens a phase (the protocol's steps 1 and 2); `end` closes it. A phase opened inside
+        another nests in it: the outer one's peak keeps what it reached before the inner one
+        reset the counters."""
         cuda = self.torch.cuda
+        inputs = dict(inputs or {})
         index = self._index
         self._index += 1
-        self._emit("phase_start", {"name": name, "index": index, "inputs": inputs})
+        parent = self._open[-1]["index"] if self._open else None
+        event = {"name": name, "index": index, "inputs": inputs, "parent": parent}
+        if automatic:
+            event["automatic"] = True
+        self._emit("phase_start", event)
         if self.history is not None:
             self.history.phase_start(index, name)
         started_at = time.time_ns() // 1000
         start_reasons = {}
         self._sync(start_reasons)
         starts = [self._levels(d, start_reasons) for d in self.devices]
+        # The enclosing phases' peaks so far, before the counters are reset for this one.
+        for outer in self._open:
+            for k, device in enumerate(self.devices):
+                carried = outer["carried"][k]
+                for key, read in (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved)):
+                    try:
+                        value = int(read(device))
+                    except Exception:
+                        continue
+                    carried[key] = max(carried.get(key, 0), value)
         for device in self.devices:
             try:
                 cuda.reset_peak_memory_stats(device)
             except Exception as exc:
                 start_reasons["reset_peak_memory_stats"] = f"{type(exc).__name__}: {exc}"
-        began = time.perf_counter()
-        error = None
-        try:
-            yield inputs
-        except BaseException as exc:  # recorded, then raised again below
-            error = exc
+        state = {
+            "name": name,
+            "index": index,
+            "inputs": inputs,
+            "parent": parent,
+            "automatic": automatic,
+            "started_at": started_at,
+            "starts": starts,
+            "start_reasons": start_reasons,
+            "carried": [{} for _ in self.devices],
+            "began": time.perf_counter(),
+        }
+        self._open.append(state)
+        return state
+
+    def end(self, state, error=None):
+        """Closes a phase (steps 4 and 5); phases opened inside it and still open close first."""
+        cuda = self.torch.cuda
+        while self._open and self._open[-1] is not state:
+            self.end(self._open[-1], RuntimeError("its enclosing phase ended first"))
+        if self._open and self._open[-1] is state:
+            self._open.pop()
         end_reasons = {}
         self._sync(end_reasons)
-        duration = time.perf_counter() - began
+        duration = time.perf_counter() - state["began"]
         ended_at = time.time_ns() // 1000
         if self.history is not None:
             self.history.phase_end()
         devices = []
-        for device, start in zip(self.devices, starts):
-            reasons = dict(start_reasons)
+        for k, (device, start) in enumerate(zip(self.devices, state["starts"])):
+            reasons = dict(state["start_reasons"])
             end = self._levels(device, reasons)
             info = None
             try:
@@ -183,13 +234,21 @@ class Recorder:
             except Exception as exc:
                 reasons["mem_get_info"] = f"{type(exc).__name__}: {exc}"
             reasons.update(end_reasons)
+            carried = state["carried"][k]
+            peak_allocated = _reading(lambda: cuda.max_memory_allocated(device), reasons, "peak_allocated")
+            peak_reserved = _reading(lambda: cuda.max_memory_reserved(device), reasons, "peak_reserved")
+            if peak_allocated is not None and "allocated" in carried:
+                peak_allocated = max(peak_allocated, carried["allocated"])
+            if peak_reserved is not None and "reserved" in carried:
+                peak_reserved = max(peak_reserved, carried["reserved"])
+            # The enclosing phases keep this one's peak: the counters are not reset here.
             devices.append(
                 {
                     "device": str(device),
                     "start_allocated_bytes": start["allocated"],
                     "start_reserved_bytes": start["reserved"],
-                    "peak_allocated_bytes": _reading(lambda: cuda.max_memory_allocated(device), reasons, "peak_allocated"),
-                    "peak_reserved_bytes": _reading(lambda: cuda.max_memory_reserved(device), reasons, "peak_reserved"),
+                    "peak_allocated_bytes": peak_allocated,
+                    "peak_reserved_bytes": peak_reserved,
                     "end_allocated_bytes": end["allocated"],
                     "end_reserved_bytes": end["reserved"],
                     "mem_get_info": info,
@@ -197,13 +256,20 @@ class Recorder:
                     "null_reasons": reasons,
                 }
             )
+            for outer in self._open:
+                kept = outer["carried"][k]
+                if peak_allocated is not None:
+                    kept["allocated"] = max(kept.get("allocated", 0), peak_allocated)
+                if peak_reserved is not None:
+                    kept["reserved"] = max(kept.get("reserved", 0), peak_reserved)
         record = {
-            "name": name,
-            "index": index,
-            "inputs": inputs,
+            "name": state["name"],
+            "index": state["index"],
+            "inputs": state["inputs"],
+            "parent": state["parent"],
             "status": "ok" if error is None else "failed",
             "duration_s": duration,
-            "started_at_unix_us": started_at,
+            "started_at_unix_us": state["started_at"],
             "ended_at_unix_us": ended_at,
             "devices": devices,
             "error": None
@@ -214,10 +280,11 @@ class Recorder:
                 "out_of_memory": _is_oom(self.torch, error),
             },
         }
+        if state["automatic"]:
+            record["automatic"] = True
         self.phases.append(record)
         self._emit("phase_end", record)
-        if error is not None:
-            raise error
+        return record
 
 
 # memory_stats() fields read at each phase end: ".current" is the end level, ".peak" the phase's

@@ -62,8 +62,9 @@ def run(channel, spec, rank=None):
             rec.history.finish()
 
 
-def run_workload(rec, torch, spec, emit):
-    """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed."""
+def run_workload(rec, torch, spec, emit, whole_run=None):
+    """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed.
+    `whole_run(label)`, when given (a prediction), is a phase around a whole script."""
     try:
         workload = spec.workload
         if workload == "dense":
@@ -79,7 +80,11 @@ def run_workload(rec, torch, spec, emit):
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif workload == "script":
-            code = run_script(spec)
+            if whole_run is not None:
+                with whole_run(os.path.basename(spec.script)):
+                    code = run_script(spec)
+            else:
+                code = run_script(spec)
             if code != 0:
                 raise RuntimeError(f"the script exited with status {code}")
         else:

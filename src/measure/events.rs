@@ -224,6 +224,10 @@ pub enum Event {
         file: Option<String>,
         line: Option<u64>,
         dtype: String,
+        /// What the read was answered (`False` for a condition, `1` or `1.0` for a number);
+        /// older workers did not say it (they answered 0).
+        #[serde(default)]
+        answer: Option<String>,
     },
     /// Prediction only: how many placeholder answers a call site got in all.
     PlaceholderCount {

@@ -83,7 +83,8 @@ pub struct PlaceholderRead {
     pub file: Option<String>,
     pub line: Option<u64>,
     pub count: u64,
-    /// The placeholder answer: 0 for numbers, False for booleans (loops run to their bound).
+    /// The placeholder answer: 1 (or 1.0) for numbers, never 0 (no division by zero, no empty
+    /// structure), False for conditions (nothing stops early: the longest case).
     pub answer: String,
 }
 

@@ -97,15 +97,22 @@ pub fn predict(
         Line::Event(Event::Tag { id, category }) => c.events.push(TraceEvent::Tag(id, category)),
         Line::Event(Event::Unpredictable(u)) => c.events.push(TraceEvent::Unpredictable(u)),
         Line::Event(Event::Placeholder {
-            file, line, dtype, ..
-        }) => c.placeholder_types.push((file, line, dtype)),
+            file,
+            line,
+            dtype,
+            answer,
+            ..
+        }) => {
+            let answer =
+                answer.unwrap_or_else(|| if dtype == "bool" { "False" } else { "0" }.into());
+            c.placeholder_types.push((file, line, answer));
+        }
         Line::Event(Event::PlaceholderCount { file, line, count }) => {
             let answer = c
                 .placeholder_types
                 .iter()
                 .find(|(f, l, _)| *f == file && *l == line)
-                .map_or("0", |(_, _, d)| if d == "bool" { "False" } else { "0" })
-                .to_string();
+                .map_or_else(|| "1".to_string(), |(_, _, answer)| answer.clone());
             c.placeholders.push(PlaceholderRead {
                 file,
                 line,

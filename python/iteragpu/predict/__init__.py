@@ -49,8 +49,11 @@ def run(channel, spec, target):
         return 2
     lock = threading.Lock()
     pending = []
+    parent = os.getpid()
 
     def emit(kind, data):
+        if os.getpid() != parent:
+            return  # a forked child (a DataLoader worker): only the predicting process reports
         # Storage events are many (one per tensor): written in batches; anything else flushes.
         with lock:
             pending.append(json.dumps({"type": kind, "data": data}, allow_nan=False, default=str))

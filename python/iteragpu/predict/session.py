@@ -1,9 +1,10 @@
 """One prediction: the fake CUDA world set up around the worker's own workload code."""
 
 import contextlib
+import weakref
 
 from .. import recorder
-from . import cuda_api, tracker as tracking
+from . import cuda_api, idioms, phases as auto_phases, tracker as tracking
 
 
 def fake_mode_class(torch):
@@ -24,11 +25,14 @@ class Session:
         self.target = target
         self.mode_class = mode_class
         self.tracker = tracking.Tracker(emit, [tuple(w) for w in target.get("workspaces", [])])
+        # Every op on the target device runs under this mode (tracker.py decides which ops).
+        self.fake = mode_class(allow_non_fake_inputs=True)
+        self.tracker.fake_mode = self.fake
         self.modules = {}  # id(root module) -> module, for re-tagging at phase ends
         self.names = {}  # id(module) -> qualified name
         self.optimizers = []
-        self.caches = []
-        self.fake_modes = []
+        self.caches = []  # weak references: a cache the workload drops is freed, as on a GPU
+        self.fake_modes = [self.fake]
         self.notes = []
 
     # ---------------------------------------------------------------- the fake CUDA world
@@ -49,18 +53,37 @@ class Session:
         modes = self.fake_modes
 
         def swap_tensors(t1, t2):
-            for mode in modes:
-                memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+            # The modes that made these tensors too (a deep copy's clone may come from another).
+            owners = [getattr(t, "fake_mode", None) for t in (t1, t2)]
+            for mode in list(modes) + [m for m in owners if m is not None and m not in modes]:
+                meta = mode.fake_tensor_converter.meta_converter
+                memo = meta.tensor_memo
                 for k, v in list(memo.items()):
                     if v is t1 or v is t2:
                         del memo[k]
+                # A tensor once converted (a deep copy's source) is a key of the describer.
+                lookup = getattr(getattr(meta, "describer", None), "lookup_tensor", None)
+                if lookup is not None:
+                    for t in (t1, t2):
+                        lookup.pop(t, None)
+            for t in (t1, t2):
+                _drop_weak_entries(t)
             return original_swap(t1, t2)
 
         torch.utils.swap_tensors = swap_tensors
+        # `torch.tensor(data, device="cuda")` builds on the CPU, then moves (as under FakeTensorMode):
+        # the move is an op the tracker sees, the data stays known.
+        if hasattr(torch._C, "_set_only_lift_cpu_tensors"):
+            torch._C._set_only_lift_cpu_tensors(True)
         # Pinned host memory is not GPU memory: keep the tensor as it is.
         torch.Tensor.pin_memory = lambda self, *a, **k: self
+        torch.Tensor.is_pinned = lambda self, *a, **k: False
+        # A deep copy asks a fake tensor for its data pointer (0): PyTorch warns, nothing is wrong.
+        import warnings
+
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
         self._hooks()
-        self._file_writes()
+        idioms.Idioms(torch, self.tracker, self.notes).install()
         _route_sdpa(torch, self.target)
         if self.spec.world_size:
             self._fake_process_group(self.spec.world_size)
@@ -168,9 +191,23 @@ class Session:
         M.register_module_forward_pre_hook(lambda m, a: pre(m, a))
         M.register_module_forward_hook(lambda m, a, o: post(m, a, o), always_call=True)
 
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        def data_less(t):
+            """A parameter or buffer made with real data on the CPU becomes data-less: a model
+            built on the CPU then moved to the GPU costs no real memory or time."""
+            return (
+                isinstance(t, torch.Tensor)
+                and not isinstance(t, FakeTensor)
+                and type(t) in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer if hasattr(torch.nn, "Buffer") else torch.Tensor)
+                and t.device.type == "cpu"
+            )
+
         def on_parameter(module, name, param):
             if param is None:
-                return
+                return None
+            if data_less(param):
+                param = torch.nn.Parameter(tr.to_fake(param.detach()), requires_grad=param.requires_grad)
             tr.tag(param, "parameter")
             if param.requires_grad and not getattr(param, "_iteragpu_grad_hook", False):
                 try:
@@ -180,11 +217,18 @@ class Session:
                     param._iteragpu_grad_hook = True
                 except RuntimeError:
                     pass
+            return param
+
+        def on_buffer(module, name, buf):
+            if buf is None:
+                return None
+            if data_less(buf):
+                buf = tr.to_fake(buf)
+            tr.tag(buf, "buffer")
+            return buf
 
         M.register_module_parameter_registration_hook(on_parameter)
-        M.register_module_buffer_registration_hook(
-            lambda module, name, buf: tr.tag(buf, "buffer") if buf is not None else None
-        )
+        M.register_module_buffer_registration_hook(on_buffer)
         import torch.optim.optimizer as optimizer
 
         def step_pre(opt, args, kwargs):
@@ -223,8 +267,12 @@ class Session:
     def _note_cache(self, cache):
         if cache is None or isinstance(cache, (tuple, list)) and not cache:
             return
-        if not any(c is cache for c in self.caches):
-            self.caches.append(cache)
+        try:
+            ref = weakref.ref(cache)
+        except TypeError:  # a tuple of tuples (legacy caches): tagged now, not kept
+            ref = None
+        if ref is not None and not any(r() is cache for r in self.caches):
+            self.caches.append(ref)
         self._tag_cache(cache)
 
     def _tag_cache(self, cache):
@@ -253,28 +301,11 @@ class Session:
                 tr.tag(b, "buffer")
         for opt in self.optimizers:
             self._tag_optimizer(opt)
-        for cache in self.caches:
-            self._tag_cache(cache)
-
-    def _file_writes(self):
-        """Fake tensors have no data to write: file writes of tensors are skipped, and said."""
-        notes = self.notes
-
-        def skipped(what):
-            def write(*args, **kwargs):
-                note = f"{what} skipped: fake tensors hold no data (the file write is not GPU memory)"
-                if note not in notes:
-                    notes.append(note)
-
-            return write
-
-        try:
-            import safetensors.torch as st
-
-            st.save_file = skipped("safetensors.torch.save_file")
-        except Exception:
-            pass
-        self.torch.save = skipped("torch.save")
+        self.caches = [r for r in self.caches if r() is not None]
+        for ref in self.caches:
+            cache = ref()
+            if cache is not None:
+                self._tag_cache(cache)
 
     # ---------------------------------------------------------------- the run
     def run(self):
@@ -292,25 +323,40 @@ class Session:
         rec = recorder.Recorder(torch, list(self.spec.devices), emit)
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
+        self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
         modes = contextlib.ExitStack()
         code = 0
         try:
-            fake = self.mode_class(allow_non_fake_inputs=True)
-            self.fake_modes.append(fake)
-            modes.enter_context(fake)
             modes.enter_context(self.tracker)
             modes.enter_context(self._saved_tensors())
-            code = worker.run_workload(rec, torch, self.spec, events)
+            code = worker.run_workload(rec, torch, self.spec, events, whole_run=self.phases.whole_run)
         except tracking.Unpredictable as exc:
             events("done", {"status": "failed", "error": {"type": "Unpredictable", "message": str(exc)}})
             code = 3
         finally:
+            self.phases.close_all()
             modes.close()
         for site, count in self.tracker.placeholders.items():
             events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
         for note in self.notes:
             events("note", {"text": note})
         return code
+
+
+def _drop_weak_entries(t):
+    """Removes `t` from the weak dictionaries that still hold it (a converter's memo of another
+    fake mode, a deep copy's): swap_tensors refuses a tensor with weak references. Rare: found
+    through the garbage collector's referrers only when some remain."""
+    import gc
+
+    refs = weakref.getweakrefs(t)
+    if not refs:
+        return
+    for r in refs:
+        for d in gc.get_referrers(r):
+            if isinstance(d, dict):
+                for k in [k for k, v in d.items() if k is r or v is r]:
+                    del d[k]
 
 
 def _route_sdpa(torch, target):

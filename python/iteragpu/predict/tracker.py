@@ -24,8 +24,11 @@ import weakref
 
 import torch
 from torch._subclasses import fake_tensor
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from . import values as known_values
 
 aten = torch.ops.aten
 
@@ -36,8 +39,15 @@ BLAS_OPS = {
 }
 # Output size depends on the data: an upper bound lets the run go on, the phase is unpredictable.
 DATA_DEPENDENT = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
-# A loop whose condition reads data (`while not done.all()`) gets this many placeholder answers.
-LOOP_BUDGET = 100_000
+# A condition that keeps reading unknown data (`while not done.all()`) at one line is answered this
+# many times, then the phase is unpredictable (a loop that data alone would end).
+LOOP_BUDGET = 1_000
+# CPU tensors made by factory functions above this many bytes stay data-less (a large synthetic
+# batch, a model's weights created on the CPU): nothing costly becomes real.
+LARGE_CPU = 64 << 20
+# What a read of an unknown value answers: never zero (no division by zero, no empty structure),
+# never True for a condition (no sequence stops early: the longest case).
+PLACEHOLDER = {"bool": False, "int": 1, "float": 1.0}
 
 _INTERNAL = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
 
@@ -64,12 +74,33 @@ def user_frame():
     return file, frame.f_lineno
 
 
+_LIBRARIES = tuple(
+    os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p
+)
+
+
+def script_frame():
+    """(file, line) of the innermost frame of the user's own code: outside torch, iteragpu and
+    every installed library or the standard library (a fork's caller, a failure's line)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not any(part in file for part in _INTERNAL) and not file.startswith("<") and not os.path.realpath(file).startswith(_LIBRARIES):
+            return file, frame.f_lineno
+        frame = frame.f_back
+    return user_frame()
+
+
 class Tracker(TorchDispatchMode):
     """Sits above FakeTensorMode: sees every op first, then registers what it produced."""
 
     def __init__(self, emit, workspaces):
         super().__init__()
         self._emit = emit
+        # The FakeTensorMode every op on the target device runs under (set by the session).
+        self.fake_mode = None
+        self.fake_lock = threading.RLock()
+        self.values = known_values.Values()
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
         self.lock = threading.RLock()
         # id(storage) -> [event id (None while resized to 0), bytes, category, first event id]
@@ -84,6 +115,8 @@ class Tracker(TorchDispatchMode):
         self.placeholders = collections.Counter()
         self.loop_hits = collections.Counter()
         self.in_optimizer = 0
+        # Ops run with no fake implementation, said once per op.
+        self.unsupported = set()
 
     # ---------------------------------------------------------------- what each storage is
     def module(self):
@@ -268,23 +301,58 @@ class Tracker(TorchDispatchMode):
 
     # ---------------------------------------------------------------- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        """Only what goes to the GPU is fake: an op on a fake tensor, or one that makes a tensor on
+        the target device, runs under FakeTensorMode; every other CPU op runs for real (data
+        pipelines, augmentation, CPU RNG, `.numpy()` give true answers), except factories of large
+        CPU tensors, which stay data-less."""
         kwargs = kwargs or {}
-        name = getattr(func, "_opname", None) or str(func)
-        if func is aten._local_scalar_dense.default:
+        if func in _READS:
             return self._scalar(func, args, kwargs)
+        flat = tree_flatten((args, kwargs))[0]
+        # A wrapper subclass (a DTensor) holds fake tensors: its op runs under the fake mode and
+        # its inner tensors are registered.
+        fake_in = any(isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) for a in flat)
+        if not fake_in and not _targets_cuda(flat) and not _large_factory(func, args, kwargs):
+            return func(*args, **kwargs)
+        if fake_in and any(isinstance(a, FakeTensor) for a in flat):
+            read = self._read_back(func, args, kwargs)
+            if read is not NotImplemented:
+                return read
+        return self._fake_call(func, args, kwargs)
+
+    def to_fake(self, t):
+        """A real CPU tensor as a data-less one of the same shape, strides and dtype; a small one
+        keeps its values (they are known)."""
+        with _disable_current_modes():
+            fake = self.fake_mode.from_tensor(t)
+            value = t.detach().clone() if t.device.type == "cpu" and t.numel() <= known_values.SMALL else None
+        if value is not None:
+            self.values.set(fake, value)
+        return fake
+
+    def _fake_call(self, func, args, kwargs):
+        name = getattr(func, "_opname", None) or str(func)
         if name in BLAS_OPS:
             self.workspace()
+
+        def fake(a):
+            if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) and not is_traceable_wrapper_subclass(a):
+                return self.to_fake(a)
+            return a
+
+        args, kwargs = tree_map(fake, (args, kwargs))
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         tainted = bool(self.tainted) and any(self._is_tainted(a) for a in inputs)
         try:
-            out = func(*args, **kwargs)
+            # FakeTensorMode keeps its entries on a list: threads enter it one at a time.
+            with self.fake_lock, self.fake_mode:
+                out = func(*args, **kwargs)
         except fake_tensor.DynamicOutputShapeException:
             out = self._upper_bound(func, name, args, kwargs)
             tainted = True
-        except fake_tensor.UnsupportedOperatorException as exc:
-            file, line = user_frame()
-            self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "no fake implementation (a custom or unsupported operator)"})
-            raise Unpredictable(f"{func} has no fake implementation ({file}:{line})") from exc
+        except fake_tensor.UnsupportedOperatorException:
+            out = self._unsupported(func, args, kwargs)
+            tainted = True
         except fake_tensor.DataDependentOutputException as exc:
             file, line = user_frame()
             self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its result depends on the data"})
@@ -297,7 +365,150 @@ class Tracker(TorchDispatchMode):
             self._tag_all(args[:1], "communication")
         elif "reduce_scatter" in name:
             self._tag_all(args[1:2], "communication")
+        self._follow_values(func, args, kwargs, out)
         return out
+
+    def _unsupported(self, func, args, kwargs):
+        """An op with no fake implementation (a custom op): its phase is unpredictable, and the run
+        goes on with outputs shaped like its first tensor input (tainted: never counted as
+        predicted)."""
+        file, line = user_frame()
+        self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "no fake implementation (a custom or unsupported operator): its outputs are guessed and every phase holding them is unpredictable"})
+        first = next((a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)), None)
+        returns = getattr(getattr(func, "_schema", None), "returns", [])
+        if first is None or not returns or not all("Tensor" in str(r.type) for r in returns):
+            raise Unpredictable(f"{func} has no fake implementation ({file}:{line})")
+        with self.fake_lock, self.fake_mode:
+            outs = [torch.empty_like(first) for _ in returns]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _read_back(self, func, args, kwargs):
+        """A fake tensor read back into a real CPU one (`.cpu()`, `.tolist()`, `.numpy()`, a copy
+        into a host buffer): its values when known, else a placeholder per the stated policy
+        (counted per call site); a large unknown one stays a data-less CPU tensor."""
+        packet = getattr(func, "overloadpacket", None)
+        src = args[0] if args else None
+        if packet in (aten._to_copy, aten.to) and isinstance(src, FakeTensor) and src.device.type == "cuda":
+            device = kwargs.get("device") or next((a for a in args[1:] if isinstance(a, torch.device)), None)
+            if device is None or torch.device(device).type != "cpu":
+                return NotImplemented
+            dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), None) or src.dtype
+            value = self._host_value(src)
+            if value is None:
+                return NotImplemented
+            with _disable_current_modes():
+                return value.to(dtype).clone()
+        if packet is aten.copy_ and len(args) >= 2 and isinstance(args[1], FakeTensor) and not isinstance(args[0], FakeTensor):
+            dst = args[0]
+            if dst.device.type != "cpu":
+                return NotImplemented
+            value = self._host_value(args[1], large_ok=True)
+            with _disable_current_modes():
+                if value is None:
+                    dst.fill_(self._placeholder_value(args[1]))
+                else:
+                    dst.copy_(value)
+            return dst
+        return NotImplemented
+
+    def _host_value(self, t, large_ok=False):
+        """The real values of fake `t` (a copy), or a placeholder tensor (counted) when they are
+        unknown and `t` is small enough to hold them; None for a large unknown tensor."""
+        known = self.values.known(t)
+        if known is not None:
+            return known
+        if t.numel() > known_values.SMALL and not large_ok:
+            return None
+        answer = self._placeholder_value(t)
+        with _disable_current_modes():
+            return torch.full(t.shape, answer, dtype=t.dtype) if t.numel() <= known_values.SMALL else None
+
+    def _placeholder_value(self, t):
+        file, line = user_frame()
+        self._count_placeholder(file, line, t.dtype)
+        return _placeholder_for(t.dtype)
+
+    def _follow_values(self, func, args, kwargs, out):
+        """The output's real values when they follow from known inputs (see values.py): the same
+        op run on the CPU over the known values."""
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, FakeTensor)]
+        schema = getattr(func, "_schema", None)
+        mutated = []
+        if schema is not None:
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+                    mutated += [m for m in tree_flatten(value)[0] if isinstance(m, FakeTensor)]
+        targets = outs + mutated
+        if not targets:
+            return
+
+        def forget():
+            for t in targets:
+                self.values.drop(t)
+
+        if getattr(func, "namespace", None) not in ("aten", "prims") or any(t.numel() > known_values.SMALL for t in targets):
+            forget()
+            return
+        flat, spec = tree_flatten((args, kwargs))
+        got = {}
+        for a in flat:
+            if isinstance(a, FakeTensor):
+                got[id(a)] = self.values.get(a)
+            elif isinstance(a, torch.Tensor) and a.numel() > known_values.REAL_INPUT:
+                forget()
+                return
+        complete = all(g is not None and g[1] is None for g in got.values())
+        name = known_values.base_name(func)
+        if not complete and (name not in known_values.PARTIAL or not any(g is not None for g in got.values())):
+            forget()
+            return
+        with _disable_current_modes():
+            filled = []
+            for a in flat:
+                if isinstance(a, FakeTensor):
+                    g = got[id(a)]
+                    a = g[0] if g is not None else torch.zeros(a.shape, dtype=a.dtype)
+                elif isinstance(a, torch.device) and a.type != "cpu":
+                    a = torch.device("cpu")
+                filled.append(a)
+            cargs, ckwargs = tree_unflatten(filled, spec)
+            try:
+                result = func(*cargs, **ckwargs)
+            except Exception:  # an op the CPU does not run the same way: values unknown
+                forget()
+                return
+            mask = None
+            if not complete:
+                pairs = []
+                for a, f in zip(flat, filled):
+                    if isinstance(a, FakeTensor):
+                        g = got[id(a)]
+                        m = torch.zeros(a.shape, dtype=torch.bool) if g is None else (torch.ones(a.shape, dtype=torch.bool) if g[1] is None else g[1])
+                        pairs.append((f, m))
+                    elif isinstance(a, torch.Tensor):
+                        pairs.append((a, torch.ones(a.shape, dtype=torch.bool)))
+                    elif isinstance(a, (bool, int)):
+                        pairs.append((torch.tensor(a), torch.tensor(True)))
+                shape = outs[0].shape if outs else mutated[0].shape
+                try:
+                    mask = known_values.known_mask(name, pairs, shape)
+                except RuntimeError:
+                    mask = None
+                if mask is None:
+                    forget()
+                    return
+        results = [r for r in tree_flatten(result)[0]]
+        out_flat = tree_flatten(out)[0]
+        if len(results) == len(out_flat):
+            for o, r in zip(out_flat, results):
+                if isinstance(o, FakeTensor):
+                    if isinstance(r, torch.Tensor):
+                        self.values.set(o, r, mask)
+                    else:
+                        self.values.drop(o)
+        else:
+            forget()
 
     def _tag_all(self, values, category):
         for t in tree_flatten(values)[0]:
@@ -312,31 +523,50 @@ class Tracker(TorchDispatchMode):
         return known is not None and known[0] in self.tainted
 
     def _scalar(self, func, args, kwargs):
-        """`.item()`, `bool(t)`, `float(t)`: the real value when fake tensors know it (a constant),
-        else a placeholder, counted per call site (bools answer False, so loops run to their bound)."""
-        try:
+        """`.item()`, `bool(t)`, `float(t)`, `format(t)`: the real value when it is known (values
+        followed from known inputs, a constant), else a placeholder per the stated policy,
+        counted per call site: False for a condition (nothing stops early), 1 for a number."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not any(isinstance(a, FakeTensor) for a in tensors):
             return func(*args, **kwargs)
+        t = next(a for a in tensors if isinstance(a, FakeTensor))
+        known = [self.values.known(a) if isinstance(a, FakeTensor) else a for a in args]
+        if all(k is not None for k in known):
+            with _disable_current_modes():
+                return func(*known, **kwargs)
+        try:
+            with self.fake_lock, self.fake_mode:
+                return func(*args, **kwargs)
         except fake_tensor.DataDependentOutputException:
             pass
-        t = args[0]
         file, line = user_frame()
+        # is_nonzero and equal answer a condition.
+        dtype = t.dtype if func in (aten._local_scalar_dense.default, aten.item.default) else torch.bool
+        self._count_placeholder(file, line, dtype)
+        if dtype == torch.bool:
+            site = (file, line)
+            self.loop_hits[site] += 1
+            if self.loop_hits[site] > LOOP_BUDGET:
+                self._emit("unpredictable", {"op": "a loop on data", "file": file, "line": line, "reason": f"a condition read {LOOP_BUDGET} times from values that depend on the data (answered False each time)"})
+                raise Unpredictable(f"a loop condition at {file}:{line} depends on the data")
+        return _placeholder_for(dtype)
+
+    def _count_placeholder(self, file, line, dtype):
         site = (file, line)
         self.placeholders[site] += 1
         if self.placeholders[site] == 1:
-            self._emit("placeholder", {"op": "item", "file": file, "line": line, "dtype": str(t.dtype).replace("torch.", "")})
-        if t.dtype == torch.bool:
-            self.loop_hits[site] += 1
-            if self.loop_hits[site] > LOOP_BUDGET:
-                self._emit("unpredictable", {"op": "a loop on data", "file": file, "line": line, "reason": f"a condition read {LOOP_BUDGET} times from data that fake tensors do not have"})
-                raise Unpredictable(f"a loop condition at {file}:{line} depends on the data")
-            return False
-        return 0.0 if t.dtype.is_floating_point else 0
+            kind = _placeholder_kind(dtype)
+            self._emit("placeholder", {"op": "item", "file": file, "line": line, "dtype": str(dtype).replace("torch.", ""), "answer": str(PLACEHOLDER[kind])})
 
     def _upper_bound(self, func, name, args, kwargs):
         """A data-dependent output size: marked unpredictable, then the largest possible output
         so that the run can go on (tainted: never counted as predicted)."""
         file, line = user_frame()
         self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its output size depends on the data"})
+        with self.fake_lock, self.fake_mode:
+            return self._largest(func, name, args, file, line)
+
+    def _largest(self, func, name, args, file, line):
         x = args[0]
         if name == "nonzero":
             return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
@@ -351,6 +581,41 @@ class Tracker(TorchDispatchMode):
                     indices.append(i)
             return func(x, indices)
         raise Unpredictable(f"{func} has an output size that depends on the data ({file}:{line})")
+
+
+# Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
+_READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
+
+
+def _placeholder_kind(dtype):
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point or dtype.is_complex else "int"
+
+
+def _placeholder_for(dtype):
+    return PLACEHOLDER[_placeholder_kind(dtype)]
+
+
+def _targets_cuda(flat):
+    """A device argument naming the target (`device="cuda"`, `.to("cuda")`, `.cuda()`)."""
+    return any(isinstance(a, torch.device) and a.type == "cuda" for a in flat)
+
+
+def _large_factory(func, args, kwargs):
+    """A CPU factory (`empty`, `zeros`, `randn`…: no tensor input) of more than LARGE_CPU bytes."""
+    if not args or any(isinstance(a, torch.Tensor) for a in tree_flatten((args, kwargs))[0]):
+        return False
+    size = kwargs.get("size")
+    if size is None:
+        size = next((a for a in args if isinstance(a, (list, tuple))), None)
+    if not size or not all(isinstance(d, int) for d in size):
+        return False
+    dtype = kwargs.get("dtype") or (torch.int64 if "randint" in str(func) else torch.get_default_dtype())
+    numel = 1
+    for d in size:
+        numel *= d
+    return numel * getattr(dtype, "itemsize", 4) > LARGE_CPU
 
 
 def _inner(t):

@@ -1,0 +1,440 @@
+"""The everyday idioms of scripts, made to work on data-less CUDA tensors, each said once in the
+prediction's notes when it changes what runs:
+
+* threads (a thread pool loading a checkpoint, `device_map="cuda"`) see the same fake CUDA world;
+* `os.fork()` (DataLoader workers): the child runs the real CPU code, its events are dropped;
+* `torch.save` writes a real, small file (fake tensors as references), which `torch.load` in the
+  same run gives back as the same fake tensors;
+* `torch.load(map_location="cuda")`, safetensors' `load_file(device="cuda")` and `safe_open(...,
+  device="cuda")`: loaded on the CPU (memory-mapped where possible), then moved, so each tensor
+  is counted at its true bytes on the target;
+* CUDA events time nothing: `elapsed_time` answers a stated placeholder (1.0 ms);
+* `torch.Generator(device="cuda")` is a CPU generator that says it is on cuda;
+* `torch.compile` and `Module.compile` run eager, and say so (Inductor's memory planning is not
+  traced); Triton kernels are not launched (their outputs are allocated by the caller, so the phase
+  is still predicted), and said;
+* `format(t, ".4f")`, `.numpy()` and `.tolist()` of fake tensors read values (see tracker.py).
+"""
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+import threading
+
+# What CUDA events answer for a duration that was never timed.
+ELAPSED_MS = 1.0
+
+
+class Idioms:
+    def __init__(self, torch, tracker, notes):
+        self.torch = torch
+        self.tracker = tracker
+        self.notes = notes
+        self.saved = {}  # token -> fake tensor written by torch.save in this run
+
+    def note(self, text):
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def install(self):
+        self._threads()
+        self._fork()
+        self._events()
+        self._generator()
+        self._formatting()
+        self._compile()
+        self._files()
+        after_import("safetensors.torch", self._safetensors)
+        after_import("triton.runtime.jit", self._triton)
+        after_import("triton.runtime.autotuner", self._triton)
+        after_import("transformers.pytorch_utils", self._transformers_storage)
+        after_import("transformers.modeling_utils", self._transformers_storage)
+
+    # ------------------------------------------------------------ threads and processes
+    def _threads(self):
+        """Dispatch modes are per thread: a thread the workload starts enters the tracker too."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
+
+        tracker = self.tracker
+        original_run = threading.Thread.run
+
+        def run(thread):
+            pushed = tracker not in _get_current_dispatch_mode_stack()
+            if pushed:
+                _push_mode(tracker)
+            try:
+                return original_run(thread)
+            finally:
+                if pushed:
+                    _pop_mode()
+
+        threading.Thread.run = run
+
+    def _fork(self):
+        """A forked child (a DataLoader worker) runs the workload's real CPU code; only the parent
+        reports. Said once, with the line that forked."""
+        parent = os.getpid()
+        notes = self.notes
+
+        def before():
+            if os.getpid() != parent:
+                return
+            from .tracker import script_frame
+
+            file, line = script_frame()
+            text = (
+                f"os.fork() at {file}:{line}: the child process (a DataLoader worker, a pool) runs the real CPU code; "
+                "its events are not the prediction's (one process, one device), and memory it would take on the GPU is not counted"
+            )
+            if not any(n.startswith(f"os.fork() at {file}:{line}") for n in notes):
+                notes.append(text)
+
+        os.register_at_fork(before=before)
+
+    # ------------------------------------------------------------ CUDA objects
+    def _events(self):
+        from . import cuda_api
+
+        note = self.note
+
+        def elapsed_time(event, other):
+            note(f"torch.cuda.Event.elapsed_time answers {ELAPSED_MS} ms: nothing runs on a GPU in a prediction")
+            return ELAPSED_MS
+
+        cuda_api._Event.elapsed_time = elapsed_time
+        if hasattr(self.torch, "Event"):
+            self.torch.Event = cuda_api._Event
+
+    def _generator(self):
+        torch = self.torch
+        original = torch.Generator
+        note = self.note
+
+        class Generator(original):
+            """`torch.Generator(device="cuda")`: a CPU generator (the fake kernels draw no numbers)."""
+
+            def __new__(cls, device="cpu"):
+                if torch.device(device).type == "cuda":
+                    note("torch.Generator(device='cuda') is a CPU generator in a prediction (fake kernels draw no numbers)")
+                    return original("cpu")
+                return original(device)
+
+        torch.Generator = Generator
+
+    def _formatting(self):
+        """`f"{loss:.4f}"` formats the value (known, or the placeholder), as a CUDA tensor does."""
+        torch = self.torch
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        def format_(t, spec):
+            if t.dim() == 0:
+                return t.item().__format__(spec)
+            return object.__format__(t, spec) if spec else repr(t)
+
+        FakeTensor.__format__ = format_
+        original_numpy = torch.Tensor.numpy
+        tracker = self.tracker
+
+        def numpy(t, *args, **kwargs):
+            if isinstance(t, FakeTensor):
+                if t.device.type != "cpu":
+                    raise TypeError(
+                        f"can't convert {t.device.type} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+                    )
+                import numpy as np
+
+                value = tracker._host_value(t)
+                if value is not None:
+                    return value.numpy()
+                # A large data-less CPU tensor: a read-only placeholder array, no memory taken.
+                from .tracker import _placeholder_for
+
+                return np.broadcast_to(np.asarray(_placeholder_for(t.dtype), dtype=_numpy_dtype(t.dtype)), tuple(t.shape))
+            return original_numpy(t, *args, **kwargs)
+
+        torch.Tensor.numpy = numpy
+        original_tolist = torch.Tensor.tolist
+
+        def tolist(t):
+            if isinstance(t, FakeTensor):
+                value = tracker._host_value(t)
+                if value is None:
+                    raise RuntimeError(
+                        f"iteragpu predict: .tolist() of a data-less tensor of {t.numel()} elements (too large to answer with placeholders)"
+                    )
+                return value.tolist()
+            return original_tolist(t)
+
+        torch.Tensor.tolist = tolist
+
+    def _compile(self):
+        torch = self.torch
+        note = self.note
+
+        def compile(model=None, **kwargs):
+            note("torch.compile: predicted as eager (Inductor's memory planning and CUDA graphs are not traced; a compiled run usually holds fewer activations)")
+            if model is None:
+                return lambda m: m
+            return model
+
+        torch.compile = compile
+
+        def module_compile(module, *args, **kwargs):
+            note("Module.compile(): predicted as eager (Inductor's memory planning is not traced)")
+
+        torch.nn.Module.compile = module_compile
+
+    def _triton(self, module):
+        note = self.note
+        for name in ("JITFunction", "Autotuner", "Heuristics"):
+            cls = getattr(module, name, None)
+            if cls is None or getattr(cls, "_iteragpu_patched", False):
+                continue
+
+            def run(self_, *args, **kwargs):
+                fn = getattr(self_, "fn", self_)
+                what = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "a kernel")
+                note(f"Triton kernel {what} not launched: its outputs are allocated by the caller (counted), its own scratch memory is not")
+                return None
+
+            cls.run = run
+            cls._iteragpu_patched = True
+
+    def _transformers_storage(self, module):
+        """transformers finds tensors that share memory by their data pointer, 0 for every fake
+        tensor: the storage's identity is used instead (save_pretrained otherwise sees every
+        weight as shared)."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        original = getattr(module, "id_tensor_storage", None)
+        if original is None or getattr(original, "_iteragpu", False):
+            return
+
+        def id_tensor_storage(tensor):
+            if isinstance(tensor, FakeTensor):
+                st = tensor.untyped_storage()
+                return tensor.device, id(st), st.nbytes()
+            return original(tensor)
+
+        id_tensor_storage._iteragpu = True
+        module.id_tensor_storage = id_tensor_storage
+        # Modules that imported the name already.
+        for name in ("transformers.modeling_utils", "transformers.pytorch_utils", "transformers.utils.generic"):
+            other = sys.modules.get(name)
+            if other is not None and getattr(other, "id_tensor_storage", None) is original:
+                other.id_tensor_storage = id_tensor_storage
+
+    # ------------------------------------------------------------ files
+    def _files(self):
+        torch = self.torch
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        saved = self.saved
+        note = self.note
+        tracker = self.tracker
+        original_save = torch.save
+        original_load = torch.load
+        import pickle
+
+        class ReferencePickler(pickle.Pickler):
+            """Fake tensors pickled as references: a real, small file."""
+
+            def reducer_override(self, obj):
+                if isinstance(obj, FakeTensor):
+                    token = f"{id(obj):x}-{len(saved)}"
+                    saved[token] = obj
+                    return _restore, (token, list(obj.shape), str(obj.dtype).replace("torch.", ""), str(obj.device), bool(obj.requires_grad))
+                return NotImplemented
+
+        class pickle_module:
+            Pickler = ReferencePickler
+            Unpickler = pickle.Unpickler
+            HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+            load = staticmethod(pickle.load)
+            dump = staticmethod(pickle.dump)
+            __name__ = "pickle"
+
+        def save(obj, f, *args, **kwargs):
+            note("torch.save writes a real file in which data-less tensors are references: a torch.load in the same run gives them back (their data are not written)")
+            kwargs.pop("pickle_module", None)
+            kwargs["_use_new_zipfile_serialization"] = True
+            if args:
+                args = args[1:]  # pickle_module given positionally
+            return original_save(obj, f, *args, pickle_module=pickle_module, **kwargs)
+
+        def load(f, map_location=None, *args, **kwargs):
+            _RESTORE["saved"] = saved
+            _RESTORE["tracker"] = tracker
+            target = _cuda_target(torch, map_location)
+            if target is None:
+                with torch.serialization.safe_globals([_restore]):
+                    return original_load(f, map_location, *args, **kwargs)
+            note(f"torch.load(map_location={map_location!r}): loaded on the CPU (memory-mapped where the file allows), then moved to {target}: each tensor counted at its true bytes")
+            with torch.serialization.safe_globals([_restore]):
+                try:
+                    obj = original_load(f, "cpu", *args, mmap=True, **{k: v for k, v in kwargs.items() if k != "mmap"})
+                except (RuntimeError, ValueError):
+                    if hasattr(f, "seek"):
+                        f.seek(0)
+                    obj = original_load(f, "cpu", *args, **kwargs)
+            return _move(torch, obj, target)
+
+        torch.save = save
+        torch.load = load
+        _RESTORE["saved"] = saved
+        _RESTORE["tracker"] = tracker
+
+    def _safetensors(self, module):
+        """`load_file(device="cuda")` and `safe_open(..., device="cuda")`: read on the CPU, moved."""
+        torch = self.torch
+        note = self.note
+        import safetensors
+
+        original_open = getattr(safetensors, "safe_open", None)
+        if original_open is None or getattr(original_open, "_iteragpu", False):
+            return
+
+        class safe_open:
+            _iteragpu = True
+
+            def __init__(self, filename, framework="pt", device="cpu", **kwargs):
+                self._device = device
+                moved = framework in ("pt", "torch") and str(device) != "cpu" and torch.device(device if not isinstance(device, int) else f"cuda:{device}").type == "cuda"
+                if moved:
+                    note("safetensors opened with device='cuda': read on the CPU, then moved: each tensor counted at its true bytes")
+                self._moved = moved
+                self._inner = original_open(filename, framework=framework, device="cpu" if moved else device, **kwargs)
+
+            def __enter__(self):
+                self._inner.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self._inner.__exit__(*exc)
+
+            def get_tensor(self, name):
+                t = self._inner.get_tensor(name)
+                return t.to(self._device) if self._moved else t
+
+            def get_slice(self, name):
+                return self._inner.get_slice(name)
+
+            def __getattr__(self, name):
+                return getattr(self._inner, name)
+
+        safetensors.safe_open = safe_open
+        module.safe_open = safe_open
+        original_save_file = getattr(module, "save_file", None)
+
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        def save_file(tensors, filename, metadata=None, *args, **kwargs):
+            if not any(isinstance(t, FakeTensor) for t in tensors.values()):
+                return original_save_file(tensors, filename, metadata, *args, **kwargs)
+            note("safetensors.torch.save_file of data-less tensors skipped: they have no data to write (the file write is not GPU memory)")
+
+        if original_save_file is not None:
+            module.save_file = save_file
+
+
+# ---------------------------------------------------------------- helpers
+_RESTORE = {}
+
+
+def _restore(token, shape, dtype, device, requires_grad):
+    """A tensor that torch.save wrote as a reference: the same fake tensor when it was saved in
+    this run, else a new data-less one of the same shape."""
+    import torch
+
+    saved = _RESTORE.get("saved") or {}
+    if token in saved:
+        return saved[token]
+    t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+    return t.requires_grad_(requires_grad) if t.is_floating_point() else t
+
+
+def _cuda_target(torch, map_location):
+    """The CUDA device a map_location sends storages to, or None."""
+    if map_location is None:
+        return None
+    if isinstance(map_location, dict):
+        targets = [v for v in map_location.values() if "cuda" in str(v)]
+        return torch.device(targets[0]) if targets else None
+    if isinstance(map_location, (str, torch.device)):
+        device = torch.device(map_location)
+        return device if device.type == "cuda" else None
+    return None
+
+
+def _move(torch, obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, torch.nn.Module):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        moved = type(obj)() if type(obj) is not dict else {}
+        try:
+            for k, v in obj.items():
+                moved[k] = _move(torch, v, device)
+            return moved
+        except TypeError:
+            return {k: _move(torch, v, device) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_move(torch, v, device) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_move(torch, v, device) for v in obj)
+    return obj
+
+
+def _numpy_dtype(dtype):
+    import numpy as np
+    import torch
+
+    return {torch.bool: np.bool_, torch.bfloat16: np.float32}.get(dtype) or torch.empty((), dtype=dtype).numpy().dtype
+
+
+# ---------------------------------------------------------------- post-import hooks
+_HOOKS = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Calls the hooks of a module right after it is executed (a library imported by the user's
+    script after the prediction began)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _HOOKS:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            for hook in _HOOKS.get(name, ()):
+                hook(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_FINDER = None
+
+
+def after_import(name, hook):
+    """Runs `hook(module)` now if `name` is imported, else right after its import."""
+    global _FINDER
+    module = sys.modules.get(name)
+    if module is not None:
+        hook(module)
+        return
+    _HOOKS.setdefault(name, []).append(hook)
+    if _FINDER is None:
+        _FINDER = _Finder()
+        sys.meta_path.insert(0, _FINDER)

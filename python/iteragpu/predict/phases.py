@@ -1,0 +1,198 @@
+"""Automatic phases: most scripts mark nothing, yet a prediction must say where the memory goes.
+
+Outside the workload's own markers (markers win: inside a marked phase the tool adds nothing), the
+prediction opens a phase around:
+* the whole run of a script (`run <script>`), so that its overall peak is always there;
+* each call of a root module (a module called from outside any other module): `GPT2LMHeadModel.forward #2`;
+* each `backward()` (`backward #1`), each `optimizer.step()` (`AdamW.step #1`) and `zero_grad()`;
+* each `generate()` (`generate #1`), split into its prefill (the first forward) and its decode
+  steps (every later forward, one phase), as a GPU serves them.
+
+They are numbered from 1 per name, like MemTracker's module phases, and marked `automatic` in the
+file. After `PER_NAME` phases of one name, later calls are covered by the enclosing phases only
+(said once): a long training loop is not a thousand phases.
+"""
+
+import collections
+import functools
+import threading
+
+PER_NAME = 16
+
+
+class AutoPhases:
+    def __init__(self, torch, rec, tracker, notes):
+        self.torch = torch
+        self.rec = rec
+        self.tracker = tracker
+        self.notes = notes
+        self.counts = collections.Counter()
+        self.mine = []  # the automatic phases open now (their recorder states)
+        self.generating = []  # per generate() call: {"name", "forwards", "decode"}
+        self.depth = threading.local()  # module calls open on this thread
+
+    # ------------------------------------------------------------ when a phase may open
+    def _free(self):
+        """No user marker is open (automatic phases nest only in automatic ones)."""
+        return all(p["automatic"] for p in self.rec.open_phases())
+
+    def _open(self, base):
+        """Opens `base #n`, the n-th automatic phase of that name."""
+        if not self._free():
+            return None
+        self.counts[base] += 1
+        n = self.counts[base]
+        if n > PER_NAME:
+            if n == PER_NAME + 1:
+                self.notes.append(
+                    f"automatic phases: {base} called more than {PER_NAME} times; later calls are in the enclosing phases only"
+                )
+            return None
+        return self._open_named(f"{base} #{n}")
+
+    def _open_named(self, name):
+        if not self._free():
+            return None
+        state = self.rec.begin(name, automatic=True)
+        self.mine.append(state)
+        return state
+
+    def _close(self, state, error=None):
+        if state is None or state not in self.mine:
+            return
+        self.mine.remove(state)
+        self.rec.end(state, error)
+
+    def close_all(self):
+        """At the run's end (or its failure), every automatic phase still open is closed."""
+        while self.mine:
+            self._close(self.mine[-1])
+
+    # ------------------------------------------------------------ hooks
+    def install(self):
+        torch = self.torch
+        M = torch.nn.modules.module
+        tr = self.tracker
+        this = self
+
+        depth = self.depth
+
+        def pre(module, args):
+            level = getattr(depth, "n", 0)
+            depth.n = level + 1
+            if level or torch._C._current_graph_task_id() != -1:
+                return
+            if this.generating:
+                g = this.generating[-1]
+                g["forwards"] += 1
+                if g["forwards"] == 1 and g["name"]:
+                    module.__dict__["_iteragpu_auto"] = this._open_named(f"{g['name']} prefill")
+                elif g["forwards"] == 2 and g["name"]:
+                    g["decode"] = this._open_named(f"{g['name']} decode")
+                return
+            module.__dict__["_iteragpu_auto"] = this._open(f"{type(module).__name__}.forward")
+
+        def post(module, args, output):
+            depth.n = max(0, getattr(depth, "n", 1) - 1)
+            state = module.__dict__.pop("_iteragpu_auto", None)
+            if state is not None and depth.n == 0:
+                this._close(state)
+
+        # Root modules are found by this hook's own depth count (the session's hooks keep names).
+        M.register_module_forward_pre_hook(lambda m, a: pre(m, a))
+        M.register_module_forward_hook(lambda m, a, o: post(m, a, o), always_call=True)
+
+        original_backward = torch.Tensor.backward
+
+        @functools.wraps(original_backward)
+        def backward(t, *args, **kwargs):
+            state = this._open("backward")
+            try:
+                result = original_backward(t, *args, **kwargs)
+            except BaseException as exc:
+                this._close(state, exc)
+                raise
+            this._close(state)
+            return result
+
+        torch.Tensor.backward = backward
+        import torch.optim.optimizer as optimizer
+
+        steps = {}
+
+        def step_pre(opt, args, kwargs):
+            steps[id(opt)] = this._open(f"{type(opt).__name__}.step")
+
+        def step_post(opt, args, kwargs):
+            this._close(steps.pop(id(opt), None))
+
+        optimizer.register_optimizer_step_pre_hook(step_pre)
+        optimizer.register_optimizer_step_post_hook(step_post)
+        original_zero_grad = optimizer.Optimizer.zero_grad
+
+        @functools.wraps(original_zero_grad)
+        def zero_grad(opt, *args, **kwargs):
+            state = this._open(f"{type(opt).__name__}.zero_grad")
+            try:
+                return original_zero_grad(opt, *args, **kwargs)
+            finally:
+                this._close(state)
+
+        optimizer.Optimizer.zero_grad = zero_grad
+        from . import idioms
+
+        idioms.after_import("transformers.generation.utils", self._generate)
+        return self
+
+    def _generate(self, module):
+        mixin = getattr(module, "GenerationMixin", None)
+        if mixin is None or getattr(mixin.generate, "_iteragpu", False):
+            return
+        original = mixin.generate
+        this = self
+
+        @functools.wraps(original)
+        def generate(model, *args, **kwargs):
+            outer = this._open("generate")
+            name = outer["name"] if outer is not None else None
+            g = {"name": name, "forwards": 0, "decode": None}
+            if name is not None:
+                this.generating.append(g)
+            try:
+                result = original(model, *args, **kwargs)
+            except BaseException as exc:
+                if name is not None:
+                    this.generating.remove(g)
+                this._close(g["decode"], exc)
+                this._close(outer, exc)
+                raise
+            if name is not None:
+                this.generating.remove(g)
+            this._close(g["decode"])
+            this._close(outer)
+            return result
+
+        generate._iteragpu = True
+        mixin.generate = generate
+
+    def whole_run(self, label):
+        """The phase around a whole script (`run train.py`)."""
+        this = self
+
+        class Whole:
+            def __enter__(self):
+                self.state = this.rec.begin(f"run {label}", automatic=True)
+                this.mine.append(self.state)
+                return self
+
+            def __exit__(self, kind, value, tb):
+                # Phases left open by the script close first (inside end()).
+                if self.state in this.mine:
+                    this.mine.remove(self.state)
+                    this.rec.end(self.state, value)
+                for s in list(this.mine):
+                    if s not in this.rec.open_phases():
+                        this.mine.remove(s)
+                return False
+
+        return Whole()
