@@ -14,6 +14,8 @@ mod measure;
 mod outputs;
 #[path = "integration/predict.rs"]
 mod predict;
+#[path = "integration/predict_scripts.rs"]
+mod predict_scripts;
 #[path = "integration/properties.rs"]
 mod properties;
 #[path = "integration/report.rs"]

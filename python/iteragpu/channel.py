@@ -18,7 +18,7 @@ class Channel:
     def __init__(self, stream):
         self._stream = stream
         # A rank's stop watchdog writes from another thread: lines must not interleave.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @classmethod
     def take_stdout(cls):

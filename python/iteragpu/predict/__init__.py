@@ -47,7 +47,7 @@ def run(channel, spec, target):
             {"reason": f"torch {getattr(torch, '__version__', '?')} cannot run predictions here: {type(exc).__name__}: {exc}"},
         )
         return 2
-    lock = threading.Lock()
+    lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
     pending = []
     parent = os.getpid()
 
@@ -61,6 +61,18 @@ def run(channel, spec, target):
                 channel.write_lines(pending)
                 pending.clear()
 
+    def stopped(signum, frame):
+        # The CLI stops the worker (--timeout, Ctrl-C): what was predicted so far reaches it
+        # before the process ends, so the phases are kept.
+        with lock:
+            channel.write_lines(pending)
+            pending.clear()
+        finish(128 + signum)
+
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stopped)
     try:
         return session.Session(torch, emit, spec, target, fake_mode_class).run()
     finally:

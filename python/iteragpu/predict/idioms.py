@@ -268,8 +268,12 @@ class Idioms:
             _RESTORE["tracker"] = tracker
             target = _cuda_target(torch, map_location)
             if target is None:
-                with torch.serialization.safe_globals([_restore]):
-                    return original_load(f, map_location, *args, **kwargs)
+                _RESTORE["device"] = _plain_device(torch, map_location)
+                try:
+                    with torch.serialization.safe_globals([_restore]):
+                        return original_load(f, map_location, *args, **kwargs)
+                finally:
+                    _RESTORE["device"] = None
             note(f"torch.load(map_location={map_location!r}): loaded on the CPU (memory-mapped where the file allows), then moved to {target}: each tensor counted at its true bytes")
             with torch.serialization.safe_globals([_restore]):
                 try:
@@ -343,15 +347,29 @@ _RESTORE = {}
 
 
 def _restore(token, shape, dtype, device, requires_grad):
-    """A tensor that torch.save wrote as a reference: the same fake tensor when it was saved in
-    this run, else a new data-less one of the same shape."""
+    """A tensor that torch.save wrote as a reference, loaded: a new data-less tensor of the same
+    shape, as a GPU load allocates new memory for it (on the device map_location names, else the
+    one it was saved from); values known for the saved tensor are carried over."""
     import torch
 
-    saved = _RESTORE.get("saved") or {}
-    if token in saved:
-        return saved[token]
-    t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-    return t.requires_grad_(requires_grad) if t.is_floating_point() else t
+    target = _RESTORE.get("device") or device
+    t = torch.empty(shape, dtype=getattr(torch, dtype), device=target)
+    saved = (_RESTORE.get("saved") or {}).get(token)
+    tracker = _RESTORE.get("tracker")
+    if saved is not None and tracker is not None:
+        known = tracker.values.known(saved)
+        if known is not None and t.device.type != "cpu":
+            tracker.values.set(t, known)
+        elif known is not None:
+            t = known.clone()
+    return t.requires_grad_(requires_grad) if t.is_floating_point() and requires_grad else t
+
+
+def _plain_device(torch, map_location):
+    """The device a str or torch.device map_location names, else None."""
+    if isinstance(map_location, (str, torch.device)):
+        return torch.device(map_location)
+    return None
 
 
 def _cuda_target(torch, map_location):

@@ -207,7 +207,8 @@ class Session:
             if param is None:
                 return None
             if data_less(param):
-                param = torch.nn.Parameter(tr.to_fake(param.detach()), requires_grad=param.requires_grad)
+                # Weights are data: their values are never followed.
+                param = torch.nn.Parameter(tr.to_fake(param.detach(), keep_values=False), requires_grad=param.requires_grad)
             tr.tag(param, "parameter")
             if param.requires_grad and not getattr(param, "_iteragpu_grad_hook", False):
                 try:
@@ -223,7 +224,8 @@ class Session:
             if buf is None:
                 return None
             if data_less(buf):
-                buf = tr.to_fake(buf)
+                # Integer and boolean buffers (positions, masks) keep their values; float ones are data.
+                buf = tr.to_fake(buf, keep_values=not buf.is_floating_point())
             tr.tag(buf, "buffer")
             return buf
 

@@ -320,12 +320,13 @@ class Tracker(TorchDispatchMode):
                 return read
         return self._fake_call(func, args, kwargs)
 
-    def to_fake(self, t):
+    def to_fake(self, t, keep_values=True):
         """A real CPU tensor as a data-less one of the same shape, strides and dtype; a small one
-        keeps its values (they are known)."""
+        keeps its values (they are known) unless told otherwise."""
         with _disable_current_modes():
             fake = self.fake_mode.from_tensor(t)
-            value = t.detach().clone() if t.device.type == "cpu" and t.numel() <= known_values.SMALL else None
+            small = t.device.type == "cpu" and t.numel() <= known_values.SMALL
+            value = t.detach().clone() if keep_values and small else None
         if value is not None:
             self.values.set(fake, value)
         return fake
@@ -351,6 +352,12 @@ class Tracker(TorchDispatchMode):
             out = self._upper_bound(func, name, args, kwargs)
             tainted = True
         except fake_tensor.UnsupportedOperatorException:
+            out = self._unsupported(func, args, kwargs)
+            tainted = True
+        except (RuntimeError, NotImplementedError) as exc:
+            # A custom op registered without a fake implementation says so in its own words.
+            if not _no_fake_implementation(exc):
+                raise
             out = self._unsupported(func, args, kwargs)
             tainted = True
         except fake_tensor.DataDependentOutputException as exc:
@@ -585,6 +592,14 @@ class Tracker(TorchDispatchMode):
 
 # Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
 _READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
+
+
+def _no_fake_implementation(exc):
+    text = str(exc).lower()
+    return any(
+        words in text
+        for words in ("no fake impl", "fake impl registered", "no fake kernel", "does not have a fake", "could not run", "meta backend")
+    )
 
 
 def _placeholder_kind(dtype):

@@ -1,0 +1,324 @@
+//! `iteragpu predict` on the scripts people write (tests/fixtures/scripts/predict/), with real
+//! torch and transformers on the CPU: no markers, `generate()`, copied models, loaders, files,
+//! custom ops, loops on data, stops. Each test asserts what a GPU run would show, or what the
+//! prediction says instead.
+
+use crate::common::{fixture, iteragpu, read_json, torch_python};
+use serde_json::Value;
+use std::path::Path;
+
+struct Predicted {
+    doc: Value,
+    stderr: String,
+    code: i32,
+}
+
+impl Predicted {
+    fn phase(&self, name: &str) -> &Value {
+        self.doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no phase {name:?} in {:#?}", self.names()))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn bytes(&self, name: &str, field: &str) -> u64 {
+        self.phase(name)[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name}.{field} is {}", self.phase(name)[field]))
+    }
+
+    fn notes(&self) -> String {
+        self.doc["notes"].to_string()
+    }
+}
+
+/// `iteragpu predict --script fixtures/scripts/predict/NAME -- ARGS` for the H200.
+fn predict(python: &str, dir: &Path, name: &str, extra: &[&str], args: &[&str]) -> Predicted {
+    let out = dir.join(format!("{name}.json"));
+    let run = iteragpu()
+        .args(["predict", "--python", python, "--card", "H200", "--output"])
+        .arg(&out)
+        .args(extra)
+        .arg("--script")
+        .arg(fixture(&format!("scripts/predict/{name}")))
+        .arg("--")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(out.exists(), "{name}: no prediction written: {stderr}");
+    Predicted {
+        doc: read_json(&out),
+        stderr,
+        code: run.status.code().unwrap_or(-1),
+    }
+}
+
+fn tiny(name: &str) -> String {
+    fixture(&format!("tiny/{name}")).display().to_string()
+}
+
+#[test]
+fn a_script_without_markers_gets_automatic_phases() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "no_markers.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "complete");
+    let mut expected = vec!["run no_markers.py".to_string()];
+    for k in 1..=3 {
+        for base in [
+            "Sequential.forward",
+            "backward",
+            "AdamW.step",
+            "AdamW.zero_grad",
+        ] {
+            expected.push(format!("{base} #{k}"));
+        }
+    }
+    assert_eq!(p.names(), expected);
+    let phases = p.doc["phases"].as_array().unwrap();
+    assert!(phases.iter().all(|x| x["automatic"] == true));
+    assert!(phases[1..].iter().all(|x| x["parent"] == 0));
+    // The whole run's peak is the highest of all.
+    let highest = phases[1..]
+        .iter()
+        .map(|x| x["peak_allocated_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(
+        p.bytes("run no_markers.py", "peak_allocated_bytes"),
+        highest
+    );
+    // AdamW's states appear in the first step only: two per parameter, fp32.
+    let params = (512 * 2048 + 2048 + 2048 * 512 + 512) * 4;
+    let first = p.bytes("AdamW.step #1", "end_allocated_bytes")
+        - p.bytes("AdamW.step #1", "start_allocated_bytes");
+    assert!(first >= 2 * params, "{first} < {}", 2 * params);
+    assert_eq!(
+        p.bytes("AdamW.step #2", "end_allocated_bytes"),
+        p.bytes("AdamW.step #2", "start_allocated_bytes")
+    );
+    // A loss formatted with :.4f gets the stated placeholder, counted at its line.
+    assert!(p.stderr.contains("step 2 loss 1.0000"), "{}", p.stderr);
+    let reads = p.doc["assumptions"]["placeholder_reads"]
+        .as_array()
+        .unwrap();
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0]["count"], 3);
+    assert_eq!(reads[0]["answer"], "1.0");
+    assert_eq!(reads[0]["line"], 13);
+}
+
+#[test]
+fn generate_stops_after_max_new_tokens_with_its_prefill_apart() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(
+        &python,
+        dir.path(),
+        "generate.py",
+        &[],
+        &[&tiny("llama"), "6"],
+    );
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    // 24 prompt tokens + exactly 6 new ones, as a GPU generates them.
+    assert!(p.stderr.contains("generated shape (2, 30)"), "{}", p.stderr);
+    assert_eq!(
+        p.names(),
+        [
+            "run generate.py",
+            "generate #1",
+            "generate #1 prefill",
+            "generate #1 decode"
+        ]
+    );
+    let generate = p.phase("generate #1")["index"].clone();
+    assert_eq!(p.phase("generate #1 prefill")["parent"], generate);
+    assert_eq!(p.phase("generate #1 decode")["parent"], generate);
+    // The stop check read an unknown EOS test 5 times (after the prefill's token and 4 decode
+    // steps), answered "not finished"; the length decided the 6th.
+    let reads = p.doc["assumptions"]["placeholder_reads"]
+        .as_array()
+        .unwrap();
+    let stop = reads
+        .iter()
+        .find(|r| r["file"].as_str().unwrap().ends_with("generation/utils.py"))
+        .expect("the stop check's reads");
+    assert_eq!(stop["count"], 5);
+    assert_eq!(stop["answer"], "False");
+    // The cache grows during the decode phase.
+    let cache = |name: &str| p.phase(name)["at_peak"]["by_category"]["kv cache"].as_u64();
+    assert!(
+        cache("generate #1 decode").unwrap() > cache("generate #1 prefill").unwrap(),
+        "{:?}",
+        p.phase("generate #1 decode")["at_peak"]
+    );
+}
+
+#[test]
+fn everyday_idioms_run_and_are_said() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "idioms.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "complete", "{}", p.stderr);
+    for printed in [
+        "elapsed 1.0",
+        "known [3, 12] numpy (2,)",
+        "loss 1.0000",
+        "reloaded step 3 (1024, 256) on cuda:0, new memory True",
+        "moved cuda:0 (1024, 1024)",
+    ] {
+        assert!(p.stderr.contains(printed), "{printed:?} in {}", p.stderr);
+    }
+    let notes = p.notes();
+    for said in [
+        "elapsed_time answers 1.0 ms",
+        "torch.Generator(device='cuda') is a CPU generator",
+        "torch.save writes a real file",
+        "torch.load(map_location='cuda')",
+    ] {
+        assert!(notes.contains(said), "{said:?} in {notes}");
+    }
+    // The checkpoint loaded to the GPU is counted at its true bytes (4 MiB) at the run's end.
+    let end = p.bytes("run idioms.py", "end_allocated_bytes");
+    assert!(end >= 4 << 20, "{end}");
+}
+
+#[test]
+fn dataloader_workers_run_on_real_cpu_data() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "loader.py", &["--timeout", "120"], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(
+        p.stderr.contains("batches 4 real mean True"),
+        "{}",
+        p.stderr
+    );
+    assert!(p.notes().contains("os.fork() at"), "{}", p.notes());
+    assert!(p.notes().contains("loader.py:"), "{}", p.notes());
+    assert_eq!(p.doc["status"], "complete");
+}
+
+#[test]
+fn nested_markers_nest_and_the_outer_peak_covers_the_inner() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "nested.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.names(), ["run nested.py", "outer", "inner", "after"]);
+    assert_eq!(p.phase("inner")["parent"], p.phase("outer")["index"]);
+    assert_eq!(
+        p.phase("after")["parent"],
+        p.phase("run nested.py")["index"]
+    );
+    assert_eq!(p.phase("outer")["automatic"], false);
+    assert_eq!(p.bytes("outer", "peak_allocated_bytes"), 96 << 20);
+    assert_eq!(p.bytes("inner", "start_allocated_bytes"), 64 << 20);
+    assert_eq!(p.bytes("inner", "peak_allocated_bytes"), 96 << 20);
+    assert_eq!(p.bytes("after", "peak_allocated_bytes"), 16 << 20);
+}
+
+#[test]
+fn a_custom_op_without_fake_is_unpredictable_and_the_run_goes_on() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "custom_op.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "partial");
+    assert_eq!(p.phase("load")["status"], "predicted");
+    assert_eq!(p.phase("custom")["status"], "unpredictable");
+    assert!(p.phase("custom")["peak_allocated_bytes"].is_null());
+    assert_eq!(p.phase("custom")["unpredictable"][0]["line"], 16);
+    assert_eq!(p.phase("after")["status"], "predicted");
+}
+
+#[test]
+fn a_loop_that_only_data_would_end_is_stopped_at_its_line() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(
+        &python,
+        dir.path(),
+        "data_loop.py",
+        &["--timeout", "120"],
+        &[],
+    );
+    assert_ne!(p.doc["status"], "timeout", "{}", p.stderr);
+    let run = p.phase("run data_loop.py");
+    assert_eq!(run["status"], "unpredictable");
+    assert_eq!(run["unpredictable"][0]["line"], 8);
+    assert!(
+        run["unpredictable"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("data_loop.py")
+    );
+}
+
+#[test]
+fn a_timeout_keeps_the_phases_predicted_so_far() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "spin.py", &["--timeout", "20"], &[]);
+    assert_eq!(p.code, 3, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "timeout");
+    assert_eq!(p.phase("load")["status"], "predicted");
+    assert_eq!(p.bytes("load", "peak_allocated_bytes"), 8 << 20);
+}
+
+#[test]
+fn caches_returned_by_a_model_are_not_kept_alive() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "cache_reuse.py", &[], &[&tiny("gpt2")]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    let name = |k: u32| format!("GPT2LMHeadModel.forward #{k}");
+    for field in ["start_allocated_bytes", "end_allocated_bytes"] {
+        assert_eq!(
+            p.bytes(&name(2), field),
+            p.bytes(&name(3), field),
+            "{field}"
+        );
+    }
+}
+
+#[test]
+fn values_read_while_a_model_is_built_come_from_real_cpu_arithmetic() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "build_reads.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(p.stderr.contains("dropouts 5"), "{}", p.stderr);
+    assert!(
+        p.doc["assumptions"]["placeholder_reads"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_large_model_built_on_the_cpu_stays_data_less() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("models/llama-3-8b").display().to_string();
+    let p = predict(&python, dir.path(), "big_cpu.py", &[], &[&model]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    // Llama-3-8B in bf16: 8,030,261,248 parameters × 2 bytes, all on the target.
+    let at_peak = &p.phase("LlamaForCausalLM.forward #1")["at_peak"]["by_category"];
+    assert_eq!(at_peak["parameter"], 16_060_522_496u64);
+}
