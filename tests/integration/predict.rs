@@ -426,9 +426,32 @@ fn a_script_that_raises_exits_1_with_its_phases() {
         .arg(&out)
         .assert()
         .code(1)
-        .stdout(predicate::str::contains("this script fails on purpose"));
+        .stdout(predicate::str::contains("this script fails on purpose"))
+        .stdout(
+            predicate::str::is_match(
+                r"raised from \S*raises\.py:9, in <module> \(the innermost line of your code",
+            )
+            .unwrap(),
+        );
     let doc = read_json(&out);
     assert_eq!(doc["status"], "failed");
+    // The user's frame, in the failure's text and its detail, with the traceback's last lines.
+    let detail = &doc["failure_detail"];
+    assert_eq!(detail["type"], "ValueError");
+    assert!(
+        detail["frame"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("scripts/raises.py")
+    );
+    assert_eq!(detail["frame"]["line"], 9);
+    assert!(doc["failure"].as_str().unwrap().ends_with("raises.py:9)"));
+    let tail = detail["traceback_tail"].as_array().unwrap();
+    assert!(!tail.is_empty() && tail.len() <= 12);
+    assert_eq!(
+        tail.last().unwrap(),
+        "ValueError: this script fails on purpose"
+    );
     let status = |name: &str| {
         doc["phases"]
             .as_array()
@@ -495,4 +518,140 @@ fn sdpa_rules_follow_pytorchs() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A torch outside the supported range (2.6 to 2.15) is refused as soon as the worker reports its
+/// environment: exit 2, the version and the range said, no file.
+#[test]
+fn predict_refuses_a_torch_outside_its_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    iteragpu()
+        .args(["predict", "--python", "python3", "--output"])
+        .arg(&out)
+        .env("PYTHONPATH", fixture("old_torch"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "torch 2.5.1 is not supported by predict (supported: 2.6 to 2.15); install one of those in the interpreter given with --python",
+        ));
+    assert!(!out.exists());
+}
+
+/// `--like` takes a measurement or `environment --json`: any other file is refused before anything
+/// runs (the interpreter given does not even exist).
+#[test]
+fn predict_like_refuses_other_files_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let series = dir.path().join("series.json");
+    std::fs::write(&series, r#"{"schema": "iteragpu.series/1"}"#).unwrap();
+    let estimate = dir.path().join("estimate.json");
+    let run = iteragpu()
+        .args([
+            "estimate",
+            "--parameters",
+            "1000000",
+            "--bits",
+            "16",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    std::fs::write(&estimate, &run.stdout).unwrap();
+    for (file, message) in [
+        (
+            &series,
+            "is a `iteragpu.series/1` file; --like takes a measurement",
+        ),
+        (
+            &estimate,
+            "is a `iteragpu.estimate/1` file; --like takes a measurement",
+        ),
+        (&dir.path().join("missing.json"), "does not exist"),
+    ] {
+        iteragpu()
+            .args(["predict", "--python", "/nonexistent/python", "--like"])
+            .arg(file)
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message));
+        assert!(!out.exists());
+    }
+}
+
+/// `--like` compares the prediction's versions with a measurement's (here the fake torch's) and
+/// with an environment report's; without it, a note names the versions predicted with.
+#[test]
+fn predict_like_compares_the_versions() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let measured = dir.path().join("m.json");
+    crate::common::with_fake_torch()
+        .args(["measure", "--python", "python3", "--output"])
+        .arg(&measured)
+        .assert()
+        .success();
+    // Without --like: the note.
+    let plain = predict(&python, dir.path(), "plain", &[]);
+    let torch = plain["assumptions"]["torch_version"].as_str().unwrap();
+    assert!(plain["like"].is_null());
+    assert!(
+        plain["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("predicted with torch {torch}, transformers "))),
+        "{}",
+        plain["notes"]
+    );
+    // Against the fake torch's measurement: torch differs, with a warning.
+    let out = dir.path().join("like.json");
+    let run = iteragpu()
+        .args(["predict", "--python", &python, "--output"])
+        .arg(&out)
+        .arg("--like")
+        .arg(&measured)
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stderr.contains(&format!(
+            "warning: torch {torch} here vs 0.0.0+fake there (in "
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("up to ~3% per phase and ~4% on peak reserved"));
+    assert!(stdout.contains("  versions differ from "), "{stdout}");
+    let doc = read_json(&out);
+    assert_eq!(doc["like"]["kind"], "measurement");
+    assert_eq!(doc["like"]["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(doc["like"]["versions"]["torch"]["target"], "0.0.0+fake");
+    assert_eq!(doc["like"]["versions"]["torch"]["prediction"], torch);
+    assert_eq!(doc["like"]["differences"][0], "torch");
+    assert!(!doc["notes"].to_string().contains("give --like"));
+    // Against an environment report with the same versions: they match.
+    let a = &plain["assumptions"];
+    let env = dir.path().join("env.json");
+    std::fs::write(
+        &env,
+        serde_json::json!({"driver": null, "driver_reason": "no driver", "python_reason": null,
+            "python": {"python": {}, "settings": {}, "transformers_version": a["transformers_version"],
+                "peft_version": a["peft_version"], "can_measure": true, "reason": null,
+                "torch": {"version": torch, "cuda_version": a["cuda_version"], "devices": []}}})
+        .to_string(),
+    )
+    .unwrap();
+    let doc = predict(
+        &python,
+        dir.path(),
+        "same",
+        &["--like", env.to_str().unwrap()],
+    );
+    assert_eq!(doc["like"]["kind"], "environment");
+    assert_eq!(doc["like"]["differences"], serde_json::json!([]));
 }

@@ -322,3 +322,75 @@ fn a_large_model_built_on_the_cpu_stays_data_less() {
     let at_peak = &p.phase("LlamaForCausalLM.forward #1")["at_peak"]["by_category"];
     assert_eq!(at_peak["parameter"], 16_060_522_496u64);
 }
+
+#[test]
+fn a_checkpoint_loaded_with_device_map_cuda_is_counted_and_saved() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // A real checkpoint of the tiny Llama, written by plain transformers (no prediction).
+    let checkpoint = dir.path().join("checkpoint");
+    let made = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sys; from transformers import AutoConfig, AutoModelForCausalLM; \
+             AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[2])",
+        ])
+        .arg(tiny("llama"))
+        .arg(&checkpoint)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let p = predict(
+        &python,
+        dir.path(),
+        "device_map.py",
+        &[],
+        &[checkpoint.to_str().unwrap()],
+    );
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(
+        p.stderr.contains("loaded on cuda:0 torch.bfloat16"),
+        "{}",
+        p.stderr
+    );
+    assert!(p.stderr.contains("saved config True"), "{}", p.stderr);
+    // Every weight on the target in bf16 (the tiny Llama's parameters, counted by transformers).
+    let params = p.phase("LlamaForCausalLM.forward #1")["at_peak"]["by_category"]["parameter"]
+        .as_u64()
+        .unwrap();
+    assert!(params > 0 && params % 2 == 0, "{params}");
+}
+
+#[test]
+fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
+    let Some(python) = torch_python() else { return };
+    let has_triton = std::process::Command::new(&python)
+        .args(["-c", "import triton"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_triton {
+        crate::common::not_run(
+            "the Triton kernel prediction",
+            &format!("{python} cannot import triton"),
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "triton_kernel.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "complete");
+    assert!(
+        p.notes().contains("Triton kernel add_kernel not launched"),
+        "{}",
+        p.notes()
+    );
+    // x, y and out: three 4 MiB tensors.
+    assert_eq!(
+        p.bytes("run triton_kernel.py", "peak_allocated_bytes"),
+        12 << 20
+    );
+}

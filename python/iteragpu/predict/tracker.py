@@ -323,7 +323,7 @@ class Tracker(TorchDispatchMode):
     def to_fake(self, t, keep_values=True):
         """A real CPU tensor as a data-less one of the same shape, strides and dtype; a small one
         keeps its values (they are known) unless told otherwise."""
-        with _disable_current_modes():
+        with self.fake_lock, _disable_current_modes():
             fake = self.fake_mode.from_tensor(t)
             small = t.device.type == "cpu" and t.numel() <= known_values.SMALL
             value = t.detach().clone() if keep_values and small else None
