@@ -76,6 +76,11 @@ pub struct PredictArgs {
         help_heading = "Target"
     )]
     pub card: Option<String>,
+    /// A measurement made on the GPU machine (iteragpu.measure/1) or the output of `iteragpu
+    /// environment --json` run there: its torch, transformers, peft and CUDA versions are
+    /// compared with the prediction's (a warning per difference, `like` in the file).
+    #[arg(long, value_name = "FILE", help_heading = "Target")]
+    pub like: Option<PathBuf>,
     #[command(flatten)]
     pub workload: MeasureArgs,
 }

@@ -1,7 +1,7 @@
-//! `iteragpu predict`: arguments → a validated plan and a target card → the workload's own code
-//! on data-less CUDA tensors in a CPU worker → the prediction file (never overwritten; written
-//! too when the timeout or a signal stopped the worker, with the phases so far) → the table or
-//! the JSON.
+//! `iteragpu predict`: arguments → a validated plan, a target card and the `--like` file →
+//! the workload's own code on data-less CUDA tensors in a CPU worker → the versions compared →
+//! the prediction file (never overwritten; written too when the timeout or a signal stopped the
+//! worker, with the phases so far) → the table or the JSON.
 
 use anyhow::{Result, bail};
 use std::io::{IsTerminal, Write};
@@ -13,6 +13,7 @@ use crate::measure::worker_process::StartError;
 use crate::output::{self, Saved};
 use crate::prediction::run::{Outcome, predict};
 use crate::prediction::target::Target;
+use crate::prediction::versions;
 use crate::{exit, signals};
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
@@ -34,6 +35,12 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
             plan.devices.len()
         );
     }
+    // Read and checked before anything runs: a file of another kind is refused here.
+    let like = args
+        .like
+        .as_deref()
+        .map(crate::prediction::like::load)
+        .transpose()?;
     let backend = plan.allocator_backend();
     let (target, note) = match (&args.card, m.device.first()) {
         (Some(card), _) => (Target::named(Some(card), &backend).map_err(anyhow::Error::msg)?, None),
@@ -76,6 +83,19 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<u8> {
         Err(e) => return Err(e.into()),
     };
     doc.notes.extend(note);
+    match &like {
+        Some(like) => {
+            let compared = like.compare(&doc.assumptions);
+            for w in compared.warnings() {
+                eprintln!("warning: {w}");
+            }
+            doc.like = Some(compared);
+        }
+        None => doc.notes.push(versions::unchecked_note(
+            doc.assumptions.torch_version.as_deref(),
+            doc.assumptions.transformers_version.as_deref(),
+        )),
+    }
     let saved = output::save_result(&m.output, &serde_json::to_vec_pretty(&doc)?)?;
     let text = if m.json {
         serde_json::to_string_pretty(&*doc)? + "\n"

@@ -325,6 +325,7 @@ fn run_in_process(
             None => Launch::Worker,
             Some(t) => Launch::Torchrun(t.clone()),
         },
+        abandon: None,
     };
     let run = worker_process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {

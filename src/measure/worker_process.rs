@@ -36,6 +36,11 @@ pub struct WorkerCommand {
     pub env: Vec<(String, Option<String>)>,
     /// One worker, or one per local rank under torchrun.
     pub launch: Launch,
+    /// Set (by the caller's `on_line`) to give the worker up at once: its whole group is killed
+    /// without a grace period and the run ends as a killed process would (`Exit::Signal`); the
+    /// events already sent are still read. `predict` sets it when the worker's torch is not one
+    /// it supports.
+    pub abandon: Option<Arc<AtomicBool>>,
 }
 
 /// How the worker processes are started.
@@ -307,9 +312,20 @@ pub fn run(
         ..Channels::default()
     };
     let mut first_rank_end: Option<Instant> = None;
+    let mut abandoned = false;
     let status = loop {
         if let Ok(msg) = rx.recv_timeout(Duration::from_millis(20)) {
             ch.handle(msg, &mut on_line);
+        }
+        if !abandoned
+            && cmd
+                .abandon
+                .as_ref()
+                .is_some_and(|a| a.load(Ordering::Relaxed))
+        {
+            abandoned = true;
+            kill_group(pid, libc::SIGKILL);
+            ch.kill_ranks();
         }
         if let Ok(Some(status)) = child.try_wait() {
             break status;

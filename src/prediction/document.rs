@@ -54,8 +54,17 @@ pub struct PredictionDoc {
     pub spec: crate::measure::spec::WorkerSpec,
     pub assumptions: Assumptions,
     pub phases: Vec<PredictedPhase>,
-    /// The workload's error, or why the prediction stopped (the timeout, a signal).
+    /// The workload's error, or why the prediction stopped (the timeout, a signal); ` (at
+    /// FILE:LINE)` ends it when the traceback names a frame (`failure_detail.frame`).
     pub failure: Option<String>,
+    /// The workload's exception: type, message, the innermost frame of the user's code and the
+    /// traceback's last lines; null when it did not raise (or was stopped).
+    #[serde(default)]
+    pub failure_detail: Option<super::failure::FailureDetail>,
+    /// `--like FILE`: the prediction's torch, transformers, peft and CUDA next to those of a
+    /// measurement or an environment report of the GPU machine; null without `--like`.
+    #[serde(default)]
+    pub like: Option<super::versions::Like>,
     pub notes: Vec<String>,
 }
 

@@ -127,11 +127,65 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             let _ = writeln!(o, "  the workload stopped: {f}");
         }
     }
+    if let Some(d) = &p.failure_detail
+        && let Some(frame) = &d.frame
+    {
+        let _ = writeln!(
+            o,
+            "  raised from {}:{}{} ({})",
+            frame.file,
+            frame.line,
+            frame
+                .function
+                .as_deref()
+                .map_or(String::new(), |f| format!(", in {f}")),
+            if frame.user_code {
+                "the innermost line of your code in the traceback"
+            } else {
+                "the innermost frame outside iteragpu: none of your code's frames is in the traceback's kept part"
+            }
+        );
+        if let Some(code) = source_line(&d.traceback_tail, &frame.file, frame.line) {
+            let _ = writeln!(o, "    {code}");
+        }
+    }
+    if let Some(like) = &p.like {
+        let from = match &like.device {
+            Some(device) => format!("{} ({device})", like.file),
+            None => like.file.clone(),
+        };
+        if like.differences.is_empty() {
+            let _ = writeln!(o, "  versions match {from}: {}", like.agreed());
+        } else {
+            let _ = writeln!(
+                o,
+                "  versions differ from {from}: {} — {}",
+                like.differences
+                    .iter()
+                    .map(|n| like.difference(n))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                super::versions::OBSERVED
+            );
+        }
+    }
     for n in &p.notes {
         let _ = writeln!(o, "  note: {n}");
     }
     let _ = writeln!(o, "  prediction: {}", path.display());
     o
+}
+
+/// The source line Python printed under the frame `file:line`, when the kept tail has it.
+fn source_line<'a>(tail: &'a [String], file: &str, line: u64) -> Option<&'a str> {
+    let header = format!("File \"{file}\", line {line}");
+    let at = tail
+        .iter()
+        .position(|l| l.trim_start().starts_with(&header))?;
+    // Python indents the source line two spaces deeper than its frame.
+    let raw = tail.get(at + 1)?;
+    let next = raw.trim();
+    (raw.starts_with("    ") && !next.is_empty() && !next.starts_with(['^', '~'])).then_some(next)
 }
 
 #[cfg(test)]
@@ -198,5 +252,80 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("not every phase was predicted"), "{text}");
+    }
+
+    /// A failure shows the user's frame and its source line; `--like` shows the differences
+    /// with what was observed, or that the versions match.
+    #[test]
+    fn the_frame_and_the_versions_are_said() {
+        use crate::prediction::failure::FailureDetail;
+        use crate::prediction::versions::{Like, Versions};
+        let mut p = doc(serde_json::json!([phase("load", 0, None, false)]), "failed");
+        let detail = FailureDetail::of(&serde_json::json!({
+            "type": "ValueError",
+            "message": "`max_new_tokens` must be greater than 0, but is -1.",
+            "traceback": include_str!("../../tests/fixtures/tracebacks/in_transformers.txt"),
+        }));
+        p.failure = Some(format!("ValueError: boom{}", detail.at()));
+        p.failure_detail = Some(detail);
+        let versions = |torch: &str, transformers: &str| Versions {
+            torch: Some(torch.into()),
+            transformers: Some(transformers.into()),
+            peft: None,
+            cuda: Some("13.0".into()),
+        };
+        p.like = Some(Like::compare(
+            "h200.json".into(),
+            None,
+            "measurement",
+            Some("NVIDIA H200".into()),
+            &versions("2.15.0", "5.24.0"),
+            &versions("2.11.0", "5.17.0"),
+        ));
+        let text = table(&p, Path::new("p.json"));
+        assert!(
+            text.contains(
+                "  the workload stopped: ValueError: boom (at /tmp/tb/tf_fail.py:10)\n  raised from /tmp/tb/tf_fail.py:10, in <module> (the innermost line of your code in the traceback)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  versions differ from h200.json (NVIDIA H200): torch 2.15.0 here vs 2.11.0 there, transformers 5.24.0 here vs 5.17.0 there — predictions made with torch 2.15/transformers 5.24"
+            ),
+            "{text}"
+        );
+        p.like = Some(Like::compare(
+            "env.json".into(),
+            None,
+            "environment",
+            None,
+            &versions("2.11.0", "5.17.0"),
+            &versions("2.11.0+cu130", "5.17.0"),
+        ));
+        let text = table(&p, Path::new("p.json"));
+        assert!(
+            text.contains(
+                "  versions match env.json: torch 2.11.0, transformers 5.17.0, CUDA 13.0\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_source_line_under_a_frame() {
+        let tail: Vec<String> = [
+            "  File \"/home/u/a.py\", line 5, in build",
+            "    return x @ y",
+            "           ~~^~~",
+            "  File \"/lib/x.py\", line 2, in f",
+            "RuntimeError: no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(source_line(&tail, "/home/u/a.py", 5), Some("return x @ y"));
+        assert_eq!(source_line(&tail, "/lib/x.py", 2), None);
+        assert_eq!(source_line(&tail, "/home/u/b.py", 5), None);
     }
 }

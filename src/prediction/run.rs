@@ -3,10 +3,13 @@
 
 use indicatif::ProgressBar;
 use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::document::{
     Assumptions, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc, SCHEMA,
 };
+use super::failure::FailureDetail;
 use super::replay::{TraceEvent, replay};
 use super::target::Target;
 use crate::environment::PythonEnvironment;
@@ -24,7 +27,8 @@ pub enum Outcome {
     /// signal (`timeout`, `interrupted`, `terminated`: `PredictionDoc::stopped`), with the
     /// phases predicted until then.
     Predicted(Box<PredictionDoc>),
-    /// PyTorch, a C++ compiler for the shims, or a workload's package is missing.
+    /// PyTorch, a C++ compiler for the shims, or a workload's package is missing, or the
+    /// interpreter's torch is outside `versions::SUPPORTED_TORCH`.
     Unavailable(String),
 }
 
@@ -34,13 +38,16 @@ struct Collected {
     environment: Option<PythonEnvironment>,
     declared: Map<String, Value>,
     unavailable: Option<String>,
+    /// Why the worker's torch is refused (`versions::refuse_torch`); the worker is given up.
+    refused: Option<String>,
     done: Option<(String, Option<Value>)>,
     placeholders: Vec<PlaceholderRead>,
     placeholder_types: Vec<(Option<String>, Option<u64>, String)>,
     notes: Vec<String>,
 }
 
-/// Predicts `plan` for `target`.
+/// Predicts `plan` for `target`. A torch outside `versions::SUPPORTED_TORCH` is refused as soon
+/// as the worker reports its environment: the worker is killed then, before it runs anything.
 pub fn predict(
     plan: &MeasurePlan,
     target: &Target,
@@ -64,10 +71,24 @@ pub fn predict(
         // The predicting process never touches a GPU, even on a machine that has one.
         env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
         launch: worker_process::Launch::Worker,
+        abandon: Some(Arc::new(AtomicBool::new(false))),
     };
+    let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
     let run = worker_process::run(&cmd, stop, |_, line| match line {
-        Line::Event(Event::Environment(env)) => c.environment = Some(*env),
+        Line::Event(Event::Environment(env)) => {
+            // A CPU-only interpreter reports no torch here only when it could not import it,
+            // which the worker says with its own `unavailable`.
+            if env.torch.is_some()
+                && let Some(why) = super::versions::refuse_torch(env.torch_str("version"))
+            {
+                c.refused = Some(why);
+                if let Some(flag) = &abandon {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }
+            c.environment = Some(*env);
+        }
         Line::Event(Event::Describe(map)) => c.declared.extend(map),
         Line::Event(Event::PhaseStart {
             name,
@@ -125,6 +146,9 @@ pub fn predict(
         Line::Event(Event::Done { status, error }) => c.done = Some((status, error)),
         _ => {}
     })?;
+    if let Some(why) = c.refused {
+        return Ok(Outcome::Unavailable(why));
+    }
     let stopped = matches!(run.exit, Exit::Timeout | Exit::Stopped(_));
     if !stopped {
         if let Some(reason) = c.unavailable {
@@ -181,7 +205,7 @@ pub fn predict(
         assumptions: Assumptions {
             transformers_version: env.and_then(|e| e.transformers_version.clone()),
             peft_version: env.and_then(|e| e.peft_version.clone()),
-            cuda_version: env.and_then(cuda_version),
+            cuda_version: env.and_then(super::versions::cuda_version),
             torch_version,
             allocator_model: allocator_model(&target.allocator_backend),
             placeholder_reads: c.placeholders,
@@ -193,15 +217,10 @@ pub fn predict(
         },
         phases: judged.phases,
         failure: judged.failure,
+        failure_detail: judged.failure_detail,
+        like: None,
         notes,
     })))
-}
-
-/// The CUDA version PyTorch was built with, or `hip X` for a ROCm build.
-fn cuda_version(env: &PythonEnvironment) -> Option<String> {
-    env.torch_str("cuda_version")
-        .map(String::from)
-        .or_else(|| env.torch_str("hip_version").map(|v| format!("hip {v}")))
 }
 
 /// What the events and the worker's end say: the phases, the file's status, the failure and the
@@ -209,6 +228,7 @@ fn cuda_version(env: &PythonEnvironment) -> Option<String> {
 struct Judged {
     status: String,
     failure: Option<String>,
+    failure_detail: Option<FailureDetail>,
     phases: Vec<PredictedPhase>,
     notes: Vec<String>,
 }
@@ -243,14 +263,18 @@ fn judge(
         )),
         _ => None,
     };
+    let failure_detail = match (exit, done) {
+        _ if stop.is_some() => None,
+        (Exit::Code(0), Some((s, _))) if s == "ok" => None,
+        (_, Some((_, Some(error)))) => Some(FailureDetail::of(error)),
+        _ => None,
+    };
     let failure = match (exit, done) {
         _ if stop.is_some() => stop.as_ref().map(|(_, reason)| reason.clone()),
         (Exit::Code(0), Some((s, _))) if s == "ok" => None,
-        (_, Some((_, Some(error)))) => Some(format!(
-            "{}: {}",
-            error["type"].as_str().unwrap_or("error"),
-            error["message"].as_str().unwrap_or("")
-        )),
+        (_, Some((_, Some(_)))) => failure_detail
+            .as_ref()
+            .map(|d| format!("{}: {}{}", d.kind, d.message, d.at())),
         (exit, _) => Some(format!(
             "the predicting worker ended unexpectedly ({exit}): {}",
             stderr_tail.join(" | ")
@@ -285,6 +309,7 @@ fn judge(
     Judged {
         status: status.into(),
         failure,
+        failure_detail,
         phases,
         notes,
     }
@@ -452,5 +477,30 @@ mod tests {
         let j = judged(&events, None, Exit::Signal(9));
         assert_eq!(j.status, "failed");
         assert!(j.failure.unwrap().contains("ended unexpectedly"));
+        assert_eq!(j.failure_detail, None);
+    }
+
+    /// A traceback names the user's frame: in the failure's text and in `failure_detail`; a
+    /// stopped prediction has no detail.
+    #[test]
+    fn a_failure_keeps_the_users_frame() {
+        let traceback = "Traceback (most recent call last):\n  File \"/tmp/iteragpu-python-ab/iteragpu/worker.py\", line 85, in run_workload\n    code = run_script(spec)\n  File \"/home/u/train.py\", line 7, in <module>\n    step()\n  File \"/venv/lib/python3.12/site-packages/torch/nn/modules/module.py\", line 1775, in _call_impl\n    return forward_call(*args, **kwargs)\nValueError: late\n";
+        let error = Some((
+            "failed".to_string(),
+            Some(
+                serde_json::json!({"type": "ValueError", "message": "late", "traceback": traceback}),
+            ),
+        ));
+        let j = judged(&[start("a", 0), end(0)], error.clone(), Exit::Code(3));
+        assert_eq!(
+            j.failure.as_deref(),
+            Some("ValueError: late (at /home/u/train.py:7)")
+        );
+        let detail = j.failure_detail.unwrap();
+        let frame = detail.frame.unwrap();
+        assert_eq!((frame.file.as_str(), frame.line), ("/home/u/train.py", 7));
+        assert_eq!(detail.traceback_tail.len(), 8);
+        let j = judged(&[start("a", 0)], error, Exit::Timeout);
+        assert_eq!(j.failure_detail, None);
     }
 }
