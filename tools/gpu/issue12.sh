@@ -45,7 +45,7 @@ timeout 200 "$BIN" sweep --vary alloc_conf=default,expandable_segments --script 
 echo "fragment A/B: exit $?"
 python3 $SCRIPTS/hold_memory.py --leave-gib 8 --seconds 100 > "$OUT/holder.txt" 2>&1 &
 holder=$!
-for _ in $(seq 60); do grep -q holding "$OUT/holder.txt" 2>/dev/null && break; sleep 1; done
+for _ in $(seq 60); do grep -q holding "$OUT/holder.txt" 2>/dev/null && break; kill -0 $holder 2>/dev/null || break; sleep 1; done
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-while-holding.csv" 2>&1
 m oom-another-process --batch 16 --context 4096 --width 4096 --dtype bfloat16
 kill $holder 2>/dev/null; wait $holder 2>/dev/null
