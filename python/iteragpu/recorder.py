@@ -150,7 +150,8 @@ class Recorder:
         state = self.begin(name, inputs)
         error = None
         try:
-            yield inputs
+            # The workload may add to its phase's inputs (a processed shape): kept in the record.
+            yield state["inputs"]
         except BaseException as exc:  # recorded, then raised again below
             error = exc
         self.end(state, error)
@@ -166,7 +167,7 @@ class Recorder:
         another nests in it: the outer one's peak keeps what it reached before the inner one
         reset the counters."""
         cuda = self.torch.cuda
-        inputs = dict(inputs or {})
+        inputs = inputs if inputs is not None else {}
         index = self._index
         self._index += 1
         parent = self._open[-1]["index"] if self._open else None

@@ -26,7 +26,7 @@ import torch
 from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import values as known_values
 
@@ -308,17 +308,18 @@ class Tracker(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _READS:
             return self._scalar(func, args, kwargs)
-        flat = tree_flatten((args, kwargs))[0]
+        flat, spec = tree_flatten((args, kwargs))
         # A wrapper subclass (a DTensor) holds fake tensors: its op runs under the fake mode and
         # its inner tensors are registered.
-        fake_in = any(isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) for a in flat)
+        fakes = any(isinstance(a, FakeTensor) for a in flat)
+        fake_in = fakes or any(is_traceable_wrapper_subclass(a) for a in flat)
         if not fake_in and not _targets_cuda(flat) and not _large_factory(func, args, kwargs):
             return func(*args, **kwargs)
-        if fake_in and any(isinstance(a, FakeTensor) for a in flat):
+        if fakes and func.overloadpacket in _READ_BACK:
             read = self._read_back(func, args, kwargs)
             if read is not NotImplemented:
                 return read
-        return self._fake_call(func, args, kwargs)
+        return self._fake_call(func, args, kwargs, flat, spec)
 
     def to_fake(self, t, keep_values=True):
         """A real CPU tensor as a data-less one of the same shape, strides and dtype; a small one
@@ -331,18 +332,14 @@ class Tracker(TorchDispatchMode):
             self.values.set(fake, value)
         return fake
 
-    def _fake_call(self, func, args, kwargs):
+    def _fake_call(self, func, args, kwargs, flat, spec):
         name = getattr(func, "_opname", None) or str(func)
         if name in BLAS_OPS:
             self.workspace()
-
-        def fake(a):
-            if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) and not is_traceable_wrapper_subclass(a):
-                return self.to_fake(a)
-            return a
-
-        args, kwargs = tree_map(fake, (args, kwargs))
-        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        if any(_real(a) for a in flat):
+            flat = [self.to_fake(a) if _real(a) else a for a in flat]
+            args, kwargs = tree_unflatten(flat, spec)
+        inputs = [a for a in flat if isinstance(a, torch.Tensor)]
         tainted = bool(self.tainted) and any(self._is_tainted(a) for a in inputs)
         try:
             # FakeTensorMode keeps its entries on a list: threads enter it one at a time.
@@ -372,7 +369,7 @@ class Tracker(TorchDispatchMode):
             self._tag_all(args[:1], "communication")
         elif "reduce_scatter" in name:
             self._tag_all(args[1:2], "communication")
-        self._follow_values(func, args, kwargs, out)
+        self._follow_values(func, args, kwargs, out, flat, spec)
         return out
 
     def _unsupported(self, func, args, kwargs):
@@ -435,29 +432,34 @@ class Tracker(TorchDispatchMode):
         self._count_placeholder(file, line, t.dtype)
         return _placeholder_for(t.dtype)
 
-    def _follow_values(self, func, args, kwargs, out):
+    def _follow_values(self, func, args, kwargs, out, flat, spec):
         """The output's real values when they follow from known inputs (see values.py): the same
         op run on the CPU over the known values."""
-        outs = [o for o in tree_flatten(out)[0] if isinstance(o, FakeTensor)]
-        schema = getattr(func, "_schema", None)
+        out_flat = tree_flatten(out)[0]
+        outs = [o for o in out_flat if isinstance(o, FakeTensor)]
         mutated = []
-        if schema is not None:
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and arg.alias_info.is_write:
-                    value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
-                    mutated += [m for m in tree_flatten(value)[0] if isinstance(m, FakeTensor)]
+        for i, name in _written(func):
+            value = kwargs.get(name) if i is None or i >= len(args) else args[i]
+            mutated += [m for m in tree_flatten(value)[0] if isinstance(m, FakeTensor)]
         targets = outs + mutated
         if not targets:
             return
+        bases = self.values.bases
 
         def forget():
-            for t in targets:
-                self.values.drop(t)
+            if bases:
+                for t in targets:
+                    self.values.drop(t)
 
+        # Most ops read weights or activations, whose values nobody knows: a cheap check first.
+        fake_inputs = [a for a in flat if isinstance(a, FakeTensor)]
+        partial_op = known_values.base_name(func) in known_values.PARTIAL
+        if not bases or (not partial_op and not all(id(a.untyped_storage()) in bases for a in fake_inputs)):
+            forget()
+            return
         if getattr(func, "namespace", None) not in ("aten", "prims") or any(t.numel() > known_values.SMALL for t in targets):
             forget()
             return
-        flat, spec = tree_flatten((args, kwargs))
         got = {}
         for a in flat:
             if isinstance(a, FakeTensor):
@@ -505,8 +507,7 @@ class Tracker(TorchDispatchMode):
                 if mask is None:
                     forget()
                     return
-        results = [r for r in tree_flatten(result)[0]]
-        out_flat = tree_flatten(out)[0]
+        results = list(tree_flatten(result)[0])
         if len(results) == len(out_flat):
             for o, r in zip(out_flat, results):
                 if isinstance(o, FakeTensor):
@@ -592,6 +593,30 @@ class Tracker(TorchDispatchMode):
 
 # Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
 _READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
+
+
+# Ops that may read a fake tensor back into a real CPU one.
+_READ_BACK = {aten._to_copy, aten.to, aten.copy_}
+
+_WRITTEN = {}
+
+
+def _written(func):
+    """(position or None, name) of the arguments an op writes to (in-place, out=), cached."""
+    known = _WRITTEN.get(func)
+    if known is None:
+        known = []
+        schema = getattr(func, "_schema", None)
+        for i, arg in enumerate(getattr(schema, "arguments", ())):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                known.append((None if arg.kwarg_only else i, arg.name))
+        _WRITTEN[func] = known
+    return known
+
+
+def _real(a):
+    """A real tensor that must become fake to meet a fake one (not a wrapper subclass)."""
+    return isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) and not is_traceable_wrapper_subclass(a)
 
 
 def _no_fake_implementation(exc):
