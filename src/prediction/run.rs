@@ -281,8 +281,20 @@ fn judge(
         )),
     };
     let all_predicted = phases.iter().all(|p| p.status == PhaseStatus::Predicted);
+    // The workload met something a prediction cannot follow (a loop only data would end): not a
+    // failure of the workload, a prediction that stops there.
+    let cannot_follow = done
+        .and_then(|(_, error)| error.as_ref())
+        .is_some_and(|e| e["type"] == "Unpredictable");
+    if cannot_follow && stop.is_none() {
+        notes.push(format!(
+            "the prediction stopped where it could not follow the workload ({}): what comes after was not predicted",
+            failure.as_deref().unwrap_or("")
+        ));
+    }
     let status = match (&stop, &failure) {
         (Some((status, _)), _) => status.as_str(),
+        (None, Some(_)) if cannot_follow => "partial",
         (None, Some(_)) => "failed",
         (None, None) if phases.is_empty() => "partial",
         (None, None) if all_predicted => "complete",
@@ -450,6 +462,31 @@ mod tests {
         let j = judged(&[start("a", 0), end(0)], ok(), Exit::Code(0));
         assert_eq!(j.status, "complete");
         assert!(j.notes.is_empty(), "{:?}", j.notes);
+    }
+
+    /// Something the prediction cannot follow (a loop only data would end) stops it: `partial`,
+    /// said, never `failed` (the workload did not fail).
+    #[test]
+    fn a_stop_where_the_prediction_cannot_follow_is_partial() {
+        let done = Some((
+            "failed".to_string(),
+            Some(
+                serde_json::json!({"type": "Unpredictable", "message": "a loop condition at x.py:8 depends on the data"}),
+            ),
+        ));
+        let j = judged(
+            &[start("a", 0), alloc(0, 1024), end(0)],
+            done,
+            Exit::Code(3),
+        );
+        assert_eq!(j.status, "partial");
+        assert!(
+            j.notes
+                .iter()
+                .any(|n| n.contains("could not follow the workload")),
+            "{:?}",
+            j.notes
+        );
     }
 
     /// A failure after every phase ended keeps `failed` and says every phase was predicted; a

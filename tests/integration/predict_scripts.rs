@@ -394,3 +394,19 @@ fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
         12 << 20
     );
 }
+
+#[test]
+fn os_exit_inside_a_phase_ends_it_there_and_is_explained() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "hard_exit.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc["status"], "complete");
+    assert_eq!(p.names(), ["run hard_exit.py", "load", "work"]);
+    assert_eq!(p.bytes("work", "peak_allocated_bytes"), 6 << 20);
+    assert!(
+        p.notes().contains("os._exit(0) at ") && p.notes().contains("hard_exit.py:12"),
+        "{}",
+        p.notes()
+    );
+}

@@ -1,6 +1,7 @@
 """One prediction: the fake CUDA world set up around the worker's own workload code."""
 
 import contextlib
+import os
 import weakref
 
 from .. import recorder
@@ -34,6 +35,8 @@ class Session:
         self.caches = []  # weak references: a cache the workload drops is freed, as on a GPU
         self.fake_modes = [self.fake]
         self.notes = []
+        # Sends the events still batched (set by the caller): before an os._exit.
+        self.flush = None
 
     # ---------------------------------------------------------------- the fake CUDA world
     def install(self):
@@ -326,6 +329,7 @@ class Session:
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
+        self._exit_explained(rec, events)
         modes = contextlib.ExitStack()
         code = 0
         try:
@@ -338,11 +342,39 @@ class Session:
         finally:
             self.phases.close_all()
             modes.close()
+        self._summary(events)
+        return code
+
+    def _summary(self, events):
         for site, count in self.tracker.placeholders.items():
             events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
         for note in self.notes:
             events("note", {"text": note})
-        return code
+
+    def _exit_explained(self, rec, events):
+        """`os._exit()` in a script ends the process without unwinding: the phases open then end
+        there, and the prediction says where it happened."""
+        original = os._exit
+        parent = os.getpid()
+
+        def _exit(code):
+            if os.getpid() == parent:
+                file, line = tracking.script_frame()
+                self.notes.append(
+                    f"os._exit({code}) at {file}:{line} ended the script at once (no unwinding): the phases open then end there"
+                )
+                for state in reversed(rec.open_phases()):
+                    rec.end(state)
+                if code == 0:
+                    events("done", {"status": "ok"})
+                else:
+                    events("done", {"status": "failed", "error": {"type": "SystemExit", "message": f"os._exit({code}) at {file}:{line}"}})
+                self._summary(events)
+                if self.flush is not None:
+                    self.flush()
+            original(code)
+
+        os._exit = _exit
 
 
 def _drop_weak_entries(t):
