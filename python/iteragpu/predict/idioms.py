@@ -321,6 +321,12 @@ class Idioms:
                 t = self._inner.get_tensor(name)
                 return t.to(self._device) if self._moved else t
 
+            def get_tensors(self, *args, **kwargs):
+                tensors = self._inner.get_tensors(*args, **kwargs)
+                if not self._moved:
+                    return tensors
+                return {k: t.to(self._device) for k, t in tensors.items()}
+
             def get_slice(self, name):
                 return self._inner.get_slice(name)
 
