@@ -152,6 +152,9 @@ pub struct PhaseRecord {
     /// Filled by the CLI for a phase the worker never finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The index of the phase open around this one (markers nest), absent at the top level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
 }
 
 /// A rank's identity, from torchrun's environment (`RANK`, `LOCAL_RANK`, `GROUP_RANK`, …).

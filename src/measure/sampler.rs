@@ -30,7 +30,8 @@ impl Peak {
 
 #[derive(Default)]
 struct State {
-    current: Option<u64>,
+    /// The phases open now (nested markers: an outer phase sees its inner ones' samples too).
+    current: Vec<u64>,
     phases: BTreeMap<u64, Vec<Peak>>,
     overall: Vec<Peak>,
     samples: u64,
@@ -76,8 +77,8 @@ impl Sampler {
                         for (peak, (d, p)) in s.overall.iter_mut().zip(&readings) {
                             peak.add(*d, *p);
                         }
-                        if let Some(current) = s.current {
-                            let n = readings.len();
+                        let n = readings.len();
+                        for current in s.current.clone() {
                             let entry = s
                                 .phases
                                 .entry(current)
@@ -104,7 +105,11 @@ impl Sampler {
 
     /// A phase began (as seen by the CLI when its event arrived).
     pub fn enter(&self, index: u64) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).current = Some(index);
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .current
+            .push(index);
     }
 
     /// A phase ended: its peaks, plus an immediate reading of the worker's memory per device.
@@ -115,9 +120,7 @@ impl Sampler {
             .map(|i| nvml::sample(&self.nvml, *i, self.pid).1)
             .collect();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.current == Some(index) {
-            s.current = None;
-        }
+        s.current.retain(|open| *open != index);
         let peaks = s
             .phases
             .get(&index)

@@ -145,7 +145,8 @@ pub(crate) struct Progress {
     pub(crate) environment: Option<PythonEnvironment>,
     pub(crate) declared: Map<String, Value>,
     pub(crate) phases: Vec<PhaseRecord>,
-    pub(crate) current: Option<(String, u64)>,
+    /// The phases open now, innermost last (markers nest).
+    pub(crate) current: Vec<(String, u64)>,
     pub(crate) unavailable: Option<String>,
     pub(crate) done: Option<(String, Option<Value>)>,
     /// The order in which the sources said `done` (a rank that failed first is the cause).
@@ -217,7 +218,7 @@ impl Progress {
                 {
                     bar.set_prefix(format!("phase {} ({name})", index + 1));
                 }
-                self.current = Some((name, index));
+                self.current.push((name, index));
             }
             Line::Event(Event::PhaseEnd(mut record)) => {
                 let (devices, indices) = self.devices(trial, side);
@@ -228,7 +229,7 @@ impl Progress {
                     &indices,
                     &side.reason,
                 ));
-                self.current = None;
+                self.current.retain(|(_, open)| *open != record.index);
                 self.phases.push(*record);
             }
             Line::Event(Event::Unavailable { reason }) => self.unavailable = Some(reason),
@@ -261,8 +262,9 @@ impl Progress {
 
     /// The worker ended: NVML's view of the phase it never finished, and the sampler's interval.
     fn stop_sampling(&mut self, trial: &Trial, side: &DriverSide) -> Option<f64> {
-        if let Some((name, index)) = &self.current {
+        if let Some((name, index)) = self.current.last() {
             let probe = PhaseRecord {
+                parent: None,
                 name: name.clone(),
                 index: *index,
                 inputs: Map::new(),
@@ -375,7 +377,7 @@ fn one_worker(
     {
         return Ok(TrialOutcome::Unavailable { reason });
     }
-    if p.pid.is_none() && p.phases.is_empty() && p.current.is_none() && stopped.is_none() {
+    if p.pid.is_none() && p.phases.is_empty() && p.current.is_empty() && stopped.is_none() {
         // The worker never said hello: the interpreter is not a working Python with this package.
         return Ok(TrialOutcome::Unavailable {
             reason: format!(
@@ -432,8 +434,10 @@ pub(crate) fn build(
             signal.name()
         ));
     }
-    if let Some((name, index)) = p.current.take() {
+    // The phases the worker died in, innermost first (the driver's peaks are the innermost's).
+    while let Some((name, index)) = p.current.pop() {
         p.phases.push(PhaseRecord {
+            parent: p.current.last().map(|(_, i)| *i),
             name: name.clone(),
             index,
             inputs: Map::new(),
@@ -449,6 +453,8 @@ pub(crate) fn build(
             )),
         });
     }
+    // Nested phases end inner first: the file lists them in the order they began.
+    p.phases.sort_by_key(|r| r.index);
     if p.garbage > 0 {
         notes.push(format!(
             "{} line(s) on the event channel were not JSON and were ignored",
@@ -686,6 +692,7 @@ pub(crate) mod mock {
                 status
             };
             let phase = PhaseRecord {
+                parent: None,
                 started_at_unix_us: None,
                 ended_at_unix_us: None,
                 name: "work".into(),

@@ -466,3 +466,35 @@ fn the_worker_reads_the_documented_specs() {
         ]
     );
 }
+
+/// Nested markers: each phase once, in the order they began, the inner one's `parent` the outer,
+/// and the outer's peak covering the inner one's although the counters were reset for it.
+#[test]
+fn nested_markers_nest_in_a_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nested.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/nested_markers.py"))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    assert_eq!(phase_names(&doc), ["outer", "inner", "after"]);
+    let phase = |k: usize| &doc["phases"][k];
+    assert_eq!(phase(1)["parent"], 0);
+    assert!(phase(0).get("parent").is_none());
+    let peak = |k: usize| {
+        phase(k)["devices"][0]["peak_allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(peak(1), 96 << 20);
+    assert_eq!(
+        peak(0),
+        96 << 20,
+        "the outer phase keeps the inner one's peak"
+    );
+    assert_eq!(peak(2), 16 << 20);
+}
