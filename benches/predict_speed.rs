@@ -121,11 +121,12 @@ fn main() {
         let out = dir.path().join(format!("p{k}.json"));
         let before = max_rss_children_kib();
         let began = Instant::now();
+        // Options first: a script's own arguments follow `--`.
         let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
             .arg("predict")
-            .args(args)
             .args(["--python", &python, "--output"])
             .arg(&out)
+            .args(args)
             .output()
             .expect("iteragpu runs");
         let seconds = began.elapsed().as_secs_f64();

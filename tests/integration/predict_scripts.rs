@@ -415,3 +415,26 @@ fn os_exit_inside_a_phase_ends_it_there_and_is_explained() {
         p.notes()
     );
 }
+
+#[test]
+fn a_grad_scaler_steps_as_on_a_gpu_without_overflow() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "amp_scaler.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(
+        p.stderr.contains("state entries: 2 scale: 65536.0"),
+        "{}",
+        p.stderr
+    );
+    assert!(p.stderr.contains("device values: True 10"), "{}", p.stderr);
+    assert!(
+        p.notes().contains("GradScaler: gradients assumed finite"),
+        "{}",
+        p.notes()
+    );
+    // AdamW's two fp32 states of the 256×256 layer (and its bias) appear in the first step.
+    let grew = p.bytes("AdamW.step #1", "end_allocated_bytes")
+        - p.bytes("AdamW.step #1", "start_allocated_bytes");
+    assert!(grew >= 2 * (256 * 256 + 256) * 4, "{grew}");
+}

@@ -38,6 +38,7 @@ class Idioms:
             self.notes.append(text)
 
     def install(self):
+        self.tracker.note = self.note
         self._threads()
         self._fork()
         self._events()

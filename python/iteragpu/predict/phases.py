@@ -3,7 +3,8 @@
 Outside the workload's own markers (markers win: inside a marked phase the tool adds nothing), the
 prediction opens a phase around:
 * the whole run of a script (`run <script>`), so that its overall peak is always there;
-* each call of a root module (a module called from outside any other module): `GPT2LMHeadModel.forward #2`;
+* each call of a root module (a module called from outside any other module): `GPT2LMHeadModel.forward #2`,
+  unless it runs on the CPU only (CPU inputs, CPU or no weights: a data pipeline's transforms);
 * each `backward()` (`backward #1`), each `optimizer.step()` (`AdamW.step #1`) and `zero_grad()`;
 * each `generate()` (`generate #1`), split into its prefill (the first forward) and its decode
   steps (every later forward, one phase), as a GPU serves them.
@@ -18,6 +19,23 @@ import functools
 import threading
 
 PER_NAME = 16
+
+
+def _on_device(module, args):
+    """Whether a root module's call can touch the target device: a fake tensor among its positional
+    inputs, or a fake parameter or buffer (its inputs may all be keywords, which the global hook
+    does not see). A module on CPU data with CPU weights opens no phase."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._pytree import tree_flatten
+
+    if any(isinstance(a, FakeTensor) and a.device.type != "cpu" for a in tree_flatten(args)[0]):
+        return True
+    for tensors in (module.parameters(), module.buffers()):
+        first = next(tensors, None)
+        # Weights built on the CPU are data-less too: only the device tells.
+        if first is not None and first.device.type != "cpu":
+            return True
+    return False
 
 
 class AutoPhases:
@@ -90,6 +108,8 @@ class AutoPhases:
                 elif g["forwards"] == 2 and g["name"]:
                     g["decode"] = this._open_named(f"{g['name']} decode")
                 return
+            if not _on_device(module, args):
+                return  # a CPU module on CPU data (a torchvision transform in the data pipeline)
             module.__dict__["_iteragpu_auto"] = this._open(f"{type(module).__name__}.forward")
 
         def post(module, args, output):

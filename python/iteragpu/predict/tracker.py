@@ -117,6 +117,8 @@ class Tracker(TorchDispatchMode):
         self.in_optimizer = 0
         # Ops run with no fake implementation, said once per op.
         self.unsupported = set()
+        # Says a note once in the prediction (set by the idioms; nothing before).
+        self.note = lambda text: None
 
     # ---------------------------------------------------------------- what each storage is
     def module(self):
@@ -438,8 +440,14 @@ class Tracker(TorchDispatchMode):
         out_flat = tree_flatten(out)[0]
         outs = [o for o in out_flat if isinstance(o, FakeTensor)]
         mutated = []
+        keeps = known_values.KEEPS.get(known_values.base_name(func))
         for i, name in _written(func):
             value = kwargs.get(name) if i is None or i >= len(args) else args[i]
+            if keeps is not None and name in keeps[0]:
+                # Its values are decided by a stated policy (values.py): they stay as they were.
+                if any(isinstance(m, FakeTensor) and self.values.get(m) is not None for m in tree_flatten(value)[0]):
+                    self.note(keeps[1])
+                continue
             mutated += [m for m in tree_flatten(value)[0] if isinstance(m, FakeTensor)]
         targets = outs + mutated
         if not targets:
@@ -454,7 +462,8 @@ class Tracker(TorchDispatchMode):
         # Most ops read weights or activations, whose values nobody knows: a cheap check first.
         fake_inputs = [a for a in flat if isinstance(a, FakeTensor)]
         partial_op = known_values.base_name(func) in known_values.PARTIAL
-        if not bases or (not partial_op and not all(id(a.untyped_storage()) in bases for a in fake_inputs)):
+        # A factory (no fake input: `full`, `arange`) is followed even before any value is known.
+        if fake_inputs and (not bases or (not partial_op and not all(id(a.untyped_storage()) in bases for a in fake_inputs))):
             forget()
             return
         if getattr(func, "namespace", None) not in ("aten", "prims") or any(t.numel() > known_values.SMALL for t in targets):

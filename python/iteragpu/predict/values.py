@@ -14,6 +14,11 @@ still knows what absorption decides: `known_true | unknown` is True, `known_fals
 False, so `generate()`'s `is_done = max_length_reached | eos_seen` is known once the length is
 reached, and it stops exactly where the GPU would (with the policy "no sequence ends early" for the
 unknown EOS part, see tracker.py's reads).
+
+One op's written value is decided by a stated policy instead: the AMP check of the gradients for
+inf/NaN (`GradScaler.unscale_`/`step`) leaves `found_inf` as it was, i.e. the gradients are assumed
+finite, so the optimizer steps and the loss scale grows as in a run without overflow (a skipped
+step would allocate no optimizer state: never the longest case).
 """
 
 import weakref
@@ -33,6 +38,15 @@ _OR = {"bitwise_or", "logical_or", "__or__", "__ior__", "bitwise_or_", "logical_
 _AND = {"bitwise_and", "logical_and", "__and__", "__iand__", "bitwise_and_", "logical_and_"}
 _NOT = {"bitwise_not", "logical_not", "bitwise_not_", "logical_not_"}
 PARTIAL = _OR | _AND | _NOT
+
+# In-place ops whose named written arguments keep their values whatever the data (the policy above):
+# op name -> (argument names, the note said once).
+KEEPS = {
+    "_amp_foreach_non_finite_check_and_unscale_": (
+        ("found_inf",),
+        "GradScaler: gradients assumed finite (the inf/NaN check finds none): every optimizer step runs and the loss scale grows as in a run without overflow",
+    ),
+}
 
 
 class Values:
