@@ -109,7 +109,7 @@ def collect(torch, devices):
     if why:
         reasons["device_count"] = why
     for index in range(t["device_count"]):
-        props, why = _try(lambda: torch.cuda.get_device_properties(index))
+        props, why = _try(lambda index=index: torch.cuda.get_device_properties(index))
         if props is None:
             t["devices"].append({"index": index, "name": None, "total_memory": None, "reason": why})
             continue

@@ -236,8 +236,8 @@ class Recorder:
                 reasons["mem_get_info"] = f"{type(exc).__name__}: {exc}"
             reasons.update(end_reasons)
             carried = state["carried"][k]
-            peak_allocated = _reading(lambda: cuda.max_memory_allocated(device), reasons, "peak_allocated")
-            peak_reserved = _reading(lambda: cuda.max_memory_reserved(device), reasons, "peak_reserved")
+            peak_allocated = _reading(lambda device=device: cuda.max_memory_allocated(device), reasons, "peak_allocated")
+            peak_reserved = _reading(lambda device=device: cuda.max_memory_reserved(device), reasons, "peak_reserved")
             if peak_allocated is not None and "allocated" in carried:
                 peak_allocated = max(peak_allocated, carried["allocated"])
             if peak_reserved is not None and "reserved" in carried:

@@ -10,7 +10,8 @@ import os
 import sys
 import traceback
 
-from . import history, probe, ranks, recorder, spec as specs
+from . import history, probe, ranks, recorder
+from . import spec as specs
 from .channel import PROTOCOL, Channel
 
 

@@ -12,7 +12,6 @@ and 2.11 binaries run on fake CUDA tensors with a stand-in CUDA runtime: 46,984 
 that cross-check needs the 2.11 wheel and is not part of the test suite.)
 """
 import contextlib
-import math
 import os
 import sys
 import warnings
@@ -22,11 +21,11 @@ warnings.simplefilter("ignore")
 
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.nn.attention import SDPBackend as B, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from iteragpu.predict import sdpa
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.nn.attention import SDPBackend as B
+from torch.nn.attention import sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 RESULTS = {"passed": 0, "failed": 0}
 FM = FakeTensorMode()
@@ -82,7 +81,7 @@ def pick(cap, tensors, causal=False, gqa=False, dropout=0.0, cudnn=92600, tv=Non
         try:
             return sdpa.choose(q, k, v, m, dropout, causal, enable_gqa=gqa, capability=cap, cudnn_version=cudnn,
                                torch_version=tv)
-        except RuntimeError as e:
+        except RuntimeError:
             return "error"
 
 

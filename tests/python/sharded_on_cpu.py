@@ -11,7 +11,8 @@ import sys
 import traceback
 
 from cpu_torch import CpuTorch
-from iteragpu import recorder, spec as specs
+from iteragpu import recorder
+from iteragpu import spec as specs
 from iteragpu.workloads import causal_lm
 
 with open(sys.argv[1], encoding="utf-8") as f:

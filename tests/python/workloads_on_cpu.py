@@ -9,13 +9,14 @@ import json
 import sys
 
 try:
-    import torch
+    pass
 except Exception as exc:
     print(f"torch is needed: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(77)
 
 from cpu_torch import CpuTorch  # noqa: E402  (this folder is on sys.path: the script's own)
-from iteragpu import recorder, spec as specs
+from iteragpu import recorder
+from iteragpu import spec as specs
 from iteragpu.workloads import causal_lm, dense
 
 

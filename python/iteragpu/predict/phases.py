@@ -90,7 +90,6 @@ class AutoPhases:
     def install(self):
         torch = self.torch
         M = torch.nn.modules.module
-        tr = self.tracker
         this = self
 
         depth = self.depth

@@ -5,7 +5,9 @@ import os
 import weakref
 
 from .. import recorder
-from . import cuda_api, idioms, phases as auto_phases, tracker as tracking
+from . import cuda_api, idioms
+from . import phases as auto_phases
+from . import tracker as tracking
 
 
 def fake_mode_class(torch):

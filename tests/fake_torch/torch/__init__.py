@@ -463,4 +463,4 @@ class Parameter(Tensor):
         self.requires_grad = True
 
 
-from . import backends, cuda, nn, optim, utils  # noqa: E402
+from . import backends, cuda, nn, optim, utils  # noqa: E402, F401  (submodules, as torch exposes them)

@@ -2,7 +2,6 @@
 
 import torch as _torch
 
-
 from . import functional  # noqa: F401
 
 
