@@ -13,6 +13,7 @@ import traceback
 from . import history, probe, ranks, recorder
 from . import spec as specs
 from .channel import PROTOCOL, Channel
+from .workload import run_workload
 
 
 def run(channel, spec, rank=None):
@@ -63,50 +64,6 @@ def run(channel, spec, rank=None):
             rec.history.finish()
 
 
-def run_workload(rec, torch, spec, emit, whole_run=None):
-    """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed.
-    `whole_run(label)`, when given (a prediction), is a phase around a whole script."""
-    try:
-        workload = spec.workload
-        if workload == "dense":
-            from .workloads import dense
-
-            dense.run(rec, torch, spec)
-        elif workload == "causal-lm":
-            from .workloads import causal_lm
-
-            try:
-                causal_lm.run(rec, torch, spec)
-            except causal_lm.Missing as exc:
-                emit("unavailable", {"reason": str(exc)})
-                return 2
-        elif workload == "script":
-            if whole_run is not None:
-                with whole_run(os.path.basename(spec.script)):
-                    code = run_script(spec)
-            else:
-                code = run_script(spec)
-            if code != 0:
-                raise RuntimeError(f"the script exited with status {code}")
-        else:
-            raise ValueError(f"unknown workload {workload!r}")
-    except BaseException as exc:
-        emit(
-            "done",
-            {
-                "status": "failed",
-                "error": {
-                    "type": type(exc).__name__,
-                    "message": str(exc)[:4000],
-                    "traceback": traceback.format_exc()[-4000:],
-                },
-            },
-        )
-        return 3
-    emit("done", {"status": "ok"})
-    return 0
-
-
 def failed(channel, exc):
     channel.emit(
         "done",
@@ -137,23 +94,6 @@ def emulate_limit(torch, spec):
         torch.cuda.set_per_process_memory_fraction(fraction, device)
         applied.append({"device": name, "fraction": fraction, "outside_allocator_bytes": outside, "total_memory": capacity})
     return {"bytes": limit, "emulated": True, "devices": applied}
-
-
-def run_script(spec):
-    """Runs the user's script as `__main__` with its own arguments; `iteragpu.phase` marks phases."""
-    import runpy
-
-    script = spec.script
-    sys.argv = [script] + list(spec.script_args)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return 0
-        return code if isinstance(code, int) else 1
-    return 0
 
 
 def main():

@@ -316,7 +316,7 @@ class Session:
 
     # ---------------------------------------------------------------- the run
     def run(self):
-        from .. import worker
+        from .. import workload
 
         torch = self.torch
         self.install()
@@ -337,7 +337,7 @@ class Session:
         try:
             modes.enter_context(self.tracker)
             modes.enter_context(self._saved_tensors())
-            code = worker.run_workload(rec, torch, self.spec, events, whole_run=self.phases.whole_run)
+            code = workload.run_workload(rec, torch, self.spec, events, whole_run=self.phases.whole_run)
         except tracking.Unpredictable as exc:
             events("done", {"status": "failed", "error": {"type": "Unpredictable", "message": str(exc)}})
             code = 3
