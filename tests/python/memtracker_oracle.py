@@ -18,12 +18,13 @@ except Exception as exc:
     print(f"torch with MemTracker is needed: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(77)
 
+from torch._subclasses.fake_tensor import DataDependentOutputException
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from iteragpu import recorder, worker
 from iteragpu import spec as specs
 from iteragpu.predict import native, session
 from iteragpu.predict.native import Unavailable
-from torch._subclasses.fake_tensor import DataDependentOutputException
-from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class Placeholders(TorchDispatchMode):

@@ -21,11 +21,12 @@ warnings.simplefilter("ignore")
 
 import torch
 import torch.nn.functional as F
-from iteragpu.predict import sdpa
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend as B
 from torch.nn.attention import sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from iteragpu.predict import sdpa
 
 RESULTS = {"passed": 0, "failed": 0}
 FM = FakeTensorMode()

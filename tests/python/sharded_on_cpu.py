@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from cpu_torch import CpuTorch
+
 from iteragpu import recorder
 from iteragpu import spec as specs
 from iteragpu.workloads import causal_lm

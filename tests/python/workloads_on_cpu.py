@@ -15,6 +15,7 @@ except Exception as exc:
     sys.exit(77)
 
 from cpu_torch import CpuTorch  # noqa: E402  (this folder is on sys.path: the script's own)
+
 from iteragpu import recorder
 from iteragpu import spec as specs
 from iteragpu.workloads import causal_lm, dense
