@@ -3,6 +3,10 @@
 The worker keeps a private duplicate of file descriptor 1 for events, then points descriptor 1 at
 standard error, so that anything the workload prints — Python's print, warnings, C libraries
 writing to fd 1 — lands on stderr and can never corrupt the event stream.
+
+Only the process that opened the channel speaks on it: a child forked by the workload (a
+DataLoader worker, a pool) inherits the descriptor, but its events are dropped, and the first
+fork is said once (a note with the line that forked), so no phase is ever recorded twice.
 """
 
 import json
@@ -19,6 +23,25 @@ class Channel:
         self._stream = stream
         # A rank's stop watchdog writes from another thread: lines must not interleave.
         self._lock = threading.RLock()
+        self._owner = os.getpid()
+        self._said_fork = False
+        os.register_at_fork(before=self._forking)
+
+    def _forking(self):
+        if os.getpid() != self._owner or self._said_fork:
+            return
+        self._said_fork = True
+        frame = sys._getframe(1)
+        while frame is not None and ("/multiprocessing/" in frame.f_code.co_filename or "/iteragpu/" in frame.f_code.co_filename or "/torch/" in frame.f_code.co_filename):
+            frame = frame.f_back
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        self.emit(
+            "note",
+            {"text": f"the workload forked a child process{where} (a DataLoader worker, a pool): its events are ignored, so no phase is recorded twice"},
+        )
+
+    def _mine(self):
+        return os.getpid() == self._owner
 
     @classmethod
     def take_stdout(cls):
@@ -35,6 +58,8 @@ class Channel:
         return cls(ranks.connect())
 
     def emit(self, type_, data):
+        if not self._mine():
+            return
         line = json.dumps({"type": type_, "data": data}, allow_nan=False, default=str)
         with self._lock:
             self._stream.write(line + "\n")
@@ -42,7 +67,7 @@ class Channel:
 
     def write_lines(self, lines):
         """Events already encoded, written at once (a prediction's many storage events)."""
-        if lines:
+        if lines and self._mine():
             with self._lock:
                 self._stream.write("\n".join(lines) + "\n")
                 self._stream.flush()

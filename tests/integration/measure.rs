@@ -498,3 +498,23 @@ fn nested_markers_nest_in_a_measurement() {
     );
     assert_eq!(peak(2), 16 << 20);
 }
+
+/// A fork inside a phase (a DataLoader's workers): the child's events are ignored, said once with
+/// the line that forked, and the phase is recorded once.
+#[test]
+fn a_fork_in_a_phase_records_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fork.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/forks.py"))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    assert_eq!(phase_names(&doc), ["load", "forked", "after"]);
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("forked a child process at"), "{notes}");
+    assert!(notes.contains("forks.py:12"), "{notes}");
+}

@@ -2,7 +2,8 @@
 prediction's notes when it changes what runs:
 
 * threads (a thread pool loading a checkpoint, `device_map="cuda"`) see the same fake CUDA world;
-* `os.fork()` (DataLoader workers): the child runs the real CPU code, its events are dropped;
+* `os.fork()` (DataLoader workers): the child runs the real CPU code; its events are dropped by
+  the channel (`channel.py`), which says so once;
 * `torch.save` writes a real, small file (fake tensors as references), which `torch.load` in the
   same run gives back as the same fake tensors;
 * `torch.load(map_location="cuda")`, safetensors' `load_file(device="cuda")` and `safe_open(...,
@@ -18,7 +19,6 @@ prediction's notes when it changes what runs:
 
 import importlib.abc
 import importlib.util
-import os
 import sys
 import threading
 
@@ -40,7 +40,6 @@ class Idioms:
     def install(self):
         self.tracker.note = self.note
         self._threads()
-        self._fork()
         self._events()
         self._generator()
         self._formatting()
@@ -71,27 +70,6 @@ class Idioms:
                     _pop_mode()
 
         threading.Thread.run = run
-
-    def _fork(self):
-        """A forked child (a DataLoader worker) runs the workload's real CPU code; only the parent
-        reports. Said once, with the line that forked."""
-        parent = os.getpid()
-        notes = self.notes
-
-        def before():
-            if os.getpid() != parent:
-                return
-            from .tracker import script_frame
-
-            file, line = script_frame()
-            text = (
-                f"os.fork() at {file}:{line}: the child process (a DataLoader worker, a pool) runs the real CPU code; "
-                "its events are not the prediction's (one process, one device), and memory it would take on the GPU is not counted"
-            )
-            if not any(n.startswith(f"os.fork() at {file}:{line}") for n in notes):
-                notes.append(text)
-
-        os.register_at_fork(before=before)
 
     # ------------------------------------------------------------ CUDA objects
     def _events(self):
