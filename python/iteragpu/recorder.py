@@ -277,7 +277,7 @@ class Recorder:
             if error is None
             else {
                 "type": type(error).__name__,
-                "message": str(error)[:4000],
+                "message": bounded_message(error),
                 "out_of_memory": _is_oom(self.torch, error),
             },
         }
@@ -334,6 +334,25 @@ def _largest_free_blocks(cuda, device):
             if block.get("state") == "inactive":
                 largest[pool] = max(largest.get(pool, 0), int(block.get("size", 0)))
     return largest
+
+
+MESSAGE_LIMIT = 4000
+
+
+def bounded_message(error, limit=MESSAGE_LIMIT):
+    """An error's text within `limit` characters. A long wrapper message keeps the out-of-memory
+    text it wraps (the post-mortem parses it): the window around "out of memory", else its head
+    and its tail, the cut said by an ellipsis."""
+    text = str(error)
+    if len(text) <= limit:
+        return text
+    at = text.lower().find("out of memory")
+    if at >= 0:
+        start = max(0, at - limit // 4)
+        window = text[start : start + limit - 2]
+        return ("…" if start > 0 else "") + window + ("…" if start + len(window) < len(text) else "")
+    half = (limit - 3) // 2
+    return text[:half] + " … " + text[-half:]
 
 
 def code_hash():

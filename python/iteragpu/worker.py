@@ -69,7 +69,7 @@ def failed(channel, exc):
         "done",
         {
             "status": "failed",
-            "error": {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": traceback.format_exc()[-4000:]},
+            "error": {"type": type(exc).__name__, "message": recorder.bounded_message(exc), "traceback": traceback.format_exc()[-4000:]},
         },
     )
     return 3

@@ -6,6 +6,8 @@ import os
 import sys
 import traceback
 
+from . import recorder
+
 
 def run_workload(rec, torch, spec, emit, whole_run=None):
     """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed.
@@ -41,7 +43,7 @@ def run_workload(rec, torch, spec, emit, whole_run=None):
                 "status": "failed",
                 "error": {
                     "type": type(exc).__name__,
-                    "message": str(exc)[:4000],
+                    "message": recorder.bounded_message(exc),
                     "traceback": traceback.format_exc()[-4000:],
                 },
             },

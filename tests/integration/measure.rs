@@ -518,3 +518,24 @@ fn a_fork_in_a_phase_records_it_once() {
     assert!(notes.contains("forked a child process at"), "{notes}");
     assert!(notes.contains("forks.py:12"), "{notes}");
 }
+
+/// An out-of-memory error wrapped deep in a message over 4,000 characters: the PyTorch text is
+/// kept, so the failure is an out-of-memory one with its post-mortem.
+#[test]
+fn an_out_of_memory_deep_in_a_long_message_keeps_its_post_mortem() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("long.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/long_oom.py"))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(3);
+    let doc = read_json(&out);
+    assert_eq!(doc["failure"]["out_of_memory"], true, "{}", doc["failure"]);
+    let message = doc["failure"]["message"].as_str().unwrap();
+    assert!(message.len() <= 4_004, "{}", message.len());
+    assert!(message.contains("out of memory"), "{message}");
+    assert!(!doc["failure"]["post_mortem"].is_null(), "{}", doc["failure"]);
+}
