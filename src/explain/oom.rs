@@ -915,6 +915,18 @@ pub fn classify(report: &OomReport) -> Diagnosis {
         others: &others,
     };
 
+    // 0. A message whose every figure is zero (a driver that could not read them) decides nothing.
+    let zeros = r == 0
+        && [a, u, reserved, t, l, f]
+            .iter()
+            .all(|v| v.is_none_or(|v| v == 0));
+    if zeros && !report.request_is_lower_bound {
+        return unknown(
+            OomRule::MissingFigures,
+            "every figure of the message is zero (the request, the capacity, the free and the allocated memory): nothing can be classified from it".into(),
+            figures,
+        );
+    }
     // 1. Capacity, certain.
     if report.request_is_lower_bound {
         return ctx.capacity(OomRule::OverCapacity, None, figures);
@@ -939,8 +951,10 @@ pub fn classify(report: &OomReport) -> Diagnosis {
         (Some(_), _) => against(LimitKind::Card, &mut figures),
         _ => {}
     }
-    // 2. Fragmentation: the cache alone would hold the request.
+    // 2. Fragmentation: the cache alone would hold the request (an empty request and an empty
+    // cache say nothing: a message of zeros is not fragmentation).
     if let Some(u) = u
+        && r > 0
         && u >= r
     {
         return ctx.fragmentation(OomRule::CacheCoversRequest, figures);
@@ -978,14 +992,16 @@ pub fn classify(report: &OomReport) -> Diagnosis {
         against(LimitKind::MemoryFraction, &mut figures);
         return ctx.fragmentation(OomRule::FractionLimitCache, figures);
     }
-    // 5. Another process.
+    // 5. Another process: only when the free memory lacked something (a shortfall) and memory
+    // held elsewhere covers it; when the free memory covered the request, what capped this
+    // process is a limit (rule 8 says which), never another process.
     if let (Some(held), Some(short)) = (held, f.map(|f| r.saturating_sub(f))) {
         let noise = if measured {
             NOISE_MEASURED
         } else {
             NOISE_ESTIMATED
         };
-        if held >= noise && held >= short {
+        if short > 0 && held >= noise && held >= short {
             figures.shortfall = Some(Bytes(short));
             return ctx.another_process(held, short, figures);
         }
@@ -1049,6 +1065,11 @@ pub fn classify(report: &OomReport) -> Diagnosis {
             ),
         )
     };
+    unknown(rule, reason, figures)
+}
+
+/// An unknown class, with the reason and what to do to find out.
+fn unknown(rule: OomRule, reason: String, figures: Figures) -> Diagnosis {
     Diagnosis {
         class: OomClass::Unknown,
         rule,
@@ -1935,6 +1956,42 @@ mod tests {
     }
 
     // --- Classification ---
+
+    /// Messages whose figures alone decide nothing: the class is unknown and the reason says why
+    /// (issue 21: the free memory covering the request was blamed on another process, and a
+    /// message of zeros on fragmentation).
+    #[test]
+    fn figures_that_decide_nothing_are_unknown() {
+        let cases: [(&str, &str, &str); 3] = [
+            (
+                "free memory covers the request, other processes hold a lot",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 70.00 GiB is free. Including non-PyTorch memory, this process has 2.00 GiB memory in use. Of the allocated memory 1.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.",
+                "memory fraction",
+            ),
+            (
+                "a message of zeros",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 0 bytes. GPU 0 has a total capacity of 0 bytes of which 0 bytes is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.",
+                "every figure of the message is zero",
+            ),
+            (
+                "free memory covers the request with no other process",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 60.00 GiB is free. Including non-PyTorch memory, this process has 19.00 GiB memory in use. Of the allocated memory 18.00 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.",
+                "memory fraction",
+            ),
+        ];
+        for (name, msg, reason) in cases {
+            let r = parse(msg).expect(name);
+            let d = classify(&r);
+            assert_eq!(
+                d.class,
+                OomClass::Unknown,
+                "{name}: {:?} {}",
+                d.rule,
+                d.reason
+            );
+            assert!(d.reason.contains(reason), "{name}: {}", d.reason);
+        }
+    }
 
     /// In a container PyTorch lists itself as `Process PID` (host PID namespace). A real vLLM
     /// message: the listed process covers PyTorch's reserved memory, so it is this process, and
