@@ -1,10 +1,110 @@
-//! Exit statuses, as documented in the README: what a script calling iteragpu can rely on.
+//! Exit statuses, as documented in the README ("Exit codes"): what a script calling iteragpu can
+//! rely on; and [`CliError`], the one error a command returns (uv's pattern: a command ends with
+//! `Result<ExitStatus, CliError>`, `lib.rs` prints the error once and exits with its status).
 
-/// Success (a sweep that found out-of-memory frontiers also succeeded: those are findings).
-pub const OK: u8 = 0;
-/// Bad input or an internal error: nothing was run, nothing was overwritten.
-pub const BAD_INPUT: u8 = 1;
-/// PyTorch or a GPU is missing: nothing was measured and no result file was written.
-pub const MISSING_RUNTIME: u8 = 2;
-/// The workload failed, crashed, timed out or was interrupted: the results so far are kept.
-pub const WORKLOAD_FAILED: u8 = 3;
+use std::fmt;
+
+/// How the process ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Success (a sweep that found out-of-memory frontiers also succeeded: those are findings).
+    Ok = 0,
+    /// Bad input or an internal error: nothing was run, nothing was overwritten.
+    BadInput = 1,
+    /// PyTorch or a GPU is missing: nothing was measured and no result file was written.
+    MissingRuntime = 2,
+    /// The workload failed, crashed, timed out or was interrupted: the results so far are kept.
+    WorkloadFailed = 3,
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        std::process::ExitCode::from(status as u8)
+    }
+}
+
+/// What a command could not do: the message, printed once as `error: …`, and the exit status.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    message: String,
+    status: ExitStatus,
+}
+
+impl CliError {
+    pub fn bad_input(message: impl fmt::Display) -> CliError {
+        CliError {
+            message: message.to_string(),
+            status: ExitStatus::BadInput,
+        }
+    }
+
+    pub fn missing_runtime(message: impl fmt::Display) -> CliError {
+        CliError {
+            message: message.to_string(),
+            status: ExitStatus::MissingRuntime,
+        }
+    }
+
+    /// `what`, then the error and its causes: "cannot write to standard output: Broken pipe".
+    pub fn because(what: impl fmt::Display, err: &dyn std::error::Error) -> CliError {
+        CliError::bad_input(format!("{what}: {}", chain(err)))
+    }
+
+    pub fn status(&self) -> ExitStatus {
+        self.status
+    }
+}
+
+/// An error and its causes, joined by ": " as `anyhow` writes them with `{:#}`.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(err: anyhow::Error) -> Self {
+        CliError::bad_input(format!("{err:#}"))
+    }
+}
+
+/// A domain error that reaches a command is bad input, worded by the error itself.
+macro_rules! bad_input_from {
+    ($($error:ty),* $(,)?) => {
+        $(impl From<$error> for CliError {
+            fn from(err: $error) -> Self {
+                CliError::bad_input(chain(&err))
+            }
+        })*
+    };
+}
+
+bad_input_from!(
+    std::io::Error,
+    serde_json::Error,
+    crate::output::OutputError,
+    crate::report::inputs::InputError,
+    crate::explain::ledger::LedgerError,
+    crate::prediction::target::TargetError,
+    crate::estimate::kv_cache::CacheError,
+    crate::estimate::EstimateError,
+    crate::model::ModelError,
+    crate::model::safetensors::HeaderError,
+);
+
+/// The interpreter cannot be started: PyTorch is missing as far as the user can tell.
+impl From<crate::measure::worker_process::StartError> for CliError {
+    fn from(err: crate::measure::worker_process::StartError) -> Self {
+        use crate::measure::worker_process::StartError;
+        match err {
+            StartError::Interpreter { .. } => CliError::missing_runtime(err),
+            StartError::Files(_) => CliError::bad_input(chain(&err)),
+        }
+    }
+}

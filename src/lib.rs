@@ -1,7 +1,8 @@
 //! iteragpu: why a GPU memory peak exceeds its estimate, and whether a workload fits on a card.
 //!
-//! The library holds every concept in its own module; the binary only parses and maps errors to
-//! exit codes (0 ok, 1 bad input, 2 PyTorch or GPU missing, 3 workload failed, results kept).
+//! The library holds every concept in its own module; the binary only parses, runs the command
+//! and prints its error once, exiting with the command's [`exit::ExitStatus`] (0 ok, 1 bad input,
+//! 2 PyTorch or GPU missing, 3 workload failed, results kept).
 
 pub(crate) mod cards;
 pub(crate) mod cli;
@@ -9,12 +10,13 @@ pub(crate) mod commands;
 pub mod dtype;
 pub(crate) mod environment;
 pub mod estimate;
-pub(crate) mod exit;
+pub mod exit;
 pub mod explain;
 pub mod measure;
 pub mod model;
 pub(crate) mod output;
 pub mod prediction;
+pub mod progress;
 pub mod python_side;
 pub(crate) mod report;
 pub(crate) mod signals;
@@ -25,6 +27,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use exit::ExitStatus;
 
 /// Parses `args`, runs the command and returns the exit status. Never panics on bad input.
 pub fn run<I, T>(args: I) -> ExitCode
@@ -37,20 +41,18 @@ where
         Err(err) => {
             // clap exits 2 on a usage error; here 2 means "PyTorch or GPU missing", so usage
             // errors become 1. Help and version still print and succeed.
-            let code = if err.use_stderr() {
-                exit::BAD_INPUT
+            let status = if err.use_stderr() {
+                ExitStatus::BadInput
             } else {
-                exit::OK
+                ExitStatus::Ok
             };
             let _ = err.print();
-            return ExitCode::from(code);
+            return status.into();
         }
     };
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
-        cli::Command::Estimate(args) => {
-            commands::estimate::run(args, &mut stdout).map(|()| exit::OK)
-        }
+        cli::Command::Estimate(args) => commands::estimate::run(args, &mut stdout),
         cli::Command::Environment(args) => commands::environment::run(args, &mut stdout),
         cli::Command::Measure(args) => commands::measure::run(args, &mut stdout),
         cli::Command::Sweep(args) => commands::sweep::run(args, &mut stdout),
@@ -61,10 +63,10 @@ where
         cli::Command::Explain(args) => commands::explain::run(args, &mut stdout),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => status.into(),
         Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::from(exit::BAD_INPUT)
+            eprintln!("error: {err}");
+            err.status().into()
         }
     }
 }

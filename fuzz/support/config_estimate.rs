@@ -128,7 +128,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             prompt_tokens: (knobs.flags & 16 != 0).then_some(tokens / 2 + 1),
         }),
         Err(e) => {
-            outcome.refusals.push(e);
+            outcome.refusals.push(e.to_string());
             None
         }
     };

@@ -98,22 +98,24 @@ pub fn catalog() -> Vec<Card> {
     catalog.cards
 }
 
+/// A name the catalog does not know, with the names it knows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown card `{query}`; the catalog has: {}", .known.join(", "))]
+pub struct UnknownCard {
+    pub query: String,
+    pub known: Vec<String>,
+}
+
 /// Finds a card by name or alias (case, spaces and dashes ignored).
-pub fn find(query: &str) -> Result<Card, String> {
+pub fn find(query: &str) -> Result<Card, UnknownCard> {
     let cards = catalog();
     cards
         .iter()
         .find(|c| c.matches(query))
         .cloned()
-        .ok_or_else(|| {
-            format!(
-                "unknown card `{query}`; the catalog has: {}",
-                cards
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        .ok_or_else(|| UnknownCard {
+            query: query.to_string(),
+            known: cards.iter().map(|c| c.name.clone()).collect(),
         })
 }
 
@@ -175,7 +177,12 @@ mod tests {
         assert!(cards.len() >= 17);
         assert_eq!(find("h200").unwrap().name, "H200 141GB");
         assert_eq!(find("RTX-4090").unwrap().name, "RTX 4090");
-        assert!(find("gtx 480").unwrap_err().contains("H100 80GB"));
+        assert!(
+            find("gtx 480")
+                .unwrap_err()
+                .to_string()
+                .contains("H100 80GB")
+        );
         let (cap, source) = find("H200").unwrap().device_capacity();
         assert_eq!(
             (cap.get(), source),

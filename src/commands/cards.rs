@@ -1,13 +1,12 @@
 //! `iteragpu cards`: the catalog, and whether a need fits on one device of each card.
 
-use anyhow::Result;
 use std::io::Write;
 
 use crate::cards::{self, need};
 use crate::cli::CardsArgs;
-use crate::exit;
+use crate::exit::{CliError, ExitStatus};
 
-pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let catalog = cards::catalog();
     let need = match (args.need, &args.from) {
         (Some(bytes), _) => Some(need::Need {
@@ -25,7 +24,7 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
             cards::render::catalog(&catalog)
         };
         out.write_all(text.as_bytes())?;
-        return Ok(exit::OK);
+        return Ok(ExitStatus::Ok);
     };
     let (overhead, overhead_source) =
         need::overhead(&catalog, args.overhead, need.overhead.clone())?;
@@ -37,5 +36,5 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<u8> {
         cards::render::fits(need.bytes, &need.source, overhead, &overhead_source, &fits)
     };
     out.write_all(text.as_bytes())?;
-    Ok(exit::OK)
+    Ok(ExitStatus::Ok)
 }

@@ -1,13 +1,13 @@
 //! `iteragpu compare`: runs side by side in one unit, warnings for every differing condition.
 
-use anyhow::Result;
 use std::io::Write;
 
 use crate::cli::CompareArgs;
+use crate::exit::{CliError, ExitStatus};
+use crate::output;
 use crate::report::{comparison, inputs};
-use crate::{exit, output};
 
-pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     if let Some(csv) = &args.csv {
         output::check_new(csv)?;
     }
@@ -19,7 +19,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
     // The node files of one multi-node job are one run.
     let loaded = inputs::gather_nodes(loaded)?;
     if loaded.len() < 2 {
-        anyhow::bail!(
+        refuse!(
             "the files given are the nodes of one run: compare needs two runs or more (a fiche of that run: iteragpu report {})",
             args.files
                 .iter()
@@ -42,7 +42,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| {
-            anyhow::anyhow!(
+            CliError::bad_input(format!(
                 "cannot write to standard output: {}{}",
                 output::reason(&e),
                 if staged.is_some() {
@@ -50,10 +50,10 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<u8> {
                 } else {
                     ""
                 }
-            )
+            ))
         })?;
     if let Some(staged) = staged {
         staged.commit()?;
     }
-    Ok(exit::OK)
+    Ok(ExitStatus::Ok)
 }

@@ -1,13 +1,13 @@
 //! `iteragpu environment`: the driver's view and the interpreter's, and whether measure can run.
 //! Exits 0 whatever it finds.
 
-use anyhow::{Context, Result};
 use std::io::Write;
 
 use crate::cli::EnvironmentArgs;
 use crate::environment;
+use crate::exit::{CliError, ExitStatus};
 
-pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let env = environment::collect(
         &args.device,
         args.python.as_deref(),
@@ -19,6 +19,6 @@ pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<u8> {
         environment::render::report(&env, &args.device)
     };
     out.write_all(text.as_bytes())
-        .context("cannot write to standard output")?;
-    Ok(crate::exit::OK)
+        .map_err(|e| CliError::because("cannot write to standard output", &e))?;
+    Ok(ExitStatus::Ok)
 }

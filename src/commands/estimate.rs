@@ -1,6 +1,5 @@
 //! `iteragpu estimate`: arguments → a validated [`Request`] → terms → table or JSON.
 
-use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::path::Path;
 
@@ -12,9 +11,10 @@ use crate::estimate::weights::ModelWeights;
 use crate::estimate::{
     self, KvRequest, Request, Reserve, Sharding, TrainingRequest, WeightsSource,
 };
+use crate::exit::{CliError, ExitStatus};
 use crate::model::{Architecture, Config, KvLayout, safetensors};
 
-pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
+pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let request = plan(args)?;
     let est = estimate::estimate(&request)?;
     let text = if args.json {
@@ -23,13 +23,13 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<()> {
         estimate::render::table(&est)
     };
     out.write_all(text.as_bytes())
-        .context("cannot write the estimate to standard output")?;
-    Ok(())
+        .map_err(|e| CliError::because("cannot write the estimate to standard output", &e))?;
+    Ok(ExitStatus::Ok)
 }
 
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
-pub fn plan(args: &EstimateArgs) -> Result<Request> {
+pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
     refuse_sharding_without_shard(args)?;
     refuse_ignored(args)?;
     let weights = match (args.parameters, args.bits, &args.model) {
@@ -38,7 +38,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
             path, args.dtype,
         )?))),
         (None, None, None) => None,
-        _ => bail!("give either --parameters N --bits B, or --model PATH, not both"),
+        _ => refuse!("give either --parameters N --bits B, or --model PATH, not both"),
     };
     let model_arch = match &weights {
         Some(WeightsSource::Model(m)) => Some(m),
@@ -47,14 +47,14 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
     if model_arch.is_some()
         && (args.kv_layers.is_some() || args.kv_heads.is_some() || args.head_dim.is_some())
     {
-        bail!(
+        refuse!(
             "--kv-layers, --kv-heads and --head-dim are read from --model; drop them (or drop --model to give them by hand)"
         );
     }
 
     let training = if args.train {
         if weights.is_none() {
-            bail!("--train needs the model: give --model PATH or --parameters N --bits B");
+            refuse!("--train needs the model: give --model PATH or --parameters N --bits B");
         }
         Some(TrainingRequest {
             optimizer: args.optimizer,
@@ -102,7 +102,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
             } else {
                 "add --kv-layers, --kv-heads, --head-dim and --tokens to estimate a KV cache"
             };
-            bail!(
+            refuse!(
                 "{} {} the KV cache, which this estimate does not have: {fix}, or drop {}",
                 without_cache.join(", "),
                 verb(&without_cache, "applies to", "apply to"),
@@ -111,7 +111,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
         }
     }
     if weights.is_none() && kv.is_none() {
-        bail!(
+        refuse!(
             "nothing to estimate: give --parameters N --bits B (weights), --model PATH (a Hugging Face config), or --kv-layers, --kv-heads, --head-dim and --tokens (KV cache)"
         );
     }
@@ -135,12 +135,12 @@ pub fn plan(args: &EstimateArgs) -> Result<Request> {
 }
 
 /// `--shard` and its options, checked for presence; their values are checked by the estimate.
-fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>> {
+fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>, CliError> {
     let Some(strategy) = args.shard else {
         return Ok(None);
     };
     let Some(world_size) = args.world_size else {
-        bail!(
+        refuse!(
             "--shard {} needs the number of ranks: add --world-size N (--world-size 1 for a single GPU)",
             strategy.name()
         );
@@ -156,10 +156,10 @@ fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>> {
 }
 
 /// Refuses the sharding options without `--shard`, and `--shard` without `--train`.
-fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<()> {
+fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<(), CliError> {
     if let Some(strategy) = args.shard {
         if !args.train {
-            bail!(
+            refuse!(
                 "--shard {} estimates one rank of a sharded training step: add --train (or drop --shard)",
                 strategy.name()
             );
@@ -177,7 +177,7 @@ fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<()> {
         ("--comm-reserve", args.comm_reserve.is_some()),
     ]);
     if !options.is_empty() {
-        bail!(
+        refuse!(
             "{} {} sharded training, which needs --shard ddp|zero1|zero2|zero3|fsdp (with --train): add --shard, or drop {}",
             options.join(", "),
             verb(&options, "describes", "describe"),
@@ -205,9 +205,9 @@ fn pronoun(names: &[&str]) -> &'static str {
 }
 
 /// Refuses the combinations in which an option would change nothing, before any file is read.
-fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
+fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
     if let (Some(dtype), Some(bits)) = (args.dtype, args.bits) {
-        bail!(
+        refuse!(
             "--dtype {dtype} sets the compute dtype of --model's weights; with --parameters N --bits B the width is --bits {bits}: drop --dtype (for the KV cache's width, use --kv-dtype)"
         );
     }
@@ -228,7 +228,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
             ("--prompt-tokens", args.prompt_tokens.is_some()),
         ]);
         if !inference_only.is_empty() {
-            bail!(
+            refuse!(
                 "{} {} the KV cache of inference, which a --train estimate does not have: drop {} (or drop --train)",
                 inference_only.join(", "),
                 verb(&inference_only, "describes", "describe"),
@@ -238,7 +238,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
         if let Some(dtype) = args.dtype
             && args.lora_rank.is_none()
         {
-            bail!(
+            refuse!(
                 "--dtype {dtype} with --train: the widths of the trained parameters follow --precision (here {}); --dtype only sets the frozen base model's width under LoRA (--lora-rank): drop --dtype, or choose --precision",
                 args.precision.name()
             );
@@ -254,7 +254,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
                 needs_model.insert(0, "--context");
             }
             if !needs_model.is_empty() {
-                bail!(
+                refuse!(
                     "{} {} the activations, which need the model's dimensions: give --model PATH (its config.json) instead of --parameters, or drop {}",
                     needs_model.join(", "),
                     verb(&needs_model, "sizes", "size"),
@@ -262,7 +262,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
                 );
             }
         } else if args.tokens.is_none() && !for_activations.is_empty() {
-            bail!(
+            refuse!(
                 "{} {} the activations, which need a sequence length: add --context N, or drop {}",
                 for_activations.join(", "),
                 verb(&for_activations, "sizes", "size"),
@@ -277,7 +277,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
         ("--kv-residual", args.kv_residual.is_some()),
     ]);
     if !quantized_only.is_empty() && cache != CacheKind::Quantized {
-        bail!(
+        refuse!(
             "{} {} --cache quantized, not --cache {}: add --cache quantized, or drop {}",
             quantized_only.join(", "),
             verb(&quantized_only, "applies to", "apply to"),
@@ -291,7 +291,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
             CacheKind::Static | CacheKind::Quantized | CacheKind::Offloaded
         )
     {
-        bail!(
+        refuse!(
             "--prompt-tokens applies to --cache dynamic or sliding (sliding layers hold the whole prompt until the first decoding step), not to --cache {}: drop --prompt-tokens",
             cache.name()
         );
@@ -300,14 +300,14 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<()> {
         && args.model.is_none()
         && (args.kv_bytes.is_some() || args.kv_dtype.is_some())
     {
-        bail!(
+        refuse!(
             "--dtype would set the cached values' width, but --kv-bytes or --kv-dtype already does: drop --dtype (it sets a --model's compute dtype)"
         );
     }
     Ok(())
 }
 
-fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights> {
+fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights, CliError> {
     let config = Config::load(path)?;
     let architecture = Architecture::from_config(&config)?;
     let stored = if path.is_dir() {
@@ -351,7 +351,7 @@ fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights> {
 fn kv_request(
     args: &EstimateArgs,
     model: Option<(&Architecture, Dtype)>,
-) -> Result<Option<KvRequest>> {
+) -> Result<Option<KvRequest>, CliError> {
     let layout = match model {
         Some((arch, _)) => {
             if args.tokens.is_none() {
@@ -375,7 +375,7 @@ fn kv_request(
                 .map(|(n, _)| *n)
                 .collect();
             if !missing.is_empty() {
-                bail!(
+                refuse!(
                     "the KV cache needs {} as well (or --model PATH to read the layout from a config)",
                     missing.join(", ")
                 );
@@ -394,14 +394,14 @@ fn kv_request(
         (None, Some(b), _, _) => b,
         (None, None, Some(d), _) => d.bytes(),
         (None, None, None, Some((_, d))) => d.bytes(),
-        (None, None, None, None) => bail!(
+        (None, None, None, None) => refuse!(
             "give the width of a cached value: --kv-bytes 2 (bf16/fp16) or --kv-dtype bfloat16"
         ),
     };
     if let Some(p) = args.prompt_tokens
         && p > tokens
     {
-        bail!(
+        refuse!(
             "--prompt-tokens {p} is longer than --tokens/--context {tokens}, which counts the prompt and the generated tokens; raise --context"
         );
     }
@@ -423,13 +423,12 @@ fn kv_request(
     let strategy = args
         .cache
         .unwrap_or(CacheKind::Dynamic)
-        .strategy(&options, tokens, &layout)
-        .map_err(anyhow::Error::msg)?;
+        .strategy(&options, tokens, &layout)?;
     if args.prompt_tokens.is_some()
         && strategy == CacheStrategy::Dynamic
         && layout.sliding_layers() == 0
     {
-        bail!(
+        refuse!(
             "--prompt-tokens matters only for sliding layers (they hold the whole prompt until the first decoding step), and this layout has none: drop --prompt-tokens"
         );
     }

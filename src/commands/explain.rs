@@ -1,14 +1,13 @@
 //! `iteragpu explain`: a result (with an estimate and a prediction) → the gap ledger → table or JSON.
 
-use anyhow::{Result, bail};
 use std::io::Write;
 
 use crate::cli::ExplainArgs;
-use crate::exit;
+use crate::exit::{CliError, ExitStatus};
 use crate::explain::{ledger, render};
 use crate::report::inputs::{self, InputFile};
 
-pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let result = inputs::load(&args.result)?;
     let InputFile::Measure(r) = &result.doc else {
         return Err(result
@@ -35,7 +34,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
     };
     let ledger = match ledger::of_result(r, estimate, prediction) {
         Ok(l) => l,
-        Err(why) => bail!("{}: {why}", args.result.display()),
+        Err(why) => refuse!("{}: {why}", args.result.display()),
     };
     let text = if args.json {
         serde_json::to_string_pretty(&ledger)? + "\n"
@@ -43,5 +42,5 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<u8> {
         render::table(&ledger)
     };
     out.write_all(text.as_bytes())?;
-    Ok(exit::OK)
+    Ok(ExitStatus::Ok)
 }

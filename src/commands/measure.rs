@@ -1,25 +1,25 @@
 //! `iteragpu measure`: arguments → a validated plan and its prediction → one trial in a fresh
 //! worker → the result file (never overwritten) → the table or the JSON.
 
-use anyhow::Result;
-use std::io::{IsTerminal, Write};
-use std::time::Duration;
+use std::io::Write;
 
+use super::progress;
 use crate::cli::MeasureArgs;
+use crate::exit::{CliError, ExitStatus};
 use crate::measure::history::HistoryMode;
 use crate::measure::plan::MeasurePlan;
 use crate::measure::render;
 use crate::measure::result::MeasureResult;
 use crate::measure::timeline;
 use crate::measure::trial::{ProcessRunner, TrialOutcome, TrialRunner};
-use crate::measure::worker_process::StartError;
 use crate::output::{self, Saved};
 use crate::prediction::check;
 use crate::prediction::run::{self, Outcome};
+use crate::progress::Progress;
 use crate::signals::StopRequest;
-use crate::{exit, prediction, signals};
+use crate::{prediction, signals};
 
-pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
     let plan = MeasurePlan::from_args(args)?;
@@ -36,38 +36,14 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
         }
         _ => None,
     };
-    // A spinner with the current phase, only on a terminal and never with --json.
-    let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
-        let bar =
-            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {prefix}")
-                .expect("valid template"),
-        );
-        bar.set_prefix("starting the worker");
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    });
-    let outcome = ProcessRunner::new(stop).run(&trial, bar.as_ref());
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(e @ StartError::Interpreter { .. }) => {
-            if let Some(bar) = &bar {
-                bar.finish_and_clear();
-            }
-            eprintln!("error: {e}");
-            return Ok(exit::MISSING_RUNTIME);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let mut result = match outcome {
+    // A spinner with the current phase, only on a terminal and never with --json; cleared
+    // before an error is printed.
+    let display = progress::spinner(args.json, "starting the worker");
+    let mut result = match ProcessRunner::new(stop).run(&trial, &*display)? {
         TrialOutcome::Unavailable { reason } => {
-            if let Some(bar) = &bar {
-                bar.finish_and_clear();
-            }
-            eprintln!("error: nothing measured: {reason}");
-            eprintln!("(no result file was written; run `iteragpu environment` for details)");
-            return Ok(exit::MISSING_RUNTIME);
+            return Err(CliError::missing_runtime(format!(
+                "nothing measured: {reason}\n(no result file was written; run `iteragpu environment` for details)"
+            )));
         }
         TrialOutcome::Measured(result) => result,
     };
@@ -80,11 +56,9 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
             .notes
             .push("no prediction: skipped (--no-prediction)".into());
     } else if stop.get().is_none() {
-        predict_next_to(&plan, &mut result, stop, bar.as_ref());
+        predict_next_to(&plan, &mut result, stop, &*display);
     }
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    display.finish();
     let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"
@@ -99,17 +73,13 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<u8> {
             saved.path().display()
         );
     }
-    Ok(match saved {
-        Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => exit::OK,
-        Saved::Here(_) | Saved::Sibling(_) => exit::WORKLOAD_FAILED,
+    match saved {
+        Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => Ok(ExitStatus::Ok),
+        Saved::Here(_) | Saved::Sibling(_) => Ok(ExitStatus::WorkloadFailed),
         Saved::Elsewhere { path, why } => {
-            eprintln!(
-                "error: {why}; the result was saved to {} instead",
-                path.display()
-            );
-            exit::BAD_INPUT
+            refuse!("{why}; the result was saved to {} instead", path.display())
         }
-    })
+    }
 }
 
 /// The prediction for the measured card, run after the measurement (on the CPU, every GPU hidden
@@ -118,7 +88,7 @@ fn predict_next_to(
     plan: &MeasurePlan,
     result: &mut MeasureResult,
     stop: &'static StopRequest,
-    bar: Option<&indicatif::ProgressBar>,
+    display: &dyn Progress,
 ) {
     let Some(target) = prediction::measured_target(result) else {
         result.notes.push(
@@ -126,10 +96,8 @@ fn predict_next_to(
         );
         return;
     };
-    if let Some(bar) = bar {
-        bar.set_prefix("predicting the same workload on the CPU");
-    }
-    match run::predict(plan, &target, stop, bar) {
+    display.set_stage("predicting the same workload on the CPU");
+    match run::predict(plan, &target, stop, display) {
         // Stopped by a signal or the timeout: its first phases are not the workload's prediction.
         Ok(Outcome::Predicted(doc)) if doc.stopped() => {
             result.notes.push(format!(

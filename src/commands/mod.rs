@@ -1,4 +1,12 @@
-//! One function per subcommand: turn validated arguments into work, and write the output.
+//! One function per subcommand: turn validated arguments into work, and write the output. Each
+//! returns `Result<ExitStatus, CliError>`; `lib.rs` prints the error once.
+
+/// Refuses the input: returns a bad-input [`CliError`](crate::exit::CliError) from the function.
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        return Err($crate::exit::CliError::bad_input(format!($($arg)*)))
+    };
+}
 
 pub mod cards;
 pub mod compare;
@@ -7,5 +15,6 @@ pub mod estimate;
 pub mod explain;
 pub mod measure;
 pub mod predict;
+pub mod progress;
 pub mod report;
 pub mod sweep;

@@ -1,15 +1,15 @@
 //! `iteragpu report`: the fiche, as Markdown or one self-contained HTML file.
 
-use anyhow::{Result, bail};
 use std::io::Write;
 
 use crate::cli::ReportArgs;
+use crate::exit::{CliError, ExitStatus};
+use crate::output;
 use crate::report::{decision_sheet, export, inputs};
-use crate::{exit, output};
 
-pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let Some(exporter) = export::for_path(&args.output) else {
-        bail!(
+        refuse!(
             "--output {}: give a .md (Markdown) or .html (self-contained HTML) file name",
             args.output.display()
         );
@@ -24,7 +24,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
     let result = files.next().expect("clap requires one file");
     let series = files.next();
     if let Some(extra) = files.next() {
-        bail!(
+        refuse!(
             "{}: a fiche is made of one run and at most one series; the node files of one multi-node job are merged only when they share a run id",
             extra.path.display()
         );
@@ -41,11 +41,11 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<u8> {
     writeln!(out, "fiche: {}", args.output.display())
         .and_then(|()| out.flush())
         .map_err(|e| {
-            anyhow::anyhow!(
+            CliError::bad_input(format!(
                 "cannot write to standard output: {}; no fiche was written",
                 output::reason(&e)
-            )
+            ))
         })?;
     staged.commit()?;
-    Ok(exit::OK)
+    Ok(ExitStatus::Ok)
 }

@@ -8,7 +8,7 @@ pub mod render;
 use serde::{Deserialize, Serialize};
 
 pub use nvml::DriverView;
-pub use python::{PROBE_TIMEOUT, PythonEnvironment, device_index, probe};
+pub use python::{PROBE_TIMEOUT, ProbeError, PythonEnvironment, device_index, probe};
 
 /// The whole environment report (`iteragpu environment --json`, and embedded in every result).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ pub fn collect(
     let interpreter = crate::python_side::interpreter(python);
     let (python, python_reason) = match probe(&interpreter, devices, timeout, None) {
         Ok(env) => (Some(env), None),
-        Err(reason) => (None, Some(reason)),
+        Err(reason) => (None, Some(reason.to_string())),
     };
     Environment {
         driver,

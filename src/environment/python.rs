@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -60,16 +60,44 @@ impl PythonEnvironment {
 /// an interpreter that hangs must not block `environment` (or a sweep) forever.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs the probe with `python`; an error string says why it could not run at all (including a
-/// probe still silent after `timeout`, which is then killed with its whole process group).
+/// Why the probe could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot write iteragpu's Python files: {0}")]
+    Files(std::io::Error),
+    #[error(
+        "cannot run the Python interpreter `{}`: {reason}; install Python 3 or choose one with --python or ITERAGPU_PYTHON",
+        .python.display()
+    )]
+    Spawn { python: PathBuf, reason: String },
+    #[error(
+        "`{}` did not report its environment within {secs} s and was stopped; check that it starts (`{} -c \"import torch\"`), or give more time with --timeout",
+        .python.display(),
+        .python.display()
+    )]
+    Timeout { python: PathBuf, secs: u64 },
+    #[error("the probe of `{}` was stopped by {}", .python.display(), .signal.name())]
+    Stopped { python: PathBuf, signal: Stop },
+    #[error("the probe's report is malformed: {0}")]
+    Malformed(serde_json::Error),
+    /// No report: how the interpreter ended and the last lines of its stderr.
+    #[error("`{}` did not report its environment ({ended}): {stderr_tail}", .python.display())]
+    Silent {
+        python: PathBuf,
+        ended: String,
+        stderr_tail: String,
+    },
+}
+
+/// Runs the probe with `python`; the error says why it could not run at all (including a probe
+/// still silent after `timeout`, which is then killed with its whole process group).
 pub fn probe(
     python: &Path,
     devices: &[String],
     timeout: Duration,
     stop: Option<&StopRequest>,
-) -> Result<PythonEnvironment, String> {
-    let package =
-        Package::write().map_err(|e| format!("cannot write iteragpu's Python files: {e}"))?;
+) -> Result<PythonEnvironment, ProbeError> {
+    let package = Package::write().map_err(ProbeError::Files)?;
     let request = serde_json::json!({ "devices": devices }).to_string();
     let mut command = Command::new(python);
     command
@@ -80,44 +108,36 @@ pub fn probe(
         .stderr(Stdio::piped())
         .process_group(0);
     crate::measure::worker_process::die_with_parent(&mut command);
-    let child = command.spawn().map_err(|e| {
-        format!(
-            "cannot run the Python interpreter `{}`: {}; install Python 3 or choose one with --python or ITERAGPU_PYTHON",
-            python.display(),
-            crate::output::reason(&e)
-        )
+    let child = command.spawn().map_err(|e| ProbeError::Spawn {
+        python: python.to_path_buf(),
+        reason: crate::output::reason(&e),
     })?;
     let output = wait_or_kill(child, timeout, stop).map_err(|why| match why {
-        Ended::Timeout => format!(
-            "`{}` did not report its environment within {} s and was stopped; check that it starts (`{} -c \"import torch\"`), or give more time with --timeout",
-            python.display(),
-            timeout.as_secs(),
-            python.display()
-        ),
-        Ended::Stopped(signal) => format!(
-            "the probe of `{}` was stopped by {}",
-            python.display(),
-            signal.name()
-        ),
+        Ended::Timeout => ProbeError::Timeout {
+            python: python.to_path_buf(),
+            secs: timeout.as_secs(),
+        },
+        Ended::Stopped(signal) => ProbeError::Stopped {
+            python: python.to_path_buf(),
+            signal,
+        },
     })?;
     let text = String::from_utf8_lossy(&output.stdout);
     for line in text.lines() {
         if let Ok(event) = serde_json::from_str::<Value>(line)
             && event["type"] == "environment"
         {
-            return serde_json::from_value(event["data"].clone())
-                .map_err(|e| format!("the probe's report is malformed: {e}"));
+            return serde_json::from_value(event["data"].clone()).map_err(ProbeError::Malformed);
         }
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    Err(format!(
-        "`{}` did not report its environment ({}): {}",
-        python.display(),
-        match output.status.code() {
+    Err(ProbeError::Silent {
+        python: python.to_path_buf(),
+        ended: match output.status.code() {
             Some(c) => format!("exit status {c}"),
             None => "killed by a signal".to_string(),
         },
-        stderr
+        stderr_tail: stderr
             .lines()
             .rev()
             .take(5)
@@ -125,8 +145,8 @@ pub fn probe(
             .into_iter()
             .rev()
             .collect::<Vec<_>>()
-            .join(" | ")
-    ))
+            .join(" | "),
+    })
 }
 
 /// Why a probe was killed.

@@ -74,17 +74,12 @@ impl CacheKind {
         options: &CacheOptions,
         tokens: u64,
         layout: &KvLayout,
-    ) -> Result<CacheStrategy, String> {
+    ) -> Result<CacheStrategy, CacheError> {
         if options.window.is_some() && self != CacheKind::Sliding {
-            return Err(
-                "--window applies to --cache sliding; add --cache sliding or drop --window".into(),
-            );
+            return Err(CacheError::WindowWithoutSliding);
         }
         if options.max_cache_len.is_some() && self != CacheKind::Static {
-            return Err(
-                "--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len"
-                    .into(),
-            );
+            return Err(CacheError::MaxLenWithoutStatic);
         }
         Ok(match self {
             CacheKind::Dynamic => CacheStrategy::Dynamic,
@@ -93,16 +88,14 @@ impl CacheKind {
             },
             CacheKind::Sliding => {
                 let Some(window) = options.window.or_else(|| layout.window()) else {
-                    return Err("--cache sliding needs a window: this layout has no sliding layers, so give --window N".into());
+                    return Err(CacheError::NoWindow);
                 };
                 CacheStrategy::Sliding { window }
             }
             CacheKind::Quantized => {
                 let bits = options.quantized.bits;
                 if !QuantizedSettings::BITS.contains(&bits) {
-                    return Err(format!(
-                        "--kv-quant-bits {bits} is not a width of transformers' quantized cache: use 2 or 4"
-                    ));
+                    return Err(CacheError::QuantBits(bits));
                 }
                 CacheStrategy::Quantized {
                     bits,
@@ -113,6 +106,23 @@ impl CacheKind {
             CacheKind::Offloaded => CacheStrategy::Offloaded,
         })
     }
+}
+
+/// Why a cache kind's options make no strategy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    #[error("--window applies to --cache sliding; add --cache sliding or drop --window")]
+    WindowWithoutSliding,
+    #[error(
+        "--max-cache-len applies to --cache static; add --cache static or drop --max-cache-len"
+    )]
+    MaxLenWithoutStatic,
+    #[error(
+        "--cache sliding needs a window: this layout has no sliding layers, so give --window N"
+    )]
+    NoWindow,
+    #[error("--kv-quant-bits {0} is not a width of transformers' quantized cache: use 2 or 4")]
+    QuantBits(u64),
 }
 
 /// How the cache keeps tokens.

@@ -144,13 +144,22 @@ fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&
         .filter(|ph| ph.status == crate::prediction::document::PhaseStatus::Predicted)
 }
 
+/// Why a result has no ledger.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{}", NOTHING_TO_RECONCILE)]
+    NothingToReconcile,
+}
+
+const NOTHING_TO_RECONCILE: &str = "the result has no completed phase with a peak reserved reading: nothing to reconcile (a partial peak before a failure is not a need)";
+
 /// Builds the ledger of a result, with the estimate and the prediction when given (the
 /// prediction stored in the result is used when none is given).
 pub fn of_result(
     r: &MeasureResult,
     estimate: Option<&EstimateDoc>,
     prediction: Option<&PredictionDoc>,
-) -> Result<Ledger, String> {
+) -> Result<Ledger, LedgerError> {
     let prediction = prediction.or(r.prediction.as_deref());
     let device = r
         .scope
@@ -172,9 +181,8 @@ pub fn of_result(
         .max_by_key(|(k, _, b)| (*b, std::cmp::Reverse(*k)))
         .map(|(k, p, _)| (k, p))
     else {
-        let nothing = "the result has no completed phase with a peak reserved reading: nothing to reconcile (a partial peak before a failure is not a need)";
         if post_mortem.is_none() && live_at_oom.is_none() {
-            return Err(nothing.into());
+            return Err(LedgerError::NothingToReconcile);
         }
         // An out-of-memory before any phase completed: its post-mortem is the explanation.
         let failed = r.phases.last();
@@ -194,7 +202,7 @@ pub fn of_result(
             post_mortem,
             live_at_oom,
             largest_at_peak: Vec::new(),
-            notes: vec![nothing.into()],
+            notes: vec![NOTHING_TO_RECONCILE.into()],
         });
     };
     let reading = &peak_phase.devices[0];
@@ -850,6 +858,7 @@ mod tests {
         assert!(
             of_result(&r, None, None)
                 .unwrap_err()
+                .to_string()
                 .contains("partial peak")
         );
     }

@@ -9,6 +9,7 @@ use super::torchrun::Torchrun;
 use super::trial::{DriverSide, Ended, Progress, Trial, TrialOutcome, build};
 use super::worker_process::{Exit, StartError};
 use crate::signals::Stop;
+use std::path::{Path, PathBuf};
 
 /// The error type a rank's worker reports when torchrun (or the CLI) stopped it by a signal.
 pub const RANK_STOPPED: &str = "RankStopped";
@@ -239,43 +240,73 @@ fn spread(ranks: &[RankResult]) -> (Option<u64>, Option<Imbalance>) {
     (max.map(|m| m.0), imbalance)
 }
 
+/// Why node files are not one multi-node job.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    #[error(
+        "{} is not a torchrun run (no `distributed`): only the files of one multi-node job are merged",
+        .0.display()
+    )]
+    NotTorchrun(PathBuf),
+    #[error("{} has no run id: its nodes cannot be matched", .0.display())]
+    NoRunId(PathBuf),
+    #[error(
+        "{} belongs to run `{id}` and {} to run `{first}`: files of different runs are never merged",
+        .path.display(),
+        .first_path.display()
+    )]
+    OtherRun {
+        path: PathBuf,
+        id: String,
+        first_path: PathBuf,
+        first: String,
+    },
+    #[error(
+        "{} and {} are both node {node} of run `{id}`: give each node's file once",
+        .other.display(),
+        .path.display()
+    )]
+    NodeTwice {
+        other: PathBuf,
+        path: PathBuf,
+        node: u64,
+        id: String,
+    },
+}
+
 /// The files of one multi-node job (one per node, the same `run_id`) as one result: every rank of
 /// every node side by side, the phases shown of the node whose rank peaked highest. Refuses files
 /// of different runs, a node given twice, or a file that is not a torchrun run.
-pub fn merge_nodes(nodes: &[(&std::path::Path, &MeasureResult)]) -> Result<MeasureResult, String> {
+pub fn merge_nodes(nodes: &[(&Path, &MeasureResult)]) -> Result<MeasureResult, MergeError> {
     let mut seen = std::collections::BTreeMap::new();
     let mut run_id: Option<&str> = None;
     for (path, r) in nodes {
         let Some(d) = &r.distributed else {
-            return Err(format!(
-                "{} is not a torchrun run (no `distributed`): only the files of one multi-node job are merged",
-                path.display()
-            ));
+            return Err(MergeError::NotTorchrun(path.to_path_buf()));
         };
-        let id = d.run_id.as_deref().ok_or_else(|| {
-            format!(
-                "{} has no run id: its nodes cannot be matched",
-                path.display()
-            )
-        })?;
+        let id = d
+            .run_id
+            .as_deref()
+            .ok_or_else(|| MergeError::NoRunId(path.to_path_buf()))?;
         match run_id {
             None => run_id = Some(id),
             Some(first) if first != id => {
-                return Err(format!(
-                    "{} belongs to run `{id}` and {} to run `{first}`: files of different runs are never merged",
-                    path.display(),
-                    nodes[0].0.display()
-                ));
+                return Err(MergeError::OtherRun {
+                    path: path.to_path_buf(),
+                    id: id.to_string(),
+                    first_path: nodes[0].0.to_path_buf(),
+                    first: first.to_string(),
+                });
             }
             Some(_) => {}
         }
         if let Some(other) = seen.insert(d.torchrun.node_rank, path) {
-            return Err(format!(
-                "{} and {} are both node {} of run `{id}`: give each node's file once",
-                other.display(),
-                path.display(),
-                d.torchrun.node_rank
-            ));
+            return Err(MergeError::NodeTwice {
+                other: other.to_path_buf(),
+                path: path.to_path_buf(),
+                node: d.torchrun.node_rank,
+                id: id.to_string(),
+            });
         }
     }
     let mut ranks: Vec<RankResult> = nodes

@@ -4,7 +4,6 @@
 //! phase, the phase it died in, its exit status or signal, and the last values seen. Tests of the
 //! sweep use a mock runner that starts no process.
 
-use indicatif::ProgressBar;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +18,7 @@ use super::sampler::Sampler;
 use super::spec::WorkerSpec;
 use super::worker_process::{self, Exit, Launch, StartError, WorkerCommand};
 use crate::environment::{PythonEnvironment, nvml};
+use crate::progress::{NoProgress, Progress as ProgressDisplay};
 use crate::signals::{Stop, StopRequest};
 
 /// Everything needed to run one trial.
@@ -61,7 +61,7 @@ pub trait TrialRunner {
     fn run(
         &mut self,
         trial: &Trial,
-        progress: Option<&ProgressBar>,
+        progress: &dyn ProgressDisplay,
     ) -> Result<TrialOutcome, StartError>;
 
     /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
@@ -93,7 +93,7 @@ impl TrialRunner for ProcessRunner {
     fn run(
         &mut self,
         trial: &Trial,
-        progress: Option<&ProgressBar>,
+        progress: &dyn ProgressDisplay,
     ) -> Result<TrialOutcome, StartError> {
         run_in_process(trial, self.stop, progress)
     }
@@ -127,7 +127,7 @@ impl TrialRunner for ProcessRunner {
             self.target = Some((backend, target));
         }
         let target = self.target.clone().and_then(|(_, t)| t)?;
-        match crate::prediction::run::predict(plan, &target, self.stop, None).ok()? {
+        match crate::prediction::run::predict(plan, &target, self.stop, &NoProgress).ok()? {
             // A prediction stopped by a signal or the timeout holds only its first phases.
             crate::prediction::run::Outcome::Predicted(doc) if !doc.stopped() => {
                 doc.max_peak_reserved()
@@ -192,7 +192,7 @@ impl Progress {
         line: Line,
         trial: &Trial,
         side: &DriverSide,
-        progress: Option<&ProgressBar>,
+        progress: &dyn ProgressDisplay,
         dones: &mut usize,
     ) {
         match line {
@@ -213,10 +213,8 @@ impl Progress {
                 if let Some(s) = &self.sampler {
                     s.enter(index);
                 }
-                if let Some(bar) = progress
-                    && self.rank.as_ref().is_none_or(|r| r.local_rank == 0)
-                {
-                    bar.set_prefix(format!("phase {} ({name})", index + 1));
+                if self.rank.as_ref().is_none_or(|r| r.local_rank == 0) {
+                    progress.set_stage(&format!("phase {} ({name})", index + 1));
                 }
                 self.current.push((name, index));
             }
@@ -295,7 +293,7 @@ impl Progress {
 fn run_in_process(
     trial: &Trial,
     stop: &StopRequest,
-    progress: Option<&ProgressBar>,
+    progress: &dyn ProgressDisplay,
 ) -> Result<TrialOutcome, StartError> {
     let started_at = chrono::Utc::now().to_rfc3339();
     let (nvml, reason) = match nvml::open() {
@@ -318,7 +316,7 @@ fn run_in_process(
             .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
         timeout: trial.timeout,
         forward_output: trial.forward_output,
-        progress: progress.cloned(),
+        progress: progress.forwarder(),
         env: trial
             .alloc_conf
             .map(super::alloc_conf::AllocConf::environment)
@@ -652,7 +650,7 @@ pub(crate) mod mock {
         fn run(
             &mut self,
             trial: &Trial,
-            _progress: Option<&ProgressBar>,
+            _progress: &dyn crate::progress::Progress,
         ) -> Result<TrialOutcome, StartError> {
             self.specs.push(trial.spec.clone());
             self.alloc_confs.push(trial.alloc_conf);

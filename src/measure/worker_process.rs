@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::events::{Line, parse};
+use crate::progress::Progress;
 use crate::python_side::Package;
 use crate::signals::{Stop, StopRequest};
 
@@ -29,8 +30,9 @@ pub struct WorkerCommand {
     pub timeout: Option<Duration>,
     /// Forward the workload's stderr (and its redirected prints) to ours.
     pub forward_output: bool,
-    /// A progress display on a terminal: forwarded lines are printed above it.
-    pub progress: Option<indicatif::ProgressBar>,
+    /// A progress display on a terminal (`Progress::forwarder`): forwarded lines are printed
+    /// above it.
+    pub progress: Option<Arc<dyn Progress>>,
     /// Environment changes in order: `Some` sets, `None` removes (a prediction hides every GPU
     /// from its worker; `--alloc-conf` replaces the allocator's variables).
     pub env: Vec<(String, Option<String>)>,
@@ -154,14 +156,14 @@ fn read_lines(source: usize, stream: impl std::io::Read + Send + 'static, tx: mp
 fn forward_lines(
     stream: impl std::io::Read + Send + 'static,
     forward: bool,
-    progress: Option<indicatif::ProgressBar>,
+    progress: Option<Arc<dyn Progress>>,
     tail: Arc<Mutex<VecDeque<String>>>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
             if forward {
                 match &progress {
-                    Some(bar) => bar.println(&line),
+                    Some(display) => display.println(&line),
                     None => {
                         let _ = writeln!(std::io::stderr().lock(), "{line}");
                     }

@@ -1,7 +1,6 @@
 //! Runs a plan's workload in a predicting worker (the same worker and workload code, on data-less
 //! CUDA tensors, every GPU hidden from it) and turns its storage events into a prediction.
 
-use indicatif::ProgressBar;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +17,7 @@ use crate::measure::events::{Event, Line};
 use crate::measure::plan::MeasurePlan;
 use crate::measure::result::{Identity, RunStatus};
 use crate::measure::worker_process::{self, Exit, StartError, WorkerCommand};
+use crate::progress::Progress;
 use crate::signals::{Stop, StopRequest};
 
 /// How a prediction ended.
@@ -52,7 +52,7 @@ pub fn predict(
     plan: &MeasurePlan,
     target: &Target,
     stop: &StopRequest,
-    progress: Option<&ProgressBar>,
+    progress: &dyn Progress,
 ) -> Result<Outcome, StartError> {
     let trial = plan.trial();
     let mut spec = trial.spec.clone();
@@ -67,7 +67,7 @@ pub fn predict(
             .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
         timeout: Some(plan.timeout),
         forward_output: trial.forward_output,
-        progress: progress.cloned(),
+        progress: progress.forwarder(),
         // The predicting process never touches a GPU, even on a machine that has one.
         env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
         launch: worker_process::Launch::Worker,
@@ -97,9 +97,7 @@ pub fn predict(
             parent,
             automatic,
         }) => {
-            if let Some(bar) = progress {
-                bar.set_prefix(format!("predicting phase {} ({name})", index + 1));
-            }
+            progress.set_stage(&format!("predicting phase {} ({name})", index + 1));
             c.events.push(TraceEvent::PhaseStart {
                 name,
                 index,

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cards::{self, Card};
+use crate::cards::{self, Card, UnknownCard};
 
 /// H200, torch 2.11.0+cu130: `memory_reserved` 2 MiB right after CUDA initialisation while NVML
 /// showed 641,728,512 bytes for the process (../shared/reference/gpu-machine.md).
@@ -48,15 +48,36 @@ pub struct Target {
 /// The catalog's H200, the default target.
 pub const DEFAULT_CARD: &str = "H200";
 
+/// Why there is no target: the card is unknown, not a CUDA card, or the device cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    UnknownCard(#[from] UnknownCard),
+    #[error("{name} is a {vendor} card: predictions run for CUDA devices only")]
+    NotCuda { name: String, vendor: String },
+    /// The interpreter could not report its environment.
+    #[error(transparent)]
+    Probe(#[from] crate::environment::ProbeError),
+    #[error(
+        "--device {device}: {reason}; predict for a card of the catalog with --card NAME instead"
+    )]
+    NoDevice { device: String, reason: String },
+    #[error("PyTorch did not report {device}'s {property}")]
+    Unreported {
+        device: String,
+        property: &'static str,
+    },
+}
+
 impl Target {
     /// A card of the catalog; `Err` for a card predictions cannot target (not CUDA, or no
     /// compute capability known).
-    pub fn for_card(card: &Card, allocator_backend: &str) -> Result<Target, String> {
+    pub fn for_card(card: &Card, allocator_backend: &str) -> Result<Target, TargetError> {
         let Some(capability) = card.compute_capability() else {
-            return Err(format!(
-                "{} is a {} card: predictions run for CUDA devices only",
-                card.name, card.vendor
-            ));
+            return Err(TargetError::NotCuda {
+                name: card.name.clone(),
+                vendor: card.vendor.to_string(),
+            });
         };
         let (total, source) = card.device_capacity();
         let measured_h200 = card.name.starts_with("H200");
@@ -120,7 +141,7 @@ impl Target {
     }
 
     /// The target named on the command line, or the catalog's H200.
-    pub fn named(name: Option<&str>, allocator_backend: &str) -> Result<Target, String> {
+    pub fn named(name: Option<&str>, allocator_backend: &str) -> Result<Target, TargetError> {
         let card = cards::find(name.unwrap_or(DEFAULT_CARD))?;
         Target::for_card(&card, allocator_backend)
     }
@@ -134,7 +155,7 @@ impl Target {
         device: &str,
         backend: &str,
         stop: Option<&crate::signals::StopRequest>,
-    ) -> Result<Target, String> {
+    ) -> Result<Target, TargetError> {
         let env = crate::environment::probe(
             python,
             &[device.to_string()],
@@ -142,12 +163,17 @@ impl Target {
             stop,
         )?;
         let Some(props) = env.device(device).filter(|_| env.can_measure) else {
-            return Err(format!(
-                "--device {device}: {}; predict for a card of the catalog with --card NAME instead",
-                env.reason
-                    .as_deref()
-                    .unwrap_or("this machine has no such device")
-            ));
+            return Err(TargetError::NoDevice {
+                device: device.to_string(),
+                reason: env
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "this machine has no such device".into()),
+            });
+        };
+        let unreported = |property| TargetError::Unreported {
+            device: device.to_string(),
+            property,
         };
         let name = props
             .get("name")
@@ -157,11 +183,11 @@ impl Target {
         let capability = props
             .get("capability")
             .and_then(|c| Some((c.get(0)?.as_u64()? as u32, c.get(1)?.as_u64()? as u32)))
-            .ok_or_else(|| format!("PyTorch did not report {device}'s compute capability"))?;
+            .ok_or_else(|| unreported("compute capability"))?;
         let total = props
             .get("total_memory")
             .and_then(|v| v.as_u64())
-            .ok_or_else(|| format!("PyTorch did not report {device}'s total_memory"))?;
+            .ok_or_else(|| unreported("total_memory"))?;
         let mut target = match cards::identify(&name) {
             Some(card) => Target::for_card(&card, backend)?,
             None => Target::named(None, backend)?,
@@ -216,6 +242,7 @@ mod tests {
         assert!(
             Target::named(Some("MI300X"), "native")
                 .unwrap_err()
+                .to_string()
                 .contains("CUDA devices only")
         );
     }

@@ -302,12 +302,11 @@ pub fn gather_nodes(files: Vec<Loaded>) -> Result<Vec<Loaded>, InputError> {
                 _ => None,
             })
             .collect();
-        let doc =
-            crate::measure::ranks::merge_nodes(&pairs).map_err(|message| InputError::Content {
-                path: group[0].path.clone(),
-                schema: MEASURE.into(),
-                message,
-            })?;
+        let doc = crate::measure::ranks::merge_nodes(&pairs).map_err(|e| InputError::Content {
+            path: group[0].path.clone(),
+            schema: MEASURE.into(),
+            message: e.to_string(),
+        })?;
         let mut first = group.remove(0);
         first.doc = InputFile::Measure(Box::new(doc));
         first.merged_from = group;

@@ -4,7 +4,6 @@
 //! Pure orchestration: with a mock runner it is unit-tested without Python.
 
 use anyhow::{Result, bail};
-use indicatif::ProgressBar;
 use serde_json::{Map, Value, json};
 use std::time::Instant;
 
@@ -17,12 +16,13 @@ use super::series::{
 };
 use super::vary::{ALLOC_CONF, Values, Vary, grid_order};
 use crate::cards;
-use crate::exit;
+use crate::exit::ExitStatus;
 use crate::measure::dimensions::Variable;
 use crate::measure::plan::MeasurePlan;
 use crate::measure::result::MeasureResult;
 use crate::measure::trial::{TrialOutcome, TrialRunner};
 use crate::prediction;
+use crate::progress::Progress;
 use crate::signals::Stop;
 use crate::units::Bytes;
 
@@ -50,7 +50,7 @@ struct Sweep<'a> {
     runner: &'a mut dyn TrialRunner,
     series: Series,
     writer: Writer,
-    bar: &'a ProgressBar,
+    progress: &'a dyn Progress,
     base_spec: Option<Map<String, Value>>,
     /// A stop signal seen between two trials.
     stopped_between: Option<Stop>,
@@ -61,7 +61,7 @@ pub fn run(
     plan: &SweepPlan,
     runner: &mut dyn TrialRunner,
     writer: Writer,
-    bar: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<Finish> {
     let now = chrono::Utc::now().to_rfc3339();
     let mut sweep = Sweep {
@@ -93,7 +93,7 @@ pub fn run(
             notes: Vec::new(),
         },
         writer,
-        bar,
+        progress,
         base_spec: None,
         stopped_between: None,
     };
@@ -149,15 +149,15 @@ pub fn run(
 
 /// 3 when a trial crashed, timed out, was stopped, found PyTorch missing, or failed for a reason
 /// other than out-of-memory (only an out-of-memory at a known load is a finding); else 0.
-pub fn exit_status(series: &Series) -> u8 {
+pub fn exit_status(series: &Series) -> ExitStatus {
     let stopped = matches!(
         series.status,
         SeriesStatus::Interrupted | SeriesStatus::Terminated
     );
     if stopped || series.trials.iter().any(is_broken) {
-        exit::WORKLOAD_FAILED
+        ExitStatus::WorkloadFailed
     } else {
-        exit::OK
+        ExitStatus::Ok
     }
 }
 
@@ -196,7 +196,7 @@ impl Sweep<'_> {
                 let Values::List(values) = &v.values else {
                     bail!("internal: a list sweep without a list")
                 };
-                self.bar.set_length(values.len() as u64);
+                self.progress.set_length(values.len() as u64);
                 for &value in values {
                     let p = base.with(v.variable, value)?;
                     step!(self.trial(&p, one_value(v.variable, value), None));
@@ -208,7 +208,7 @@ impl Sweep<'_> {
                     bail!("internal: a grid without two lists")
                 };
                 let cells = grid_order(outer, inner);
-                self.bar.set_length(cells.len() as u64);
+                self.progress.set_length(cells.len() as u64);
                 for (x, y) in cells {
                     let p = base.with(a.variable, x)?.with(b.variable, y)?;
                     let mut values = one_value(a.variable, x);
@@ -217,7 +217,7 @@ impl Sweep<'_> {
                 }
             }
             SweepMode::Processes => {
-                self.bar.set_length(plan.processes);
+                self.progress.set_length(plan.processes);
                 for i in 0..plan.processes {
                     let mut values = Map::new();
                     values.insert("process".into(), json!(i));
@@ -225,7 +225,7 @@ impl Sweep<'_> {
                 }
             }
             SweepMode::Loads => {
-                self.bar.set_length(plan.loads.len() as u64);
+                self.progress.set_length(plan.loads.len() as u64);
                 for load in &plan.loads {
                     let mut p = base.clone();
                     let mut values = Map::new();
@@ -249,7 +249,7 @@ impl Sweep<'_> {
                     None => (None, vec![0]),
                 };
                 let cells = grid_order(&settings, &list);
-                self.bar.set_length(cells.len() as u64);
+                self.progress.set_length(cells.len() as u64);
                 for (s, x) in cells {
                     let setting = plan.alloc_confs[s as usize];
                     let mut p = base.with_alloc_conf(setting);
@@ -388,9 +388,9 @@ impl Sweep<'_> {
             });
             format!(" (last: {}{peak})", super::render::status_label(t))
         });
-        self.bar.set_message(format!("running {label}{last}"));
+        self.progress.set_message(&format!("running {label}{last}"));
         let began = Instant::now();
-        let outcome = self.runner.run(&trial, Some(self.bar))?;
+        let outcome = self.runner.run(&trial, self.progress)?;
         let duration_s = began.elapsed().as_secs_f64();
         let record = match outcome {
             TrialOutcome::Unavailable { reason } => {
@@ -419,7 +419,7 @@ impl Sweep<'_> {
             }
         };
         let status = record.status;
-        self.bar.println(format!(
+        self.progress.println(&format!(
             "trial {:>3} {label:<28} {:<11} peak reserved {}",
             index + 1,
             super::render::status_label(&record),
@@ -430,7 +430,7 @@ impl Sweep<'_> {
         self.series.trials.push(record);
         self.series.updated_at = chrono::Utc::now().to_rfc3339();
         self.writer.save(&self.series)?;
-        self.bar.inc(1);
+        self.progress.inc();
         Ok(match status {
             TrialStatus::Ok | TrialStatus::Failed => Step::Done(status.is_ok()),
             TrialStatus::Interrupted | TrialStatus::Terminated => Step::Stop,
@@ -624,7 +624,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("series.json");
         let p = plan(args, &out);
-        let finish = run(&p, mock, Writer::new(&out).unwrap(), &ProgressBar::hidden());
+        let finish = run(
+            &p,
+            mock,
+            Writer::new(&out).unwrap(),
+            &crate::progress::NoProgress,
+        );
         (dir, out, finish)
     }
 
@@ -651,7 +656,7 @@ mod tests {
         let fit = series.fit.as_ref().unwrap();
         assert_eq!(fit.variable, Variable::Batch);
         assert!((fit.fit.predict(16.0) - 16e6).abs() < 1.0);
-        assert_eq!(exit_status(&series), exit::OK);
+        assert_eq!(exit_status(&series), ExitStatus::Ok);
         assert_eq!(on_disk(&out).trials.len(), 4, "the file holds every trial");
     }
 
@@ -674,7 +679,7 @@ mod tests {
             &p,
             &mut mock,
             Writer::new(&out).unwrap(),
-            &ProgressBar::hidden(),
+            &crate::progress::NoProgress,
         )
         .unwrap();
         assert_eq!(*seen.borrow(), [None, Some(1), Some(2)]);
@@ -718,7 +723,7 @@ mod tests {
             "every trial runs under the emulated limit"
         );
         assert_eq!(series.status, SeriesStatus::Complete);
-        assert_eq!(exit_status(&series), exit::OK);
+        assert_eq!(exit_status(&series), ExitStatus::Ok);
     }
 
     #[test]
@@ -749,7 +754,7 @@ mod tests {
             assert_eq!(series.trials.last().unwrap().status, status);
             assert!(!series.trials.last().unwrap().out_of_memory);
             assert!(series.notes.iter().any(|n| n.contains("stopped early")));
-            assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+            assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
         }
     }
 
@@ -767,7 +772,7 @@ mod tests {
         assert_eq!(series.status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).trials.len(), 3);
-        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
     }
 
     #[test]
@@ -783,7 +788,7 @@ mod tests {
         assert_eq!(series.trials[1].status, TrialStatus::Failed);
         assert!(!series.trials[1].out_of_memory);
         assert!(is_broken(&series.trials[1]));
-        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
         let table = super::super::render::table(&series, std::path::Path::new("s.json"));
         assert!(table.contains("mock: ValueError"), "{table}");
     }
@@ -818,7 +823,7 @@ mod tests {
             let disk = on_disk(&out);
             assert_eq!((disk.status, disk.trials.len()), (status, 2));
             assert!(disk.notes.iter().any(|n| n.contains(stop.name())));
-            assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+            assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
         }
     }
 
@@ -842,7 +847,7 @@ mod tests {
             panic!()
         };
         assert_eq!(series.trials[1].status, TrialStatus::Unavailable);
-        assert_eq!(exit_status(&series), exit::WORKLOAD_FAILED);
+        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
     }
 
     #[test]
