@@ -32,10 +32,10 @@ pub enum FileError {
     )]
     Directory { path: PathBuf },
     #[error(
-        "{path} is a named pipe (FIFO), not a file: reading it would wait for a writer; replace it with the downloaded file"
+        "{path} is a named pipe (FIFO), not a file: reading it would wait for a writer; give the file itself"
     )]
     Fifo { path: PathBuf },
-    #[error("{path} is a {kind}, not a regular file; replace it with the downloaded file")]
+    #[error("{path} is a {kind}, not a regular file; give the file itself")]
     Special { path: PathBuf, kind: &'static str },
     #[error(
         "{path} is {} bytes, above the {}-byte cap for a {what}; it is not a real {what} (check the path)",

@@ -13,6 +13,9 @@ use crate::sweep::series::Series;
 pub enum InputError {
     #[error("cannot read {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
+    /// Not a regular file (a FIFO would block, a device never ends) or above the size cap.
+    #[error(transparent)]
+    File(#[from] crate::model::files::FileError),
     #[error(
         "{path} is not valid JSON (line {line}, column {column}): {message}; the file is truncated or was edited by hand"
     )]
@@ -109,11 +112,16 @@ pub use crate::measure::result::SCHEMA as MEASURE;
 pub use crate::prediction::document::SCHEMA as PREDICTION;
 pub use crate::sweep::series::SCHEMA as SERIES;
 
-/// Reads and validates any iteragpu file.
+/// The largest iteragpu document read: a result with its timeline summary or a long series stays
+/// far below; anything larger is not one of ours (a device, a stray file) and is refused unread.
+pub const DOCUMENT_CAP: u64 = 256 << 20;
+
+/// Reads and validates any iteragpu file (a regular file under `DOCUMENT_CAP`, checked first).
 pub fn load(path: &Path) -> Result<Loaded, InputError> {
-    let raw = std::fs::read_to_string(path).map_err(|e| InputError::Read {
+    let bytes = crate::model::files::read_capped(path, DOCUMENT_CAP, "iteragpu document")?;
+    let raw = String::from_utf8(bytes).map_err(|e| InputError::Read {
         path: path.to_path_buf(),
-        reason: crate::output::reason(&e),
+        reason: format!("not UTF-8 text ({e}): it was not written by iteragpu"),
     })?;
     let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| InputError::Json {
         path: path.to_path_buf(),

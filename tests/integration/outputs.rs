@@ -255,3 +255,43 @@ fn a_closed_or_full_standard_output_writes_no_fiche_and_no_csv() {
     assert_eq!(run.status.code(), Some(0));
     assert_eq!(read_json(&other)["status"], "ok");
 }
+
+/// Inputs are regular files under a size cap, checked before reading: a FIFO (which would block
+/// until a writer comes), `/dev/zero` (which never ends), a folder and a file above the cap are
+/// refused at once with the reason, for every command that reads documents.
+#[test]
+fn inputs_that_are_not_regular_files_or_too_large_are_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("result.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let huge = dir.path().join("huge.json");
+    let file = std::fs::File::create(&huge).unwrap();
+    // Sparse: 300 MiB announced, nothing written.
+    file.set_len(300 << 20).unwrap();
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let cases: [(&Path, &str); 4] = [
+        (&fifo, "named pipe"),
+        (Path::new("/dev/zero"), "not a regular file"),
+        (&folder, "folder"),
+        (&huge, "above the"),
+    ];
+    for (input, reason) in cases {
+        for command in [vec!["explain"], vec!["compare"], vec!["report"]] {
+            let mut cmd = assert_cmd::Command::cargo_bin("iteragpu").unwrap();
+            cmd.args(&command).arg(input);
+            if command[0] == "compare" {
+                cmd.arg(input);
+            }
+            if command[0] == "report" {
+                cmd.arg("--output").arg(dir.path().join("fiche.html"));
+            }
+            cmd.timeout(std::time::Duration::from_secs(20))
+                .assert()
+                .code(1)
+                .stderr(predicate::str::contains(reason));
+        }
+    }
+    assert!(!dir.path().join("fiche.html").exists());
+}
