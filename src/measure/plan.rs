@@ -22,6 +22,10 @@ use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::model::{Architecture, Config, ModelError};
 
+/// The largest world size `predict` follows: the fake process group's cost grows with the ranks
+/// (about linearly: 16,384 ranks took 229 s on this 2-core machine; 4,096 stay within a minute).
+pub const MAX_PREDICTED_WORLD_SIZE: u64 = 4096;
+
 /// What to measure, where, with which interpreter and for how long.
 #[derive(Clone, Debug)]
 pub struct MeasurePlan {
@@ -105,11 +109,19 @@ impl MeasurePlan {
         Self::build(args, None)
     }
 
-    /// Validates the arguments of `predict`, for rank 0 of `world_size` ranks when given.
+    /// Validates the arguments of `predict`, for rank 0 of `world_size` ranks when given (at most
+    /// `MAX_PREDICTED_WORLD_SIZE`).
     pub fn for_prediction(args: &MeasureArgs, world_size: Option<u64>) -> Result<MeasurePlan> {
         if args.nproc_per_node.is_some() {
             bail!(
                 "predict runs no torchrun job: give the job's size with --world-size N (rank 0 is predicted on PyTorch's fake process group)"
+            );
+        }
+        if let Some(n) = world_size
+            && n > MAX_PREDICTED_WORLD_SIZE
+        {
+            bail!(
+                "--world-size {n} is above the {MAX_PREDICTED_WORLD_SIZE} ranks predict follows: PyTorch's fake process group costs time per rank (16,384 ranks took 229 s on 2 cores); for a larger job, `iteragpu estimate --train --shard … --world-size {n}` gives one rank's memory by arithmetic"
             );
         }
         Self::build(args, world_size)

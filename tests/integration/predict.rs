@@ -478,6 +478,10 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
             "cannot be used with",
         ),
         (vec!["--device", "cuda:0,cuda:1"], "one device"),
+        (
+            vec!["--world-size", "16384"],
+            "above the 4096 ranks predict follows",
+        ),
     ] {
         iteragpu()
             .arg("predict")
