@@ -424,6 +424,7 @@ pub(crate) fn build(
     let run = &ended.run;
     let (devices, indices) = p.devices(trial, side);
     let mut notes = std::mem::take(&mut p.notes);
+    notes.extend(run.left_running_notes());
     if let Some(signal) = stopped
         && p.pid.is_none()
     {

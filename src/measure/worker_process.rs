@@ -86,6 +86,20 @@ pub struct WorkerRun {
     pub stderr_tail: Vec<String>,
     /// Event sources in the order their channel closed (a rank that died first is first).
     pub closed: Vec<usize>,
+    /// Processes the workload started that outlived the worker (a detached child, a daemon),
+    /// found as this process's adopted children and ended: `pid (command)`.
+    pub left_running: Vec<String>,
+}
+
+impl WorkerRun {
+    /// The note a result carries for each process the workload left running.
+    pub fn left_running_notes(&self) -> impl Iterator<Item = String> + '_ {
+        self.left_running.iter().map(|p| {
+            format!(
+                "the workload left process {p} running after its worker ended (started in its own session): it was ended, so it holds no GPU memory after the run"
+            )
+        })
+    }
 }
 
 /// Why a worker could not be started at all.
@@ -125,6 +139,91 @@ pub(crate) fn die_with_parent(command: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// How long the output forwarders may still read after the worker ended: a descendant that keeps
+/// the pipes open (a detached child) never delays the end of the run by more than this.
+const FORWARDER_GRACE: Duration = Duration::from_secs(2);
+
+/// Makes this process the reaper of its orphaned descendants (once, process-wide): a child that the
+/// workload detached into its own session is adopted by the CLI when the worker ends, instead of
+/// by init, so it can be named and ended.
+fn become_subreaper() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag of this process.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        }
+    });
+}
+
+/// The processes this process adopted (their parent is us) other than `except`: what the
+/// workload left running after the worker ended. Each is killed with its group, then reaped.
+fn end_adopted(except: u32, ranks: &[u32]) -> Vec<String> {
+    let me = std::process::id();
+    let mut left = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return left;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == except || pid == me {
+            continue;
+        }
+        // Ranks under torchrun were ended on purpose: reaped, not reported.
+        let rank = ranks.contains(&pid);
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: the command may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = after.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if ppid != me {
+            continue;
+        }
+        if state != "Z" && !rank {
+            let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .split('\0')
+                        .filter(|a| !a.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            left.push(format!(
+                "{pid} ({})",
+                command.chars().take(200).collect::<String>()
+            ));
+            // SAFETY: signals to a process we adopted (and its own group, when it leads one).
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                libc::killpg(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        // SAFETY: reaps our own child; WNOHANG never blocks.
+        unsafe {
+            let mut status = 0;
+            for _ in 0..50 {
+                if libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) != 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    left
 }
 
 fn kill_group(pid: u32, signal: i32) {
@@ -220,6 +319,7 @@ pub fn run(
     stop: &StopRequest,
     mut on_line: impl FnMut(usize, Line),
 ) -> Result<WorkerRun, StartError> {
+    become_subreaper();
     let package = Package::write().map_err(StartError::Files)?;
     let spec_path = package.root().join("spec.json");
     std::fs::write(&spec_path, cmd.spec.to_string()).map_err(StartError::Files)?;
@@ -372,6 +472,9 @@ pub fn run(
     kill_group(pid, libc::SIGKILL);
     ch.kill_ranks();
     finished.store(true, Ordering::Relaxed);
+    // What the workload left running (adopted by this process now that the worker is gone) is
+    // named and ended first: a detached child holding the pipes would delay the drain.
+    let left_running = end_adopted(pid, &ch.rank_groups);
     let drain_until = Instant::now() + Duration::from_secs(5);
     while !ch.drained() && Instant::now() < drain_until {
         match rx.recv_timeout(Duration::from_millis(50)) {
@@ -380,8 +483,15 @@ pub fn run(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
+    // The forwarders get a bounded time to finish reading.
+    let join_until = Instant::now() + FORWARDER_GRACE;
     for f in forwarders {
-        let _ = f.join();
+        while !f.is_finished() && Instant::now() < join_until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if f.is_finished() {
+            let _ = f.join();
+        }
     }
     drop(socket_dir);
     let exit = forced.unwrap_or_else(|| match (status.code(), status.signal()) {
@@ -400,6 +510,7 @@ pub fn run(
         pid,
         stderr_tail,
         closed: ch.closed,
+        left_running,
     })
 }
 

@@ -178,6 +178,7 @@ pub fn predict(
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
     let mut notes = c.notes;
     notes.extend(judged.notes);
+    notes.extend(run.left_running_notes());
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),

@@ -537,5 +537,64 @@ fn an_out_of_memory_deep_in_a_long_message_keeps_its_post_mortem() {
     let message = doc["failure"]["message"].as_str().unwrap();
     assert!(message.len() <= 4_004, "{}", message.len());
     assert!(message.contains("out of memory"), "{message}");
-    assert!(!doc["failure"]["post_mortem"].is_null(), "{}", doc["failure"]);
+    assert!(
+        !doc["failure"]["post_mortem"].is_null(),
+        "{}",
+        doc["failure"]
+    );
+}
+
+/// Whether a process whose command line holds `marker` is still running.
+fn still_running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(marker))
+            .unwrap_or(false)
+    })
+}
+
+/// A child the workload started in its own session outlives the worker and holds its pipes: the
+/// run still ends at once, the child is named in the result and ended.
+#[test]
+fn a_detached_child_never_holds_the_run_and_is_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("detached.json");
+    let began = std::time::Instant::now();
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/detached_child.py"))
+        .arg("--output")
+        .arg(&out)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .success();
+    assert!(began.elapsed().as_secs() < 30, "{:?}", began.elapsed());
+    let doc = read_json(&out);
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("the workload left process"), "{notes}");
+    assert!(notes.contains("time.sleep(600)"), "{notes}");
+    assert!(!still_running("time.sleep(600)"));
+
+    // Blocked on such a child: --timeout ends the run, the phase done so far kept.
+    let marker = format!("iteragpu-detached-{}", std::process::id());
+    let out = dir.path().join("waits.json");
+    let began = std::time::Instant::now();
+    with_fake_torch()
+        .args(["measure", "--timeout", "3", "--script"])
+        .arg(fixture("scripts/waits_on_detached.py"))
+        .arg("--output")
+        .arg(&out)
+        .arg("--")
+        .arg(&marker)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(3);
+    assert!(began.elapsed().as_secs() < 30, "{:?}", began.elapsed());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "timeout");
+    assert_eq!(phase_names(&doc), ["load"]);
+    assert!(
+        !still_running(&marker),
+        "the detached child was left running"
+    );
 }

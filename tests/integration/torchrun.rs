@@ -207,6 +207,30 @@ fn a_timeout_stops_every_rank_and_keeps_their_phases() {
     }
 }
 
+/// Whether `pid`'s chain of parents reaches `ancestor`.
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(ppid) = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        if ppid <= 1 {
+            return false;
+        }
+        pid = ppid;
+    }
+    false
+}
+
 #[test]
 fn ctrl_c_stops_torchrun_and_every_rank() {
     let Some(python) = torch_python() else { return };
@@ -218,17 +242,22 @@ fn ctrl_c_stops_torchrun_and_every_rank() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until both ranks sleep in their last phase (their processes exist), then Ctrl-C.
+    // Wait until both ranks sleep in their last phase (their processes exist), then Ctrl-C. Only
+    // this run's own process tree counts (other tests run workers at the same time).
     let marker = dir.path().join("ranks.py").to_string_lossy().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let cli = child.id();
     loop {
         let ranks = std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .map(|c| String::from_utf8_lossy(&c).to_string())
-            .filter(|c| c.contains("iteragpu.worker"))
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                Some((pid, String::from_utf8_lossy(&cmdline).to_string()))
+            })
+            .filter(|(pid, c)| c.contains("iteragpu.worker") && descends_from(*pid, cli))
             .count();
         if ranks >= 2 {
             break;
