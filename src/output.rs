@@ -7,8 +7,34 @@
 //! * what can be made again (a fiche, a CSV) is staged next to its path and moved into place only
 //!   once everything else (the line on standard output) succeeded, so a failure leaves nothing.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Text for a terminal: control characters that a file or a workload may carry (an escape that
+/// clears the screen or sets the window title, a carriage return that hides a line) are shown as
+/// `\x1b`-style escapes; line breaks and tabs stay. Every table printed from a document or a
+/// worker's events goes through it.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let code = c as u32;
+            if code <= 0xff {
+                out.push_str(&format!("\\x{code:02x}"));
+            } else {
+                out.push_str(&format!("\\u{{{code:x}}}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// Why an output path cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -290,5 +316,22 @@ mod tests {
             Err(OutputError::Exists(_))
         ));
         assert_eq!(std::fs::read(&path).unwrap(), b"final");
+    }
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        assert_eq!(terminal_safe("plain\tname\n"), "plain\tname\n");
+        assert_eq!(terminal_safe("a\u{1b}[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(
+            terminal_safe("x\u{1b}]0;title\u{7}y"),
+            "x\\x1b]0;title\\x07y"
+        );
+        assert_eq!(terminal_safe("over\rwrite"), "over\\x0dwrite");
+        assert_eq!(terminal_safe("c1\u{9b}31m"), "c1\\x9b31m");
     }
 }

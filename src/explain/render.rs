@@ -131,7 +131,8 @@ pub fn table(l: &Ledger) -> String {
         o,
         "  reading rules: reserved − allocated only from one checkpoint; the growth inside a phase is what was alive at its peak beyond its start, not the volume of its temporaries."
     );
-    o
+    // Names, notes and errors come from files and workloads: shown, never obeyed.
+    crate::output::terminal_safe(&o).into_owned()
 }
 
 /// The out-of-memory post-mortem as lines of text: the class and its reason, what to try, and

@@ -186,7 +186,8 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
         "\n  reserved − allocated is only meaningful from two readings of one checkpoint (start or end), never peak − peak.\n  result: {}",
         path.display()
     );
-    o
+    // Names, notes and errors come from files and workloads: shown, never obeyed.
+    crate::output::terminal_safe(&o).into_owned()
 }
 
 /// The ranks of this node side by side: each on its own device, never added together.

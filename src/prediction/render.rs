@@ -173,7 +173,8 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
         let _ = writeln!(o, "  note: {n}");
     }
     let _ = writeln!(o, "  prediction: {}", path.display());
-    o
+    // Names, notes and errors come from files and workloads: shown, never obeyed.
+    crate::output::terminal_safe(&o).into_owned()
 }
 
 /// The source line Python printed under the frame `file:line`, when the kept tail has it.

@@ -195,8 +195,14 @@ fn predicted(
         .map(field)
 }
 
-/// RFC 4180 quoting: only fields with commas, quotes or line breaks are quoted.
+/// RFC 4180 quoting: only fields with commas, quotes or line breaks are quoted. A field that a
+/// spreadsheet would run as a formula (it begins with `=`, `+`, `-`, `@`, a tab or a carriage
+/// return: a phase name such as `=HYPERLINK(…)`) is prefixed with `'` and quoted, as OWASP's CSV
+/// injection guidance says.
 fn field(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        return format!("\"'{}\"", s.replace('"', "\"\""));
+    }
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -283,7 +289,8 @@ pub fn table(c: &Comparison) -> String {
             )
         }
     );
-    o
+    // Names, notes and errors come from files and workloads: shown, never obeyed.
+    crate::output::terminal_safe(&o).into_owned()
 }
 
 #[cfg(test)]
@@ -295,5 +302,13 @@ mod tests {
         assert_eq!(field("plain"), "plain");
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        // Formulas are never cells a spreadsheet runs.
+        assert_eq!(
+            field("=HYPERLINK(\"http://x\",\"y\")"),
+            "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\""
+        );
+        for start in ["+1", "-1", "@SUM(A1)", "\tx"] {
+            assert!(field(start).starts_with("\"'"), "{start}");
+        }
     }
 }

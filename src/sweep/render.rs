@@ -140,7 +140,8 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
         let _ = writeln!(o, "note: {n}");
     }
     let _ = writeln!(o, "series: {}", path.display());
-    o
+    // Names, notes and errors come from files and workloads: shown, never obeyed.
+    crate::output::terminal_safe(&o).into_owned()
 }
 
 /// The allocator A/B: each setting's peak reserved at each value, and its change against the

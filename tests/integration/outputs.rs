@@ -295,3 +295,61 @@ fn inputs_that_are_not_regular_files_or_too_large_are_refused_unread() {
     }
     assert!(!dir.path().join("fiche.html").exists());
 }
+
+/// Strings carried by a file (a phase named by a script, a note) are shown, never obeyed: no
+/// escape sequence reaches the terminal, and no CSV cell is a formula a spreadsheet would run.
+#[test]
+fn file_borne_text_is_safe_on_the_terminal_and_in_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    crate::common::with_fake_torch()
+        .args([
+            "measure",
+            "--batch",
+            "2",
+            "--context",
+            "16",
+            "--width",
+            "64",
+            "--output",
+        ])
+        .arg(&result)
+        .assert()
+        .success();
+    let mut doc = read_json(&result);
+    doc["phases"][0]["name"] =
+        serde_json::json!("\u{1b}[2J\u{1b}]0;pwned\u{7}=HYPERLINK(\"http://x\",\"y\")");
+    doc["phases"][1]["name"] = serde_json::json!("=HYPERLINK(\"http://x\",\"y\")");
+    doc["notes"] = serde_json::json!(["\u{1b}[31mred\u{1b}[0m note"]);
+    let edited = dir.path().join("edited.json");
+    std::fs::write(&edited, serde_json::to_string(&doc).unwrap()).unwrap();
+    let csv = dir.path().join("c.csv");
+    for args in [
+        vec!["explain"],
+        vec!["compare", "--csv", csv.to_str().unwrap()],
+    ] {
+        let mut cmd = assert_cmd::Command::cargo_bin("iteragpu").unwrap();
+        cmd.args(&args).arg(&edited);
+        if args[0] == "compare" {
+            cmd.arg(&result);
+        }
+        let run = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+            "{stdout}"
+        );
+        if args[0] == "compare" {
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            assert!(stdout.contains("\\x1b[2J"), "{stdout}");
+        }
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(!csv.contains(",=HYPERLINK"), "{csv}");
+    assert!(!csv.contains(",\"=HYPERLINK"), "{csv}");
+    assert!(csv.contains(",\"'=HYPERLINK(\"\"http://x\"\""), "{csv}");
+}

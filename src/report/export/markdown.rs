@@ -10,19 +10,45 @@ use crate::report::format::{Style, slug};
 
 pub struct Markdown;
 
-/// Markdown text: `<` and `>` escaped so that no file content becomes HTML in a renderer.
+/// Markdown text: `<` and `>` escaped so that no file content becomes HTML in a renderer, except
+/// inside code spans, where nothing is HTML and `&lt;` would be shown as is.
 fn md(s: &str) -> String {
-    s.replace('<', "&lt;").replace('>', "&gt;")
+    let parts: Vec<&str> = s.split('`').collect();
+    // An odd number of backticks leaves the last one unmatched: what follows it is text.
+    let closed = parts.len() % 2 == 1;
+    let mut out = String::with_capacity(s.len());
+    for (k, part) in parts.iter().enumerate() {
+        if k > 0 {
+            out.push('`');
+        }
+        let in_code = k % 2 == 1 && (closed || k + 1 < parts.len());
+        if in_code {
+            out.push_str(part);
+        } else {
+            out.push_str(&part.replace('<', "&lt;").replace('>', "&gt;"));
+        }
+    }
+    out
 }
 
 fn md_cell(s: &str) -> String {
     md(s).replace('|', "\\|").replace('\n', " ")
 }
 
+/// A code span in a table cell: nothing inside a code span is HTML (so `<` stays `<`, never
+/// `&lt;`, which a renderer would show as is); a backtick cannot close it early and a `|` cannot
+/// end the cell.
+fn code_cell(s: &str) -> String {
+    format!(
+        "`{}`",
+        s.replace('`', "'").replace('|', "\\|").replace('\n', " ")
+    )
+}
+
 fn cell(c: &Cell, style: Style) -> String {
     match c {
         Cell::Text(t) => md_cell(t),
-        Cell::Code(t) => format!("`{}`", md_cell(t).replace('`', "'")),
+        Cell::Code(t) => code_cell(t),
         Cell::Size {
             bytes: Some(b),
             with_unit,
