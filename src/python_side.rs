@@ -76,11 +76,60 @@ pub struct Package {
     dir: tempfile::TempDir,
 }
 
+/// How old a leftover temporary folder of a dead iteragpu must be before it is removed.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A private temporary folder, `iteragpu-KIND-PID-random`: the pid names its owner, so that a
+/// later run can remove what a killed one (SIGKILL leaves no chance to clean up) left behind.
+pub fn private_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        sweep_stale(&std::env::temp_dir(), STALE_AFTER);
+    });
+    tempfile::Builder::new()
+        .prefix(&format!("iteragpu-{kind}-{}-", std::process::id()))
+        .tempdir()
+}
+
+/// Removes the `iteragpu-KIND-PID-…` folders in `tmp` older than `age` whose owner process is
+/// gone; returns how many. Folders of live processes, recent ones and any other name are kept.
+pub fn sweep_stale(tmp: &Path, age: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("iteragpu-")) else {
+            continue;
+        };
+        // KIND-PID-random, KIND being one word.
+        let mut parts = rest.splitn(3, '-');
+        let (Some(_kind), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|e| e >= age);
+        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        if meta.is_dir() && old && !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 impl Package {
     pub fn write() -> std::io::Result<Package> {
-        let dir = tempfile::Builder::new()
-            .prefix("iteragpu-python-")
-            .tempdir()?;
+        let dir = private_dir("python")?;
         for (path, text) in FILES {
             let target = dir.path().join(path);
             if let Some(parent) = target.parent() {
@@ -192,5 +241,32 @@ mod tests {
         std::fs::write(&python3, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&python3, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(beside(&exe), Some(python3), "python3 first");
+    }
+}
+
+#[cfg(test)]
+mod stale_tests {
+    use super::sweep_stale;
+
+    /// Only folders of dead owners older than the age are removed.
+    #[test]
+    fn stale_folders_of_dead_runs_are_swept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dead = tmp.path().join("iteragpu-python-999999999-abc");
+        let live = tmp
+            .path()
+            .join(format!("iteragpu-ranks-{}-abc", std::process::id()));
+        let other = tmp.path().join("iteragpu-python-notapid");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        // Not old enough yet: kept.
+        assert_eq!(
+            sweep_stale(tmp.path(), std::time::Duration::from_secs(3600)),
+            0
+        );
+        assert_eq!(sweep_stale(tmp.path(), std::time::Duration::ZERO), 1);
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
     }
 }

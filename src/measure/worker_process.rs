@@ -331,10 +331,7 @@ pub fn run(
     match &cmd.launch {
         Launch::Worker => {}
         Launch::Torchrun(t) => {
-            let dir = tempfile::Builder::new()
-                .prefix("iteragpu-ranks-")
-                .tempdir()
-                .map_err(StartError::Files)?;
+            let dir = crate::python_side::private_dir("ranks").map_err(StartError::Files)?;
             let socket = dir.path().join("ev.sock");
             listener = Some(UnixListener::bind(&socket).map_err(StartError::Files)?);
             command.args(t.args(&dir.path().join("logs")));
