@@ -213,7 +213,11 @@ fn dataloader_workers_run_on_real_cpu_data() {
         "{}",
         p.stderr
     );
-    assert!(p.notes().contains("forked a child process at"), "{}", p.notes());
+    assert!(
+        p.notes().contains("forked a child process at"),
+        "{}",
+        p.notes()
+    );
     assert!(p.notes().contains("loader.py:"), "{}", p.notes());
     // The workers' events are not the prediction's: every phase once.
     let mut names = p.names();
