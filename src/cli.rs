@@ -95,6 +95,10 @@ pub struct ReportArgs {
     /// The output of `iteragpu estimate --json` for the calculated section.
     #[arg(long, value_name = "EST.json")]
     pub estimate: Option<PathBuf>,
+    /// Merge the node files of one run id even when they disagree (world size, nnodes, node or
+    /// global ranks, workload, dimensions, torch, code): each difference becomes a warning.
+    #[arg(long)]
+    pub allow_mismatch: bool,
     /// The fiche to create: .md for Markdown, .html for one self-contained HTML file.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
@@ -115,6 +119,10 @@ pub struct CompareArgs {
     /// Also write the table as CSV (one row per run, phase and device; raw bytes).
     #[arg(long, value_name = "PATH")]
     pub csv: Option<PathBuf>,
+    /// Merge the node files of one run id even when they disagree (each difference becomes a
+    /// warning).
+    #[arg(long)]
+    pub allow_mismatch: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -17,7 +17,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         .map(|p| inputs::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     // The node files of one multi-node job are one run.
-    let loaded = inputs::gather_nodes(loaded)?;
+    let loaded = inputs::gather_nodes(loaded, args.allow_mismatch)?;
     if loaded.len() < 2 {
         refuse!(
             "the files given are the nodes of one run: compare needs two runs or more (a fiche of that run: iteragpu report {})",

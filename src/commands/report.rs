@@ -20,7 +20,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
         .iter()
         .map(|p| inputs::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut files = inputs::gather_nodes(loaded)?.into_iter();
+    let mut files = inputs::gather_nodes(loaded, args.allow_mismatch)?.into_iter();
     let result = files.next().expect("clap requires one file");
     let series = files.next();
     if let Some(extra) = files.next() {

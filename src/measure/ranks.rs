@@ -272,12 +272,102 @@ pub enum MergeError {
         node: u64,
         id: String,
     },
+    #[error(
+        "{} and {} do not describe one job: {what}; a run id can be reused by another job (give the files of one job, or --allow-mismatch to merge them anyway with a warning)",
+        .first_path.display(),
+        .path.display()
+    )]
+    Mismatch {
+        first_path: PathBuf,
+        path: PathBuf,
+        what: String,
+    },
+}
+
+/// What makes the node files of "one job" disagree, each named by its field: an empty list
+/// means they are consistent. `nodes[0]` is the reference.
+fn node_mismatches(nodes: &[(&Path, &MeasureResult)]) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let Some((_, first)) = nodes.first() else {
+        return found;
+    };
+    let Some(d0) = &first.distributed else {
+        return found;
+    };
+    let torch = |r: &MeasureResult| {
+        r.environment
+            .python
+            .as_ref()
+            .and_then(|e| e.torch_str("version"))
+            .map(String::from)
+    };
+    let mut ranks_seen: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for (k, (_, r)) in nodes.iter().enumerate() {
+        let Some(d) = &r.distributed else { continue };
+        let mut say = |what: String| found.push((k, what));
+        if k > 0 {
+            if d.world_size != d0.world_size {
+                say(format!(
+                    "`distributed.world_size` is {} here and {} in the first",
+                    d.world_size, d0.world_size
+                ));
+            }
+            if d.torchrun.nnodes != d0.torchrun.nnodes {
+                say(format!(
+                    "`distributed.torchrun.nnodes` is {} here and {} in the first",
+                    d.torchrun.nnodes, d0.torchrun.nnodes
+                ));
+            }
+            if r.identity.workload != first.identity.workload {
+                say(format!(
+                    "`identity.workload` is `{}` here and `{}` in the first",
+                    r.identity.workload, first.identity.workload
+                ));
+            }
+            if r.identity.code_hash != first.identity.code_hash {
+                say("`identity.code_hash` differs (other code or other script arguments)".into());
+            }
+            if r.dimensions != first.dimensions {
+                say("`dimensions` differ".into());
+            }
+            if torch(r) != torch(first) {
+                say(format!(
+                    "torch is {} here and {} in the first",
+                    torch(r).unwrap_or_else(|| "unknown".into()),
+                    torch(first).unwrap_or_else(|| "unknown".into())
+                ));
+            }
+        }
+        if d.torchrun.node_rank >= d.torchrun.nnodes {
+            say(format!(
+                "`distributed.torchrun.node_rank` {} is not below nnodes {}",
+                d.torchrun.node_rank, d.torchrun.nnodes
+            ));
+        }
+        for rank in &d.ranks {
+            if rank.rank >= d0.world_size {
+                say(format!(
+                    "global rank {} is not below the world size {}",
+                    rank.rank, d0.world_size
+                ));
+            }
+            if let Some(other) = ranks_seen.insert(rank.rank, k)
+                && other != k
+            {
+                say(format!("global rank {} appears on two nodes", rank.rank));
+            }
+        }
+    }
+    found
 }
 
 /// The files of one multi-node job (one per node, the same `run_id`) as one result: every rank of
 /// every node side by side, the phases shown of the node whose rank peaked highest. Refuses files
 /// of different runs, a node given twice, or a file that is not a torchrun run.
-pub fn merge_nodes(nodes: &[(&Path, &MeasureResult)]) -> Result<MeasureResult, MergeError> {
+pub fn merge_nodes(
+    nodes: &[(&Path, &MeasureResult)],
+    allow_mismatch: bool,
+) -> Result<MeasureResult, MergeError> {
     let mut seen = std::collections::BTreeMap::new();
     let mut run_id: Option<&str> = None;
     for (path, r) in nodes {
@@ -308,6 +398,16 @@ pub fn merge_nodes(nodes: &[(&Path, &MeasureResult)]) -> Result<MeasureResult, M
                 id: id.to_string(),
             });
         }
+    }
+    let mismatches = node_mismatches(nodes);
+    if let Some((k, what)) = mismatches.first()
+        && !allow_mismatch
+    {
+        return Err(MergeError::Mismatch {
+            first_path: nodes[0].0.to_path_buf(),
+            path: nodes[*k].0.to_path_buf(),
+            what: what.clone(),
+        });
     }
     let mut ranks: Vec<RankResult> = nodes
         .iter()
@@ -345,6 +445,13 @@ pub fn merge_nodes(nodes: &[(&Path, &MeasureResult)]) -> Result<MeasureResult, M
             String::new()
         }
     ));
+    for (k, what) in &mismatches {
+        merged.notes.push(format!(
+            "WARNING: merged although {} does not match {} (--allow-mismatch): {what}",
+            nodes[*k].0.display(),
+            nodes[0].0.display()
+        ));
+    }
     if let Some(d) = &mut merged.distributed {
         d.ranks = ranks;
         d.highest_peak_rank = highest;

@@ -1376,13 +1376,11 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     let merged: Vec<String> = r
         .notes
         .iter()
-        .filter(|n| n.starts_with("merged from"))
-        .map(|n| {
-            if lang.fr() {
-                format!("fusionné depuis les fichiers de plusieurs nœuds (`{n}`)")
-            } else {
-                n.clone()
-            }
+        .filter(|n| n.starts_with("merged from") || n.starts_with("WARNING: merged although"))
+        .map(|n| match (lang.fr(), n.starts_with("WARNING")) {
+            (true, false) => format!("fusionné depuis les fichiers de plusieurs nœuds (`{n}`)"),
+            (true, true) => format!("ATTENTION : fusionnés malgré un désaccord (`{n}`)"),
+            (false, _) => n.clone(),
         })
         .collect();
     if !merged.is_empty() {

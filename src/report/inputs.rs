@@ -274,7 +274,10 @@ pub fn check_prediction_of(
 /// Measure files of one multi-node torchrun job (the same run id) merged into one, in the order
 /// of their first file; every other file as it was. Files of different runs stay apart; a node
 /// given twice is refused.
-pub fn gather_nodes(files: Vec<Loaded>) -> Result<Vec<Loaded>, InputError> {
+/// The node files must describe one job (same world size and nnodes, node ranks below nnodes,
+/// global ranks unique and below the world size, the same workload, dimensions, torch and code),
+/// else they are refused with the field named; `allow_mismatch` merges them with a warning.
+pub fn gather_nodes(files: Vec<Loaded>, allow_mismatch: bool) -> Result<Vec<Loaded>, InputError> {
     let run_id = |l: &Loaded| match &l.doc {
         InputFile::Measure(r) => r.distributed.as_ref().and_then(|d| d.run_id.clone()),
         _ => None,
@@ -310,10 +313,12 @@ pub fn gather_nodes(files: Vec<Loaded>) -> Result<Vec<Loaded>, InputError> {
                 _ => None,
             })
             .collect();
-        let doc = crate::measure::ranks::merge_nodes(&pairs).map_err(|e| InputError::Content {
-            path: group[0].path.clone(),
-            schema: MEASURE.into(),
-            message: e.to_string(),
+        let doc = crate::measure::ranks::merge_nodes(&pairs, allow_mismatch).map_err(|e| {
+            InputError::Content {
+                path: group[0].path.clone(),
+                schema: MEASURE.into(),
+                message: e.to_string(),
+            }
         })?;
         let mut first = group.remove(0);
         first.doc = InputFile::Measure(Box::new(doc));

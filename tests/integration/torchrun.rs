@@ -432,6 +432,7 @@ fn the_node_files_of_one_job_are_merged_and_other_runs_refused() {
     assert_cmd::Command::from_std(cmd).assert().success();
     let mut doc = read_json(&node0);
     doc["distributed"]["torchrun"]["nnodes"] = 2.into();
+    doc["distributed"]["world_size"] = 4.into();
     std::fs::write(&node0, serde_json::to_vec(&doc).unwrap()).unwrap();
     doc["distributed"]["torchrun"]["node_rank"] = 1.into();
     for r in doc["distributed"]["ranks"].as_array_mut().unwrap() {
@@ -490,4 +491,59 @@ fn the_node_files_of_one_job_are_merged_and_other_runs_refused() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains("the nodes of one run"));
+    // Files of "one run id" that do not describe one job: refused with the field named, or
+    // merged with a warning when asked.
+    let node1_doc = read_json(&node1);
+    let edits: [(&str, fn(&mut serde_json::Value), &str); 4] = [
+        (
+            "world",
+            |d| d["distributed"]["world_size"] = 8.into(),
+            "`distributed.world_size` is 8 here and 4",
+        ),
+        (
+            "noderank",
+            |d| d["distributed"]["torchrun"]["node_rank"] = 2.into(),
+            "node_rank` 2 is not below nnodes 2",
+        ),
+        (
+            "dup",
+            |d| {
+                for r in d["distributed"]["ranks"].as_array_mut().unwrap() {
+                    let k = r["rank"].as_u64().unwrap();
+                    r["rank"] = (k - 2).into();
+                }
+            },
+            "global rank 0 appears on two nodes",
+        ),
+        (
+            "workload",
+            |d| d["dimensions"]["batch"] = 999.into(),
+            "`dimensions` differ",
+        ),
+    ];
+    for (name, edit, field) in edits {
+        let mut d = node1_doc.clone();
+        edit(&mut d);
+        let bad = dir.path().join(format!("{name}.json"));
+        std::fs::write(&bad, serde_json::to_vec(&d).unwrap()).unwrap();
+        iteragpu()
+            .arg("report")
+            .args([&node0, &bad])
+            .arg("--output")
+            .arg(&out)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(field));
+        assert!(!out.exists(), "{name}");
+        let forced = dir.path().join(format!("{name}-forced.md"));
+        iteragpu()
+            .arg("report")
+            .args([&node0, &bad])
+            .args(["--allow-mismatch", "--output"])
+            .arg(&forced)
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(&forced).unwrap();
+        assert!(text.contains("--allow-mismatch"), "{name}: {text}");
+    }
 }
