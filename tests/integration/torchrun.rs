@@ -494,7 +494,8 @@ fn the_node_files_of_one_job_are_merged_and_other_runs_refused() {
     // Files of "one run id" that do not describe one job: refused with the field named, or
     // merged with a warning when asked.
     let node1_doc = read_json(&node1);
-    let edits: [(&str, fn(&mut serde_json::Value), &str); 4] = [
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit, &str); 4] = [
         (
             "world",
             |d| d["distributed"]["world_size"] = 8.into(),
