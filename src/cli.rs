@@ -66,7 +66,7 @@ pub struct PredictArgs {
     /// Predict rank 0 of a job of N ranks (FSDP2 pads every rank to the same shard; a DDP replica
     /// is the same on every rank), on PyTorch's fake process group: world sizes this machine does
     /// not have (8, 64). With --shard ddp|fsdp for causal-lm training.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=65536), help_heading = "Target")]
+    #[arg(long, value_name = "N", value_parser = world_size, help_heading = "Target")]
     pub world_size: Option<u64>,
     /// The card to predict for, from the catalog (`iteragpu cards`) [default: H200].
     #[arg(
@@ -230,13 +230,13 @@ pub struct MeasureArgs {
     #[arg(long, value_name = "DTYPE", value_parser = dtype)]
     pub dtype: Option<Dtype>,
     /// Dense inference: warm-up passes, measured together as one phase [default: 3].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    #[arg(long, value_name = "N", value_parser = warmup_passes)]
     pub warmup: Option<u64>,
     /// Dense inference: warm repeats, each measured as its own phase [default: 5].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub repeats: Option<u64>,
     /// Seed of the synthetic inputs and weights.
-    #[arg(long, value_name = "N", default_value = "0", value_parser = clap::value_parser!(u64))]
+    #[arg(long, value_name = "N", default_value = "0", value_parser = seed)]
     pub seed: u64,
     /// Dense inference: empty PyTorch's cache between warm repeats (changes the conditions;
     /// recorded) [default: never].
@@ -263,7 +263,7 @@ pub struct MeasureArgs {
     #[arg(long, value_enum, default_value = "infer", help_heading = "Training")]
     pub task: Task,
     /// Training steps, each recorded (at least 2: the first creates the optimizer states) [default: 2].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=10_000), help_heading = "Training")]
+    #[arg(long, value_name = "N", value_parser = training_steps, help_heading = "Training")]
     pub steps: Option<u64>,
     /// Optimizer of the training loop: adamw or sgd [default: adamw].
     #[arg(long, value_name = "NAME", value_parser = train_optimizer, help_heading = "Training")]
@@ -302,10 +302,10 @@ pub struct MeasureArgs {
     pub alloc_conf: Option<crate::measure::alloc_conf::AllocConf>,
     /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
     /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024), help_heading = "Distributed")]
+    #[arg(long, value_name = "N", value_parser = ranks_per_node, help_heading = "Distributed")]
     pub nproc_per_node: Option<u64>,
     /// Number of nodes of the torchrun job (each node runs its own iteragpu and writes its file).
-    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..=65536), requires = "nproc_per_node", help_heading = "Distributed")]
+    #[arg(long, value_name = "M", value_parser = world_size, requires = "nproc_per_node", help_heading = "Distributed")]
     pub nnodes: Option<u64>,
     /// This node's rank among --nnodes (0 … M−1).
     #[arg(
@@ -336,7 +336,7 @@ pub struct MeasureArgs {
     #[arg(long, conflicts_with = "no_history", help_heading = "Allocator")]
     pub timeline: bool,
     /// The most allocation events --timeline keeps (the oldest are dropped first).
-    #[arg(long, value_name = "N", default_value = "100000", value_parser = clap::value_parser!(u64).range(1..=100_000_000), requires = "timeline", help_heading = "Allocator")]
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = timeline_entries, requires = "timeline", help_heading = "Allocator")]
     pub timeline_entries: u64,
     /// Record nothing in the allocator (by default the Python frames of live allocations are
     /// kept, so that an out-of-memory names the largest live tensors).
@@ -425,7 +425,7 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
     pub kv_group_size: Option<u64>,
     /// Most recent tokens kept in full precision by a quantized cache [default: 128].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64), help_heading = "KV cache")]
+    #[arg(long, value_name = "N", value_parser = seed, help_heading = "KV cache")]
     pub kv_residual: Option<u64>,
 
     /// Estimate a training step instead of inference.
@@ -609,6 +609,50 @@ fn layer_count(text: &str) -> Result<u64, String> {
 /// A width (heads, head dimension, LoRA rank), bounded like a config's sizes.
 fn dimension(text: &str) -> Result<u64, String> {
     bounded(text, MAX_DIMENSION, "for a size")
+}
+
+/// A whole number from `min` to `max`, worded like every other number iteragpu reads.
+fn whole_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n = if min == 0 && text.trim().trim_start_matches('0').is_empty() && !text.trim().is_empty()
+    {
+        0
+    } else {
+        positive_u64(text)?
+    };
+    if n < min || n > max {
+        return Err(format!(
+            "{} is not allowed; give a whole number from {} to {}",
+            units::group_thousands(n as u128),
+            units::group_thousands(min as u128),
+            units::group_thousands(max as u128)
+        ));
+    }
+    Ok(n)
+}
+
+fn world_size(text: &str) -> Result<u64, String> {
+    whole_in(text, 1, 65_536)
+}
+
+fn training_steps(text: &str) -> Result<u64, String> {
+    whole_in(text, 2, 10_000)
+}
+
+fn warmup_passes(text: &str) -> Result<u64, String> {
+    whole_in(text, 0, 100_000)
+}
+
+/// Any whole number, 0 included (a seed, a count of tokens kept).
+fn seed(text: &str) -> Result<u64, String> {
+    whole_in(text, 0, u64::MAX)
+}
+
+fn ranks_per_node(text: &str) -> Result<u64, String> {
+    whole_in(text, 1, 1024)
+}
+
+fn timeline_entries(text: &str) -> Result<u64, String> {
+    whole_in(text, 1, 100_000_000)
 }
 
 fn bounded(text: &str, bound: u64, what: &str) -> Result<u64, String> {

@@ -348,3 +348,48 @@ fn an_interpreter_that_hangs_is_stopped_and_messages_carry_no_debug_names() {
         .stderr(predicate::str::contains("(exit status 0)"))
         .stderr(predicate::str::contains("Code(").not());
 }
+
+/// A bad number gets the same words in every command and for every option: not a whole number,
+/// zero where it is not allowed, or outside the option's range.
+#[test]
+fn bad_numbers_are_worded_the_same_everywhere() {
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["estimate", "--parameters", "0", "--bits", "16"],
+            "0 is not allowed; give a whole number greater than 0",
+        ),
+        (
+            &["measure", "--batch", "0", "--output", "x.json"],
+            "0 is not allowed; give a whole number greater than 0",
+        ),
+        (
+            &["predict", "--world-size", "0", "--output", "x.json"],
+            "0 is not allowed; give a whole number greater than 0",
+        ),
+        (
+            &[
+                "measure", "--task", "train", "--steps", "1", "--output", "x.json",
+            ],
+            "1 is not allowed; give a whole number from 2 to 10,000",
+        ),
+        (
+            &["measure", "--nproc-per-node", "2000", "--output", "x.json"],
+            "2,000 is not allowed; give a whole number from 1 to 1,024",
+        ),
+        (
+            &["measure", "--warmup", "abc", "--output", "x.json"],
+            "`abc` is not a whole number",
+        ),
+        (
+            &["sweep", "--vary", "batch=0,2", "--output", "x.json"],
+            "0 is not allowed; give a whole number greater than 0",
+        ),
+    ];
+    for (args, words) in cases {
+        crate::common::iteragpu()
+            .args(args)
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains(words));
+    }
+}
