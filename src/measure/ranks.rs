@@ -79,6 +79,19 @@ pub(crate) fn combine(
             .unwrap_or(usize::MAX)
     };
     let mut statuses: Vec<RunStatus> = sources.iter().map(|p| rank_status(p, &run.exit)).collect();
+    // torchrun itself killed by a signal (not by this CLI): its ranks ended because it died, and
+    // no rank failed first.
+    let launcher_died = match run.exit {
+        Exit::Signal(signal) if stopped.is_none() => Some(signal),
+        _ => None,
+    };
+    if launcher_died.is_some() {
+        for status in statuses.iter_mut() {
+            if *status == RunStatus::Crashed {
+                *status = RunStatus::Terminated;
+            }
+        }
+    }
     let cause = (0..sources.len())
         .filter(|k| matches!(statuses[*k], RunStatus::Failed | RunStatus::Crashed))
         .min_by_key(|k| (closed_at(*k), sources[*k].done_order.unwrap_or(usize::MAX)));
@@ -131,8 +144,19 @@ pub(crate) fn combine(
             (RunStatus::Interrupted | RunStatus::Terminated | RunStatus::Timeout, _)
                 if stopped.is_some() || run.exit == Exit::Timeout =>
             {
-                Some(format!("the run was stopped ({})", run.exit))
+                // The signal the CLI received, whatever torchrun passed on to the rank.
+                Some(match stopped {
+                    Some(signal) => format!(
+                        "the run was stopped by {} (received by iteragpu; torchrun passed it on to every rank)",
+                        signal.name()
+                    ),
+                    None => format!("the run was stopped ({})", run.exit),
+                })
             }
+            (RunStatus::Terminated, None) if launcher_died.is_some() => Some(format!(
+                "torchrun itself was killed by signal {}: its ranks ended with it",
+                launcher_died.unwrap_or_default()
+            )),
             _ => None,
         };
         results.push((
@@ -184,6 +208,34 @@ pub(crate) fn combine(
         None if overall.is_ok() => None,
         None => top.failure.clone(),
     };
+    if let Some(signal) = launcher_died
+        && cause.is_none()
+    {
+        top.status = RunStatus::Crashed;
+        let message = format!(
+            "torchrun itself (pid {}) was killed by signal {signal}: no rank failed first, its ranks ended with it",
+            run.pid
+        );
+        match &mut top.failure {
+            Some(f) => {
+                f.message = Some(message);
+                f.rank = None;
+            }
+            None => {
+                top.failure = Some(super::result::Failure {
+                    phase: top.phases.last().map(|p| p.name.clone()),
+                    error_type: Some("LauncherKilled".into()),
+                    message: Some(message),
+                    out_of_memory: false,
+                    rank: None,
+                    post_mortem: None,
+                    caution:
+                        "a partial peak before a failure is not the memory need of a complete run"
+                            .into(),
+                })
+            }
+        }
+    }
     if reported < torchrun.nproc_per_node {
         top.notes.push(format!(
             "{reported} of the {} ranks of this node reported; the others never reached iteragpu (torchrun's output: {})",

@@ -257,10 +257,13 @@ fn forward_lines(
     forward: bool,
     progress: Option<Arc<dyn Progress>>,
     tail: Arc<Mutex<VecDeque<String>>>,
+    mute: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            if forward {
+            // Once the CLI stops a torchrun job, torchrun's own traceback (its reaction to the
+            // signal) is kept in the result's stderr tail, not printed.
+            if forward && !mute.load(Ordering::Relaxed) {
                 match &progress {
                     Some(display) => display.println(&line),
                     None => {
@@ -372,6 +375,7 @@ pub fn run(
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let stdout = child.stdout.take().expect("stdout is piped");
     let finished = Arc::new(AtomicBool::new(false));
+    let mute = Arc::new(AtomicBool::new(false));
     let mut forwarders = match listener {
         None => {
             read_lines(0, stdout, tx.clone());
@@ -390,6 +394,7 @@ pub fn run(
                 cmd.forward_output,
                 cmd.progress.clone(),
                 Arc::clone(&tail),
+                Arc::clone(&mute),
             );
             vec![acceptor, out]
         }
@@ -401,6 +406,7 @@ pub fn run(
         cmd.forward_output,
         cmd.progress.clone(),
         Arc::clone(&tail),
+        Arc::clone(&mute),
     ));
     let torchrun = matches!(cmd.launch, Launch::Torchrun(_));
 
@@ -444,6 +450,9 @@ pub fn run(
                 None => Exit::Timeout,
             });
             // torchrun forwards the signal to every rank, which records it and ends.
+            if torchrun {
+                mute.store(true, Ordering::Relaxed);
+            }
             kill_group(pid, libc::SIGTERM);
             let grace = Instant::now();
             let limit = if torchrun {

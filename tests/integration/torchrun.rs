@@ -239,7 +239,7 @@ fn ctrl_c_stops_torchrun_and_every_rank() {
     let (mut cmd, out) = measure(&python, dir.path(), "hang", &[]);
     let mut child = cmd
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Wait until both ranks sleep in their last phase (their processes exist), then Ctrl-C. Only
@@ -273,12 +273,79 @@ fn ctrl_c_stops_torchrun_and_every_rank() {
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(3));
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    // torchrun's own traceback (its reaction to the signal) stays off the terminal.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("Traceback"), "{stderr}");
     assert_no_rank_left(dir.path());
     let doc = read_json(&out);
     assert_eq!(doc["status"], "interrupted");
     assert_eq!(doc["stop_signal"], "SIGINT");
+    // Every rank names the signal the CLI received, not the SIGTERM torchrun passed on.
+    for rank in doc["distributed"]["ranks"].as_array().unwrap() {
+        let why = rank["stopped_because"].as_str().unwrap_or("");
+        assert!(why.contains("SIGINT"), "rank {}: {why}", rank["rank"]);
+    }
+}
+
+/// torchrun itself killed (SIGKILL, by someone else): its death is torchrun's, not a rank's;
+/// the ranks ended with it, and none is left running.
+#[test]
+fn torchrun_killed_is_named_as_the_cause() {
+    let Some(python) = torch_python() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cmd, out) = measure(&python, dir.path(), "hang", &[]);
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let cli = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Wait for both ranks of this run, then kill torchrun (the CLI's own child).
+    let torchrun = loop {
+        let procs: Vec<(u32, String)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                Some((pid, String::from_utf8_lossy(&cmdline).to_string()))
+            })
+            .collect();
+        let ranks = procs
+            .iter()
+            .filter(|(pid, c)| c.contains("iteragpu.worker") && descends_from(*pid, cli))
+            .count();
+        let launcher = procs
+            .iter()
+            .find(|(pid, c)| c.contains("torch.distributed.run") && descends_from(*pid, cli))
+            .map(|(pid, _)| *pid);
+        if let (true, Some(pid)) = (ranks >= 2, launcher) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the ranks never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill only sends a signal to a process of this test's own tree.
+    unsafe {
+        libc::kill(torchrun as i32, libc::SIGKILL);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "crashed", "{}", doc["failure"]);
+    let message = doc["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("torchrun itself"), "{message}");
+    assert!(doc["failure"]["rank"].is_null(), "no rank is blamed");
+    for rank in doc["distributed"]["ranks"].as_array().unwrap() {
+        assert_eq!(rank["status"], "terminated", "rank {}", rank["rank"]);
+    }
 }
 
 #[test]
