@@ -237,7 +237,7 @@ fn ctrl_c_stops_torchrun_and_every_rank() {
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let (mut cmd, out) = measure(&python, dir.path(), "hang", &[]);
-    let mut child = cmd
+    let child = cmd
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
