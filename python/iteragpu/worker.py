@@ -13,7 +13,7 @@ import traceback
 from . import history, probe, ranks, recorder
 from . import spec as specs
 from .channel import PROTOCOL, Channel
-from .workload import run_workload
+from .workload import explain_hard_exit, run_workload
 
 
 def run(channel, spec, rank=None):
@@ -52,6 +52,12 @@ def run(channel, spec, rank=None):
     recorder._set_current(rec)
     if spec.history:
         rec.history = history.History(torch, spec.history, channel.emit).start()
+    explain_hard_exit(
+        rec,
+        channel.emit,
+        lambda text: channel.emit("note", {"text": text}),
+        lambda: rec.history.finish() if rec.history is not None else None,
+    )
     try:
         if spec.memory_limit_bytes:
             try:

@@ -68,3 +68,45 @@ def run_script(spec):
             return 0
         return code if isinstance(code, int) else 1
     return 0
+
+
+_LIBRARIES = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)
+_TOOL = os.path.dirname(os.path.abspath(__file__))
+
+
+def script_frame():
+    """(file, line) of the innermost frame of the user's own code: outside iteragpu, torch, every
+    installed library and the standard library; None, None when there is none."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        own = file.startswith(_TOOL + os.sep) or "/torch/" in file or file.startswith("<")
+        if not own and not os.path.realpath(file).startswith(_LIBRARIES):
+            return file, frame.f_lineno
+        frame = frame.f_back
+    return None, None
+
+
+def explain_hard_exit(rec, emit, note, finish=None):
+    """`os._exit()` in a script ends the process without unwinding: the phases open then end there,
+    the run says where it happened (`note`), and `finish` sends what must still go out."""
+    original = os._exit
+    parent = os.getpid()
+
+    def _exit(code):
+        if os.getpid() == parent:
+            os._exit = original  # once: what follows must not come back here
+            file, line = script_frame()
+            note(f"os._exit({code}) at {file}:{line} ended the script at once (no unwinding): the phases open then end there")
+            for state in reversed(rec.open_phases()):
+                rec.end(state)
+            if code == 0:
+                emit("done", {"status": "ok"})
+            else:
+                emit("done", {"status": "failed", "error": {"type": "SystemExit", "message": f"os._exit({code}) at {file}:{line}"}})
+            if finish is not None:
+                finish()
+        original(code)
+
+    os._exit = _exit
+

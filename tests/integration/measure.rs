@@ -598,3 +598,25 @@ fn a_detached_child_never_holds_the_run_and_is_ended() {
         "the detached child was left running"
     );
 }
+
+/// `os._exit(0)` inside a phase: the phase ends there with its readings, the run is ok, and a note
+/// says where the script left (never "ended unexpectedly" with an empty tail).
+#[test]
+fn os_exit_inside_a_phase_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exit.json");
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture("scripts/hard_exit_measured.py"))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let doc = read_json(&out);
+    assert_eq!(doc["status"], "ok", "{}", doc["failure"]);
+    assert_eq!(phase_names(&doc), ["load", "work"]);
+    assert_eq!(doc["phases"][1]["status"], "ok");
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("os._exit(0) at "), "{notes}");
+    assert!(notes.contains("hard_exit_measured.py:13"), "{notes}");
+}

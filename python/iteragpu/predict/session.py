@@ -1,7 +1,6 @@
 """One prediction: the fake CUDA world set up around the worker's own workload code."""
 
 import contextlib
-import os
 import weakref
 
 from .. import recorder
@@ -331,7 +330,14 @@ class Session:
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
-        self._exit_explained(rec, events)
+        from .. import workload as workload_module
+
+        def finish():
+            self._summary(events)
+            if self.flush is not None:
+                self.flush()
+
+        workload_module.explain_hard_exit(rec, events, self.notes.append, finish)
         modes = contextlib.ExitStack()
         code = 0
         try:
@@ -352,31 +358,6 @@ class Session:
             events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
         for note in self.notes:
             events("note", {"text": note})
-
-    def _exit_explained(self, rec, events):
-        """`os._exit()` in a script ends the process without unwinding: the phases open then end
-        there, and the prediction says where it happened."""
-        original = os._exit
-        parent = os.getpid()
-
-        def _exit(code):
-            if os.getpid() == parent:
-                file, line = tracking.script_frame()
-                self.notes.append(
-                    f"os._exit({code}) at {file}:{line} ended the script at once (no unwinding): the phases open then end there"
-                )
-                for state in reversed(rec.open_phases()):
-                    rec.end(state)
-                if code == 0:
-                    events("done", {"status": "ok"})
-                else:
-                    events("done", {"status": "failed", "error": {"type": "SystemExit", "message": f"os._exit({code}) at {file}:{line}"}})
-                self._summary(events)
-                if self.flush is not None:
-                    self.flush()
-            original(code)
-
-        os._exit = _exit
 
 
 def _drop_weak_entries(t):
