@@ -342,6 +342,11 @@ pub struct MeasureArgs {
     /// kept, so that an out-of-memory names the largest live tensors).
     #[arg(long, help_heading = "Allocator")]
     pub no_history: bool,
+    /// Leave running the processes the workload started in their own session and left behind
+    /// (by default each is named in the result and ended, so it holds no GPU memory after the
+    /// run).
+    #[arg(long)]
+    pub keep_children: bool,
     /// Skip the prediction (measure: the one stored next to the result, which runs the workload
     /// again on data-less tensors on the CPU; sweep: the frontier's hint).
     #[arg(long)]

@@ -35,6 +35,8 @@ pub struct MeasurePlan {
     pub seed: u64,
     pub python: PathBuf,
     pub timeout: Duration,
+    /// `--keep-children`: what the workload leaves running after its worker is named, not ended.
+    pub keep_children: bool,
     /// `--alloc-conf`: the allocator setting the worker starts with (`None`: the environment's).
     pub alloc_conf: Option<AllocConf>,
     /// `--nproc-per-node`: one fresh worker per local rank under torchrun.
@@ -193,6 +195,7 @@ impl MeasurePlan {
             timeout: Duration::from_secs(args.timeout),
             alloc_conf: args.alloc_conf,
             torchrun,
+            keep_children: args.keep_children,
             predicted_world_size,
             history: match (args.no_history, args.timeline) {
                 (true, _) => None,
@@ -441,6 +444,7 @@ impl MeasurePlan {
             python: self.python.clone(),
             timeout: Some(self.timeout),
             forward_output: true,
+            keep_children: self.keep_children,
             alloc_conf: self.alloc_conf,
             torchrun: self.torchrun.clone(),
         }

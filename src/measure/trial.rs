@@ -39,6 +39,8 @@ pub struct Trial {
     pub timeout: Option<Duration>,
     /// Forward the workload's own output to our stderr (a sweep keeps its terminal quiet).
     pub forward_output: bool,
+    /// Name, but do not end, the processes the workload leaves running (`--keep-children`).
+    pub keep_children: bool,
     /// The allocator setting the worker starts with (`None`: the environment's).
     pub alloc_conf: Option<super::alloc_conf::AllocConf>,
     /// `--nproc-per-node`: one worker per local rank under torchrun.
@@ -326,6 +328,7 @@ fn run_in_process(
             Some(t) => Launch::Torchrun(t.clone()),
         },
         abandon: None,
+        keep_children: trial.keep_children,
     };
     let run = worker_process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {
@@ -424,7 +427,7 @@ pub(crate) fn build(
     let run = &ended.run;
     let (devices, indices) = p.devices(trial, side);
     let mut notes = std::mem::take(&mut p.notes);
-    notes.extend(run.left_running_notes());
+    notes.extend(run.left_running_notes(trial.keep_children));
     if let Some(signal) = stopped
         && p.pid.is_none()
     {

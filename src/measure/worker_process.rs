@@ -43,6 +43,8 @@ pub struct WorkerCommand {
     /// events already sent are still read. `predict` sets it when the worker's torch is not one
     /// it supports.
     pub abandon: Option<Arc<AtomicBool>>,
+    /// Name the processes the workload left running, but leave them (`--keep-children`).
+    pub keep_children: bool,
 }
 
 /// How the worker processes are started.
@@ -93,11 +95,17 @@ pub struct WorkerRun {
 
 impl WorkerRun {
     /// The note a result carries for each process the workload left running.
-    pub fn left_running_notes(&self) -> impl Iterator<Item = String> + '_ {
-        self.left_running.iter().map(|p| {
-            format!(
-                "the workload left process {p} running after its worker ended (started in its own session): it was ended, so it holds no GPU memory after the run"
-            )
+    pub fn left_running_notes(&self, kept: bool) -> impl Iterator<Item = String> + '_ {
+        self.left_running.iter().map(move |p| {
+            if kept {
+                format!(
+                    "the workload left process {p} running after its worker ended (started in its own session): kept running (--keep-children); what it holds on the GPU is not this run's"
+                )
+            } else {
+                format!(
+                    "the workload left process {p} running after its worker ended (started in its own session): it was ended, so it holds no GPU memory after the run (--keep-children leaves it)"
+                )
+            }
         })
     }
 }
@@ -160,7 +168,7 @@ fn become_subreaper() {
 
 /// The processes this process adopted (their parent is us) other than `except`: what the
 /// workload left running after the worker ended. Each is killed with its group, then reaped.
-fn end_adopted(except: u32, ranks: &[u32]) -> Vec<String> {
+fn end_adopted(except: u32, ranks: &[u32], keep: bool) -> Vec<String> {
     let me = std::process::id();
     let mut left = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -206,6 +214,9 @@ fn end_adopted(except: u32, ranks: &[u32]) -> Vec<String> {
                 "{pid} ({})",
                 command.chars().take(200).collect::<String>()
             ));
+            if keep {
+                continue;
+            }
             // SAFETY: signals to a process we adopted (and its own group, when it leads one).
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGKILL);
@@ -480,7 +491,7 @@ pub fn run(
     finished.store(true, Ordering::Relaxed);
     // What the workload left running (adopted by this process now that the worker is gone) is
     // named and ended first: a detached child holding the pipes would delay the drain.
-    let left_running = end_adopted(pid, &ch.rank_groups);
+    let left_running = end_adopted(pid, &ch.rank_groups, cmd.keep_children);
     let drain_until = Instant::now() + Duration::from_secs(5);
     while !ch.drained() && Instant::now() < drain_until {
         match rx.recv_timeout(Duration::from_millis(50)) {

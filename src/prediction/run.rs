@@ -72,6 +72,7 @@ pub fn predict(
         env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
         launch: worker_process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
+        keep_children: trial.keep_children,
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
@@ -178,7 +179,7 @@ pub fn predict(
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
     let mut notes = c.notes;
     notes.extend(judged.notes);
-    notes.extend(run.left_running_notes());
+    notes.extend(run.left_running_notes(trial.keep_children));
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),

@@ -575,6 +575,23 @@ fn a_detached_child_never_holds_the_run_and_is_ended() {
     assert!(notes.contains("time.sleep(600)"), "{notes}");
     assert!(!still_running("time.sleep(600)"));
 
+    // --keep-children: named, and left running (this test ends it).
+    let out = dir.path().join("kept.json");
+    with_fake_torch()
+        .args(["measure", "--keep-children", "--script"])
+        .arg(fixture("scripts/detached_child.py"))
+        .arg("--output")
+        .arg(&out)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .success();
+    let notes = read_json(&out)["notes"].to_string();
+    assert!(notes.contains("kept running (--keep-children)"), "{notes}");
+    assert!(still_running("time.sleep(600)"));
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", "time.sleep\\(600\\)"])
+        .status();
+
     // Blocked on such a child: --timeout ends the run, the phase done so far kept.
     let marker = format!("iteragpu-detached-{}", std::process::id());
     let out = dir.path().join("waits.json");
