@@ -98,25 +98,43 @@ pub fn catalog() -> Vec<Card> {
     catalog.cards
 }
 
-/// A name the catalog does not know, with the names it knows.
+/// A name the catalog does not know (with the names it knows), or one that names several cards
+/// (an `A100` is 40 or 80 GB): never resolved silently to one of them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown card `{query}`; the catalog has: {}", .known.join(", "))]
-pub struct UnknownCard {
-    pub query: String,
-    pub known: Vec<String>,
+pub enum UnknownCard {
+    #[error("unknown card `{query}`; the catalog has: {}", .known.join(", "))]
+    Unknown { query: String, known: Vec<String> },
+    #[error(
+        "`{query}` names several cards: {}; give one of them (`iteragpu cards` lists their capacities)",
+        .choices.join(", ")
+    )]
+    Ambiguous { query: String, choices: Vec<String> },
 }
 
-/// Finds a card by name or alias (case, spaces and dashes ignored).
+/// Finds a card by its name or an alias (case, spaces and dashes ignored). A name that only
+/// begins several cards' names (`A100`, `V100`, `H100`) is refused with the choices.
 pub fn find(query: &str) -> Result<Card, UnknownCard> {
     let cards = catalog();
-    cards
+    if let Some(card) = cards.iter().find(|c| c.matches(query)) {
+        return Ok(card.clone());
+    }
+    let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    let q = norm(query);
+    let family: Vec<String> = cards
         .iter()
-        .find(|c| c.matches(query))
-        .cloned()
-        .ok_or_else(|| UnknownCard {
+        .filter(|c| q.len() >= 2 && norm(&c.name).starts_with(&q))
+        .map(|c| c.name.clone())
+        .collect();
+    if family.len() >= 2 {
+        return Err(UnknownCard::Ambiguous {
             query: query.to_string(),
-            known: cards.iter().map(|c| c.name.clone()).collect(),
-        })
+            choices: family,
+        });
+    }
+    Err(UnknownCard::Unknown {
+        query: query.to_string(),
+        known: cards.iter().map(|c| c.name.clone()).collect(),
+    })
 }
 
 /// The catalog card a device name as the driver declares it denotes
@@ -183,6 +201,42 @@ mod tests {
                 .to_string()
                 .contains("H100 80GB")
         );
+        // A family name is never resolved silently to one of its cards.
+        for (query, choices) in [
+            ("A100", vec!["A100 40GB", "A100 80GB"]),
+            ("V100", vec!["V100 16GB", "V100 32GB"]),
+            ("H100", vec!["H100 80GB", "H100 NVL"]),
+        ] {
+            assert_eq!(
+                find(query).unwrap_err(),
+                UnknownCard::Ambiguous {
+                    query: query.into(),
+                    choices: choices.into_iter().map(String::from).collect()
+                }
+            );
+        }
+        for (query, name) in [
+            ("b200", "B200"),
+            ("GB200", "GB200"),
+            ("h100 nvl", "H100 NVL"),
+            ("H20", "H20"),
+            ("l40", "L40"),
+            ("l40s", "L40S"),
+            ("MI325X", "MI325X"),
+            ("rtx pro 6000", "RTX PRO 6000"),
+        ] {
+            assert_eq!(find(query).unwrap().name, name, "{query}");
+        }
+        // Every card says where its capacity comes from, in a file of this repository.
+        for card in &cards {
+            assert!(!card.source.is_empty(), "{}", card.name);
+            assert!(
+                !card.source.contains("shared/"),
+                "{}: {}",
+                card.name,
+                card.source
+            );
+        }
         let (cap, source) = find("H200").unwrap().device_capacity();
         assert_eq!(
             (cap.get(), source),

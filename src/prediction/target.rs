@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::cards::{self, Card, UnknownCard};
 
 /// H200, torch 2.11.0+cu130: `memory_reserved` 2 MiB right after CUDA initialisation while NVML
-/// showed 641,728,512 bytes for the process (../shared/reference/gpu-machine.md).
+/// showed 641,728,512 bytes for the process (docs/measurements/h200-2026-11-29.md).
 pub const H200_CONTEXT_BYTES: u64 = 641_728_512;
 /// The same reading with `backend:cudaMallocAsync`.
 pub const H200_CONTEXT_ASYNC_BYTES: u64 = 746_586_112;
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(h200.context_bytes, 641_728_512);
         assert_eq!(h200.workspaces.iter().map(|w| w.0).sum::<u64>(), 34_603_008);
         assert!(h200.workspaces_source.starts_with("measured"));
-        let a100 = Target::named(Some("A100"), "native").unwrap();
+        let a100 = Target::named(Some("A100 80GB"), "native").unwrap();
         assert_eq!(a100.capability, (8, 0));
         assert!(a100.context_source.starts_with("assumed"));
         assert!(a100.workspaces_source.starts_with("assumed"));

@@ -2,8 +2,8 @@
 //! as soon as the predicting worker reports its environment), and the comparison of the
 //! prediction's torch, transformers, peft and CUDA with those of the GPU machine (`--like`).
 //!
-//! What is known of the effect of versions (../shared/reference/gpu-machine.md, "Versions
-//! matter"): the same scripts predicted with torch 2.15 / transformers 5.24 and with the H200's
+//! What is known of the effect of versions (docs/measurements/h200-2026-11-29.md,
+//! "Versions"): the same scripts predicted with torch 2.15 / transformers 5.24 and with the H200's
 //! own torch 2.11 / transformers 5.17 differed by up to ~3% per phase and ~4% on peak reserved;
 //! with the machine's versions the predictions matched its readings. That is what was observed,
 //! never a correction to apply.

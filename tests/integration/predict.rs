@@ -1,6 +1,6 @@
 //! `iteragpu predict` with real torch, transformers and peft on the CPU (no GPU): the workloads'
 //! own code runs on data-less CUDA tensors. Checked against (1) readings taken on the lent H200
-//! (../shared/reference/gpu-machine.md), to the byte, and (2) PyTorch's own MemTracker, an
+//! (docs/measurements/h200-2026-11-29.md), to the byte, and (2) PyTorch's own MemTracker, an
 //! independent accounting of the same run, phase by phase within 1%.
 
 use crate::common::{fixture, iteragpu, read_json, torch_python};
