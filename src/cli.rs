@@ -351,9 +351,11 @@ pub struct MeasureArgs {
     /// again on data-less tensors on the CPU; sweep: the frontier's hint).
     #[arg(long)]
     pub no_prediction: bool,
-    /// Result file to create; an existing file is refused before anything runs.
+    /// Result file to create; an existing file is refused before anything runs (measure and
+    /// sweep need one; predict names one when none is given, and `-` writes the prediction to
+    /// standard output only).
     #[arg(long, value_name = "PATH")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Python interpreter with PyTorch (default: $ITERAGPU_PYTHON, else the Python beside the
     /// iteragpu binary — the environment pip installed it in —, else python3).
     #[arg(long, value_name = "PATH")]

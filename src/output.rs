@@ -36,6 +36,20 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A new file name in the current folder, `STEM-YYYYMMDD-HHMMSS.EXT`, with `-2`, `-3`… added
+/// while the name is taken: used when a command may choose its own output (never overwriting).
+pub fn new_name(stem: &str, ext: &str) -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    let first = PathBuf::from(format!("{stem}-{stamp}.{ext}"));
+    if !first.exists() {
+        return first;
+    }
+    (2..)
+        .map(|k| PathBuf::from(format!("{stem}-{stamp}-{k}.{ext}")))
+        .find(|p| !p.exists())
+        .expect("a free name exists")
+}
+
 /// Why an output path cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {

@@ -22,15 +22,16 @@ use crate::{prediction, signals};
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
+    let output_path = super::required_output(args)?;
     let plan = MeasurePlan::from_args(args)?;
     let kv_estimates = prediction::kv_estimates(&plan)?;
     let mut trial = plan.trial();
-    output::check_new(&args.output)?;
+    output::check_new(output_path)?;
     // --timeline: the worker dumps the allocator's snapshot into a temporary file next to the
     // result; the CLI then moves it to RESULT.snapshot.pickle, never over an existing file.
     let snapshot = match &mut trial.spec.history {
         Some(h) if h.mode == HistoryMode::Timeline => {
-            let staged = timeline::Staged::new(&args.output)?;
+            let staged = timeline::Staged::new(output_path)?;
             h.snapshot = Some(staged.temporary().to_path_buf());
             Some(staged)
         }
@@ -42,7 +43,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     let mut result = match ProcessRunner::new(stop).run(&trial, &*display)? {
         TrialOutcome::Unavailable { reason } => {
             return Err(CliError::missing_runtime(format!(
-                "nothing measured: {reason}\n(no result file was written; run `iteragpu environment` for details)"
+                "nothing measured: {reason}\n(no result file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
             )));
         }
         TrialOutcome::Measured(result) => result,
@@ -59,7 +60,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         predict_next_to(&plan, &mut result, stop, &*display);
     }
     display.finish();
-    let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
+    let saved = output::save_result(output_path, &serde_json::to_vec_pretty(&result)?)?;
     let text = if args.json {
         serde_json::to_string_pretty(&*result)? + "\n"
     } else {

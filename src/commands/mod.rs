@@ -2,6 +2,15 @@
 //! returns `Result<ExitStatus, CliError>`; `lib.rs` prints the error once.
 
 /// Refuses the input: returns a bad-input [`CliError`](crate::exit::CliError) from the function.
+/// The result file measure and sweep write (they need one: a measurement is never only printed).
+fn required_output(m: &crate::cli::MeasureArgs) -> Result<&std::path::Path, crate::exit::CliError> {
+    m.output.as_deref().ok_or_else(|| {
+        crate::exit::CliError::bad_input(
+            "--output PATH is required: the result file to create (an existing file is never overwritten)",
+        )
+    })
+}
+
 macro_rules! refuse {
     ($($arg:tt)*) => {
         return Err($crate::exit::CliError::bad_input(format!($($arg)*)))

@@ -52,8 +52,21 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
             Some("no --card given: predicted for the catalog's H200 (choose another with --card NAME)".to_string()),
         ),
     };
-    output::check_new(&m.output)?;
-    let display = progress::spinner(m.json, "starting the predicting worker");
+    // Where the prediction goes: the path given, a new name when none is given (said), or only
+    // standard output for `-`.
+    let destination = match m.output.as_deref() {
+        Some(p) if p.as_os_str() == "-" => None,
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(output::new_name(
+            &format!("prediction-{}", plan.trial().workload),
+            "json",
+        )),
+    };
+    if let Some(path) = &destination {
+        output::check_new(path)?;
+    }
+    let to_stdout = destination.is_none();
+    let display = progress::spinner(m.json || to_stdout, "starting the predicting worker");
     let outcome = predict(&plan, &target, stop, &*display);
     display.finish();
     let mut doc = match outcome? {
@@ -78,9 +91,26 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
             doc.assumptions.transformers_version.as_deref(),
         )),
     }
-    let saved = output::save_result(&m.output, &serde_json::to_vec_pretty(&doc)?)?;
+    let json = serde_json::to_string_pretty(&*doc)? + "\n";
+    let Some(path) = destination else {
+        // `--output -`: the document on standard output, nothing else there.
+        if let Err(e) = out.write_all(json.as_bytes()).and_then(|()| out.flush()) {
+            return Err(CliError::bad_input(format!(
+                "cannot write the prediction to standard output ({})",
+                output::reason(&e)
+            )));
+        }
+        return Ok(status_of(&doc));
+    };
+    if m.output.is_none() {
+        eprintln!(
+            "prediction written to {} (no --output given)",
+            path.display()
+        );
+    }
+    let saved = output::save_result(&path, json.as_bytes())?;
     let text = if m.json {
-        serde_json::to_string_pretty(&*doc)? + "\n"
+        json
     } else {
         crate::prediction::render::table(&doc, saved.path())
     };
@@ -97,13 +127,18 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
             path.display()
         );
     }
+    Ok(status_of(&doc))
+}
+
+/// The exit status a prediction ends with.
+fn status_of(doc: &crate::prediction::document::PredictionDoc) -> ExitStatus {
     // Stopped by the timeout or a signal: the phases so far are kept, as `measure` keeps them.
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
-    Ok(if doc.stopped() {
+    if doc.stopped() {
         ExitStatus::WorkloadFailed
     } else if doc.status == "failed" {
         ExitStatus::BadInput
     } else {
         ExitStatus::Ok
-    })
+    }
 }

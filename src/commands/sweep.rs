@@ -18,7 +18,8 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let stop = signals::stop_request();
     let plan = SweepPlan::from_args(args)?;
     let m = &args.measure;
-    let writer = Writer::new(&m.output)?;
+    let output_path = super::required_output(m)?;
+    let writer = Writer::new(output_path)?;
     let display = progress::trials(m.json);
     let mut runner = ProcessRunner::new(stop);
     let finish = driver::run(&plan, &mut runner, writer, &*display);
@@ -26,14 +27,12 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let (series, moved) = match finish? {
         Finish::Unavailable(reason) => {
             return Err(CliError::missing_runtime(format!(
-                "nothing measured: {reason}\n(no series file was written; run `iteragpu environment` for details)"
+                "nothing measured: {reason}\n(no series file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
             )));
         }
         Finish::Done { series, moved } => (series, moved),
     };
-    let path = moved
-        .as_ref()
-        .map_or(m.output.as_path(), |(_, p)| p.as_path());
+    let path = moved.as_ref().map_or(output_path, |(_, p)| p.as_path());
     let text = if m.json {
         serde_json::to_string_pretty(&series)? + "\n"
     } else {

@@ -659,3 +659,62 @@ fn predict_like_compares_the_versions() {
     assert_eq!(doc["like"]["kind"], "environment");
     assert_eq!(doc["like"]["differences"], serde_json::json!([]));
 }
+
+/// `--output` is optional for predict: a new name in the current folder, said on stderr; `-`
+/// writes the document to standard output only. measure and sweep still need one.
+#[test]
+fn predict_names_its_output_or_writes_to_standard_output() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dense = ["--batch", "2", "--context", "16", "--width", "64"];
+    let run = iteragpu()
+        .current_dir(dir.path())
+        .args(["predict", "--python", &python])
+        .args(dense)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let written: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(written[0].starts_with("prediction-dense-") && written[0].ends_with(".json"));
+    assert!(String::from_utf8_lossy(&run.stderr).contains(&written[0]));
+    let run = iteragpu()
+        .current_dir(dir.path())
+        .args(["predict", "--python", &python, "--output", "-"])
+        .args(dense)
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&run.stdout).expect("only the document");
+    assert_eq!(doc["kind"], "prediction");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no file named -"
+    );
+    for args in [
+        &dense[..],
+        &["--vary", "batch=1,2", "--context", "16", "--width", "64"][..],
+    ] {
+        let command = if args[0] == "--vary" {
+            "sweep"
+        } else {
+            "measure"
+        };
+        iteragpu()
+            .current_dir(dir.path())
+            .arg(command)
+            .args(args)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("--output PATH is required"));
+    }
+}
