@@ -705,7 +705,10 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
 fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
     if args.task == Task::Train {
         let precision = args.precision.unwrap_or(TrainPrecision::Fp32);
+        // A frozen LoRA base is kept in the compute dtype (as `estimate` counts it, and as people
+        // load it); full fine-tuning in bf16-mixed keeps fp32 weights (the master copy).
         let by_precision = match precision {
+            TrainPrecision::Bf16Mixed if args.lora_rank.is_some() => Dtype::Bfloat16,
             TrainPrecision::Fp32 | TrainPrecision::Bf16Mixed => Dtype::Float32,
             TrainPrecision::Bf16 => Dtype::Bfloat16,
         };

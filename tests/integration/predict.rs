@@ -718,3 +718,46 @@ fn predict_names_its_output_or_writes_to_standard_output() {
             .stderr(predicate::str::contains("--output PATH is required"));
     }
 }
+
+/// estimate and predict answer the same LoRA question with the same weights: the frozen base in
+/// the compute dtype (bf16 under bf16-mixed), the adapters in fp32 (issue 20: they differed by 2×).
+#[test]
+fn estimate_and_predict_agree_on_a_lora_base() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("models/llama-3-8b").display().to_string();
+    let question = [
+        "--model",
+        &model,
+        "--train",
+        "--precision",
+        "bf16-mixed",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--context",
+        "256",
+    ];
+    let estimate = crate::common::estimate_json(&question);
+    let term = |prefix: &str| crate::common::term_bytes(&estimate, prefix);
+    let weights = term("weights") + term("LoRA adapters");
+    let mut args: Vec<&str> = vec!["--workload", "causal-lm", "--task", "train"];
+    args.extend(question.iter().filter(|a| **a != "--train"));
+    let doc = predict(&python, dir.path(), "lora", &args);
+    let load = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "model_load")
+        .unwrap();
+    // What stays on the device after loading: the parameters and the (rotary) buffers.
+    let buffers = load["at_peak"]["by_category"]["buffer"]
+        .as_u64()
+        .unwrap_or(0);
+    let predicted = load["end_allocated_bytes"].as_u64().unwrap() - buffers;
+    assert_eq!(
+        predicted, weights,
+        "predict {predicted} vs estimate {weights}"
+    );
+}
