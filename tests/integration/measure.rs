@@ -467,19 +467,23 @@ fn the_worker_reads_the_documented_specs() {
     );
 }
 
+/// `iteragpu measure --script fixtures/scripts/NAME --output OUT` with the fake torch.
+fn measure_script(name: &str, out: &Path) -> assert_cmd::assert::Assert {
+    with_fake_torch()
+        .args(["measure", "--script"])
+        .arg(fixture(&format!("scripts/{name}")))
+        .arg("--output")
+        .arg(out)
+        .assert()
+}
+
 /// Nested markers: each phase once, in the order they began, the inner one's `parent` the outer,
 /// and the outer's peak covering the inner one's although the counters were reset for it.
 #[test]
 fn nested_markers_nest_in_a_measurement() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nested.json");
-    with_fake_torch()
-        .args(["measure", "--script"])
-        .arg(fixture("scripts/nested_markers.py"))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .success();
+    measure_script("nested_markers.py", &out).success();
     let doc = read_json(&out);
     assert_eq!(phase_names(&doc), ["outer", "inner", "after"]);
     let phase = |k: usize| &doc["phases"][k];
@@ -505,13 +509,7 @@ fn nested_markers_nest_in_a_measurement() {
 fn a_fork_in_a_phase_records_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fork.json");
-    with_fake_torch()
-        .args(["measure", "--script"])
-        .arg(fixture("scripts/forks.py"))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .success();
+    measure_script("forks.py", &out).success();
     let doc = read_json(&out);
     assert_eq!(phase_names(&doc), ["load", "forked", "after"]);
     let notes = doc["notes"].to_string();
@@ -525,13 +523,7 @@ fn a_fork_in_a_phase_records_it_once() {
 fn an_out_of_memory_deep_in_a_long_message_keeps_its_post_mortem() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("long.json");
-    with_fake_torch()
-        .args(["measure", "--script"])
-        .arg(fixture("scripts/long_oom.py"))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .code(3);
+    measure_script("long_oom.py", &out).code(3);
     let doc = read_json(&out);
     assert_eq!(doc["failure"]["out_of_memory"], true, "{}", doc["failure"]);
     let message = doc["failure"]["message"].as_str().unwrap();
@@ -622,13 +614,7 @@ fn a_detached_child_never_holds_the_run_and_is_ended() {
 fn os_exit_inside_a_phase_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exit.json");
-    with_fake_torch()
-        .args(["measure", "--script"])
-        .arg(fixture("scripts/hard_exit_measured.py"))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .success();
+    measure_script("hard_exit_measured.py", &out).success();
     let doc = read_json(&out);
     assert_eq!(doc["status"], "ok", "{}", doc["failure"]);
     assert_eq!(phase_names(&doc), ["load", "work"]);

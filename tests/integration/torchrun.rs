@@ -207,6 +207,22 @@ fn a_timeout_stops_every_rank_and_keeps_their_phases() {
     }
 }
 
+/// The processes (pid, command line) whose chain of parents reaches `ancestor`: one run's own
+/// tree (other tests run workers at the same time).
+fn processes_under(ancestor: u32) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&cmdline).to_string()))
+        })
+        .filter(|(pid, _)| descends_from(*pid, ancestor))
+        .collect()
+}
+
 /// Whether `pid`'s chain of parents reaches `ancestor`.
 fn descends_from(mut pid: u32, ancestor: u32) -> bool {
     for _ in 0..64 {
@@ -248,16 +264,9 @@ fn ctrl_c_stops_torchrun_and_every_rank() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let cli = child.id();
     loop {
-        let ranks = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-                Some((pid, String::from_utf8_lossy(&cmdline).to_string()))
-            })
-            .filter(|(pid, c)| c.contains("iteragpu.worker") && descends_from(*pid, cli))
+        let ranks = processes_under(cli)
+            .iter()
+            .filter(|(_, c)| c.contains("iteragpu.worker"))
             .count();
         if ranks >= 2 {
             break;
@@ -306,23 +315,14 @@ fn torchrun_killed_is_named_as_the_cause() {
     let deadline = Instant::now() + Duration::from_secs(60);
     // Wait for both ranks of this run, then kill torchrun (the CLI's own child).
     let torchrun = loop {
-        let procs: Vec<(u32, String)> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-                Some((pid, String::from_utf8_lossy(&cmdline).to_string()))
-            })
-            .collect();
+        let procs = processes_under(cli);
         let ranks = procs
             .iter()
-            .filter(|(pid, c)| c.contains("iteragpu.worker") && descends_from(*pid, cli))
+            .filter(|(_, c)| c.contains("iteragpu.worker"))
             .count();
         let launcher = procs
             .iter()
-            .find(|(pid, c)| c.contains("torch.distributed.run") && descends_from(*pid, cli))
+            .find(|(_, c)| c.contains("torch.distributed.run"))
             .map(|(pid, _)| *pid);
         if let (true, Some(pid)) = (ranks >= 2, launcher) {
             break pid;
