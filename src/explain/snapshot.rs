@@ -30,6 +30,16 @@
 //! `serde-pickle` crate was not used: it parses the whole stream into a value tree (its memo
 //! clones whole values), so its memory grows with the file.
 //!
+//! The file comes from the workload, so it may be made to exhaust the reader. Nothing is copied
+//! per fetch: a memoized container is kept once and each BINGET shares it (`Rc`), so a memo bomb
+//! (one tuple fetched 60,000 times) costs what the tuple costs. What the memo keeps, the stack
+//! holds (65,536 slots, tuples of at most 64 items), the generic values build and the strings
+//! intern each have a budget; past one, the value is not kept and a note says how many were not.
+//! The summary is bounded too: each frame is made once and shared by the allocations that show
+//! it (stored once in JSON, in `frames`), every string keeps at most 1,000 characters, and past
+//! 8 MiB of JSON details are dropped with a note that says which (`bound`). So any file gives a
+//! bounded summary or a stated refusal, and `measure --timeline` always writes its result.
+//!
 //! The summary replays the traces (alloc +size and free_completed −size for the allocated bytes,
 //! segment_alloc/segment_map +size and segment_free/segment_unmap −size for the reserved bytes),
 //! cuts them into phases with the `user_metadata` markers `iteragpu phase <index> <name>` that
@@ -37,14 +47,18 @@
 //! snapshot (so that a trace whose first entries were dropped by `max_entries` still gives
 //! absolute levels, and says that it is truncated).
 
+mod bound;
 mod fold;
 mod pickle;
+mod stored;
 pub mod writer;
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The label of the trace entries recorded before the first phase marker.
 pub const BEFORE_FIRST_PHASE: &str = "(before the first phase)";
@@ -58,6 +72,26 @@ pub const SERIES_MAX_POINTS: usize = 2000;
 pub const LARGEST_KEPT: usize = 10;
 /// This many Python frames are kept from the innermost end of each stack.
 pub const STACK_TOP_FRAMES: usize = 5;
+/// Every string of the summary (frames, phase names, actions, allocator settings) keeps at most
+/// this many characters: a longer one is cut and ends with "…".
+pub const MAX_STRING_CHARS: usize = 1000;
+/// The summary, written as the result writes it (pretty JSON), takes at most this many bytes:
+/// past it details are dropped, and a note says which (see `bound`).
+pub const MAX_SUMMARY_BYTES: u64 = 8 << 20;
+
+/// `text` with at most `MAX_STRING_CHARS` characters, the last one "…" when it was cut.
+pub(crate) fn cut(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(MAX_STRING_CHARS) {
+        None => Cow::Borrowed(text),
+        Some(_) => {
+            let end = text
+                .char_indices()
+                .nth(MAX_STRING_CHARS - 1)
+                .map_or(text.len(), |(i, _)| i);
+            Cow::Owned(format!("{}…", &text[..end]))
+        }
+    }
+}
 
 /// How the snapshot was recorded, when the caller knows it.
 #[derive(Clone, Debug, Default)]
@@ -83,8 +117,17 @@ pub struct PhaseBound {
 
 /// What a memory snapshot says, per device: the segments at the end, and, when the allocation
 /// history was recorded, the replayed timeline cut into phases.
+///
+/// Bounded whatever the file: every string at most `MAX_STRING_CHARS` characters, each frame
+/// stored once, the whole at most `MAX_SUMMARY_BYTES` as JSON. In JSON, the allocations' frames
+/// are positions in `frames` (results written before the table, with the frames inline, are
+/// read as well).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct SnapshotSummary {
+    /// The frames the allocations below show, each once, in the order first shown.
+    #[serde(default)]
+    pub frames: Vec<Frame>,
     /// The pickle protocol of the file (4 for Python ≤ 3.13's default, 5 for 3.14's).
     pub pickle_protocol: u8,
     /// Bytes read up to the pickle's STOP.
@@ -97,8 +140,91 @@ pub struct SnapshotSummary {
     /// expandable_segments, …), absent before PyTorch 2.3.
     pub allocator_settings: Option<BTreeMap<String, serde_json::Value>>,
     /// What the reader met but could not use (unknown actions, entries without a size, bounds
-    /// reached), one sentence each; empty for a snapshot PyTorch wrote.
+    /// reached, details dropped to stay under `MAX_SUMMARY_BYTES`), one sentence each; empty for
+    /// a snapshot PyTorch wrote.
     pub notes: Vec<String>,
+}
+
+impl Serialize for SnapshotSummary {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The allocations' frames are written as their positions in the table.
+        stored::writing(&self.frames, || {
+            SnapshotSummary::serialize(self, serializer)
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for SnapshotSummary {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // The table may come after the allocations that refer to it (a document whose keys were
+        // sorted): it is taken out first.
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        let frames: Vec<Frame> = match value.as_object_mut().and_then(|m| m.remove("frames")) {
+            Some(table) => serde_json::from_value(table).map_err(D::Error::custom)?,
+            None => Vec::new(),
+        };
+        let inline = frames.is_empty();
+        let mut summary = stored::reading(frames, || SnapshotSummary::deserialize(value))
+            .map_err(D::Error::custom)?;
+        // Results written before the table have their frames inline, a copy per allocation:
+        // equal frames are made one, and the table is made here.
+        if inline {
+            summary.share_frames();
+        }
+        summary.index_frames();
+        Ok(summary)
+    }
+}
+
+impl SnapshotSummary {
+    /// Every allocation of the summary.
+    pub fn allocations(&self) -> impl Iterator<Item = &Allocation> {
+        self.devices.iter().flat_map(|d| {
+            d.largest_blocks_at_end.iter().chain(
+                d.trace
+                    .iter()
+                    .flat_map(|t| t.phases.iter().flat_map(|p| p.largest_at_peak.iter())),
+            )
+        })
+    }
+
+    /// Makes `frames` the distinct frames of the allocations, in the order first shown (a frame
+    /// is known by its shared strings, without hashing its text).
+    pub fn index_frames(&mut self) {
+        let mut seen: HashSet<stored::Key> = HashSet::new();
+        let mut frames = Vec::new();
+        for a in self.allocations() {
+            for f in a.user_frame.iter().chain(&a.stack_top) {
+                if seen.insert(stored::key(f)) {
+                    frames.push(f.clone());
+                }
+            }
+        }
+        self.frames = frames;
+    }
+
+    /// Makes equal frames one (shared strings).
+    fn share_frames(&mut self) {
+        let mut shared: HashSet<Frame> = HashSet::new();
+        let mut share = |f: &mut Frame| match shared.get(f) {
+            Some(known) => *f = known.clone(),
+            None => {
+                shared.insert(f.clone());
+            }
+        };
+        for d in &mut self.devices {
+            let phases = d.trace.iter_mut().flat_map(|t| t.phases.iter_mut());
+            let allocations = d
+                .largest_blocks_at_end
+                .iter_mut()
+                .chain(phases.flat_map(|p| p.largest_at_peak.iter_mut()));
+            for a in allocations {
+                a.user_frame.iter_mut().for_each(&mut share);
+                a.stack_top.iter_mut().for_each(&mut share);
+            }
+        }
+    }
 }
 
 /// One device: its segments at the end of the snapshot and its replayed trace.
@@ -274,22 +400,29 @@ pub struct Allocation {
     pub size_bytes: u64,
     /// Its alloc entry, when it comes from the trace.
     pub allocated_at: Option<TracePoint>,
-    /// The phase of its alloc entry, when it comes from the trace.
-    pub phase: Option<String>,
+    /// The phase of its alloc entry, when it comes from the trace (shared with the phase's
+    /// other allocations, not copied).
+    #[serde(default, with = "stored::text_option")]
+    pub phase: Option<Arc<str>>,
     /// The innermost frame of user code: the first Python frame outside PyTorch (`torch/`,
     /// generated FX/Inductor code), iteragpu's own package and Python's standard library.
+    /// Within a summary's JSON, its position in the summary's `frames`.
+    #[serde(default, with = "stored::frame_option")]
     pub user_frame: Option<Frame>,
     /// The innermost Python frames of its stack (at most 5, innermost first), PyTorch's
-    /// included: the top of the stack that allocated it.
+    /// included: the top of the stack that allocated it. Positions, like `user_frame`.
+    #[serde(default, with = "stored::frame_list")]
     pub stack_top: Vec<Frame>,
 }
 
-/// A frame of a recorded stack.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A frame of a recorded stack. Its strings are shared by every allocation that shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Frame {
-    pub filename: String,
+    #[serde(with = "stored::text")]
+    pub filename: Arc<str>,
     pub line: i64,
-    pub name: String,
+    #[serde(with = "stored::text")]
+    pub name: Arc<str>,
 }
 
 /// An `oom` trace entry: the allocator raised an out-of-memory error.
@@ -333,6 +466,12 @@ pub enum SnapshotError {
     TooLarge { offset: u64, message: String },
     #[error("not a PyTorch memory snapshot: {0}")]
     NotASnapshot(String),
+    #[error(
+        "its summary would take {bytes} bytes even with its details dropped (at most {MAX_SUMMARY_BYTES} are written): refused rather than write an unbounded result"
+    )]
+    SummaryTooLarge { bytes: u64 },
+    #[error("the snapshot reader failed ({0}); the snapshot is kept as it is")]
+    Failed(String),
 }
 
 /// Summarises the snapshot file at `path` (see [`summarize`]).
@@ -345,15 +484,17 @@ pub fn summarize_file(
 }
 
 /// Summarises a snapshot pickle read from `input`, in one pass, with memory bounded by the
-/// snapshot's live state (allocations alive at once, distinct strings and frames), never by its
-/// length. Any byte sequence gives a summary or an error, never a panic.
+/// snapshot's live state (allocations alive at once, distinct strings and frames, each within a
+/// bound), never by its length nor by how often the memo is fetched. Any byte sequence gives a
+/// summary of at most `MAX_SUMMARY_BYTES` or an error, never a panic.
 pub fn summarize<R: Read>(
     input: R,
     options: &SummaryOptions,
 ) -> Result<SnapshotSummary, SnapshotError> {
     let mut folder = fold::Folder::new(options.clone());
     let run = pickle::run(input, &mut folder)?;
-    folder.finish(run)
+    let summary = folder.finish(run)?;
+    bound::bound(summary, options)
 }
 
 #[cfg(test)]

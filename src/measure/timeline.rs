@@ -170,7 +170,19 @@ fn read_once(
         hasher: Sha256::new(),
         bytes: 0,
     };
-    let summary = snapshot::summarize(&mut reader, options);
+    // The summary is bounded (memory and size) whatever the file holds; should the reader still
+    // fail on some input, the measurement is kept all the same, with the reason.
+    let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        snapshot::summarize(&mut reader, options)
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(snapshot::SnapshotError::Failed(what))
+    });
     std::io::copy(&mut reader, &mut std::io::sink())?;
     let sha = reader
         .hasher

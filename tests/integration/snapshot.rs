@@ -37,10 +37,7 @@ fn a_committed_snapshot_is_summarised() {
     let largest = &fwd.largest_at_peak[0];
     assert_eq!(largest.size_bytes, 3 * MIB / 2);
     let user = largest.user_frame.as_ref().expect("a user frame");
-    assert_eq!(
-        (user.filename.as_str(), user.line),
-        ("/home/u/model.py", 30)
-    );
+    assert_eq!((&*user.filename, user.line), ("/home/u/model.py", 30));
     assert_eq!(fwd.ooms.len(), 1);
     // The summary is plain data: it goes through JSON unchanged.
     let json = serde_json::to_string(&s).expect("serializes");
@@ -341,5 +338,138 @@ fn measure_timeline_keeps_the_snapshot_beside_the_result() {
             .assert()
             .code(1)
             .stderr(predicate::str::contains("--timeline"));
+    }
+}
+
+/// A workload whose snapshot is made to exhaust the reader (tests/fixtures/scripts/
+/// hostile_snapshot.py: a memo bomb, a 1 MB frame string shown by every allocation of 50 phases
+/// with 10,000-byte names). Before the bounds, the first needed about 144 GB and the second wrote
+/// gigabytes (both aborted the CLI and lost the measurement). Now the measurement is written,
+/// with a bounded summary, and `explain` and `report` read it.
+#[test]
+fn a_hostile_snapshot_never_loses_the_measurement() {
+    use crate::common::{iteragpu, read_json, with_fake_torch};
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["memo", "frames"] {
+        let out = dir.path().join(format!("{kind}.json"));
+        let started = std::time::Instant::now();
+        with_fake_torch()
+            .args(["measure", "--timeline", "--script"])
+            .arg(fixture("scripts/hostile_snapshot.py"))
+            .arg("--output")
+            .arg(&out)
+            .env("HOSTILE_SNAPSHOT", kind)
+            .assert()
+            .success();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{kind}: {:?}",
+            started.elapsed()
+        );
+        let size = std::fs::metadata(&out).unwrap().len();
+        assert!(size < 9 << 20, "{kind}: a result of {size} bytes");
+        let doc = read_json(&out);
+        assert_eq!(doc["status"], "ok", "{kind}");
+        assert_eq!(doc["phases"][0]["name"], "work");
+        let t = &doc["timeline"];
+        assert!(t["path"].is_string(), "{kind}: {t}");
+        let summary: SnapshotSummary = serde_json::from_value(t["summary"].clone())
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {}", t["summary_reason"]));
+        if kind == "frames" {
+            let trace = summary.devices[0].trace.as_ref().unwrap();
+            assert_eq!(trace.phases.len(), 50);
+            assert!(summary.frames.len() <= 6);
+            assert!(
+                summary
+                    .frames
+                    .iter()
+                    .all(|f| f.filename.chars().count() <= 1000)
+            );
+        }
+        iteragpu().arg("explain").arg(&out).assert().success();
+        let html = dir.path().join(format!("{kind}.html"));
+        iteragpu()
+            .arg("report")
+            .arg(&out)
+            .arg("--output")
+            .arg(&html)
+            .assert()
+            .success();
+        let page = std::fs::metadata(&html).unwrap().len();
+        assert!(page < 16 << 20, "{kind}: a fiche of {page} bytes");
+    }
+}
+
+#[path = "../../fuzz/support/snapshot_summary.rs"]
+mod snapshot_summary;
+
+#[path = "../../fuzz/support/oom_message.rs"]
+mod oom_message;
+
+/// The bodies of the fuzz targets `snapshot_summary` and `oom_message` (`cargo fuzz run …`) on
+/// random inputs: snapshot fixtures with bytes changed, spliced opcodes, OOM messages with their
+/// numbers and words changed.
+mod fuzz_bodies {
+    use super::{oom_message, snapshot_summary};
+    use crate::common::fixture;
+    use proptest::prelude::*;
+
+    fn p4() -> Vec<u8> {
+        std::fs::read(fixture("snapshots/phases-p4.pickle")).unwrap()
+    }
+
+    const OOM: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.50 GiB is free. Process 4242 has 77.59 GiB memory in use. Of the allocated memory 75.00 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+
+    #[test]
+    fn the_fixtures_pass_the_bodies() {
+        let mut input = vec![3u8];
+        input.extend(p4());
+        snapshot_summary::run(&input).unwrap();
+        oom_message::run(OOM.as_bytes()).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+        #[test]
+        fn mutated_snapshots(
+            knob in any::<u8>(),
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+        ) {
+            let mut input = vec![knob];
+            input.extend(p4());
+            for (at, byte) in &edits {
+                let i = 1 + at.index(input.len() - 1);
+                input[i] = *byte;
+            }
+            prop_assert_eq!(snapshot_summary::run(&input), Ok(()));
+        }
+
+        #[test]
+        fn arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            prop_assert_eq!(snapshot_summary::run(&bytes), Ok(()));
+            prop_assert_eq!(oom_message::run(&bytes), Ok(()));
+        }
+
+        #[test]
+        fn mutated_oom_messages(
+            edits in proptest::collection::vec(
+                (any::<prop::sample::Index>(), prop::sample::select(vec![
+                    "0", "9", ".", " ", "GiB", "MiB", "KiB", "bytes", "free", "total capacity",
+                    "Tried to allocate", "Process", "has", "memory in use", "-1", "99999999999999999999",
+                ])),
+                0..8,
+            ),
+        ) {
+            let mut text = OOM.to_string();
+            for (at, word) in &edits {
+                let mut i = at.index(text.len());
+                while !text.is_char_boundary(i) {
+                    i -= 1;
+                }
+                text.insert_str(i, word);
+            }
+            prop_assert_eq!(oom_message::run(text.as_bytes()), Ok(()));
+        }
     }
 }

@@ -6,21 +6,30 @@ use super::{
     Allocation, BEFORE_FIRST_PHASE, BETWEEN_PHASES, DeviceSummary, Frame, HistoryCoverage,
     LARGEST_KEPT, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary, PoolSummary, SERIES_MAX_POINTS,
     STACK_TOP_FRAMES, SegmentMap, SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions,
-    TracePoint, TraceSummary,
+    TracePoint, TraceSummary, cut,
 };
 use crate::units::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 const MAX_DEVICES: usize = 1024;
 const MAX_FRAMES: usize = 1 << 22;
 const MAX_STACKS: usize = 1 << 22;
 const MAX_MARKERS: usize = 100_000;
 const MAX_PHASES: usize = 10_000;
+/// Phases of all devices together (each holds its largest allocations and out-of-memory
+/// entries): a snapshot that marks more is not a measurement's.
+const MAX_PHASES_IN_ALL: usize = 20_000;
 const MAX_OOMS_KEPT: usize = 16;
 const MAX_OTHER_ACTIONS: usize = 64;
-/// Allocations (and segments) tracked alive at once by the replay; past this the levels are
-/// still replayed but the newest are not ranked at the peaks.
+/// Pools per device (private pools of CUDA graphs and `MemPool`s): the others are counted in
+/// the device's totals only.
+const MAX_POOLS: usize = 256;
+/// Allocations (and segments) tracked alive at once by the replay, all devices together; past
+/// this the levels are still replayed but the newest are not ranked at the peaks.
 const MAX_ALIVE: usize = 1 << 22;
+/// JSON values (and object keys) of the allocator settings.
+const MAX_SETTINGS_VALUES: usize = 10_000;
 
 /// The words of the snapshot's keys and values, cached per interned string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +120,11 @@ fn word_of(s: &str) -> Word {
         "large" => Word::Large,
         _ => Word::Other,
     }
+}
+
+/// Whether `name` is one of PyTorch's trace actions.
+pub(crate) fn is_action(name: &str) -> bool {
+    ACTIONS.iter().any(|(_, known)| *known == name)
 }
 
 /// The trace actions, in the order they are counted.
@@ -273,6 +287,15 @@ pub(crate) struct Folder {
     folded: Option<(u32, Folded)>,
     folded_seq: u32,
     devices: BTreeMap<i64, DeviceAcc>,
+    /// Phases opened and allocations tracked alive, all devices together.
+    phases_in_all: usize,
+    alive_in_all: usize,
+    /// Whether each filename string is Python's and the user's (see `classify`).
+    file_kinds: FxMap<u32, (bool, bool)>,
+    /// The phase bound that held the last unmarked entry, and each bound's marker.
+    last_bound: usize,
+    bound_markers: Vec<Option<Option<u32>>>,
+    ends_before: Vec<i64>,
     settings: Option<BTreeMap<String, serde_json::Value>>,
     root: Option<Kind>,
     saw_segments: bool,
@@ -300,6 +323,12 @@ impl Folder {
             folded: None,
             folded_seq: 0,
             devices: BTreeMap::new(),
+            phases_in_all: 0,
+            alive_in_all: 0,
+            file_kinds: FxMap::default(),
+            last_bound: 0,
+            bound_markers: Vec::new(),
+            ends_before: Vec::new(),
             settings: None,
             root: None,
             saw_segments: false,
@@ -394,7 +423,15 @@ impl Folder {
             return Value::Skipped;
         }
         let (python, user) = match acc.filename {
-            Some(f) => self.classify(strings.get(f)),
+            // Once per distinct filename: a long one shared by many frames is scanned once.
+            Some(f) => match self.file_kinds.get(&f) {
+                Some(&kinds) => kinds,
+                None => {
+                    let kinds = self.classify(strings.get(f));
+                    self.file_kinds.insert(f, kinds);
+                    kinds
+                }
+            },
             None => (false, false),
         };
         let id = self.frames.len() as u32;
@@ -427,7 +464,7 @@ impl Folder {
         let parse = |text: &str| -> Option<(u64, String)> {
             let rest = text.strip_prefix(PHASE_MARKER_PREFIX)?;
             let (index, name) = rest.split_once(' ').unwrap_or((rest, ""));
-            Some((index.parse().ok()?, name.to_string()))
+            Some((index.parse().ok()?, cut(name).into_owned()))
         };
         match value {
             Value::Str(id) => {
@@ -448,13 +485,38 @@ impl Folder {
     /// The phase whose wall-clock bounds hold `time` (an unmarked entry of another thread).
     fn phase_at(&mut self, time: Option<i64>) -> Option<u32> {
         let time = time?;
-        let bound = self
-            .options
-            .phase_bounds
-            .iter()
-            .find(|b| b.start_us <= time && time <= b.end_us)?;
-        let marker = (bound.index, bound.name.clone());
-        self.marker_id(marker)
+        let bounds = &self.options.phase_bounds;
+        if self.bound_markers.len() < bounds.len() {
+            self.bound_markers.resize(bounds.len(), None);
+            // The latest end among the bounds before each one.
+            let mut latest = i64::MIN;
+            self.ends_before = bounds
+                .iter()
+                .map(|b| {
+                    let before = latest;
+                    latest = latest.max(b.end_us);
+                    before
+                })
+                .collect();
+        }
+        let holds = |i: usize| bounds[i].start_us <= time && time <= bounds[i].end_us;
+        // Entries come in time order: the bound of the previous entry holds this one too, and
+        // is the first that does when every bound before it has ended.
+        let last = self.last_bound;
+        let found = if last < bounds.len() && holds(last) && self.ends_before[last] < time {
+            last
+        } else {
+            (0..bounds.len()).find(|&i| holds(i))?
+        };
+        self.last_bound = found;
+        if let Some(known) = self.bound_markers[found] {
+            return known;
+        }
+        let bound = &self.options.phase_bounds[found];
+        let marker = (bound.index, cut(&bound.name).into_owned());
+        let id = self.marker_id(marker);
+        self.bound_markers[found] = Some(id);
+        id
     }
 
     fn marker_id(&mut self, marker: (u64, String)) -> Option<u32> {
@@ -506,10 +568,13 @@ impl Folder {
             }
         };
         let split = if blocks >= 2 { inactive } else { 0 };
-        for pool in [
-            &mut dev.totals,
-            dev.pools.entry((s.pool, s.segment_type)).or_default(),
-        ] {
+        let key = (s.pool, s.segment_type);
+        let pool_kept = dev.pools.len() < MAX_POOLS || dev.pools.contains_key(&key);
+        let pools = [
+            Some(&mut dev.totals),
+            pool_kept.then(|| dev.pools.entry(key).or_default()),
+        ];
+        for pool in pools.into_iter().flatten() {
             pool.segments += 1;
             pool.expandable += u64::from(s.expandable);
             pool.reserved = pool.reserved.saturating_add(total);
@@ -522,6 +587,9 @@ impl Folder {
         dev.requested = dev.requested.saturating_add(requested);
         dev.top_blocks.extend(top);
         keep_largest(&mut dev.top_blocks);
+        if !pool_kept {
+            self.count("segments of pools beyond the 256th of their device were counted in the device's totals only");
+        }
     }
 
     fn fold_entry(&mut self, device: u32, entry: EntryAcc) {
@@ -535,14 +603,27 @@ impl Folder {
         if entry.action == Word::Other && entry.other_action.is_none() {
             self.count("trace entries without an action were counted but not replayed");
         }
+        let (phases_in_all, alive_in_all) = (self.phases_in_all, self.alive_in_all);
         let Some(dev) = self.device_mut(i64::from(device)) else {
             return;
         };
         let replay = dev
             .replay
             .get_or_insert_with(|| Box::new(Replay::default()));
-        if !replay.apply(&entry, key) {
-            self.count("phases beyond the 10,000th were merged into the one before");
+        // The bounds hold for all devices together.
+        let phases_before = replay.phases.len();
+        let others_alive = alive_in_all.saturating_sub(replay.tracked());
+        let room = Room {
+            phases: MAX_PHASES_IN_ALL.saturating_sub(phases_in_all),
+            alive: MAX_ALIVE.saturating_sub(others_alive),
+        };
+        let opened = replay.apply(&entry, key, room);
+        let phases_in_all = phases_in_all + (replay.phases.len() - phases_before);
+        let alive_in_all = others_alive + replay.tracked();
+        self.phases_in_all = phases_in_all;
+        self.alive_in_all = alive_in_all;
+        if !opened {
+            self.count("phases beyond the bound (10,000 per device, 20,000 in all) were merged into the one before");
         }
     }
 
@@ -562,6 +643,7 @@ impl Folder {
             _ => {}
         }
         let strings = &run.strings;
+        let mut made = Made::default();
         let mut devices = Vec::new();
         let mut history_recorded = false;
         let device_accs = std::mem::take(&mut self.devices);
@@ -611,8 +693,8 @@ impl Folder {
                     size_bytes: b.size,
                     allocated_at: None,
                     phase: None,
-                    user_frame: self.user_frame(b.stack, strings),
-                    stack_top: self.stack_top(b.stack, strings),
+                    user_frame: self.user_frame(&mut made, b.stack, strings),
+                    stack_top: self.stack_top(&mut made, b.stack, strings),
                 })
                 .collect();
             let trace = match acc.replay {
@@ -620,10 +702,10 @@ impl Folder {
                     replay.end();
                     if replay.untracked {
                         self.count(
-                            "device traces with more than 4,194,304 allocations or segments alive at once (the newest were not ranked)",
+                            "device traces past 4,194,304 allocations and segments alive at once, all devices together (the newest were not ranked)",
                         );
                     }
-                    Some(self.trace_summary(&replay, &segments, strings))
+                    Some(self.trace_summary(&mut made, &replay, &segments, strings))
                 }
                 _ => None,
             };
@@ -651,37 +733,67 @@ impl Folder {
                 run.built_dropped
             ));
         }
-        Ok(SnapshotSummary {
+        if run.memo_refused > 0 {
+            notes.push(format!(
+                "{} memoized objects beyond the memo's bound were not kept (fetching them again gave nothing)",
+                run.memo_refused
+            ));
+        }
+        if run.tuples_dropped > 0 {
+            notes.push(format!(
+                "{} tuples of more than {} items were not kept",
+                run.tuples_dropped,
+                super::pickle::MAX_TUPLE_ITEMS
+            ));
+        }
+        if run.texts_cut > 0 {
+            notes.push(format!(
+                "{} strings that were not interned were cut to {} bytes",
+                run.texts_cut,
+                super::pickle::MAX_TEXT_BYTES
+            ));
+        }
+        let mut summary = SnapshotSummary {
+            frames: Vec::new(),
             pickle_protocol: run.protocol,
             bytes_read: run.bytes_read,
             history_recorded,
             devices,
             allocator_settings: self.settings.take(),
             notes,
-        })
+        };
+        summary.index_frames();
+        Ok(summary)
     }
 
-    fn frame(&self, id: u32, strings: &Strings) -> Option<Frame> {
+    /// A frame, made once (its strings cut to `MAX_STRING_CHARS`, each made once) and shared by
+    /// every allocation that shows it.
+    fn frame(&self, made: &mut Made, id: u32, strings: &Strings) -> Option<Frame> {
+        if let Some(frame) = made.frames.get(&id) {
+            return Some(frame.clone());
+        }
         let rec = self.frames.get(id as usize)?;
-        Some(Frame {
-            filename: rec.filename.map_or("", |f| strings.get(f)).to_string(),
+        let frame = Frame {
+            filename: made.string(rec.filename, strings),
             line: rec.line,
-            name: rec.name.map_or("", |n| strings.get(n)).to_string(),
-        })
+            name: made.string(rec.name, strings),
+        };
+        made.frames.insert(id, frame.clone());
+        Some(frame)
     }
 
-    fn user_frame(&self, stack: Option<u32>, strings: &Strings) -> Option<Frame> {
+    fn user_frame(&self, made: &mut Made, stack: Option<u32>, strings: &Strings) -> Option<Frame> {
         let rec = self.stacks.get(stack? as usize)?;
-        self.frame(rec.user?, strings)
+        self.frame(made, rec.user?, strings)
     }
 
-    fn stack_top(&self, stack: Option<u32>, strings: &Strings) -> Vec<Frame> {
+    fn stack_top(&self, made: &mut Made, stack: Option<u32>, strings: &Strings) -> Vec<Frame> {
         let Some(rec) = stack.and_then(|s| self.stacks.get(s as usize)) else {
             return Vec::new();
         };
         rec.top[..usize::from(rec.n).min(STACK_TOP_FRAMES)]
             .iter()
-            .filter_map(|&f| self.frame(f, strings))
+            .filter_map(|&f| self.frame(made, f, strings))
             .collect()
     }
 
@@ -696,7 +808,21 @@ impl Folder {
         }
     }
 
-    fn trace_summary(&self, r: &Replay, segments: &SegmentMap, strings: &Strings) -> TraceSummary {
+    /// A phase's name as its allocations show it: made once, shared.
+    fn phase_label(&self, made: &mut Made, key: u32) -> Arc<str> {
+        made.phases
+            .entry(key)
+            .or_insert_with(|| self.phase_name(key).0.into())
+            .clone()
+    }
+
+    fn trace_summary(
+        &self,
+        made: &mut Made,
+        r: &Replay,
+        segments: &SegmentMap,
+        strings: &Strings,
+    ) -> TraceSummary {
         // Anchor the relative replay to the segments at the end of the snapshot.
         let mut base_alloc = i128::from(segments.active_bytes) - r.alloc;
         let mut base_reserved = i128::from(segments.reserved_bytes) - r.reserved;
@@ -808,9 +934,9 @@ impl Folder {
                             phase: r
                                 .phases
                                 .get(t.phase as usize)
-                                .map(|owner| self.phase_name(owner.key).0),
-                            user_frame: self.user_frame(t.stack, strings),
-                            stack_top: self.stack_top(t.stack, strings),
+                                .map(|owner| self.phase_label(made, owner.key)),
+                            user_frame: self.user_frame(made, t.stack, strings),
+                            stack_top: self.stack_top(made, t.stack, strings),
                         })
                         .collect(),
                     ooms: p
@@ -863,6 +989,26 @@ impl Folder {
     }
 }
 
+/// What the summary shows, made once each and shared (an allocation's frames are references to
+/// these, not copies).
+#[derive(Default)]
+struct Made {
+    strings: FxMap<u32, Arc<str>>,
+    frames: FxMap<u32, Frame>,
+    phases: FxMap<u32, Arc<str>>,
+}
+
+impl Made {
+    fn string(&mut self, id: Option<u32>, strings: &Strings) -> Arc<str> {
+        // No string: "" (no interned string has this id).
+        let id = id.unwrap_or(u32::MAX);
+        self.strings
+            .entry(id)
+            .or_insert_with(|| cut(strings.get(id)).into())
+            .clone()
+    }
+}
+
 /// `1 allocation`, `12,345 allocations`.
 fn counted(n: u64, what: &str) -> String {
     let s = if n == 1 { "" } else { "s" };
@@ -886,33 +1032,56 @@ fn pool_id(value: &Value) -> Option<[i64; 2]> {
     }
 }
 
-fn to_json(value: &Value, strings: &Strings) -> serde_json::Value {
+/// A generic value as JSON: at most `budget` values in all (then `null`), every string cut to
+/// `MAX_STRING_CHARS`. A container fetched many times from the memo is converted each time it
+/// appears, so the budget, not the file's length, bounds the result.
+fn to_json(value: &Value, strings: &Strings, budget: &mut usize) -> serde_json::Value {
     use serde_json::Value as J;
+    if *budget == 0 {
+        return J::Null;
+    }
+    *budget -= 1;
+    let items = |list: &[Value], budget: &mut usize| -> J {
+        let mut array = Vec::new();
+        for v in list {
+            if *budget == 0 {
+                break;
+            }
+            array.push(to_json(v, strings, budget));
+        }
+        J::Array(array)
+    };
     match value {
         Value::None => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
         Value::UInt(u) => J::from(*u),
         Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-        Value::Str(_) | Value::Text(_) => J::String(strings.text(value).unwrap_or("").to_string()),
-        Value::Tuple(items) => J::Array(items.iter().map(|v| to_json(v, strings)).collect()),
-        Value::List(items) => J::Array(items.iter().map(|v| to_json(v, strings)).collect()),
-        Value::Dict(items) => J::Object(
-            items
-                .iter()
-                .map(|(k, v)| (json_key(k, strings), to_json(v, strings)))
-                .collect(),
-        ),
+        Value::Str(_) | Value::Text(_) => J::String(cut(strings.text(value).unwrap_or("")).into()),
+        Value::Tuple(list) | Value::List(list) => items(list, budget),
+        Value::Dict(pairs) => {
+            let mut map = serde_json::Map::new();
+            for (k, v) in pairs.iter() {
+                if *budget == 0 {
+                    break;
+                }
+                *budget -= 1;
+                let key = json_key(k, strings, budget);
+                let value = to_json(v, strings, budget);
+                map.insert(key, value);
+            }
+            J::Object(map)
+        }
         _ => J::Null,
     }
 }
 
-fn json_key(key: &Value, strings: &Strings) -> String {
+fn json_key(key: &Value, strings: &Strings, budget: &mut usize) -> String {
     match strings.text(key) {
-        Some(t) => t.to_string(),
-        None => match to_json(key, strings) {
+        Some(t) => cut(t).into_owned(),
+        None => match to_json(key, strings, budget) {
             serde_json::Value::String(s) => s,
-            other => other.to_string(),
+            other => cut(&other.to_string()).into_owned(),
         },
     }
 }
@@ -1014,9 +1183,15 @@ impl Schema for Folder {
     ) {
         match (ctx, acc) {
             (Ctx::Root, _) => match self.key_word(key, strings) {
-                Word::AllocatorSettings => {
+                // The first one only (PyTorch writes one): a file that sets it again and again
+                // would convert it again and again.
+                Word::AllocatorSettings if self.settings.is_none() => {
                     if let Value::Dict(_) = value {
-                        let json = to_json(value, strings);
+                        let mut budget = MAX_SETTINGS_VALUES;
+                        let json = to_json(value, strings, &mut budget);
+                        if budget == 0 {
+                            self.count("allocator settings were cut to their first 10,000 values");
+                        }
                         if let serde_json::Value::Object(map) = json {
                             self.settings = Some(map.into_iter().collect());
                         }
@@ -1093,7 +1268,7 @@ impl Schema for Folder {
                     e.action = self.word(value, strings);
                     if e.action == Word::Other || !ACTIONS.iter().any(|(w, _)| *w == e.action) {
                         e.action = Word::Other;
-                        e.other_action = strings.text(value).map(Into::into);
+                        e.other_action = strings.text(value).map(|t| cut(t).into());
                     }
                 }
                 Word::Addr => e.addr = value.as_u64(),
@@ -1233,6 +1408,15 @@ impl Series {
     }
 }
 
+/// What the bounds for all devices together leave to one device's replay.
+#[derive(Clone, Copy)]
+struct Room {
+    /// New phases.
+    phases: usize,
+    /// Allocations and segments tracked alive.
+    alive: usize,
+}
+
 struct Alive {
     size: u64,
     stack: Option<u32>,
@@ -1334,8 +1518,13 @@ fn capture(phase: &mut PhaseAcc, alive: &FxMap<u64, Alive>, by_size: &BTreeSet<(
 }
 
 impl Replay {
+    /// Allocations and segments tracked alive.
+    fn tracked(&self) -> usize {
+        self.alive.len() + self.segments.len()
+    }
+
     /// Replays one entry; false when a new phase could not be opened (bound reached).
-    fn apply(&mut self, e: &EntryAcc, marker_key: u32) -> bool {
+    fn apply(&mut self, e: &EntryAcc, marker_key: u32, room: Room) -> bool {
         let index = self.entries;
         self.entries += 1;
         let time = e.time_us;
@@ -1355,7 +1544,7 @@ impl Replay {
         };
         let mut opened = true;
         if self.current.is_none() || self.current_key != key {
-            opened = self.switch(key, index, time);
+            opened = self.switch(key, index, time, room.phases);
         }
         let Some(cur) = self.current else {
             return opened;
@@ -1375,6 +1564,7 @@ impl Replay {
                 }
             }
         }
+        let tracked = self.tracked();
         let phase = &mut self.phases[cur];
         phase.entries += 1;
         phase.last_event = index;
@@ -1389,7 +1579,7 @@ impl Replay {
                     phase.allocated_total = phase.allocated_total.saturating_add(size);
                     if let Some(address) = e
                         .addr
-                        .filter(|a| self.alive.len() < MAX_ALIVE || self.alive.contains_key(a))
+                        .filter(|a| tracked < room.alive || self.alive.contains_key(a))
                     {
                         let alive = Alive {
                             size,
@@ -1441,7 +1631,7 @@ impl Replay {
                 if let Some(size) = e.size {
                     self.reserved += i128::from(size);
                     if let Some(address) = e.addr {
-                        if self.segments.len() < MAX_ALIVE {
+                        if tracked < room.alive || self.segments.contains_key(&address) {
                             self.segments.insert(address, size);
                         } else {
                             self.untracked = true;
@@ -1486,9 +1676,12 @@ impl Replay {
 
     /// Leaves the current phase (capturing its peak if pending) and enters `key`'s; false (and
     /// the current phase kept) when a new phase would pass the bound.
-    fn switch(&mut self, key: u32, index: u64, time: Option<i64>) -> bool {
+    fn switch(&mut self, key: u32, index: u64, time: Option<i64>, room: usize) -> bool {
         let existing = self.phase_slot.get(&key).copied();
-        if existing.is_none() && self.phases.len() >= MAX_PHASES && self.current.is_some() {
+        if existing.is_none()
+            && (self.phases.len() >= MAX_PHASES || room == 0)
+            && self.current.is_some()
+        {
             return false;
         }
         if let Some(c) = self.current {

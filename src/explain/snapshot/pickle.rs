@@ -22,20 +22,36 @@ use super::SnapshotError;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read};
+use std::ops::Deref;
+use std::rc::Rc;
 
 /// Python's pickler writes list and dict items in batches of this many.
 const BATCH: u64 = 1000;
 const BUFFER: usize = 1 << 18;
-/// Bounds on what grows with the input.
-const MAX_STACK: usize = 1 << 18;
+/// Bounds on what grows with the input. Python's pickler never holds more than a few thousand
+/// items on the stack for a snapshot (batches of 1,000 items, a nesting of about eight).
+const MAX_STACK: usize = 1 << 16;
 const MAX_MARKS: usize = 1 << 16;
 const MAX_MEMO: usize = 1 << 27;
 const MAX_SPARSE_MEMO: usize = 1 << 20;
 const MAX_STRING_BYTES: u64 = 16 << 20;
 const MAX_INTERNED_STRINGS: usize = 1 << 22;
 const MAX_INTERNED_STRING_BYTES: usize = 64 << 20;
-const MAX_TUPLES: usize = 1 << 20;
+/// A string that is not interned keeps at most this many bytes (cut at a character boundary):
+/// nothing the summary reads is longer, and a long one fetched again and again from the memo
+/// would otherwise be scanned again and again.
+pub(crate) const MAX_TEXT_BYTES: usize = 4096;
+/// A tuple of more items is not kept (a snapshot's tuples are pool ids: two integers). With the
+/// stack bound, this bounds what the stack holds: 65,536 slots of at most 64 values each.
+pub(crate) const MAX_TUPLE_ITEMS: usize = 64;
+/// Tuples of scalars up to this length are interned (one copy per distinct tuple).
+const MAX_INTERNED_TUPLE: usize = 16;
+const MAX_TUPLES: usize = 1 << 16;
 const MAX_ARENA: usize = 1 << 16;
+/// Values (container items, 24 bytes of text) that the memo keeps in all: every memoized
+/// object is kept once and shared by each fetch (never copied), and all of them together
+/// within this budget; past it a memoized object is not kept (fetching it gives nothing).
+const MAX_MEMO_ITEMS: usize = 1 << 21;
 const MAX_BUILT_ITEMS: u64 = 1 << 20;
 const MAX_BUILT_DEPTH: u8 = 8;
 
@@ -103,12 +119,15 @@ pub(crate) enum Value {
     Float(f64),
     /// An interned string.
     Str(u32),
-    /// A string that was not interned (the interner's budget was spent).
-    Text(Box<str>),
-    Tuple(Box<[Value]>),
+    /// A string that was not interned (the interner's budget was spent), at most
+    /// `MAX_TEXT_BYTES`.
+    Text(Rc<str>),
+    /// Containers are shared, never copied: a memoized one fetched a thousand times is one
+    /// allocation referenced a thousand times.
+    Tuple(Rc<Seq<Value>>),
     /// Built (generic) containers.
-    List(Box<[Value]>),
-    Dict(Box<[(Value, Value)]>),
+    List(Rc<Seq<Value>>),
+    Dict(Rc<Seq<(Value, Value)>>),
     /// The schema's interned frame and stack.
     Frame(u32),
     Stack(u32),
@@ -159,11 +178,64 @@ impl Value {
     }
 }
 
-/// Interned strings, within a budget; ids are dense from 0.
+/// The items of a container, with whether any of them is a container itself (known once, so
+/// that a container fetched again is never scanned again).
+#[derive(Debug)]
+pub(crate) struct Seq<T> {
+    items: Box<[T]>,
+    flat: bool,
+}
+
+impl Seq<Value> {
+    fn of(items: Box<[Value]>) -> Rc<Self> {
+        let flat = items.iter().all(is_flat);
+        Rc::new(Seq { items, flat })
+    }
+}
+
+impl Seq<(Value, Value)> {
+    fn of_pairs(items: Box<[(Value, Value)]>) -> Rc<Self> {
+        let flat = items.iter().all(|(k, v)| is_flat(k) && is_flat(v));
+        Rc::new(Seq { items, flat })
+    }
+}
+
+impl<T> Deref for Seq<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.items
+    }
+}
+
+/// What keeping `value` costs, in values (24 bytes): its items for a container (shared ones are
+/// counted where they were made), its length for a text.
+fn cost(value: &Value) -> usize {
+    match value {
+        Value::Tuple(items) | Value::List(items) => 1 + items.len(),
+        Value::Dict(items) => 1 + 2 * items.len(),
+        Value::Text(t) => 1 + t.len() / 24,
+        _ => 1,
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn prefix(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Interned strings, within a budget; ids are dense from 0. Each string is stored once, shared
+/// by the list and the map.
 #[derive(Default)]
 pub(crate) struct Strings {
-    map: FxMap<Box<str>, u32>,
-    list: Vec<Box<str>>,
+    map: FxMap<Rc<str>, u32>,
+    list: Vec<Rc<str>>,
     bytes: usize,
     /// Strings that were not interned because the budget was spent.
     pub(crate) refused: u64,
@@ -181,10 +253,10 @@ impl Strings {
             return None;
         }
         let id = self.list.len() as u32;
-        let boxed: Box<str> = s.into();
+        let shared: Rc<str> = s.into();
         self.bytes += s.len();
-        self.list.push(boxed.clone());
-        self.map.insert(boxed, id);
+        self.list.push(shared.clone());
+        self.map.insert(shared, id);
         Some(id)
     }
 
@@ -265,8 +337,14 @@ pub(crate) struct Run {
     pub(crate) strings: Strings,
     /// The type of the object the pickle holds.
     pub(crate) top: &'static str,
-    /// Items of generic values dropped once their budget was spent, memoized objects not kept.
+    /// Items of generic values dropped once their budget was spent.
     pub(crate) built_dropped: u64,
+    /// Memoized objects not kept once the memo's budget was spent.
+    pub(crate) memo_refused: u64,
+    /// Tuples of more than `MAX_TUPLE_ITEMS` items, not kept.
+    pub(crate) tuples_dropped: u64,
+    /// Strings that were not interned and were cut to `MAX_TEXT_BYTES`.
+    pub(crate) texts_cut: u64,
 }
 
 enum Body<C, A> {
@@ -321,32 +399,25 @@ impl Scalar {
             _ => return None,
         })
     }
-
-    fn value(&self) -> Value {
-        match *self {
-            Scalar::None => Value::None,
-            Scalar::Bool(b) => Value::Bool(b),
-            Scalar::Int(i) => Value::Int(i),
-            Scalar::UInt(u) => Value::UInt(u),
-            Scalar::Str(s) => Value::Str(s),
-        }
-    }
 }
 
 /// Memo handles are kept in chunks of this many (no reallocation as the memo grows).
 const MEMO_CHUNK: usize = 1 << 16;
 
 /// The memo: dense handles for the indices Python's pickler uses (0, 1, 2, …), in chunks, and a
-/// bounded map for any other.
+/// bounded map for any other. What a handle stands for is kept once and shared by every fetch.
 #[derive(Default)]
 struct Memo {
     chunks: Vec<Box<[u32]>>,
     dense_len: usize,
     sparse: FxMap<u32, u32>,
     tuples: FxMap<Box<[Scalar]>, u32>,
-    tuple_list: Vec<Box<[Scalar]>>,
+    tuple_list: Vec<Rc<Seq<Value>>>,
     arena: Vec<Value>,
-    not_kept: u64,
+    /// What the kept tuples and arena values cost in all (see `MAX_MEMO_ITEMS`).
+    kept: usize,
+    /// Memoized objects not kept because a bound was reached.
+    refused: u64,
 }
 
 impl Memo {
@@ -385,13 +456,23 @@ impl Memo {
         self.sparse.get(&index).copied()
     }
 
+    /// Whether `cost` more fits the memo's budget (counted when it does).
+    fn afford(&mut self, cost: usize) -> bool {
+        if self.kept.saturating_add(cost) > MAX_MEMO_ITEMS {
+            self.refused += 1;
+            return false;
+        }
+        self.kept += cost;
+        true
+    }
+
     /// The handle under which `value` is kept.
     fn keep(&mut self, value: &Value) -> u32 {
         match value {
             Value::Str(id) if *id <= ID_MASK => (TAG_STR << TAG_SHIFT) | id,
             Value::Frame(id) if *id <= ID_MASK => (TAG_FRAME << TAG_SHIFT) | id,
             Value::Stack(id) if *id <= ID_MASK => (TAG_STACK << TAG_SHIFT) | id,
-            Value::Tuple(items) => {
+            Value::Tuple(items) if items.len() <= MAX_INTERNED_TUPLE => {
                 let scalars: Option<Box<[Scalar]>> = items.iter().map(Scalar::of).collect();
                 match scalars {
                     Some(key) => {
@@ -399,18 +480,23 @@ impl Memo {
                             return (TAG_TUPLE << TAG_SHIFT) | id;
                         }
                         if self.tuple_list.len() >= MAX_TUPLES {
-                            self.not_kept += 1;
+                            self.refused += 1;
+                            return NOT_KEPT;
+                        }
+                        // The key and the shared tuple.
+                        if !self.afford(2 * cost(value)) {
                             return NOT_KEPT;
                         }
                         let id = self.tuple_list.len() as u32;
-                        self.tuple_list.push(key.clone());
+                        self.tuple_list.push(items.clone());
                         self.tuples.insert(key, id);
                         (TAG_TUPLE << TAG_SHIFT) | id
                     }
                     None => self.keep_in_arena(value),
                 }
             }
-            Value::None
+            Value::Tuple(_)
+            | Value::None
             | Value::Bool(_)
             | Value::Int(_)
             | Value::UInt(_)
@@ -418,26 +504,27 @@ impl Memo {
             | Value::Float(_) => self.keep_in_arena(value),
             // A memoized container can be fetched into another one again and again: only flat
             // ones are kept, so that no chain of fetches builds a deep value.
-            Value::List(items) if items.iter().all(is_flat) => self.keep_in_arena(value),
-            Value::Dict(items) if items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
-                self.keep_in_arena(value)
-            }
-            _ => {
-                self.not_kept += 1;
-                NOT_KEPT
-            }
+            Value::List(items) if items.flat => self.keep_in_arena(value),
+            Value::Dict(items) if items.flat => self.keep_in_arena(value),
+            _ => NOT_KEPT,
         }
     }
 
     fn keep_in_arena(&mut self, value: &Value) -> u32 {
         if self.arena.len() >= MAX_ARENA {
-            self.not_kept += 1;
+            self.refused += 1;
+            return NOT_KEPT;
+        }
+        // A container is shared, not copied: its cost is counted once, here.
+        if !self.afford(cost(value)) {
             return NOT_KEPT;
         }
         self.arena.push(value.clone());
         (TAG_ARENA << TAG_SHIFT) | (self.arena.len() as u32 - 1)
     }
 
+    /// What a handle stands for: a shared reference, never a copy (a fetch costs the same
+    /// whatever the size of the value).
     #[inline]
     fn value(&self, handle: u32) -> Value {
         let id = handle & ID_MASK;
@@ -446,7 +533,7 @@ impl Memo {
             TAG_FRAME => Value::Frame(id),
             TAG_STACK => Value::Stack(id),
             TAG_TUPLE => match self.tuple_list.get(id as usize) {
-                Some(items) => Value::Tuple(items.iter().map(Scalar::value).collect()),
+                Some(items) => Value::Tuple(items.clone()),
                 None => Value::Skipped,
             },
             TAG_ARENA => self
@@ -567,6 +654,8 @@ struct Vm<'s, R, S: Schema> {
     protocol: u8,
     built_budget: u64,
     built_dropped: u64,
+    tuples_dropped: u64,
+    texts_cut: u64,
     pool: Pool<S::Ctx, S::Acc>,
 }
 
@@ -582,6 +671,8 @@ pub(crate) fn run<R: Read, S: Schema>(input: R, schema: &mut S) -> Result<Run, S
         protocol: 0,
         built_budget: MAX_BUILT_ITEMS,
         built_dropped: 0,
+        tuples_dropped: 0,
+        texts_cut: 0,
         pool: Pool { spare: Vec::new() },
     };
     let top = vm.execute()?;
@@ -590,6 +681,9 @@ pub(crate) fn run<R: Read, S: Schema>(input: R, schema: &mut S) -> Result<Run, S
         bytes_read: vm.reader.offset(),
         top,
         built_dropped: vm.built_dropped,
+        memo_refused: vm.memo.refused,
+        tuples_dropped: vm.tuples_dropped,
+        texts_cut: vm.texts_cut,
         strings: vm.strings,
     })
 }
@@ -674,7 +768,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 }
                 b'}' => self.open(Kind::Dict),
                 b']' => self.open(Kind::List),
-                b')' => self.push(Slot::Val(Value::Tuple(Box::new([])))),
+                b')' => self.push(Slot::Val(Value::Tuple(Seq::of(Box::new([]))))),
                 b'(' => {
                     if self.marks.len() >= MAX_MARKS {
                         return Err(SnapshotError::TooLarge {
@@ -844,16 +938,21 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             };
             match self.strings.intern(&text) {
                 Some(id) => Value::Str(id),
-                None => Value::Text(text.into()),
+                None => {
+                    let kept = prefix(&text, MAX_TEXT_BYTES);
+                    self.texts_cut += u64::from(kept.len() < text.len());
+                    Value::Text(kept.into())
+                }
             }
         };
         self.push(Slot::Val(value));
         Ok(())
     }
 
-    /// The slots from `start` to the top as a tuple.
+    /// The slots from `start` to the top as a tuple (not kept past `MAX_TUPLE_ITEMS`).
     fn tuple(&mut self, start: usize) {
         let start = start.min(self.stack.len());
+        let keep = self.stack.len() - start <= MAX_TUPLE_ITEMS;
         let Vm {
             stack,
             schema,
@@ -863,11 +962,18 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
             ..
         } = self;
         let schema = &mut **schema;
-        let values: Box<[Value]> = stack
+        let items = stack
             .drain(start..)
-            .map(|slot| shallow(slot_value(slot, schema, memo, strings, pool)))
-            .collect();
-        self.push(Slot::Val(Value::Tuple(values)));
+            .map(|slot| shallow(slot_value(slot, schema, memo, strings, pool)));
+        let value = if keep {
+            Value::Tuple(Seq::of(items.collect()))
+        } else {
+            // Each item is still completed (a container in it may be memoized).
+            items.for_each(drop);
+            self.tuples_dropped += 1;
+            Value::Skipped
+        };
+        self.push(Slot::Val(value));
     }
 
     fn memoize(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
@@ -1098,8 +1204,8 @@ fn finish<S: Schema>(
     pool.recycle(open);
     let value = match body {
         Body::Stream(ctx, acc) => schema.close(ctx, acc, strings),
-        Body::List(items) => Value::List(items.into_boxed_slice()),
-        Body::Dict(items) => Value::Dict(items.into_boxed_slice()),
+        Body::List(items) => Value::List(Seq::of(items.into_boxed_slice())),
+        Body::Dict(items) => Value::Dict(Seq::of_pairs(items.into_boxed_slice())),
         Body::Skip => Value::Skipped,
     };
     if index.is_some() {
@@ -1195,10 +1301,8 @@ fn is_flat(value: &Value) -> bool {
 /// numbers; this keeps TUPLE1 repeated a million times from nesting a million levels).
 fn shallow(value: Value) -> Value {
     match &value {
-        Value::Tuple(items) | Value::List(items) if !items.iter().all(is_flat) => Value::Skipped,
-        Value::Dict(items) if !items.iter().all(|(k, v)| is_flat(k) && is_flat(v)) => {
-            Value::Skipped
-        }
+        Value::Tuple(items) | Value::List(items) if !items.flat => Value::Skipped,
+        Value::Dict(items) if !items.flat => Value::Skipped,
         _ => value,
     }
 }

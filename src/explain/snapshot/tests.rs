@@ -315,7 +315,7 @@ fn check_fixture(s: &SnapshotSummary, n_warm: u64) {
     assert_eq!(a.address, 0x7F3A_0000_0000);
     let user = a.user_frame.as_ref().expect("a user frame");
     assert_eq!(
-        (user.filename.as_str(), user.line, user.name.as_str()),
+        (&*user.filename, user.line, &*user.name),
         ("/home/u/model.py", 12, "build")
     );
     // Python frames only (the C++ frame is left out), torch's and the standard library's kept.
@@ -332,7 +332,7 @@ fn check_fixture(s: &SnapshotSummary, n_warm: u64) {
         .expect("T");
     // iteragpu's own recorder frame is skipped: the user frame is the caller's.
     let user = t.user_frame.as_ref().expect("a user frame");
-    assert_eq!((user.filename.as_str(), user.line), ("/home/u/run.py", 40));
+    assert_eq!((&*user.filename, user.line), ("/home/u/run.py", 40));
     assert_eq!(t.stack_top.len(), 2);
     let fwd = phase(trace, "forward");
     assert_eq!(fwd.start_allocated_bytes, 3 * M / 2);
@@ -899,4 +899,341 @@ fn unmarked_entries_inside_a_phase_bounds_belong_to_it() {
         .map(|p| p.name.clone())
         .collect();
     assert_eq!(names, ["forward", BETWEEN_PHASES]);
+}
+
+/// Files made to exhaust the reader: each must give a bounded summary (or a stated refusal)
+/// quickly and within little memory.
+mod hostile {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The process's peak resident memory (Linux), in bytes.
+    fn peak_rss() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
+    fn short(out: &mut Vec<u8>, text: &str) {
+        out.push(0x8c);
+        out.push(text.len() as u8);
+        out.extend_from_slice(text.as_bytes());
+    }
+
+    /// A tuple of `tuple_items` integers memoized then fetched `fetches` times into a list; a
+    /// list of `list_items` integers memoized in the allocator settings then fetched
+    /// `list_fetches` times into another. An unpickler that copies what it fetches needs
+    /// `fetches × tuple_items + list_fetches × list_items` values.
+    fn memo_bomb(
+        tuple_items: usize,
+        fetches: usize,
+        list_items: usize,
+        list_fetches: usize,
+    ) -> Vec<u8> {
+        let mut p = vec![0x80, 4, b'}', b'('];
+        short(&mut p, "segments");
+        p.push(b']');
+        short(&mut p, "t");
+        p.push(b'(');
+        p.extend(std::iter::repeat_n([b'K', 7], tuple_items).flatten());
+        p.extend_from_slice(b"tq\x00");
+        short(&mut p, "bomb");
+        p.extend_from_slice(b"](");
+        p.extend(std::iter::repeat_n([b'h', 0], fetches).flatten());
+        p.push(b'e');
+        short(&mut p, "allocator_settings");
+        p.extend_from_slice(b"}(");
+        short(&mut p, "big");
+        p.push(b']');
+        for chunk in 0..list_items.div_ceil(1000) {
+            p.push(b'(');
+            let n = (list_items - chunk * 1000).min(1000);
+            p.extend(std::iter::repeat_n([b'K', 1], n).flatten());
+            p.push(b'e');
+        }
+        p.extend_from_slice(b"q\x01u(");
+        short(&mut p, "copies");
+        p.extend_from_slice(b"](");
+        p.extend(std::iter::repeat_n([b'h', 1], list_fetches).flatten());
+        p.extend_from_slice(b"euu.");
+        p
+    }
+
+    #[test]
+    fn a_memo_bomb_is_shared_not_copied() {
+        // 447 KB. Copied at each fetch: 60,000 × 64 + 60,000 × 100,000 values (about 144 GB).
+        let bytes = memo_bomb(64, 60_000, 100_000, 60_000);
+        assert!(bytes.len() < 500_000, "{}", bytes.len());
+        let started = Instant::now();
+        let s = summarize(&bytes[..], &SummaryOptions::default()).expect("a summary");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        // The settings are converted within their bound, and the cut is said.
+        let settings = s.allocator_settings.as_ref().expect("settings");
+        let values = serde_json::to_string(settings).unwrap().len();
+        assert!(values < 200_000, "{values}");
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains("allocator settings were cut")),
+            "{:?}",
+            s.notes
+        );
+        let json = serde_json::to_vec_pretty(&s).unwrap();
+        assert!(json.len() < 1 << 20, "{}", json.len());
+        if let Some(peak) = peak_rss() {
+            assert!(peak < 1 << 30, "peak resident memory {peak} bytes");
+        }
+        // A tuple longer than a snapshot's tuples is not kept, and that is said.
+        let s = summarize(
+            &memo_bomb(50_000, 60_000, 10, 10)[..],
+            &SummaryOptions::default(),
+        )
+        .expect("a summary");
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains("tuples of more than 64 items")),
+            "{:?}",
+            s.notes
+        );
+    }
+
+    /// Ten allocations alive in each of `phases` phases (named with `name_bytes` bytes), each
+    /// allocated by the same six frames whose filename and function name are `string_bytes`
+    /// long: one string object in the file, shared as Python shares it.
+    fn frame_bomb(string_bytes: usize, name_bytes: usize, phases: usize) -> Vec<u8> {
+        let big = Py::str(&format!("/{}.py", "x".repeat(string_bytes - 4)));
+        let frames: Vec<Py> = (0..6)
+            .map(|line| {
+                Py::dict(vec![
+                    (Py::str("filename"), big.clone()),
+                    (Py::str("line"), Py::int(line + 1)),
+                    (Py::str("name"), big.clone()),
+                ])
+            })
+            .collect();
+        let stack = Py::list(frames);
+        let long = "n".repeat(name_bytes);
+        let mut entries = Vec::new();
+        let mut address = 1i128 << 30;
+        for k in 0..phases {
+            let marker = Py::str(&format!("{PHASE_MARKER_PREFIX}{k} {long}{k}"));
+            for j in 0..10 {
+                entries.push(Py::dict(vec![
+                    (Py::str("action"), Py::str("alloc")),
+                    (Py::str("addr"), Py::Int(address)),
+                    (Py::str("size"), Py::Int((j + 1) << 12)),
+                    (Py::str("user_metadata"), marker.clone()),
+                    (Py::str("frames"), stack.clone()),
+                ]));
+                address += MIB;
+            }
+        }
+        snapshot(Vec::new(), Some(vec![Py::list(entries)]))
+    }
+
+    #[test]
+    fn a_long_frame_string_is_stored_once_and_cut() {
+        // 1.5 MB. Copied into every allocation: 50 phases × 10 allocations × 6 frames × 2 × 1 MB.
+        let bytes = frame_bomb(1 << 20, 10_000, 50);
+        let started = Instant::now();
+        let s = summarize(&bytes[..], &SummaryOptions::default()).expect("a summary");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        let trace = s.devices[0].trace.as_ref().expect("a trace");
+        assert_eq!(trace.phases.len(), 50);
+        // Each frame once in the table, its strings cut to 1,000 characters ending with "…".
+        assert_eq!(s.frames.len(), STACK_TOP_FRAMES);
+        for f in &s.frames {
+            assert_eq!(f.filename.chars().count(), MAX_STRING_CHARS);
+            assert!(f.filename.ends_with('…'));
+        }
+        // In memory, the allocations share the table's strings (no copy per allocation).
+        let all: Vec<&Allocation> = s.allocations().collect();
+        assert_eq!(all.len(), 500);
+        let first = &all[0].stack_top[0];
+        assert!(
+            all.iter()
+                .all(|a| Arc::ptr_eq(&a.stack_top[0].filename, &first.filename))
+        );
+        // Phase names are cut too, wherever they are shown.
+        assert!(
+            trace
+                .phases
+                .iter()
+                .all(|p| p.name.chars().count() <= MAX_STRING_CHARS)
+        );
+        assert!(all.iter().all(|a| {
+            a.phase
+                .as_deref()
+                .is_some_and(|p| p.chars().count() <= MAX_STRING_CHARS)
+        }));
+        // In JSON the allocations refer to the table by position.
+        let json = serde_json::to_string_pretty(&s).unwrap();
+        assert!(json.len() < 1 << 20, "{}", json.len());
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let a = &doc["devices"][0]["trace"]["phases"][0]["largest_at_peak"][0];
+        assert!(
+            a["user_frame"].is_u64() && a["stack_top"][0].is_u64(),
+            "{a}"
+        );
+        let back: SnapshotSummary = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        if let Some(peak) = peak_rss() {
+            assert!(peak < 1 << 30, "peak resident memory {peak} bytes");
+        }
+    }
+
+    /// `phases` phases of one entry each, after ten allocations that stay alive: each phase
+    /// shows the ten at its peak.
+    fn phase_flood(phases: usize) -> Vec<u8> {
+        let frames: Vec<Py> = (0..6)
+            .map(|line| {
+                Py::dict(vec![
+                    (
+                        Py::str("filename"),
+                        Py::str(&format!("/home/u/model_{line}.py")),
+                    ),
+                    (Py::str("line"), Py::int(line + 1)),
+                    (Py::str("name"), Py::str("forward")),
+                ])
+            })
+            .collect();
+        let stack = Py::list(frames);
+        let mut entries = Vec::new();
+        for j in 0..10 {
+            entries.push(Py::dict(vec![
+                (Py::str("action"), Py::str("alloc")),
+                (Py::str("addr"), Py::Int((j + 1) << 30)),
+                (Py::str("size"), Py::Int((j + 1) << 20)),
+                (Py::str("frames"), stack.clone()),
+            ]));
+        }
+        for k in 0..phases {
+            entries.push(Py::dict(vec![
+                (Py::str("action"), Py::str("alloc")),
+                (Py::str("addr"), Py::Int(4096 * (k as i128 + 1))),
+                (Py::str("size"), Py::Int(512)),
+                (
+                    Py::str("user_metadata"),
+                    Py::str(&format!("{PHASE_MARKER_PREFIX}{k} step")),
+                ),
+                (Py::str("frames"), stack.clone()),
+            ]));
+        }
+        snapshot(Vec::new(), Some(vec![Py::list(entries)]))
+    }
+
+    #[test]
+    fn a_flood_of_phases_is_cut_to_the_size_bound_with_a_note() {
+        let bytes = phase_flood(10_000);
+        // The measurement's own phases are kept first (the 10,001st phase of a device is merged
+        // into the one before: 9,999 is not one).
+        let options = SummaryOptions {
+            phase_bounds: (9_980..9_990)
+                .map(|i| PhaseBound {
+                    index: i,
+                    name: "step".into(),
+                    start_us: 0,
+                    end_us: 0,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let s = summarize(&bytes[..], &options).expect("a summary");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            started.elapsed()
+        );
+        let len = bound::stored_len(&s);
+        assert!(len <= MAX_SUMMARY_BYTES, "{len}");
+        let note = s.notes.last().expect("a note");
+        assert!(
+            note.contains("above the 8,388,608 bytes it may take"),
+            "{note}"
+        );
+        assert!(note.contains("phases"), "{note}");
+        let trace = s.devices[0].trace.as_ref().unwrap();
+        assert!(trace.phases.len() < 10_000);
+        for i in 9_980..9_990 {
+            assert!(
+                trace.phases.iter().any(|p| p.index == Some(i)),
+                "phase {i} dropped"
+            );
+        }
+        // Without the cut it would not fit.
+        let mut folder = fold::Folder::new(options.clone());
+        let run = pickle::run(&bytes[..], &mut folder).unwrap();
+        let whole = folder.finish(run).unwrap();
+        assert!(bound::stored_len(&whole) > MAX_SUMMARY_BYTES);
+    }
+
+    #[test]
+    fn a_result_without_the_frame_table_is_still_read() {
+        let s = summary_of(P4);
+        assert!(!s.frames.is_empty());
+        let json = serde_json::to_value(&s).unwrap();
+        // Frames inline, as results were written before the table.
+        let mut old = json.clone();
+        old.as_object_mut().unwrap().remove("frames");
+        for d in old["devices"].as_array_mut().unwrap() {
+            let inline = |a: &mut serde_json::Value| {
+                if let Some(i) = a["user_frame"].as_u64() {
+                    a["user_frame"] = serde_json::to_value(&s.frames[i as usize]).unwrap();
+                }
+                let top: Vec<serde_json::Value> = a["stack_top"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| serde_json::to_value(&s.frames[i.as_u64().unwrap() as usize]).unwrap())
+                    .collect();
+                a["stack_top"] = top.into();
+            };
+            for a in d["largest_blocks_at_end"].as_array_mut().unwrap() {
+                inline(a);
+            }
+            for p in d["trace"]["phases"].as_array_mut().unwrap() {
+                for a in p["largest_at_peak"].as_array_mut().unwrap() {
+                    inline(a);
+                }
+            }
+        }
+        let back: SnapshotSummary = serde_json::from_value(old).unwrap();
+        assert_eq!(back, s);
+        // The table after the allocations (keys sorted) reads the same.
+        let sorted = serde_json::to_string(&json).unwrap();
+        assert!(sorted.find("\"devices\"") < sorted.find("\"frames\""));
+        let back: SnapshotSummary = serde_json::from_str(&sorted).unwrap();
+        assert_eq!(back, s);
+        // A position outside the table is an error, not a panic.
+        let mut bad = json.clone();
+        bad["devices"][0]["largest_blocks_at_end"][0]["user_frame"] = 999.into();
+        let err = serde_json::from_value::<SnapshotSummary>(bad).unwrap_err();
+        assert!(err.to_string().contains("frame 999"), "{err}");
+        // An allocation written alone (explain's ledger) has its frames inline.
+        let a = s.allocations().find(|a| a.user_frame.is_some()).unwrap();
+        let alone = serde_json::to_value(a).unwrap();
+        assert!(alone["user_frame"]["filename"].is_string(), "{alone}");
+    }
+
+    #[test]
+    fn strings_are_cut_at_a_thousand_characters() {
+        assert_eq!(cut("short"), "short");
+        let exact = "é".repeat(MAX_STRING_CHARS);
+        assert_eq!(cut(&exact), exact.as_str());
+        let long = "é".repeat(MAX_STRING_CHARS + 1);
+        let c = cut(&long);
+        assert_eq!(c.chars().count(), MAX_STRING_CHARS);
+        assert!(c.ends_with("é…"));
+    }
 }
