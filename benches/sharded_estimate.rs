@@ -88,11 +88,11 @@ fn main() {
                 .map(|(_, est)| {
                     est.terms
                         .iter()
-                        .find(|u| u.name == t.name)
+                        .find(|u| u.id == t.id)
                         .map_or(0, |u| u.bytes.get())
                 })
                 .collect();
-            (format!("{} ({})", t.name, t.kind.label()), values)
+            (format!("{} ({})", t.name, t.kind), values)
         })
         .collect();
     rows.push((

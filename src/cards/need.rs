@@ -8,6 +8,7 @@ use serde::Serialize;
 use std::path::Path;
 
 use super::{CapacitySource, Card};
+use crate::prediction::document::PredictionStatus;
 use crate::report::inputs::{self, InputFile};
 use crate::units::{Bytes, GIB};
 
@@ -47,7 +48,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
             overhead: None,
         },
         InputFile::Prediction(p) => {
-            if p.status == "failed" || p.stopped() {
+            if p.status == PredictionStatus::Failed || p.stopped() {
                 bail!(
                     "{} is the prediction of a workload that stopped ({}): it is not the need of a complete run",
                     path.display(),

@@ -142,7 +142,7 @@ fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>, CliError> {
     let Some(world_size) = args.world_size else {
         refuse!(
             "--shard {} needs the number of ranks: add --world-size N (--world-size 1 for a single GPU)",
-            strategy.name()
+            strategy
         );
     };
     Ok(Some(Sharding {
@@ -161,7 +161,7 @@ fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<(), CliError> {
         if !args.train {
             refuse!(
                 "--shard {} estimates one rank of a sharded training step: add --train (or drop --shard)",
-                strategy.name()
+                strategy
             );
         }
         return Ok(());
@@ -240,7 +240,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
         {
             refuse!(
                 "--dtype {dtype} with --train: the widths of the trained parameters follow --precision (here {}); --dtype only sets the frozen base model's width under LoRA (--lora-rank): drop --dtype, or choose --precision",
-                args.precision.name()
+                args.precision
             );
         }
         let for_activations = given(&[
@@ -281,7 +281,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
             "{} {} --cache quantized, not --cache {}: add --cache quantized, or drop {}",
             quantized_only.join(", "),
             verb(&quantized_only, "applies to", "apply to"),
-            cache.name(),
+            cache,
             pronoun(&quantized_only)
         );
     }
@@ -293,7 +293,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
     {
         refuse!(
             "--prompt-tokens applies to --cache dynamic or sliding (sliding layers hold the whole prompt until the first decoding step), not to --cache {}: drop --prompt-tokens",
-            cache.name()
+            cache
         );
     }
     if args.dtype.is_some()

@@ -103,7 +103,7 @@ fn predict_next_to(
         Ok(Outcome::Predicted(doc)) if doc.stopped() => {
             result.notes.push(format!(
                 "no prediction: {}",
-                doc.failure.as_deref().unwrap_or(&doc.status)
+                doc.failure.as_deref().unwrap_or(doc.status.as_ref())
             ));
         }
         Ok(Outcome::Predicted(doc)) => {

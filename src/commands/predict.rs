@@ -136,7 +136,7 @@ fn status_of(doc: &crate::prediction::document::PredictionDoc) -> ExitStatus {
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
     if doc.stopped() {
         ExitStatus::WorkloadFailed
-    } else if doc.status == "failed" {
+    } else if doc.status == crate::prediction::document::PredictionStatus::Failed {
         ExitStatus::BadInput
     } else {
         ExitStatus::Ok

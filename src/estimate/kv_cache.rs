@@ -7,13 +7,27 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{EstimateError, Kind, Term, g, plural, product, sum};
+use super::{EstimateError, Kind, Term, TermId, g, plural, product, sum};
 use crate::model::KvLayout;
 use crate::units::{Bytes, Overflow};
 
 /// Cache strategies as the command line and the worker name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CacheKind {
     /// Grows with the tokens (sliding layers of the model keep their window).
     Dynamic,
@@ -57,16 +71,6 @@ pub struct CacheOptions {
 }
 
 impl CacheKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            CacheKind::Dynamic => "dynamic",
-            CacheKind::Static => "static",
-            CacheKind::Sliding => "sliding",
-            CacheKind::Quantized => "quantized",
-            CacheKind::Offloaded => "offloaded",
-        }
-    }
-
     /// The one place a cache kind becomes a strategy (estimate and measure both build it here).
     /// `tokens` is the default static length; `layout` gives the model's own window.
     pub fn strategy(
@@ -146,13 +150,14 @@ pub enum CacheStrategy {
 }
 
 impl CacheStrategy {
-    pub fn name(&self) -> &'static str {
+    /// The kind this strategy was built from (`CacheKind::strategy` the other way).
+    pub fn kind(&self) -> CacheKind {
         match self {
-            CacheStrategy::Dynamic => "dynamic",
-            CacheStrategy::Static { .. } => "static",
-            CacheStrategy::Sliding { .. } => "sliding",
-            CacheStrategy::Quantized { .. } => "quantized",
-            CacheStrategy::Offloaded => "offloaded",
+            CacheStrategy::Dynamic => CacheKind::Dynamic,
+            CacheStrategy::Static { .. } => CacheKind::Static,
+            CacheStrategy::Sliding { .. } => CacheKind::Sliding,
+            CacheStrategy::Quantized { .. } => CacheKind::Quantized,
+            CacheStrategy::Offloaded => CacheKind::Offloaded,
         }
     }
 }
@@ -305,7 +310,10 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             }
             out.push(
                 Term::new(
-                    format!("KV cache ({})", req.strategy.name()),
+                    TermId::KvCache {
+                        cache: req.strategy.kind(),
+                        bits: None,
+                    },
                     Bytes::from_u128(total).map_err(overflow())?,
                     Kind::Calculated,
                     formula,
@@ -314,7 +322,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 .input("tokens", req.tokens)
                 .input("sequences", req.sequences)
                 .input("element_bytes", e)
-                .input("strategy", req.strategy.name()),
+                .input("strategy", req.strategy.kind().as_ref()),
             );
             // Right after the prefill, a dynamic sliding layer still holds the whole prompt (the
             // window is applied at the first decoding step): that surplus is part of the peak.
@@ -348,7 +356,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 if surplus > 0 {
                     out.push(
                         Term::new(
-                            "KV cache, sliding layers' prefill surplus",
+                            TermId::KvPrefillSurplus,
                             Bytes::from_u128(surplus).map_err(overflow())?,
                             Kind::Assumed,
                             format!(
@@ -397,7 +405,10 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             }
             out.push(
                 Term::new(
-                    format!("KV cache (quantized, {bits}-bit)"),
+                    TermId::KvCache {
+                        cache: CacheKind::Quantized,
+                        bits: Some(*bits),
+                    },
                     Bytes::from_u128(total).map_err(overflow())?,
                     Kind::Assumed,
                     format!(
@@ -428,7 +439,10 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 .unwrap_or(all);
             out.push(
                 Term::new(
-                    "KV cache (offloaded: on the GPU)",
+                    TermId::KvCache {
+                        cache: CacheKind::Offloaded,
+                        bits: None,
+                    },
                     Bytes::from_u128(on_gpu).map_err(overflow())?,
                     Kind::Calculated,
                     base(&format!("{tokens}, of which only 2 consecutive layers (the one in use and the one prefetched) stay on the GPU")),
@@ -439,7 +453,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             );
             out.push(
                 Term::new(
-                    "KV cache (offloaded: in host memory)",
+                    TermId::KvCacheHost,
                     Bytes::from_u128(all - on_gpu).map_err(overflow())?,
                     Kind::Calculated,
                     "the other layers, in CPU memory (not GPU memory)",
@@ -459,7 +473,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
         .map_err(overflow())?;
         out.push(
             Term::new(
-                "KV cache, decompressed K and V (not what transformers 5 keeps)",
+                TermId::KvDecompressed,
                 Bytes::from_u128(bytes).map_err(overflow())?,
                 Kind::Calculated,
                 format!(

@@ -6,10 +6,11 @@ pub mod kv_cache;
 pub mod render;
 pub mod reserve;
 pub mod sharding;
+pub mod term_id;
 pub mod training;
 pub mod weights;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::model::Architecture;
@@ -19,6 +20,7 @@ use crate::units::{Bytes, Overflow, checked_sum};
 pub use kv_cache::{CacheStrategy, KvRequest};
 pub use reserve::Reserve;
 pub use sharding::{Offload, Sharding, ShardingSummary, Strategy};
+pub use term_id::{Shard, TermId};
 pub use training::{Optimizer, Precision, TrainingRequest};
 pub use weights::WeightsSource;
 
@@ -26,8 +28,20 @@ pub use weights::WeightsSource;
 pub const SCHEMA: &str = "iteragpu.estimate/1";
 
 /// Whether a figure follows from the inputs or rests on a model or a choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     /// Exact arithmetic on the inputs (weights, KV cache of a known layout, optimizer states).
     Calculated,
@@ -35,19 +49,14 @@ pub enum Kind {
     Assumed,
 }
 
-impl Kind {
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Calculated => "calculated",
-            Kind::Assumed => "assumed",
-        }
-    }
-}
-
 /// One line of the estimate.
 #[derive(Clone, Debug, Serialize)]
 pub struct Term {
-    /// What the bytes are for: `weights`, `KV cache`, `optimizer states`, …
+    /// What the term is: `id` and its parameters, flattened into the term's object.
+    #[serde(flatten)]
+    pub id: TermId,
+    /// What the bytes are for, in English (`weights (bfloat16)`, `KV cache (dynamic)`): made from
+    /// the id.
     pub name: String,
     /// Exact integer bytes.
     pub bytes: Bytes,
@@ -61,14 +70,10 @@ pub struct Term {
 }
 
 impl Term {
-    pub fn new(
-        name: impl Into<String>,
-        bytes: Bytes,
-        kind: Kind,
-        formula: impl Into<String>,
-    ) -> Term {
+    pub fn new(id: TermId, bytes: Bytes, kind: Kind, formula: impl Into<String>) -> Term {
         Term {
-            name: name.into(),
+            name: id.english(),
+            id,
             bytes,
             kind,
             formula: formula.into(),
@@ -287,7 +292,7 @@ fn prefill_transient(
             "--context and --batch",
         ))?;
     Ok(Term::new(
-        "prefill transient (largest layer + logits)",
+        TermId::PrefillTransient,
         bytes,
         Kind::Assumed,
         format!(

@@ -43,12 +43,12 @@ pub fn table(est: &Estimate) -> String {
         let _ = writeln!(
             out,
             "sharded training: {} over {} rank(s) ({} node(s) × {} GPU(s)){}; every figure below is ONE rank's GPU memory, never a total over ranks",
-            sh.strategy.name(),
+            sh.strategy,
             g(sh.world_size),
             g(sh.nodes),
             g(sh.gpus_per_node),
             sh.offload
-                .map_or(String::new(), |o| format!(", --offload {}", o.name())),
+                .map_or(String::new(), |o| format!(", --offload {o}")),
         );
         let _ = writeln!(
             out,
@@ -101,7 +101,7 @@ pub fn table(est: &Estimate) -> String {
     );
     let _ = writeln!(out, "{header}");
     for t in &counted {
-        row(&mut out, &t.name, t.bytes, t.kind.label(), &t.formula);
+        row(&mut out, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
     }
     let _ = writeln!(
         out,
@@ -122,7 +122,7 @@ pub fn table(est: &Estimate) -> String {
     if !info.is_empty() {
         let _ = writeln!(out, "\nshown for information, not in the total:");
         for t in &info {
-            row(&mut out, &t.name, t.bytes, t.kind.label(), &t.formula);
+            row(&mut out, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
         }
     }
     if let Some(stored) = &est.stored {

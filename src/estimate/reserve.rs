@@ -1,6 +1,6 @@
 //! The reserve: a margin the user states. Always *assumed*: it is a choice, not a measurement.
 
-use super::{Kind, Term};
+use super::{Kind, Term, TermId};
 use crate::units::Bytes;
 
 /// A stated reserve and how it was written (`--reserve-gib 4`, `--reserve 4.5GB`).
@@ -13,7 +13,7 @@ pub struct Reserve {
 impl Reserve {
     pub fn term(&self) -> Term {
         Term::new(
-            "reserve",
+            TermId::Reserve,
             self.bytes,
             Kind::Assumed,
             format!("stated by {}", self.stated_as),

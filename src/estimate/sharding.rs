@@ -35,13 +35,25 @@ use std::collections::BTreeMap;
 
 use super::training::{Optimizer, Precision, Trainable, TrainingRequest, optimizer_bytes};
 use super::weights::WeightsSource;
-use super::{EstimateError, Kind, Term, g, product, sum};
+use super::{EstimateError, Kind, Shard, Term, TermId, g, product, sum};
 use crate::model::TensorGroup;
 use crate::units::{Bytes, GIB, Overflow};
 
 /// How the training state is spread over the ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Strategy {
     /// DistributedDataParallel: a full replica per rank, plus the reducer's gradient buckets.
     Ddp,
@@ -56,15 +68,6 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Ddp => "ddp",
-            Strategy::Zero1 => "zero1",
-            Strategy::Zero2 => "zero2",
-            Strategy::Zero3 => "zero3",
-            Strategy::Fsdp => "fsdp",
-        }
-    }
     fn zero_stage(self) -> Option<u8> {
         match self {
             Strategy::Zero1 => Some(1),
@@ -76,8 +79,20 @@ impl Strategy {
 }
 
 /// What an offload moves to the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Offload {
     /// DeepSpeed `offload_optimizer`: fp32 master weights, fp32 gradients and optimizer states
     /// on the CPU (the step runs there).
@@ -85,15 +100,6 @@ pub enum Offload {
     /// DeepSpeed `offload_param` (with `offload_optimizer`), or FSDP2's `CPUOffloadPolicy`:
     /// the parameter partitions too.
     Parameters,
-}
-
-impl Offload {
-    pub fn name(self) -> &'static str {
-        match self {
-            Offload::Optimizer => "optimizer",
-            Offload::Parameters => "parameters",
-        }
-    }
 }
 
 /// The NCCL memory assumed per rank when `--comm-reserve` is not given: 1 GiB.
@@ -240,7 +246,7 @@ impl Sharding {
         source: &WeightsSource,
         req: &TrainingRequest,
     ) -> Result<(), EstimateError> {
-        let shard = self.strategy.name();
+        let shard = self.strategy;
         let input = |m: String| Err(EstimateError::Input(m));
         if self.world_size == 0 {
             return input(
@@ -288,13 +294,13 @@ impl Sharding {
             (Strategy::Ddp, Some(o)) => {
                 return input(format!(
                     "--offload {} with --shard ddp: DistributedDataParallel keeps every state on each GPU; offloading is part of zero2, zero3 and fsdp: choose one of them, or drop --offload",
-                    o.name()
+                    o
                 ));
             }
             (Strategy::Zero1, Some(o)) => {
                 return input(format!(
                     "--offload {} with --shard zero1 is not estimated (DeepSpeed publishes estimators for ZeRO-2 and ZeRO-3 only); use --shard zero2 --offload optimizer (the same optimizer offload, with the gradients partitioned too), or drop --offload",
-                    o.name()
+                    o
                 ));
             }
             (Strategy::Zero2, Some(Offload::Parameters)) => {
@@ -332,7 +338,7 @@ impl Sharding {
             (other, Some(_), _) => {
                 return input(format!(
                     "--largest-layer-parameters sizes ZeRO-3's gathered module, not --shard {}: drop it",
-                    other.name()
+                    other
                 ));
             }
             (_, None, _) => {}
@@ -601,7 +607,7 @@ pub(super) fn terms(
             .join(" + ");
         tail.push(
             Term::new(
-                "HOST memory per node (CPU RAM, not GPU): offloaded states",
+                TermId::HostOffloadedStates,
                 per_node,
                 Kind::Calculated,
                 format!(
@@ -680,13 +686,7 @@ fn comm_term(stated: Option<Bytes>) -> Term {
             "default 1 GiB per rank, assumed: NCCL keeps per channel and peer a 4 MiB Simple, ~0.5 MiB LL and ~4.7 MiB LL128 buffer (NCCL_BUFFSIZE…) over 2–32+ channels; measured 544–688 MB per communicator on 4×A100 (NVIDIA/nccl#964) and 1.06 GB on 8×H100 (NVIDIA/nccl#1685; 4.34 GB after an all-to-all); --comm-reserve SIZE to state yours".to_string(),
         ),
     };
-    Term::new(
-        "NCCL communicator buffers (outside PyTorch's allocator)",
-        b,
-        Kind::Assumed,
-        formula,
-    )
-    .input("stated", stated.is_some())
+    Term::new(TermId::NcclBuffers, b, Kind::Assumed, formula).input("stated", stated.is_some())
 }
 
 fn part(term: Term, model_state: bool) -> Part {
@@ -712,7 +712,9 @@ fn ddp(ctx: &Context<'_>, notes: &mut Vec<String>) -> Result<Vec<Part>, Estimate
         .collect();
     parts.push(part(
         Term::new(
-            format!("gradients ({}), DDP reducer buckets", if s == 4 { "fp32" } else { "bf16" }),
+            TermId::DdpBuckets {
+                dtype: if s == 4 { "fp32" } else { "bf16" }.into(),
+            },
             bytes(mul(&[n, s])?)?,
             Kind::Calculated,
             format!(
@@ -760,7 +762,10 @@ fn zero(
     if stage < 3 {
         parts.push(part(
             Term::new(
-                format!("weights ({wn}), full copy on every rank"),
+                TermId::Weights {
+                    dtype: Some(wn.into()),
+                    shard: Some(Shard::Replicated),
+                },
                 bytes(mul(&[w, p])?)?,
                 Kind::Calculated,
                 format!(
@@ -780,7 +785,10 @@ fn zero(
         } else {
             parts.push(part(
                 Term::new(
-                    format!("weights ({wn}), ZeRO-3 partition"),
+                    TermId::Weights {
+                        dtype: Some(wn.into()),
+                        shard: Some(Shard::Partition),
+                    },
                     bytes(b)?,
                     Kind::Calculated,
                     format!("{partition_text} × {w} bytes"),
@@ -812,7 +820,7 @@ fn zero(
         let l = largest.parameters as u128;
         parts.push(part(
             Term::new(
-                format!("weights and gradients ({wn}) of the gathered largest module"),
+                TermId::GatheredLargestModule { dtype: wn.into() },
                 bytes(mul(&[2, w, l])?)?,
                 Kind::Assumed,
                 format!(
@@ -831,7 +839,10 @@ fn zero(
     match stage {
         1 => parts.push(part(
             Term::new(
-                format!("gradients ({wn}), full on every rank"),
+                TermId::Gradients {
+                    dtype: wn.into(),
+                    shard: Some(Shard::Replicated),
+                },
                 bytes(mul(&[w, p])?)?,
                 Kind::Calculated,
                 format!(
@@ -843,7 +854,10 @@ fn zero(
         )),
         2 if !offload_opt => parts.push(part(
             Term::new(
-                format!("gradients ({wn}), ZeRO-2 partition"),
+                TermId::Gradients {
+                    dtype: wn.into(),
+                    shard: Some(Shard::Partition),
+                },
                 bytes(mul(&[w, part_n])?)?,
                 Kind::Calculated,
                 format!("{partition_text} × {w} bytes: reduce-scattered gradients"),
@@ -862,7 +876,7 @@ fn zero(
         optimizer_bytes(ctx.req.optimizer, &Trainable::Count(part_n), 4)?;
     let pieces = [
         (
-            "gradients (fp32 copy), partition",
+            TermId::Fp32GradientPartition,
             fp32_grads,
             format!(
                 "{partition_text} × 4 bytes: the partition's gradients in fp32 for the step (counted by DeepSpeed since #5099){}",
@@ -875,7 +889,9 @@ fn zero(
             "fp32 gradient partition",
         ),
         (
-            "master weights (fp32), partition",
+            TermId::MasterWeights {
+                shard: Some(Shard::Partition),
+            },
             master,
             format!(
                 "{partition_text} × 4 bytes: DeepSpeed's fp32 partition (single_partition_of_fp32_groups / fp32_partitioned_groups_flat){}",
@@ -888,24 +904,22 @@ fn zero(
             "fp32 master partition",
         ),
         (
-            "optimizer states",
+            TermId::OptimizerStates {
+                optimizer: ctx.req.optimizer,
+                shard: Some(Shard::Partition),
+            },
             states,
             format!("on the partition: {states_formula}"),
             "optimizer states",
         ),
     ];
-    for (name, b, formula, host_name) in pieces {
+    for (id, b, formula, host_name) in pieces {
         if offload_opt {
             extras.host_per_rank.push((host_name.to_string(), b));
         } else {
-            let name = if name == "optimizer states" {
-                format!("optimizer states ({}), partition", ctx.req.optimizer.name())
-            } else {
-                name.to_string()
-            };
             parts.push(part(
                 Term::new(
-                    name,
+                    id,
                     bytes(b)?,
                     Kind::Calculated,
                     format!("{formula}{generalised}"),
@@ -953,7 +967,7 @@ fn zero(
         };
         extras.info.push(
             Term::new(
-                "DeepSpeed's estimator, GPU per rank (for comparison)",
+                TermId::DeepspeedGpu,
                 bytes(gpu)?,
                 Kind::Calculated,
                 format!(
@@ -965,7 +979,7 @@ fn zero(
         );
         extras.info.push(
             Term::new(
-                "HOST memory per node (CPU RAM, not GPU), DeepSpeed's estimator",
+                TermId::DeepspeedHost,
                 bytes(cpu)?,
                 Kind::Assumed,
                 format!(
@@ -1004,7 +1018,7 @@ fn zero(
         };
         extras.info.push(
             Term::new(
-                format!("ZeRO paper's ZeRO-{stage} model states (for comparison)"),
+                TermId::ZeroPaper { stage },
                 bytes(paper)?,
                 Kind::Calculated,
                 format!(
@@ -1125,7 +1139,10 @@ fn fsdp(
     let (states, states_formula) = optimizer_bytes(ctx.req.optimizer, &shard_trainable, s)?;
     let persistent = [
         (
-            format!("weights ({sn}), FSDP shard"),
+            TermId::Weights {
+                dtype: Some(sn.into()),
+                shard: Some(Shard::FsdpShard),
+            },
             mul(&[s, shard])?,
             format!(
                 "{shard_text} × {s} bytes{}",
@@ -1138,28 +1155,31 @@ fn fsdp(
             format!("{sn} parameter shards"),
         ),
         (
-            format!("gradients ({sn}), FSDP shard"),
+            TermId::Gradients {
+                dtype: sn.into(),
+                shard: Some(Shard::FsdpShard),
+            },
             mul(&[s, shard])?,
             format!("{shard_text} × {s} bytes: the reduce-scattered gradients"),
             format!("{sn} gradient shards"),
         ),
         (
-            format!(
-                "optimizer states ({}), FSDP shard",
-                ctx.req.optimizer.name()
-            ),
+            TermId::OptimizerStates {
+                optimizer: ctx.req.optimizer,
+                shard: Some(Shard::FsdpShard),
+            },
             states,
             format!("on the shards: {states_formula}"),
             "optimizer states".to_string(),
         ),
     ];
     let mut parts = Vec::new();
-    for (name, b, formula, host_name) in persistent {
+    for (id, b, formula, host_name) in persistent {
         if offload {
             extras.host_per_rank.push((host_name, b));
         } else {
             parts.push(part(
-                Term::new(name, bytes(b)?, Kind::Calculated, formula),
+                Term::new(id, bytes(b)?, Kind::Calculated, formula),
                 true,
             ));
         }
@@ -1171,7 +1191,7 @@ fn fsdp(
             if root > 0 {
                 parts.push(part(
                     Term::new(
-                        format!("weights ({cn}), FSDP root group unsharded"),
+                        TermId::FsdpRootGroup { dtype: cn.into() },
                         bytes(mul(&[c, root])?)?,
                         Kind::Calculated,
                         format!(
@@ -1186,7 +1206,7 @@ fn fsdp(
                 Some((block, layer)) => {
                     parts.push(part(
                         Term::new(
-                            format!("weights ({cn}), FSDP all-gathered blocks"),
+                            TermId::FsdpGatheredBlocks { dtype: cn.into() },
                             bytes(mul(&[2, 2, c, layer])?)?,
                             Kind::Assumed,
                             format!(
@@ -1198,7 +1218,7 @@ fn fsdp(
                     ));
                     parts.push(part(
                         Term::new(
-                            format!("gradients ({cn}), one block unsharded"),
+                            TermId::FsdpBlockGradients { dtype: cn.into() },
                             bytes(mul(&[c, layer])?)?,
                             Kind::Assumed,
                             format!(
@@ -1210,7 +1230,7 @@ fn fsdp(
                     ));
                     parts.push(part(
                         Term::new(
-                            format!("gradients ({rn}), FSDP reduce-scatter inputs"),
+                            TermId::FsdpReduceScatterInputs { dtype: rn.into() },
                             bytes(mul(&[2, r, layer])?)?,
                             Kind::Assumed,
                             format!(
@@ -1460,11 +1480,11 @@ mod tests {
         })
     }
 
-    fn bytes_of(est: &Estimate, prefix: &str) -> u64 {
+    fn bytes_of(est: &Estimate, id: TermId) -> u64 {
         est.terms
             .iter()
-            .find(|t| t.name.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no term {prefix:?} in {:?}", est.terms))
+            .find(|t| t.id == id)
+            .unwrap_or_else(|| panic!("no term {id:?} in {:?}", est.terms))
             .bytes
             .get()
     }
@@ -1601,7 +1621,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            bytes_of(&ddp, "gradients (fp32), DDP reducer buckets"),
+            bytes_of(
+                &ddp,
+                TermId::DdpBuckets {
+                    dtype: "fp32".into()
+                }
+            ),
             4 * p
         );
         assert_eq!(ddp.total_bytes.get(), plain.total_bytes.get() + 4 * p + GIB);
@@ -1615,11 +1640,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            bytes_of(&bf16, "gradients (bf16), DDP reducer buckets"),
+            bytes_of(
+                &bf16,
+                TermId::DdpBuckets {
+                    dtype: "bf16".into()
+                }
+            ),
             2 * p
         );
         // World size 1: no NCCL.
-        assert!(bf16.terms.iter().all(|t| !t.name.starts_with("NCCL")));
+        assert!(bf16.terms.iter().all(|t| t.id != TermId::NcclBuffers));
     }
 
     /// Other optimizers: our per-optimizer states on the partition, labelled as generalised.
@@ -1633,11 +1663,24 @@ mod tests {
             Precision::Bf16Mixed,
         )
         .unwrap();
-        assert_eq!(bytes_of(&sgd, "optimizer states (sgd), partition"), 0);
+        assert_eq!(
+            bytes_of(
+                &sgd,
+                TermId::OptimizerStates {
+                    optimizer: Optimizer::Sgd,
+                    shard: Some(Shard::Partition)
+                }
+            ),
+            0
+        );
         let master = sgd
             .terms
             .iter()
-            .find(|t| t.name.starts_with("master weights"))
+            .find(|t| {
+                t.id == TermId::MasterWeights {
+                    shard: Some(Shard::Partition),
+                }
+            })
             .unwrap();
         assert!(master.formula.contains("generalised"), "{}", master.formula);
         assert!(summary(&sgd).deepspeed.is_none());
@@ -1666,7 +1709,13 @@ mod tests {
         .unwrap();
         let part = p / 8;
         assert_eq!(
-            bytes_of(&eight, "optimizer states (adamw-8bit), partition"),
+            bytes_of(
+                &eight,
+                TermId::OptimizerStates {
+                    optimizer: Optimizer::Adamw8bit,
+                    shard: Some(Shard::Partition)
+                }
+            ),
             2 * (part + part.div_ceil(256) * 4)
         );
     }
@@ -1686,15 +1735,27 @@ mod tests {
         assert_eq!(summary(&est).model_states_bytes.get(), 16 * p / 8);
         assert_eq!(summary(&est).padding_counted, Some(true));
         let root = 2 * 128_256 * 4096 + 4096;
-        assert_eq!(bytes_of(&est, "weights (bf16), FSDP root group"), 2 * root);
+        let bf16 = || "bf16".to_string();
+        assert_eq!(
+            bytes_of(&est, TermId::FsdpRootGroup { dtype: bf16() }),
+            2 * root
+        );
         let layer: u64 = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14_336 * 4096 + 2 * 4096;
         assert_eq!(
-            bytes_of(&est, "weights (bf16), FSDP all-gathered"),
+            bytes_of(&est, TermId::FsdpGatheredBlocks { dtype: bf16() }),
             8 * layer
         );
-        assert_eq!(bytes_of(&est, "gradients (bf16), one block"), 2 * layer);
         assert_eq!(
-            bytes_of(&est, "gradients (fp32), FSDP reduce-scatter"),
+            bytes_of(&est, TermId::FsdpBlockGradients { dtype: bf16() }),
+            2 * layer
+        );
+        assert_eq!(
+            bytes_of(
+                &est,
+                TermId::FsdpReduceScatterInputs {
+                    dtype: "fp32".into()
+                }
+            ),
             8 * layer
         );
         // 6 ranks do not divide 4096 rows: the shards are padded.
@@ -1897,6 +1958,64 @@ mod tests {
             numbers(parameters, Some(sh), optimizer, precision)
         };
         est.unwrap().sharding.unwrap().model_states_bytes.get()
+    }
+
+    /// Every term of every sharded layout has its own id in its estimate, and its English name
+    /// reads back to that id (what a file without ids is loaded with).
+    #[test]
+    fn every_term_has_its_own_id() {
+        let offloads = [None, Some(Offload::Optimizer), Some(Offload::Parameters)];
+        let optimizers = [Optimizer::Adamw, Optimizer::Sgd, Optimizer::Adamw8bit];
+        let precisions = [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16];
+        let mut made = 0;
+        for strategy in <Strategy as strum::VariantArray>::VARIANTS {
+            for (n, offload, optimizer, precision, shapes) in
+                combinations(&[1, 8], &offloads, &optimizers, &precisions, &[false, true])
+            {
+                let mut sh = sharding(*strategy, n);
+                sh.offload = offload;
+                let est = if shapes {
+                    model("llama-style-8l", Some(sh), optimizer, precision)
+                } else {
+                    if *strategy == Strategy::Zero3 {
+                        sh.largest_layer_parameters = Some(1000);
+                    }
+                    numbers(1_000_000, Some(sh), optimizer, precision)
+                };
+                let Ok(est) = est else { continue };
+                made += 1;
+                let mut keys: Vec<&str> = est.terms.iter().map(|t| t.id.key()).collect();
+                keys.sort();
+                keys.dedup();
+                assert_eq!(keys.len(), est.terms.len(), "{:?}", est.terms);
+                for t in &est.terms {
+                    assert_eq!(TermId::from_english(&t.name), t.id, "{}", t.name);
+                }
+            }
+        }
+        assert!(made > 50, "{made} estimates");
+    }
+
+    fn combinations<A: Copy, B: Copy, C: Copy, D: Copy, E: Copy>(
+        a: &[A],
+        b: &[B],
+        c: &[C],
+        d: &[D],
+        e: &[E],
+    ) -> Vec<(A, B, C, D, E)> {
+        let mut out = Vec::new();
+        for &a in a {
+            for &b in b {
+                for &c in c {
+                    for &d in d {
+                        for &e in e {
+                            out.push((a, b, c, d, e));
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The one exception to the property below: bitsandbytes keeps fp32 states for a tensor

@@ -6,36 +6,58 @@ use serde::Serialize;
 
 use super::sharding::{self, Sharding, ShardingSummary, Strategy};
 use super::weights::{self, WeightsSource};
-use super::{EstimateError, Kind, Term, g, product, sum};
+use super::{EstimateError, Kind, Term, TermId, g, product, sum};
 use crate::model::inventory::TensorGroup;
 use crate::model::{Architecture, Role};
 use crate::units::{Bytes, Overflow};
 
-/// Optimizers whose states we can count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+/// Optimizers whose states we can count, named as the command line takes them (`sgd-momentum`,
+/// `adamw-8bit`) in tables and JSON.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Optimizer {
     Adamw,
     Adam,
     Sgd,
     SgdMomentum,
     #[value(name = "adamw-8bit")]
+    #[serde(rename = "adamw-8bit")]
+    #[strum(serialize = "adamw-8bit")]
     Adamw8bit,
     Adafactor,
 }
 
-impl Optimizer {
-    /// The name the command line takes (`sgd-momentum`, `adamw-8bit`), for tables and JSON.
-    pub fn name(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
-            .map(|v| v.get_name().to_string())
-            .unwrap_or_default()
-    }
-}
-
-/// Where the trainable parameters live and in which width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+/// Where the trainable parameters live and in which width; named as the command line takes it
+/// (`bf16-mixed`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Precision {
     /// Everything in float32.
     Fp32,
@@ -64,15 +86,6 @@ impl Precision {
     }
     pub(super) fn mixed(self) -> bool {
         matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
-    }
-    /// The name the command line takes (`bf16-mixed`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Bf16Mixed => "bf16-mixed",
-            Precision::Fp16Mixed => "fp16-mixed",
-            Precision::Bf16 => "bf16",
-        }
     }
 }
 
@@ -331,7 +344,7 @@ pub fn terms(
     }
     let trainable = trainable(source, req)?;
     let s = req.precision.param_bytes() as u128;
-    let precision = req.precision.name();
+    let precision = req.precision;
     let zero = req.sharding.as_ref().is_some_and(|sh| {
         matches!(
             sh.strategy,
@@ -403,7 +416,7 @@ fn state_terms(
     let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
     let n = trainable.count();
     let s = req.precision.param_bytes() as u128;
-    let precision = req.precision.name();
+    let precision = req.precision;
     let mut out = Vec::new();
     if req.lora.is_some() {
         // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
@@ -415,7 +428,9 @@ fn state_terms(
         };
         out.push(
             Term::new(
-                format!("LoRA adapters ({adapter_dtype})"),
+                TermId::LoraAdapters {
+                    dtype: adapter_dtype.into(),
+                },
                 to_bytes(n * s)?,
                 Kind::Calculated,
                 format!(
@@ -429,7 +444,7 @@ fn state_terms(
     } else if req.precision.mixed() {
         out.push(
             Term::new(
-                "master weights (fp32 parameters)",
+                TermId::MasterWeights { shard: None },
                 to_bytes(n * 4)?,
                 Kind::Calculated,
                 format!("{} parameters × 4 bytes: under torch.autocast the parameters themselves stay float32", g(n)),
@@ -437,7 +452,7 @@ fn state_terms(
             .input("parameters", n as u64),
         );
         out.push(Term::new(
-            "weights, 16-bit compute copies",
+            TermId::ComputeCopies,
             to_bytes(n * 2)?,
             Kind::Assumed,
             format!("{} parameters × 2 bytes: autocast's cast cache, held by the forward pass for the backward pass", g(n)),
@@ -445,7 +460,10 @@ fn state_terms(
     } else {
         out.push(
             Term::new(
-                format!("weights ({precision})"),
+                TermId::Weights {
+                    dtype: Some(precision.to_string()),
+                    shard: None,
+                },
                 to_bytes(n * s)?,
                 Kind::Calculated,
                 format!("{} parameters × {s} bytes", g(n)),
@@ -454,7 +472,10 @@ fn state_terms(
         );
     }
     out.push(Term::new(
-        format!("gradients ({})", if s == 4 { "fp32" } else { "bf16" }),
+        TermId::Gradients {
+            dtype: if s == 4 { "fp32" } else { "bf16" }.into(),
+            shard: None,
+        },
         to_bytes(n * s)?,
         Kind::Calculated,
         format!(
@@ -465,12 +486,15 @@ fn state_terms(
     let (opt_bytes, opt_formula) = optimizer_bytes(req.optimizer, trainable, s)?;
     out.push(
         Term::new(
-            format!("optimizer states ({})", req.optimizer.name()),
+            TermId::OptimizerStates {
+                optimizer: req.optimizer,
+                shard: None,
+            },
             to_bytes(opt_bytes)?,
             Kind::Calculated,
             opt_formula,
         )
-        .input("optimizer", req.optimizer.name()),
+        .input("optimizer", req.optimizer.as_ref()),
     );
     Ok(out)
 }
@@ -549,7 +573,7 @@ fn activation_terms(
     };
     let mut out = vec![
         Term::new(
-            "activations",
+            TermId::Activations,
             Bytes::from_u128(bytes)?,
             Kind::Assumed,
             formula,
@@ -565,7 +589,7 @@ fn activation_terms(
     let e = req.precision.activation_bytes() as u128;
     let per = if e < 4 { e + 4 + 4 } else { 4 + 4 };
     out.push(Term::new(
-        "logits and loss",
+        TermId::LogitsAndLoss,
         Bytes::from_u128(product(&[logits, per])?)?,
         Kind::Assumed,
         format!(

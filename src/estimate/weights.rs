@@ -1,7 +1,7 @@
 //! The weights term: from a parameter count and a bit width, or from a model's real tensors with
 //! the storage format (quantized or not) and the compute format kept apart.
 
-use super::{EstimateError, Kind, Term, g};
+use super::{EstimateError, Kind, Term, TermId, g};
 use crate::dtype::Dtype;
 use crate::model::Architecture;
 use crate::model::quantization::Format;
@@ -52,9 +52,17 @@ pub fn terms(source: &WeightsSource, notes: &mut Vec<String>) -> Result<Vec<Term
                 ));
             }
             Ok(vec![
-                Term::new("weights", bytes, Kind::Calculated, formula)
-                    .input("parameters", *parameters)
-                    .input("bits", bits.to_string()),
+                Term::new(
+                    TermId::Weights {
+                        dtype: None,
+                        shard: None,
+                    },
+                    bytes,
+                    Kind::Calculated,
+                    formula,
+                )
+                .input("parameters", *parameters)
+                .input("bits", bits.to_string()),
             ])
         }
         WeightsSource::Model(m) => model_terms(m, notes),
@@ -80,7 +88,10 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             let tensors: u64 = arch.groups.iter().map(|g| g.count).sum();
             terms.push(
                 Term::new(
-                    format!("weights ({})", m.compute_dtype),
+                    TermId::Weights {
+                        dtype: Some(m.compute_dtype.to_string()),
+                        shard: None,
+                    },
                     bytes,
                     Kind::Calculated,
                     format!(
@@ -95,7 +106,7 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             );
             terms.push(
                 Term::new(
-                    "allocator segments around the weights",
+                    TermId::AllocatorSegments,
                     Bytes::from_u128(reserved.saturating_sub(params * e)).map_err(overflow())?,
                     Kind::Assumed,
                     format!(
@@ -128,7 +139,9 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             let storage = Bytes::from_u128(quantized_bytes).map_err(overflow())?;
             terms.push(
                 Term::new(
-                    format!("weights, quantized ({})", q.short_label()),
+                    TermId::QuantizedWeights {
+                        format: q.short_label(),
+                    },
                     storage,
                     Kind::Calculated,
                     format!(
@@ -145,7 +158,9 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
             let others = Bytes::from_u128(other_params * e).map_err(overflow())?;
             terms.push(
                 Term::new(
-                    format!("weights, unquantized modules ({})", m.compute_dtype),
+                    TermId::UnquantizedWeights {
+                        dtype: m.compute_dtype.to_string(),
+                    },
                     others,
                     Kind::Calculated,
                     format!(
@@ -172,7 +187,9 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 Bytes::from_u128(largest * compute.bytes() as u128).map_err(overflow())?;
             terms.push(
                 Term::new(
-                    format!("dequantized weight ({compute})"),
+                    TermId::DequantizedWeight {
+                        dtype: compute.to_string(),
+                    },
                     transient,
                     Kind::Assumed,
                     format!(
@@ -198,7 +215,7 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
         parts.sort();
         terms.push(
             Term::new(
-                "weights as stored (safetensors headers)",
+                TermId::StoredWeights,
                 Bytes(stored.data_bytes),
                 Kind::Calculated,
                 format!("{} shard(s): {}", stored.shards.len(), parts.join(", ")),

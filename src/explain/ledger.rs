@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::estimate::{Kind, TermId};
 use crate::measure::result::MeasureResult;
 use crate::prediction::document::{PredictedPhase, PredictionDoc};
 use crate::report::inputs::EstimateDoc;
@@ -51,19 +52,212 @@ pub enum LineKind {
     Unexplained,
 }
 
+/// Which line of the ledger, in the order they are listed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineId {
+    /// The weights as loaded (the end of `model_load`).
+    Weights,
+    KvCache,
+    /// Held at the phase's start beyond the weights.
+    HeldAtStart,
+    /// The growth inside the phase to its peak.
+    Growth,
+    /// Library workspaces at the predicted peak.
+    Workspaces,
+    PeakAllocated,
+    PeakReserved,
+    AllocatorSlack,
+    /// Outside PyTorch's allocator (CUDA context, libraries).
+    OutsideAllocator,
+    /// The estimate's stated reserve.
+    Reserve,
+    DriverView,
+    Unexplained,
+}
+
+impl LineId {
+    /// The line's English name (`term` in the file).
+    pub fn english(self) -> &'static str {
+        match self {
+            LineId::Weights => "weights (as loaded)",
+            LineId::KvCache => "KV cache (inside the levels below, shown apart)",
+            LineId::HeldAtStart => "held at the phase's start beyond the weights",
+            LineId::Growth => "growth inside the phase to its peak",
+            LineId::Workspaces => "of which library workspaces (no tensor holds them)",
+            LineId::PeakAllocated => "peak allocated",
+            LineId::PeakReserved => "peak reserved",
+            LineId::AllocatorSlack => "allocator slack (reserved − allocated)",
+            LineId::OutsideAllocator => "outside PyTorch's allocator (CUDA context, libraries)",
+            LineId::Reserve => "the estimate's reserve (a stated margin)",
+            LineId::DriverView => "the driver's view",
+            LineId::Unexplained => "unexplained: driver's view − (peak reserved + outside)",
+        }
+    }
+
+    pub fn kind(self) -> LineKind {
+        match self {
+            LineId::KvCache | LineId::Workspaces => LineKind::Part,
+            LineId::PeakAllocated | LineId::PeakReserved | LineId::DriverView => LineKind::Level,
+            LineId::Unexplained => LineKind::Unexplained,
+            _ => LineKind::Term,
+        }
+    }
+
+    /// The ledger line an estimate term is compared on; `None`: on none (transients the ledger
+    /// does not place, NCCL, lines shown for information).
+    pub fn of_term(id: &TermId) -> Option<LineId> {
+        match id {
+            TermId::Weights { .. }
+            | TermId::QuantizedWeights { .. }
+            | TermId::UnquantizedWeights { .. }
+            | TermId::ComputeCopies
+            | TermId::StoredWeights
+            | TermId::AllocatorSegments
+            | TermId::GatheredLargestModule { .. }
+            | TermId::FsdpRootGroup { .. }
+            | TermId::FsdpGatheredBlocks { .. } => Some(LineId::Weights),
+            TermId::KvCache { .. }
+            | TermId::KvCacheHost
+            | TermId::KvPrefillSurplus
+            | TermId::KvDecompressed => Some(LineId::KvCache),
+            TermId::Gradients { .. }
+            | TermId::DdpBuckets { .. }
+            | TermId::Fp32GradientPartition
+            | TermId::FsdpBlockGradients { .. }
+            | TermId::FsdpReduceScatterInputs { .. }
+            | TermId::OptimizerStates { .. }
+            | TermId::MasterWeights { .. }
+            | TermId::LoraAdapters { .. } => Some(LineId::HeldAtStart),
+            TermId::Activations | TermId::LogitsAndLoss | TermId::PrefillTransient => {
+                Some(LineId::Growth)
+            }
+            TermId::Reserve => Some(LineId::Reserve),
+            TermId::DequantizedWeight { .. }
+            | TermId::NcclBuffers
+            | TermId::HostOffloadedStates
+            | TermId::DeepspeedGpu
+            | TermId::DeepspeedHost
+            | TermId::ZeroPaper { .. }
+            | TermId::Other => None,
+        }
+    }
+}
+
+type MakeCheckpoint = fn(String) -> Checkpoint;
+
+/// Where a line's figures were read; the phase is named as the result names it. Written in the
+/// file as English words (`end of model_load`, `peak of forward − its start`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Checkpoint {
+    Start(String),
+    End(String),
+    Peak(String),
+    /// The peak less the phase's start.
+    PeakMinusStart(String),
+    PredictedPeak(String),
+    /// Reserved and allocated both read at the phase's end.
+    EndOneCheckpoint(String),
+    /// NVML's sampled peak.
+    PeakSampled(String),
+    /// A stated figure, read nowhere.
+    Stated,
+}
+
+impl Checkpoint {
+    /// The phase it was read in (`None` for a stated figure).
+    pub fn phase(&self) -> Option<&str> {
+        match self {
+            Checkpoint::Start(p)
+            | Checkpoint::End(p)
+            | Checkpoint::Peak(p)
+            | Checkpoint::PeakMinusStart(p)
+            | Checkpoint::PredictedPeak(p)
+            | Checkpoint::EndOneCheckpoint(p)
+            | Checkpoint::PeakSampled(p) => Some(p),
+            Checkpoint::Stated => None,
+        }
+    }
+
+    /// The forms of the English words, `PREFIX phase SUFFIX`, the longer ones first.
+    const FORMS: [(&str, &str, MakeCheckpoint); 7] = [
+        ("predicted peak of ", "", Checkpoint::PredictedPeak),
+        ("peak of ", " − its start", Checkpoint::PeakMinusStart),
+        ("peak of ", " (sampled)", Checkpoint::PeakSampled),
+        ("end of ", " (one checkpoint)", Checkpoint::EndOneCheckpoint),
+        ("peak of ", "", Checkpoint::Peak),
+        ("end of ", "", Checkpoint::End),
+        ("start of ", "", Checkpoint::Start),
+    ];
+}
+
+impl std::fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(phase) = self.phase() else {
+            return f.write_str("stated");
+        };
+        let (prefix, suffix, _) = Checkpoint::FORMS
+            .iter()
+            .find(|(_, _, make)| make(phase.to_string()) == *self)
+            .expect("every checkpoint with a phase has a form");
+        write!(f, "{prefix}{phase}{suffix}")
+    }
+}
+
+impl From<Checkpoint> for String {
+    fn from(c: Checkpoint) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for Checkpoint {
+    type Error = String;
+    fn try_from(text: String) -> Result<Checkpoint, String> {
+        if text == "stated" {
+            return Ok(Checkpoint::Stated);
+        }
+        Checkpoint::FORMS
+            .iter()
+            .find_map(|(prefix, suffix, make)| {
+                let phase = text.strip_prefix(prefix)?.strip_suffix(suffix)?;
+                Some(make(phase.to_string()))
+            })
+            .ok_or_else(|| format!("`{text}` is not a checkpoint"))
+    }
+}
+
 /// One line: the same term as the estimate states it, as predicted, as observed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Line {
+    pub id: LineId,
+    /// The line's English name, from `id`.
     pub term: String,
     pub kind: LineKind,
     pub estimate: Option<Figure>,
     pub predicted: Option<Figure>,
     pub observed: Option<Figure>,
     /// Where the figures were read (`end of model_load`, `peak of forward − its start`).
-    pub checkpoint: String,
+    pub checkpoint: Checkpoint,
     /// Predicted parts of the term (by category, then by module), when a prediction has them.
     #[serde(default)]
     pub breakdown: Vec<(String, u64)>,
+}
+
+impl Line {
+    /// A line without figures, read at `checkpoint`.
+    fn new(id: LineId, checkpoint: Checkpoint) -> Line {
+        Line {
+            id,
+            term: id.english().into(),
+            kind: id.kind(),
+            estimate: None,
+            predicted: None,
+            observed: None,
+            checkpoint,
+            breakdown: Vec::new(),
+        }
+    }
 }
 
 /// A capacity of the card, named for what it is.
@@ -108,17 +302,17 @@ fn figure(bytes: u64, provenance: Provenance, basis: impl Into<String>) -> Figur
     }
 }
 
-/// The estimate's terms whose names start with one of `prefixes`, summed (counted terms only).
-fn estimate_sum(e: &EstimateDoc, prefixes: &[&str]) -> Option<Figure> {
+/// The estimate's terms compared on `line`, summed (counted terms only).
+fn estimate_sum(e: &EstimateDoc, line: LineId) -> Option<Figure> {
     let terms: Vec<_> = e
         .terms
         .iter()
-        .filter(|t| t.in_total && prefixes.iter().any(|p| t.name.starts_with(p)))
+        .filter(|t| t.in_total && LineId::of_term(&t.id) == Some(line))
         .collect();
     if terms.is_empty() {
         return None;
     }
-    let assumed = terms.iter().any(|t| t.kind == "assumed");
+    let assumed = terms.iter().any(|t| t.kind == Kind::Assumed);
     Some(figure(
         terms.iter().map(|t| t.bytes).sum(),
         if assumed {
@@ -236,17 +430,13 @@ pub fn of_result(
                 "allocated at the end of model_load",
             )
         });
-    let weights_estimate =
-        estimate.and_then(|e| estimate_sum(e, &["weights", "allocator segments"]));
+    let weights_estimate = estimate.and_then(|e| estimate_sum(e, LineId::Weights));
     if load.is_some() || weights_estimate.is_some() {
         lines.push(Line {
-            term: "weights (as loaded)".into(),
-            kind: LineKind::Term,
             estimate: weights_estimate,
             predicted: weights_predicted,
             observed: weights_observed.clone(),
-            checkpoint: "end of model_load".into(),
-            breakdown: Vec::new(),
+            ..Line::new(LineId::Weights, Checkpoint::End("model_load".into()))
         });
     } else {
         notes.push("no model_load phase: the weights are inside the phase's start level".into());
@@ -264,7 +454,7 @@ pub fn of_result(
                 "storage of every tensor the cache object holds",
             )
         });
-    let kv_estimate = estimate.and_then(|e| estimate_sum(e, &["KV cache"]));
+    let kv_estimate = estimate.and_then(|e| estimate_sum(e, LineId::KvCache));
     let kv_predicted = pred
         .and_then(|p| p.inputs.get("cache_bytes"))
         .and_then(serde_json::Value::as_u64)
@@ -277,13 +467,10 @@ pub fn of_result(
         });
     if kv_observed.is_some() || kv_estimate.is_some() {
         lines.push(Line {
-            term: "KV cache (inside the levels below, shown apart)".into(),
-            kind: LineKind::Part,
             estimate: kv_estimate,
             predicted: kv_predicted,
             observed: kv_observed.clone(),
-            checkpoint: format!("end of {name}"),
-            breakdown: Vec::new(),
+            ..Line::new(LineId::KvCache, Checkpoint::End(name.clone()))
         });
     }
 
@@ -299,11 +486,7 @@ pub fn of_result(
         )
     });
     lines.push(Line {
-        term: "held at the phase's start beyond the weights".into(),
-        kind: LineKind::Term,
-        estimate: estimate.and_then(|e| {
-            estimate_sum(e, &["gradients", "optimizer states", "master weights", "LoRA"])
-        }),
+        estimate: estimate.and_then(|e| estimate_sum(e, LineId::HeldAtStart)),
         predicted: held_predicted
             .map(|b| figure(b, Provenance::Predicted, "start of the phase − the weights")),
         observed: held.map(|b| {
@@ -315,8 +498,7 @@ pub fn of_result(
                 ),
             )
         }),
-        checkpoint: format!("start of {name}"),
-        breakdown: Vec::new(),
+        ..Line::new(LineId::HeldAtStart, Checkpoint::Start(name.clone()))
     });
 
     // In-phase growth to the peak: what was alive at the peak beyond the start.
@@ -342,10 +524,7 @@ pub fn of_result(
         );
     }
     lines.push(Line {
-        term: "growth inside the phase to its peak".into(),
-        kind: LineKind::Term,
-        estimate: estimate
-            .and_then(|e| estimate_sum(e, &["activations", "logits", "prefill transient"])),
+        estimate: estimate.and_then(|e| estimate_sum(e, LineId::Growth)),
         predicted: pred.and_then(|p| {
             Some(figure(
                 p.peak_allocated_bytes?
@@ -361,8 +540,8 @@ pub fn of_result(
                 format!("peak allocated of {name} − allocated at its start"),
             )
         }),
-        checkpoint: format!("peak of {name} − its start"),
         breakdown,
+        ..Line::new(LineId::Growth, Checkpoint::PeakMinusStart(name.clone()))
     });
 
     // Workspaces: inside allocated, visible only in a prediction.
@@ -372,45 +551,32 @@ pub fn of_result(
         .copied();
     if let Some(ws) = workspaces {
         lines.push(Line {
-            term: "of which library workspaces (no tensor holds them)".into(),
-            kind: LineKind::Part,
-            estimate: None,
             predicted: Some(figure(
                 ws,
                 Provenance::Predicted,
                 prediction.map_or(String::new(), |p| p.target.workspaces_source.clone()),
             )),
-            observed: None,
-            checkpoint: format!("predicted peak of {name}"),
-            breakdown: Vec::new(),
+            ..Line::new(LineId::Workspaces, Checkpoint::PredictedPeak(name.clone()))
         });
     }
 
     lines.push(Line {
-        term: "peak allocated".into(),
-        kind: LineKind::Level,
-        estimate: None,
         predicted: pred
             .and_then(|p| p.peak_allocated_bytes)
             .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
         observed: reading
             .peak_allocated_bytes
             .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_allocated")),
-        checkpoint: format!("peak of {name}"),
-        breakdown: Vec::new(),
+        ..Line::new(LineId::PeakAllocated, Checkpoint::Peak(name.clone()))
     });
     lines.push(Line {
-        term: "peak reserved".into(),
-        kind: LineKind::Level,
-        estimate: None,
         predicted: pred
             .and_then(|p| p.peak_reserved_bytes)
             .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
         observed: reading
             .peak_reserved_bytes
             .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_reserved")),
-        checkpoint: format!("peak of {name}"),
-        breakdown: Vec::new(),
+        ..Line::new(LineId::PeakReserved, Checkpoint::Peak(name.clone()))
     });
     // Allocator slack: reserved − allocated at one checkpoint, and the inactive split bytes.
     let slack = reading
@@ -430,9 +596,6 @@ pub fn of_result(
         }
     }
     lines.push(Line {
-        term: "allocator slack (reserved − allocated)".into(),
-        kind: LineKind::Term,
-        estimate: None,
         predicted: pred.and_then(|p| {
             Some(figure(
                 p.end_reserved_bytes?.saturating_sub(p.end_allocated_bytes?),
@@ -447,17 +610,17 @@ pub fn of_result(
                 "memory_reserved − memory_allocated, both read at the phase's end",
             )
         }),
-        checkpoint: format!("end of {name} (one checkpoint)"),
         breakdown: slack_breakdown,
+        ..Line::new(
+            LineId::AllocatorSlack,
+            Checkpoint::EndOneCheckpoint(name.clone()),
+        )
     });
 
     // Outside PyTorch's allocator, and the driver's view.
     let driver = peak_phase.driver.as_ref().and_then(|d| d.first());
     let outside = driver.and_then(|d| d.outside_allocator_at_end_bytes);
     lines.push(Line {
-        term: "outside PyTorch's allocator (CUDA context, libraries)".into(),
-        kind: LineKind::Term,
-        estimate: None,
         predicted: prediction.map(|p| {
             figure(
                 p.target.context_bytes,
@@ -472,28 +635,23 @@ pub fn of_result(
                 "NVML process memory − memory_reserved at the phase's end",
             )
         }),
-        checkpoint: format!("end of {name}"),
-        breakdown: Vec::new(),
+        ..Line::new(LineId::OutsideAllocator, Checkpoint::End(name.clone()))
     });
-    if let Some(reserve) = estimate.and_then(|e| estimate_sum(e, &["reserve"])) {
+    if let Some(reserve) = estimate.and_then(|e| estimate_sum(e, LineId::Reserve)) {
         lines.push(Line {
-            term: "the estimate's reserve (a stated margin)".into(),
-            kind: LineKind::Term,
             estimate: Some(reserve),
-            predicted: None,
-            observed: None,
-            checkpoint: "stated".into(),
-            breakdown: Vec::new(),
+            ..Line::new(LineId::Reserve, Checkpoint::Stated)
         });
     }
     let driver_peak = driver.and_then(|d| d.peak_process_used_bytes);
     lines.push(Line {
-        term: "the driver's view".into(),
-        kind: LineKind::Level,
         estimate: estimate.map(|e| {
             figure(
                 e.total_bytes,
-                if e.terms.iter().any(|t| t.in_total && t.kind == "assumed") {
+                if e.terms
+                    .iter()
+                    .any(|t| t.in_total && t.kind == Kind::Assumed)
+                {
                     Provenance::Assumed
                 } else {
                     Provenance::Calculated
@@ -515,8 +673,7 @@ pub fn of_result(
                 format!("NVML's highest reading for the process during {name}"),
             )
         }),
-        checkpoint: format!("peak of {name} (sampled)"),
-        breakdown: Vec::new(),
+        ..Line::new(LineId::DriverView, Checkpoint::PeakSampled(name.clone()))
     });
     if driver.is_none_or(|d| d.peak_process_used_bytes.is_none()) {
         notes.push(
@@ -535,10 +692,6 @@ pub fn of_result(
         .map(|((d, resv), out)| d as i128 - resv as i128 - out as i128);
     if let Some(u) = unexplained {
         lines.push(Line {
-            term: "unexplained: driver's view − (peak reserved + outside)".into(),
-            kind: LineKind::Unexplained,
-            estimate: None,
-            predicted: None,
             observed: Some(figure(
                 u.unsigned_abs() as u64,
                 Provenance::Observed,
@@ -548,8 +701,7 @@ pub fn of_result(
                     "what neither the allocator nor the end-of-phase outside reading accounts for (other allocations outside PyTorch during the phase, NVML's sampling)"
                 },
             )),
-            checkpoint: format!("peak of {name}"),
-            breakdown: Vec::new(),
+            ..Line::new(LineId::Unexplained, Checkpoint::Peak(name.clone()))
         });
     }
 
@@ -810,20 +962,41 @@ mod tests {
         })).unwrap();
         let l = of_result(&r, None, None).unwrap();
         assert_eq!(l.phase, "forward");
-        let find = |t: &str| l.lines.iter().find(|x| x.term.starts_with(t)).unwrap();
-        assert_eq!(find("weights").observed.as_ref().unwrap().bytes, 4 * gib);
-        assert_eq!(find("held at").observed.as_ref().unwrap().bytes, 1 << 20);
+        let find = |id: LineId| l.lines.iter().find(|x| x.id == id).unwrap();
         assert_eq!(
-            find("growth").observed.as_ref().unwrap().bytes,
+            find(LineId::Weights).observed.as_ref().unwrap().bytes,
+            4 * gib
+        );
+        assert_eq!(
+            find(LineId::HeldAtStart).observed.as_ref().unwrap().bytes,
+            1 << 20
+        );
+        assert_eq!(
+            find(LineId::Growth).observed.as_ref().unwrap().bytes,
             3 * gib - (1 << 20)
         );
         assert_eq!(
-            find("allocator slack").observed.as_ref().unwrap().bytes,
+            find(LineId::AllocatorSlack)
+                .observed
+                .as_ref()
+                .unwrap()
+                .bytes,
             3 * gib
         );
-        assert_eq!(find("outside").observed.as_ref().unwrap().bytes, 600 << 20);
+        assert_eq!(
+            find(LineId::OutsideAllocator)
+                .observed
+                .as_ref()
+                .unwrap()
+                .bytes,
+            600 << 20
+        );
+        assert_eq!(
+            find(LineId::Growth).checkpoint.to_string(),
+            "peak of forward − its start"
+        );
         // Driver's peak 8 GiB + 700 MiB; peak reserved 8 GiB + outside 600 MiB: 100 MiB unexplained.
-        let u = find("unexplained");
+        let u = find(LineId::Unexplained);
         assert_eq!(u.kind, LineKind::Unexplained);
         assert_eq!(u.observed.as_ref().unwrap().bytes, 100 << 20);
         let names: Vec<&str> = l.capacities.iter().map(|c| c.name.as_str()).collect();
@@ -841,6 +1014,70 @@ mod tests {
             "{:?}",
             l.diagnostics
         );
+    }
+
+    /// A checkpoint is written as English words and read back from them.
+    #[test]
+    fn checkpoints_are_words_read_back() {
+        let p = || "warm_forward".to_string();
+        for (c, text) in [
+            (Checkpoint::Start(p()), "start of warm_forward"),
+            (Checkpoint::End(p()), "end of warm_forward"),
+            (Checkpoint::Peak(p()), "peak of warm_forward"),
+            (
+                Checkpoint::PeakMinusStart(p()),
+                "peak of warm_forward − its start",
+            ),
+            (
+                Checkpoint::PredictedPeak(p()),
+                "predicted peak of warm_forward",
+            ),
+            (
+                Checkpoint::EndOneCheckpoint(p()),
+                "end of warm_forward (one checkpoint)",
+            ),
+            (
+                Checkpoint::PeakSampled(p()),
+                "peak of warm_forward (sampled)",
+            ),
+            (Checkpoint::Stated, "stated"),
+        ] {
+            assert_eq!(serde_json::to_value(&c).unwrap(), text);
+            assert_eq!(
+                serde_json::from_value::<Checkpoint>(text.into()).unwrap(),
+                c
+            );
+        }
+        assert!(serde_json::from_value::<Checkpoint>("somewhere".into()).is_err());
+    }
+
+    /// Each estimate term is compared on the line its id says, whatever its English name.
+    #[test]
+    fn estimate_terms_are_summed_on_their_line_by_id() {
+        let e: EstimateDoc = serde_json::from_value(serde_json::json!({
+            "schema": "iteragpu.estimate/1", "total_bytes": 0, "left_out": [],
+            "terms": [
+                {"id": "weights", "dtype": "bf16", "name": "w", "bytes": 10, "kind": "calculated", "formula": "", "in_total": true},
+                {"id": "allocator_segments", "name": "s", "bytes": 1, "kind": "assumed", "formula": "", "in_total": true},
+                {"id": "stored_weights", "name": "x", "bytes": 100, "kind": "calculated", "formula": "", "in_total": false},
+                {"id": "gradients", "dtype": "fp32", "name": "g", "bytes": 20, "kind": "calculated", "formula": "", "in_total": true},
+                {"id": "optimizer_states", "optimizer": "adamw", "name": "o", "bytes": 40, "kind": "calculated", "formula": "", "in_total": true},
+                {"id": "activations", "name": "a", "bytes": 5, "kind": "assumed", "formula": "", "in_total": true},
+                {"id": "nccl_buffers", "name": "n", "bytes": 7, "kind": "assumed", "formula": "", "in_total": true}
+            ]
+        }))
+        .unwrap();
+        let weights = estimate_sum(&e, LineId::Weights).unwrap();
+        assert_eq!(weights.bytes, 11);
+        assert_eq!(weights.provenance, Provenance::Assumed);
+        assert_eq!(weights.basis, "w + s");
+        assert_eq!(estimate_sum(&e, LineId::HeldAtStart).unwrap().bytes, 60);
+        assert_eq!(
+            estimate_sum(&e, LineId::HeldAtStart).unwrap().provenance,
+            Provenance::Calculated
+        );
+        assert_eq!(estimate_sum(&e, LineId::Growth).unwrap().bytes, 5);
+        assert_eq!(estimate_sum(&e, LineId::KvCache), None);
     }
 
     #[test]

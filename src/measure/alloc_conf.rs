@@ -13,8 +13,20 @@ pub const VARIABLES: [&str; 3] = [
 ];
 
 /// One allocator setting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum AllocConf {
     /// PyTorch's defaults: no variable set.
     Default,
@@ -22,6 +34,7 @@ pub enum AllocConf {
     ExpandableSegments,
     /// `backend:cudaMallocAsync`: CUDA's own pool allocator instead of PyTorch's.
     #[serde(rename = "cudaMallocAsync")]
+    #[strum(serialize = "cudaMallocAsync")]
     CudaMallocAsync,
 }
 
@@ -32,13 +45,10 @@ impl AllocConf {
         AllocConf::CudaMallocAsync,
     ];
 
-    /// `default`, `expandable_segments` or `cudaMallocAsync`.
+    /// `default`, `expandable_segments` or `cudaMallocAsync` (the derived name; the method
+    /// stays for its callers).
     pub fn name(self) -> &'static str {
-        match self {
-            AllocConf::Default => "default",
-            AllocConf::ExpandableSegments => "expandable_segments",
-            AllocConf::CudaMallocAsync => "cudaMallocAsync",
-        }
+        self.into()
     }
 
     /// The value of `PYTORCH_CUDA_ALLOC_CONF` the worker gets (`None`: unset).
@@ -93,15 +103,16 @@ impl AllocConf {
     }
 }
 
-impl std::fmt::Display for AllocConf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_files() {
+        for a in <AllocConf as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.name());
+        }
+    }
 
     #[test]
     fn names_parse_back_and_set_exactly_one_variable() {

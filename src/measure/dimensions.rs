@@ -3,8 +3,22 @@
 use serde::{Deserialize, Serialize};
 
 /// A dimension a sweep may vary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Variable {
     Batch,
     Context,
@@ -26,17 +40,10 @@ impl Variable {
         Variable::Steps,
     ];
 
-    /// The option's name: `batch`, `prompt-tokens`, …
+    /// The option's name: `batch`, `prompt-tokens`, … (the derived name; the method stays for
+    /// its callers).
     pub fn name(self) -> &'static str {
-        match self {
-            Variable::Batch => "batch",
-            Variable::Context => "context",
-            Variable::Width => "width",
-            Variable::Depth => "depth",
-            Variable::PromptTokens => "prompt-tokens",
-            Variable::NewTokens => "new-tokens",
-            Variable::Steps => "steps",
-        }
+        self.into()
     }
 
     /// The key of the worker's spec it changes (`prompt_tokens`).
@@ -56,12 +63,6 @@ impl Variable {
                     Variable::ALL.map(Variable::name).join(", ")
                 )
             })
-    }
-}
-
-impl std::fmt::Display for Variable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -115,6 +116,13 @@ impl Dimensions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_files() {
+        for v in Variable::ALL {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.name());
+        }
+    }
 
     #[test]
     fn names_round_trip_and_substitute() {

@@ -717,7 +717,7 @@ fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
         {
             bail!(
                 "--dtype {d} contradicts --precision {}, which keeps the weights in {by_precision}; drop --dtype",
-                precision.name()
+                precision
             );
         }
         return Ok(by_precision);

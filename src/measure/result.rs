@@ -10,8 +10,20 @@ use crate::environment::{DriverView, PythonEnvironment};
 pub const SCHEMA: &str = "iteragpu.measure/1";
 
 /// How a run, or one of its phases, ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum RunStatus {
     /// Every phase completed.
     Ok,
@@ -28,25 +40,8 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Ok => "ok",
-            RunStatus::Failed => "failed",
-            RunStatus::Crashed => "crashed",
-            RunStatus::Timeout => "timeout",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Terminated => "terminated",
-        }
-    }
-
     pub fn is_ok(self) -> bool {
         self == RunStatus::Ok
-    }
-}
-
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -369,6 +364,15 @@ pub fn warm_summary(phases: &[PhaseRecord], devices: &[String]) -> Vec<WarmSumma
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A status is named once: the file's word is the derived text.
+    #[test]
+    fn status_names_are_the_files_words() {
+        for s in <RunStatus as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_ref());
+            assert_eq!(s.to_string(), s.as_ref());
+        }
+    }
 
     #[test]
     fn stats() {

@@ -125,16 +125,42 @@ pub enum TrainShard {
 }
 
 /// The optimizers the training loop runs (the estimate knows more).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum TrainOptimizer {
     Adamw,
     Sgd,
 }
 
 /// The precisions the training loop runs (the estimate knows fp16-mixed too).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum TrainPrecision {
     /// Everything in float32.
     Fp32,
@@ -142,25 +168,6 @@ pub enum TrainPrecision {
     Bf16Mixed,
     /// Weights, gradients and optimizer states in bfloat16.
     Bf16,
-}
-
-impl TrainOptimizer {
-    pub fn name(self) -> &'static str {
-        match self {
-            TrainOptimizer::Adamw => "adamw",
-            TrainOptimizer::Sgd => "sgd",
-        }
-    }
-}
-
-impl TrainPrecision {
-    pub fn name(self) -> &'static str {
-        match self {
-            TrainPrecision::Fp32 => "fp32",
-            TrainPrecision::Bf16Mixed => "bf16-mixed",
-            TrainPrecision::Bf16 => "bf16",
-        }
-    }
 }
 
 /// A quantized KV cache: `nbits` per value in groups, the last tokens at full precision.
@@ -189,20 +196,24 @@ pub enum Task {
 }
 
 /// `torch.cuda.empty_cache()` policy between warm repeats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum EmptyCache {
     Never,
     BetweenRepeats,
-}
-
-impl EmptyCache {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EmptyCache::Never => "never",
-            EmptyCache::BetweenRepeats => "between-repeats",
-        }
-    }
 }
 
 impl WorkerSpec {
@@ -241,6 +252,20 @@ impl WorkerSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The training loop's options are named once: the spec's word, the flag's value and the
+    /// text are the same derived string.
+    #[test]
+    fn option_names_are_the_specs_and_the_flags() {
+        use strum::VariantArray;
+        fn check<T: Serialize + AsRef<str> + clap::ValueEnum>(v: &T) {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_ref());
+            assert_eq!(v.to_possible_value().unwrap().get_name(), v.as_ref());
+        }
+        TrainOptimizer::VARIANTS.iter().for_each(check);
+        TrainPrecision::VARIANTS.iter().for_each(check);
+        EmptyCache::VARIANTS.iter().for_each(check);
+    }
 
     /// A measurement and a prediction name their code through the spec: a script's hash covers
     /// its bytes and its arguments, a built-in workload's is the tool's.

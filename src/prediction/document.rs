@@ -13,8 +13,20 @@ use super::trace::Unpredictable;
 pub const SCHEMA: &str = "iteragpu.prediction/1";
 
 /// How a predicted phase ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum PhaseStatus {
     Predicted,
     /// Something in it depends on data (or an op has no fake implementation): no figure.
@@ -23,14 +35,67 @@ pub enum PhaseStatus {
     Failed,
 }
 
-impl PhaseStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PhaseStatus::Predicted => "predicted",
-            PhaseStatus::Unpredictable => "unpredictable",
-            PhaseStatus::Failed => "failed",
-        }
+/// How a whole prediction ended. `timeout`, `interrupted` and `terminated` are `measure`'s words
+/// (`RunStatus`) for a prediction stopped before the workload ended.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum PredictionStatus {
+    /// Every phase predicted.
+    Complete,
+    /// Some phase unpredictable or failed, or no phase at all, or a stop where the prediction
+    /// could not follow the workload.
+    Partial,
+    /// The workload raised before its end (or the worker died).
+    Failed,
+    /// Stopped by the CLI after `--timeout`.
+    Timeout,
+    /// Stopped by SIGINT.
+    Interrupted,
+    /// Stopped by SIGTERM or SIGHUP.
+    Terminated,
+}
+
+impl PredictionStatus {
+    /// Stopped before the workload ended: `timeout`, `interrupted`, `terminated`.
+    pub fn stopped(self) -> bool {
+        matches!(
+            self,
+            PredictionStatus::Timeout
+                | PredictionStatus::Interrupted
+                | PredictionStatus::Terminated
+        )
     }
+}
+
+/// What a prediction file is: always a prediction, never a measurement.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum DocumentKind {
+    Prediction,
 }
 
 /// A whole prediction.
@@ -39,13 +104,13 @@ pub struct PredictionDoc {
     pub schema: String,
     pub tool_version: String,
     /// Always `prediction`: nothing here was measured on a GPU.
-    pub kind: String,
+    pub kind: DocumentKind,
     /// `complete` (every phase predicted), `partial` (some unpredictable or failed, or no phase
     /// at all), `failed` (the workload raised before its end), or, when the prediction was
     /// stopped before the workload ended, `timeout`, `interrupted` (SIGINT) or `terminated`
     /// (SIGTERM, SIGHUP) — `measure`'s words (`RunStatus`); the phases are then those predicted
     /// until it stopped.
-    pub status: String,
+    pub status: PredictionStatus,
     pub created_at: String,
     pub identity: crate::measure::result::Identity,
     pub dimensions: Map<String, Value>,
@@ -177,14 +242,7 @@ impl PredictionDoc {
     /// Stopped before the workload ended (`timeout`, `interrupted`, `terminated`): the phases are
     /// what was predicted until then, not the workload's prediction.
     pub fn stopped(&self) -> bool {
-        use crate::measure::result::RunStatus;
-        [
-            RunStatus::Timeout,
-            RunStatus::Interrupted,
-            RunStatus::Terminated,
-        ]
-        .iter()
-        .any(|s| s.as_str() == self.status)
+        self.status.stopped()
     }
 
     /// How deep a phase is nested (0 at the top level), following `parent` through the phases
@@ -204,5 +262,31 @@ impl PredictionDoc {
             parent = p.parent;
         }
         depth
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    /// Statuses, the kind and the storage categories are named once: the file's word is the
+    /// derived text.
+    #[test]
+    fn names_are_the_files_words() {
+        fn check<T: Serialize + AsRef<str> + std::fmt::Display>(v: &T) {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_ref());
+            assert_eq!(v.to_string(), v.as_ref());
+        }
+        PhaseStatus::VARIANTS.iter().for_each(check);
+        PredictionStatus::VARIANTS.iter().for_each(check);
+        DocumentKind::VARIANTS.iter().for_each(check);
+        super::super::trace::Category::VARIANTS
+            .iter()
+            .for_each(check);
+        assert_eq!(
+            super::super::trace::Category::KvCache.to_string(),
+            "kv cache"
+        );
     }
 }

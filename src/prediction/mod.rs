@@ -76,7 +76,7 @@ pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
     let after_decode = kv(total, true)?;
     let basis = format!(
         "estimate's KV term, --cache {}, {} bytes per value",
-        p.cache.name(),
+        p.cache,
         p.dtype.bytes()
     );
     let caches: Vec<CacheEstimate> = ["", "_warm"]

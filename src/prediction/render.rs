@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::document::{PhaseStatus, PredictionDoc};
+use super::document::{PhaseStatus, PredictionDoc, PredictionStatus};
 use crate::units::Bytes;
 
 fn gib(v: Option<u64>) -> String {
@@ -54,7 +54,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             o,
             "  {:<w$} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  {largest}",
             label,
-            ph.status.as_str(),
+            ph.status.as_ref(),
             gib(ph.start_allocated_bytes),
             gib(ph.peak_allocated_bytes),
             gib(ph.peak_reserved_bytes),
@@ -91,7 +91,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             Bytes(p.target.total_memory).both(),
             p.target.name,
             p.target.total_memory_source,
-            if max <= p.target.total_memory && p.status != "complete" {
+            if max <= p.target.total_memory && p.status != PredictionStatus::Complete {
                 "the phases predicted fit, but not every phase was predicted (a measurement on the card is the proof)"
             } else if max <= p.target.total_memory {
                 "predicted to fit (a measurement on the card is the proof)"

@@ -334,9 +334,7 @@ fn at_peak(live: &HashMap<u64, Live>, allocated: u64) -> AtPeak {
     for l in live.values().filter(|l| l.allocation.is_some()) {
         let bytes = rounded(l.alloc.bytes);
         counted += bytes;
-        *by_category
-            .entry(l.alloc.category.name().to_string())
-            .or_default() += bytes;
+        *by_category.entry(l.alloc.category.to_string()).or_default() += bytes;
         *by_module
             .entry(l.alloc.module.as_deref().unwrap_or("(outside any module)"))
             .or_default() += bytes;
@@ -370,7 +368,7 @@ fn at_peak(live: &HashMap<u64, Live>, allocated: u64) -> AtPeak {
                 bytes: l.alloc.bytes,
                 shape: l.alloc.shape.clone(),
                 dtype: l.alloc.dtype.clone(),
-                category: l.alloc.category.name().to_string(),
+                category: l.alloc.category.to_string(),
                 module: l.alloc.module.clone(),
             })
             .collect(),

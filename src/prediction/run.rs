@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::document::{
-    Assumptions, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc, SCHEMA,
+    Assumptions, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc,
+    PredictionStatus, SCHEMA,
 };
 use super::failure::FailureDetail;
 use super::replay::{TraceEvent, replay};
@@ -15,7 +16,7 @@ use crate::environment::PythonEnvironment;
 use crate::estimate::allocator::Backend;
 use crate::measure::events::{Event, Line};
 use crate::measure::plan::MeasurePlan;
-use crate::measure::result::{Identity, RunStatus};
+use crate::measure::result::Identity;
 use crate::measure::worker_process::{self, Exit, StartError, WorkerCommand};
 use crate::progress::Progress;
 use crate::signals::{Stop, StopRequest};
@@ -189,7 +190,7 @@ pub fn predict(
     Ok(Outcome::Predicted(Box::new(PredictionDoc {
         schema: SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
-        kind: "prediction".into(),
+        kind: DocumentKind::Prediction,
         status: judged.status,
         created_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
@@ -226,7 +227,7 @@ pub fn predict(
 /// What the events and the worker's end say: the phases, the file's status, the failure and the
 /// notes about them.
 struct Judged {
-    status: String,
+    status: PredictionStatus,
     failure: Option<String>,
     failure_detail: Option<FailureDetail>,
     phases: Vec<PredictedPhase>,
@@ -251,13 +252,13 @@ fn judge(
     let phases = replayed.phases;
     let stop = match exit {
         Exit::Timeout => Some((
-            RunStatus::Timeout,
+            PredictionStatus::Timeout,
             format!("the prediction took longer than --timeout {timeout_s} s"),
         )),
         Exit::Stopped(signal) => Some((
             match signal {
-                Stop::Interrupt => RunStatus::Interrupted,
-                Stop::Terminate(_) => RunStatus::Terminated,
+                Stop::Interrupt => PredictionStatus::Interrupted,
+                Stop::Terminate(_) => PredictionStatus::Terminated,
             },
             format!("stopped by {}", signal.name()),
         )),
@@ -293,12 +294,12 @@ fn judge(
         ));
     }
     let status = match (&stop, &failure) {
-        (Some((status, _)), _) => status.as_str(),
-        (None, Some(_)) if cannot_follow => "partial",
-        (None, Some(_)) => "failed",
-        (None, None) if phases.is_empty() => "partial",
-        (None, None) if all_predicted => "complete",
-        (None, None) => "partial",
+        (Some((status, _)), _) => *status,
+        (None, Some(_)) if cannot_follow => PredictionStatus::Partial,
+        (None, Some(_)) => PredictionStatus::Failed,
+        (None, None) if phases.is_empty() => PredictionStatus::Partial,
+        (None, None) if all_predicted => PredictionStatus::Complete,
+        (None, None) => PredictionStatus::Partial,
     };
     if phases.is_empty() {
         notes.push(format!(
@@ -319,7 +320,7 @@ fn judge(
         });
     }
     Judged {
-        status: status.into(),
+        status,
         failure,
         failure_detail,
         phases,
@@ -400,22 +401,22 @@ mod tests {
         for (exit, status, failure) in [
             (
                 Exit::Timeout,
-                "timeout",
+                PredictionStatus::Timeout,
                 "the prediction took longer than --timeout 60 s",
             ),
             (
                 Exit::Stopped(Stop::Interrupt),
-                "interrupted",
+                PredictionStatus::Interrupted,
                 "stopped by SIGINT",
             ),
             (
                 Exit::Stopped(Stop::Terminate(libc::SIGTERM)),
-                "terminated",
+                PredictionStatus::Terminated,
                 "stopped by SIGTERM",
             ),
             (
                 Exit::Stopped(Stop::Terminate(libc::SIGHUP)),
-                "terminated",
+                PredictionStatus::Terminated,
                 "stopped by SIGHUP",
             ),
         ] {
@@ -435,7 +436,7 @@ mod tests {
         }
         // Stopped between two phases: every phase that started was predicted.
         let j = judged(&events[..3], None, Exit::Stopped(Stop::Interrupt));
-        assert_eq!(j.status, "interrupted");
+        assert_eq!(j.status, PredictionStatus::Interrupted);
         assert!(
             j.notes
                 .iter()
@@ -449,7 +450,7 @@ mod tests {
     #[test]
     fn no_phase_is_never_complete() {
         let j = judged(&[alloc(0, 512)], ok(), Exit::Code(0));
-        assert_eq!(j.status, "partial");
+        assert_eq!(j.status, PredictionStatus::Partial);
         assert_eq!(j.failure, None);
         assert!(
             j.notes[0].starts_with("no phase was recorded: the workload made no phase ("),
@@ -457,10 +458,10 @@ mod tests {
             j.notes
         );
         let j = judged(&[], None, Exit::Stopped(Stop::Interrupt));
-        assert_eq!(j.status, "interrupted");
+        assert_eq!(j.status, PredictionStatus::Interrupted);
         assert!(j.notes[0].starts_with("no phase was recorded"));
         let j = judged(&[start("a", 0), end(0)], ok(), Exit::Code(0));
-        assert_eq!(j.status, "complete");
+        assert_eq!(j.status, PredictionStatus::Complete);
         assert!(j.notes.is_empty(), "{:?}", j.notes);
     }
 
@@ -479,7 +480,7 @@ mod tests {
             done,
             Exit::Code(3),
         );
-        assert_eq!(j.status, "partial");
+        assert_eq!(j.status, PredictionStatus::Partial);
         assert!(
             j.notes
                 .iter()
@@ -499,20 +500,20 @@ mod tests {
         ));
         let events = [start("a", 0), alloc(0, 1024), end(0)];
         let j = judged(&events, error.clone(), Exit::Code(3));
-        assert_eq!(j.status, "failed");
+        assert_eq!(j.status, PredictionStatus::Failed);
         assert_eq!(j.failure.as_deref(), Some("ValueError: late"));
         assert_eq!(
             j.notes,
             ["every phase that started was predicted before the failure"]
         );
         let j = judged(&events[..2], error, Exit::Code(3));
-        assert_eq!(j.status, "failed");
+        assert_eq!(j.status, PredictionStatus::Failed);
         assert_eq!(j.phases[0].status, PhaseStatus::Failed);
         assert_eq!(j.phases[0].peak_allocated_bytes, Some(1024));
         assert!(!j.notes.iter().any(|n| n.contains("every phase")));
         // A worker that died without a word.
         let j = judged(&events, None, Exit::Signal(9));
-        assert_eq!(j.status, "failed");
+        assert_eq!(j.status, PredictionStatus::Failed);
         assert!(j.failure.unwrap().contains("ended unexpectedly"));
         assert_eq!(j.failure_detail, None);
     }

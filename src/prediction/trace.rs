@@ -4,53 +4,44 @@
 use serde::{Deserialize, Serialize};
 
 /// What a storage holds (PyTorch MemTracker's categories, plus inputs, KV caches, workspaces).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Category {
-    #[serde(rename = "parameter")]
     Parameter,
-    #[serde(rename = "buffer")]
     Buffer,
-    #[serde(rename = "gradient")]
     Gradient,
     #[serde(rename = "optimizer state")]
+    #[strum(serialize = "optimizer state")]
     OptimizerState,
-    #[serde(rename = "input")]
     Input,
     /// Saved for backward.
-    #[serde(rename = "activation")]
     Activation,
     /// Created inside a forward, a backward or an optimizer step and not kept.
-    #[serde(rename = "temporary")]
     Temporary,
     #[serde(rename = "kv cache")]
+    #[strum(serialize = "kv cache")]
     KvCache,
     /// Held by a library (cuBLAS), not by a tensor of the program.
-    #[serde(rename = "workspace")]
     Workspace,
     /// A collective's buffer: DDP's gradient buckets, FSDP2's all-gather outputs and
     /// reduce-scatter inputs.
-    #[serde(rename = "communication")]
     Communication,
-    #[serde(rename = "other")]
     Other,
-}
-
-impl Category {
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Parameter => "parameter",
-            Category::Buffer => "buffer",
-            Category::Gradient => "gradient",
-            Category::OptimizerState => "optimizer state",
-            Category::Input => "input",
-            Category::Activation => "activation",
-            Category::Temporary => "temporary",
-            Category::KvCache => "kv cache",
-            Category::Workspace => "workspace",
-            Category::Communication => "communication",
-            Category::Other => "other",
-        }
-    }
 }
 
 /// A storage that appeared on the target device.

@@ -68,10 +68,7 @@ fn conditions(r: &MeasureResult) -> BTreeMap<&'static str, String> {
         "allocator settings",
         py.map_or("null".into(), |p| p.settings.to_string()),
     );
-    c.insert(
-        "empty-cache policy",
-        r.policies.empty_cache.as_str().to_string(),
-    );
+    c.insert("empty-cache policy", r.policies.empty_cache.to_string());
     c.insert(
         "process policy",
         format!("{} / {}", r.policies.process, r.policies.protocol),

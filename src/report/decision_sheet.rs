@@ -12,10 +12,12 @@ use serde_json::Value;
 use super::document::{Attachment, Block, Cell, Chart, Document, Tone, Verdict};
 use super::inputs::{EstimateDoc, InputError, InputFile as Input, Loaded};
 use crate::cards;
-use crate::measure::result::MeasureResult;
+use crate::measure::result::{MeasureResult, RunStatus};
 use crate::sweep::series::Series;
 
 use super::format::Style;
+use super::names;
+use crate::estimate::Kind;
 
 /// A size in the fiche's one unit, or `null (not read)` (never 0) for a value not read.
 fn both(v: Option<u64>, lang: Style) -> String {
@@ -408,7 +410,7 @@ fn verdict(
                     .into(),
                 value: format!(
                     "{}{} {}",
-                    ledger_text(&term.0.term, lang),
+                    names::line(term.0.id, lang),
                     colon(lang),
                     both(Some(term.1), lang)
                 ),
@@ -425,7 +427,7 @@ fn verdict(
     }
     // What is still assumed.
     let assumed = e.map_or(0, |e| {
-        e.terms.iter().filter(|t| t.kind == "assumed").count()
+        e.terms.iter().filter(|t| t.kind == Kind::Assumed).count()
     });
     lines.push(Verdict {
         label: lang.t("Still assumed", "Encore supposé").into(),
@@ -761,7 +763,7 @@ fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
             lang.t("warm-up passes", "passages d’échauffement"),
             lang.integer(u128::from(p.repeats)),
             lang.t("repeats", "répétitions"),
-            p.empty_cache.as_str()
+            p.empty_cache
         ),
         format!(
             "{}{} `{}`",
@@ -792,10 +794,10 @@ fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {
     let rows: Vec<Vec<Cell>> = e
         .terms
         .iter()
-        .filter(|t| t.kind == "calculated")
+        .filter(|t| t.kind == Kind::Calculated)
         .map(|t| {
             vec![
-                term_name(&t.name, lang).into(),
+                names::term(t, lang).into(),
                 size(Some(t.bytes)),
                 Cell::Code(t.formula.clone()),
                 if t.in_total {
@@ -825,36 +827,6 @@ fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {
         colon(lang),
         both(Some(e.total_bytes), lang)
     )));
-}
-
-/// An estimate's term name as the reader's language says it (the estimate writes English).
-fn term_name(name: &str, lang: Style) -> String {
-    if !lang.fr() {
-        return name.to_string();
-    }
-    const FR: [(&str, &str); 16] = [
-        ("weights", "poids"),
-        ("gradients", "gradients"),
-        ("optimizer states", "états de l’optimiseur"),
-        ("master weights", "poids maîtres"),
-        ("activations", "activations"),
-        ("KV cache", "cache KV"),
-        ("reserve", "réserve"),
-        ("allocator segments", "segments de l’allocateur"),
-        ("CUDA context", "contexte CUDA"),
-        ("workspaces", "espaces de travail"),
-        ("DDP buckets", "seaux DDP"),
-        ("NCCL", "NCCL"),
-        ("HOST memory", "mémoire HÔTE"),
-        ("model states", "états du modèle"),
-        ("unsharded", "non partitionnés"),
-        ("per node", "par nœud"),
-    ];
-    let mut out = name.to_string();
-    for (en, fr) in FR {
-        out = out.replace(en, fr);
-    }
-    out
 }
 
 fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Style) {
@@ -1388,67 +1360,6 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     }
 }
 
-/// A ledger's term or checkpoint (written in English by `explain::ledger`) in the reader's
-/// language; phase names stay as they are (identifiers).
-fn ledger_text(text: &str, lang: Style) -> String {
-    if !lang.fr() {
-        return text.to_string();
-    }
-    const FR: [(&str, &str); 22] = [
-        ("weights (as loaded)", "poids (tels que chargés)"),
-        (
-            "KV cache (inside the levels below, shown apart)",
-            "cache KV (compris dans les niveaux ci-dessous, montré à part)",
-        ),
-        (
-            "held at the phase's start beyond the weights",
-            "tenu au début de la phase au-delà des poids",
-        ),
-        (
-            "growth inside the phase to its peak",
-            "croissance dans la phase jusqu’à son pic",
-        ),
-        (
-            "of which library workspaces (no tensor holds them)",
-            "dont espaces de travail des bibliothèques (aucun tenseur ne les tient)",
-        ),
-        ("peak allocated", "pic alloué"),
-        ("peak reserved", "pic réservé"),
-        (
-            "allocator slack (reserved − allocated)",
-            "marge de l’allocateur (réservé − alloué)",
-        ),
-        (
-            "outside PyTorch's allocator (CUDA context, libraries)",
-            "hors de l’allocateur de PyTorch (contexte CUDA, bibliothèques)",
-        ),
-        (
-            "the estimate's reserve (a stated margin)",
-            "réserve de l’estimation (une marge déclarée)",
-        ),
-        (
-            "unexplained: driver's view − (peak reserved + outside)",
-            "inexpliqué : vue du pilote − (pic réservé + hors allocateur)",
-        ),
-        ("the driver's view", "vue du pilote"),
-        ("predicted peak of ", "pic prédit de "),
-        (" (one checkpoint)", " (un seul point de contrôle)"),
-        (" (sampled)", " (échantillonné)"),
-        (" − its start", " − son début"),
-        ("end of ", "fin de "),
-        ("start of ", "début de "),
-        ("peak of ", "pic de "),
-        ("stated", "déclaré"),
-        ("model_load", "model_load"),
-        ("—", "—"),
-    ];
-    let mut out = text.to_string();
-    for (en, fr) in FR {
-        out = out.replace(en, fr);
-    }
-    out
-}
-
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
 fn gap(
     b: &mut Vec<Block>,
@@ -1456,7 +1367,7 @@ fn gap(
     ledger: Option<&crate::explain::ledger::Ledger>,
     lang: Style,
 ) {
-    use crate::explain::ledger::{self, LineKind, Provenance};
+    use crate::explain::ledger::{self, LineId, LineKind, Provenance};
     let Some(l) = ledger else {
         return;
     };
@@ -1506,7 +1417,7 @@ fn gap(
                 vec![
                     format!(
                         "{}{}",
-                        ledger_text(&x.term, lang),
+                        names::line(x.id, lang),
                         if assumed {
                             lang.t(" (assumed)", " (supposé)")
                         } else {
@@ -1517,59 +1428,51 @@ fn gap(
                     cell(&x.estimate),
                     cell(&x.predicted),
                     cell(&x.observed),
-                    ledger_text(&x.checkpoint, lang).into(),
+                    names::checkpoint(&x.checkpoint, lang).into(),
                 ]
             })
             .collect(),
     });
     // The waterfall follows the observed chain: weights, what the phase held, its growth, the
     // peak allocated, the peak reserved, what lies outside the allocator, the driver's view.
-    let observed = |term: &str| {
+    let observed = |id: LineId| {
         l.lines
             .iter()
-            .find(|x| x.term.starts_with(term))
+            .find(|x| x.id == id)
             .and_then(|x| x.observed.as_ref())
             .map(|f| f.bytes)
     };
     let mut steps = Vec::new();
-    for (term, label, level) in [
-        ("weights", lang.t("weights", "poids"), false),
-        ("held at", lang.t("held at start", "tenu au début"), false),
+    for (id, label) in [
+        (LineId::Weights, lang.t("weights", "poids")),
         (
-            "growth",
+            LineId::HeldAtStart,
+            lang.t("held at start", "tenu au début"),
+        ),
+        (
+            LineId::Growth,
             lang.t("growth to the peak", "croissance au pic"),
-            false,
         ),
         (
-            "peak allocated",
+            LineId::PeakAllocated,
             lang.t("peak allocated", "pic alloué"),
-            true,
         ),
+        (LineId::PeakReserved, lang.t("peak reserved", "pic réservé")),
         (
-            "peak reserved",
-            lang.t("peak reserved", "pic réservé"),
-            true,
-        ),
-        (
-            "outside",
+            LineId::OutsideAllocator,
             lang.t("outside the allocator", "hors allocateur"),
-            false,
         ),
-        (
-            "the driver's view",
-            lang.t("driver's view", "vue du pilote"),
-            true,
-        ),
+        (LineId::DriverView, lang.t("driver's view", "vue du pilote")),
     ] {
-        if let Some(bytes) = observed(term) {
-            steps.push((label.to_string(), bytes, level));
+        if let Some(bytes) = observed(id) {
+            steps.push((label.to_string(), bytes, id.kind() == LineKind::Level));
         }
     }
     let mut lines = Vec::new();
     if let Some(est) = l
         .lines
         .iter()
-        .find(|x| x.kind == LineKind::Level && x.term.starts_with("the driver's view"))
+        .find(|x| x.id == LineId::DriverView)
         .and_then(|x| x.estimate.as_ref())
     {
         lines.push((lang.t("estimate", "estimation").to_string(), est.bytes));
@@ -1832,10 +1735,10 @@ fn assumed(
     b.push(Block::Heading(lang.t("Assumed", "Supposé").into()));
     let mut items: Vec<String> = Vec::new();
     if let Some(e) = e {
-        for t in e.terms.iter().filter(|t| t.kind == "assumed") {
+        for t in e.terms.iter().filter(|t| t.kind == Kind::Assumed) {
             items.push(format!(
                 "{}{} {} — `{}`",
-                term_name(&t.name, lang),
+                names::term(t, lang),
                 colon(lang),
                 both(Some(t.bytes), lang),
                 t.formula
@@ -1896,7 +1799,7 @@ fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Style
         lang.t("Configuration chosen", "Choix retenu").into(),
     ));
     let frontier = s.and_then(|s| s.frontier.as_ref());
-    let text = match (frontier, r.status.as_str()) {
+    let text = match (frontier, r.status) {
         (Some(f), _) => format!(
             "{} `{}` = {} ({} {}); {}",
             lang.t("Largest value that succeeded:", "Plus grande valeur réussie\u{a0}:"),
@@ -1906,13 +1809,13 @@ fn chosen(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Style
             f.first_failure.map_or(lang.t("none", "aucun").into(), |v| lang.integer(u128::from(v))),
             lang.t("keep a margin below it for the variations listed as assumed.", "gardez une marge en dessous pour les variations listées comme supposées.")
         ),
-        (None, "ok") if r.phases.is_empty() => lang
+        (None, RunStatus::Ok) if r.phases.is_empty() => lang
             .t(
                 "No phase was recorded: this result proves nothing about fit; mark the work with `iteragpu.phase(…)` and measure again.",
                 "Aucune phase n’a été enregistrée : ce résultat ne prouve rien sur la tenue en mémoire ; marquez le travail avec `iteragpu.phase(…)` et mesurez de nouveau.",
             )
             .into(),
-        (None, "ok") => lang
+        (None, RunStatus::Ok) => lang
             .t(
                 "The measured configuration ran to completion on this GPU; only this load is validated.",
                 "La configuration mesurée a abouti sur ce GPU ; seule cette charge est validée.",

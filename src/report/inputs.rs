@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
+use crate::estimate::{Kind, TermId};
 use crate::measure::result::MeasureResult;
 use crate::sweep::series::Series;
 
@@ -46,14 +47,56 @@ pub enum InputError {
 
 /// One `estimate --json` line, as the report needs it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "StoredTerm")]
 pub struct EstimateTerm {
+    /// What the term is (`weights`, `kv_cache`, …); read back from `name` in files written
+    /// before terms had an `id`.
+    #[serde(flatten)]
+    pub id: TermId,
+    /// The English name.
     pub name: String,
     pub bytes: u64,
-    pub kind: String,
+    pub kind: Kind,
     pub formula: String,
     pub in_total: bool,
     #[serde(default)]
     pub inputs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A term as the file holds it: the id and its parameters among the other fields, or no id at
+/// all (files before the ids).
+#[derive(Deserialize)]
+struct StoredTerm {
+    name: String,
+    bytes: u64,
+    kind: Kind,
+    formula: String,
+    in_total: bool,
+    #[serde(default)]
+    inputs: serde_json::Map<String, serde_json::Value>,
+    #[serde(flatten)]
+    id: serde_json::Map<String, serde_json::Value>,
+}
+
+impl TryFrom<StoredTerm> for EstimateTerm {
+    type Error = String;
+    fn try_from(t: StoredTerm) -> Result<EstimateTerm, String> {
+        let id = if t.id.contains_key("id") {
+            serde_json::from_value(serde_json::Value::Object(t.id))
+                .map_err(|e| format!("term `{}`: {e}", t.name))?
+        } else {
+            TermId::from_english(&t.name)
+        };
+        Ok(EstimateTerm {
+            id,
+            name: t.name,
+            bytes: t.bytes,
+            kind: t.kind,
+            formula: t.formula,
+            in_total: t.in_total,
+            inputs: t.inputs,
+        })
+    }
 }
 
 /// The parts of an `estimate --json` document a report uses.
@@ -80,7 +123,7 @@ impl EstimateDoc {
             .or_else(|| {
                 self.terms
                     .iter()
-                    .find(|t| t.name.starts_with("weights"))
+                    .find(|t| matches!(t.id, TermId::Weights { .. }))
                     .and_then(|t| t.inputs.get("parameters"))
                     .and_then(serde_json::Value::as_u64)
             })
@@ -335,4 +378,48 @@ pub fn gather_nodes(files: Vec<Loaded>, allow_mismatch: bool) -> Result<Vec<Load
             None => plain.next(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::Shard;
+
+    /// An estimate written before terms had an `id` still loads: each id is read back from the
+    /// English name; a file with ids keeps them.
+    #[test]
+    fn an_estimate_without_ids_gets_them_from_the_names() {
+        let term = |name: &str| serde_json::json!({"name": name, "bytes": 1, "kind": "calculated", "formula": "", "in_total": true});
+        let old: EstimateDoc = serde_json::from_value(serde_json::json!({
+            "schema": ESTIMATE, "total_bytes": 3, "left_out": [],
+            "terms": [term("weights (bfloat16)"), term("optimizer states (adamw), FSDP shard"), term("an unknown line")]
+        }))
+        .unwrap();
+        let ids: Vec<&TermId> = old.terms.iter().map(|t| &t.id).collect();
+        assert_eq!(
+            ids,
+            [
+                &TermId::Weights {
+                    dtype: Some("bfloat16".into()),
+                    shard: None
+                },
+                &TermId::OptimizerStates {
+                    optimizer: crate::estimate::Optimizer::Adamw,
+                    shard: Some(Shard::FsdpShard)
+                },
+                &TermId::Other
+            ]
+        );
+        assert_eq!(old.terms[0].kind, Kind::Calculated);
+        // With an id the name is not read: the id decides.
+        let mut with_id = term("reworded weights");
+        with_id["id"] = "reserve".into();
+        let new: EstimateTerm = serde_json::from_value(with_id).unwrap();
+        assert_eq!(new.id, TermId::Reserve);
+        assert_eq!(new.name, "reworded weights");
+        // Written back, the id is beside the name.
+        let again = serde_json::to_value(&new).unwrap();
+        assert_eq!(again["id"], "reserve");
+        assert_eq!(again["kind"], "calculated");
+    }
 }

@@ -10,7 +10,7 @@ pub fn status_label(t: &TrialRecord) -> &'static str {
     if t.out_of_memory {
         "out-of-memory"
     } else {
-        t.status.as_str()
+        t.status.into()
     }
 }
 

@@ -15,8 +15,21 @@ use crate::output::OutputError;
 pub const SCHEMA: &str = "iteragpu.series/1";
 
 /// How one trial of a sweep ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TrialStatus {
     Ok,
     /// An exception in a phase (out of memory among others): a finding, not a failure of the sweep.
@@ -30,18 +43,6 @@ pub enum TrialStatus {
 }
 
 impl TrialStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrialStatus::Ok => "ok",
-            TrialStatus::Failed => "failed",
-            TrialStatus::Crashed => "crashed",
-            TrialStatus::Timeout => "timeout",
-            TrialStatus::Interrupted => "interrupted",
-            TrialStatus::Terminated => "terminated",
-            TrialStatus::Unavailable => "unavailable",
-        }
-    }
-
     pub fn is_ok(self) -> bool {
         self == TrialStatus::Ok
     }
@@ -60,15 +61,21 @@ impl From<RunStatus> for TrialStatus {
     }
 }
 
-impl std::fmt::Display for TrialStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Where a sweep stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum SeriesStatus {
     /// Trials are still running (or the CLI was killed before it could say otherwise).
     Running,
@@ -81,27 +88,21 @@ pub enum SeriesStatus {
     Aborted,
 }
 
-impl SeriesStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SeriesStatus::Running => "running",
-            SeriesStatus::Complete => "complete",
-            SeriesStatus::Interrupted => "interrupted",
-            SeriesStatus::Terminated => "terminated",
-            SeriesStatus::Aborted => "aborted",
-        }
-    }
-}
-
-impl std::fmt::Display for SeriesStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// How a sweep chooses its trials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::AsRefStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum SweepMode {
     /// One `--vary` list.
     List,
@@ -116,26 +117,8 @@ pub enum SweepMode {
     /// Allocator settings compared in fresh processes (`--vary alloc_conf=…`), alone or at each
     /// value of one listed dimension.
     #[serde(rename = "alloc-conf")]
+    #[strum(serialize = "alloc-conf")]
     AllocConf,
-}
-
-impl SweepMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SweepMode::List => "list",
-            SweepMode::Frontier => "frontier",
-            SweepMode::Grid => "grid",
-            SweepMode::Loads => "loads",
-            SweepMode::Processes => "processes",
-            SweepMode::AllocConf => "alloc-conf",
-        }
-    }
-}
-
-impl std::fmt::Display for SweepMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// One trial of a sweep.
@@ -380,5 +363,24 @@ impl Writer {
 
     pub fn written(&self) -> bool {
         self.written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    /// Statuses and modes are named once: the file's word is the derived text.
+    #[test]
+    fn names_are_the_files_words() {
+        fn check<T: Serialize + AsRef<str> + std::fmt::Display>(v: &T) {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_ref());
+            assert_eq!(v.to_string(), v.as_ref());
+        }
+        TrialStatus::VARIANTS.iter().for_each(check);
+        SeriesStatus::VARIANTS.iter().for_each(check);
+        SweepMode::VARIANTS.iter().for_each(check);
+        assert_eq!(SweepMode::AllocConf.to_string(), "alloc-conf");
     }
 }

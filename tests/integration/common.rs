@@ -39,6 +39,25 @@ pub fn term_bytes(doc: &serde_json::Value, prefix: &str) -> u64 {
         .expect("bytes is an integer")
 }
 
+/// The one term whose `id` is `id` (ids tell the terms of an estimate apart).
+pub fn term_by_id<'a>(doc: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    let found: Vec<&serde_json::Value> = doc["terms"]
+        .as_array()
+        .expect("terms is a list")
+        .iter()
+        .filter(|t| t["id"] == id)
+        .collect();
+    assert_eq!(found.len(), 1, "one term with id {id:?} in {doc}");
+    found[0]
+}
+
+/// The bytes of the term whose `id` is `id`.
+pub fn id_bytes(doc: &serde_json::Value, id: &str) -> u64 {
+    term_by_id(doc, id)["bytes"]
+        .as_u64()
+        .expect("bytes is an integer")
+}
+
 /// `iteragpu` with the fake torch first on PYTHONPATH (a simulated caching allocator).
 pub fn with_fake_torch() -> Command {
     let mut cmd = iteragpu();

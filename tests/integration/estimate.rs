@@ -1,4 +1,4 @@
-use crate::common::{estimate_json, fixture, iteragpu, term_bytes};
+use crate::common::{estimate_json, fixture, id_bytes, iteragpu, term_by_id, term_bytes};
 use predicates::prelude::*;
 
 #[test]
@@ -1525,14 +1525,9 @@ fn messages_say_things_once_and_as_typed() {
             "--optimizer",
             optimizer,
         ]);
-        let term = doc["terms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"].as_str().unwrap().starts_with("optimizer states"))
-            .unwrap()
-            .clone();
+        let term = term_by_id(&doc, "optimizer_states");
         assert_eq!(term["name"], format!("optimizer states ({shown})"));
+        assert_eq!(term["optimizer"], shown);
         assert_eq!(term["inputs"]["optimizer"], shown);
     }
     let deepseek = fixture("models/deepseek-v3").display().to_string();
@@ -1680,10 +1675,7 @@ fn sharded_training_reproduces_deepspeed() {
             if let Some(cpu) = cpu {
                 assert_eq!(sh["deepspeed"]["cpu_bytes_per_node"], cpu, "{what}");
                 assert_eq!(sh["deepspeed"]["additional_buffer_factor"], 1.5);
-                assert_eq!(
-                    term_bytes(&doc, "HOST memory per node (CPU RAM, not GPU), DeepSpeed"),
-                    cpu
-                );
+                assert_eq!(id_bytes(&doc, "deepspeed_host"), cpu);
             }
             // Per rank: the model states plus NCCL's assumed 1 GiB, nothing pooled.
             assert_eq!(doc["total_bytes"], gpu + (1 << 30), "{what}");
@@ -1727,12 +1719,7 @@ fn sharded_training_reproduces_deepspeed() {
         off["sharding"]["host_memory_per_node_bytes"],
         8 * 18 * (8_030_261_248u64 / 8)
     );
-    let host = off["terms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "HOST memory per node (CPU RAM, not GPU): offloaded states")
-        .unwrap();
+    let host = term_by_id(&off, "host_offloaded_states");
     assert_eq!(host["in_total"], false);
     assert_eq!(host["inputs"]["memory"], "host");
 }
@@ -1750,10 +1737,9 @@ fn sharded_training_per_rank_terms() {
     );
 
     let ddp = estimate_json(&[&base[..], &["--shard", "ddp", "--world-size", "4"]].concat());
-    assert_eq!(
-        term_bytes(&ddp, "gradients (fp32), DDP reducer buckets"),
-        4 * p
-    );
+    let buckets = term_by_id(&ddp, "ddp_buckets");
+    assert_eq!(buckets["bytes"], 4 * p);
+    assert_eq!(buckets["dtype"], "fp32");
     assert_eq!(
         ddp["total_bytes"].as_u64().unwrap(),
         plain["total_bytes"].as_u64().unwrap() + 4 * p + (1 << 30)
@@ -1784,27 +1770,37 @@ fn sharded_training_per_rank_terms() {
     assert_eq!(fsdp["sharding"]["batch_per_rank"], 2);
     assert_eq!(fsdp["sharding"]["gpus_per_node"], 8);
     assert_eq!(fsdp["sharding"]["nodes"], 2);
-    assert_eq!(term_bytes(&fsdp, "NCCL"), 600 << 20);
-    let nccl = fsdp["terms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"].as_str().unwrap().starts_with("NCCL"))
-        .unwrap();
+    let nccl = term_by_id(&fsdp, "nccl_buffers");
+    assert_eq!(nccl["bytes"], 600u64 << 20);
     assert_eq!(nccl["kind"], "assumed");
     assert_eq!(nccl["in_total"], true);
     // The activations are those of the per-rank batch: the same as without --shard.
     let single = estimate_json(&[&base[..], &["--batch", "2", "--context", "2048"]].concat());
     assert_eq!(
-        term_bytes(&fsdp, "activations"),
-        term_bytes(&single, "activations")
+        id_bytes(&fsdp, "activations"),
+        id_bytes(&single, "activations")
     );
-    for name in [
-        "weights (bf16), FSDP root group unsharded",
-        "weights (bf16), FSDP all-gathered blocks",
-        "gradients (fp32), FSDP reduce-scatter inputs",
+    for (id, dtype) in [
+        ("fsdp_root_group", "bf16"),
+        ("fsdp_gathered_blocks", "bf16"),
+        ("fsdp_reduce_scatter_inputs", "fp32"),
     ] {
-        assert!(term_bytes(&fsdp, name) > 0, "{name}");
+        let term = term_by_id(&fsdp, id);
+        assert!(term["bytes"].as_u64().unwrap() > 0, "{id}");
+        assert_eq!(term["dtype"], dtype, "{id}");
+    }
+    // The sharded states say where they live; every term has its own id.
+    for (id, shard) in [
+        ("weights", "fsdp_shard"),
+        ("gradients", "fsdp_shard"),
+        ("optimizer_states", "fsdp_shard"),
+    ] {
+        assert_eq!(term_by_id(&fsdp, id)["shard"], shard, "{id}");
+    }
+    for doc in [&ddp, &fsdp] {
+        for t in doc["terms"].as_array().unwrap() {
+            term_by_id(doc, t["id"].as_str().expect("every term has an id"));
+        }
     }
 
     // The table says per rank, with GB and GiB side by side.
@@ -1863,13 +1859,14 @@ fn sharding_over_one_rank_degenerates() {
         plain["total_bytes"].as_u64().unwrap() + 4 * 525_336_576
     );
     assert!(zero3["sharding"]["comm_reserve_bytes"].is_null());
-    let names: Vec<&str> = zero3["terms"]
+    let ids: Vec<&str> = zero3["terms"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| t["name"].as_str().unwrap())
+        .map(|t| t["id"].as_str().unwrap())
         .collect();
-    assert!(!names.iter().any(|n| n.starts_with("NCCL")), "{names:?}");
+    assert!(!ids.contains(&"nccl_buffers"), "{ids:?}");
+    assert!(ids.contains(&"gathered_largest_module"), "{ids:?}");
     assert!(
         zero3["notes"]
             .as_array()

@@ -49,17 +49,18 @@ fn explain_json(args: &[&Path], extra: &[&str]) -> Value {
     serde_json::from_slice(&run.stdout).unwrap()
 }
 
-fn line<'a>(ledger: &'a Value, prefix: &str) -> &'a Value {
+/// The ledger's line with this `id`.
+fn line<'a>(ledger: &'a Value, id: &str) -> &'a Value {
     ledger["lines"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["term"].as_str().unwrap().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line `{prefix}` in {ledger:#}"))
+        .find(|l| l["id"] == id)
+        .unwrap_or_else(|| panic!("no line `{id}` in {ledger:#}"))
 }
 
-fn observed(ledger: &Value, prefix: &str) -> u64 {
-    let l = line(ledger, prefix);
+fn observed(ledger: &Value, id: &str) -> u64 {
+    let l = line(ledger, id);
     assert_eq!(l["observed"]["provenance"], "observed");
     l["observed"]["bytes"].as_u64().unwrap()
 }
@@ -91,23 +92,23 @@ fn the_ledger_adds_up_to_the_results_own_readings() {
     let load = phases.iter().find(|p| p["name"] == "model_load").unwrap();
     let weights = observed(&ledger, "weights");
     assert_eq!(weights, reading(load, "end_allocated_bytes"));
-    let held = observed(&ledger, "held at the phase's start");
+    let held = observed(&ledger, "held_at_start");
     assert_eq!(weights + held, reading(peak, "start_allocated_bytes"));
-    let growth = observed(&ledger, "growth inside the phase");
+    let growth = observed(&ledger, "growth");
     assert_eq!(
         weights + held + growth,
         reading(peak, "peak_allocated_bytes")
     );
     assert_eq!(
-        observed(&ledger, "peak allocated"),
+        observed(&ledger, "peak_allocated"),
         reading(peak, "peak_allocated_bytes")
     );
     assert_eq!(
-        observed(&ledger, "peak reserved"),
+        observed(&ledger, "peak_reserved"),
         reading(peak, "peak_reserved_bytes")
     );
     assert_eq!(
-        observed(&ledger, "allocator slack"),
+        observed(&ledger, "allocator_slack"),
         reading(peak, "end_reserved_bytes") - reading(peak, "end_allocated_bytes")
     );
 
@@ -117,12 +118,12 @@ fn the_ledger_adds_up_to_the_results_own_readings() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["name"].as_str().unwrap().starts_with("weights"))
+        .find(|t| t["id"] == "weights")
         .unwrap();
     let w = &line(&ledger, "weights")["estimate"];
     assert_eq!(w["bytes"], weights_term["bytes"]);
     assert_eq!(w["provenance"], "calculated");
-    let reserve = &line(&ledger, "the estimate's reserve")["estimate"];
+    let reserve = &line(&ledger, "reserve")["estimate"];
     assert_eq!(reserve["bytes"], 1u64 << 30);
     assert_eq!(reserve["provenance"], "assumed");
 
@@ -180,7 +181,7 @@ fn a_real_prediction_fills_the_predicted_column() {
         .iter()
         .find(|ph| ph["name"] == phase)
         .unwrap();
-    let pa = &line(&ledger, "peak allocated")["predicted"];
+    let pa = &line(&ledger, "peak_allocated")["predicted"];
     assert_eq!(pa["provenance"], "predicted");
     assert_eq!(pa["bytes"], predicted["peak_allocated_bytes"]);
     let load = p["phases"]
