@@ -145,6 +145,11 @@ def install(torch, target, tracker):
     c.current_stream = lambda device=None: _Stream()
     c.default_stream = lambda device=None: _Stream()
     c.stream = lambda stream=None: contextlib.nullcontext()
+    # Optimizers and transformers ask whether a CUDA graph is being captured (the real question
+    # needs a driver: torch 2.6-2.11's step() asks it whenever torch.cuda.is_available()).
+    c.is_current_stream_capturing = lambda: False
+    if hasattr(c, "graphs"):
+        c.graphs.is_current_stream_capturing = c.is_current_stream_capturing
     c.device = _DeviceContext
     c.manual_seed = lambda seed: None
     c.manual_seed_all = lambda seed: None

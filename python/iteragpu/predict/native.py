@@ -66,6 +66,8 @@ struct FakeCudaGuard final : public c10::impl::DeviceGuardImplInterface {
   Stream getStream(Device d) const noexcept override {
     return Stream(Stream::DEFAULT, Device(DeviceType::CUDA, d.index() < 0 ? 0 : d.index()));
   }
+  // torch <= 2.6's InputBuffer::add asks for the default stream of a gradient's device.
+  Stream getDefaultStream(Device d) const override { return getStream(d); }
   Stream getNewStream(Device d, int) const override { return getStream(d); }
   Stream exchangeStream(Stream s) const noexcept override { return s; }
   DeviceIndex deviceCount() const noexcept override { return 1; }

@@ -38,6 +38,9 @@ __all__ = ["choose", "call", "BACKENDS"]
 _MATH, _FLASH, _EFFICIENT, _CUDNN, _OVERRIDEABLE = 0, 1, 2, 3, 4
 BACKENDS = {_MATH: "math", _FLASH: "flash", _EFFICIENT: "efficient", _CUDNN: "cudnn"}
 _DEFAULT_ORDER = [_FLASH, _EFFICIENT, _MATH, _CUDNN, _OVERRIDEABLE]  # Context.h sdp_priority_order
+# The installed torch's own order before any workload ran (2.6 has no overrideable backend and
+# repeats math: [1, 2, 0, 3, 0]): an order still equal to it is untouched too.
+_INSTALLED_ORDER = list(torch._C._get_sdp_priority_order())
 _MAX_GRID = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/head checks
 
 
@@ -92,8 +95,10 @@ def _rules(torch_version):
 _CUDNN_OF_RELEASE = {(2, 11): 91900}
 
 
-def _default_cudnn(rules):
-    if rules.version in _CUDNN_OF_RELEASE and rules.version != _installed_version():
+def _default_cudnn(rules, asked=False):
+    # The pinned cuDNN of a release asked for by name; the installed torch (whatever rule set
+    # stands in for it: 2.6-2.10 take 2.11's) keeps its own cuDNN.
+    if asked and rules.version in _CUDNN_OF_RELEASE and rules.version != _installed_version():
         return _CUDNN_OF_RELEASE[rules.version]
     try:
         return torch.backends.cudnn.version()
@@ -567,6 +572,8 @@ def _priority_order(rules, cap, cudnn):
         user_active = _is_sdp_priority_order_active()
     except ImportError:
         user_active = False
+    if order == _INSTALLED_ORDER:
+        order = list(_DEFAULT_ORDER)  # untouched: the emulated release's own default
     if not user_active and order == _DEFAULT_ORDER and _prefer_cudnn(rules, cap, cudnn):
         first = [_CUDNN, _FLASH, _EFFICIENT, _MATH]
         order = first + [b for b in order if b not in first]
@@ -585,7 +592,7 @@ def choose(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     """
     rules = _rules(torch_version)
     cap = tuple(int(x) for x in capability)
-    cudnn = _default_cudnn(rules) if cudnn_version is None else int(cudnn_version)
+    cudnn = _default_cudnn(rules, torch_version is not None) if cudnn_version is None else int(cudnn_version)
     p = _P(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, requires_grad, rules)
     cuda = torch.backends.cuda
     if not (cuda.math_sdp_enabled() or cuda.flash_sdp_enabled() or cuda.mem_efficient_sdp_enabled()

@@ -4,7 +4,7 @@ import contextlib
 import weakref
 
 from .. import recorder
-from . import cuda_api, idioms
+from . import compat, cuda_api, idioms
 from . import phases as auto_phases
 from . import tracker as tracking
 
@@ -45,6 +45,7 @@ class Session:
         from torch._subclasses.fake_tensor import FakeTensor
 
         cuda_api.install(torch, self.target, self.tracker)
+        compat.install(torch)
         # CUDA tensors take the foreach optimizer kernels by default; FakeTensor is not in the
         # list PyTorch checks, which would silently pick the per-tensor loop.
         import torch.optim.optimizer as optimizer

@@ -53,7 +53,12 @@ def cache_tensors(cache, device_type="cuda"):
             for item in vars(obj).values():
                 visit(item, depth + 1)
 
-    visit(getattr(cache, "layers", cache))
+    try:
+        visit(getattr(cache, "layers", cache))
+    finally:
+        # `visit` refers to itself: unbroken, that cycle would keep `seen` (and so every tensor
+        # the cache held at this call) alive until the garbage collector runs.
+        visit = None
     return list(seen.values())
 
 

@@ -1,0 +1,138 @@
+"""What older PyTorch releases do differently with fake tensors, made to behave as the newest do.
+Each fix looks at the installed torch itself, never at a version number, and does nothing where
+that torch already behaves."""
+
+
+def install(torch):
+    from .idioms import after_import
+
+    _swap_fake_parameters(torch)
+    _collectives_on_fake_tensors(torch)
+    after_import("torch.distributed.tensor._random", _dtensor_rng)
+
+
+def _swap_fake_parameters(torch):
+    """`Module.cuda()` / `.to()` on fake parameters. Newer torch swaps a FakeTensor parameter with
+    its moved copy (`Module._apply`: `or isinstance(param, FakeTensor)`); older ones (2.6) assign
+    `param.data = moved`, which leaves a FakeTensor's own device attribute on the CPU, so the next
+    op mixes cuda:0 and cpu. A module holding a fake parameter is moved with PyTorch's own swap
+    path (`torch.__future__.set_swap_module_params_on_conversion`), for that module only."""
+    import inspect
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    Module = torch.nn.Module
+    original = Module._apply
+    try:
+        if "FakeTensor" in inspect.getsource(original):
+            return  # this torch swaps fake parameters itself
+    except (OSError, TypeError):
+        pass
+    future = torch.__future__
+
+    def _apply(module, fn, recurse=True):
+        if future.get_swap_module_params_on_conversion() or not any(
+            isinstance(p, FakeTensor) for p in module._parameters.values()
+        ):
+            return original(module, fn, recurse)
+        future.set_swap_module_params_on_conversion(True)
+        try:
+            return original(module, fn, recurse)
+        finally:
+            future.set_swap_module_params_on_conversion(False)
+
+    Module._apply = _apply
+
+
+# c10d's collectives (the ops behind torch.distributed's calls), given a Meta kernel where the
+# installed torch has none.
+_C10D_OPS = (
+    "broadcast_", "allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_",
+    "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_",
+    "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_",
+    "alltoall_", "alltoall_base_", "barrier", "monitored_barrier_", "send", "recv_",
+    "recv_any_source_",
+)
+_LIBRARIES = []  # a torch.library registration lasts as long as its Library object
+
+
+def _collectives_on_fake_tensors(torch):
+    """`dist.all_reduce(t)` and friends on fake tensors, over PyTorch's fake process group. Newer
+    torch registers a Meta kernel for every c10d collective (torch/distributed/_meta_registrations.py:
+    the tensors are returned as they are, with a finished fake Work); older ones (2.6) have none,
+    so FakeTensorMode refuses the op ("no fake impl or Meta kernel") and DDP's and FSDP2's phases
+    stop. The same kernels are registered where missing, with the Work of a one-rank
+    FakeProcessGroup (already completed: `wait()` returns at once)."""
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        from torch._C._distributed_c10d import FakeProcessGroup
+    except (ImportError, AttributeError):
+        return
+    lib = None
+    done = []
+
+    def work():
+        if not done:
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                done.append(FakeProcessGroup(0, 1).allreduce([torch.zeros(0)]))
+        return done[0].boxed()
+
+    for name in _C10D_OPS:
+        packet = getattr(torch.ops.c10d, name, None)
+        op = getattr(packet, "default", None) if packet is not None else None
+        if op is None or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"):
+            continue
+        returns = [str(r.type) for r in op._schema.returns]
+        if lib is None:
+            lib = torch.library.Library("c10d", "IMPL")  # noqa: TOR901
+            _LIBRARIES.append(lib)
+        lib.impl(name, _meta_collective(returns, work), "Meta")
+
+
+def _meta_collective(returns, work):
+    """What the op returns, from its schema: its first argument (the tensors, modified in place)
+    and a Work, a Work alone, or nothing."""
+    if not returns:
+        return lambda *args, **kwargs: None
+    if len(returns) == 1:
+        return lambda *args, **kwargs: work()
+    return lambda *args, **kwargs: (args[0], work())
+
+
+def _dtensor_rng(module):
+    """DTensor's random ops (FSDP2's `init_weights` after `to_empty`) on fake tensors. The first one
+    creates `OffsetBasedRNGTracker`, which broadcasts rank 0's RNG state and compares it with its
+    own element by element (`all(a == b)`: a read of data-less values); torch 2.15 skips that sync
+    under fake tensors (`run_state_sync = not _are_we_tracing()`), 2.11 and older do not. Over the
+    fake process group nothing is synchronised anyway: the sync is skipped here too. Older trackers
+    (2.6) also read their RNG offset with `.item()` at every random op (`get_offset`): there, the
+    offset bookkeeping, which only chooses the numbers each shard draws and never the memory, is
+    turned off (`distribute_region_enabled = False`)."""
+    import inspect
+
+    cls = getattr(module, "OffsetBasedRNGTracker", None)
+    if cls is None or getattr(cls, "_iteragpu_compat", False):
+        return
+    original = cls.__init__
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return
+    if "run_state_sync" not in signature.parameters:
+        return
+    reads_offsets = hasattr(cls, "get_offset")
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["run_state_sync"] = False
+        original(*bound.args, **bound.kwargs)
+        if reads_offsets:
+            self.distribute_region_enabled = False
+
+    cls.__init__ = __init__
+    cls._iteragpu_compat = True
