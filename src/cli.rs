@@ -268,8 +268,8 @@ pub struct MeasureArgs {
     /// Optimizer of the training loop: adamw or sgd [default: adamw].
     #[arg(long, value_name = "NAME", value_parser = train_optimizer, help_heading = "Training")]
     pub optimizer: Option<TrainOptimizer>,
-    /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights) or bf16
-    /// (everything in bfloat16) [default: fp32].
+    /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights), fp16-mixed
+    /// (autocast to float16 with a GradScaler) or bf16 (everything in bfloat16) [default: fp32].
     #[arg(long, value_name = "NAME", value_parser = train_precision, help_heading = "Training")]
     pub precision: Option<TrainPrecision>,
     /// Recompute activations in the backward pass; step durations and losses are recorded.
@@ -555,14 +555,18 @@ fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
     })
 }
 
-/// What the training loop runs; fp16-mixed is estimated only.
+/// What the training loop runs (the estimate's other precisions are refused with the list).
 fn train_precision(text: &str) -> Result<TrainPrecision, String> {
     use clap::ValueEnum;
     TrainPrecision::from_str(text, true).map_err(|_| match Precision::from_str(text, true) {
         Ok(_) => {
-            format!("{text} is estimated but not measured yet; use fp32, bf16-mixed or bf16")
+            format!(
+                "{text} is estimated but not measured yet; use fp32, bf16-mixed, fp16-mixed or bf16"
+            )
         }
-        Err(_) => format!("`{text}` is not a training precision; use fp32, bf16-mixed or bf16"),
+        Err(_) => format!(
+            "`{text}` is not a training precision; use fp32, bf16-mixed, fp16-mixed or bf16"
+        ),
     })
 }
 

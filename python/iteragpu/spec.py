@@ -16,7 +16,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Training:
-    """The training loop: `steps` steps with AdamW or SGD, in fp32, bf16-mixed or bf16."""
+    """The training loop: `steps` steps with AdamW or SGD, in fp32, bf16-mixed, fp16-mixed (with a GradScaler) or bf16."""
 
     steps: int
     optimizer: str

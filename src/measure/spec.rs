@@ -166,6 +166,8 @@ pub enum TrainPrecision {
     Fp32,
     /// torch.autocast to bfloat16 with float32 weights.
     Bf16Mixed,
+    /// torch.autocast to float16 with float32 weights and a GradScaler (loss scaling).
+    Fp16Mixed,
     /// Weights, gradients and optimizer states in bfloat16.
     Bf16,
 }

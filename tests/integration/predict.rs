@@ -177,6 +177,21 @@ fn predictions_agree_with_memtracker_phase_by_phase() {
             ],
         ),
         (
+            "dense training fp16-mixed adamw (GradScaler)",
+            vec![
+                "--task",
+                "train",
+                "--precision",
+                "fp16-mixed",
+                "--batch",
+                "2",
+                "--context",
+                "64",
+                "--width",
+                "256",
+            ],
+        ),
+        (
             "dense training bf16-mixed sgd",
             vec![
                 "--task",
@@ -478,6 +493,23 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
             "cannot be used with",
         ),
         (vec!["--device", "cuda:0,cuda:1"], "one device"),
+        (
+            vec![
+                "--workload",
+                "causal-lm",
+                "--model",
+                "tests/fixtures/tiny/llama/config.json",
+                "--task",
+                "train",
+                "--precision",
+                "fp16-mixed",
+                "--world-size",
+                "2",
+                "--shard",
+                "ddp",
+            ],
+            "fp16-mixed with --shard is not supported yet",
+        ),
         (
             vec!["--world-size", "16384"],
             "above the 4096 ranks predict follows",

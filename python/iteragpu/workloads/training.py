@@ -20,13 +20,36 @@ def make_optimizer(torch, params, name):
 def autocast(torch, precision):
     if precision == "bf16-mixed":
         return torch.autocast("cuda", dtype=torch.bfloat16)
+    if precision == "fp16-mixed":
+        return torch.autocast("cuda", dtype=torch.float16)
     return contextlib.nullcontext()
+
+
+class _NoScaler:
+    """What GradScaler does when loss scaling is off: nothing."""
+
+    def scale(self, loss):
+        return loss
+
+    def step(self, optimizer):
+        optimizer.step()
+
+    def update(self):
+        pass
+
+
+def scaler_for(torch, precision):
+    """fp16-mixed scales the loss (torch.amp.GradScaler), as fp16 training does; else nothing."""
+    if precision == "fp16-mixed":
+        return torch.amp.GradScaler("cuda")
+    return _NoScaler()
 
 
 def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
     """`forward(inputs)` → output; `loss_fn(output)` → scalar loss; `trainable` → parameters."""
     precision = spec.training.precision
     optimizer = make_optimizer(torch, trainable, spec.training.optimizer)
+    scaler = scaler_for(torch, precision)
     steps = spec.training.steps
     if spec.whole_loop:
         with rec.phase("whole_loop", steps=steps, protocol="whole-loop") as info:
@@ -35,8 +58,9 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
                 with autocast(torch, precision):
                     out = forward(batch_inputs)
                     loss = loss_fn(out)
-                loss.backward()
-                optimizer.step()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 losses.append(loss)
                 del out, loss
@@ -53,10 +77,11 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
                     loss = loss_fn(out)
                 info["loss"] = float(loss.item())
             with rec.phase("backward", step=step):
-                loss.backward()
+                scaler.scale(loss).backward()
             del out, loss
             with rec.phase("optimizer_step", step=step, first_step=(step == 0)):
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
             with rec.phase("zero_grad", step=step) as info:
                 optimizer.zero_grad(set_to_none=True)
                 info["step_duration_s"] = time.perf_counter() - began
