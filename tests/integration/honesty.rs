@@ -94,8 +94,8 @@ fn options_a_workload_would_ignore_are_refused() {
             "measure with adamw or sgd",
         ),
         (
-            vec!["measure", "--task", "train", "--precision", "fp16-mixed"],
-            "estimated but not measured",
+            vec!["measure", "--task", "train", "--precision", "fp8-mixed"],
+            "use fp32, bf16-mixed, fp16-mixed or bf16",
         ),
         (
             vec![

@@ -264,8 +264,8 @@ fn causal_lm_input_is_checked() {
             "no/such",
         ),
         (
-            vec!["--task", "train", "--precision", "fp16-mixed"],
-            "fp16-mixed",
+            vec!["--task", "train", "--precision", "int8"],
+            "not a training precision",
         ),
         (
             vec!["--task", "train", "--optimizer", "adafactor"],
