@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use iteragpu::measure::result::MeasureResult;
-use iteragpu::prediction::check::PhaseCheck;
+use iteragpu::schema::measure::MeasureResult;
+use iteragpu::schema::measure::PhaseCheck;
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

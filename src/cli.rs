@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
-use crate::measure::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
 use crate::model::config::{MAX_DIMENSION, MAX_LAYERS};
+use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
 use crate::sweep::vary::{Search, VaryArg, parse_vary_arg};
 use crate::units::{self, Bytes, Decimal};
 
@@ -278,7 +278,7 @@ pub struct MeasureArgs {
     /// causal-lm training under torchrun: wrap the model in DDP, or shard it with FSDP2
     /// (`fully_shard` per decoder layer, bfloat16 compute with --precision bf16-mixed).
     #[arg(long, value_enum, help_heading = "Training")]
-    pub shard: Option<crate::measure::spec::TrainShard>,
+    pub shard: Option<crate::schema::spec::TrainShard>,
     /// causal-lm: LoRA rank (through peft).
     #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets", help_heading = "Training")]
     pub lora_rank: Option<u64>,
@@ -299,7 +299,7 @@ pub struct MeasureArgs {
     /// cudaMallocAsync (replaces PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF for this run;
     /// default: inherit them).
     #[arg(long, value_name = "SETTING", value_parser = alloc_conf, help_heading = "Allocator")]
-    pub alloc_conf: Option<crate::measure::alloc_conf::AllocConf>,
+    pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
     /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
     /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
     #[arg(long, value_name = "N", value_parser = ranks_per_node, help_heading = "Distributed")]
@@ -539,8 +539,8 @@ fn size(text: &str) -> Result<Bytes, String> {
 }
 
 /// What the training loop runs; the estimate's other optimizers are named as such.
-fn alloc_conf(s: &str) -> Result<crate::measure::alloc_conf::AllocConf, String> {
-    crate::measure::alloc_conf::AllocConf::parse(s)
+fn alloc_conf(s: &str) -> Result<crate::schema::alloc_conf::AllocConf, String> {
+    crate::schema::alloc_conf::AllocConf::parse(s)
 }
 
 fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {

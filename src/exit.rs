@@ -89,9 +89,9 @@ bad_input_from!(
     std::io::Error,
     serde_json::Error,
     crate::output::OutputError,
-    crate::report::inputs::InputError,
-    crate::explain::ledger::LedgerError,
-    crate::prediction::target::TargetError,
+    crate::schema::load::InputError,
+    crate::ledger::LedgerError,
+    crate::schema::target::TargetError,
     crate::estimate::kv_cache::CacheError,
     crate::estimate::EstimateError,
     crate::model::ModelError,
@@ -99,9 +99,9 @@ bad_input_from!(
 );
 
 /// The interpreter cannot be started: PyTorch is missing as far as the user can tell.
-impl From<crate::measure::worker_process::StartError> for CliError {
-    fn from(err: crate::measure::worker_process::StartError) -> Self {
-        use crate::measure::worker_process::StartError;
+impl From<crate::workload::process::StartError> for CliError {
+    fn from(err: crate::workload::process::StartError) -> Self {
+        use crate::workload::process::StartError;
         match err {
             StartError::Interpreter { .. } => CliError::missing_runtime(err),
             StartError::Files(_) => CliError::bad_input(chain(&err)),

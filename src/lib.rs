@@ -12,6 +12,7 @@ pub(crate) mod environment;
 pub mod estimate;
 pub mod exit;
 pub mod explain;
+pub mod ledger;
 pub mod measure;
 pub mod model;
 pub(crate) mod output;
@@ -19,9 +20,14 @@ pub mod prediction;
 pub mod progress;
 pub mod python_side;
 pub(crate) mod report;
+pub mod schema;
 pub(crate) mod signals;
 pub mod sweep;
 pub mod units;
+pub mod workload;
+
+#[cfg(test)]
+mod layers;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

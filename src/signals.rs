@@ -70,6 +70,26 @@ pub fn stop_request() -> &'static StopRequest {
     &REQUEST
 }
 
+/// Asks the kernel to kill the worker if the CLI dies without stopping it (SIGKILL of the CLI):
+/// no orphan keeps GPU memory.
+pub(crate) fn die_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe and touch only the calling (child) process.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The parent may have died before the request was made: then do not start at all.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "iteragpu ended before its worker started",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

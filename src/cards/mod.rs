@@ -1,8 +1,7 @@
 //! The GPU catalog (data/cards.json, embedded): name, vendor, memory type, the capacity as the
 //! vendor labels it and as devices report it where known, with the source of each figure.
-//! `need` says whether a need fits on one device of each card; `render` draws the tables.
+//! `render` draws the tables; whether a need fits on one device of each card is `report::need`.
 
-pub mod need;
 pub mod render;
 
 use serde::{Deserialize, Serialize};

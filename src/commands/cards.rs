@@ -2,9 +2,10 @@
 
 use std::io::Write;
 
-use crate::cards::{self, need};
+use crate::cards;
 use crate::cli::CardsArgs;
 use crate::exit::{CliError, ExitStatus};
+use crate::report::need;
 
 pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let catalog = cards::catalog();
@@ -33,7 +34,7 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         let doc = serde_json::json!({"need_bytes": need.bytes.get(), "need_source": need.source, "overhead_bytes": overhead, "overhead_source": overhead_source, "cards": fits});
         serde_json::to_string_pretty(&doc)? + "\n"
     } else {
-        cards::render::fits(need.bytes, &need.source, overhead, &overhead_source, &fits)
+        need::render_fits(need.bytes, &need.source, overhead, &overhead_source, &fits)
     };
     out.write_all(text.as_bytes())?;
     Ok(ExitStatus::Ok)

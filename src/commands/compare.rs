@@ -5,7 +5,8 @@ use std::io::Write;
 use crate::cli::CompareArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::output;
-use crate::report::{comparison, inputs};
+use crate::report::comparison;
+use crate::schema::load;
 
 pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     if let Some(csv) = &args.csv {
@@ -14,10 +15,10 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     let loaded = args
         .files
         .iter()
-        .map(|p| inputs::load(p))
+        .map(|p| load::load(p))
         .collect::<Result<Vec<_>, _>>()?;
     // The node files of one multi-node job are one run.
-    let loaded = inputs::gather_nodes(loaded, args.allow_mismatch)?;
+    let loaded = load::gather_nodes(loaded, args.allow_mismatch)?;
     if loaded.len() < 2 {
         refuse!(
             "the files given are the nodes of one run: compare needs two runs or more (a fiche of that run: iteragpu report {})",

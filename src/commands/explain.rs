@@ -4,30 +4,30 @@ use std::io::Write;
 
 use crate::cli::ExplainArgs;
 use crate::exit::{CliError, ExitStatus};
-use crate::explain::{ledger, render};
-use crate::report::inputs::{self, InputFile};
+use crate::ledger::{self, render};
+use crate::schema::load::{self, InputFile};
 
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let result = inputs::load(&args.result)?;
+    let result = load::load(&args.result)?;
     let InputFile::Measure(r) = &result.doc else {
         return Err(result
-            .wrong(inputs::MEASURE, "explain reads a measure result; give the estimate with --estimate and a prediction with --prediction")
+            .wrong(load::MEASURE, "explain reads a measure result; give the estimate with --estimate and a prediction with --prediction")
             .into());
     };
-    let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
+    let estimate = args.estimate.as_deref().map(load::load).transpose()?;
     let estimate = match &estimate {
         Some(l) => {
             let e = l.as_estimate()?;
-            inputs::check_estimate_of(r, e, l)?;
+            load::check_estimate_of(r, e, l)?;
             Some(e)
         }
         None => None,
     };
-    let prediction = args.prediction.as_deref().map(inputs::load).transpose()?;
+    let prediction = args.prediction.as_deref().map(load::load).transpose()?;
     let prediction = match &prediction {
         Some(l) => {
             let p = l.as_prediction()?;
-            inputs::check_prediction_of(r, p, l)?;
+            load::check_prediction_of(r, p, l)?;
             Some(p)
         }
         None => None,

@@ -6,17 +6,18 @@ use std::io::Write;
 use super::progress;
 use crate::cli::MeasureArgs;
 use crate::exit::{CliError, ExitStatus};
-use crate::measure::history::HistoryMode;
-use crate::measure::plan::MeasurePlan;
+use crate::measure::build::TrialOutcome;
 use crate::measure::render;
-use crate::measure::result::MeasureResult;
 use crate::measure::timeline;
-use crate::measure::trial::{ProcessRunner, TrialOutcome, TrialRunner};
+use crate::measure::trial::{ProcessRunner, TrialRunner};
 use crate::output::{self, Saved};
-use crate::prediction::check;
 use crate::prediction::run::{self, Outcome};
 use crate::progress::Progress;
+use crate::schema::check;
+use crate::schema::history::HistoryMode;
+use crate::schema::measure::MeasureResult;
 use crate::signals::StopRequest;
+use crate::workload::plan::MeasurePlan;
 use crate::{prediction, signals};
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {

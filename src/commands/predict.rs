@@ -8,12 +8,12 @@ use std::io::Write;
 use super::progress;
 use crate::cli::PredictArgs;
 use crate::exit::{CliError, ExitStatus};
-use crate::measure::plan::MeasurePlan;
 use crate::output::{self, Saved};
 use crate::prediction::run::{Outcome, predict};
-use crate::prediction::target::Target;
-use crate::prediction::versions;
+use crate::schema::target::Target;
+use crate::schema::versions;
 use crate::signals;
+use crate::workload::plan::MeasurePlan;
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let stop = signals::stop_request();
@@ -131,12 +131,12 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
 }
 
 /// The exit status a prediction ends with.
-fn status_of(doc: &crate::prediction::document::PredictionDoc) -> ExitStatus {
+fn status_of(doc: &crate::schema::prediction::PredictionDoc) -> ExitStatus {
     // Stopped by the timeout or a signal: the phases so far are kept, as `measure` keeps them.
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
     if doc.stopped() {
         ExitStatus::WorkloadFailed
-    } else if doc.status == crate::prediction::document::PredictionStatus::Failed {
+    } else if doc.status == crate::schema::prediction::PredictionStatus::Failed {
         ExitStatus::BadInput
     } else {
         ExitStatus::Ok

@@ -5,7 +5,8 @@ use std::io::Write;
 use crate::cli::ReportArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::output;
-use crate::report::{decision_sheet, export, inputs};
+use crate::report::{decision_sheet, export};
+use crate::schema::load;
 
 pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let Some(exporter) = export::for_path(&args.output) else {
@@ -18,9 +19,9 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
     let loaded = args
         .files
         .iter()
-        .map(|p| inputs::load(p))
+        .map(|p| load::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut files = inputs::gather_nodes(loaded, args.allow_mismatch)?.into_iter();
+    let mut files = load::gather_nodes(loaded, args.allow_mismatch)?.into_iter();
     let result = files.next().expect("clap requires one file");
     let series = files.next();
     if let Some(extra) = files.next() {
@@ -29,7 +30,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
             extra.path.display()
         );
     }
-    let estimate = args.estimate.as_deref().map(inputs::load).transpose()?;
+    let estimate = args.estimate.as_deref().map(load::load).transpose()?;
     let doc = decision_sheet::build(
         &result,
         series.as_ref(),

@@ -6,12 +6,12 @@ use std::io::Write;
 use super::progress;
 use crate::cli::SweepArgs;
 use crate::exit::{CliError, ExitStatus};
-use crate::measure::trial::ProcessRunner;
+use crate::schema::series::Writer;
 use crate::signals;
 use crate::sweep::driver::{self, Finish};
 use crate::sweep::plan::SweepPlan;
+use crate::sweep::predicting::PredictingRunner;
 use crate::sweep::render;
-use crate::sweep::series::Writer;
 
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
@@ -21,7 +21,7 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let output_path = super::required_output(m)?;
     let writer = Writer::new(output_path)?;
     let display = progress::trials(m.json);
-    let mut runner = ProcessRunner::new(stop);
+    let mut runner = PredictingRunner::new(stop);
     let finish = driver::run(&plan, &mut runner, writer, &*display);
     display.finish();
     let (series, moved) = match finish? {
@@ -52,5 +52,9 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
             elsewhere.display()
         );
     }
-    Ok(driver::exit_status(&series))
+    Ok(if driver::failed(&series) {
+        ExitStatus::WorkloadFailed
+    } else {
+        ExitStatus::Ok
+    })
 }

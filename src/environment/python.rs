@@ -107,7 +107,7 @@ pub fn probe(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    crate::measure::worker_process::die_with_parent(&mut command);
+    crate::signals::die_with_parent(&mut command);
     let child = command.spawn().map_err(|e| ProbeError::Spawn {
         python: python.to_path_buf(),
         reason: crate::output::reason(&e),

@@ -1,8 +1,6 @@
-//! Why the peak exceeds the estimate: the gap ledger from the estimate to the driver's view and
-//! the card's capacity, term by term (`ledger`); the out-of-memory post-mortem (`oom`); the
-//! allocation timeline read from PyTorch's memory snapshot (`snapshot`).
+//! PyTorch's own diagnostics, read: the out-of-memory message and its post-mortem (`oom`), and
+//! the allocator's memory snapshot (`snapshot`, a streaming pickle reader). Neither knows
+//! iteragpu's documents; the gap ledger that explains a peak is `crate::ledger`.
 
-pub mod ledger;
 pub mod oom;
-pub mod render;
 pub mod snapshot;

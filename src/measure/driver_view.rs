@@ -2,9 +2,9 @@
 //! the worker process during each phase (peaks, the level at the end, and the memory outside
 //! PyTorch's caching allocator).
 
-use super::events::{DriverPhase, PhaseRecord};
-use super::sampler::Sampler;
 use crate::environment::DriverView;
+use crate::measure::sampler::Sampler;
+use crate::schema::events::{DriverPhase, PhaseRecord};
 
 /// CUDA device → NVML index, honouring CUDA_VISIBLE_DEVICES (indices or UUIDs).
 pub fn nvml_indices(devices: &[String], driver: Option<&DriverView>) -> Vec<Option<u32>> {

@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::result::MeasureResult;
+use crate::schema::measure::MeasureResult;
 use crate::units::Bytes;
 
 fn gib(v: Option<u64>) -> String {
@@ -150,7 +150,7 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
     }
     if let Some(t) = &r.timeline {
         let _ = writeln!(o);
-        for line in crate::explain::render::timeline(t) {
+        for line in crate::ledger::render::timeline(t) {
             let _ = writeln!(o, "  {line}");
         }
     }
@@ -164,7 +164,7 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
             f.caution
         );
         let live = r.oom_snapshots.last();
-        for line in crate::explain::render::post_mortem(f.post_mortem.as_ref(), live) {
+        for line in crate::ledger::render::post_mortem(f.post_mortem.as_ref(), live) {
             let _ = writeln!(o, "  {line}");
         }
     }
@@ -191,7 +191,7 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
 }
 
 /// The ranks of this node side by side: each on its own device, never added together.
-fn ranks(o: &mut String, d: &crate::measure::result::Distributed) {
+fn ranks(o: &mut String, d: &crate::schema::measure::Distributed) {
     let _ = writeln!(
         o,
         "\n  ranks of this node under torchrun (world size {}, node {} of {}; each read on its own device, never added together):",

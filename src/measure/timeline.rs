@@ -7,9 +7,9 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::result::{MeasureResult, Timeline};
 use crate::explain::snapshot;
 use crate::output::{self, OutputError};
+use crate::schema::measure::{MeasureResult, Timeline};
 
 /// The snapshot's final path for a result path: `r.json` → `r.snapshot.pickle`.
 pub fn snapshot_path(result: &Path) -> PathBuf {

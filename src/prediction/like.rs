@@ -8,10 +8,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-use super::document::Assumptions;
-use super::versions::{Like, Versions};
 use crate::environment::{Environment, PythonEnvironment};
-use crate::measure::result::MeasureResult;
+use crate::schema::measure::MeasureResult;
+use crate::schema::prediction::Assumptions;
+use crate::schema::versions::{Like, Versions};
 
 /// Largest `--like` file read: a measurement is kilobytes to a few megabytes (its phases, its
 /// embedded prediction); anything larger is not one.
@@ -39,7 +39,7 @@ impl LikeFile {
             Some(self.sha256.clone()),
             self.kind,
             self.device.clone(),
-            &Versions::of_assumptions(assumptions),
+            &assumptions.versions(),
             &self.versions,
         )
     }
@@ -62,12 +62,12 @@ pub fn load(path: &Path) -> Result<LikeFile> {
         .map(|b| format!("{b:02x}"))
         .collect();
     let (kind, python, device) = match value.get("schema").and_then(Value::as_str) {
-        Some(crate::measure::result::SCHEMA) => {
+        Some(crate::schema::measure::SCHEMA) => {
             let r: MeasureResult = serde_json::from_value(value).map_err(|e| {
                 anyhow::anyhow!(
                     "{} does not match {}: {e}; the file was edited by hand or comes from another tool",
                     path.display(),
-                    crate::measure::result::SCHEMA
+                    crate::schema::measure::SCHEMA
                 )
             })?;
             let Some(python) = r.environment.python else {

@@ -5,25 +5,19 @@
 //! torch releases supported and the versions compared with the GPU machine's (`--like`) are in
 //! `versions` and `like`; where a failed workload raised, in `failure`.
 
-pub mod check;
-pub mod document;
-pub mod failure;
 pub mod like;
 pub mod render;
 pub mod replay;
 pub mod run;
-pub mod target;
-pub mod trace;
-pub mod versions;
 
 use anyhow::Result;
 
 use crate::estimate::KvRequest;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
-use crate::measure::plan::{MeasurePlan, WorkloadPlan};
-use crate::measure::result::MeasureResult;
-use check::CacheEstimate;
-use target::Target;
+use crate::schema::check::CacheEstimate;
+use crate::schema::measure::MeasureResult;
+use crate::schema::target::{self, Target};
+use crate::workload::plan::{MeasurePlan, WorkloadPlan};
 
 /// The estimate's KV-cache bytes after the prefill and after decoding, for causal-lm generation
 /// (compared with the cache object's real size); empty for other workloads.
@@ -122,7 +116,7 @@ pub fn measured_target(result: &MeasureResult) -> Option<Target> {
     // the worker's).
     let backend = if backend == "native" {
         let settings = &result.environment.python.as_ref()?.settings;
-        let values: Vec<String> = crate::measure::alloc_conf::VARIABLES
+        let values: Vec<String> = crate::schema::alloc_conf::VARIABLES
             .iter()
             .filter_map(|v| settings.get(*v)?.as_str().map(String::from))
             .collect();

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::document::{PhaseStatus, PredictionDoc, PredictionStatus};
+use crate::schema::prediction::{PhaseStatus, PredictionDoc, PredictionStatus};
 use crate::units::Bytes;
 
 fn gib(v: Option<u64>) -> String {
@@ -165,7 +165,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
                     .map(|n| like.difference(n))
                     .collect::<Vec<_>>()
                     .join(", "),
-                super::versions::OBSERVED
+                crate::schema::versions::OBSERVED
             );
         }
     }
@@ -194,7 +194,7 @@ mod tests {
     use super::*;
 
     fn doc(phases: serde_json::Value, status: &str) -> PredictionDoc {
-        let target = crate::prediction::target::Target::named(None, "native").unwrap();
+        let target = crate::schema::target::Target::named(None, "native").unwrap();
         serde_json::from_value(serde_json::json!({
             "schema": "iteragpu.prediction/1", "tool_version": "t", "kind": "prediction", "status": status,
             "created_at": "", "identity": {"workload": "script", "code_hash": "x", "seed": 0, "declared": {}},
@@ -259,8 +259,8 @@ mod tests {
     /// with what was observed, or that the versions match.
     #[test]
     fn the_frame_and_the_versions_are_said() {
-        use crate::prediction::failure::FailureDetail;
-        use crate::prediction::versions::{Like, Versions};
+        use crate::schema::failure::FailureDetail;
+        use crate::schema::versions::{Like, Versions};
         let mut p = doc(serde_json::json!([phase("load", 0, None, false)]), "failed");
         let detail = FailureDetail::of(&serde_json::json!({
             "type": "ValueError",

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::document::{AtPeak, ModuleBytes, PhaseStatus, PredictedPhase, TensorAtPeak};
-use super::trace::{Alloc, Category, Unpredictable};
 use crate::estimate::allocator::{Allocation, Backend, CachingAllocator, rounded};
+use crate::schema::prediction::{AtPeak, ModuleBytes, PhaseStatus, PredictedPhase, TensorAtPeak};
+use crate::schema::trace::{Alloc, Category, Unpredictable};
 
 /// One event of the trace, in the order the worker sent it.
 #[derive(Clone, Debug)]

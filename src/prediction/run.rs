@@ -5,21 +5,21 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::document::{
+use crate::environment::PythonEnvironment;
+use crate::estimate::allocator::Backend;
+use crate::prediction::replay::{TraceEvent, replay};
+use crate::progress::Progress;
+use crate::schema::events::{Event, Line};
+use crate::schema::failure::FailureDetail;
+use crate::schema::measure::Identity;
+use crate::schema::prediction::{
     Assumptions, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc,
     PredictionStatus, SCHEMA,
 };
-use super::failure::FailureDetail;
-use super::replay::{TraceEvent, replay};
-use super::target::Target;
-use crate::environment::PythonEnvironment;
-use crate::estimate::allocator::Backend;
-use crate::measure::events::{Event, Line};
-use crate::measure::plan::MeasurePlan;
-use crate::measure::result::Identity;
-use crate::measure::worker_process::{self, Exit, StartError, WorkerCommand};
-use crate::progress::Progress;
+use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
+use crate::workload::plan::MeasurePlan;
+use crate::workload::process::{self, Exit, StartError, WorkerCommand};
 
 /// How a prediction ended.
 pub enum Outcome {
@@ -71,18 +71,18 @@ pub fn predict(
         progress: progress.forwarder(),
         // The predicting process never touches a GPU, even on a machine that has one.
         env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
-        launch: worker_process::Launch::Worker,
+        launch: process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
         keep_children: trial.keep_children,
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
-    let run = worker_process::run(&cmd, stop, |_, line| match line {
+    let run = process::run(&cmd, stop, |_, line| match line {
         Line::Event(Event::Environment(env)) => {
             // A CPU-only interpreter reports no torch here only when it could not import it,
             // which the worker says with its own `unavailable`.
             if env.torch.is_some()
-                && let Some(why) = super::versions::refuse_torch(env.torch_str("version"))
+                && let Some(why) = crate::schema::versions::refuse_torch(env.torch_str("version"))
             {
                 c.refused = Some(why);
                 if let Some(flag) = &abandon {
@@ -174,7 +174,7 @@ pub fn predict(
         &run.stderr_tail,
         plan.timeout.as_secs(),
         target.context_bytes,
-        super::replay::backend(&target.allocator_backend),
+        crate::prediction::replay::backend(&target.allocator_backend),
     );
     let env = c.environment.as_ref();
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
@@ -206,7 +206,7 @@ pub fn predict(
         assumptions: Assumptions {
             transformers_version: env.and_then(|e| e.transformers_version.clone()),
             peft_version: env.and_then(|e| e.peft_version.clone()),
-            cuda_version: env.and_then(super::versions::cuda_version),
+            cuda_version: env.and_then(crate::schema::versions::cuda_version),
             torch_version,
             allocator_model: allocator_model(&target.allocator_backend),
             placeholder_reads: c.placeholders,
@@ -339,7 +339,7 @@ fn allocator_model(backend: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prediction::trace::{Alloc, Category};
+    use crate::schema::trace::{Alloc, Category};
 
     fn start(name: &str, index: u64) -> TraceEvent {
         TraceEvent::PhaseStart {

@@ -6,8 +6,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::inputs::{InputError, InputFile, Loaded, MEASURE};
-use crate::measure::result::MeasureResult;
+use crate::schema::load::{InputError, InputFile, Loaded, MEASURE};
+use crate::schema::measure::MeasureResult;
 use crate::units::Bytes;
 
 /// One run, one phase, one device.
@@ -179,9 +179,9 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
 /// The stored prediction of a phase (first device only: predictions follow one device).
 fn predicted(
     r: &MeasureResult,
-    phase: &crate::measure::events::PhaseRecord,
+    phase: &crate::schema::events::PhaseRecord,
     device: &str,
-    field: fn(&crate::prediction::check::PhaseCheck) -> u64,
+    field: fn(&crate::schema::measure::PhaseCheck) -> u64,
 ) -> Option<u64> {
     if r.scope.devices.first().map(String::as_str) != Some(device) {
         return None;

@@ -9,15 +9,15 @@
 
 use serde_json::Value;
 
-use super::document::{Attachment, Block, Cell, Chart, Document, Tone, Verdict};
-use super::inputs::{EstimateDoc, InputError, InputFile as Input, Loaded};
 use crate::cards;
-use crate::measure::result::{MeasureResult, RunStatus};
-use crate::sweep::series::Series;
+use crate::report::document::{Attachment, Block, Cell, Chart, Document, Tone, Verdict};
+use crate::schema::load::{EstimateDoc, InputError, InputFile as Input, Loaded};
+use crate::schema::measure::{MeasureResult, RunStatus};
+use crate::schema::series::Series;
 
-use super::format::Style;
-use super::names;
 use crate::estimate::Kind;
+use crate::report::format::Style;
+use crate::report::names;
 
 /// A size in the fiche's one unit, or `null (not read)` (never 0) for a value not read.
 fn both(v: Option<u64>, lang: Style) -> String {
@@ -63,7 +63,7 @@ pub fn build(
 ) -> Result<Document, InputError> {
     let Input::Measure(r) = &result.doc else {
         return Err(result.wrong(
-            super::inputs::MEASURE,
+            crate::schema::load::MEASURE,
             "the first file of a report is a measure result",
         ));
     };
@@ -72,7 +72,7 @@ pub fn build(
         Some((Input::Series(s), _)) => Some(s),
         Some((_, l)) => {
             return Err(l.wrong(
-                super::inputs::SERIES,
+                crate::schema::load::SERIES,
                 "the second file of a report is a sweep series",
             ));
         }
@@ -89,7 +89,7 @@ pub fn build(
         {
             return Err(InputError::Content {
                 path: series.map(|l| l.path.clone()).unwrap_or_default(),
-                schema: super::inputs::SERIES.into(),
+                schema: crate::schema::load::SERIES.into(),
                 message: format!(
                     "the result was measured on `{a}` and the series on `{b}`: report one GPU at a time"
                 ),
@@ -100,11 +100,11 @@ pub fn build(
         check_series_matches(r, s, l)?;
     }
     if let (Some(e), Some(l)) = (e, estimate) {
-        super::inputs::check_estimate_of(r, e, l)?;
+        crate::schema::load::check_estimate_of(r, e, l)?;
     }
     let mut b = Vec::new();
     if let Some(s) = s
-        && s.status == crate::sweep::series::SeriesStatus::Running
+        && s.status == crate::schema::series::SeriesStatus::Running
     {
         let warning = lang.t(
             "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",
@@ -117,7 +117,7 @@ pub fn build(
         b.push(Block::Para(warning.into()));
     }
     // The gap ledger, read by the verdict and by its own section.
-    let ledger = crate::explain::ledger::of_result(r, e, None).ok();
+    let ledger = crate::ledger::of_result(r, e, None).ok();
     verdict(&mut b, r, s, e, ledger.as_ref(), lang);
     identity(&mut b, r, lang);
     environment(&mut b, r, lang);
@@ -172,7 +172,7 @@ fn verdict(
     r: &MeasureResult,
     s: Option<&Series>,
     e: Option<&EstimateDoc>,
-    ledger: Option<&crate::explain::ledger::Ledger>,
+    ledger: Option<&crate::ledger::Ledger>,
     lang: Style,
 ) {
     let mut lines = Vec::new();
@@ -396,7 +396,7 @@ fn verdict(
     }
     // The largest term of the gap.
     if let Some(l) = ledger {
-        use crate::explain::ledger::LineKind;
+        use crate::ledger::LineKind;
         if let Some(term) = l
             .lines
             .iter()
@@ -509,7 +509,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
             if theirs != Some(value) {
                 return Err(InputError::Content {
                     path: l.path.clone(),
-                    schema: super::inputs::SERIES.into(),
+                    schema: crate::schema::load::SERIES.into(),
                     message: format!(
                         "the result has {key} = {} and trial {} of the series has {key} = {}: they are not the same workload besides the varied dimension; report a series of this configuration",
                         text(value),
@@ -522,7 +522,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
         if tr.identity.workload != r.identity.workload {
             return Err(InputError::Content {
                 path: l.path.clone(),
-                schema: super::inputs::SERIES.into(),
+                schema: crate::schema::load::SERIES.into(),
                 message: format!(
                     "the result measured the `{}` workload and the series `{}`",
                     r.identity.workload, tr.identity.workload
@@ -619,8 +619,8 @@ fn value_cell(v: &Value, lang: Style) -> Cell {
 }
 
 /// A run's status in the reader's language (the identifier in the JSON stays English).
-fn status_word(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
-    use crate::measure::result::RunStatus as S;
+fn status_word(status: crate::schema::measure::RunStatus, lang: Style) -> &'static str {
+    use crate::schema::measure::RunStatus as S;
     match status {
         S::Ok => lang.t("ok", "réussi"),
         S::Failed => lang.t("failed", "échoué"),
@@ -1048,9 +1048,9 @@ fn observed(b: &mut Vec<Block>, r: &MeasureResult, s: Option<&Series>, lang: Sty
 }
 
 /// A sweep trial's status in the reader's language.
-fn trial_status(status: crate::sweep::series::TrialStatus, lang: Style) -> &'static str {
-    use crate::measure::result::RunStatus as S;
-    use crate::sweep::series::TrialStatus as T;
+fn trial_status(status: crate::schema::series::TrialStatus, lang: Style) -> &'static str {
+    use crate::schema::measure::RunStatus as S;
+    use crate::schema::series::TrialStatus as T;
     let run = match status {
         T::Unavailable => return lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
         T::Ok => S::Ok,
@@ -1094,7 +1094,12 @@ fn series_observed(b: &mut Vec<Block>, s: &Series, lang: Style) {
                     )
                     .into()
                 },
-                format!("{}{}s", lang.decimal(t.duration_s, 2), super::format::NBSP).into(),
+                format!(
+                    "{}{}s",
+                    lang.decimal(t.duration_s, 2),
+                    crate::report::format::NBSP
+                )
+                .into(),
             ]
         })
         .collect();
@@ -1361,13 +1366,8 @@ fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
 }
 
 /// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
-fn gap(
-    b: &mut Vec<Block>,
-    r: &MeasureResult,
-    ledger: Option<&crate::explain::ledger::Ledger>,
-    lang: Style,
-) {
-    use crate::explain::ledger::{self, LineId, LineKind, Provenance};
+fn gap(b: &mut Vec<Block>, r: &MeasureResult, ledger: Option<&crate::ledger::Ledger>, lang: Style) {
+    use crate::ledger::{self, LineId, LineKind, Provenance};
     let Some(l) = ledger else {
         return;
     };
@@ -1492,7 +1492,7 @@ fn gap(
             lines,
         }));
     }
-    let diagnostics = crate::explain::ledger::diagnostics_in(r, lang.fr());
+    let diagnostics = crate::ledger::diagnostics_in(r, lang.fr());
     if !diagnostics.is_empty() {
         b.push(Block::List(diagnostics));
     }
@@ -1609,7 +1609,7 @@ fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                     size(top.map(|a| a.size_bytes)),
                     top.and_then(|a| a.user_frame.as_ref().or(a.stack_top.first()))
                         .map_or("—".into(), |f| {
-                            Cell::Code(crate::explain::render::frame(f))
+                            Cell::Code(crate::ledger::render::frame(f))
                         }),
                 ]
             })
@@ -1636,7 +1636,7 @@ fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
 /// The out-of-memory post-mortem, when the run ended in one. In English it is the explain
 /// command's own text; in French it is said again from the classification's figures (PyTorch's
 /// message itself stays in the attached result).
-fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Style) {
+fn post_mortem(b: &mut Vec<Block>, l: &crate::ledger::Ledger, lang: Style) {
     use crate::explain::oom::OomClass;
     let lines = if lang.fr() {
         let mut out = Vec::new();
@@ -1705,7 +1705,7 @@ fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Sty
                     both(Some(blk.bytes), lang),
                     blk.frames.first().map_or("?".into(), |f| format!(
                         "{}:{}",
-                        crate::explain::render::short_path(f.filename.as_deref().unwrap_or("?")),
+                        crate::ledger::render::short_path(f.filename.as_deref().unwrap_or("?")),
                         f.line.unwrap_or(0)
                     ))
                 ));
@@ -1713,7 +1713,7 @@ fn post_mortem(b: &mut Vec<Block>, l: &crate::explain::ledger::Ledger, lang: Sty
         }
         out
     } else {
-        crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
+        crate::ledger::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
     };
     if lines.is_empty() {
         return;
@@ -1777,7 +1777,7 @@ fn assumed(
             s.varied
                 .iter()
                 .map(|v| v.name())
-                .chain((!s.alloc_confs.is_empty()).then_some(crate::sweep::vary::ALLOC_CONF))
+                .chain((!s.alloc_confs.is_empty()).then_some(crate::schema::alloc_conf::ALLOC_CONF))
                 .collect::<Vec<_>>()
                 .join(", ")
         })

@@ -127,7 +127,7 @@ pub struct Attachment {
 pub struct Document {
     pub title: String,
     /// The language and the unit every number is written in.
-    pub style: super::format::Style,
+    pub style: crate::report::format::Style,
     pub blocks: Vec<Block>,
     pub attachments: Vec<Attachment>,
 }

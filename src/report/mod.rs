@@ -7,5 +7,5 @@ pub mod decision_sheet;
 pub mod document;
 pub mod export;
 pub mod format;
-pub mod inputs;
 pub mod names;
+pub mod need;

@@ -1,10 +1,10 @@
 //! The names of estimate terms and ledger lines in the fiche's language, keyed on their ids (the
 //! files hold English words; French is made here from the id, never by rewriting the English).
 
-use super::format::Style;
-use super::inputs::EstimateTerm;
 use crate::estimate::{Shard, TermId};
-use crate::explain::ledger::{Checkpoint, LineId};
+use crate::ledger::{Checkpoint, LineId};
+use crate::report::format::Style;
+use crate::schema::load::EstimateTerm;
 
 /// An estimate term's name: the file's English words, or French made from its id (a term this
 /// version does not know keeps its English name).

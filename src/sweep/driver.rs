@@ -7,24 +7,25 @@ use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
 use std::time::Instant;
 
-use super::fit;
-use super::plan::SweepPlan;
-use super::search::{self, Bounds, Probe};
-use super::series::{
+use crate::cards;
+use crate::measure::build::TrialOutcome;
+use crate::measure::trial::TrialRunner;
+use crate::prediction;
+use crate::progress::Progress;
+use crate::schema::alloc_conf::ALLOC_CONF;
+use crate::schema::dimensions::Variable;
+use crate::schema::fit;
+use crate::schema::measure::MeasureResult;
+use crate::schema::series::{
     CardFrontier, FitRecord, FrontierRecord, Series, SeriesStatus, SweepMode, TrialRecord,
     TrialStatus, Writer,
 };
-use super::vary::{ALLOC_CONF, Values, Vary, grid_order};
-use crate::cards;
-use crate::exit::ExitStatus;
-use crate::measure::dimensions::Variable;
-use crate::measure::plan::MeasurePlan;
-use crate::measure::result::MeasureResult;
-use crate::measure::trial::{TrialOutcome, TrialRunner};
-use crate::prediction;
-use crate::progress::Progress;
 use crate::signals::Stop;
+use crate::sweep::plan::SweepPlan;
+use crate::sweep::search::{self, Bounds, Probe};
+use crate::sweep::vary::{Values, Vary, grid_order};
 use crate::units::Bytes;
+use crate::workload::plan::MeasurePlan;
 
 /// How a sweep ended.
 pub enum Finish {
@@ -68,7 +69,7 @@ pub fn run(
         plan,
         runner,
         series: Series {
-            schema: super::series::SCHEMA.into(),
+            schema: crate::schema::series::SCHEMA.into(),
             tool_version: env!("CARGO_PKG_VERSION").into(),
             started_at: now.clone(),
             updated_at: now,
@@ -147,27 +148,15 @@ pub fn run(
     })
 }
 
-/// 3 when a trial crashed, timed out, was stopped, found PyTorch missing, or failed for a reason
-/// other than out-of-memory (only an out-of-memory at a known load is a finding); else 0.
-pub fn exit_status(series: &Series) -> ExitStatus {
+/// Whether the series failed as a workload: a trial crashed, timed out, was stopped, found PyTorch
+/// missing, or failed for a reason other than out-of-memory (only an out-of-memory at a known load
+/// is a finding). The command turns it into exit status 3.
+pub fn failed(series: &Series) -> bool {
     let stopped = matches!(
         series.status,
         SeriesStatus::Interrupted | SeriesStatus::Terminated
     );
-    if stopped || series.trials.iter().any(is_broken) {
-        ExitStatus::WorkloadFailed
-    } else {
-        ExitStatus::Ok
-    }
-}
-
-/// A trial that is neither a success nor a finding (an out-of-memory).
-pub fn is_broken(t: &TrialRecord) -> bool {
-    match t.status {
-        TrialStatus::Ok => false,
-        TrialStatus::Failed => !t.out_of_memory,
-        _ => true,
-    }
+    stopped || series.trials.iter().any(TrialRecord::is_broken)
 }
 
 fn one_value(variable: Variable, v: u64) -> Map<String, Value> {
@@ -302,7 +291,7 @@ impl Sweep<'_> {
             let ok = match result {
                 Ok(Step::Done(ok)) => {
                     // Only an out-of-memory tells where the frontier is: stop on anything else.
-                    if last.is_some_and(is_broken) {
+                    if last.is_some_and(TrialRecord::is_broken) {
                         stop = Some(Ok(None));
                     }
                     ok
@@ -386,7 +375,7 @@ impl Sweep<'_> {
             let peak = t.peak_reserved_bytes.map_or(String::new(), |b| {
                 format!(", peak reserved {:.3} GiB", Bytes(b).gib())
             });
-            format!(" (last: {}{peak})", super::render::status_label(t))
+            format!(" (last: {}{peak})", crate::sweep::render::status_label(t))
         });
         self.progress.set_message(&format!("running {label}{last}"));
         let began = Instant::now();
@@ -414,7 +403,7 @@ impl Sweep<'_> {
                 }
             }
             TrialOutcome::Measured(mut result) => {
-                prediction::check::kv_cache(&mut result, &kv_estimates);
+                crate::schema::check::kv_cache(&mut result, &kv_estimates);
                 summarize(index, values, load, *result, duration_s)
             }
         };
@@ -422,7 +411,7 @@ impl Sweep<'_> {
         self.progress.println(&format!(
             "trial {:>3} {label:<28} {:<11} peak reserved {}",
             index + 1,
-            super::render::status_label(&record),
+            crate::sweep::render::status_label(&record),
             record
                 .peak_reserved_bytes
                 .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib()))
@@ -595,8 +584,8 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
-    use crate::measure::spec::{WorkerSpec, WorkloadSpec};
     use crate::measure::trial::mock::{MockRunner, Outcome};
+    use crate::schema::spec::{WorkerSpec, WorkloadSpec};
     use clap::Parser;
 
     fn plan(args: &[&str], output: &std::path::Path) -> SweepPlan {
@@ -609,7 +598,7 @@ mod tests {
         SweepPlan::from_args(&args).unwrap()
     }
 
-    fn dense(spec: &WorkerSpec) -> &crate::measure::spec::DenseSpec {
+    fn dense(spec: &WorkerSpec) -> &crate::schema::spec::DenseSpec {
         match &spec.workload {
             WorkloadSpec::Dense(d) => d,
             other => panic!("not dense: {other:?}"),
@@ -656,7 +645,7 @@ mod tests {
         let fit = series.fit.as_ref().unwrap();
         assert_eq!(fit.variable, Variable::Batch);
         assert!((fit.fit.predict(16.0) - 16e6).abs() < 1.0);
-        assert_eq!(exit_status(&series), ExitStatus::Ok);
+        assert!(!failed(&series));
         assert_eq!(on_disk(&out).trials.len(), 4, "the file holds every trial");
     }
 
@@ -723,7 +712,7 @@ mod tests {
             "every trial runs under the emulated limit"
         );
         assert_eq!(series.status, SeriesStatus::Complete);
-        assert_eq!(exit_status(&series), ExitStatus::Ok);
+        assert!(!failed(&series));
     }
 
     #[test]
@@ -754,7 +743,7 @@ mod tests {
             assert_eq!(series.trials.last().unwrap().status, status);
             assert!(!series.trials.last().unwrap().out_of_memory);
             assert!(series.notes.iter().any(|n| n.contains("stopped early")));
-            assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
+            assert!(failed(&series));
         }
     }
 
@@ -772,7 +761,7 @@ mod tests {
         assert_eq!(series.status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).trials.len(), 3);
-        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
+        assert!(failed(&series));
     }
 
     #[test]
@@ -787,8 +776,8 @@ mod tests {
         };
         assert_eq!(series.trials[1].status, TrialStatus::Failed);
         assert!(!series.trials[1].out_of_memory);
-        assert!(is_broken(&series.trials[1]));
-        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
+        assert!(series.trials[1].is_broken());
+        assert!(failed(&series));
         let table = super::super::render::table(&series, std::path::Path::new("s.json"));
         assert!(table.contains("mock: ValueError"), "{table}");
     }
@@ -823,7 +812,7 @@ mod tests {
             let disk = on_disk(&out);
             assert_eq!((disk.status, disk.trials.len()), (status, 2));
             assert!(disk.notes.iter().any(|n| n.contains(stop.name())));
-            assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
+            assert!(failed(&series));
         }
     }
 
@@ -847,7 +836,7 @@ mod tests {
             panic!()
         };
         assert_eq!(series.trials[1].status, TrialStatus::Unavailable);
-        assert_eq!(exit_status(&series), ExitStatus::WorkloadFailed);
+        assert!(failed(&series));
     }
 
     #[test]
@@ -901,7 +890,7 @@ mod tests {
 
     #[test]
     fn allocator_settings_are_compared_in_fresh_trials_at_each_value() {
-        use crate::measure::alloc_conf::AllocConf;
+        use crate::schema::alloc_conf::AllocConf;
         // Expandable segments reserve 10% less in this mock.
         let mut calls = 0u64;
         let mut mock = MockRunner::new(|s| {

@@ -7,9 +7,8 @@
 //! `render` the terminal table.
 
 pub(crate) mod driver;
-pub mod fit;
 pub(crate) mod plan;
+pub(crate) mod predicting;
 pub(crate) mod render;
 pub mod search;
-pub mod series;
 pub(crate) mod vary;

@@ -5,13 +5,13 @@
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use super::search::Bounds;
-use super::series::{Limit, SweepMode};
-use super::vary::{AllocConf, Search, Values, Vary, VaryArg};
 use crate::cards;
 use crate::cli::SweepArgs;
-use crate::measure::dimensions::Variable;
-use crate::measure::plan::MeasurePlan;
+use crate::schema::dimensions::Variable;
+use crate::schema::series::{Limit, SweepMode};
+use crate::sweep::search::Bounds;
+use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg};
+use crate::workload::plan::MeasurePlan;
 
 /// A named reference load (`--loads`): the dimensions it sets.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::series::{Series, TrialRecord};
+use crate::schema::series::{Series, TrialRecord};
 use crate::units::Bytes;
 
 /// `out-of-memory` for a trial that ran out of memory, else its status.
@@ -55,7 +55,7 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
                 "  (in {p}; a partial peak is not the need of a complete run)"
             ))
         );
-        if super::driver::is_broken(t)
+        if t.is_broken()
             && let Some(e) = &t.error
         {
             let _ = writeln!(o, "       {e}");
@@ -74,11 +74,7 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             );
         }
     }
-    let broken = s
-        .trials
-        .iter()
-        .filter(|t| super::driver::is_broken(t))
-        .count();
+    let broken = s.trials.iter().filter(|t| t.is_broken()).count();
     if broken > 0 {
         let _ = writeln!(
             o,

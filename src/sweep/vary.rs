@@ -3,8 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::measure::alloc_conf::AllocConf;
-pub use crate::measure::dimensions::Variable;
+use crate::schema::alloc_conf::ALLOC_CONF;
+
+pub use crate::schema::alloc_conf::AllocConf;
+pub use crate::schema::dimensions::Variable;
 
 /// How a sweep chooses its values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -34,9 +36,6 @@ pub enum VaryArg {
     Dimension(Vary),
     AllocConf(Vec<AllocConf>),
 }
-
-/// The key of the allocator setting in a trial's values.
-pub const ALLOC_CONF: &str = "alloc-conf";
 
 /// Parses `name=1,2,4`, `name=lo..hi` or `alloc_conf=default,expandable_segments`.
 pub fn parse_vary_arg(text: &str) -> Result<VaryArg, String> {

@@ -408,5 +408,5 @@ print(json.dumps(history.summarize_live(snapshot, 0, limit=2)))
     assert_eq!(live[0]["frames"][0]["filename"], "/home/me/train.py");
     assert_eq!(live[1]["bytes"], 2097152);
     // The Rust side reads the same shape.
-    let _: iteragpu::measure::history::LiveSummary = serde_json::from_value(s).unwrap();
+    let _: iteragpu::schema::history::LiveSummary = serde_json::from_value(s).unwrap();
 }

@@ -417,11 +417,11 @@ fn environment_reports_and_exits_0() {
         ));
 }
 
-/// The worker's Python side parses the spec examples documented in src/measure/spec.rs (which the
+/// The worker's Python side parses the spec examples documented in src/schema/spec.rs (which the
 /// Rust side round-trips in its own test) and refuses a key it does not know.
 #[test]
 fn the_worker_reads_the_documented_specs() {
-    let examples: Vec<String> = include_str!("../../src/measure/spec.rs")
+    let examples: Vec<String> = include_str!("../../src/schema/spec.rs")
         .lines()
         .filter_map(|l| l.strip_prefix("//! {"))
         .map(|rest| format!("{{{rest}"))

@@ -317,7 +317,7 @@ fn the_notebook_recorder_writes_the_same_schema() {
         String::from_utf8_lossy(&first.stderr)
     );
     let text = std::fs::read_to_string(&out).unwrap();
-    let result: iteragpu::measure::result::MeasureResult =
+    let result: iteragpu::schema::measure::MeasureResult =
         serde_json::from_str(&text).expect("the CLI's schema");
     assert_eq!(result.schema, "iteragpu.measure/1");
     assert_eq!(result.phases.len(), 1);

@@ -9,9 +9,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Kind, TermId};
-use crate::measure::result::MeasureResult;
-use crate::prediction::document::{PredictedPhase, PredictionDoc};
-use crate::report::inputs::EstimateDoc;
+use crate::schema::load::EstimateDoc;
+use crate::schema::measure::MeasureResult;
+use crate::schema::prediction::{PredictedPhase, PredictionDoc};
+
+pub mod render;
 
 pub const SCHEMA: &str = "iteragpu.explain/1";
 
@@ -285,12 +287,12 @@ pub struct Ledger {
     /// The allocator's own story: fragmentation, retries, rounding.
     pub diagnostics: Vec<String>,
     /// The failure's out-of-memory message, parsed and classified.
-    pub post_mortem: Option<super::oom::PostMortem>,
+    pub post_mortem: Option<crate::explain::oom::PostMortem>,
     /// What PyTorch's observer saw alive at the (latest) out-of-memory.
-    pub live_at_oom: Option<crate::measure::history::OomSnapshot>,
+    pub live_at_oom: Option<crate::schema::history::OomSnapshot>,
     /// `--timeline`: the largest allocations alive at the explained phase's peak, with the
     /// frames that made them (empty without a timeline).
-    pub largest_at_peak: Vec<super::snapshot::Allocation>,
+    pub largest_at_peak: Vec<crate::explain::snapshot::Allocation>,
     pub notes: Vec<String>,
 }
 
@@ -335,7 +337,7 @@ fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&
         .iter()
         .filter(|ph| ph.name == name)
         .nth(nth)
-        .filter(|ph| ph.status == crate::prediction::document::PhaseStatus::Predicted)
+        .filter(|ph| ph.status == crate::schema::prediction::PhaseStatus::Predicted)
 }
 
 /// Why a result has no ledger.
@@ -787,7 +789,7 @@ fn largest_at_peak(
     r: &MeasureResult,
     device: &str,
     index: u64,
-) -> Vec<super::snapshot::Allocation> {
+) -> Vec<crate::explain::snapshot::Allocation> {
     let device_index = device
         .rsplit(':')
         .next()

@@ -7,20 +7,19 @@ use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::alloc_conf::AllocConf;
-use super::dimensions::{Dimensions, Variable};
-use super::history::{HistoryMode, HistorySpec};
-use super::result::Policies;
-use super::spec::{
-    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
-    TrainPrecision, TrainShard, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
-};
-use super::torchrun::{Rendezvous, Torchrun};
-use super::trial::Trial;
 use crate::cli::MeasureArgs;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::model::{Architecture, Config, ModelError};
+use crate::schema::alloc_conf::AllocConf;
+use crate::schema::dimensions::{Dimensions, Variable};
+use crate::schema::history::{HistoryMode, HistorySpec};
+use crate::schema::measure::Policies;
+use crate::schema::spec::{
+    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
+    TrainPrecision, TrainShard, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
+};
+use crate::schema::torchrun::{Rendezvous, Torchrun};
 
 /// The largest world size `predict` follows: the fake process group's cost grows with the ranks
 /// (about linearly: 16,384 ranks took 229 s on this 2-core machine; 4,096 stay within a minute).
@@ -455,7 +454,7 @@ impl MeasurePlan {
     pub fn allocator_backend(&self) -> String {
         match self.alloc_conf {
             Some(a) => a.backend().to_string(),
-            None => crate::prediction::target::allocator_backend_from_env(),
+            None => crate::schema::target::allocator_backend_from_env(),
         }
     }
 
@@ -832,4 +831,30 @@ fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
         }),
         training,
     })
+}
+
+/// Everything needed to run one trial.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    pub workload: String,
+    /// What the worker runs.
+    pub spec: WorkerSpec,
+    pub devices: Vec<String>,
+    /// The requested dimensions, recorded in the result.
+    pub dimensions: Map<String, Value>,
+    pub seed: Option<u64>,
+    /// Phases the workload runs, in order (documentation of the scope).
+    pub scope_phases: Vec<String>,
+    pub first_pass: String,
+    pub policies: Policies,
+    pub python: PathBuf,
+    pub timeout: Option<Duration>,
+    /// Forward the workload's own output to our stderr (a sweep keeps its terminal quiet).
+    pub forward_output: bool,
+    /// Name, but do not end, the processes the workload leaves running (`--keep-children`).
+    pub keep_children: bool,
+    /// The allocator setting the worker starts with (`None`: the environment's).
+    pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
+    /// `--nproc-per-node`: one worker per local rank under torchrun.
+    pub torchrun: Option<crate::schema::torchrun::Torchrun>,
 }

@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The key of the allocator setting in a trial's values (a sweep over `alloc-conf`).
+pub const ALLOC_CONF: &str = "alloc-conf";
+
 /// The variables PyTorch reads its allocator settings from (the newest first); a trial with a
 /// setting clears all of them, so nothing the user exported mixes into the comparison.
 pub const VARIABLES: [&str; 3] = [

@@ -4,11 +4,11 @@
 
 use std::fmt::Write as _;
 
-use super::ledger::{Figure, Ledger, LineKind, Provenance};
-use super::oom::PostMortem;
-use super::snapshot::Allocation;
-use crate::measure::history::OomSnapshot;
-use crate::measure::result::Timeline;
+use crate::explain::oom::PostMortem;
+use crate::explain::snapshot::Allocation;
+use crate::ledger::{Figure, Ledger, LineKind, Provenance};
+use crate::schema::history::OomSnapshot;
+use crate::schema::measure::Timeline;
 use crate::units::Bytes;
 
 fn cell(f: &Option<Figure>) -> String {
@@ -248,7 +248,7 @@ pub fn largest_at_peak(list: &[Allocation]) -> Vec<String> {
 }
 
 /// `file:line in function`, iteragpu's temporary package folder left out.
-pub fn frame(f: &super::snapshot::Frame) -> String {
+pub fn frame(f: &crate::explain::snapshot::Frame) -> String {
     format!("{}:{} in {}", short_path(&f.filename), f.line, f.name)
 }
 

@@ -6,8 +6,8 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 use crate::estimate::{Kind, TermId};
-use crate::measure::result::MeasureResult;
-use crate::sweep::series::Series;
+use crate::schema::measure::MeasureResult;
+use crate::schema::series::Series;
 
 /// Why an input file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +136,7 @@ pub enum InputFile {
     Measure(Box<MeasureResult>),
     Series(Box<Series>),
     Estimate(Box<EstimateDoc>),
-    Prediction(Box<crate::prediction::document::PredictionDoc>),
+    Prediction(Box<crate::schema::prediction::PredictionDoc>),
 }
 
 /// A file read from disk, with its raw bytes (attached to reports) and their SHA-256.
@@ -151,9 +151,9 @@ pub struct Loaded {
 }
 
 pub use crate::estimate::SCHEMA as ESTIMATE;
-pub use crate::measure::result::SCHEMA as MEASURE;
-pub use crate::prediction::document::SCHEMA as PREDICTION;
-pub use crate::sweep::series::SCHEMA as SERIES;
+pub use crate::schema::measure::SCHEMA as MEASURE;
+pub use crate::schema::prediction::SCHEMA as PREDICTION;
+pub use crate::schema::series::SCHEMA as SERIES;
 
 /// The largest iteragpu document read: a result with its timeline summary or a long series stays
 /// far below; anything larger is not one of ours (a device, a stray file) and is refused unread.
@@ -232,7 +232,7 @@ impl Loaded {
     }
 
     /// This file as the prediction beside a result (`--prediction`).
-    pub fn as_prediction(&self) -> Result<&crate::prediction::document::PredictionDoc, InputError> {
+    pub fn as_prediction(&self) -> Result<&crate::schema::prediction::PredictionDoc, InputError> {
         match &self.doc {
             InputFile::Prediction(p) => Ok(p),
             _ => Err(self.wrong(
@@ -288,7 +288,7 @@ pub fn check_estimate_of(r: &MeasureResult, e: &EstimateDoc, l: &Loaded) -> Resu
 /// Refuses a prediction of another workload or other dimensions than the result's.
 pub fn check_prediction_of(
     r: &MeasureResult,
-    p: &crate::prediction::document::PredictionDoc,
+    p: &crate::schema::prediction::PredictionDoc,
     l: &Loaded,
 ) -> Result<(), InputError> {
     let refuse = |message: String| InputError::Content {
@@ -356,7 +356,7 @@ pub fn gather_nodes(files: Vec<Loaded>, allow_mismatch: bool) -> Result<Vec<Load
                 _ => None,
             })
             .collect();
-        let doc = crate::measure::ranks::merge_nodes(&pairs, allow_mismatch).map_err(|e| {
+        let doc = crate::schema::nodes::merge_nodes(&pairs, allow_mismatch).map_err(|e| {
             InputError::Content {
                 path: group[0].path.clone(),
                 schema: MEASURE.into(),

@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-use super::fit::Fit;
-use crate::measure::dimensions::Variable;
-use crate::measure::result::{MeasureResult, RunStatus};
 use crate::output::OutputError;
+use crate::schema::dimensions::Variable;
+use crate::schema::fit::Fit;
+use crate::schema::measure::{MeasureResult, RunStatus};
 
 pub const SCHEMA: &str = "iteragpu.series/1";
 
@@ -147,6 +147,17 @@ pub struct TrialRecord {
     pub result: Option<MeasureResult>,
 }
 
+impl TrialRecord {
+    /// A trial that is neither a success nor a finding (an out-of-memory).
+    pub fn is_broken(&self) -> bool {
+        match self.status {
+            TrialStatus::Ok => false,
+            TrialStatus::Failed => !self.out_of_memory,
+            _ => true,
+        }
+    }
+}
+
 /// A frontier search's outcome.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrontierRecord {
@@ -220,7 +231,7 @@ pub struct Series {
     pub varied: Vec<Variable>,
     /// The allocator settings compared (mode `alloc-conf`), in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub alloc_confs: Vec<crate::measure::alloc_conf::AllocConf>,
+    pub alloc_confs: Vec<crate::schema::alloc_conf::AllocConf>,
     /// The worker specification shared by every trial (the varied keys removed).
     pub base: Map<String, Value>,
     /// Checked after each trial: every option but the varied ones was identical.
@@ -277,7 +288,7 @@ impl Series {
                     .iter()
                     .map(|a| {
                         self.trials.iter().find(|t| {
-                            t.values.get(crate::sweep::vary::ALLOC_CONF)
+                            t.values.get(crate::schema::alloc_conf::ALLOC_CONF)
                                 == Some(&Value::from(a.name()))
                                 && variable.and_then(|x| t.values.get(x.name())?.as_u64()) == v
                         })

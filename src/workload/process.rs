@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::events::{Line, parse};
 use crate::progress::Progress;
 use crate::python_side::Package;
+use crate::schema::events::{Line, parse};
 use crate::signals::{Stop, StopRequest};
 
 /// How to start a worker.
@@ -54,7 +54,7 @@ pub enum Launch {
     Worker,
     /// `python -m torch.distributed.run … -m iteragpu.worker SPEC.json`: one worker per local
     /// rank, each a connection to a Unix socket of the CLI (sources 0, 1, … in connection order).
-    Torchrun(super::torchrun::Torchrun),
+    Torchrun(crate::schema::torchrun::Torchrun),
 }
 
 /// How the worker ended.
@@ -129,25 +129,6 @@ enum Msg {
 }
 
 const STDERR_TAIL: usize = 40;
-
-/// Asks the kernel to kill the worker if the CLI dies without stopping it (SIGKILL of the CLI):
-/// no orphan keeps GPU memory.
-pub(crate) fn die_with_parent(command: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: prctl and getppid are async-signal-safe and touch only the calling (child) process.
-    unsafe {
-        command.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            // The parent may have died before the request was made: then do not start at all.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "iteragpu ended before its worker started",
-                ));
-            }
-            Ok(())
-        });
-    }
-}
 
 /// How long the output forwarders may still read after the worker ended: a descendant that keeps
 /// the pipes open (a detached child) never delays the end of the run by more than this.
@@ -349,10 +330,11 @@ pub fn run(
             let socket = dir.path().join("ev.sock");
             listener = Some(UnixListener::bind(&socket).map_err(StartError::Files)?);
             command.args(t.args(&dir.path().join("logs")));
-            for var in super::torchrun::Torchrun::scrubbed(std::env::vars().map(|(k, _)| k)) {
+            for var in crate::schema::torchrun::Torchrun::scrubbed(std::env::vars().map(|(k, _)| k))
+            {
                 command.env_remove(var);
             }
-            command.env(super::torchrun::EVENTS_SOCKET, &socket);
+            command.env(crate::schema::torchrun::EVENTS_SOCKET, &socket);
             // What torchrun sets when it is unset (and says so in a banner on every run).
             if std::env::var_os("OMP_NUM_THREADS").is_none() {
                 command.env("OMP_NUM_THREADS", "1");
@@ -376,7 +358,7 @@ pub fn run(
             None => command.env_remove(key),
         };
     }
-    die_with_parent(&mut command);
+    crate::signals::die_with_parent(&mut command);
     let mut child = command.spawn().map_err(|e| StartError::Interpreter {
         python: cmd.python.display().to_string(),
         reason: crate::output::reason(&e),
@@ -554,7 +536,7 @@ impl Channels {
                     self.open += 1;
                 }
                 let parsed = parse(&line);
-                if let Line::Event(super::events::Event::Hello { pid, .. }) = &parsed
+                if let Line::Event(crate::schema::events::Event::Hello { pid, .. }) = &parsed
                     && self.torchrun
                 {
                     self.rank_groups.push(*pid);

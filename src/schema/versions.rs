@@ -117,15 +117,6 @@ impl Versions {
         }
     }
 
-    pub fn of_assumptions(a: &super::document::Assumptions) -> Versions {
-        Versions {
-            torch: a.torch_version.clone(),
-            transformers: a.transformers_version.clone(),
-            peft: a.peft_version.clone(),
-            cuda: a.cuda_version.clone(),
-        }
-    }
-
     fn get(&self, name: &str) -> Option<&str> {
         match name {
             "torch" => self.torch.as_deref(),

@@ -34,10 +34,10 @@ pub struct WorkerSpec {
     pub memory_limit_bytes: Option<u64>,
     /// Predict instead of measure: run on data-less CUDA tensors for this card, in a CPU process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predict: Option<crate::prediction::target::Target>,
+    pub predict: Option<crate::schema::target::Target>,
     /// What the allocator records (`measure/history.rs`); absent: nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<super::history::HistorySpec>,
+    pub history: Option<crate::schema::history::HistorySpec>,
     /// A prediction of rank 0 of this many ranks, on PyTorch's fake process group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u64>,

@@ -5,11 +5,12 @@
 
 use anyhow::{Result, bail};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{CapacitySource, Card};
-use crate::prediction::document::PredictionStatus;
-use crate::report::inputs::{self, InputFile};
+use crate::cards::{CapacitySource, Card};
+use crate::schema::load::{self, InputFile};
+use crate::schema::prediction::PredictionStatus;
 use crate::units::{Bytes, GIB};
 
 /// One card's answer.
@@ -40,7 +41,7 @@ pub struct Need {
 /// peak reserved; a failed run is refused), a series (its largest successful trial) or a
 /// prediction (its highest predicted peak reserved, said to be a prediction).
 pub fn from_file(path: &Path) -> Result<Need> {
-    let l = inputs::load(path)?;
+    let l = load::load(path)?;
     Ok(match &l.doc {
         InputFile::Estimate(e) => Need {
             bytes: Bytes(e.total_bytes),
@@ -61,7 +62,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
             let unpredictable = p
                 .phases
                 .iter()
-                .filter(|ph| ph.status != crate::prediction::document::PhaseStatus::Predicted)
+                .filter(|ph| ph.status != crate::schema::prediction::PhaseStatus::Predicted)
                 .count();
             Need {
                 bytes: Bytes(peak),
@@ -193,4 +194,58 @@ pub fn fits(catalog: &[Card], need: Bytes, overhead: u64) -> Vec<CardFit> {
             }
         })
         .collect()
+}
+
+/// The need, the overhead and one verdict per card.
+pub fn render_fits(
+    need: Bytes,
+    source: &str,
+    overhead: u64,
+    overhead_source: &str,
+    fits: &[CardFit],
+) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "need per device: {} bytes ({}), from {source}",
+        need.grouped(),
+        need.both()
+    );
+    let _ = writeln!(
+        o,
+        "minus non-PyTorch memory per process: {} bytes ({overhead_source})\n",
+        Bytes(overhead).grouped()
+    );
+    for f in fits {
+        let m = f.margin_bytes;
+        let margin = format!(
+            "{}{:.2} GB = {}{:.2} GiB",
+            if m < 0 { "−" } else { "+" },
+            m.unsigned_abs() as f64 / 1e9,
+            if m < 0 { "−" } else { "+" },
+            m.unsigned_abs() as f64 / GIB as f64
+        );
+        let verdict = match (f.fits, f.devices_if_split) {
+            (true, _) => format!("fits on one device, margin {margin}"),
+            (false, Some(n)) => format!(
+                "does not fit on one device ({margin}): the work must be split over at least {n} devices (tensor or pipeline parallelism, offloading) — how is for you to measure"
+            ),
+            (false, None) => {
+                "does not fit: the memory outside PyTorch's allocator alone fills this card"
+                    .to_string()
+            }
+        };
+        let _ = writeln!(
+            o,
+            "  {:<14} usable {:>8.2} GiB ({})  {verdict}",
+            f.card,
+            Bytes(f.usable_bytes).gib(),
+            f.capacity_source.label()
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nSeveral GPUs are never one pool of memory: each device must hold its own share, and a failure on one is not fixed by free memory on another."
+    );
+    o
 }

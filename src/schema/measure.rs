@@ -4,46 +4,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::PhaseRecord;
 use crate::environment::{DriverView, PythonEnvironment};
+use crate::schema::events::PhaseRecord;
+
+pub use crate::schema::run::{Identity, RunStatus};
 
 pub const SCHEMA: &str = "iteragpu.measure/1";
-
-/// How a run, or one of its phases, ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum RunStatus {
-    /// Every phase completed.
-    Ok,
-    /// A phase raised an exception (out of memory among others); the worker reported it.
-    Failed,
-    /// The worker was killed by a signal or exited unexpectedly.
-    Crashed,
-    /// Stopped by the CLI after `--timeout`.
-    Timeout,
-    /// Stopped by the user (Ctrl-C, SIGINT).
-    Interrupted,
-    /// Stopped by SIGTERM or SIGHUP sent to iteragpu (`stop_signal` says which).
-    Terminated,
-}
-
-impl RunStatus {
-    pub fn is_ok(self) -> bool {
-        self == RunStatus::Ok
-    }
-}
 
 /// A whole measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -74,21 +40,21 @@ pub struct MeasureResult {
     pub worker: WorkerInfo,
     /// The prediction next to what was observed, per phase.
     #[serde(default)]
-    pub predictions: Vec<crate::prediction::check::PhaseCheck>,
+    pub predictions: Vec<PhaseCheck>,
     /// The prediction itself (`iteragpu predict` for the measured card, run after the
     /// measurement on the CPU); null with a note when it could not run or was skipped.
     #[serde(default)]
-    pub prediction: Option<Box<crate::prediction::document::PredictionDoc>>,
+    pub prediction: Option<Box<crate::schema::prediction::PredictionDoc>>,
     /// The cache object's real size next to the estimate's KV term for the same load (causal-lm).
     #[serde(default)]
-    pub kv_cache: Vec<crate::prediction::check::CacheCheck>,
+    pub kv_cache: Vec<CacheCheck>,
     /// The allocator's recording as the worker could start it (null: not asked, `--no-history`).
     #[serde(default)]
-    pub history: Option<super::history::HistoryStatus>,
+    pub history: Option<crate::schema::history::HistoryStatus>,
     /// What PyTorch's out-of-memory observer saw before raising (the largest live blocks with
     /// their frames); at most `history::MAX_OOM_SNAPSHOTS`.
     #[serde(default)]
-    pub oom_snapshots: Vec<super::history::OomSnapshot>,
+    pub oom_snapshots: Vec<crate::schema::history::OomSnapshot>,
     /// `--timeline`: the allocator's snapshot written next to the result, and its summary.
     #[serde(default)]
     pub timeline: Option<Timeline>,
@@ -98,21 +64,6 @@ pub struct MeasureResult {
     /// Events of types this CLI does not know, kept verbatim.
     pub unknown_events: Vec<Value>,
     pub notes: Vec<String>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Identity {
-    /// Built-in workload name (`dense`, …) or `script`.
-    pub workload: String,
-    /// `sha256:` of the Python code that measured; for a script, of the tool's code, the
-    /// script's bytes and its arguments together (`python_side::script_code_hash`).
-    pub code_hash: String,
-    /// `sha256:` of the script file alone (`--script` only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub script_sha256: Option<String>,
-    pub seed: Option<u64>,
-    /// What the workload declared about itself (model, revision, architecture, parameters…).
-    pub declared: Map<String, Value>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -147,7 +98,7 @@ pub struct Policies {
     pub warmup: u64,
     pub repeats: u64,
     /// `never` or `between-repeats` (torch.cuda.empty_cache() before each warm repeat).
-    pub empty_cache: super::spec::EmptyCache,
+    pub empty_cache: crate::schema::spec::EmptyCache,
     /// `per-phase`: synchronize and reset peaks around every phase; `whole-loop`: one phase.
     pub protocol: String,
     pub timeout_s: Option<u64>,
@@ -192,7 +143,7 @@ pub struct Failure {
 pub struct Distributed {
     /// `torchrun (torch.distributed.run)`, with its options.
     pub launcher: String,
-    pub torchrun: super::torchrun::Torchrun,
+    pub torchrun: crate::schema::torchrun::Torchrun,
     /// `TORCHELASTIC_RUN_ID` as the ranks read it: the files of one job's nodes share it.
     pub run_id: Option<String>,
     pub world_size: u64,
@@ -230,12 +181,12 @@ pub struct RankResult {
     pub phases: Vec<PhaseRecord>,
     pub failure: Option<Failure>,
     #[serde(default)]
-    pub oom_snapshots: Vec<super::history::OomSnapshot>,
+    pub oom_snapshots: Vec<crate::schema::history::OomSnapshot>,
     pub notes: Vec<String>,
 }
 
 impl RankResult {
-    fn readings(&self) -> impl Iterator<Item = &super::events::DeviceReading> {
+    fn readings(&self) -> impl Iterator<Item = &crate::schema::events::DeviceReading> {
         self.phases.iter().flat_map(|p| p.devices.iter())
     }
 
@@ -305,7 +256,7 @@ impl MeasureResult {
             .max()
     }
 
-    fn readings(&self) -> impl Iterator<Item = &super::events::DeviceReading> {
+    fn readings(&self) -> impl Iterator<Item = &crate::schema::events::DeviceReading> {
         self.phases.iter().flat_map(|p| p.devices.iter())
     }
 }
@@ -342,7 +293,7 @@ pub fn warm_summary(phases: &[PhaseRecord], devices: &[String]) -> Vec<WarmSumma
         .iter()
         .enumerate()
         .map(|(i, device)| {
-            let pick = |f: fn(&super::events::DeviceReading) -> Option<u64>| {
+            let pick = |f: fn(&crate::schema::events::DeviceReading) -> Option<u64>| {
                 stat(
                     warm.iter()
                         .filter_map(|p| p.devices.get(i).and_then(f))
@@ -359,6 +310,37 @@ pub fn warm_summary(phases: &[PhaseRecord], devices: &[String]) -> Vec<WarmSumma
             }
         })
         .collect()
+}
+
+/// Predicted vs observed for one phase.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseCheck {
+    pub phase: String,
+    pub index: u64,
+    pub predicted_peak_allocated_bytes: u64,
+    pub observed_peak_allocated_bytes: Option<u64>,
+    /// (observed − predicted) ÷ observed × 100.
+    pub error_allocated_pct: Option<f64>,
+    pub predicted_peak_reserved_bytes: u64,
+    pub observed_peak_reserved_bytes: Option<u64>,
+    pub error_reserved_pct: Option<f64>,
+    pub basis: String,
+}
+
+/// Observed KV-cache bytes next to the estimate for the same load.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CacheCheck {
+    pub phase: String,
+    pub index: u64,
+    pub tokens: u64,
+    pub estimated_bytes: u64,
+    /// Sum of the storage of every tensor the cache object holds (each storage counted once).
+    pub observed_bytes: Option<u64>,
+    /// observed − estimated.
+    pub difference_bytes: Option<i64>,
+    /// (observed − estimated) ÷ estimated × 100.
+    pub difference_pct: Option<f64>,
+    pub basis: String,
 }
 
 #[cfg(test)]

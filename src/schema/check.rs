@@ -1,48 +1,15 @@
 //! Predicted vs observed: predictions matched to the phases that really ran, and the cache's real
 //! size next to the estimate's KV term.
 
-use serde::{Deserialize, Serialize};
-
-use super::document::PredictionDoc;
-use crate::measure::events::PhaseRecord;
-use crate::measure::result::MeasureResult;
-
-/// Predicted vs observed for one phase.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PhaseCheck {
-    pub phase: String,
-    pub index: u64,
-    pub predicted_peak_allocated_bytes: u64,
-    pub observed_peak_allocated_bytes: Option<u64>,
-    /// (observed − predicted) ÷ observed × 100.
-    pub error_allocated_pct: Option<f64>,
-    pub predicted_peak_reserved_bytes: u64,
-    pub observed_peak_reserved_bytes: Option<u64>,
-    pub error_reserved_pct: Option<f64>,
-    pub basis: String,
-}
+use crate::schema::events::PhaseRecord;
+use crate::schema::measure::{CacheCheck, MeasureResult, PhaseCheck};
+use crate::schema::prediction::PredictionDoc;
 
 /// (observed − predicted) ÷ observed × 100; `None` without an observation.
 pub fn error_pct(predicted: u64, observed: Option<u64>) -> Option<f64> {
     observed
         .filter(|o| *o > 0)
         .map(|o| (o as f64 - predicted as f64) / o as f64 * 100.0)
-}
-
-/// Observed KV-cache bytes next to the estimate for the same load.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CacheCheck {
-    pub phase: String,
-    pub index: u64,
-    pub tokens: u64,
-    pub estimated_bytes: u64,
-    /// Sum of the storage of every tensor the cache object holds (each storage counted once).
-    pub observed_bytes: Option<u64>,
-    /// observed − estimated.
-    pub difference_bytes: Option<i64>,
-    /// (observed − estimated) ÷ estimated × 100.
-    pub difference_pct: Option<f64>,
-    pub basis: String,
 }
 
 /// Matches a prediction's phases to the observed ones in order (the n-th `warm_forward`
@@ -59,7 +26,7 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
         used[k] = true;
         let p = &predicted[k];
         // A failed phase's figures stop where it failed: not a prediction of the whole phase.
-        if p.status != super::document::PhaseStatus::Predicted {
+        if p.status != crate::schema::prediction::PhaseStatus::Predicted {
             continue;
         }
         let (Some(p_alloc), Some(p_resv)) = (p.peak_allocated_bytes, p.peak_reserved_bytes) else {
@@ -143,7 +110,7 @@ mod tests {
         // A phase that failed in the prediction keeps the figures reached until it failed.
         let mut failed = phase("late", Some(300));
         failed["status"] = "failed".into();
-        let target = crate::prediction::target::Target::named(None, "native").unwrap();
+        let target = crate::schema::target::Target::named(None, "native").unwrap();
         let doc: PredictionDoc = serde_json::from_value(serde_json::json!({
             "schema": "iteragpu.prediction/1", "tool_version": "t", "kind": "prediction", "status": "partial",
             "created_at": "", "identity": {"workload": "dense", "code_hash": "x", "seed": 0, "declared": {}},

@@ -135,7 +135,7 @@ pub struct PhaseRecord {
     pub inputs: Map<String, Value>,
     /// `ok`, `failed` (exception), or, when the worker died during the phase, `crashed`,
     /// `timeout` or `interrupted`.
-    pub status: super::result::RunStatus,
+    pub status: crate::schema::run::RunStatus,
     pub duration_s: Option<f64>,
     /// Wall-clock bounds of the phase in microseconds since the Unix epoch (the clock of the
     /// allocator's trace, which `--timeline` splits by phase).
@@ -209,7 +209,7 @@ pub enum Event {
         error: Option<Value>,
     },
     /// Prediction only: a storage appeared on the target device.
-    Alloc(Box<crate::prediction::trace::Alloc>),
+    Alloc(Box<crate::schema::trace::Alloc>),
     /// Prediction only: a storage's last reference died.
     Free {
         id: u64,
@@ -217,10 +217,10 @@ pub enum Event {
     /// Prediction only: a storage's role became known.
     Tag {
         id: u64,
-        category: crate::prediction::trace::Category,
+        category: crate::schema::trace::Category,
     },
     /// Prediction only: an op fake tensors cannot follow.
-    Unpredictable(crate::prediction::trace::Unpredictable),
+    Unpredictable(crate::schema::trace::Unpredictable),
     /// Prediction only: a value read from data (`.item()`) answered with a placeholder.
     Placeholder {
         op: String,
@@ -243,9 +243,9 @@ pub enum Event {
         text: String,
     },
     /// The allocator's recording as the worker could start it.
-    History(super::history::HistoryStatus),
+    History(crate::schema::history::HistoryStatus),
     /// What PyTorch's out-of-memory observer saw before it raised.
-    OomSnapshot(Box<super::history::OomSnapshot>),
+    OomSnapshot(Box<crate::schema::history::OomSnapshot>),
     /// `--timeline`: the snapshot dumped (its temporary path) or why not.
     Snapshot {
         path: Option<String>,

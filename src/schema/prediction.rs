@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
-use super::target::Target;
-use super::trace::Unpredictable;
+use crate::schema::target::Target;
+use crate::schema::trace::Unpredictable;
 
 pub const SCHEMA: &str = "iteragpu.prediction/1";
 
@@ -112,11 +112,11 @@ pub struct PredictionDoc {
     /// until it stopped.
     pub status: PredictionStatus,
     pub created_at: String,
-    pub identity: crate::measure::result::Identity,
+    pub identity: crate::schema::run::Identity,
     pub dimensions: Map<String, Value>,
     pub target: Target,
     /// The worker's specification as run (rerunnable: `python -m iteragpu.worker SPEC.json`).
-    pub spec: crate::measure::spec::WorkerSpec,
+    pub spec: crate::schema::spec::WorkerSpec,
     pub assumptions: Assumptions,
     pub phases: Vec<PredictedPhase>,
     /// The workload's error, or why the prediction stopped (the timeout, a signal); ` (at
@@ -125,11 +125,11 @@ pub struct PredictionDoc {
     /// The workload's exception: type, message, the innermost frame of the user's code and the
     /// traceback's last lines; null when it did not raise (or was stopped).
     #[serde(default)]
-    pub failure_detail: Option<super::failure::FailureDetail>,
+    pub failure_detail: Option<crate::schema::failure::FailureDetail>,
     /// `--like FILE`: the prediction's torch, transformers, peft and CUDA next to those of a
     /// measurement or an environment report of the GPU machine; null without `--like`.
     #[serde(default)]
-    pub like: Option<super::versions::Like>,
+    pub like: Option<crate::schema::versions::Like>,
     pub notes: Vec<String>,
 }
 
@@ -262,6 +262,18 @@ impl PredictionDoc {
             parent = p.parent;
         }
         depth
+    }
+}
+
+/// The versions a prediction was made with, as `--like` compares them.
+impl Assumptions {
+    pub fn versions(&self) -> crate::schema::versions::Versions {
+        crate::schema::versions::Versions {
+            torch: self.torch_version.clone(),
+            transformers: self.transformers_version.clone(),
+            peft: self.peft_version.clone(),
+            cuda: self.cuda_version.clone(),
+        }
     }
 }
 

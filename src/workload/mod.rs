@@ -1,0 +1,7 @@
+//! One workload plan, two runners: `measure` runs it on a GPU, `prediction` on fake CUDA tensors.
+//!
+//! The plan (validated once) and the worker process (its group, timeout, signals and event
+//! stream) are shared here, so neither runner imports the other.
+
+pub mod plan;
+pub mod process;
