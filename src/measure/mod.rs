@@ -19,3 +19,6 @@ pub(crate) mod timeline;
 pub(crate) mod torchrun;
 pub(crate) mod trial;
 pub(crate) mod worker_process;
+
+/// The built-in workloads' phase names, for the tests that run the Python workloads against them.
+pub use plan::scope_phases;
