@@ -143,7 +143,7 @@ class Recorder:
         for device in self.devices:
             try:
                 self.torch.cuda.synchronize(device)
-            except Exception as exc:
+            except Exception as exc:  # a CUDA error (the workload's own, surfacing here) is this reading's reason, never fatal
                 reasons["synchronize"] = f"{type(exc).__name__}: {exc}"
 
     def _levels(self, device: Any, reasons: Reasons) -> dict[str, int | None]:
@@ -201,13 +201,13 @@ class Recorder:
                 for key, read in (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved)):
                     try:
                         value = int(read(device))
-                    except Exception:
+                    except Exception:  # an unreadable peak is not carried; its own phase says why
                         continue
                     carried[key] = max(carried.get(key, 0), value)
         for device in self.devices:
             try:
                 cuda.reset_peak_memory_stats(device)
-            except Exception as exc:
+            except Exception as exc:  # this torch's counters may raise anything (a backend without the call): a reason, never fatal
                 start_reasons["reset_peak_memory_stats"] = f"{type(exc).__name__}: {exc}"
         state: Record = {
             "name": name,
@@ -245,7 +245,7 @@ class Recorder:
             try:
                 free, total = cuda.mem_get_info(device)
                 info = {"free_bytes": int(free), "total_bytes": int(total)}
-            except Exception as exc:
+            except Exception as exc:  # any driver or backend error is this reading's reason, never fatal
                 reasons["mem_get_info"] = f"{type(exc).__name__}: {exc}"
             reasons.update(end_reasons)
             carried = state["carried"][k]
@@ -323,7 +323,7 @@ def _allocator_stats(cuda: Any, device: Any, reasons: Reasons) -> dict[str, Any]
     reason; with cudaMallocAsync PyTorch reports fewer of them (the missing ones are None)."""
     try:
         stats = cuda.memory_stats(device)
-    except Exception as exc:
+    except Exception as exc:  # cudaMallocAsync and other backends refuse it in their own ways: a reason, never fatal
         reasons["allocator"] = f"{type(exc).__name__}: {exc}"
         return None
     out: dict[str, Any] = {}
@@ -336,7 +336,7 @@ def _allocator_stats(cuda: Any, device: Any, reasons: Reasons) -> dict[str, Any]
         out[name] = int(value) if value is not None else None
     try:
         out["largest_free_block"] = _largest_free_blocks(cuda, device)
-    except Exception as exc:
+    except Exception as exc:  # the snapshot's layout differs across torch versions: a reason, never fatal
         reasons["largest_free_block"] = f"{type(exc).__name__}: {exc}"
         out["largest_free_block"] = None
     return out
