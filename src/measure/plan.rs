@@ -845,3 +845,50 @@ fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
         training,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lm(extra: Value) -> WorkerSpec {
+        let mut doc = json!({
+            "workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "config.json",
+            "batch": 1, "context": 16, "prompt_tokens": 8, "new_tokens": 2, "cache": "dynamic",
+            "window": null, "dtype": "float32", "whole_loop": false, "lora_rank": null,
+            "lora_targets": []
+        });
+        doc.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(doc).unwrap()
+    }
+
+    /// A sharded job opens with its process group, as `workloads/sharding.py::init` does; each
+    /// training step's five phases follow the loading, then evaluation and export.
+    #[test]
+    fn a_sharded_job_starts_with_its_process_group() {
+        let train = json!({"task": "train", "steps": 1, "optimizer": "adamw", "precision": "fp32",
+            "gradient_checkpointing": false});
+        let mut sharded = train.clone();
+        sharded["shard"] = json!("fsdp");
+        let steps = ["forward", "loss", "backward", "optimizer_step", "zero_grad"];
+        let unsharded = scope_phases(&lm(train));
+        assert_eq!(&unsharded[..2], ["model_load", "inputs"]);
+        assert_eq!(&unsharded[2..7], steps);
+        assert_eq!(&unsharded[7..], ["evaluation", "export"]);
+        let sharded = scope_phases(&lm(sharded));
+        assert_eq!(sharded[0], "init_process_group");
+        assert_eq!(sharded[1..], unsharded[..]);
+        assert_eq!(
+            scope_phases(&lm(json!({}))),
+            [
+                "model_load",
+                "inputs",
+                "prefill",
+                "decode",
+                "prefill_warm",
+                "decode_warm"
+            ]
+        );
+    }
+}
