@@ -68,11 +68,11 @@ def connect() -> IO[str]:
     return s.makefile("w", buffering=1, encoding="utf-8")
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After a stop signal, how long the rank's Python code gets to record the phase it was in before
 # the watchdog ends the process itself (a rank blocked inside a collective never returns to
 # Python, where a signal handler would run).
-STOP_GRACE_S = 3.0
+STOP_GRACE_S: float = 3.0
 
 
 def _message(signum: int) -> str:

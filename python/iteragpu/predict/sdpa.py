@@ -40,11 +40,11 @@ __all__ = ["choose", "call", "BACKENDS"]
 # at::SDPBackend numbering (as torch.nn.attention.SDPBackend).
 _MATH, _FLASH, _EFFICIENT, _CUDNN, _OVERRIDEABLE = 0, 1, 2, 3, 4
 BACKENDS: dict[int, str] = {_MATH: "math", _FLASH: "flash", _EFFICIENT: "efficient", _CUDNN: "cudnn"}
-_DEFAULT_ORDER = [_FLASH, _EFFICIENT, _MATH, _CUDNN, _OVERRIDEABLE]  # Context.h sdp_priority_order
+_DEFAULT_ORDER: list[int] = [_FLASH, _EFFICIENT, _MATH, _CUDNN, _OVERRIDEABLE]  # Context.h sdp_priority_order
 # The installed torch's own order before any workload ran (2.6 has no overrideable backend and
 # repeats math: [1, 2, 0, 3, 0]): an order still equal to it is untouched too.
-_INSTALLED_ORDER = list(torch._C._get_sdp_priority_order())
-_MAX_GRID = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/head checks
+_INSTALLED_ORDER: list[int] = list(torch._C._get_sdp_priority_order())
+_MAX_GRID: int = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/head checks
 
 
 # ----------------------------------------------------------------------------- rule sets

@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import values as known_values
 
-aten = torch.ops.aten
+aten: Any = torch.ops.aten
 
 # Ops that run cuBLAS (their first call on a thread creates that thread's cuBLAS workspaces).
 BLAS_OPS: set[str] = {

@@ -34,13 +34,13 @@ SMALL: int = 1 << 16
 # Largest real CPU input an op may read to compute a followed value.
 REAL_INPUT: int = 1 << 20
 
-aten = torch.ops.aten
+aten: Any = torch.ops.aten
 
 # Boolean ops whose result can be known although an input is not (absorption).
-_OR = {"bitwise_or", "logical_or", "__or__", "__ior__", "bitwise_or_", "logical_or_"}
-_AND = {"bitwise_and", "logical_and", "__and__", "__iand__", "bitwise_and_", "logical_and_"}
-_NOT = {"bitwise_not", "logical_not", "bitwise_not_", "logical_not_"}
-PARTIAL = _OR | _AND | _NOT
+_OR: set[str] = {"bitwise_or", "logical_or", "__or__", "__ior__", "bitwise_or_", "logical_or_"}
+_AND: set[str] = {"bitwise_and", "logical_and", "__and__", "__iand__", "bitwise_and_", "logical_and_"}
+_NOT: set[str] = {"bitwise_not", "logical_not", "bitwise_not_", "logical_not_"}
+PARTIAL: set[str] = _OR | _AND | _NOT
 
 # In-place ops whose named written arguments keep their values whatever the data (the policy above):
 # op name -> (argument names, the note said once).
