@@ -15,18 +15,21 @@ Anything this PyTorch or its allocator backend does not support is reported as a
 (event ``history``), never hidden and never fatal to the measurement.
 """
 
+from __future__ import annotations
+
 import time
+from typing import Any, Callable
 
 # At an out-of-memory: how many live blocks and frames per block are reported.
-LARGEST_LIVE = 10
-FRAMES = 8
+LARGEST_LIVE: int = 10
+FRAMES: int = 8
 
 
-def _reason(exc):
+def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _is_workload(filename):
+def _is_workload(filename: str) -> bool:
     """A frame of the workload: not PyTorch, not iteragpu's machinery (its built-in workloads
     are workloads), not Python's standard library. The CLI's snapshot reader uses the same rule."""
     if "/torch/" in filename or filename.startswith("torch/") or "torchinductor_" in filename:
@@ -40,7 +43,7 @@ def _is_workload(filename):
     return filename.endswith(".py") or filename.startswith("<")
 
 
-def _frames(block):
+def _frames(block: dict[str, Any]) -> list[dict[str, Any]]:
     """The block's Python frames (innermost first), the workload's own before the others."""
     frames = [
         {"filename": f.get("filename"), "line": f.get("line"), "name": f.get("name")}
@@ -52,7 +55,7 @@ def _frames(block):
     return (own + rest)[:FRAMES]
 
 
-def summarize_live(snapshot, device_index, limit=LARGEST_LIVE):
+def summarize_live(snapshot: dict[str, Any], device_index: int, limit: int = LARGEST_LIVE) -> dict[str, Any]:
     """The device's segments as the allocator saw them: reserved, live and free bytes, the
     largest free block, and the largest live blocks with their frames."""
     reserved = live = free = largest_free = segments = 0
@@ -92,7 +95,7 @@ def summarize_live(snapshot, device_index, limit=LARGEST_LIVE):
 class History:
     """Starts the allocator's recording and follows the phases; `finish()` dumps the timeline."""
 
-    def __init__(self, torch, config, emit):
+    def __init__(self, torch: Any, config: dict[str, Any], emit: Callable[[str, Any], None]) -> None:
         self.torch = torch
         self.mode = config.get("mode", "state")
         self.max_entries = int(config.get("max_entries") or 100_000)
@@ -101,9 +104,9 @@ class History:
         self.recording = False
         self.markers = False
         self.observer = False
-        self.reasons = {}
+        self.reasons: dict[str, str] = {}
 
-    def start(self):
+    def start(self) -> History:
         memory = getattr(self.torch.cuda, "memory", None)
         record = getattr(memory, "_record_memory_history", None)
         if record is None:
@@ -115,13 +118,13 @@ class History:
                 else:
                     record(enabled="state", context="alloc", stacks="python")
                 self.recording = True
-            except Exception as exc:  # cudaMallocAsync and pluggable allocators refuse it
+            except Exception as exc:  # any error of PyTorch's private API (cudaMallocAsync and pluggable allocators refuse it): a reason, never fatal
                 self.reasons["record"] = _reason(exc)
         supported = getattr(memory, "_memory_metadata_supported", None)
         if self.mode == "timeline" and self.recording and hasattr(memory, "_set_memory_metadata"):
             try:
                 self.markers = bool(supported()) if supported else True
-            except Exception as exc:
+            except Exception as exc:  # PyTorch's private API: any error is a reason, never fatal
                 self.reasons["markers"] = _reason(exc)
             if not self.markers and "markers" not in self.reasons:
                 self.reasons["markers"] = "the allocator backend records no metadata"
@@ -134,7 +137,7 @@ class History:
             try:
                 attach(self._on_oom)
                 self.observer = True
-            except Exception as exc:
+            except Exception as exc:  # PyTorch's private API: any error is a reason, never fatal
                 self.reasons["observer"] = _reason(exc)
         self.emit(
             "history",
@@ -149,13 +152,13 @@ class History:
         )
         return self
 
-    def _on_oom(self, device, alloc, device_allocated, device_free):
+    def _on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         """Called by PyTorch before it raises an out-of-memory: what was alive at that moment."""
         try:
             snapshot = self.torch.cuda.memory._snapshot()
-            live = summarize_live(snapshot, int(device))
+            live: dict[str, Any] | None = summarize_live(snapshot, int(device))
             reason = None
-        except Exception as exc:
+        except Exception as exc:  # inside PyTorch's observer, before its own error: nothing may escape
             live, reason = None, _reason(exc)
         self.emit(
             "oom_snapshot",
@@ -170,37 +173,37 @@ class History:
             },
         )
 
-    def phase_start(self, index, name):
+    def phase_start(self, index: int, name: str) -> None:
         if self.markers:
             try:
                 self.torch.cuda.memory._set_memory_metadata(f"iteragpu phase {index} {name}")
-            except Exception as exc:
+            except Exception as exc:  # PyTorch's private API: any error stops the markers, said
                 self.markers = False
                 self.reasons["markers"] = _reason(exc)
 
-    def phase_end(self):
+    def phase_end(self) -> None:
         if self.markers:
             try:
                 self.torch.cuda.memory._set_memory_metadata("")
-            except Exception as exc:
+            except Exception as exc:  # PyTorch's private API: any error stops the markers, said
                 self.markers = False
                 self.reasons["markers"] = _reason(exc)
 
-    def finish(self):
+    def finish(self) -> None:
         """Dumps the timeline (mode ``timeline``) where the CLI asked; says where or why not."""
         if self.mode != "timeline" or not self.snapshot:
             return
-        data = {"path": None, "reason": None}
+        data: dict[str, str | None] = {"path": None, "reason": None}
         if not self.recording:
             data["reason"] = self.reasons.get("record", "the history was not recorded")
         else:
             try:
                 self.torch.cuda.memory._dump_snapshot(self.snapshot)
                 data["path"] = self.snapshot
-            except Exception as exc:
+            except Exception as exc:  # a full disk, an unwritable path, PyTorch's private API: said
                 data["reason"] = _reason(exc)
             try:
                 self.torch.cuda.memory._record_memory_history(enabled=None)
-            except Exception:
+            except Exception:  # stopping the recording is best effort: the snapshot is already out
                 pass
         self.emit("snapshot", data)

@@ -4,13 +4,16 @@
 standard output; `iteragpu environment` reads it. The worker calls `collect` itself.
 """
 
+from __future__ import annotations
+
 import importlib.metadata
 import json
 import os
 import platform
 import sys
+from typing import Any, Callable
 
-SETTINGS = [
+SETTINGS: list[str] = [
     "PYTORCH_ALLOC_CONF",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_HIP_ALLOC_CONF",
@@ -20,21 +23,21 @@ SETTINGS = [
 ]
 
 
-def _try(fn):
+def _try(fn: Callable[[], Any]) -> tuple[Any, str | None]:
     try:
         return fn(), None
-    except Exception as exc:
+    except Exception as exc:  # the torch being probed may raise anything: the value is None with its reason
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _version(package):
+def _version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def python_info():
+def python_info() -> dict[str, str]:
     return {
         "executable": sys.executable,
         "version": platform.python_version(),
@@ -42,7 +45,7 @@ def python_info():
     }
 
 
-def device_index(name):
+def device_index(name: str) -> int:
     """`cuda:1` → 1; `cuda` → 0; anything else raises ValueError with the fix."""
     kind, _, index = name.partition(":")
     if kind != "cuda":
@@ -54,9 +57,9 @@ def device_index(name):
     return int(index)
 
 
-def collect(torch, devices):
+def collect(torch: Any, devices: list[str]) -> dict[str, Any]:
     """Everything about this interpreter's PyTorch; `can_measure` says whether measure can run."""
-    info = {
+    info: dict[str, Any] = {
         "python": python_info(),
         "settings": {k: os.environ.get(k) for k in SETTINGS},
         "transformers_version": _version("transformers"),
@@ -71,7 +74,7 @@ def collect(torch, devices):
     cuda_version = getattr(version, "cuda", None)
     hip_version = getattr(version, "hip", None)
     backend = "hip" if hip_version else ("cuda" if cuda_version else None)
-    t = {
+    t: dict[str, Any] = {
         "version": getattr(torch, "__version__", None),
         "cuda_version": cuda_version,
         "hip_version": hip_version,
@@ -109,7 +112,7 @@ def collect(torch, devices):
     if why:
         reasons["device_count"] = why
     for index in range(t["device_count"]):
-        props, why = _try(lambda index=index: torch.cuda.get_device_properties(index))
+        props, why = _device_properties(torch, index)
         if props is None:
             t["devices"].append({"index": index, "name": None, "total_memory": None, "reason": why})
             continue
@@ -140,14 +143,18 @@ def collect(torch, devices):
     return info
 
 
-def main():
+def _device_properties(torch: Any, index: int) -> tuple[Any, str | None]:
+    return _try(lambda: torch.cuda.get_device_properties(index))
+
+
+def main() -> int:
     from .channel import Channel
 
     channel = Channel.take_stdout()
     request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     try:
         import torch
-    except Exception as exc:
+    except Exception as exc:  # a broken install raises more than ImportError (OSError, RuntimeError): reported
         info = collect(None, [])
         info["reason"] = (
             f"PyTorch cannot be imported by {sys.executable}: {type(exc).__name__}: {exc}; "

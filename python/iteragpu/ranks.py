@@ -7,13 +7,21 @@ kill it when torchrun dies, and turns the signals torchrun forwards into an exce
 the phase it was in is recorded as stopped and its last events still reach the CLI.
 """
 
+from __future__ import annotations
+
 import ctypes
 import dataclasses
 import os
 import signal
 import socket
+from types import FrameType
+from typing import IO, TYPE_CHECKING, Any
 
-EVENTS_SOCKET = "ITERAGPU_EVENTS_SOCKET"
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .spec import WorkerSpec
+
+EVENTS_SOCKET: str = "ITERAGPU_EVENTS_SOCKET"
 
 
 class RankStopped(BaseException):
@@ -21,7 +29,7 @@ class RankStopped(BaseException):
     `measure/ranks.rs` knows this name."""
 
 
-def identity():
+def identity() -> dict[str, Any] | None:
     """This rank's identity from torchrun's environment, or None for a plain worker."""
     if EVENTS_SOCKET not in os.environ or "LOCAL_RANK" not in os.environ:
         return None
@@ -38,7 +46,7 @@ def identity():
     }
 
 
-def die_with_agent():
+def die_with_agent() -> None:
     """PR_SET_PDEATHSIG: a SIGKILL of torchrun takes this rank with it (no orphan holding a GPU)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -49,7 +57,7 @@ def die_with_agent():
         os._exit(70)  # torchrun died before the request was made
 
 
-def connect():
+def connect() -> IO[str]:
     """The rank's event stream: a connection to the CLI's socket; prints go to stderr."""
     import sys
 
@@ -60,21 +68,21 @@ def connect():
     return s.makefile("w", buffering=1, encoding="utf-8")
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After a stop signal, how long the rank's Python code gets to record the phase it was in before
 # the watchdog ends the process itself (a rank blocked inside a collective never returns to
 # Python, where a signal handler would run).
-STOP_GRACE_S = 3.0
+STOP_GRACE_S: float = 3.0
 
 
-def _message(signum):
+def _message(signum: int) -> str:
     return (
         f"stopped by {signal.Signals(signum).name}: torchrun stops every rank when one ends, "
         "or the run was interrupted"
     )
 
 
-def stop_on_signals(channel):
+def stop_on_signals(channel: Channel) -> None:
     """SIGTERM, SIGINT and SIGHUP (torchrun forwards them) raise RankStopped in the main thread,
     so the phase it was in is recorded as stopped. A rank blocked inside a call (a collective
     waiting for a peer that died) never returns to Python to run that handler: a watchdog thread,
@@ -83,7 +91,7 @@ def stop_on_signals(channel):
     import threading
     import time
 
-    def _raise(signum, frame):
+    def _raise(signum: int, frame: FrameType | None) -> None:
         raise RankStopped(_message(signum))
 
     read_end, write_end = os.pipe()
@@ -92,7 +100,7 @@ def stop_on_signals(channel):
     for sig in STOP_SIGNALS:
         signal.signal(sig, _raise)
 
-    def _watch():
+    def _watch() -> None:
         data = os.read(read_end, 1)
         signum = data[0] if data else signal.SIGTERM
         time.sleep(STOP_GRACE_S)
@@ -112,7 +120,7 @@ def stop_on_signals(channel):
     threading.Thread(target=_watch, name="iteragpu-stop", daemon=True).start()
 
 
-def for_rank(spec, rank):
+def for_rank(spec: WorkerSpec, rank: dict[str, Any]) -> WorkerSpec:
     """The rank's own spec: its device, `devices[LOCAL_RANK]`."""
     devices = tuple(spec.devices)
     k = rank["local_rank"]

@@ -7,14 +7,24 @@
 5. record success or the error. A value that could not be read is None with a reason, never 0.
 """
 
+from __future__ import annotations
+
 import contextlib
 import json
 import time
+from typing import Any, Callable, ContextManager, Dict, Iterator, Literal
 
-_current = None
+# An event's sender: `emit(type, data)` (the worker's channel, or nothing in a notebook).
+Emit = Callable[[str, Any], None]
+# A phase's record (`phase_end`'s data), and the open phase's state between `begin` and `end`.
+Record = Dict[str, Any]
+# Why a reading is None, by field.
+Reasons = Dict[str, str]
+
+_current: Recorder | None = None
 
 
-def _reading(fn, reasons, field):
+def _reading(fn: Callable[[], Any], reasons: Reasons, field: str) -> int | None:
     try:
         value = fn()
         return int(value)
@@ -31,25 +41,27 @@ class Recorder:
     the end of a `with Recorder(...) as rec:` block), without the CLI's NVML view.
     """
 
-    def __init__(self, torch=None, devices=None, emit=None, output=None):
+    def __init__(self, torch: Any = None, devices: list[str] | None = None, emit: Emit | None = None, output: str | None = None) -> None:
         if torch is None:
-            import torch
-        self.torch = torch
-        self.devices = [torch.device(d) for d in (devices or ["cuda:0"])]
-        self.phases = []
-        self.identity = {}
+            import torch as installed
+
+            torch = installed
+        self.torch: Any = torch
+        self.devices: list[Any] = [torch.device(d) for d in (devices or ["cuda:0"])]
+        self.phases: list[Record] = []
+        self.identity: dict[str, Any] = {}
         self.output = output
         self._index = 0
         # Phases open now, innermost last: a phase opened inside another nests in it.
-        self._open = []
+        self._open: list[Record] = []
         self._standalone = emit is None
         # The allocator's recording (iteragpu.history), when the CLI asked for one.
-        self.history = None
-        self._emit = emit or (lambda type_, data: None)
+        self.history: Any = None
+        self._emit: Emit = emit or (lambda type_, data: None)
         if self._standalone:
             self._start_standalone(torch)
 
-    def _start_standalone(self, torch):
+    def _start_standalone(self, torch: Any) -> None:
         import datetime
         import os
 
@@ -68,15 +80,15 @@ class Recorder:
         self._started = datetime.datetime.now(datetime.timezone.utc).isoformat()
         _set_current(self)
 
-    def __enter__(self):
+    def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, kind, value, tb):
+    def __exit__(self, kind: object, value: object, tb: object) -> Literal[False]:
         if self._standalone:
             self.save()
         return False
 
-    def save(self):
+    def save(self) -> str:
         """Writes the result (schema iteragpu.measure/1) with create-new semantics."""
         import datetime
         import os
@@ -84,7 +96,7 @@ class Recorder:
         from .channel import PROTOCOL
 
         failed = next((p for p in self.phases if p["status"] != "ok"), None)
-        doc = {
+        doc: dict[str, Any] = {
             "schema": "iteragpu.measure/1",
             "tool_version": f"python-recorder/{PROTOCOL}",
             "status": "failed" if failed else "ok",
@@ -120,33 +132,34 @@ class Recorder:
             "unknown_events": [],
             "notes": ["recorded in the caller's process (notebook): not a fresh process per run"],
         }
+        assert self.output is not None  # checked when the standalone recorder started
         with open(self.output, "x", encoding="utf-8") as f:
             json.dump(doc, f, indent=2, default=str)
         if _current is self:
             _set_current(None)
         return self.output
 
-    def _sync(self, reasons):
+    def _sync(self, reasons: Reasons) -> None:
         for device in self.devices:
             try:
                 self.torch.cuda.synchronize(device)
-            except Exception as exc:
+            except Exception as exc:  # a CUDA error (the workload's own, surfacing here) is this reading's reason, never fatal
                 reasons["synchronize"] = f"{type(exc).__name__}: {exc}"
 
-    def _levels(self, device, reasons):
+    def _levels(self, device: Any, reasons: Reasons) -> dict[str, int | None]:
         cuda = self.torch.cuda
         return {
             "allocated": _reading(lambda: cuda.memory_allocated(device), reasons, "allocated"),
             "reserved": _reading(lambda: cuda.memory_reserved(device), reasons, "reserved"),
         }
 
-    def describe(self, **identity):
+    def describe(self, **identity: Any) -> None:
         """Declares the workload's identity and dimensions (model, revision, batch, context…)."""
         self.identity.update(identity)
         self._emit("describe", dict(identity))
 
     @contextlib.contextmanager
-    def phase(self, name, **inputs):
+    def phase(self, name: str, **inputs: Any) -> Iterator[dict[str, Any]]:
         state = self.begin(name, inputs)
         error = None
         try:
@@ -158,11 +171,11 @@ class Recorder:
         if error is not None:
             raise error
 
-    def open_phases(self):
+    def open_phases(self) -> list[Record]:
         """The phases open now, outermost first (their records so far)."""
         return list(self._open)
 
-    def begin(self, name, inputs=None, automatic=False):
+    def begin(self, name: str, inputs: dict[str, Any] | None = None, automatic: bool = False) -> Record:
         """Opens a phase (the protocol's steps 1 and 2); `end` closes it. A phase opened inside
         another nests in it: the outer one's peak keeps what it reached before the inner one
         reset the counters."""
@@ -171,14 +184,14 @@ class Recorder:
         index = self._index
         self._index += 1
         parent = self._open[-1]["index"] if self._open else None
-        event = {"name": name, "index": index, "inputs": inputs, "parent": parent}
+        event: dict[str, Any] = {"name": name, "index": index, "inputs": inputs, "parent": parent}
         if automatic:
             event["automatic"] = True
         self._emit("phase_start", event)
         if self.history is not None:
             self.history.phase_start(index, name)
         started_at = time.time_ns() // 1000
-        start_reasons = {}
+        start_reasons: Reasons = {}
         self._sync(start_reasons)
         starts = [self._levels(d, start_reasons) for d in self.devices]
         # The enclosing phases' peaks so far, before the counters are reset for this one.
@@ -188,15 +201,15 @@ class Recorder:
                 for key, read in (("allocated", cuda.max_memory_allocated), ("reserved", cuda.max_memory_reserved)):
                     try:
                         value = int(read(device))
-                    except Exception:
+                    except Exception:  # an unreadable peak is not carried; its own phase says why
                         continue
                     carried[key] = max(carried.get(key, 0), value)
         for device in self.devices:
             try:
                 cuda.reset_peak_memory_stats(device)
-            except Exception as exc:
+            except Exception as exc:  # this torch's counters may raise anything (a backend without the call): a reason, never fatal
                 start_reasons["reset_peak_memory_stats"] = f"{type(exc).__name__}: {exc}"
-        state = {
+        state: Record = {
             "name": name,
             "index": index,
             "inputs": inputs,
@@ -211,14 +224,14 @@ class Recorder:
         self._open.append(state)
         return state
 
-    def end(self, state, error=None):
+    def end(self, state: Record, error: BaseException | None = None) -> Record:
         """Closes a phase (steps 4 and 5); phases opened inside it and still open close first."""
         cuda = self.torch.cuda
         while self._open and self._open[-1] is not state:
             self.end(self._open[-1], RuntimeError("its enclosing phase ended first"))
         if self._open and self._open[-1] is state:
             self._open.pop()
-        end_reasons = {}
+        end_reasons: Reasons = {}
         self._sync(end_reasons)
         duration = time.perf_counter() - state["began"]
         ended_at = time.time_ns() // 1000
@@ -232,12 +245,11 @@ class Recorder:
             try:
                 free, total = cuda.mem_get_info(device)
                 info = {"free_bytes": int(free), "total_bytes": int(total)}
-            except Exception as exc:
+            except Exception as exc:  # any driver or backend error is this reading's reason, never fatal
                 reasons["mem_get_info"] = f"{type(exc).__name__}: {exc}"
             reasons.update(end_reasons)
             carried = state["carried"][k]
-            peak_allocated = _reading(lambda device=device: cuda.max_memory_allocated(device), reasons, "peak_allocated")
-            peak_reserved = _reading(lambda device=device: cuda.max_memory_reserved(device), reasons, "peak_reserved")
+            peak_allocated, peak_reserved = _peaks(cuda, device, reasons)
             if peak_allocated is not None and "allocated" in carried:
                 peak_allocated = max(peak_allocated, carried["allocated"])
             if peak_reserved is not None and "reserved" in carried:
@@ -263,7 +275,7 @@ class Recorder:
                     kept["allocated"] = max(kept.get("allocated", 0), peak_allocated)
                 if peak_reserved is not None:
                     kept["reserved"] = max(kept.get("reserved", 0), peak_reserved)
-        record = {
+        record: Record = {
             "name": state["name"],
             "index": state["index"],
             "inputs": state["inputs"],
@@ -290,7 +302,7 @@ class Recorder:
 
 # memory_stats() fields read at each phase end: ".current" is the end level, ".peak" the phase's
 # highest (the peaks were reset at the phase's start).
-_STATS = {
+_STATS: dict[str, str] = {
     "active_bytes": "active_bytes.all",
     "inactive_split_bytes": "inactive_split_bytes.all",
     "requested_bytes": "requested_bytes.all",
@@ -298,15 +310,23 @@ _STATS = {
 }
 
 
-def _allocator_stats(cuda, device, reasons):
+def _peaks(cuda: Any, device: Any, reasons: Reasons) -> tuple[int | None, int | None]:
+    """The phase's peaks on `device`, allocated then reserved (None with a reason when unreadable)."""
+    return (
+        _reading(lambda: cuda.max_memory_allocated(device), reasons, "peak_allocated"),
+        _reading(lambda: cuda.max_memory_reserved(device), reasons, "peak_reserved"),
+    )
+
+
+def _allocator_stats(cuda: Any, device: Any, reasons: Reasons) -> dict[str, Any] | None:
     """The caching allocator's own counters (fragmentation, rounding, retries), or None with a
     reason; with cudaMallocAsync PyTorch reports fewer of them (the missing ones are None)."""
     try:
         stats = cuda.memory_stats(device)
-    except Exception as exc:
+    except Exception as exc:  # cudaMallocAsync and other backends refuse it in their own ways: a reason, never fatal
         reasons["allocator"] = f"{type(exc).__name__}: {exc}"
         return None
-    out = {}
+    out: dict[str, Any] = {}
     for name, key in _STATS.items():
         for suffix in ("current", "peak"):
             value = stats.get(f"{key}.{suffix}")
@@ -316,13 +336,13 @@ def _allocator_stats(cuda, device, reasons):
         out[name] = int(value) if value is not None else None
     try:
         out["largest_free_block"] = _largest_free_blocks(cuda, device)
-    except Exception as exc:
+    except Exception as exc:  # the snapshot's layout differs across torch versions: a reason, never fatal
         reasons["largest_free_block"] = f"{type(exc).__name__}: {exc}"
         out["largest_free_block"] = None
     return out
 
 
-def _largest_free_blocks(cuda, device):
+def _largest_free_blocks(cuda: Any, device: Any) -> dict[str, int]:
     """The largest inactive block of each pool, from the allocator's snapshot of its segments."""
     index = device.index if getattr(device, "index", None) is not None else 0
     largest = {"small": 0, "large": 0}
@@ -336,10 +356,10 @@ def _largest_free_blocks(cuda, device):
     return largest
 
 
-MESSAGE_LIMIT = 4000
+MESSAGE_LIMIT: int = 4000
 
 
-def bounded_message(error, limit=MESSAGE_LIMIT):
+def bounded_message(error: object, limit: int = MESSAGE_LIMIT) -> str:
     """An error's text within `limit` characters. A long wrapper message keeps the out-of-memory
     text it wraps (the post-mortem parses it): the window around "out of memory", else its head
     and its tail, the cut said by an ellipsis."""
@@ -355,7 +375,7 @@ def bounded_message(error, limit=MESSAGE_LIMIT):
     return text[:half] + " … " + text[-half:]
 
 
-def code_hash():
+def code_hash() -> str:
     """sha256 of this package's files, computed as the CLI computes it (same order, same bytes)."""
     import hashlib
     import os
@@ -363,7 +383,7 @@ def code_hash():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     digest = hashlib.sha256()
 
-    def walk(folder):
+    def walk(folder: str) -> None:
         for entry in sorted(os.scandir(folder), key=lambda e: e.path):
             if entry.is_dir():
                 if entry.name != "__pycache__":
@@ -378,17 +398,17 @@ def code_hash():
     return "sha256:" + digest.hexdigest()
 
 
-def _is_oom(torch, error):
+def _is_oom(torch: Any, error: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
     if oom is not None and isinstance(error, oom):
         return True
     return "out of memory" in str(error).lower()
 
 
-_said_inactive = False
+_said_inactive: bool = False
 
 
-def _active():
+def _active() -> Recorder | None:
     """The recorder in charge, or None — said once on stderr: a script that marks its phases
     runs the same with plain `python script.py`, where nothing is recorded."""
     global _said_inactive
@@ -404,7 +424,7 @@ def _active():
     return _current
 
 
-def phase(name, **inputs):
+def phase(name: str, **inputs: Any) -> ContextManager[dict[str, Any]]:
     """`with iteragpu.phase("forward"): …` — recorded under `iteragpu measure --script` or an
     active Recorder; otherwise the block just runs."""
     rec = _active()
@@ -413,13 +433,13 @@ def phase(name, **inputs):
     return rec.phase(name, **inputs)
 
 
-def describe(**identity):
+def describe(**identity: Any) -> None:
     """Declares the script's identity and dimensions: model=…, revision=…, batch=…, context=…"""
     rec = _active()
     if rec is not None:
         rec.describe(**identity)
 
 
-def _set_current(recorder):
+def _set_current(recorder: Recorder | None) -> None:
     global _current
     _current = recorder

@@ -6,8 +6,8 @@ are tested against. `parse` turns the JSON object into typed, frozen records and
 it does not know, so a misspelt or outdated key fails loudly instead of being ignored.
 """
 
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Optional, Tuple
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, ClassVar, Dict, Iterable, Optional, Set, Tuple, Type, Union
 
 
 class SpecError(ValueError):
@@ -36,7 +36,7 @@ class QuantizedCache:
 
 @dataclass(frozen=True)
 class Dense:
-    workload = "dense"
+    workload: ClassVar[str] = "dense"
     devices: Tuple[str, ...]
     seed: int
     batch: int
@@ -57,7 +57,7 @@ class Dense:
 
 @dataclass(frozen=True)
 class CausalLm:
-    workload = "causal-lm"
+    workload: ClassVar[str] = "causal-lm"
     devices: Tuple[str, ...]
     seed: int
     model_config: str
@@ -81,7 +81,7 @@ class CausalLm:
 
 @dataclass(frozen=True)
 class Script:
-    workload = "script"
+    workload: ClassVar[str] = "script"
     devices: Tuple[str, ...]
     seed: int
     script: str
@@ -92,15 +92,18 @@ class Script:
     world_size: Optional[int] = None
 
 
-WORKLOADS = {cls.workload: cls for cls in (Dense, CausalLm, Script)}
-_NESTED = {"training": (Training, ("task",)), "quantized_cache": (QuantizedCache, ())}
+# What one worker runs: the record `parse` returns.
+WorkerSpec = Union[Dense, CausalLm, Script]
+
+WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Script)}
+_NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {"training": (Training, ("task",)), "quantized_cache": (QuantizedCache, ())}
 
 
-def _required(f):
+def _required(f: Field[Any]) -> bool:
     return f.default is MISSING and f.default_factory is MISSING
 
 
-def _take(cls, doc, extra=()):
+def _take(cls: Any, doc: Dict[str, Any], extra: Iterable[str] = ()) -> Tuple[Any, Set[str]]:
     """Builds the record `cls` from the keys of `doc` it names; returns it and the keys it used."""
     missing = [f.name for f in fields(cls) if _required(f) and f.name not in doc]
     if missing:
@@ -109,16 +112,16 @@ def _take(cls, doc, extra=()):
     return cls(**present), set(present) | {k for k in extra if k in doc}
 
 
-def parse(doc):
+def parse(doc: object) -> WorkerSpec:
     """The typed spec of a JSON object (`{"workload": "dense", …}`); SpecError names what is wrong."""
     if not isinstance(doc, dict):
         raise SpecError("the worker's spec is not a JSON object")
-    kind = doc.get("workload")
+    kind: Any = doc.get("workload")
     cls = WORKLOADS.get(kind)
     if cls is None:
         raise SpecError(f"unknown workload {kind!r}; this worker runs {', '.join(WORKLOADS)}")
     used = {"workload"}
-    values = {}
+    values: Dict[str, Any] = {}
     for f in fields(cls):
         if f.name in _NESTED:
             nested, extra = _NESTED[f.name]

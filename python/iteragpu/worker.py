@@ -5,25 +5,29 @@
 0 (ok), 2 (PyTorch or GPU missing: nothing measured) or 3 (the workload failed).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import traceback
+from typing import Any
 
 from . import history, probe, ranks, recorder
 from . import spec as specs
 from .channel import PROTOCOL, Channel
+from .spec import WorkerSpec
 from .workload import explain_hard_exit, run_workload
 
 
-def run(channel, spec, rank=None):
-    hello = {"pid": os.getpid(), "protocol": PROTOCOL}
+def run(channel: Channel, spec: WorkerSpec, rank: dict[str, Any] | None = None) -> int:
+    hello: dict[str, Any] = {"pid": os.getpid(), "protocol": PROTOCOL}
     if rank is not None:
         hello["rank"] = rank
     channel.emit("hello", hello)
     try:
         import torch
-    except Exception as exc:
+    except Exception as exc:  # a broken install raises more than ImportError (OSError, RuntimeError): reported
         channel.emit(
             "unavailable",
             {
@@ -41,7 +45,7 @@ def run(channel, spec, rank=None):
         # Before anything touches CUDA: no rank opens a context on another rank's device.
         try:
             torch.cuda.set_device(torch.device(spec.devices[0]))
-        except Exception as exc:
+        except Exception as exc:  # any CUDA error here is said; the probe below refuses an unusable device
             channel.emit("note", {"text": f"torch.cuda.set_device({spec.devices[0]}) failed: {type(exc).__name__}: {exc}"})
     env = probe.collect(torch, list(spec.devices))
     channel.emit("environment", env)
@@ -70,7 +74,7 @@ def run(channel, spec, rank=None):
             rec.history.finish()
 
 
-def failed(channel, exc):
+def failed(channel: Channel, exc: BaseException) -> int:
     channel.emit(
         "done",
         {
@@ -81,9 +85,10 @@ def failed(channel, exc):
     return 3
 
 
-def emulate_limit(torch, spec):
+def emulate_limit(torch: Any, spec: WorkerSpec) -> dict[str, Any]:
     """Emulates a smaller card: caps PyTorch's allocator at the limit minus the memory this process
     already holds outside it (CUDA context, libraries), measured here, on every device."""
+    assert spec.memory_limit_bytes is not None  # run() calls this only with a limit
     limit = int(spec.memory_limit_bytes)
     applied = []
     for name in spec.devices:
@@ -102,7 +107,7 @@ def emulate_limit(torch, spec):
     return {"bytes": limit, "emulated": True, "devices": applied}
 
 
-def main():
+def main() -> int:
     rank = ranks.identity()
     if rank is None:
         channel = Channel.take_stdout()

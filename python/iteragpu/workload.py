@@ -2,23 +2,31 @@
 user's script, run in this process (the worker measures around it, the predicting session runs it
 on fake CUDA tensors). Neither runner imports the other: both import this."""
 
+from __future__ import annotations
+
 import os
 import sys
 import traceback
+from types import FrameType
+from typing import Any, Callable, ContextManager, NoReturn
 
 from . import recorder
+from .recorder import Emit, Recorder
+from .spec import CausalLm, Dense, Script, WorkerSpec
 
 
-def run_workload(rec, torch, spec, emit, whole_run=None):
+def run_workload(
+    rec: Recorder, torch: Any, spec: WorkerSpec, emit: Emit, whole_run: Callable[[str], ContextManager[Any]] | None = None
+) -> int:
     """The workload itself, measured or predicted: 0 ok, 2 a package is missing, 3 it failed.
     `whole_run(label)`, when given (a prediction), is a phase around a whole script."""
     try:
-        workload = spec.workload
-        if workload == "dense":
+        # The spec's record type is its workload (`spec.parse` picks it from `workload`).
+        if isinstance(spec, Dense):
             from .workloads import dense
 
             dense.run(rec, torch, spec)
-        elif workload == "causal-lm":
+        elif isinstance(spec, CausalLm):
             from .workloads import causal_lm
 
             try:
@@ -26,7 +34,7 @@ def run_workload(rec, torch, spec, emit, whole_run=None):
             except causal_lm.Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
-        elif workload == "script":
+        elif isinstance(spec, Script):
             if whole_run is not None:
                 with whole_run(os.path.basename(spec.script)):
                     code = run_script(spec)
@@ -35,8 +43,8 @@ def run_workload(rec, torch, spec, emit, whole_run=None):
             if code != 0:
                 raise RuntimeError(f"the script exited with status {code}")
         else:
-            raise ValueError(f"unknown workload {workload!r}")
-    except BaseException as exc:
+            raise ValueError(f"unknown workload {spec.workload!r}")
+    except BaseException as exc:  # the workload may raise anything, SystemExit included: reported in the done event
         emit(
             "done",
             {
@@ -53,7 +61,7 @@ def run_workload(rec, torch, spec, emit, whole_run=None):
     return 0
 
 
-def run_script(spec):
+def run_script(spec: Script) -> int:
     """Runs the user's script as `__main__` with its own arguments; `iteragpu.phase` marks phases."""
     import runpy
 
@@ -70,14 +78,14 @@ def run_script(spec):
     return 0
 
 
-_LIBRARIES = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)
-_TOOL = os.path.dirname(os.path.abspath(__file__))
+_LIBRARIES: tuple[str, ...] = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)
+_TOOL: str = os.path.dirname(os.path.abspath(__file__))
 
 
-def script_frame():
+def script_frame() -> tuple[str, int] | tuple[None, None]:
     """(file, line) of the innermost frame of the user's own code: outside iteragpu, torch, every
     installed library and the standard library; None, None when there is none."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
         own = file.startswith(_TOOL + os.sep) or "/torch/" in file or file.startswith("<")
@@ -87,13 +95,13 @@ def script_frame():
     return None, None
 
 
-def explain_hard_exit(rec, emit, note, finish=None):
+def explain_hard_exit(rec: Recorder, emit: Emit, note: Callable[[str], None], finish: Callable[[], object] | None = None) -> None:
     """`os._exit()` in a script ends the process without unwinding: the phases open then end there,
     the run says where it happened (`note`), and `finish` sends what must still go out."""
     original = os._exit
     parent = os.getpid()
 
-    def _exit(code):
+    def _exit(code: int) -> NoReturn:
         if os.getpid() == parent:
             os._exit = original  # once: what follows must not come back here
             file, line = script_frame()
@@ -108,5 +116,5 @@ def explain_hard_exit(rec, emit, note, finish=None):
                 finish()
         original(code)
 
-    os._exit = _exit
+    os._exit = _exit  # type: ignore[assignment]  # replaced on purpose, restored at the first call
 

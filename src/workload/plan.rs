@@ -420,13 +420,14 @@ impl MeasurePlan {
             WorkloadPlan::Dense(p) => p.empty_cache,
             _ => EmptyCache::Never,
         };
+        let scope_phases = scope_phases(&spec);
         Trial {
             workload: spec.workload_name().to_string(),
             spec,
             devices: self.devices.clone(),
             dimensions,
             seed,
-            scope_phases: self.scope_phases(),
+            scope_phases,
             first_pass,
             policies: Policies {
                 process: "fresh".into(),
@@ -465,34 +466,45 @@ impl MeasurePlan {
             ..self.clone()
         }
     }
+}
 
-    /// The phases a built-in workload runs, in order: loading and inputs, then the inference
-    /// phases, the training steps, or the whole loop (training adds evaluation and export).
-    fn scope_phases(&self) -> Vec<String> {
-        let inference: &[&str] = match &self.workload {
-            WorkloadPlan::Script(_) => return Vec::new(),
-            WorkloadPlan::Dense(_) => &["cold_forward", "warmup", "warm_forward"],
-            WorkloadPlan::CausalLm(_) => &["prefill", "decode", "prefill_warm", "decode_warm"],
+/// The phases a built-in workload runs, in order: a sharded job's `init_process_group`, loading
+/// and inputs, then the inference phases, the training steps, or the whole loop (training adds
+/// evaluation and export); a script's are its own. The one list of the built-in phase names:
+/// the workloads' real runs are checked against it (`tests/integration/workloads.rs`, `torchrun.rs`).
+pub fn scope_phases(spec: &WorkerSpec) -> Vec<String> {
+    let (inference, whole_loop, training): (&[&str], bool, Option<&TrainingSpec>) =
+        match &spec.workload {
+            WorkloadSpec::Script(_) => return Vec::new(),
+            WorkloadSpec::Dense(d) => (
+                &["cold_forward", "warmup", "warm_forward"],
+                d.whole_loop,
+                d.training.as_ref(),
+            ),
+            WorkloadSpec::CausalLm(c) => (
+                &["prefill", "decode", "prefill_warm", "decode_warm"],
+                c.whole_loop,
+                c.training.as_ref(),
+            ),
         };
-        let mut phases = vec!["model_load".to_string(), "inputs".to_string()];
-        let train = self.is_training();
-        if self.whole_loop() {
-            phases.push("whole_loop".into());
-        } else if train {
-            for _ in 0..self.dims.steps {
-                phases.extend(
-                    ["forward", "loss", "backward", "optimizer_step", "zero_grad"]
-                        .map(String::from),
-                );
-            }
-        } else {
-            phases.extend(inference.iter().map(|p| p.to_string()));
-        }
-        if train {
-            phases.extend(["evaluation", "export"].map(String::from));
-        }
-        phases
+    let mut phases = Vec::new();
+    if training.is_some_and(|t| t.shard.is_some()) {
+        phases.push("init_process_group");
     }
+    phases.extend(["model_load", "inputs"]);
+    if whole_loop {
+        phases.push("whole_loop");
+    } else if let Some(t) = training {
+        for _ in 0..t.steps {
+            phases.extend(["forward", "loss", "backward", "optimizer_step", "zero_grad"]);
+        }
+    } else {
+        phases.extend(inference);
+    }
+    if training.is_some() {
+        phases.extend(["evaluation", "export"]);
+    }
+    phases.into_iter().map(String::from).collect()
 }
 
 /// The dimensions' defaults (the command line's help states them).
@@ -857,4 +869,51 @@ pub struct Trial {
     pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
     /// `--nproc-per-node`: one worker per local rank under torchrun.
     pub torchrun: Option<crate::schema::torchrun::Torchrun>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lm(extra: Value) -> WorkerSpec {
+        let mut doc = json!({
+            "workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "config.json",
+            "batch": 1, "context": 16, "prompt_tokens": 8, "new_tokens": 2, "cache": "dynamic",
+            "window": null, "dtype": "float32", "whole_loop": false, "lora_rank": null,
+            "lora_targets": []
+        });
+        doc.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(doc).unwrap()
+    }
+
+    /// A sharded job opens with its process group, as `workloads/sharding.py::init` does; each
+    /// training step's five phases follow the loading, then evaluation and export.
+    #[test]
+    fn a_sharded_job_starts_with_its_process_group() {
+        let train = json!({"task": "train", "steps": 1, "optimizer": "adamw", "precision": "fp32",
+            "gradient_checkpointing": false});
+        let mut sharded = train.clone();
+        sharded["shard"] = json!("fsdp");
+        let steps = ["forward", "loss", "backward", "optimizer_step", "zero_grad"];
+        let unsharded = scope_phases(&lm(train));
+        assert_eq!(&unsharded[..2], ["model_load", "inputs"]);
+        assert_eq!(&unsharded[2..7], steps);
+        assert_eq!(&unsharded[7..], ["evaluation", "export"]);
+        let sharded = scope_phases(&lm(sharded));
+        assert_eq!(sharded[0], "init_process_group");
+        assert_eq!(sharded[1..], unsharded[..]);
+        assert_eq!(
+            scope_phases(&lm(json!({}))),
+            [
+                "model_load",
+                "inputs",
+                "prefill",
+                "decode",
+                "prefill_warm",
+                "decode_warm"
+            ]
+        );
+    }
 }

@@ -132,3 +132,36 @@ pub fn torch_python() -> Option<String> {
         None
     }
 }
+
+/// The phases a built-in workload recorded (`recorded`, in order) are the ones the Rust side
+/// declares for its spec (`workload::plan::scope_phases`, the result's `scope.phases`): the same names in
+/// the same order of first appearance (a phase repeated per repeat or step counts once). Fails on
+/// any drift between the Python workloads and the declaration.
+pub fn assert_declared_phases(job: &serde_json::Value, recorded: &[&str], what: &str) {
+    let mut full = job.clone();
+    let fields = full.as_object_mut().unwrap();
+    // Fields the Python side defaults and Rust's spec requires.
+    fields.entry("whole_loop").or_insert(false.into());
+    if fields["workload"] == "causal-lm" {
+        fields
+            .entry("lora_targets")
+            .or_insert(serde_json::json!([]));
+    }
+    let spec: iteragpu::schema::spec::WorkerSpec =
+        serde_json::from_value(full).unwrap_or_else(|e| panic!("{what}: not a worker spec: {e}"));
+    let declared = iteragpu::workload::plan::scope_phases(&spec);
+    fn first<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let mut seen = Vec::new();
+        for n in names {
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
+        }
+        seen
+    }
+    assert_eq!(
+        first(recorded.iter().copied()),
+        first(declared.iter().map(String::as_str)),
+        "{what}: the phases the workload ran (left) and those workload::plan::scope_phases declares (right)"
+    );
+}

@@ -70,6 +70,15 @@ fn the_guides_measure_command() {
         ["model_load", "inputs", "cold_forward", "warmup"]
     );
     assert_eq!(names.iter().filter(|n| *n == "warm_forward").count(), 5);
+    // What the worker ran is what the result says it runs (workload::plan::scope_phases): the Python
+    // workload and the Rust list name the same phases (a repeated phase once).
+    let mut ran: Vec<&str> = Vec::new();
+    for n in &names {
+        if !ran.contains(&n.as_str()) {
+            ran.push(n);
+        }
+    }
+    assert_eq!(serde_json::json!(ran), doc["scope"]["phases"]);
     for phase in doc["phases"].as_array().unwrap() {
         assert_eq!(phase["status"], "ok");
         assert!(phase["duration_s"].as_f64().unwrap() >= 0.0);

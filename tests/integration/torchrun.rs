@@ -3,7 +3,7 @@
 //! reported as "fake": never a GPU measurement). Each case checks the per-rank result, the exit
 //! code, and that no rank survives the run.
 
-use crate::common::{fixture, iteragpu, read_json, torch_python};
+use crate::common::{assert_declared_phases, fixture, iteragpu, read_json, torch_python};
 use predicates::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -464,6 +464,7 @@ fn ddp_and_fsdp2_run_their_real_code_on_cpu_ranks() {
             let phases = doc["phases"].as_array().unwrap();
             let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
             assert_eq!(&names[..3], ["init_process_group", "model_load", "inputs"]);
+            assert_declared_phases(&job, &names, shard);
             assert_eq!(names.iter().filter(|n| **n == "optimizer_step").count(), 2);
             assert!(names.ends_with(&["evaluation", "export"]), "{names:?}");
             assert!(phases.iter().all(|p| p["status"] == "ok"));

@@ -1,7 +1,9 @@
 //! Real workloads: the user's script, training loops, whole-loop protocol, causal-lm guards, the
 //! notebook Recorder, and the KV cache checked against transformers where it is installed.
 
-use crate::common::{estimate_json, fixture, read_json, term_bytes, with_fake_torch};
+use crate::common::{
+    assert_declared_phases, estimate_json, fixture, read_json, term_bytes, with_fake_torch,
+};
 use predicates::prelude::*;
 use std::path::PathBuf;
 
@@ -513,6 +515,7 @@ fn workloads_run_with_real_torch_on_cpu() {
                 .all(|p| p["status"] == "ok"),
             "{name}: {phases:?}"
         );
+        assert_declared_phases(job, &phases, name);
         let last = *phases.last().unwrap();
         let expected_last = if job.get("task").is_some() {
             "export"

@@ -15,17 +15,25 @@ How CUDA's rules are followed without a GPU (the design, checked on a CPU-only m
 * what depends on data is never guessed (`tracker.py`).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from .native import Unavailable
+
+if TYPE_CHECKING:
+    from ..channel import Channel
+    from ..spec import WorkerSpec
 
 __all__ = ["Unavailable", "run"]
 
 
-def run(channel, spec, target):
+def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
     """Runs `spec`'s workload on fake CUDA tensors for `target`; returns the worker's exit code."""
     import torch
 
@@ -41,17 +49,17 @@ def run(channel, spec, target):
     except Unavailable as exc:
         channel.emit("unavailable", {"reason": str(exc)})
         return 2
-    except Exception as exc:  # an older or unusual torch: said, never a crash
+    except Exception as exc:  # an older or unusual torch may fail anywhere in the setup: said, never a crash
         channel.emit(
             "unavailable",
             {"reason": f"torch {getattr(torch, '__version__', '?')} cannot run predictions here: {type(exc).__name__}: {exc}"},
         )
         return 2
     lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
-    pending = []
+    pending: list[str] = []
     parent = os.getpid()
 
-    def emit(kind, data):
+    def emit(kind: str, data: Any) -> None:
         if os.getpid() != parent:
             return  # a forked child (a DataLoader worker): only the predicting process reports
         # Storage events are many (one per tensor): written in batches; anything else flushes.
@@ -61,7 +69,7 @@ def run(channel, spec, target):
                 channel.write_lines(pending)
                 pending.clear()
 
-    def stopped(signum, frame):
+    def stopped(signum: int, frame: FrameType | None) -> None:
         # The CLI stops the worker (--timeout, Ctrl-C): what was predicted so far reaches it
         # before the process ends, so the phases are kept.
         with lock:
@@ -73,7 +81,7 @@ def run(channel, spec, target):
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stopped)
-    def flush():
+    def flush() -> None:
         with lock:
             channel.write_lines(pending)
             pending.clear()
@@ -89,10 +97,10 @@ def run(channel, spec, target):
 
 
 # The real one: a script's os._exit is replaced during a prediction (session.py).
-_EXIT = os._exit
+_EXIT: Callable[[int], NoReturn] = os._exit
 
 
-def finish(code):
+def finish(code: int) -> NoReturn:
     """Ends the predicting process without interpreter finalization (see native.py)."""
     sys.stdout.flush()
     sys.stderr.flush()

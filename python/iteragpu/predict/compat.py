@@ -2,8 +2,12 @@
 Each fix looks at the installed torch itself, never at a version number, and does nothing where
 that torch already behaves."""
 
+from __future__ import annotations
 
-def install(torch):
+from typing import Any, Callable
+
+
+def install(torch: Any) -> None:
     from .idioms import after_import
 
     _swap_fake_parameters(torch)
@@ -11,7 +15,7 @@ def install(torch):
     after_import("torch.distributed.tensor._random", _dtensor_rng)
 
 
-def _swap_fake_parameters(torch):
+def _swap_fake_parameters(torch: Any) -> None:
     """`Module.cuda()` / `.to()` on fake parameters. Newer torch swaps a FakeTensor parameter with
     its moved copy (`Module._apply`: `or isinstance(param, FakeTensor)`); older ones (2.6) assign
     `param.data = moved`, which leaves a FakeTensor's own device attribute on the CPU, so the next
@@ -30,7 +34,7 @@ def _swap_fake_parameters(torch):
         pass
     future = torch.__future__
 
-    def _apply(module, fn, recurse=True):
+    def _apply(module: Any, fn: Any, recurse: bool = True) -> Any:
         if future.get_swap_module_params_on_conversion() or not any(
             isinstance(p, FakeTensor) for p in module._parameters.values()
         ):
@@ -46,17 +50,17 @@ def _swap_fake_parameters(torch):
 
 # c10d's collectives (the ops behind torch.distributed's calls), given a Meta kernel where the
 # installed torch has none.
-_C10D_OPS = (
+_C10D_OPS: tuple[str, ...] = (
     "broadcast_", "allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_",
     "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_",
     "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_",
     "alltoall_", "alltoall_base_", "barrier", "monitored_barrier_", "send", "recv_",
     "recv_any_source_",
 )
-_LIBRARIES = []  # a torch.library registration lasts as long as its Library object
+_LIBRARIES: list[Any] = []  # a torch.library registration lasts as long as its Library object
 
 
-def _collectives_on_fake_tensors(torch):
+def _collectives_on_fake_tensors(torch: Any) -> None:
     """`dist.all_reduce(t)` and friends on fake tensors, over PyTorch's fake process group. Newer
     torch registers a Meta kernel for every c10d collective (torch/distributed/_meta_registrations.py:
     the tensors are returned as they are, with a finished fake Work); older ones (2.6) have none,
@@ -72,9 +76,9 @@ def _collectives_on_fake_tensors(torch):
     except (ImportError, AttributeError):
         return
     lib = None
-    done = []
+    done: list[Any] = []
 
-    def work():
+    def work() -> Any:
         if not done:
             from torch.utils._python_dispatch import _disable_current_modes
 
@@ -94,7 +98,7 @@ def _collectives_on_fake_tensors(torch):
         lib.impl(name, _meta_collective(returns, work), "Meta")
 
 
-def _meta_collective(returns, work):
+def _meta_collective(returns: list[str], work: Callable[[], Any]) -> Callable[..., Any]:
     """What the op returns, from its schema: its first argument (the tensors, modified in place)
     and a Work, a Work alone, or nothing."""
     if not returns:
@@ -104,7 +108,7 @@ def _meta_collective(returns, work):
     return lambda *args, **kwargs: (args[0], work())
 
 
-def _dtensor_rng(module):
+def _dtensor_rng(module: Any) -> None:
     """DTensor's random ops (FSDP2's `init_weights` after `to_empty`) on fake tensors. The first one
     creates `OffsetBasedRNGTracker`, which broadcasts rank 0's RNG state and compares it with its
     own element by element (`all(a == b)`: a read of data-less values); torch 2.15 skips that sync
@@ -127,7 +131,7 @@ def _dtensor_rng(module):
         return
     reads_offsets = hasattr(cls, "get_offset")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["run_state_sync"] = False
         original(*bound.args, **bound.kwargs)

@@ -3,12 +3,15 @@ with the card's name, compute capability and total memory; the memory counters f
 (512-byte-rounded live storages: an approximation for the script's own prints — the prediction
 itself comes from the CLI's allocator replay); streams, events and synchronisation do nothing."""
 
+from __future__ import annotations
+
 import collections
 import contextlib
+from typing import Any, Literal
 
 
 class _Stream:
-    def __init__(self, device=None, priority=0, **_):
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
         import torch
 
         self.device = torch.device("cuda", 0)
@@ -19,60 +22,60 @@ class _Stream:
         self.device_index = 0
         self.device_type = 1
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         pass
 
-    def wait_stream(self, stream):
+    def wait_stream(self, stream: Any) -> None:
         pass
 
-    def wait_event(self, event):
+    def wait_event(self, event: Any) -> None:
         pass
 
-    def record_event(self, event=None):
+    def record_event(self, event: Any = None) -> Any:
         return event or _Event()
 
-    def query(self):
+    def query(self) -> bool:
         return True
 
-    def __enter__(self):
+    def __enter__(self) -> _Stream:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
 class _Event:
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         pass
 
-    def record(self, stream=None):
+    def record(self, stream: Any = None) -> None:
         pass
 
-    def wait(self, stream=None):
+    def wait(self, stream: Any = None) -> None:
         pass
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         pass
 
-    def query(self):
+    def query(self) -> bool:
         return True
 
-    def elapsed_time(self, other):
+    def elapsed_time(self, other: Any) -> float:
         return 0.0
 
 
 class _DeviceContext:
-    def __init__(self, device):
+    def __init__(self, device: Any) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> _DeviceContext:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
-def properties(target):
+def properties(target: dict[str, Any]) -> Any:
     """A `_CudaDeviceProperties`-like object for the target card."""
     fields = {
         "name": target["name"],
@@ -98,7 +101,7 @@ def properties(target):
     return collections.namedtuple("_CudaDeviceProperties", list(fields))(**fields)
 
 
-def install(torch, target, tracker):
+def install(torch: Any, target: dict[str, Any], tracker: Any) -> None:
     """Replaces the driver-facing parts of `torch.cuda` for this process."""
     c = torch.cuda
     props = properties(target)
@@ -122,7 +125,7 @@ def install(torch, target, tracker):
     c.memory_reserved = lambda device=None: tracker.reserved
     c.max_memory_reserved = lambda device=None: tracker.reserved
 
-    def reset(device=None):
+    def reset(device: Any = None) -> None:
         tracker.peak = tracker.allocated
 
     c.reset_peak_memory_stats = reset

@@ -17,27 +17,34 @@ prediction's notes when it changes what runs:
 * `format(t, ".4f")`, `.numpy()` and `.tolist()` of fake tensors read values (see tracker.py).
 """
 
+from __future__ import annotations
+
 import importlib.abc
 import importlib.util
 import sys
 import threading
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any, Callable, Sequence
 
 # What CUDA events answer for a duration that was never timed.
-ELAPSED_MS = 1.0
+ELAPSED_MS: float = 1.0
 
 
 class Idioms:
-    def __init__(self, torch, tracker, notes):
+    """The everyday idioms above, installed once per prediction; each says itself once in `notes`."""
+
+    def __init__(self, torch: Any, tracker: Any, notes: list[str]) -> None:
         self.torch = torch
         self.tracker = tracker
         self.notes = notes
-        self.saved = {}  # token -> fake tensor written by torch.save in this run
+        self.saved: dict[str, Any] = {}  # token -> fake tensor written by torch.save in this run
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
-    def install(self):
+    def install(self) -> None:
         self.tracker.note = self.note
         self._threads()
         self._events()
@@ -52,14 +59,14 @@ class Idioms:
         after_import("transformers.modeling_utils", self._transformers_storage)
 
     # ------------------------------------------------------------ threads and processes
-    def _threads(self):
+    def _threads(self) -> None:
         """Dispatch modes are per thread: a thread the workload starts enters the tracker too."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
         tracker = self.tracker
         original_run = threading.Thread.run
 
-        def run(thread):
+        def run(thread: threading.Thread) -> None:
             pushed = tracker not in _get_current_dispatch_mode_stack()
             if pushed:
                 _push_mode(tracker)
@@ -69,31 +76,31 @@ class Idioms:
                 if pushed:
                     _pop_mode()
 
-        threading.Thread.run = run
+        threading.Thread.run = run  # type: ignore[method-assign, assignment]  # every thread enters the tracker
 
     # ------------------------------------------------------------ CUDA objects
-    def _events(self):
+    def _events(self) -> None:
         from . import cuda_api
 
         note = self.note
 
-        def elapsed_time(event, other):
+        def elapsed_time(event: Any, other: Any) -> float:
             note(f"torch.cuda.Event.elapsed_time answers {ELAPSED_MS} ms: nothing runs on a GPU in a prediction")
             return ELAPSED_MS
 
-        cuda_api._Event.elapsed_time = elapsed_time
+        cuda_api._Event.elapsed_time = elapsed_time  # type: ignore[method-assign, assignment]  # says itself once
         if hasattr(self.torch, "Event"):
             self.torch.Event = cuda_api._Event
 
-    def _generator(self):
+    def _generator(self) -> None:
         torch = self.torch
-        original = torch.Generator
+        original: Any = torch.Generator
         note = self.note
 
         class Generator(original):
             """`torch.Generator(device="cuda")`: a CPU generator (the fake kernels draw no numbers)."""
 
-            def __new__(cls, device="cpu"):
+            def __new__(cls, device: Any = "cpu") -> Any:
                 if torch.device(device).type == "cuda":
                     note("torch.Generator(device='cuda') is a CPU generator in a prediction (fake kernels draw no numbers)")
                     return original("cpu")
@@ -101,12 +108,12 @@ class Idioms:
 
         torch.Generator = Generator
 
-    def _formatting(self):
+    def _formatting(self) -> None:
         """`f"{loss:.4f}"` formats the value (known, or the placeholder), as a CUDA tensor does."""
         torch = self.torch
         from torch._subclasses.fake_tensor import FakeTensor
 
-        def format_(t, spec):
+        def format_(t: Any, spec: str) -> str:
             if t.dim() == 0:
                 return t.item().__format__(spec)
             return object.__format__(t, spec) if spec else repr(t)
@@ -115,7 +122,7 @@ class Idioms:
         original_numpy = torch.Tensor.numpy
         tracker = self.tracker
 
-        def numpy(t, *args, **kwargs):
+        def numpy(t: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(t, FakeTensor):
                 if t.device.type != "cpu":
                     raise TypeError(
@@ -135,7 +142,7 @@ class Idioms:
         torch.Tensor.numpy = numpy
         original_tolist = torch.Tensor.tolist
 
-        def tolist(t):
+        def tolist(t: Any) -> Any:
             if isinstance(t, FakeTensor):
                 value = tracker._host_value(t)
                 if value is None:
@@ -147,11 +154,11 @@ class Idioms:
 
         torch.Tensor.tolist = tolist
 
-    def _compile(self):
+    def _compile(self) -> None:
         torch = self.torch
         note = self.note
 
-        def compile(model=None, **kwargs):
+        def compile(model: Any = None, **kwargs: Any) -> Any:
             note("torch.compile: predicted as eager (Inductor's memory planning and CUDA graphs are not traced; a compiled run usually holds fewer activations)")
             if model is None:
                 return lambda m: m
@@ -159,19 +166,19 @@ class Idioms:
 
         torch.compile = compile
 
-        def module_compile(module, *args, **kwargs):
+        def module_compile(module: Any, *args: Any, **kwargs: Any) -> None:
             note("Module.compile(): predicted as eager (Inductor's memory planning is not traced)")
 
         torch.nn.Module.compile = module_compile
 
-    def _triton(self, module):
+    def _triton(self, module: Any) -> None:
         note = self.note
         for name in ("JITFunction", "Autotuner", "Heuristics"):
             cls = getattr(module, name, None)
             if cls is None or getattr(cls, "_iteragpu_patched", False):
                 continue
 
-            def run(self_, *args, **kwargs):
+            def run(self_: Any, *args: Any, **kwargs: Any) -> None:
                 fn = getattr(self_, "fn", self_)
                 what = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "a kernel")
                 note(f"Triton kernel {what} not launched: its outputs are allocated by the caller (counted), its own scratch memory is not")
@@ -180,7 +187,7 @@ class Idioms:
             cls.run = run
             cls._iteragpu_patched = True
 
-    def _transformers_storage(self, module):
+    def _transformers_storage(self, module: Any) -> None:
         """transformers finds tensors that share memory by their data pointer, 0 for every fake
         tensor: the storage's identity is used instead (save_pretrained otherwise sees every
         weight as shared)."""
@@ -190,22 +197,22 @@ class Idioms:
         if original is None or getattr(original, "_iteragpu", False):
             return
 
-        def id_tensor_storage(tensor):
+        def id_tensor_storage(tensor: Any) -> Any:
             if isinstance(tensor, FakeTensor):
                 st = tensor.untyped_storage()
                 return tensor.device, id(st), st.nbytes()
             return original(tensor)
 
-        id_tensor_storage._iteragpu = True
+        id_tensor_storage._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
         module.id_tensor_storage = id_tensor_storage
         # Modules that imported the name already.
         for name in ("transformers.modeling_utils", "transformers.pytorch_utils", "transformers.utils.generic"):
-            other = sys.modules.get(name)
+            other: Any = sys.modules.get(name)
             if other is not None and getattr(other, "id_tensor_storage", None) is original:
                 other.id_tensor_storage = id_tensor_storage
 
     # ------------------------------------------------------------ files
-    def _files(self):
+    def _files(self) -> None:
         torch = self.torch
         from torch._subclasses.fake_tensor import FakeTensor
 
@@ -219,7 +226,7 @@ class Idioms:
         class ReferencePickler(pickle.Pickler):
             """Fake tensors pickled as references: a real, small file."""
 
-            def reducer_override(self, obj):
+            def reducer_override(self, obj: Any) -> Any:
                 if isinstance(obj, FakeTensor):
                     token = f"{id(obj):x}-{len(saved)}"
                     saved[token] = obj
@@ -234,7 +241,7 @@ class Idioms:
             dump = staticmethod(pickle.dump)
             __name__ = "pickle"
 
-        def save(obj, f, *args, **kwargs):
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
             note("torch.save writes a real file in which data-less tensors are references: a torch.load in the same run gives them back (their data are not written)")
             kwargs.pop("pickle_module", None)
             kwargs["_use_new_zipfile_serialization"] = True
@@ -242,7 +249,7 @@ class Idioms:
                 args = args[1:]  # pickle_module given positionally
             return original_save(obj, f, *args, pickle_module=pickle_module, **kwargs)
 
-        def load(f, map_location=None, *args, **kwargs):
+        def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
             _RESTORE["saved"] = saved
             _RESTORE["tracker"] = tracker
             target = _cuda_target(torch, map_location)
@@ -268,20 +275,20 @@ class Idioms:
         _RESTORE["saved"] = saved
         _RESTORE["tracker"] = tracker
 
-    def _safetensors(self, module):
+    def _safetensors(self, module: Any) -> None:
         """`load_file(device="cuda")` and `safe_open(..., device="cuda")`: read on the CPU, moved."""
         torch = self.torch
         note = self.note
         import safetensors
 
-        original_open = getattr(safetensors, "safe_open", None)
+        original_open: Any = getattr(safetensors, "safe_open", None)
         if original_open is None or getattr(original_open, "_iteragpu", False):
             return
 
         class safe_open:
             _iteragpu = True
 
-            def __init__(self, filename, framework="pt", device="cpu", **kwargs):
+            def __init__(self, filename: Any, framework: str = "pt", device: Any = "cpu", **kwargs: Any) -> None:
                 self._device = device
                 moved = framework in ("pt", "torch") and str(device) != "cpu" and torch.device(device if not isinstance(device, int) else f"cuda:{device}").type == "cuda"
                 if moved:
@@ -289,36 +296,36 @@ class Idioms:
                 self._moved = moved
                 self._inner = original_open(filename, framework=framework, device="cpu" if moved else device, **kwargs)
 
-            def __enter__(self):
+            def __enter__(self) -> safe_open:
                 self._inner.__enter__()
                 return self
 
-            def __exit__(self, *exc):
+            def __exit__(self, *exc: object) -> Any:
                 return self._inner.__exit__(*exc)
 
-            def get_tensor(self, name):
+            def get_tensor(self, name: str) -> Any:
                 t = self._inner.get_tensor(name)
                 return t.to(self._device) if self._moved else t
 
-            def get_tensors(self, *args, **kwargs):
+            def get_tensors(self, *args: Any, **kwargs: Any) -> Any:
                 tensors = self._inner.get_tensors(*args, **kwargs)
                 if not self._moved:
                     return tensors
                 return {k: t.to(self._device) for k, t in tensors.items()}
 
-            def get_slice(self, name):
+            def get_slice(self, name: str) -> Any:
                 return self._inner.get_slice(name)
 
-            def __getattr__(self, name):
+            def __getattr__(self, name: str) -> Any:
                 return getattr(self._inner, name)
 
         safetensors.safe_open = safe_open
         module.safe_open = safe_open
-        original_save_file = getattr(module, "save_file", None)
+        original_save_file: Any = getattr(module, "save_file", None)
 
         from torch._subclasses.fake_tensor import FakeTensor
 
-        def save_file(tensors, filename, metadata=None, *args, **kwargs):
+        def save_file(tensors: dict[str, Any], filename: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
             if not any(isinstance(t, FakeTensor) for t in tensors.values()):
                 return original_save_file(tensors, filename, metadata, *args, **kwargs)
             note("safetensors.torch.save_file of data-less tensors skipped: they have no data to write (the file write is not GPU memory)")
@@ -328,10 +335,11 @@ class Idioms:
 
 
 # ---------------------------------------------------------------- helpers
-_RESTORE = {}
+# What `_restore` needs while torch.load runs: the saved tensors, the tracker, the target device.
+_RESTORE: dict[str, Any] = {}
 
 
-def _restore(token, shape, dtype, device, requires_grad):
+def _restore(token: str, shape: list[int], dtype: str, device: str, requires_grad: bool) -> Any:
     """A tensor that torch.save wrote as a reference, loaded: a new data-less tensor of the same
     shape, as a GPU load allocates new memory for it (on the device map_location names, else the
     one it was saved from); values known for the saved tensor are carried over."""
@@ -350,14 +358,14 @@ def _restore(token, shape, dtype, device, requires_grad):
     return t.requires_grad_(requires_grad) if t.is_floating_point() and requires_grad else t
 
 
-def _plain_device(torch, map_location):
+def _plain_device(torch: Any, map_location: Any) -> Any:
     """The device a str or torch.device map_location names, else None."""
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
     return None
 
 
-def _cuda_target(torch, map_location):
+def _cuda_target(torch: Any, map_location: Any) -> Any:
     """The CUDA device a map_location sends storages to, or None."""
     if map_location is None:
         return None
@@ -370,13 +378,13 @@ def _cuda_target(torch, map_location):
     return None
 
 
-def _move(torch, obj, device):
+def _move(torch: Any, obj: Any, device: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, torch.nn.Module):
         return obj.to(device)
     if isinstance(obj, dict):
-        moved = type(obj)() if type(obj) is not dict else {}
+        moved: Any = type(obj)() if type(obj) is not dict else {}
         try:
             for k, v in obj.items():
                 moved[k] = _move(torch, v, device)
@@ -390,7 +398,7 @@ def _move(torch, obj, device):
     return obj
 
 
-def _numpy_dtype(dtype):
+def _numpy_dtype(dtype: Any) -> Any:
     import numpy as np
     import torch
 
@@ -398,14 +406,15 @@ def _numpy_dtype(dtype):
 
 
 # ---------------------------------------------------------------- post-import hooks
-_HOOKS = {}
+# Hooks waiting for a module's import: module name -> hook(module), in order.
+_HOOKS: dict[str, list[Callable[[ModuleType], None]]] = {}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     """Calls the hooks of a module right after it is executed (a library imported by the user's
     script after the prediction began)."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> ModuleSpec | None:
         if name not in _HOOKS:
             return None
         sys.meta_path.remove(self)
@@ -415,10 +424,10 @@ class _Finder(importlib.abc.MetaPathFinder):
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader = spec.loader
+        loader: Any = spec.loader
         original = loader.exec_module
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             original(module)
             for hook in _HOOKS.get(name, ()):
                 hook(module)
@@ -427,10 +436,10 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-_FINDER = None
+_FINDER: _Finder | None = None
 
 
-def after_import(name, hook):
+def after_import(name: str, hook: Callable[[ModuleType], None]) -> None:
     """Runs `hook(module)` now if `name` is imported, else right after its import."""
     global _FINDER
     module = sys.modules.get(name)
@@ -439,5 +448,5 @@ def after_import(name, hook):
         return
     _HOOKS.setdefault(name, []).append(hook)
     if _FINDER is None:
-        _FINDER = _Finder()
-        sys.meta_path.insert(0, _FINDER)
+        finder = _FINDER = _Finder()
+        sys.meta_path.insert(0, finder)

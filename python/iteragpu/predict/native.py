@@ -17,14 +17,17 @@ are leaked on purpose (the registry keeps raw pointers), and the process ends wi
 no static destructor races the autograd device thread.
 """
 
+from __future__ import annotations
+
 import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from typing import Any
 
-HOOKS = r"""
+HOOKS: str = r"""
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 #include <link.h>
@@ -54,7 +57,7 @@ extern "C" int iteragpu_patch_hooks() {
 }
 """
 
-GUARD = r"""
+GUARD: str = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 using namespace c10;
 struct FakeCudaGuard final : public c10::impl::DeviceGuardImplInterface {
@@ -89,12 +92,12 @@ class Unavailable(Exception):
     """The shims cannot be built or do not work with this torch: nothing can be predicted."""
 
 
-def _cache_dir(torch, key):
+def _cache_dir(torch: Any, key: str) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "iteragpu", "shims", key)
 
 
-def _build(torch, name, source):
+def _build(torch: Any, name: str, source: str) -> str:
     # A machine without a compiler can be given shims built elsewhere against the same torch.
     prebuilt = os.environ.get("ITERAGPU_SHIMS")
     if prebuilt:
@@ -137,10 +140,10 @@ def _build(torch, name, source):
     return library
 
 
-_ENABLED = False
+_ENABLED: bool = False
 
 
-def enable(torch):
+def enable(torch: Any) -> None:
     """Builds (once), loads and installs both shims, then checks a backward on fake CUDA."""
     global _ENABLED
     if _ENABLED:
@@ -159,7 +162,7 @@ def enable(torch):
     _ENABLED = True
 
 
-def self_test(torch, mode_class):
+def self_test(torch: Any, mode_class: type) -> None:
     """A backward on fake CUDA tensors: raises Unavailable with the reason if it does not work."""
     try:
         with mode_class(allow_non_fake_inputs=True):
@@ -167,7 +170,7 @@ def self_test(torch, mode_class):
             x = torch.empty(8, 4, device="cuda")
             (x @ p).sum().backward()
             ok = p.grad is not None and p.grad.device.type == "cuda"
-    except Exception as exc:  # reported, never hidden
+    except Exception as exc:  # whatever this torch raises on fake CUDA is the reason: reported, never hidden
         raise Unavailable(
             f"backward on fake CUDA tensors does not work with torch {torch.__version__}: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

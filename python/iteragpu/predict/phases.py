@@ -14,14 +14,19 @@ file. After `PER_NAME` phases of one name, later calls are covered by the enclos
 (said once): a long training loop is not a thousand phases.
 """
 
+from __future__ import annotations
+
 import collections
 import functools
 import threading
+from typing import Any, Literal
 
-PER_NAME = 16
+from ..recorder import Record, Recorder
+
+PER_NAME: int = 16
 
 
-def _on_device(module, args):
+def _on_device(module: Any, args: Any) -> bool:
     """Whether a root module's call can touch the target device: a fake tensor among its positional
     inputs, or a fake parameter or buffer (its inputs may all be keywords, which the global hook
     does not see). A module on CPU data with CPU weights opens no phase."""
@@ -39,22 +44,24 @@ def _on_device(module, args):
 
 
 class AutoPhases:
-    def __init__(self, torch, rec, tracker, notes):
+    """The automatic phases of one prediction, opened by hooks on modules, backward, optimizers and generate()."""
+
+    def __init__(self, torch: Any, rec: Recorder, tracker: Any, notes: list[str]) -> None:
         self.torch = torch
         self.rec = rec
         self.tracker = tracker
         self.notes = notes
-        self.counts = collections.Counter()
-        self.mine = []  # the automatic phases open now (their recorder states)
-        self.generating = []  # per generate() call: {"name", "forwards", "decode"}
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.mine: list[Record] = []  # the automatic phases open now (their recorder states)
+        self.generating: list[dict[str, Any]] = []  # per generate() call: {"name", "forwards", "decode"}
         self.depth = threading.local()  # module calls open on this thread
 
     # ------------------------------------------------------------ when a phase may open
-    def _free(self):
+    def _free(self) -> bool:
         """No user marker is open (automatic phases nest only in automatic ones)."""
         return all(p["automatic"] for p in self.rec.open_phases())
 
-    def _open(self, base):
+    def _open(self, base: str) -> Record | None:
         """Opens `base #n`, the n-th automatic phase of that name."""
         if not self._free():
             return None
@@ -68,33 +75,33 @@ class AutoPhases:
             return None
         return self._open_named(f"{base} #{n}")
 
-    def _open_named(self, name):
+    def _open_named(self, name: str) -> Record | None:
         if not self._free():
             return None
         state = self.rec.begin(name, automatic=True)
         self.mine.append(state)
         return state
 
-    def _close(self, state, error=None):
+    def _close(self, state: Record | None, error: BaseException | None = None) -> None:
         if state is None or state not in self.mine:
             return
         self.mine.remove(state)
         self.rec.end(state, error)
 
-    def close_all(self):
+    def close_all(self) -> None:
         """At the run's end (or its failure), every automatic phase still open is closed."""
         while self.mine:
             self._close(self.mine[-1])
 
     # ------------------------------------------------------------ hooks
-    def install(self):
+    def install(self) -> AutoPhases:
         torch = self.torch
         M = torch.nn.modules.module
         this = self
 
         depth = self.depth
 
-        def pre(module, args):
+        def pre(module: Any, args: Any) -> None:
             level = getattr(depth, "n", 0)
             depth.n = level + 1
             if level or torch._C._current_graph_task_id() != -1:
@@ -111,7 +118,7 @@ class AutoPhases:
                 return  # a CPU module on CPU data (a torchvision transform in the data pipeline)
             module.__dict__["_iteragpu_auto"] = this._open(f"{type(module).__name__}.forward")
 
-        def post(module, args, output):
+        def post(module: Any, args: Any, output: Any) -> None:
             depth.n = max(0, getattr(depth, "n", 1) - 1)
             state = module.__dict__.pop("_iteragpu_auto", None)
             if state is not None and depth.n == 0:
@@ -124,7 +131,7 @@ class AutoPhases:
         original_backward = torch.Tensor.backward
 
         @functools.wraps(original_backward)
-        def backward(t, *args, **kwargs):
+        def backward(t: Any, *args: Any, **kwargs: Any) -> Any:
             state = this._open("backward")
             try:
                 result = original_backward(t, *args, **kwargs)
@@ -137,12 +144,12 @@ class AutoPhases:
         torch.Tensor.backward = backward
         import torch.optim.optimizer as optimizer
 
-        steps = {}
+        steps: dict[int, Record | None] = {}
 
-        def step_pre(opt, args, kwargs):
+        def step_pre(opt: Any, args: Any, kwargs: Any) -> None:
             steps[id(opt)] = this._open(f"{type(opt).__name__}.step")
 
-        def step_post(opt, args, kwargs):
+        def step_post(opt: Any, args: Any, kwargs: Any) -> None:
             this._close(steps.pop(id(opt), None))
 
         optimizer.register_optimizer_step_pre_hook(step_pre)
@@ -150,7 +157,7 @@ class AutoPhases:
         original_zero_grad = optimizer.Optimizer.zero_grad
 
         @functools.wraps(original_zero_grad)
-        def zero_grad(opt, *args, **kwargs):
+        def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
             state = this._open(f"{type(opt).__name__}.zero_grad")
             try:
                 return original_zero_grad(opt, *args, **kwargs)
@@ -163,7 +170,7 @@ class AutoPhases:
         idioms.after_import("transformers.generation.utils", self._generate)
         return self
 
-    def _generate(self, module):
+    def _generate(self, module: Any) -> None:
         mixin = getattr(module, "GenerationMixin", None)
         if mixin is None or getattr(mixin.generate, "_iteragpu", False):
             return
@@ -171,10 +178,10 @@ class AutoPhases:
         this = self
 
         @functools.wraps(original)
-        def generate(model, *args, **kwargs):
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
             outer = this._open("generate")
             name = outer["name"] if outer is not None else None
-            g = {"name": name, "forwards": 0, "decode": None}
+            g: dict[str, Any] = {"name": name, "forwards": 0, "decode": None}
             if name is not None:
                 this.generating.append(g)
             try:
@@ -191,27 +198,34 @@ class AutoPhases:
             this._close(outer)
             return result
 
-        generate._iteragpu = True
+        generate._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
         mixin.generate = generate
 
-    def whole_run(self, label):
+    def whole_run(self, label: str) -> Whole:
         """The phase around a whole script (`run train.py`)."""
-        this = self
+        return Whole(self, label)
 
-        class Whole:
-            def __enter__(self):
-                self.state = this.rec.begin(f"run {label}", automatic=True)
-                this.mine.append(self.state)
-                return self
 
-            def __exit__(self, kind, value, tb):
-                # Phases left open by the script close first (inside end()).
-                if self.state in this.mine:
-                    this.mine.remove(self.state)
-                    this.rec.end(self.state, value)
-                for s in list(this.mine):
-                    if s not in this.rec.open_phases():
-                        this.mine.remove(s)
-                return False
+class Whole:
+    """The automatic phase around a whole script, as a context manager."""
 
-        return Whole()
+    def __init__(self, phases: AutoPhases, label: str) -> None:
+        self.phases = phases
+        self.label = label
+
+    def __enter__(self) -> Whole:
+        this = self.phases
+        self.state = this.rec.begin(f"run {self.label}", automatic=True)
+        this.mine.append(self.state)
+        return self
+
+    def __exit__(self, kind: object, value: BaseException | None, tb: object) -> Literal[False]:
+        this = self.phases
+        # Phases left open by the script close first (inside end()).
+        if self.state in this.mine:
+            this.mine.remove(self.state)
+            this.rec.end(self.state, value)
+        for s in list(this.mine):
+            if s not in this.rec.open_phases():
+                this.mine.remove(s)
+        return False

@@ -27,8 +27,11 @@ device), nested-tensor checks that read per-sequence lengths (data), and the C++
 cuDNN-first priority initialisation overwriting a user order set before the first SDPA call.
 """
 
+from __future__ import annotations
+
 import math
 import os
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -36,12 +39,12 @@ __all__ = ["choose", "call", "BACKENDS"]
 
 # at::SDPBackend numbering (as torch.nn.attention.SDPBackend).
 _MATH, _FLASH, _EFFICIENT, _CUDNN, _OVERRIDEABLE = 0, 1, 2, 3, 4
-BACKENDS = {_MATH: "math", _FLASH: "flash", _EFFICIENT: "efficient", _CUDNN: "cudnn"}
-_DEFAULT_ORDER = [_FLASH, _EFFICIENT, _MATH, _CUDNN, _OVERRIDEABLE]  # Context.h sdp_priority_order
+BACKENDS: dict[int, str] = {_MATH: "math", _FLASH: "flash", _EFFICIENT: "efficient", _CUDNN: "cudnn"}
+_DEFAULT_ORDER: list[int] = [_FLASH, _EFFICIENT, _MATH, _CUDNN, _OVERRIDEABLE]  # Context.h sdp_priority_order
 # The installed torch's own order before any workload ran (2.6 has no overrideable backend and
 # repeats math: [1, 2, 0, 3, 0]): an order still equal to it is untouched too.
-_INSTALLED_ORDER = list(torch._C._get_sdp_priority_order())
-_MAX_GRID = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/head checks
+_INSTALLED_ORDER: list[int] = list(torch._C._get_sdp_priority_order())
+_MAX_GRID: int = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/head checks
 
 
 # ----------------------------------------------------------------------------- rule sets
@@ -50,7 +53,7 @@ _MAX_GRID = 65535  # CUDA grid y/z limit used by both the flash and cuDNN batch/
 class _Rules:
     """What differs between the releases ported; every field is named after the 2.15 change."""
 
-    def __init__(self, version):
+    def __init__(self, version: tuple[int, ...]) -> None:
         self.version = version
         new = version >= (2, 15)
         # sdp_utils_cpp.h normalize_unbatched_input (2.15): 3-D q/k/v get a batch dimension
@@ -82,7 +85,7 @@ class _Rules:
         self.causal_mask_error_all = new
 
 
-def _rules(torch_version):
+def _rules(torch_version: Sequence[int] | None) -> _Rules:
     torch_version = _installed_version() if torch_version is None else tuple(torch_version)[:2]
     if torch_version not in ((2, 11), (2, 15)):
         # 2.12-2.14 hold a mix of both rule sets that was never checked; take the closer one.
@@ -92,28 +95,28 @@ def _rules(torch_version):
 
 # Default cuDNN version per release: what its CUDA wheel pins (2.11.0+cu130: nvidia-cudnn-cu13
 # 9.19.0.56); the installed one is asked directly (cudnnGetVersion needs no driver).
-_CUDNN_OF_RELEASE = {(2, 11): 91900}
+_CUDNN_OF_RELEASE: dict[tuple[int, ...], int] = {(2, 11): 91900}
 
 
-def _default_cudnn(rules, asked=False):
+def _default_cudnn(rules: _Rules, asked: bool = False) -> int | None:
     # The pinned cuDNN of a release asked for by name; the installed torch (whatever rule set
     # stands in for it: 2.6-2.10 take 2.11's) keeps its own cuDNN.
     if asked and rules.version in _CUDNN_OF_RELEASE and rules.version != _installed_version():
         return _CUDNN_OF_RELEASE[rules.version]
     try:
         return torch.backends.cudnn.version()
-    except Exception:
+    except Exception:  # a torch without a loadable cuDNN may fail in any way: the version is unknown
         return None
 
 
-def _installed_version():
+def _installed_version() -> tuple[int, ...]:
     return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
 # ----------------------------------------------------------------------------- symbolic helpers
 
 
-def _gof(cond):
+def _gof(cond: Any) -> bool:
     """TORCH_GUARD_OR_FALSE: false unless provably true (symbolic sizes from torch.compile)."""
     if isinstance(cond, bool):
         return cond
@@ -124,7 +127,7 @@ def _gof(cond):
     return guard_or_false(cond)
 
 
-def _got(cond):
+def _got(cond: Any) -> bool:
     """TORCH_GUARD_OR_TRUE."""
     if isinstance(cond, bool):
         return cond
@@ -135,7 +138,7 @@ def _got(cond):
     return guard_or_true(cond)
 
 
-def _const(x):
+def _const(x: Any) -> int | None:
     """SymInt::maybe_as_int."""
     if isinstance(x, int):
         return x
@@ -149,8 +152,11 @@ class _T:
     """A tensor's metadata, as the C++ checks read it (so that no op runs while choosing)."""
 
     __slots__ = ("dim", "sizes", "strides", "offset", "dtype", "nested", "rg", "elsize")
+    # Sizes and strides may be symbolic (torch.compile) or None (a ragged nested dimension).
+    sizes: list[Any]
+    strides: Any  # None for a nested tensor
 
-    def __init__(self, t, unsqueeze=0):
+    def __init__(self, t: Any, unsqueeze: int = 0) -> None:
         self.nested = bool(getattr(t, "is_nested", False)) and t.layout == torch.strided
         self.dtype = t.dtype
         self.rg = bool(t.requires_grad)
@@ -168,20 +174,20 @@ class _T:
         self.dim, self.sizes, self.strides = len(sizes), sizes, strides
         self.offset = t.storage_offset()
 
-    def size(self, i):
+    def size(self, i: int) -> Any:
         return self.sizes[i]
 
-    def stride(self, i):
+    def stride(self, i: int) -> Any:
         return self.strides[i]
 
-    def numel(self):
+    def numel(self) -> Any:
         n = 1
         for s in self.sizes:
             n = n * s
         return n
 
 
-def _nested_size(t, i):
+def _nested_size(t: Any, i: int) -> int | None:
     try:
         return t.size(i)
     except RuntimeError:
@@ -191,7 +197,7 @@ def _nested_size(t, i):
 class _P:
     """sdp::sdp_params."""
 
-    def __init__(self, q, k, v, mask, dropout, causal, gqa, requires_grad, rules):
+    def __init__(self, q: Any, k: Any, v: Any, mask: Any, dropout: Any, causal: Any, gqa: Any, requires_grad: Any, rules: _Rules) -> None:
         unsq = 0
         if (rules.normalize_unbatched and not any(getattr(t, "is_nested", False) for t in (q, k, v))
                 and all(t.layout == torch.strided and t.dim() == 3 for t in (q, k, v))):
@@ -213,29 +219,29 @@ class _P:
             self.rg = self.rg_tensors = bool(requires_grad)
 
 
-def _nested(p):
+def _nested(p: _P) -> bool:
     return p.q.nested or p.k.nested or p.v.nested
 
 
 # ----------------------------------------------------------------------------- shared checks (sdp_utils_cpp.h)
 
 
-def _shapes_4d(p):  # check_tensor_shapes
+def _shapes_4d(p: _P) -> bool:  # check_tensor_shapes
     return p.q.dim == p.k.dim == p.v.dim == 4
 
 
-def _dtype_in(p, allowed):  # check_tensor_dtype
+def _dtype_in(p: _P, allowed: Iterable[Any]) -> bool:  # check_tensor_dtype
     return p.q.dtype == p.k.dtype == p.v.dtype and p.q.dtype in allowed
 
 
-def _attn_mask_shape(p):  # check_attn_mask_shape
+def _attn_mask_shape(p: _P) -> bool:  # check_attn_mask_shape
     m = p.mask
     if m is None:
         return True
     if m.rg:
         return False
 
-    def compatible(mask_dim, target):
+    def compatible(mask_dim: Any, target: Any) -> bool:
         return _gof(mask_dim == target) or _const(mask_dim) == 1
 
     if not compatible(m.size(-2), p.q.size(2)) or not compatible(m.size(-1), p.k.size(2)):
@@ -247,7 +253,7 @@ def _attn_mask_shape(p):  # check_attn_mask_shape
     return False
 
 
-def _grouped_query(p, rules, requires_same_num_heads):  # check_grouped_query_attention
+def _grouped_query(p: _P, rules: _Rules, requires_same_num_heads: bool) -> bool:  # check_grouped_query_attention
     qh, kh, vh = p.q.size(-3), p.k.size(-3), p.v.size(-3)
     if requires_same_num_heads and not _gof(kh == vh):
         return False
@@ -259,7 +265,7 @@ def _grouped_query(p, rules, requires_same_num_heads):  # check_grouped_query_at
     return not (qh % kh != 0 or (not requires_same_num_heads and qh % vh != 0))
 
 
-def _batch_and_heads_dense(p, rules, supports_gqa, requires_same_num_heads=True, supports_mqa=False):
+def _batch_and_heads_dense(p: _P, rules: _Rules, supports_gqa: bool, requires_same_num_heads: bool = True, supports_mqa: bool = False) -> bool:
     # check_batch_size_and_num_heads_dense<supports_gqa, requires_same_num_heads, supports_mqa>
     qb, kb, vb = p.q.size(0), p.k.size(0), p.v.size(0)
     if not (_gof(qb == kb) and _gof(qb == vb)):
@@ -274,11 +280,11 @@ def _batch_and_heads_dense(p, rules, supports_gqa, requires_same_num_heads=True,
     return False
 
 
-def _nonzero_seq_dense(p):  # check_nonzero_sequence_lengths_dense
+def _nonzero_seq_dense(p: _P) -> bool:  # check_nonzero_sequence_lengths_dense
     return _gof(p.q.size(-2) != 0) and _gof(p.k.size(-2) != 0)
 
 
-def _last_dim_stride1_dense(p, ignore_singleton_dim):  # check_last_dim_stride_equals_1_dense
+def _last_dim_stride1_dense(p: _P, ignore_singleton_dim: bool) -> bool:  # check_last_dim_stride_equals_1_dense
     ok = _gof(p.q.stride(-1) == 1) and _gof(p.k.stride(-1) == 1) and _gof(p.v.stride(-1) == 1)
     if ignore_singleton_dim:
         ok = ok or _gof(p.q.size(-1) == 1)
@@ -287,7 +293,7 @@ def _last_dim_stride1_dense(p, ignore_singleton_dim):  # check_last_dim_stride_e
     return ok and mask_ok
 
 
-def _nested_checks(p, rules):
+def _nested_checks(p: _P, rules: _Rules) -> bool:
     """check_batch_size_nested / check_for_seq_len_0_nested_tensor, from metadata only."""
     qb, kb, vb = p.q.size(0), p.k.size(0), p.v.size(0)
     if not (qb == kb == vb):
@@ -305,7 +311,7 @@ def _nested_checks(p, rules):
     return True  # a zero-length sequence inside a nested tensor is data: not seen here
 
 
-def _broadcastable(a, b, c):  # try_broadcast_param_size
+def _broadcastable(a: int, b: int, c: int) -> bool:  # try_broadcast_param_size
     m = max(a, b, c)
     return all(x == m or x == 1 for x in (a, b, c))
 
@@ -313,11 +319,11 @@ def _broadcastable(a, b, c):  # try_broadcast_param_size
 # ----------------------------------------------------------------------------- flash (sdp_utils.cpp can_use_flash_attention)
 
 
-def _sm_between(cap, lo, hi):  # check_sm_version<lo, hi>
+def _sm_between(cap: tuple[int, ...], lo: tuple[int, int], hi: tuple[int, int]) -> bool:  # check_sm_version<lo, hi>
     return lo <= tuple(cap) <= hi
 
 
-def _can_use_flash(p, rules, cap):
+def _can_use_flash(p: _P, rules: _Rules, cap: tuple[int, ...]) -> bool:
     if not torch.backends.cuda.flash_sdp_enabled():  # check_runtime_disabled_flash
         return False
     if not _shapes_4d(p):
@@ -351,6 +357,7 @@ def _can_use_flash(p, rules, cap):
     if p.causal and not p.q.nested and not p.k.nested and not _gof(p.q.size(-2) == p.k.size(-2)):
         return False
     # check_dtypes_flash_attention: fp8 only with FA3 on sm90+, else fp16/bf16 on sm80+
+    allowed: tuple[Any, ...]
     if cap[0] >= 9 and _flag("_get_fa3_sdp_enabled"):
         allowed = (torch.float8_e4m3fn, torch.float16, torch.bfloat16)
     else:
@@ -375,7 +382,7 @@ def _can_use_flash(p, rules, cap):
 # ----------------------------------------------------------------------------- efficient (can_use_mem_efficient_attention)
 
 
-def _gemm_alignment(p, cap):  # minimum_gemm_alignment: elements, from the tensor-core tile
+def _gemm_alignment(p: _P, cap: tuple[int, ...]) -> int:  # minimum_gemm_alignment: elements, from the tensor-core tile
     is_half = p.q.dtype in (torch.float16, torch.bfloat16)
     use_tc = cap[0] >= 8 or (cap[0] >= 7 and is_half)
     mn = 4 if cap[0] >= 8 else 1
@@ -384,7 +391,7 @@ def _gemm_alignment(p, cap):  # minimum_gemm_alignment: elements, from the tenso
     return mn
 
 
-def _can_use_efficient(p, rules, cap):
+def _can_use_efficient(p: _P, rules: _Rules, cap: tuple[int, ...]) -> bool:
     if not torch.backends.cuda.mem_efficient_sdp_enabled():
         return False
     if not _sm_between(cap, (5, 0), (12, 1)):  # check_mem_efficient_hardware_support
@@ -421,7 +428,7 @@ def _can_use_efficient(p, rules, cap):
 # ----------------------------------------------------------------------------- cuDNN (can_use_cudnn_attention)
 
 
-def _cudnn_supports_d256(cap, cudnn):
+def _cudnn_supports_d256(cap: tuple[int, ...], cudnn: int) -> bool:
     # head dim 256 (fwd and bwd) on sm90 / sm10x with cuDNN > 9.22 (sm107 needs > 9.25); the
     # 2.15 wheel's cudnn-frontend is >= 1.24 (kCuDNNFrontendSupportsD256), checked by the oracle.
     major, minor = cap
@@ -430,7 +437,7 @@ def _cudnn_supports_d256(cap, cudnn):
     return sm90_or_10x and not bad_sm107 and cudnn > 92200
 
 
-def _cudnn_tensor_shapes(p, rules, cap, cudnn):  # check_cudnn_tensor_shapes
+def _cudnn_tensor_shapes(p: _P, rules: _Rules, cap: tuple[int, ...], cudnn: int) -> bool:  # check_cudnn_tensor_shapes
     b, h = p.q.size(0), p.q.size(1)
     if rules.cudnn_grid and not (_gof(b <= _MAX_GRID) and _gof(h <= _MAX_GRID)):
         return False
@@ -485,7 +492,7 @@ def _cudnn_tensor_shapes(p, rules, cap, cudnn):  # check_cudnn_tensor_shapes
     return True
 
 
-def _cudnn_d256_bprop(p, cap, cudnn):  # check_cudnn_d256_bprop_head_dim (2.15)
+def _cudnn_d256_bprop(p: _P, cap: tuple[int, ...], cudnn: int) -> bool:  # check_cudnn_d256_bprop_head_dim (2.15)
     if not p.rg or not _cudnn_supports_d256(cap, cudnn):
         return True
     d_qk, d_v = p.q.size(3), p.v.size(3)
@@ -493,7 +500,7 @@ def _cudnn_d256_bprop(p, cap, cudnn):  # check_cudnn_d256_bprop_head_dim (2.15)
             or (_gof(d_qk == 256) and _gof(d_v == 256)))
 
 
-def _can_use_cudnn(p, rules, cap, cudnn):
+def _can_use_cudnn(p: _P, rules: _Rules, cap: tuple[int, ...], cudnn: int | None) -> bool:
     if cudnn is None or cudnn < 90000:  # not compiled with cuDNN >= 9
         return False
     if p.dropout > 0.0 and 91100 < cudnn < 91400:  # dropout broken in cuDNN 9.11-9.13
@@ -534,12 +541,12 @@ def _can_use_cudnn(p, rules, cap, cudnn):
 # ----------------------------------------------------------------------------- selection (select_sdp_backend)
 
 
-def _flag(name):
+def _flag(name: str) -> bool:
     fn = getattr(torch._C, name, None)
     return bool(fn()) if fn is not None else False
 
 
-def _check_env(name):
+def _check_env(name: str) -> bool | None:
     """c10::utils::check_env: True / False / None (unset or unrecognised)."""
     val = os.environ.get(name)
     if val is None:
@@ -551,7 +558,7 @@ def _check_env(name):
     return None
 
 
-def _prefer_cudnn(rules, cap, cudnn):  # check_prefer_cudnn_attention
+def _prefer_cudnn(rules: _Rules, cap: tuple[int, ...], cudnn: int | None) -> bool:  # check_prefer_cudnn_attention
     if _check_env("TORCH_CUDNN_SDPA_DEPRIORITIZED") is True or cudnn is None:
         return False
     major, minor = cap
@@ -560,7 +567,7 @@ def _prefer_cudnn(rules, cap, cudnn):  # check_prefer_cudnn_attention
     return rules.prefer_any_minor or minor in (0, 3)
 
 
-def _priority_order(rules, cap, cudnn):
+def _priority_order(rules: _Rules, cap: tuple[int, ...], cudnn: int | None) -> list[int]:
     """sdp::priority_order: the global order, turned cuDNN-first on the first call on sm90/sm10x.
 
     On a GPU that one-shot initialisation has happened by the time a workload's first SDPA runs;
@@ -580,8 +587,10 @@ def _priority_order(rules, cap, cudnn):
     return order
 
 
-def choose(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
-           capability=(9, 0), cudnn_version=None, requires_grad=None, torch_version=None):
+def choose(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+           scale: float | None = None, enable_gqa: bool = False, *, capability: Sequence[int] = (9, 0),
+           cudnn_version: int | None = None, requires_grad: bool | None = None,
+           torch_version: Sequence[int] | None = None) -> str:
     """The backend `F.scaled_dot_product_attention` runs on a card of `capability`.
 
     Returns "flash", "efficient", "cudnn" or "math"; raises RuntimeError where CUDA would (every
@@ -616,7 +625,7 @@ def choose(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
 # ----------------------------------------------------------------------------- running it (attention.cpp)
 
 
-def _bool_mask_to_additive(mask, dtype, fill):
+def _bool_mask_to_additive(mask: Any, dtype: Any, fill: float) -> Any:
     """convert_boolean_attn_mask[_cudnn]: True -> 0, False -> fill, in the query's dtype."""
     if mask is None or mask.dtype != torch.bool:
         return mask
@@ -625,7 +634,7 @@ def _bool_mask_to_additive(mask, dtype, fill):
     return torch.where(mask, zero, masked)
 
 
-def _efficient_mask(mask, q, k):
+def _efficient_mask(mask: Any, q: Any, k: Any) -> Any:
     """preprocess_mask: the mem-efficient kernel wants every stride but the last a multiple of 8
     (else pad the last dim to the next multiple of 8 and slice back, so the padding is tracked for
     backward), then the mask expanded to (B, H, L, S)."""
@@ -637,7 +646,7 @@ def _efficient_mask(mask, q, k):
     return mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))
 
 
-def _pad_last_dim_8(t):
+def _pad_last_dim_8(t: Any) -> Any:
     """pad_last_dim<8, false>: FlashAttention-2 wants a head dim that is a multiple of 8."""
     last = t.size(-1)
     if _gof(last % 8 == 0):
@@ -645,12 +654,13 @@ def _pad_last_dim_8(t):
     return torch.nn.functional.pad(t, (0, 8 - last % 8))
 
 
-def _should_compute_logsumexp(q, k, v):
+def _should_compute_logsumexp(q: Any, k: Any, v: Any) -> bool:
     return (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
 
 
-def call(backend, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
-         torch_version=None):
+def call(backend: str, query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+         is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
+         torch_version: Sequence[int] | None = None) -> Any:
     """What `F.scaled_dot_product_attention` returns once `backend` is chosen, built from the same
     aten ops CUDA's `scaled_dot_product_attention` calls (so autograd saves the same tensors)."""
     rules = _rules(torch_version)

@@ -1,15 +1,20 @@
 """One prediction: the fake CUDA world set up around the worker's own workload code."""
 
+from __future__ import annotations
+
 import contextlib
 import weakref
+from typing import Any, Callable
 
 from .. import recorder
+from ..recorder import Emit
+from ..spec import WorkerSpec
 from . import compat, cuda_api, idioms
 from . import phases as auto_phases
 from . import tracker as tracking
 
 
-def fake_mode_class(torch):
+def fake_mode_class(torch: Any) -> type:
     """FakeTensorMode that never touches a real device, even though torch.cuda says available."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -20,7 +25,9 @@ def fake_mode_class(torch):
 
 
 class Session:
-    def __init__(self, torch, emit, spec, target, mode_class):
+    """One prediction of `spec` for the `target` card: the fake CUDA world, then the workload in it."""
+
+    def __init__(self, torch: Any, emit: Emit, spec: WorkerSpec, target: dict[str, Any], mode_class: type) -> None:
         self.torch = torch
         self.emit = emit
         self.spec = spec
@@ -30,17 +37,17 @@ class Session:
         # Every op on the target device runs under this mode (tracker.py decides which ops).
         self.fake = mode_class(allow_non_fake_inputs=True)
         self.tracker.fake_mode = self.fake
-        self.modules = {}  # id(root module) -> module, for re-tagging at phase ends
-        self.names = {}  # id(module) -> qualified name
-        self.optimizers = []
-        self.caches = []  # weak references: a cache the workload drops is freed, as on a GPU
+        self.modules: dict[int, Any] = {}  # id(root module) -> module, for re-tagging at phase ends
+        self.names: dict[int, str] = {}  # id(module) -> qualified name
+        self.optimizers: list[Any] = []
+        self.caches: list[weakref.ref[Any]] = []  # weak references: a cache the workload drops is freed, as on a GPU
         self.fake_modes = [self.fake]
-        self.notes = []
+        self.notes: list[str] = []
         # Sends the events still batched (set by the caller): before an os._exit.
-        self.flush = None
+        self.flush: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- the fake CUDA world
-    def install(self):
+    def install(self) -> None:
         torch = self.torch
         from torch._subclasses.fake_tensor import FakeTensor
 
@@ -57,7 +64,7 @@ class Session:
         original_swap = torch.utils.swap_tensors
         modes = self.fake_modes
 
-        def swap_tensors(t1, t2):
+        def swap_tensors(t1: Any, t2: Any) -> Any:
             # The modes that made these tensors too (a deep copy's clone may come from another).
             owners = [getattr(t, "fake_mode", None) for t in (t1, t2)]
             for mode in list(modes) + [m for m in owners if m is not None and m not in modes]:
@@ -93,7 +100,7 @@ class Session:
         if self.spec.world_size:
             self._fake_process_group(self.spec.world_size)
 
-    def _fake_process_group(self, world_size):
+    def _fake_process_group(self, world_size: int) -> None:
         """Rank 0 of `world_size` ranks on PyTorch's fake process group (collectives return at
         once; all-gathers fill their outputs with this rank's data). The environment a torchrun
         rank reads is set; a script's own `init_process_group` joins the fake group instead.
@@ -121,7 +128,7 @@ class Session:
         original_init = dist.init_process_group
         notes = self.notes
 
-        def init_process_group(*args, **kwargs):
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
             if dist.is_initialized():
                 note = f"init_process_group({kwargs.get('backend', args[0] if args else '')!s}) joined PyTorch's fake process group of {world_size} ranks"
                 if note not in notes:
@@ -132,7 +139,7 @@ class Session:
         dist.init_process_group = init_process_group
         original_resize = torch.UntypedStorage.resize_
 
-        def resize_(storage, nbytes):
+        def resize_(storage: Any, nbytes: int) -> Any:
             result = original_resize(storage, nbytes)
             tr.resized(storage, int(nbytes))
             return result
@@ -144,7 +151,7 @@ class Session:
             cls = prop.ShardingPropagator
             original_meta = cls._propagate_tensor_meta_non_cached
 
-            def propagate(self_, *args, **kwargs):
+            def propagate(self_: Any, *args: Any, **kwargs: Any) -> Any:
                 with tr.suspended():
                     return original_meta(self_, *args, **kwargs)
 
@@ -156,7 +163,7 @@ class Session:
             "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"
         )
 
-    def _hooks(self):
+    def _hooks(self) -> None:
         torch = self.torch
         tr = self.tracker
         M = torch.nn.modules.module
@@ -166,14 +173,14 @@ class Session:
         # then on, so that its parameters are tagged at the phase's end, before any forward.
         original_to_empty = M.Module.to_empty
 
-        def to_empty(module, *args, **kwargs):
+        def to_empty(module: Any, *args: Any, **kwargs: Any) -> Any:
             result = original_to_empty(module, *args, **kwargs)
             name_of(module)
             return result
 
         M.Module.to_empty = to_empty
 
-        def pre(module, args, kwargs=None):
+        def pre(module: Any, args: Any, kwargs: dict[str, Any] | None = None) -> None:
             outer = not getattr(tr.local, "modules", None)
             tr.push_module(name_of(module))
             if outer:
@@ -183,7 +190,7 @@ class Session:
             if kwargs:
                 self._note_cache(kwargs.get("past_key_values"))
 
-        def post(module, args, *rest):
+        def post(module: Any, args: Any, *rest: Any) -> None:
             output = rest[-1]
             tr.pop_module()
             if isinstance(output, dict):
@@ -198,7 +205,7 @@ class Session:
 
         from torch._subclasses.fake_tensor import FakeTensor
 
-        def data_less(t):
+        def data_less(t: Any) -> bool:
             """A parameter or buffer made with real data on the CPU becomes data-less: a model
             built on the CPU then moved to the GPU costs no real memory or time."""
             return (
@@ -208,7 +215,7 @@ class Session:
                 and t.device.type == "cpu"
             )
 
-        def on_parameter(module, name, param):
+        def on_parameter(module: Any, name: str, param: Any) -> Any:
             if param is None:
                 return None
             if data_less(param):
@@ -225,7 +232,7 @@ class Session:
                     pass
             return param
 
-        def on_buffer(module, name, buf):
+        def on_buffer(module: Any, name: str, buf: Any) -> Any:
             if buf is None:
                 return None
             if data_less(buf):
@@ -238,19 +245,19 @@ class Session:
         M.register_module_buffer_registration_hook(on_buffer)
         import torch.optim.optimizer as optimizer
 
-        def step_pre(opt, args, kwargs):
+        def step_pre(opt: Any, args: Any, kwargs: Any) -> None:
             tr.in_optimizer += 1
             if opt not in self.optimizers:
                 self.optimizers.append(opt)
 
-        def step_post(opt, args, kwargs):
+        def step_post(opt: Any, args: Any, kwargs: Any) -> None:
             tr.in_optimizer -= 1
             self._tag_optimizer(opt)
 
         optimizer.register_optimizer_step_pre_hook(step_pre)
         optimizer.register_optimizer_step_post_hook(step_post)
 
-    def name_of(self, module):
+    def name_of(self, module: Any) -> str:
         """The module's qualified name; a module seen for the first time is a root: its whole
         tree is named, and it is re-tagged at each phase's end."""
         name = self.names.get(id(module))
@@ -262,39 +269,39 @@ class Session:
             name = self.names[id(module)]
         return name
 
-    def _saved_tensors(self):
+    def _saved_tensors(self) -> Any:
         tr = self.tracker
 
-        def pack(t):
+        def pack(t: Any) -> Any:
             tr.tag(t, "activation", only_from={"temporary", "other"})
             return t
 
         return self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
-    def _note_cache(self, cache):
+    def _note_cache(self, cache: Any) -> None:
         if cache is None or isinstance(cache, (tuple, list)) and not cache:
             return
         try:
-            ref = weakref.ref(cache)
+            ref: weakref.ref[Any] | None = weakref.ref(cache)
         except TypeError:  # a tuple of tuples (legacy caches): tagged now, not kept
             ref = None
         if ref is not None and not any(r() is cache for r in self.caches):
             self.caches.append(ref)
         self._tag_cache(cache)
 
-    def _tag_cache(self, cache):
+    def _tag_cache(self, cache: Any) -> None:
         from ..workloads.causal_lm import cache_tensors
 
         for t in cache_tensors(cache):
             self.tracker.tag(t, "kv cache")
 
-    def _tag_optimizer(self, opt):
+    def _tag_optimizer(self, opt: Any) -> None:
         for state in opt.state.values():
             for v in state.values() if isinstance(state, dict) else ():
                 if isinstance(v, self.torch.Tensor):
                     self.tracker.tag(v, "optimizer state")
 
-    def retag(self):
+    def retag(self) -> None:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
         for module in self.modules.values():
@@ -315,14 +322,14 @@ class Session:
                 self._tag_cache(cache)
 
     # ---------------------------------------------------------------- the run
-    def run(self):
+    def run(self) -> int:
         from .. import workload
 
         torch = self.torch
         self.install()
         events = self.emit
 
-        def emit(kind, data):
+        def emit(kind: str, data: Any) -> None:
             if kind == "phase_end":
                 self.retag()
             events(kind, data)
@@ -331,14 +338,12 @@ class Session:
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
-        from .. import workload as workload_module
-
-        def finish():
+        def finish() -> None:
             self._summary(events)
             if self.flush is not None:
                 self.flush()
 
-        workload_module.explain_hard_exit(rec, events, self.notes.append, finish)
+        workload.explain_hard_exit(rec, events, self.notes.append, finish)
         modes = contextlib.ExitStack()
         code = 0
         try:
@@ -354,14 +359,14 @@ class Session:
         self._summary(events)
         return code
 
-    def _summary(self, events):
+    def _summary(self, events: Emit) -> None:
         for site, count in self.tracker.placeholders.items():
             events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
         for note in self.notes:
             events("note", {"text": note})
 
 
-def _drop_weak_entries(t):
+def _drop_weak_entries(t: Any) -> None:
     """Removes `t` from the weak dictionaries that still hold it (a converter's memo of another
     fake mode, a deep copy's): swap_tensors refuses a tensor with weak references. Rare: found
     through the garbage collector's referrers only when some remain."""
@@ -377,7 +382,7 @@ def _drop_weak_entries(t):
                     del d[k]
 
 
-def _route_sdpa(torch, target):
+def _route_sdpa(torch: Any, target: dict[str, Any]) -> None:
     """F.scaled_dot_product_attention picks the backend CUDA would pick on the target (a port of
     PyTorch's rules): without a driver, PyTorch's own choice falls back to the math path. The
     function itself is replaced, not wrapped in a mode: a checkpointed layer recomputes its
@@ -388,7 +393,7 @@ def _route_sdpa(torch, target):
     capability = tuple(target["capability"])
     cudnn = target.get("cudnn_version")
 
-    def routed(*args, **kwargs):
+    def routed(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _autocast_sdpa(torch, args, kwargs)
         backend = sdpa.choose(*args, capability=capability, cudnn_version=cudnn, **kwargs)
         return sdpa.call(backend, *args, **kwargs)
@@ -396,7 +401,7 @@ def _route_sdpa(torch, target):
     functional.scaled_dot_product_attention = routed
 
 
-def _autocast_sdpa(torch, args, kwargs):
+def _autocast_sdpa(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """What CUDA autocast does to `scaled_dot_product_attention` (a lower-precision op) before the
     fused kernel runs: floating-point tensor arguments cast to the autocast dtype. Replaced above
     the dispatcher, the call must do it itself."""
@@ -404,7 +409,7 @@ def _autocast_sdpa(torch, args, kwargs):
         return args, kwargs
     dtype = torch.get_autocast_dtype("cuda")
 
-    def cast(x):
+    def cast(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "cuda":
             return x.to(dtype)
         return x

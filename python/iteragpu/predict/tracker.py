@@ -15,12 +15,16 @@ makes the phase `unpredictable` (named with the op and the user's file and line)
 produces is tainted so that no later phase holding it is presented as predicted either.
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import os
 import sys
 import threading
 import weakref
+from types import FrameType
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch._subclasses import fake_tensor
@@ -30,26 +34,26 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import values as known_values
 
-aten = torch.ops.aten
+aten: Any = torch.ops.aten
 
 # Ops that run cuBLAS (their first call on a thread creates that thread's cuBLAS workspaces).
-BLAS_OPS = {
+BLAS_OPS: set[str] = {
     "mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot", "vdot", "addbmm", "_addmm_activation",
     "matmul", "linear", "_scaled_mm", "_int_mm",
 }
 # Output size depends on the data: an upper bound lets the run go on, the phase is unpredictable.
-DATA_DEPENDENT = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
+DATA_DEPENDENT: set[str] = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
 # A condition that keeps reading unknown data (`while not done.all()`) at one line is answered this
 # many times, then the phase is unpredictable (a loop that data alone would end).
-LOOP_BUDGET = 1_000
+LOOP_BUDGET: int = 1_000
 # CPU tensors made by factory functions above this many bytes stay data-less (a large synthetic
 # batch, a model's weights created on the CPU): nothing costly becomes real.
-LARGE_CPU = 64 << 20
+LARGE_CPU: int = 64 << 20
 # What a read of an unknown value answers: never zero (no division by zero, no empty structure),
 # never True for a condition (no sequence stops early: the longest case).
-PLACEHOLDER = {"bool": False, "int": 1, "float": 1.0}
+PLACEHOLDER: dict[str, bool | int | float] = {"bool": False, "int": 1, "float": 1.0}
 
-_INTERNAL = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
+_INTERNAL: tuple[str, ...] = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
 
 
 class Unpredictable(RuntimeError):
@@ -57,13 +61,13 @@ class Unpredictable(RuntimeError):
     upper bound): the phase stops and is reported unpredictable."""
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PACKAGE: str = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def user_frame():
+def user_frame() -> tuple[str, int] | tuple[None, None]:
     """(file, line) of the innermost frame outside torch and iteragpu's prediction code; a file of
     iteragpu's own workloads is named inside the package (it runs from a temporary folder)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and any(part in frame.f_code.co_filename for part in _INTERNAL):
         frame = frame.f_back
     if frame is None:
@@ -74,15 +78,15 @@ def user_frame():
     return file, frame.f_lineno
 
 
-_LIBRARIES = tuple(
+_LIBRARIES: tuple[str, ...] = tuple(
     os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p
 )
 
 
-def script_frame():
+def script_frame() -> tuple[str, int] | tuple[None, None]:
     """(file, line) of the innermost frame of the user's own code: outside torch, iteragpu and
     every installed library or the standard library (a fork's caller, a failure's line)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
         if not any(part in file for part in _INTERNAL) and not file.startswith("<") and not os.path.realpath(file).startswith(_LIBRARIES):
@@ -94,51 +98,51 @@ def script_frame():
 class Tracker(TorchDispatchMode):
     """Sits above FakeTensorMode: sees every op first, then registers what it produced."""
 
-    def __init__(self, emit, workspaces):
+    def __init__(self, emit: Callable[[str, Any], None], workspaces: list[tuple[int, str]]) -> None:
         super().__init__()
         self._emit = emit
         # The FakeTensorMode every op on the target device runs under (set by the session).
-        self.fake_mode = None
+        self.fake_mode: Any = None
         self.fake_lock = threading.RLock()
         self.values = known_values.Values()
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
         self.lock = threading.RLock()
         # id(storage) -> [event id (None while resized to 0), bytes, category, first event id]
-        self.live = {}
+        self.live: dict[int, list[Any]] = {}
         self.next_id = 0
         self.allocated = 0  # 512-byte-rounded live bytes: what the torch.cuda shim answers
         self.peak = 0
         self.reserved = 0
-        self.tainted = set()  # event ids
-        self.blas_threads = set()
+        self.tainted: set[int] = set()  # event ids
+        self.blas_threads: set[int] = set()
         self.local = threading.local()
-        self.placeholders = collections.Counter()
-        self.loop_hits = collections.Counter()
+        self.placeholders: collections.Counter[tuple[str | None, int | None]] = collections.Counter()
+        self.loop_hits: collections.Counter[tuple[str | None, int | None]] = collections.Counter()
         self.in_optimizer = 0
         # Ops run with no fake implementation, said once per op.
-        self.unsupported = set()
+        self.unsupported: set[str] = set()
         # Says a note once in the prediction (set by the idioms; nothing before).
-        self.note = lambda text: None
+        self.note: Callable[[str], None] = lambda text: None
 
     # ---------------------------------------------------------------- what each storage is
-    def module(self):
+    def module(self) -> str | None:
         if torch._C._current_graph_task_id() != -1:
             return "(backward)"
         stack = getattr(self.local, "modules", None)
         return stack[-1] if stack else None
 
-    def push_module(self, name):
+    def push_module(self, name: str) -> None:
         stack = getattr(self.local, "modules", None)
         if stack is None:
             stack = self.local.modules = []
         stack.append(name)
 
-    def pop_module(self):
+    def pop_module(self) -> None:
         stack = getattr(self.local, "modules", None)
         if stack:
             stack.pop()
 
-    def default_category(self):
+    def default_category(self) -> str:
         if torch._C._current_graph_task_id() != -1 or self.in_optimizer:
             return "temporary"
         if getattr(self.local, "modules", None):
@@ -147,7 +151,7 @@ class Tracker(TorchDispatchMode):
 
     # ---------------------------------------------------------------- events
     @contextlib.contextmanager
-    def suspended(self):
+    def suspended(self) -> Iterator[None]:
         """Storages made inside are not the workload's (DTensor's shape inference)."""
         depth = getattr(self.local, "suspended", 0)
         self.local.suspended = depth + 1
@@ -156,7 +160,7 @@ class Tracker(TorchDispatchMode):
         finally:
             self.local.suspended = depth
 
-    def resized(self, storage, nbytes):
+    def resized(self, storage: Any, nbytes: int) -> None:
         """`UntypedStorage.resize_` on a tracked storage (FSDP2's free and refill of unsharded
         parameters): a free, then a new block of the new size."""
         key = id(storage)
@@ -188,15 +192,15 @@ class Tracker(TorchDispatchMode):
                 },
             )
 
-    def _storage(self, t):
+    def _storage(self, t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or is_traceable_wrapper_subclass(t):
             return None
         try:
             return t.untyped_storage()
-        except Exception:  # a tensor subclass without storage
+        except Exception:  # a tensor subclass without storage may refuse with any error: not tracked
             return None
 
-    def register(self, t, category=None, tainted=False):
+    def register(self, t: Any, category: str | None = None, tainted: bool = False) -> int | None:
         """Records the storage behind `t` if it is new (or resized); returns its event id. A
         wrapper subclass (a DTensor: the global shape around a rank's local shard) holds no
         memory of its own: its inner tensors are what the device holds."""
@@ -243,20 +247,20 @@ class Tracker(TorchDispatchMode):
         weakref.finalize(st, self._finalized, key, ident)
         return ident
 
-    def _finalized(self, key, origin):
+    def _finalized(self, key: int, origin: int) -> None:
         with self.lock:
             known = self.live.get(key)
             if known is not None and known[3] == origin:
                 self._free(key)
 
-    def _free(self, key):
+    def _free(self, key: int) -> None:
         ident, nbytes, _, _ = self.live.pop(key)
         if ident is None:
             return
         self.allocated -= 0 if nbytes == 0 else (nbytes + 511) // 512 * 512
         self._emit("free", {"id": ident})
 
-    def tag(self, t, category, only_from=None):
+    def tag(self, t: Any, category: str, only_from: Iterable[str] | None = None) -> None:
         """Gives the storage behind `t` a category (if it has one of `only_from`, when given)."""
         if is_traceable_wrapper_subclass(t):
             for inner in _inner(t):
@@ -276,7 +280,7 @@ class Tracker(TorchDispatchMode):
             if known[0] is not None:
                 self._emit("tag", {"id": known[0], "category": category})
 
-    def workspace(self):
+    def workspace(self) -> None:
         """A thread's first BLAS call: its cuBLAS workspaces, held until the process ends."""
         thread = threading.get_ident()
         with self.lock:
@@ -302,7 +306,7 @@ class Tracker(TorchDispatchMode):
                 )
 
     # ---------------------------------------------------------------- dispatch
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Only what goes to the GPU is fake: an op on a fake tensor, or one that makes a tensor on
         the target device, runs under FakeTensorMode; every other CPU op runs for real (data
         pipelines, augmentation, CPU RNG, `.numpy()` give true answers), except factories of large
@@ -323,7 +327,7 @@ class Tracker(TorchDispatchMode):
                 return read
         return self._fake_call(func, args, kwargs, flat, spec)
 
-    def to_fake(self, t, keep_values=True):
+    def to_fake(self, t: Any, keep_values: bool = True) -> Any:
         """A real CPU tensor as a data-less one of the same shape, strides and dtype; a small one
         keeps its values (they are known) unless told otherwise."""
         with self.fake_lock, _disable_current_modes():
@@ -334,7 +338,7 @@ class Tracker(TorchDispatchMode):
             self.values.set(fake, value)
         return fake
 
-    def _fake_call(self, func, args, kwargs, flat, spec):
+    def _fake_call(self, func: Any, args: Any, kwargs: Any, flat: list[Any], spec: Any) -> Any:
         name = getattr(func, "_opname", None) or str(func)
         if name in BLAS_OPS:
             self.workspace()
@@ -374,7 +378,7 @@ class Tracker(TorchDispatchMode):
         self._follow_values(func, args, kwargs, out, flat, spec)
         return out
 
-    def _unsupported(self, func, args, kwargs):
+    def _unsupported(self, func: Any, args: Any, kwargs: Any) -> Any:
         """An op with no fake implementation (a custom op): its phase is unpredictable, and the run
         goes on with outputs shaped like its first tensor input (tainted: never counted as
         predicted)."""
@@ -388,7 +392,7 @@ class Tracker(TorchDispatchMode):
             outs = [torch.empty_like(first) for _ in returns]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _read_back(self, func, args, kwargs):
+    def _read_back(self, func: Any, args: Any, kwargs: Any) -> Any:
         """A fake tensor read back into a real CPU one (`.cpu()`, `.tolist()`, `.numpy()`, a copy
         into a host buffer): its values when known, else a placeholder per the stated policy
         (counted per call site); a large unknown one stays a data-less CPU tensor."""
@@ -417,7 +421,7 @@ class Tracker(TorchDispatchMode):
             return dst
         return NotImplemented
 
-    def _host_value(self, t, large_ok=False):
+    def _host_value(self, t: Any, large_ok: bool = False) -> Any:
         """The real values of fake `t` (a copy), or a placeholder tensor (counted) when they are
         unknown and `t` is small enough to hold them; None for a large unknown tensor."""
         known = self.values.known(t)
@@ -429,12 +433,12 @@ class Tracker(TorchDispatchMode):
         with _disable_current_modes():
             return torch.full(t.shape, answer, dtype=t.dtype) if t.numel() <= known_values.SMALL else None
 
-    def _placeholder_value(self, t):
+    def _placeholder_value(self, t: Any) -> bool | int | float:
         file, line = user_frame()
         self._count_placeholder(file, line, t.dtype)
         return _placeholder_for(t.dtype)
 
-    def _follow_values(self, func, args, kwargs, out, flat, spec):
+    def _follow_values(self, func: Any, args: Any, kwargs: Any, out: Any, flat: list[Any], spec: Any) -> None:
         """The output's real values when they follow from known inputs (see values.py): the same
         op run on the CPU over the known values."""
         out_flat = tree_flatten(out)[0]
@@ -454,7 +458,7 @@ class Tracker(TorchDispatchMode):
             return
         bases = self.values.bases
 
-        def forget():
+        def forget() -> None:
             if bases:
                 for t in targets:
                     self.values.drop(t)
@@ -493,7 +497,7 @@ class Tracker(TorchDispatchMode):
             cargs, ckwargs = tree_unflatten(filled, spec)
             try:
                 result = func(*cargs, **ckwargs)
-            except Exception:  # an op the CPU does not run the same way: values unknown
+            except Exception:  # any op may fail on the CPU where CUDA would not: values unknown, not an error
                 forget()
                 return
             mask = None
@@ -527,19 +531,19 @@ class Tracker(TorchDispatchMode):
         else:
             forget()
 
-    def _tag_all(self, values, category):
+    def _tag_all(self, values: Iterable[Any], category: str) -> None:
         for t in tree_flatten(values)[0]:
             if isinstance(t, torch.Tensor):
                 self.tag(t, category, only_from={"temporary", "other"})
 
-    def _is_tainted(self, t):
+    def _is_tainted(self, t: Any) -> bool:
         st = self._storage(t)
         if st is None:
             return False
         known = self.live.get(id(st))
         return known is not None and known[0] in self.tainted
 
-    def _scalar(self, func, args, kwargs):
+    def _scalar(self, func: Any, args: Any, kwargs: Any) -> Any:
         """`.item()`, `bool(t)`, `float(t)`, `format(t)`: the real value when it is known (values
         followed from known inputs, a constant), else a placeholder per the stated policy,
         counted per call site: False for a condition (nothing stops early), 1 for a number."""
@@ -568,14 +572,14 @@ class Tracker(TorchDispatchMode):
                 raise Unpredictable(f"a loop condition at {file}:{line} depends on the data")
         return _placeholder_for(dtype)
 
-    def _count_placeholder(self, file, line, dtype):
+    def _count_placeholder(self, file: str | None, line: int | None, dtype: Any) -> None:
         site = (file, line)
         self.placeholders[site] += 1
         if self.placeholders[site] == 1:
             kind = _placeholder_kind(dtype)
             self._emit("placeholder", {"op": "item", "file": file, "line": line, "dtype": str(dtype).replace("torch.", ""), "answer": str(PLACEHOLDER[kind])})
 
-    def _upper_bound(self, func, name, args, kwargs):
+    def _upper_bound(self, func: Any, name: str, args: Any, kwargs: Any) -> Any:
         """A data-dependent output size: marked unpredictable, then the largest possible output
         so that the run can go on (tainted: never counted as predicted)."""
         file, line = user_frame()
@@ -583,7 +587,7 @@ class Tracker(TorchDispatchMode):
         with self.fake_lock, self.fake_mode:
             return self._largest(func, name, args, file, line)
 
-    def _largest(self, func, name, args, file, line):
+    def _largest(self, func: Any, name: str, args: Any, file: str | None, line: int | None) -> Any:
         x = args[0]
         if name == "nonzero":
             return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
@@ -601,16 +605,17 @@ class Tracker(TorchDispatchMode):
 
 
 # Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
-_READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
+_READS: set[Any] = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
 
 
 # Ops that may read a fake tensor back into a real CPU one.
-_READ_BACK = {aten._to_copy, aten.to, aten.copy_}
+_READ_BACK: set[Any] = {aten._to_copy, aten.to, aten.copy_}
 
-_WRITTEN = {}
+# op -> the arguments it writes to, computed once from its schema.
+_WRITTEN: dict[Any, list[tuple[int | None, str]]] = {}
 
 
-def _written(func):
+def _written(func: Any) -> list[tuple[int | None, str]]:
     """(position or None, name) of the arguments an op writes to (in-place, out=), cached."""
     known = _WRITTEN.get(func)
     if known is None:
@@ -623,12 +628,12 @@ def _written(func):
     return known
 
 
-def _real(a):
+def _real(a: Any) -> bool:
     """A real tensor that must become fake to meet a fake one (not a wrapper subclass)."""
     return isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) and not is_traceable_wrapper_subclass(a)
 
 
-def _no_fake_implementation(exc):
+def _no_fake_implementation(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(
         words in text
@@ -636,22 +641,22 @@ def _no_fake_implementation(exc):
     )
 
 
-def _placeholder_kind(dtype):
+def _placeholder_kind(dtype: Any) -> str:
     if dtype == torch.bool:
         return "bool"
     return "float" if dtype.is_floating_point or dtype.is_complex else "int"
 
 
-def _placeholder_for(dtype):
+def _placeholder_for(dtype: Any) -> bool | int | float:
     return PLACEHOLDER[_placeholder_kind(dtype)]
 
 
-def _targets_cuda(flat):
+def _targets_cuda(flat: list[Any]) -> bool:
     """A device argument naming the target (`device="cuda"`, `.to("cuda")`, `.cuda()`)."""
     return any(isinstance(a, torch.device) and a.type == "cuda" for a in flat)
 
 
-def _large_factory(func, args, kwargs):
+def _large_factory(func: Any, args: Any, kwargs: Any) -> bool:
     """A CPU factory (`empty`, `zeros`, `randn`…: no tensor input) of more than LARGE_CPU bytes."""
     if not args or any(isinstance(a, torch.Tensor) for a in tree_flatten((args, kwargs))[0]):
         return False
@@ -667,7 +672,7 @@ def _large_factory(func, args, kwargs):
     return numel * getattr(dtype, "itemsize", 4) > LARGE_CPU
 
 
-def _inner(t):
+def _inner(t: Any) -> list[Any]:
     """The tensors a traceable wrapper subclass (DTensor) is made of."""
     names, _ = t.__tensor_flatten__()
     return [getattr(t, n) for n in names]

@@ -21,27 +21,30 @@ finite, so the optimizer steps and the loss scale grows as in a run without over
 step would allocate no optimizer state: never the longest case).
 """
 
+from __future__ import annotations
+
 import weakref
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 # Largest storage (in elements) whose values are followed: masks, lengths, positions, token ids.
-SMALL = 1 << 16
+SMALL: int = 1 << 16
 # Largest real CPU input an op may read to compute a followed value.
-REAL_INPUT = 1 << 20
+REAL_INPUT: int = 1 << 20
 
-aten = torch.ops.aten
+aten: Any = torch.ops.aten
 
 # Boolean ops whose result can be known although an input is not (absorption).
-_OR = {"bitwise_or", "logical_or", "__or__", "__ior__", "bitwise_or_", "logical_or_"}
-_AND = {"bitwise_and", "logical_and", "__and__", "__iand__", "bitwise_and_", "logical_and_"}
-_NOT = {"bitwise_not", "logical_not", "bitwise_not_", "logical_not_"}
-PARTIAL = _OR | _AND | _NOT
+_OR: set[str] = {"bitwise_or", "logical_or", "__or__", "__ior__", "bitwise_or_", "logical_or_"}
+_AND: set[str] = {"bitwise_and", "logical_and", "__and__", "__iand__", "bitwise_and_", "logical_and_"}
+_NOT: set[str] = {"bitwise_not", "logical_not", "bitwise_not_", "logical_not_"}
+PARTIAL: set[str] = _OR | _AND | _NOT
 
 # In-place ops whose named written arguments keep their values whatever the data (the policy above):
 # op name -> (argument names, the note said once).
-KEEPS = {
+KEEPS: dict[str, tuple[tuple[str, ...], str]] = {
     "_amp_foreach_non_finite_check_and_unscale_": (
         ("found_inf",),
         "GradScaler: gradients assumed finite (the inf/NaN check finds none): every optimizer step runs and the loss scale grows as in a run without overflow",
@@ -52,25 +55,28 @@ KEEPS = {
 class Values:
     """id(storage) -> [base (real 1-D CPU tensor), known mask (same shape, bool) or None = all known]."""
 
-    def __init__(self):
-        self.bases = {}
+    def __init__(self) -> None:
+        self.bases: dict[int, list[Any]] = {}
 
-    def _entry(self, t):
+    def _entry(self, t: Any) -> tuple[int | None, Any]:
+        """(id of `t`'s storage, the storage), or (None, None) when it has none."""
         try:
             st = t.untyped_storage()
-        except Exception:
+        except Exception:  # a tensor subclass may refuse its storage with any error: not followed
             return None, None
         return id(st), st
 
-    def _view(self, base, t):
+    def _view(self, base: Any, t: Any) -> Any:
         try:
             return base.as_strided(t.size(), t.stride(), t.storage_offset())
-        except Exception:  # a view beyond the base (a resized storage): not followed
+        except Exception:  # a view beyond the base (a resized storage), or any tensor subclass's refusal: not followed
             return None
 
-    def get(self, t):
+    def get(self, t: Any) -> tuple[Any, Any] | None:
         """(values, known mask or None) of fake tensor `t`, or None when nothing is known."""
         key, _ = self._entry(t)
+        if key is None:
+            return None
         entry = self.bases.get(key)
         if entry is None or entry[0].dtype != t.dtype:
             return None
@@ -83,14 +89,14 @@ class Values:
                 mask = None
         return values, mask
 
-    def known(self, t):
+    def known(self, t: Any) -> Any:
         """The real values of `t` when every element is known, else None."""
         got = self.get(t)
         if got is None or got[1] is not None:
             return None
         return got[0]
 
-    def set(self, t, values, mask=None):
+    def set(self, t: Any, values: Any, mask: Any = None) -> None:
         """Records `values` (a real CPU tensor of t's shape) as the content of fake tensor `t`."""
         key, st = self._entry(t)
         if key is None:
@@ -123,14 +129,14 @@ class Values:
                     entry[1] = torch.ones(entry[0].shape, dtype=torch.bool)
                 self._view(entry[1], t).copy_(mask.expand(t.shape))
 
-    def drop(self, t):
+    def drop(self, t: Any) -> None:
         """`t`'s storage was written with values nobody knows."""
         key, _ = self._entry(t)
         if key is not None:
             self.bases.pop(key, None)
 
 
-def known_mask(name, inputs, shape):
+def known_mask(name: str, inputs: list[tuple[Any, Any]], shape: Any) -> Any:
     """Which elements of a boolean op's result are known when some input is only partly known
     (absorption), or None when the op decides nothing. `inputs` are (values, mask) pairs, the
     unknown elements' values filled with zeros and their mask False; the caller computes the
@@ -147,6 +153,6 @@ def known_mask(name, inputs, shape):
     return (ka & kb) | (ka & (a == 0)) | (kb & (b == 0))
 
 
-def base_name(func):
+def base_name(func: Any) -> str:
     """`aten.bitwise_or.Tensor` -> `bitwise_or`."""
     return func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)

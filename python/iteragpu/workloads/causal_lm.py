@@ -8,8 +8,13 @@ new cache). Greedy decoding with `logits_to_keep=1`, as `generate()` does. The c
 size (the storage of every tensor it holds, counted once) is recorded after prefill and decode.
 """
 
-import json
+from __future__ import annotations
 
+import json
+from typing import Any
+
+from ..recorder import Recorder
+from ..spec import CausalLm
 from . import sharding, training
 
 
@@ -17,10 +22,10 @@ class Missing(Exception):
     """A package the workload needs is not installed: reported as `unavailable` (exit 2)."""
 
 
-def _config(spec):
+def _config(spec: CausalLm) -> tuple[Any, Any]:
     try:
         import transformers
-    except Exception as exc:
+    except Exception as exc:  # a broken install raises more than ImportError (a torch mismatch): reported as missing
         raise Missing(
             f"the causal-lm workload needs transformers, which cannot be imported: {type(exc).__name__}: {exc}; "
             "install transformers in this interpreter"
@@ -32,11 +37,11 @@ def _config(spec):
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
 
 
-def cache_tensors(cache, device_type="cuda"):
+def cache_tensors(cache: Any, device_type: str = "cuda") -> list[Any]:
     """Every tensor reachable from a cache object's layers on `device_type`, each storage once."""
-    seen = {}
+    seen: dict[int, Any] = {}
 
-    def visit(obj, depth=0):
+    def visit(obj: Any, depth: int = 0) -> None:
         if depth > 4 or obj is None:
             return
         if hasattr(obj, "untyped_storage") and hasattr(obj, "device"):
@@ -58,17 +63,17 @@ def cache_tensors(cache, device_type="cuda"):
     finally:
         # `visit` refers to itself: unbroken, that cycle would keep `seen` (and so every tensor
         # the cache held at this call) alive until the garbage collector runs.
-        visit = None
+        visit = None  # type: ignore[assignment]  # dropped on purpose: the cycle is the point
     return list(seen.values())
 
 
-def cache_bytes(cache, device_type="cuda"):
+def cache_bytes(cache: Any, device_type: str = "cuda") -> int:
     """Bytes of GPU storage held by a cache object: every tensor reachable from its layers,
     each storage counted once (a sliding layer keeps a view of a larger tensor)."""
     return sum(t.untyped_storage().nbytes() for t in cache_tensors(cache, device_type))
 
 
-def _new_cache(transformers, torch, model, spec):
+def _new_cache(transformers: Any, torch: Any, model: Any, spec: CausalLm) -> Any:
     kind = spec.cache
     config = model.config
     total = spec.prompt_tokens + spec.new_tokens
@@ -90,18 +95,19 @@ def _new_cache(transformers, torch, model, spec):
     if kind == "quantized":
         try:
             import optimum.quanto  # noqa: F401
-        except Exception as exc:
+        except Exception as exc:  # a broken install raises more than ImportError: reported as missing
             raise Missing(
                 f"--cache quantized needs optimum-quanto, which cannot be imported: {type(exc).__name__}: {exc}"
             ) from exc
         q = spec.quantized_cache
+        assert q is not None  # the CLI sends the settings with --cache quantized
         return cu.QuantizedCache(
             backend="quanto", config=config, nbits=q.kv_quant_bits, q_group_size=q.kv_group_size, residual_length=q.kv_residual
         )
     raise ValueError(f"unknown cache {kind!r}")
 
 
-def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
+def _generate(rec: Recorder, torch: Any, transformers: Any, model: Any, ids: Any, mask: Any, spec: CausalLm, suffix: str) -> None:
     cache = _new_cache(transformers, torch, model, spec)
     with rec.phase("prefill" + suffix, processed_shape=list(ids.shape), cache=spec.cache) as info:
         out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -119,7 +125,7 @@ def _generate(rec, torch, transformers, model, ids, mask, spec, suffix):
     del cache, token
 
 
-def run(rec, torch, spec):
+def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
     transformers, config = _config(spec)
     dtype = getattr(torch, spec.dtype)
     device = torch.device(spec.devices[0])
@@ -131,18 +137,22 @@ def run(rec, torch, spec):
         transformers_version=transformers.__version__,
         dtype=spec.dtype,
     )
-    train = spec.training is not None
-    shard = spec.training.shard if train else None
+    train_spec = spec.training
+    train = train_spec is not None
+    shard = train_spec.shard if train_spec is not None else None
+    precision = train_spec.precision if train_spec is not None else None
+    # Gradient checkpointing is a training setting: off while generating.
+    checkpointing = train_spec is not None and train_spec.gradient_checkpointing
     checkpointing_done = False
     if shard:
         sharding.init(rec, torch, device)
     with rec.phase("model_load") as info:
         if shard == "fsdp":
             model, details = sharding.build_fsdp(
-                torch, transformers, config, dtype, device, spec.training.precision, spec.training.gradient_checkpointing
+                torch, transformers, config, dtype, device, precision, checkpointing
             )
             info.update(details)
-            checkpointing_done = spec.training.gradient_checkpointing
+            checkpointing_done = checkpointing
         else:
             with torch.device(device):
                 model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -154,12 +164,12 @@ def run(rec, torch, spec):
         if train and spec.lora_rank:
             try:
                 import peft
-            except Exception as exc:
+            except Exception as exc:  # a broken install raises more than ImportError: reported as missing
                 raise Missing(f"--lora-rank needs peft, which cannot be imported: {type(exc).__name__}: {exc}") from exc
             lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=list(spec.lora_targets))
             model = peft.get_peft_model(model, lora)
         if shard == "ddp":
-            if spec.training.gradient_checkpointing:
+            if checkpointing:
                 model.gradient_checkpointing_enable()
                 model.config.use_cache = False
                 if spec.lora_rank:
@@ -176,14 +186,14 @@ def run(rec, torch, spec):
         info["processed_shape"] = list(ids.shape)
     if train:
         model.train()
-        if spec.training.gradient_checkpointing and not checkpointing_done:
+        if checkpointing and not checkpointing_done:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
             if spec.lora_rank:
                 # Frozen embeddings give checkpointed layers inputs without grad: peft's fix.
                 model.enable_input_require_grads()
 
-        def loss_fn(out):
+        def loss_fn(out: Any) -> Any:
             # As transformers' ForCausalLMLoss: logits upcast to float32, shifted labels.
             logits = out.logits.float()
             return torch.nn.functional.cross_entropy(

@@ -7,19 +7,25 @@ activations move from device to device (pipeline style). Inference passes run un
 `task = train` runs the training loop of `training.py` with a mean-squared-error loss.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from ..recorder import Recorder
+from ..spec import Dense
 from . import training
 
 
-def parameters(width, depth):
+def parameters(width: int, depth: int) -> int:
     return depth * (8 * width * width + 7 * width)
 
 
 class DenseNet:
     """The blocks and where they live; `state_dict` for the export phase."""
 
-    def __init__(self, torch, width, depth, dtype, devices):
+    def __init__(self, torch: Any, width: int, depth: int, dtype: Any, devices: list[Any]) -> None:
         nn = torch.nn
-        self.blocks = []
+        self.blocks: list[tuple[Any, Any]] = []
         for i in range(depth):
             device = devices[i * len(devices) // depth]
             block = nn.Sequential(
@@ -30,17 +36,17 @@ class DenseNet:
             )
             self.blocks.append((device, block))
 
-    def parameters(self):
+    def parameters(self) -> list[Any]:
         return [p for _, block in self.blocks for p in block.parameters()]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         state = {}
         for i, (_, block) in enumerate(self.blocks):
             for k, v in block.state_dict().items():
                 state[f"blocks.{i}.{k}"] = v
         return state
 
-    def forward(self, torch, x, checkpoint=False):
+    def forward(self, torch: Any, x: Any, checkpoint: bool = False) -> Any:
         for device, block in self.blocks:
             x = x.to(device)
             if checkpoint:
@@ -50,7 +56,7 @@ class DenseNet:
         return x
 
 
-def run(rec, torch, spec):
+def run(rec: Recorder, torch: Any, spec: Dense) -> None:
     width, depth = spec.width, spec.depth
     batch, context = spec.batch, spec.context
     dtype = getattr(torch, spec.dtype)

@@ -15,8 +15,14 @@ reducer cannot run on fake tensors (it reads their data pointers): there, its gr
 are laid out by PyTorch's own bucketing function and allocated as DDP does at construction.
 """
 
+from __future__ import annotations
 
-def init(rec, torch, device):
+from typing import Any
+
+from ..recorder import Recorder
+
+
+def init(rec: Recorder, torch: Any, device: Any) -> Any:
     """The default process group (NCCL on CUDA, gloo on the CPU) and a first all-reduce."""
     import torch.distributed as dist
 
@@ -36,7 +42,7 @@ def init(rec, torch, device):
     return dist
 
 
-def decoder_layers(model):
+def decoder_layers(model: Any) -> list[Any]:
     """The modules FSDP2 shards one by one: the model's own `_no_split_modules` classes."""
     names = set(getattr(model, "_no_split_modules", None) or [])
     layers = [m for m in model.modules() if type(m).__name__ in names]
@@ -48,7 +54,9 @@ def decoder_layers(model):
     return layers
 
 
-def build_fsdp(torch, transformers, config, dtype, device, precision, gradient_checkpointing):
+def build_fsdp(
+    torch: Any, transformers: Any, config: Any, dtype: Any, device: Any, precision: str | None, gradient_checkpointing: bool
+) -> tuple[Any, dict[str, Any]]:
     """The model sharded with FSDP2 on `device`; returns it and what was done."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -67,24 +75,24 @@ def build_fsdp(torch, transformers, config, dtype, device, precision, gradient_c
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     model.to_empty(device=device)
-    info = {"shard": "fsdp", "fsdp_groups": len(layers) + 1, "mixed_precision": precision == "bf16-mixed"}
+    info: dict[str, Any] = {"shard": "fsdp", "fsdp_groups": len(layers) + 1, "mixed_precision": precision == "bf16-mixed"}
     try:
         with torch.no_grad():
             model.init_weights()
         info["weights"] = "initialised by init_weights() on the shards"
-    except Exception as exc:  # the values do not change the memory; said, not hidden
+    except Exception as exc:  # transformers' init_weights may raise anything on shards; the values do not change the memory: said, not hidden
         info["weights"] = f"left uninitialised (init_weights failed: {type(exc).__name__}: {exc})"
     return model, info
 
 
-def predicting():
+def predicting() -> bool:
     """True on PyTorch's fake process group (`iteragpu predict --world-size`)."""
     import torch.distributed as dist
 
     return dist.is_initialized() and str(dist.get_backend()) == "fake"
 
 
-def device_mesh(torch, device):
+def device_mesh(torch: Any, device: Any) -> Any:
     """One mesh over every rank of the default group, built once. Its coordinates come from
     real (CPU) tensors even during a prediction: DeviceMesh finds its rank with `nonzero`, which
     fake tensors cannot answer."""
@@ -101,7 +109,7 @@ def device_mesh(torch, device):
         return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
-def wrap_ddp(torch, model, device):
+def wrap_ddp(torch: Any, model: Any, device: Any) -> Any:
     """A full replica per rank, gradients all-reduced in buckets (PyTorch's defaults:
     gradient_as_bucket_view=False, a first bucket of 1 MiB then 25 MiB)."""
     if predicting():
@@ -112,7 +120,7 @@ def wrap_ddp(torch, model, device):
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def emulate_ddp(torch, model):
+def emulate_ddp(torch: Any, model: Any) -> Any:
     """What DDP allocates at construction, on fake tensors: one flat buffer per gradient bucket
     (the bucket assignment is PyTorch's own function), kept alive with the model. The all-reduce
     moves no data on the fake group; the grads stay separate tensors, as with
@@ -137,6 +145,6 @@ def emulate_ddp(torch, model):
     return model
 
 
-def local(tensor):
+def local(tensor: Any) -> Any:
     """A rank's own part of a sharded tensor (a DTensor's local shard), else the tensor."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor

@@ -4,12 +4,18 @@ evaluation (no-grad pass) and an export (state dict to CPU, then a safetensors f
 folder). With `whole_loop`, the same steps run as one phase with no synchronization inside.
 """
 
+from __future__ import annotations
+
 import contextlib
 import tempfile
 import time
+from typing import Any, Callable, ContextManager
+
+from ..recorder import Recorder
+from ..spec import CausalLm, Dense
 
 
-def make_optimizer(torch, params, name):
+def make_optimizer(torch: Any, params: list[Any], name: str) -> Any:
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4)
     if name == "sgd":
@@ -17,7 +23,7 @@ def make_optimizer(torch, params, name):
     raise ValueError(f"unknown optimizer {name!r}")
 
 
-def autocast(torch, precision):
+def autocast(torch: Any, precision: str) -> ContextManager[Any]:
     if precision == "bf16-mixed":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     if precision == "fp16-mixed":
@@ -28,25 +34,35 @@ def autocast(torch, precision):
 class _NoScaler:
     """What GradScaler does when loss scaling is off: nothing."""
 
-    def scale(self, loss):
+    def scale(self, loss: Any) -> Any:
         return loss
 
-    def step(self, optimizer):
+    def step(self, optimizer: Any) -> None:
         optimizer.step()
 
-    def update(self):
+    def update(self) -> None:
         pass
 
 
-def scaler_for(torch, precision):
+def scaler_for(torch: Any, precision: str) -> Any:
     """fp16-mixed scales the loss (torch.amp.GradScaler), as fp16 training does; else nothing."""
     if precision == "fp16-mixed":
         return torch.amp.GradScaler("cuda")
     return _NoScaler()
 
 
-def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
+def run(
+    rec: Recorder,
+    torch: Any,
+    spec: Dense | CausalLm,
+    model: Any,
+    forward: Callable[[Any], Any],
+    loss_fn: Callable[[Any], Any],
+    batch_inputs: Any,
+    trainable: list[Any],
+) -> None:
     """`forward(inputs)` → output; `loss_fn(output)` → scalar loss; `trainable` → parameters."""
+    assert spec.training is not None  # called for training specs only
     precision = spec.training.precision
     optimizer = make_optimizer(torch, trainable, spec.training.optimizer)
     scaler = scaler_for(torch, precision)
@@ -96,7 +112,7 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
         info["tensors"] = len(state)
         try:
             from safetensors.torch import save_file
-        except Exception as exc:  # recorded: the CPU copy was still measured
+        except Exception as exc:  # a broken install raises more than ImportError; recorded: the CPU copy was still measured
             info["safetensors"] = f"not saved: {type(exc).__name__}: {exc}"
         else:
             with tempfile.TemporaryDirectory(prefix="iteragpu-export-") as folder:
@@ -105,11 +121,11 @@ def run(rec, torch, spec, model, forward, loss_fn, batch_inputs, trainable):
         del state
 
 
-def _local(tensor):
+def _local(tensor: Any) -> Any:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
-def model_state(model):
+def model_state(model: Any) -> dict[str, Any]:
     if hasattr(model, "state_dict"):
         return model.state_dict()
     return {}
