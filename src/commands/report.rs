@@ -5,7 +5,7 @@ use std::io::Write;
 use crate::cli::ReportArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::output;
-use crate::report::{decision_sheet, export};
+use crate::report::{export, fiche};
 use crate::schema::load;
 
 pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
@@ -31,12 +31,16 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
         );
     }
     let estimate = args.estimate.as_deref().map(load::load).transpose()?;
-    let doc = decision_sheet::build(
+    let fiche = fiche::build(
         &result,
         series.as_ref(),
         estimate.as_ref(),
         crate::report::format::Style::new(args.lang, args.units),
     )?;
+    for warning in &fiche.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let doc = fiche.document;
     // Staged, announced, then moved into place: if standard output fails, nothing is written.
     let staged = output::stage(&args.output, exporter.render(&doc).as_bytes())?;
     writeln!(out, "fiche: {}", args.output.display())

@@ -363,20 +363,10 @@ pub fn of_result(
         .first()
         .cloned()
         .unwrap_or_else(|| "cuda:0".into());
-    // The phase to explain: the highest peak reserved of the first device among completed
-    // phases, the first to reach it on a tie (the cache keeps what it reserved, so every later
-    // phase shows the same peak without having caused it).
+    // The phase to explain: the one whose peak matters (`MeasureResult::peak_phase`).
     let post_mortem = r.failure.as_ref().and_then(|f| f.post_mortem.clone());
     let live_at_oom = r.oom_snapshots.last().cloned();
-    let Some((k, peak_phase)) = r
-        .phases
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.status.is_ok())
-        .filter_map(|(k, p)| Some((k, p, p.devices.first()?.peak_reserved_bytes?)))
-        .max_by_key(|(k, _, b)| (*b, std::cmp::Reverse(*k)))
-        .map(|(k, p, _)| (k, p))
-    else {
+    let Some((k, peak_phase)) = r.peak_phase().map(|p| (p.position, p.phase)) else {
         if post_mortem.is_none() && live_at_oom.is_none() {
             return Err(LedgerError::NothingToReconcile);
         }

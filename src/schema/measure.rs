@@ -235,7 +235,46 @@ pub struct WorkerInfo {
     pub stderr_tail: Vec<String>,
 }
 
+/// The phase whose peak matters, as the fiche's verdict and the gap ledger both read it.
+#[derive(Clone, Copy, Debug)]
+pub struct PeakPhase<'a> {
+    /// Its position in `phases` (repeated names are told apart by it).
+    pub position: usize,
+    pub phase: &'a PhaseRecord,
+    /// Its first device's peak reserved.
+    pub reserved_bytes: u64,
+}
+
 impl MeasureResult {
+    /// Among completed phases, the highest peak reserved of the first device, the first to reach
+    /// it on a tie (the cache keeps what it reserved, so every later phase shows the same peak
+    /// without having caused it). A failed phase's partial peak is never the need.
+    pub fn peak_phase(&self) -> Option<PeakPhase<'_>> {
+        self.phases
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.status.is_ok())
+            .filter_map(|(position, phase)| {
+                Some(PeakPhase {
+                    position,
+                    phase,
+                    reserved_bytes: phase.devices.first()?.peak_reserved_bytes?,
+                })
+            })
+            .max_by_key(|p| (p.reserved_bytes, std::cmp::Reverse(p.position)))
+    }
+
+    /// The driver's highest reading of the process (NVML) over completed phases; `None` without
+    /// a driver's view.
+    pub fn driver_peak(&self) -> Option<u64> {
+        self.phases
+            .iter()
+            .filter(|p| p.status.is_ok())
+            .flat_map(|p| p.driver.iter().flatten())
+            .filter_map(|d| d.peak_process_used_bytes)
+            .max()
+    }
+
     /// The highest peak reserved over phases and devices.
     pub fn max_peak_reserved(&self) -> Option<u64> {
         self.readings().filter_map(|d| d.peak_reserved_bytes).max()

@@ -1,0 +1,244 @@
+//! Why the peak exceeds the estimate: the gap ledger as a table and a waterfall, the allocator's
+//! diagnostics, and the out-of-memory post-mortem.
+
+use super::facts::Facts;
+use super::words::{both, colon, in_unit, size};
+use crate::explain::ledger::{self, Ledger, LineId, LineKind, Provenance};
+use crate::report::document::{Block, Chart};
+use crate::report::format::Style;
+use crate::report::names;
+
+/// Why the peak exceeds the estimate: the gap ledger as a table and a waterfall.
+pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
+    let Some(l) = &f.ledger else {
+        return;
+    };
+    if l.lines.is_empty() {
+        post_mortem(b, l, lang);
+        return;
+    }
+    b.push(Block::Heading(
+        lang.t(
+            "Why the peak exceeds the estimate",
+            "Pourquoi le pic dépasse l’estimation",
+        )
+        .into(),
+    ));
+    b.push(Block::Para(format!(
+        "{} `{}` #{} (`{}`). {}",
+        lang.t(
+            "The phase with the highest peak:",
+            "La phase au pic le plus haut\u{a0}:"
+        ),
+        l.phase,
+        l.phase_index,
+        l.device,
+        lang.t(
+            "Each figure says where it comes from; what no term explains is its own line.",
+            "Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne.",
+        )
+    )));
+    let cell =
+        |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| size(Some(f.bytes)));
+    b.push(Block::Table {
+        header: vec![
+            lang.t("term", "terme").into(),
+            in_unit(lang.t("estimate", "estimation"), lang),
+            in_unit(lang.t("predicted", "prédit"), lang),
+            in_unit(lang.t("observed", "observé"), lang),
+            lang.t("checkpoint", "point de lecture").into(),
+        ],
+        rows: l
+            .lines
+            .iter()
+            .map(|x| {
+                let assumed = x
+                    .estimate
+                    .as_ref()
+                    .is_some_and(|f| f.provenance == Provenance::Assumed);
+                vec![
+                    format!(
+                        "{}{}",
+                        names::line(x.id, lang),
+                        if assumed {
+                            lang.t(" (assumed)", " (supposé)")
+                        } else {
+                            ""
+                        }
+                    )
+                    .into(),
+                    cell(&x.estimate),
+                    cell(&x.predicted),
+                    cell(&x.observed),
+                    names::checkpoint(&x.checkpoint, lang).into(),
+                ]
+            })
+            .collect(),
+    });
+    // The waterfall follows the observed chain: weights, what the phase held, its growth, the
+    // peak allocated, the peak reserved, what lies outside the allocator, the driver's view.
+    let observed = |id: LineId| {
+        l.lines
+            .iter()
+            .find(|x| x.id == id)
+            .and_then(|x| x.observed.as_ref())
+            .map(|f| f.bytes)
+    };
+    let mut steps = Vec::new();
+    for (id, label) in [
+        (LineId::Weights, lang.t("weights", "poids")),
+        (
+            LineId::HeldAtStart,
+            lang.t("held at start", "tenu au début"),
+        ),
+        (
+            LineId::Growth,
+            lang.t("growth to the peak", "croissance au pic"),
+        ),
+        (
+            LineId::PeakAllocated,
+            lang.t("peak allocated", "pic alloué"),
+        ),
+        (LineId::PeakReserved, lang.t("peak reserved", "pic réservé")),
+        (
+            LineId::OutsideAllocator,
+            lang.t("outside the allocator", "hors allocateur"),
+        ),
+        (LineId::DriverView, lang.t("driver's view", "vue du pilote")),
+    ] {
+        if let Some(bytes) = observed(id) {
+            steps.push((label.to_string(), bytes, id.kind() == LineKind::Level));
+        }
+    }
+    let mut lines = Vec::new();
+    if let Some(est) = l
+        .lines
+        .iter()
+        .find(|x| x.id == LineId::DriverView)
+        .and_then(|x| x.estimate.as_ref())
+    {
+        lines.push((lang.t("estimate", "estimation").to_string(), est.bytes));
+    }
+    for c in &l.capacities {
+        lines.push((capacity_name(&c.name, lang), c.bytes));
+    }
+    if steps.len() >= 2 {
+        b.push(Block::Chart(Chart::Waterfall {
+            title: lang
+                .t(
+                    "From the weights to the driver's view (observed)",
+                    "Des poids à la vue du pilote (observé)",
+                )
+                .into(),
+            steps,
+            lines,
+        }));
+    }
+    let diagnostics = ledger::diagnostics_in(f.result, lang.fr());
+    if !diagnostics.is_empty() {
+        b.push(Block::List(diagnostics));
+    }
+    post_mortem(b, l, lang);
+}
+
+/// A capacity's name (the ledger writes English) in the reader's language.
+fn capacity_name(name: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return name.to_string();
+    }
+    name.replace("PyTorch's total_memory", "total_memory de PyTorch")
+        .replace("NVML's total", "total de NVML")
+        .replace("the vendor's label", "l’étiquette du constructeur")
+}
+
+/// The out-of-memory post-mortem, when the run ended in one. In English it is the explain
+/// command's own text; in French it is said again from the classification's figures (PyTorch's
+/// message itself stays in the attached result).
+fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
+    use crate::explain::oom::OomClass;
+    let lines = if lang.fr() {
+        let mut out = Vec::new();
+        if let Some(pm) = &l.post_mortem {
+            let d = &pm.diagnosis;
+            let f = &d.figures;
+            let class = match d.class {
+                OomClass::Capacity => {
+                    "capacité : la charge ne tient pas dans ce que ce processus peut utiliser"
+                }
+                OomClass::Fragmentation => {
+                    "fragmentation : la mémoire est là, gardée par PyTorch, mais en morceaux"
+                }
+                OomClass::AnotherProcess => {
+                    "un autre processus : la mémoire manquante est tenue ailleurs"
+                }
+                OomClass::Unknown => "indéterminé : les chiffres du message ne tranchent pas",
+            };
+            out.push(format!("Classe{} {class}", colon(lang)));
+            let request = Some(pm.report.tried_to_allocate.bytes.0);
+            out.push(format!(
+                "Demande{} {} ; besoin{} {} ; limite{} {}",
+                colon(lang),
+                both(request, lang),
+                colon(lang),
+                both(f.need.map(|b| b.0), lang),
+                colon(lang),
+                both(f.limit.map(|b| b.0), lang)
+            ));
+            out.extend(
+                match d.class {
+                    OomClass::Capacity => vec![
+                        "Chercher la frontière à une charge plus petite : `iteragpu sweep --vary DIM=MIN..MAX --search frontier`.",
+                        "Réduire la dimension qui porte le pic (batch, contexte, largeur) ou ses octets par élément (type, quantification, recalcul des activations).",
+                        "Ou une carte plus grande : `iteragpu cards --need TAILLE`.",
+                    ],
+                    OomClass::Fragmentation => vec![
+                        "Essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, comparé dans des processus neufs : `iteragpu sweep --vary alloc_conf=default,expandable_segments`.",
+                        "Ou libérer le cache entre les phases (`torch.cuda.empty_cache()`).",
+                    ],
+                    OomClass::AnotherProcess => vec![
+                        "Libérer le périphérique (les processus sont nommés dans le message joint) ; vérifier avec `iteragpu environment`.",
+                    ],
+                    OomClass::Unknown => vec![
+                        "Relire le message de PyTorch dans le résultat joint ; mesurer à nouveau avec `--timeline`.",
+                    ],
+                }
+                .into_iter()
+                .map(|a| format!("À essayer{} {a}", colon(lang))),
+            );
+        }
+        if let Some(s) = &l.live_at_oom
+            && let Some(live) = &s.live
+        {
+            out.push(format!(
+                "Au manque de mémoire sur `{}`{} {} demandés, {} vivants, plus grand bloc libre {}",
+                s.device,
+                colon(lang),
+                both(Some(s.requested_bytes), lang),
+                both(Some(live.live_bytes), lang),
+                both(Some(live.largest_free_block), lang)
+            ));
+            for blk in live.largest_live.iter().take(5) {
+                out.push(format!(
+                    "  vivant {} — `{}`",
+                    both(Some(blk.bytes), lang),
+                    blk.frames.first().map_or("?".into(), |f| format!(
+                        "{}:{}",
+                        crate::explain::render::short_path(f.filename.as_deref().unwrap_or("?")),
+                        f.line.unwrap_or(0)
+                    ))
+                ));
+            }
+        }
+        out
+    } else {
+        crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
+    };
+    if lines.is_empty() {
+        return;
+    }
+    b.push(Block::Heading(
+        lang.t("Out-of-memory post-mortem", "Autopsie du manque de mémoire")
+            .into(),
+    ));
+    b.push(Block::List(lines));
+}

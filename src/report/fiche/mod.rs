@@ -1,0 +1,219 @@
+//! The fiche: a short sheet someone can decide from. Identity, dimensions, environment and scope;
+//! then what was **calculated**, what was **observed** and what is still **assumed**, kept apart;
+//! then the configuration chosen and the raw results attached (path and SHA-256).
+//!
+//! Reading rules of the guide, enforced here: the gap between reserved and allocated is shown only
+//! from two readings of the same checkpoint (never peak reserved − peak allocated); an end level
+//! minus a start level is never presented as the volume of temporary tensors; a partial peak
+//! before a failure is never presented as the need of a complete run.
+//!
+//! [`facts::Facts`] is read once from the documents; each section (one file each) words it. The
+//! builders have no side effect: a warning is returned with the document, for the command to say.
+
+pub mod facts;
+
+mod assumed;
+mod calculated;
+mod gap;
+mod identity;
+mod observed;
+mod ranks;
+mod series;
+mod timeline;
+mod verdict;
+mod words;
+
+#[cfg(test)]
+mod snapshots;
+
+use self::facts::{Facts, gpu_name};
+use self::words::text;
+use super::document::{Attachment, Block, Document};
+use super::format::Style;
+use super::inputs::{self, EstimateDoc, InputError, InputFile as Input, Loaded};
+use crate::measure::result::MeasureResult;
+use crate::sweep::series::{Series, SeriesStatus};
+
+/// The fiche, and what its reader should be told about the files it was made from.
+#[derive(Debug)]
+pub struct Fiche {
+    pub document: Document,
+    pub warnings: Vec<Warning>,
+}
+
+/// Something wrong with an input that does not stop the fiche, in the fiche's language.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The file concerned, as given.
+    pub file: String,
+    pub text: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.file, self.text)
+    }
+}
+
+/// Builds the fiche from a result, an optional series and an optional estimate.
+pub fn build(
+    result: &Loaded,
+    series: Option<&Loaded>,
+    estimate: Option<&Loaded>,
+    lang: Style,
+) -> Result<Fiche, InputError> {
+    let Input::Measure(r) = &result.doc else {
+        return Err(result.wrong(
+            inputs::MEASURE,
+            "the first file of a report is a measure result",
+        ));
+    };
+    let s: Option<&Series> = match series.map(|l| (&l.doc, l)) {
+        None => None,
+        Some((Input::Series(s), _)) => Some(s),
+        Some((_, l)) => {
+            return Err(l.wrong(
+                inputs::SERIES,
+                "the second file of a report is a sweep series",
+            ));
+        }
+    };
+    let e: Option<&EstimateDoc> = estimate.map(Loaded::as_estimate).transpose()?;
+    if let (Some(s), Some(l)) = (s, series) {
+        check_same_gpu(r, s, l)?;
+        check_series_matches(r, s, l)?;
+    }
+    if let (Some(e), Some(l)) = (e, estimate) {
+        inputs::check_estimate_of(r, e, l)?;
+    }
+    let facts = Facts::new(r, s, e);
+    let mut b = Vec::new();
+    let mut warnings = Vec::new();
+    if let Some(s) = s
+        && s.status == SeriesStatus::Running
+    {
+        let warning = lang.t(
+            "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",
+            "Attention : cette série n’a jamais été close (statut `running`) : son balayage tourne encore ou a été tué. Ses essais terminés sont montrés ; la frontière et l’ajustement peuvent manquer.",
+        );
+        warnings.push(Warning {
+            file: series.map_or(String::new(), |l| l.path.display().to_string()),
+            text: warning.into(),
+        });
+        b.push(Block::Para(warning.into()));
+    }
+    verdict::verdict(&mut b, &facts, lang);
+    identity::identity(&mut b, r, lang);
+    identity::environment(&mut b, r, lang);
+    calculated::calculated(&mut b, e, lang);
+    observed::observed(&mut b, &facts, lang);
+    ranks::ranks(&mut b, r, lang);
+    gap::gap(&mut b, &facts, lang);
+    timeline::timeline(&mut b, r, lang);
+    assumed::assumed(&mut b, &facts, lang);
+    assumed::chosen(&mut b, &facts, lang);
+    let attachments = attach(&mut b, result, series, estimate, lang);
+    Ok(Fiche {
+        document: Document {
+            title: format!(
+                "{} — {}",
+                lang.t("iteragpu memory fiche", "Fiche mémoire iteragpu"),
+                facts.workload
+            ),
+            style: lang,
+            blocks: b,
+            attachments,
+        },
+        warnings,
+    })
+}
+
+/// The raw results attached: every input (the node files of a merged run included), listed with
+/// its SHA-256 and embedded.
+fn attach(
+    b: &mut Vec<Block>,
+    result: &Loaded,
+    series: Option<&Loaded>,
+    estimate: Option<&Loaded>,
+    lang: Style,
+) -> Vec<Attachment> {
+    let mut attachments = Vec::new();
+    let mut listed = Vec::new();
+    let nodes = result.merged_from.iter();
+    for l in [Some(result), series, estimate]
+        .into_iter()
+        .flatten()
+        .chain(nodes)
+    {
+        listed.push(format!("`{}` — SHA-256 `{}`", l.path.display(), l.sha256));
+        attachments.push(Attachment {
+            path: l.path.display().to_string(),
+            sha256: l.sha256.clone(),
+            raw: l.raw.clone(),
+        });
+    }
+    b.push(Block::Heading(
+        lang.t("Raw results attached", "Résultats bruts joints")
+            .into(),
+    ));
+    b.push(Block::List(listed));
+    attachments
+}
+
+/// One fiche, one GPU: a series measured on another card is refused.
+fn check_same_gpu(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), InputError> {
+    let first = s
+        .trials
+        .iter()
+        .filter_map(|t| t.result.as_ref())
+        .find_map(gpu_name);
+    if let (Some(a), Some(b)) = (gpu_name(r), first)
+        && a != b
+    {
+        return Err(InputError::Content {
+            path: l.path.clone(),
+            schema: inputs::SERIES.into(),
+            message: format!(
+                "the result was measured on `{a}` and the series on `{b}`: report one GPU at a time"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A series belongs with a result when every dimension but the varied ones is the same.
+fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), InputError> {
+    for t in &s.trials {
+        let Some(tr) = &t.result else { continue };
+        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
+        for (key, value) in &r.dimensions {
+            if varied.contains(key) {
+                continue;
+            }
+            let theirs = tr.dimensions.get(key);
+            if theirs != Some(value) {
+                return Err(InputError::Content {
+                    path: l.path.clone(),
+                    schema: inputs::SERIES.into(),
+                    message: format!(
+                        "the result has {key} = {} and trial {} of the series has {key} = {}: they are not the same workload besides the varied dimension; report a series of this configuration",
+                        text(value),
+                        t.index + 1,
+                        theirs.map_or("null".into(), text)
+                    ),
+                });
+            }
+        }
+        if tr.identity.workload != r.identity.workload {
+            return Err(InputError::Content {
+                path: l.path.clone(),
+                schema: inputs::SERIES.into(),
+                message: format!(
+                    "the result measured the `{}` workload and the series `{}`",
+                    r.identity.workload, tr.identity.workload
+                ),
+            });
+        }
+    }
+    Ok(())
+}

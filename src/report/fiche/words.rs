@@ -1,0 +1,73 @@
+//! The fiche's small words: sizes in its one unit, statuses in the reader's language, the colon
+//! French spaces.
+
+use serde_json::Value;
+
+use crate::report::document::Cell;
+use crate::report::format::Style;
+
+/// A size in the fiche's one unit, or `null (not read)` (never 0) for a value not read.
+pub(super) fn both(v: Option<u64>, lang: Style) -> String {
+    lang.size(v)
+}
+
+/// The size cell of a column whose header names the unit.
+pub(super) fn size(v: Option<u64>) -> Cell {
+    Cell::size(v)
+}
+
+/// A column header with the fiche's unit: `peak reserved (GiB)`.
+pub(super) fn in_unit(header: &str, lang: Style) -> String {
+    format!("{header} ({})", lang.unit())
+}
+
+pub(super) fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "null".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A dimension's value: a number in the fiche's style, anything else as an identifier.
+pub(super) fn value_cell(v: &Value, lang: Style) -> Cell {
+    match v {
+        Value::Number(n) if n.is_u64() => lang.integer(u128::from(n.as_u64().unwrap_or(0))).into(),
+        Value::Number(n) => lang.decimal(n.as_f64().unwrap_or(0.0), 2).into(),
+        other => Cell::Code(text(other)),
+    }
+}
+
+/// A run's status in the reader's language (the identifier in the JSON stays English).
+pub(super) fn status_word(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
+    use crate::measure::result::RunStatus as S;
+    match status {
+        S::Ok => lang.t("ok", "réussi"),
+        S::Failed => lang.t("failed", "échoué"),
+        S::Crashed => lang.t("crashed", "planté"),
+        S::Timeout => lang.t("timed out", "délai dépassé"),
+        S::Interrupted => lang.t("interrupted", "interrompu"),
+        S::Terminated => lang.t("terminated", "arrêté"),
+    }
+}
+
+/// `:` in English, ` :` with a no-break space in French.
+pub(super) fn colon(lang: Style) -> &'static str {
+    lang.t(":", "\u{a0}:")
+}
+
+/// A sweep trial's status in the reader's language.
+pub(super) fn trial_status(status: crate::sweep::series::TrialStatus, lang: Style) -> &'static str {
+    use crate::measure::result::RunStatus as S;
+    use crate::sweep::series::TrialStatus as T;
+    let run = match status {
+        T::Unavailable => return lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
+        T::Ok => S::Ok,
+        T::Failed => S::Failed,
+        T::Crashed => S::Crashed,
+        T::Timeout => S::Timeout,
+        T::Interrupted => S::Interrupted,
+        T::Terminated => S::Terminated,
+    };
+    status_word(run, lang)
+}
