@@ -38,7 +38,12 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang
                     )
                     .into()
                 },
-                format!("{}{}s", lang.decimal(t.duration_s, 2), crate::report::format::NBSP).into(),
+                format!(
+                    "{}{}s",
+                    lang.decimal(t.duration_s, 2),
+                    crate::report::format::NBSP
+                )
+                .into(),
             ]
         })
         .collect();

@@ -1,0 +1,102 @@
+//! The fiche's `Document`, English and French, from the frozen inputs in `tests/fixtures/fiche/`:
+//! any change of content shows here as a reviewed diff (`cargo insta review`).
+
+use std::fmt::Write;
+use std::path::Path;
+
+use super::build;
+use crate::report::document::Block;
+use crate::report::format::{Lang, Style, Units};
+use crate::report::inputs::{Loaded, load};
+
+fn fixture(name: &str) -> Loaded {
+    load(&Path::new("tests/fixtures/fiche").join(name)).expect("a frozen fixture")
+}
+
+/// One block per paragraph, one verdict line, table row or chart per line: every field of the
+/// document is written, as it is (cells and charts in their `Debug` form).
+fn write_block(out: &mut String, block: &Block) {
+    match block {
+        Block::Verdict(lines) => {
+            for v in lines {
+                writeln!(
+                    out,
+                    "verdict {:?} | {} | {} | → {:?}",
+                    v.tone, v.label, v.value, v.section
+                )
+                .unwrap();
+            }
+        }
+        Block::Heading(h) => writeln!(out, "## {h}").unwrap(),
+        Block::Para(p) => writeln!(out, "{p}").unwrap(),
+        Block::Table { header, rows } => {
+            writeln!(out, "table {header:?}").unwrap();
+            for row in rows {
+                writeln!(out, "  {row:?}").unwrap();
+            }
+        }
+        Block::List(items) => {
+            for item in items {
+                writeln!(out, "- {item}").unwrap();
+            }
+        }
+        Block::Chart(chart) => writeln!(out, "chart {chart:?}").unwrap(),
+    }
+    out.push('\n');
+}
+
+/// The document as text: its title and blocks, and each attachment by path and SHA-256 (the raw
+/// text is the fixture itself).
+fn snapshot(result: &str, series: Option<&str>, estimate: Option<&str>, lang: Lang) -> String {
+    let (result, series, estimate) = (fixture(result), series.map(fixture), estimate.map(fixture));
+    let fiche = build(
+        &result,
+        series.as_ref(),
+        estimate.as_ref(),
+        Style::new(lang, Units::Gib),
+    )
+    .expect("the fixtures make a fiche");
+    let doc = fiche.document;
+    let mut out = format!("{}\n\n", doc.title);
+    for w in &fiche.warnings {
+        writeln!(out, "warning: {w}").unwrap();
+    }
+    for block in &doc.blocks {
+        write_block(&mut out, block);
+    }
+    for a in &doc.attachments {
+        writeln!(out, "attached: {} {}", a.path, a.sha256).unwrap();
+    }
+    out
+}
+
+#[test]
+fn a_completed_run_with_its_series_and_estimate() {
+    let args = (Some("series.json"), Some("estimate.json"));
+    insta::assert_snapshot!(
+        "complete_en",
+        snapshot("result.json", args.0, args.1, Lang::En)
+    );
+    insta::assert_snapshot!(
+        "complete_fr",
+        snapshot("result.json", args.0, args.1, Lang::Fr)
+    );
+}
+
+#[test]
+fn a_run_that_ran_out_of_memory() {
+    insta::assert_snapshot!("failed_en", snapshot("failed.json", None, None, Lang::En));
+    insta::assert_snapshot!("failed_fr", snapshot("failed.json", None, None, Lang::Fr));
+}
+
+#[test]
+fn a_run_with_its_prediction() {
+    insta::assert_snapshot!(
+        "predicted_en",
+        snapshot("predicted.json", None, Some("estimate.json"), Lang::En)
+    );
+    insta::assert_snapshot!(
+        "predicted_fr",
+        snapshot("predicted.json", None, Some("estimate.json"), Lang::Fr)
+    );
+}

@@ -94,7 +94,13 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         });
     }
     if let (Some(cap), Some(need), Some(margin)) = (f.capacity, f.need, f.margin) {
-        lines.push(capacity_and_margin(cap.counter, cap.bytes, need.counter, margin, lang));
+        lines.push(capacity_and_margin(
+            cap.counter,
+            cap.bytes,
+            need.counter,
+            margin,
+            lang,
+        ));
     }
     validated(&mut lines, f, &observed_heading, lang);
     if let Some((id, bytes)) = f.largest_gap_term {
