@@ -1,7 +1,7 @@
 //! What is still assumed, and the configuration chosen.
 
 use super::facts::Facts;
-use super::words::{both, colon};
+use super::words::colon;
 use crate::estimate::Kind;
 use crate::measure::result::RunStatus;
 use crate::report::document::Block;
@@ -17,7 +17,7 @@ pub(super) fn assumed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                 "{}{} {} — `{}`",
                 names::term(t, lang),
                 colon(lang),
-                both(Some(t.bytes), lang),
+                lang.size(Some(t.bytes)),
                 t.formula
             ));
         }

@@ -1,6 +1,6 @@
 //! What was calculated: the estimate's calculated terms and its preparation hypothesis.
 
-use super::words::{both, colon, in_unit, size};
+use super::words::{colon, in_unit};
 use crate::estimate::Kind;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
@@ -26,7 +26,7 @@ pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Styl
         .map(|t| {
             vec![
                 names::term(t, lang).into(),
-                size(Some(t.bytes)),
+                Cell::size(Some(t.bytes)),
                 Cell::Code(t.formula.clone()),
                 if t.in_total {
                     ""
@@ -53,6 +53,6 @@ pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Styl
             "Hypothèse de préparation (postes calculés et supposés ensemble)"
         ),
         colon(lang),
-        both(Some(e.total_bytes), lang)
+        lang.size(Some(e.total_bytes))
     )));
 }

@@ -2,9 +2,9 @@
 //! diagnostics, and the out-of-memory post-mortem.
 
 use super::facts::Facts;
-use super::words::{both, colon, in_unit, size};
+use super::words::{colon, in_unit};
 use crate::explain::ledger::{self, Ledger, LineId, LineKind, Provenance};
-use crate::report::document::{Block, Chart};
+use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::report::names;
 
@@ -39,7 +39,7 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         )
     )));
     let cell =
-        |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| size(Some(f.bytes)));
+        |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
     b.push(Block::Table {
         header: vec![
             lang.t("term", "terme").into(),
@@ -178,11 +178,11 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
             out.push(format!(
                 "Demande{} {} ; besoin{} {} ; limite{} {}",
                 colon(lang),
-                both(request, lang),
+                lang.size(request),
                 colon(lang),
-                both(f.need.map(|b| b.0), lang),
+                lang.size(f.need.map(|b| b.0)),
                 colon(lang),
-                both(f.limit.map(|b| b.0), lang)
+                lang.size(f.limit.map(|b| b.0))
             ));
             out.extend(
                 match d.class {
@@ -213,14 +213,14 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
                 "Au manque de mémoire sur `{}`{} {} demandés, {} vivants, plus grand bloc libre {}",
                 s.device,
                 colon(lang),
-                both(Some(s.requested_bytes), lang),
-                both(Some(live.live_bytes), lang),
-                both(Some(live.largest_free_block), lang)
+                lang.size(Some(s.requested_bytes)),
+                lang.size(Some(live.live_bytes)),
+                lang.size(Some(live.largest_free_block))
             ));
             for blk in live.largest_live.iter().take(5) {
                 out.push(format!(
                     "  vivant {} — `{}`",
-                    both(Some(blk.bytes), lang),
+                    lang.size(Some(blk.bytes)),
                     blk.frames.first().map_or("?".into(), |f| format!(
                         "{}:{}",
                         crate::explain::render::short_path(f.filename.as_deref().unwrap_or("?")),

@@ -2,7 +2,7 @@
 //! to the observation, the KV cache, and the series.
 
 use super::facts::Facts;
-use super::words::{both, colon, in_unit, size, status_word};
+use super::words::{colon, in_unit, status_word};
 use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
@@ -37,11 +37,11 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                 Cell::Code(p.name.clone()),
                 Cell::Code(d.device.clone()),
                 status_word(p.status, lang).into(),
-                size(d.peak_allocated_bytes),
-                size(d.peak_reserved_bytes),
-                size(d.end_allocated_bytes),
-                size(d.end_reserved_bytes),
-                size(gap),
+                Cell::size(d.peak_allocated_bytes),
+                Cell::size(d.peak_reserved_bytes),
+                Cell::size(d.end_allocated_bytes),
+                Cell::size(d.end_reserved_bytes),
+                Cell::size(gap),
             ]);
         }
     }
@@ -86,8 +86,8 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             vec![
                 Cell::Code(p.name.clone()),
                 Cell::Code(d.device.clone()),
-                size(d.peak_process_used_bytes),
-                size(d.outside_allocator_at_end_bytes),
+                Cell::size(d.peak_process_used_bytes),
+                Cell::size(d.outside_allocator_at_end_bytes),
                 lang.integer(d.samples as u128).into(),
             ]
         })
@@ -160,11 +160,11 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                     *n += 1;
                     vec![
                         Cell::Code(c.phase.clone()),
-                        size(Some(c.predicted_peak_allocated_bytes)),
-                        size(c.observed_peak_allocated_bytes),
+                        Cell::size(Some(c.predicted_peak_allocated_bytes)),
+                        Cell::size(c.observed_peak_allocated_bytes),
                         Cell::Percent(c.error_allocated_pct),
-                        size(Some(c.predicted_peak_reserved_bytes)),
-                        size(c.observed_peak_reserved_bytes),
+                        Cell::size(Some(c.predicted_peak_reserved_bytes)),
+                        Cell::size(c.observed_peak_reserved_bytes),
                         Cell::Percent(c.error_reserved_pct),
                         largest_at_peak(r, &c.phase, k, lang).into(),
                     ]
@@ -179,9 +179,9 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             c.phase,
             colon(lang),
             lang.t("observed", "observé"),
-            both(c.observed_bytes, lang),
+            lang.size(c.observed_bytes),
             lang.t("estimated", "estimé"),
-            both(Some(c.estimated_bytes), lang),
+            lang.size(Some(c.estimated_bytes)),
             lang.percent(c.difference_pct)
         )));
     }
@@ -241,7 +241,7 @@ fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Style) -> Stri
     categories
         .iter()
         .take(2)
-        .map(|(c, b)| format!("{} {}", category_name(c, lang), both(Some(**b), lang)))
+        .map(|(c, b)| format!("{} {}", category_name(c, lang), lang.size(Some(**b))))
         .collect::<Vec<_>>()
         .join("; ")
 }

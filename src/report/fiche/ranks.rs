@@ -1,6 +1,6 @@
 //! Under torchrun: every rank on its own device, side by side, never added together.
 
-use super::words::{both, in_unit, size, status_word};
+use super::words::{in_unit, status_word};
 use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
@@ -31,9 +31,9 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                 Cell::Code(format!("{} / {}", k.node_rank, k.host)),
                 Cell::Code(k.device.clone()),
                 status_word(k.status, lang).into(),
-                size(k.peak_allocated()),
-                size(k.peak_reserved()),
-                size(k.outside_allocator()),
+                Cell::size(k.peak_allocated()),
+                Cell::size(k.peak_reserved()),
+                Cell::size(k.outside_allocator()),
                 match (&k.stopped_because, lang.fr()) {
                     (None, _) => "".into(),
                     (Some(why), false) => why.clone().into(),
@@ -71,12 +71,12 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                 "Pic réservé le plus haut\u{a0}: rang"
             ),
             lang.integer(u128::from(i.max_rank)),
-            both(Some(i.max_peak_reserved_bytes), lang),
+            lang.size(Some(i.max_peak_reserved_bytes)),
             lang.t("lowest: rank", "le plus bas\u{a0}: rang"),
             lang.integer(u128::from(i.min_rank)),
-            both(Some(i.min_peak_reserved_bytes), lang),
+            lang.size(Some(i.min_peak_reserved_bytes)),
             lang.t("spread", "écart"),
-            both(Some(i.spread_bytes), lang)
+            lang.size(Some(i.spread_bytes))
         )));
     }
     let merged: Vec<String> = r

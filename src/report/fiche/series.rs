@@ -2,7 +2,7 @@
 //! and the peak against the varied value (or the allocator settings side by side).
 
 use super::facts::Validated;
-use super::words::{both, colon, in_unit, size, text, trial_status};
+use super::words::{colon, in_unit, text, trial_status};
 use crate::cards;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
@@ -28,7 +28,7 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang
             vec![
                 Cell::Code(values.join(" ")),
                 status.into(),
-                size(t.peak_reserved_bytes),
+                Cell::size(t.peak_reserved_bytes),
                 if t.status.is_ok() {
                     "".into()
                 } else {
@@ -95,7 +95,7 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang
                 "Limite émulée (pas une vraie carte)"
             ),
             colon(lang),
-            both(Some(l.bytes), lang),
+            lang.size(Some(l.bytes)),
             l.source
         )));
     }
@@ -194,7 +194,7 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
                 cells.push(match t {
                     None => lang.t("not run", "non exécuté").into(),
                     Some(t) if !t.status.is_ok() => trial_status(t.status, lang).into(),
-                    Some(t) => size(t.peak_reserved_bytes),
+                    Some(t) => Cell::size(t.peak_reserved_bytes),
                 });
                 if k > 0
                     && let Some(c) = row.change(k)

@@ -1,6 +1,6 @@
 //! `measure --timeline`: the allocator's trace over time, and per phase what was alive at its peak.
 
-use super::words::{in_unit, size};
+use super::words::in_unit;
 use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
@@ -100,9 +100,9 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                         p.name,
                         p.index.map_or("?".into(), |i| i.to_string())
                     )),
-                    size(Some(p.peak_allocated_bytes)),
-                    size(Some(p.peak_reserved_bytes)),
-                    size(top.map(|a| a.size_bytes)),
+                    Cell::size(Some(p.peak_allocated_bytes)),
+                    Cell::size(Some(p.peak_reserved_bytes)),
+                    Cell::size(top.map(|a| a.size_bytes)),
                     top.and_then(|a| a.user_frame.as_ref().or(a.stack_top.first()))
                         .map_or("—".into(), |f| {
                             Cell::Code(crate::explain::render::frame(f))

@@ -3,7 +3,7 @@
 //! to the section that backs it.
 
 use super::facts::{CapacityCounter, Facts, NeedCounter};
-use super::words::{both, colon, text};
+use super::words::{colon, text};
 use crate::explain::oom::OomClass;
 use crate::report::document::{Block, Tone, Verdict};
 use crate::report::format::Style;
@@ -80,13 +80,13 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             label: lang.t("Peak that matters", "Pic qui compte").into(),
             value: format!(
                 "{} {} `{}`{}",
-                both(Some(p.reserved_bytes), lang),
+                lang.size(Some(p.reserved_bytes)),
                 lang.t("reserved, in", "réservés, dans"),
                 p.phase.name,
                 f.driver_peak.map_or(String::new(), |d| format!(
                     " — {} {}",
                     lang.t("driver's view", "vue du pilote"),
-                    both(Some(d), lang)
+                    lang.size(Some(d))
                 ))
             ),
             section: Some(observed_heading.clone()),
@@ -112,7 +112,7 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                 "{}{} {}",
                 names::line(id, lang),
                 colon(lang),
-                both(Some(bytes), lang)
+                lang.size(Some(bytes))
             ),
             section: Some(
                 lang.t(
@@ -167,13 +167,13 @@ fn capacity_and_margin(
                     lang.t("PyTorch's total_memory", "total_memory de PyTorch")
                 }
             },
-            both(Some(cap), lang),
+            lang.size(Some(cap)),
             if margin >= 0 {
                 lang.t("margin", "marge")
             } else {
                 lang.t("short by", "manque")
             },
-            both(Some(margin.unsigned_abs() as u64), lang),
+            lang.size(Some(margin.unsigned_abs() as u64)),
             lang.percent(Some(share)).trim_start_matches('+'),
             match need {
                 NeedCounter::DriverView => {

@@ -1,20 +1,10 @@
-//! The fiche's small words: sizes in its one unit, statuses in the reader's language, the colon
-//! French spaces.
+//! The fiche's small words: column headers in its one unit, values as identifiers, statuses in
+//! the reader's language, the colon with French spacing.
 
 use serde_json::Value;
 
 use crate::report::document::Cell;
 use crate::report::format::Style;
-
-/// A size in the fiche's one unit, or `null (not read)` (never 0) for a value not read.
-pub(super) fn both(v: Option<u64>, lang: Style) -> String {
-    lang.size(v)
-}
-
-/// The size cell of a column whose header names the unit.
-pub(super) fn size(v: Option<u64>) -> Cell {
-    Cell::size(v)
-}
 
 /// A column header with the fiche's unit: `peak reserved (GiB)`.
 pub(super) fn in_unit(header: &str, lang: Style) -> String {
