@@ -62,7 +62,7 @@ pub(super) fn chosen(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     b.push(Block::Heading(
         lang.t("Configuration chosen", "Choix retenu").into(),
     ));
-    let frontier = f.validated.and_then(|v| v.frontier);
+    let frontier = f.validated.as_ref().and_then(|v| v.frontier);
     let text = match (frontier, r.status) {
         (Some(fr), _) => format!(
             "{} `{}` = {} ({} {}); {}",

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::cards;
 use crate::estimate::Kind;
 use crate::explain::ledger::{self, Ledger, LineId, LineKind};
 use crate::explain::oom::OomClass;
@@ -52,13 +53,17 @@ pub struct Stopped<'a> {
 }
 
 /// What a series validated.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Validated<'a> {
     /// The dimension varied (empty for loads and processes, which vary none).
     pub variable: &'a str,
     /// The largest value of the variable whose trial completed.
     pub largest: Option<u64>,
     pub frontier: Option<&'a FrontierRecord>,
+    /// The catalog's cards drawn against the series' curve, by name and capacity: those from
+    /// half to four times its highest peak (at least 1 GiB), else, without an emulated limit to
+    /// draw either, the smallest card, so the curve is seen against a real capacity.
+    pub cards: Vec<(String, u64)>,
 }
 
 /// Phases a fiche expects to see measured before it calls a load validated.
@@ -214,7 +219,35 @@ fn validated(s: &Series) -> Validated<'_> {
             .filter_map(|t| t.values.get(variable).and_then(Value::as_u64))
             .max(),
         frontier: s.frontier.as_ref(),
+        cards: cards_near(s, variable),
     }
+}
+
+fn cards_near(s: &Series, variable: &str) -> Vec<(String, u64)> {
+    let max_peak = s
+        .trials
+        .iter()
+        .filter(|t| t.values.get(variable).and_then(Value::as_u64).is_some())
+        .filter_map(|t| t.peak_reserved_bytes)
+        .max()
+        .unwrap_or(0);
+    let mut near: Vec<(String, u64)> = cards::catalog()
+        .into_iter()
+        .map(|card| {
+            let bytes = card.device_capacity().0.get();
+            (card.name, bytes)
+        })
+        .filter(|(_, cap)| *cap >= max_peak / 2 && *cap <= max_peak.saturating_mul(4).max(1 << 30))
+        .collect();
+    if near.is_empty()
+        && s.limit.is_none()
+        && let Some(smallest) = cards::catalog()
+            .into_iter()
+            .min_by_key(|c| c.device_capacity().0)
+    {
+        near.push((smallest.name.clone(), smallest.device_capacity().0.get()));
+    }
+    near
 }
 
 fn largest_gap_term(l: &Ledger) -> Option<(LineId, u64)> {

@@ -221,7 +221,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             categories: bars,
         }));
     }
-    if let (Some(s), Some(v)) = (f.series, f.validated) {
+    if let (Some(s), Some(v)) = (f.series, &f.validated) {
         super::series::series_observed(b, s, v, lang);
     }
 }

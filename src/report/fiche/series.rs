@@ -3,12 +3,11 @@
 
 use super::facts::Validated;
 use super::words::{colon, in_unit, text, trial_status};
-use crate::cards;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::sweep::series::Series;
 
-pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang: Style) {
+pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lang: Style) {
     let var = v.variable;
     let rows: Vec<Vec<Cell>> = s
         .trials
@@ -116,7 +115,6 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang
         })
         .collect();
     if !points.is_empty() {
-        let max_peak = points.iter().filter_map(|p| p.1).max().unwrap_or(0);
         let mut lines: Vec<(String, u64)> = s
             .limit
             .iter()
@@ -126,21 +124,8 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: Validated, lang
                     l.bytes,
                 )
             })
+            .chain(v.cards.iter().cloned())
             .collect();
-        for card in cards::catalog() {
-            let (cap, _) = card.device_capacity();
-            if cap.get() >= max_peak / 2 && cap.get() <= max_peak.saturating_mul(4).max(1 << 30) {
-                lines.push((card.name, cap.get()));
-            }
-        }
-        if lines.is_empty()
-            && let Some(smallest) = cards::catalog()
-                .into_iter()
-                .min_by_key(|c| c.device_capacity().0)
-        {
-            // At least one card, so the curve is seen against a real capacity.
-            lines.push((smallest.name.clone(), smallest.device_capacity().0.get()));
-        }
         lines.truncate(6);
         b.push(Block::Chart(Chart::Scatter {
             title: format!(

@@ -195,7 +195,7 @@ fn validated(lines: &mut Vec<Verdict>, f: &Facts, observed_heading: &str, lang: 
     let label = lang
         .t("Largest load validated", "Plus grande charge validée")
         .to_string();
-    let Some(v) = f.validated else {
+    let Some(v) = &f.validated else {
         if f.result.status.is_ok() {
             lines.push(Verdict {
                 label,

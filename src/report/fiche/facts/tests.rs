@@ -306,3 +306,29 @@ fn the_estimates_assumed_terms_are_counted() {
     assert!(assumed > 0, "the fixture assumes a reserve");
     assert_eq!(f.assumed_terms, Some(assumed));
 }
+
+#[test]
+fn the_cards_drawn_against_a_series_are_near_its_peak() {
+    let r = completed_run();
+    let mut s = series(None, &[(8, "ok"), (16, "ok")]);
+    s.trials[1].peak_reserved_bytes = Some(20 * GIB);
+    let cards = Facts::new(&r, Some(&s), None).validated.unwrap().cards;
+    assert!(!cards.is_empty());
+    for (name, bytes) in &cards {
+        assert!(
+            (10 * GIB..=80 * GIB).contains(bytes),
+            "{name}: {bytes} is not near 20 GiB"
+        );
+    }
+    // Nothing near a tiny peak: the smallest card of the catalog, unless a limit is drawn.
+    s.trials[1].peak_reserved_bytes = Some(MIB);
+    let smallest = crate::cards::catalog()
+        .into_iter()
+        .map(|c| c.device_capacity().0.get())
+        .min();
+    let cards = Facts::new(&r, Some(&s), None).validated.unwrap().cards;
+    assert_eq!(
+        cards.iter().map(|c| c.1).collect::<Vec<_>>(),
+        Vec::from_iter(smallest)
+    );
+}
