@@ -2,7 +2,7 @@
 //! diagnostics, and the out-of-memory post-mortem.
 
 use super::facts::Facts;
-use super::words::{colon, in_unit};
+use super::words::{colon, in_unit, oom_class};
 use crate::explain::ledger::{self, Ledger, LineId, LineKind, Provenance};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
@@ -161,18 +161,17 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
         if let Some(pm) = &l.post_mortem {
             let d = &pm.diagnosis;
             let f = &d.figures;
-            let class = match d.class {
+            let why = match d.class {
                 OomClass::Capacity => {
-                    "capacité : la charge ne tient pas dans ce que ce processus peut utiliser"
+                    "la charge ne tient pas dans ce que ce processus peut utiliser"
                 }
                 OomClass::Fragmentation => {
-                    "fragmentation : la mémoire est là, gardée par PyTorch, mais en morceaux"
+                    "la mémoire est là, gardée par PyTorch, mais en morceaux"
                 }
-                OomClass::AnotherProcess => {
-                    "un autre processus : la mémoire manquante est tenue ailleurs"
-                }
-                OomClass::Unknown => "indéterminé : les chiffres du message ne tranchent pas",
+                OomClass::AnotherProcess => "la mémoire manquante est tenue ailleurs",
+                OomClass::Unknown => "les chiffres du message ne tranchent pas",
             };
+            let class = format!("{} : {why}", oom_class(d.class, lang));
             out.push(format!("Classe{} {class}", colon(lang)));
             let request = Some(pm.report.tried_to_allocate.bytes.0);
             out.push(format!(

@@ -3,8 +3,7 @@
 //! to the section that backs it.
 
 use super::facts::{CapacityCounter, Facts, NeedCounter};
-use super::words::{colon, text};
-use crate::explain::oom::OomClass;
+use super::words::{colon, oom_class, text};
 use crate::report::document::{Block, Tone, Verdict};
 use crate::report::format::Style;
 use crate::report::names;
@@ -49,13 +48,7 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     if let Some(stopped) = f.stopped {
         let class = stopped
             .class
-            .map(|c| match (c, lang.fr()) {
-                (c, false) => format!(" ({})", c.label()),
-                (OomClass::Capacity, true) => " (capacité)".into(),
-                (OomClass::Fragmentation, true) => " (fragmentation)".into(),
-                (OomClass::AnotherProcess, true) => " (un autre processus)".into(),
-                (OomClass::Unknown, true) => " (indéterminé)".into(),
-            })
+            .map(|c| format!(" ({})", oom_class(c, lang)))
             .unwrap_or_default();
         lines.push(Verdict {
             label: lang.t("Run", "Essai").into(),
