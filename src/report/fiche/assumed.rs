@@ -3,10 +3,10 @@
 use super::facts::Facts;
 use super::words::colon;
 use crate::estimate::Kind;
-use crate::measure::result::RunStatus;
 use crate::report::document::Block;
 use crate::report::format::Style;
 use crate::report::names;
+use crate::schema::measure::RunStatus;
 
 pub(super) fn assumed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     b.push(Block::Heading(lang.t("Assumed", "Supposé").into()));

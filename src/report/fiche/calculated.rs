@@ -4,8 +4,8 @@ use super::words::{colon, in_unit};
 use crate::estimate::Kind;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
-use crate::report::inputs::EstimateDoc;
 use crate::report::names;
+use crate::schema::load::EstimateDoc;
 
 pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {
     b.push(Block::Heading(lang.t("Calculated", "Calculé").into()));

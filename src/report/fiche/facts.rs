@@ -7,11 +7,11 @@ use serde_json::Value;
 
 use crate::cards;
 use crate::estimate::Kind;
-use crate::explain::ledger::{self, Ledger, LineId, LineKind};
 use crate::explain::oom::OomClass;
-use crate::measure::result::{MeasureResult, PeakPhase};
-use crate::report::inputs::EstimateDoc;
-use crate::sweep::series::{FrontierRecord, Series};
+use crate::ledger::{self, Ledger, LineId, LineKind};
+use crate::schema::load::EstimateDoc;
+use crate::schema::measure::{MeasureResult, PeakPhase};
+use crate::schema::series::{FrontierRecord, Series};
 
 /// The counter a capacity was read from; never folded into one number with another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,7 +263,7 @@ fn variations_covered(s: &Series) -> Option<String> {
         s.varied
             .iter()
             .map(|v| v.name())
-            .chain((!s.alloc_confs.is_empty()).then_some(crate::sweep::vary::ALLOC_CONF))
+            .chain((!s.alloc_confs.is_empty()).then_some(crate::schema::alloc_conf::ALLOC_CONF))
             .collect::<Vec<_>>()
             .join(", "),
     )

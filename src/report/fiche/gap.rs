@@ -3,7 +3,7 @@
 
 use super::facts::Facts;
 use super::words::{colon, in_unit, oom_class};
-use crate::explain::ledger::{self, Ledger, LineId, LineKind, Provenance};
+use crate::ledger::{self, Ledger, LineId, LineKind, Provenance};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::report::names;
@@ -222,7 +222,7 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
                     lang.size(Some(blk.bytes)),
                     blk.frames.first().map_or("?".into(), |f| format!(
                         "{}:{}",
-                        crate::explain::render::short_path(f.filename.as_deref().unwrap_or("?")),
+                        crate::ledger::render::short_path(f.filename.as_deref().unwrap_or("?")),
                         f.line.unwrap_or(0)
                     ))
                 ));
@@ -230,7 +230,7 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
         }
         out
     } else {
-        crate::explain::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
+        crate::ledger::render::post_mortem(l.post_mortem.as_ref(), l.live_at_oom.as_ref())
     };
     if lines.is_empty() {
         return;

@@ -4,9 +4,9 @@ use serde_json::Value;
 
 use super::facts::{gpu_name, torch_total_memory};
 use super::words::{colon, status_word, text, value_cell};
-use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
+use crate::schema::measure::MeasureResult;
 
 pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     b.push(Block::Heading(

@@ -30,9 +30,9 @@ use self::facts::{Facts, gpu_name};
 use self::words::text;
 use super::document::{Attachment, Block, Document};
 use super::format::Style;
-use super::inputs::{self, EstimateDoc, InputError, InputFile as Input, Loaded};
-use crate::measure::result::MeasureResult;
-use crate::sweep::series::{Series, SeriesStatus};
+use crate::schema::load::{self, EstimateDoc, InputError, InputFile as Input, Loaded};
+use crate::schema::measure::MeasureResult;
+use crate::schema::series::{Series, SeriesStatus};
 
 /// The fiche, and what its reader should be told about the files it was made from.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ pub fn build(
 ) -> Result<Fiche, InputError> {
     let Input::Measure(r) = &result.doc else {
         return Err(result.wrong(
-            inputs::MEASURE,
+            load::MEASURE,
             "the first file of a report is a measure result",
         ));
     };
@@ -73,7 +73,7 @@ pub fn build(
         Some((Input::Series(s), _)) => Some(s),
         Some((_, l)) => {
             return Err(l.wrong(
-                inputs::SERIES,
+                load::SERIES,
                 "the second file of a report is a sweep series",
             ));
         }
@@ -84,7 +84,7 @@ pub fn build(
         check_series_matches(r, s, l)?;
     }
     if let (Some(e), Some(l)) = (e, estimate) {
-        inputs::check_estimate_of(r, e, l)?;
+        load::check_estimate_of(r, e, l)?;
     }
     let facts = Facts::new(r, s, e);
     let mut b = Vec::new();
@@ -172,7 +172,7 @@ fn check_same_gpu(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), Input
     {
         return Err(InputError::Content {
             path: l.path.clone(),
-            schema: inputs::SERIES.into(),
+            schema: load::SERIES.into(),
             message: format!(
                 "the result was measured on `{a}` and the series on `{b}`: report one GPU at a time"
             ),
@@ -194,7 +194,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
             if theirs != Some(value) {
                 return Err(InputError::Content {
                     path: l.path.clone(),
-                    schema: inputs::SERIES.into(),
+                    schema: load::SERIES.into(),
                     message: format!(
                         "the result has {key} = {} and trial {} of the series has {key} = {}: they are not the same workload besides the varied dimension; report a series of this configuration",
                         text(value),
@@ -207,7 +207,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
         if tr.identity.workload != r.identity.workload {
             return Err(InputError::Content {
                 path: l.path.clone(),
-                schema: inputs::SERIES.into(),
+                schema: load::SERIES.into(),
                 message: format!(
                     "the result measured the `{}` workload and the series `{}`",
                     r.identity.workload, tr.identity.workload

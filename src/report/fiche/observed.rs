@@ -3,9 +3,9 @@
 
 use super::facts::Facts;
 use super::words::{colon, in_unit, status_word};
-use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
+use crate::schema::measure::MeasureResult;
 
 pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     let r = f.result;

@@ -1,9 +1,9 @@
 //! Under torchrun: every rank on its own device, side by side, never added together.
 
 use super::words::{in_unit, status_word};
-use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
+use crate::schema::measure::MeasureResult;
 
 /// Under torchrun: every rank on its own device, side by side, never added together.
 pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {

@@ -5,7 +5,7 @@ use super::facts::Validated;
 use super::words::{colon, in_unit, text, trial_status};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
-use crate::sweep::series::Series;
+use crate::schema::series::Series;
 
 pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lang: Style) {
     let var = v.variable;

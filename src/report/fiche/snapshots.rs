@@ -7,7 +7,7 @@ use std::path::Path;
 use super::build;
 use crate::report::document::Block;
 use crate::report::format::{Lang, Style, Units};
-use crate::report::inputs::{Loaded, load};
+use crate::schema::load::{Loaded, load};
 
 fn fixture(name: &str) -> Loaded {
     load(&Path::new("tests/fixtures/fiche").join(name)).expect("a frozen fixture")

@@ -1,9 +1,9 @@
 //! `measure --timeline`: the allocator's trace over time, and per phase what was alive at its peak.
 
 use super::words::in_unit;
-use crate::measure::result::MeasureResult;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
+use crate::schema::measure::MeasureResult;
 
 /// At most this many phase starts are marked on the timeline chart.
 const TIMELINE_MARKS: usize = 40;
@@ -105,7 +105,7 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                     Cell::size(top.map(|a| a.size_bytes)),
                     top.and_then(|a| a.user_frame.as_ref().or(a.stack_top.first()))
                         .map_or("—".into(), |f| {
-                            Cell::Code(crate::explain::render::frame(f))
+                            Cell::Code(crate::ledger::render::frame(f))
                         }),
                 ]
             })

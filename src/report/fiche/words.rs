@@ -30,8 +30,8 @@ pub(super) fn value_cell(v: &Value, lang: Style) -> Cell {
 }
 
 /// A run's status in the reader's language (the identifier in the JSON stays English).
-pub(super) fn status_word(status: crate::measure::result::RunStatus, lang: Style) -> &'static str {
-    use crate::measure::result::RunStatus as S;
+pub(super) fn status_word(status: crate::schema::measure::RunStatus, lang: Style) -> &'static str {
+    use crate::schema::measure::RunStatus as S;
     match status {
         S::Ok => lang.t("ok", "réussi"),
         S::Failed => lang.t("failed", "échoué"),
@@ -48,9 +48,12 @@ pub(super) fn colon(lang: Style) -> &'static str {
 }
 
 /// A sweep trial's status in the reader's language.
-pub(super) fn trial_status(status: crate::sweep::series::TrialStatus, lang: Style) -> &'static str {
-    use crate::measure::result::RunStatus as S;
-    use crate::sweep::series::TrialStatus as T;
+pub(super) fn trial_status(
+    status: crate::schema::series::TrialStatus,
+    lang: Style,
+) -> &'static str {
+    use crate::schema::measure::RunStatus as S;
+    use crate::schema::series::TrialStatus as T;
     let run = match status {
         T::Unavailable => return lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
         T::Ok => S::Ok,
