@@ -6,6 +6,7 @@ pub mod kv_cache;
 pub mod render;
 pub mod reserve;
 pub mod sharding;
+pub mod states;
 pub mod term_id;
 pub mod training;
 pub mod weights;
@@ -19,9 +20,9 @@ use crate::units::{Bytes, Overflow, checked_sum};
 
 pub use kv_cache::{CacheStrategy, KvRequest};
 pub use reserve::Reserve;
-pub use sharding::{Offload, Sharding, ShardingSummary, Strategy};
+pub use sharding::ShardingSummary;
+pub use states::{Offload, Optimizer, Precision, Sharding, Strategy, TrainingRequest};
 pub use term_id::{Shard, TermId};
-pub use training::{Optimizer, Precision, TrainingRequest};
 pub use weights::WeightsSource;
 
 /// Schema tag of `estimate --json`.

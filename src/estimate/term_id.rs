@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::kv_cache::CacheKind;
-use super::training::Optimizer;
+use super::states::Optimizer;
 
 /// Where a sharded model-state term lives on a rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
