@@ -2,7 +2,7 @@
 //! `torch.cuda.memory._dump_snapshot()` writes it with deep stacks and a long history) and prints
 //! the time and the peak resident set of the process that reads it.
 //!
-//! The snapshot is made here, streamed to a temporary file by the crate's pickle writer, from a
+//! The snapshot is made here, streamed to a temporary file by the tests' pickle writer, from a
 //! deterministic simulation of a training job on two devices: weights allocated at model_load,
 //! then iterations that allocate and free activations (small blocks packed in 2 MiB segments,
 //! large ones in their own cached segments, an empty_cache between phases), every entry with a
@@ -24,8 +24,13 @@ use std::process::Command;
 use std::rc::Rc;
 use std::time::Instant;
 
-use iteragpu::explain::snapshot::writer::Pickler;
 use iteragpu::explain::snapshot::{SummaryOptions, summarize_file};
+
+/// The pickle writer is test code, not part of the library: the benchmark compiles it in itself.
+#[allow(dead_code)]
+#[path = "../src/explain/snapshot/writer.rs"]
+mod writer;
+use writer::Pickler;
 
 const CHILD: &str = "ITERAGPU_SNAPSHOT_BENCH_CHILD";
 const MIB: u64 = 1 << 20;

@@ -51,7 +51,8 @@ mod bound;
 mod fold;
 mod pickle;
 mod stored;
-pub mod writer;
+#[cfg(test)]
+mod writer;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
