@@ -51,7 +51,10 @@ mod bound;
 mod fold;
 mod pickle;
 mod stored;
+/// Writes pickles for the tests; `benches/snapshot_summary.rs` compiles it in by path and uses
+/// what the tests do not, hence `dead_code` allowed.
 #[cfg(test)]
+#[allow(dead_code)]
 mod writer;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

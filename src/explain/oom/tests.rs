@@ -1,3 +1,5 @@
+use super::classify::*;
+use super::parse::*;
 use super::*;
 use proptest::prelude::*;
 
