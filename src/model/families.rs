@@ -4,6 +4,9 @@
 //! Shapes follow the transformers modeling files of each family (`modeling_<family>.py`); the
 //! defaults used when a field is absent are those of the family's `configuration_<family>.py`.
 
+mod deepseek;
+mod gpt;
+
 use serde::Serialize;
 
 use super::ModelError;
@@ -12,6 +15,8 @@ use super::inventory::{Builder, Role, TensorGroup, total_parameters};
 use super::kv_layout::{KvLayer, KvLayout, LatentLayout};
 use super::quantization::Quantization;
 use crate::dtype::Dtype;
+use deepseek::deepseek_v3;
+use gpt::{falcon, gpt_neox, gpt2};
 
 /// A supported architecture family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -416,66 +421,35 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     let extra_norms = matches!(family, Gemma2 | Gemma3);
 
     let mut b = Builder::default();
-    b.push(
-        "model.embed_tokens.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    let attn = "model.layers.*.self_attn";
-    b.linear(
-        &format!("{attn}.q_proj"),
-        hidden,
-        heads * head_dim,
+    embedding(&mut b, "model.embed_tokens.weight", vocab, hidden);
+    let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+    template(
+        &mut b,
+        "model.layers.*.self_attn",
         layers,
-        qkv_bias,
-    );
-    b.linear(
-        &format!("{attn}.k_proj"),
-        hidden,
-        kv_heads * head_dim,
-        layers,
-        qkv_bias,
-    );
-    b.linear(
-        &format!("{attn}.v_proj"),
-        hidden,
-        kv_heads * head_dim,
-        layers,
-        qkv_bias,
-    );
-    b.linear(
-        &format!("{attn}.o_proj"),
-        heads * head_dim,
-        hidden,
-        layers,
-        o_bias,
+        [
+            Linear("q_proj", hidden, q, qkv_bias),
+            Linear("k_proj", hidden, kv, qkv_bias),
+            Linear("v_proj", hidden, kv, qkv_bias),
+            Linear("o_proj", q, hidden, o_bias),
+        ],
     );
     if qk_norm {
-        b.norm(&format!("{attn}.q_norm"), head_dim, layers, false);
-        b.norm(&format!("{attn}.k_norm"), head_dim, layers, false);
+        let norms = [
+            Norm("q_norm", head_dim, false),
+            Norm("k_norm", head_dim, false),
+        ];
+        template(&mut b, "model.layers.*.self_attn", layers, norms);
     }
-    b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm(
-        "model.layers.*.post_attention_layernorm",
-        hidden,
-        layers,
-        false,
-    );
+    let mut norms = vec![
+        Norm("input_layernorm", hidden, false),
+        Norm("post_attention_layernorm", hidden, false),
+    ];
     if extra_norms {
-        b.norm(
-            "model.layers.*.pre_feedforward_layernorm",
-            hidden,
-            layers,
-            false,
-        );
-        b.norm(
-            "model.layers.*.post_feedforward_layernorm",
-            hidden,
-            layers,
-            false,
-        );
+        norms.push(Norm("pre_feedforward_layernorm", hidden, false));
+        norms.push(Norm("post_feedforward_layernorm", hidden, false));
     }
+    template(&mut b, "model.layers.*", layers, norms);
 
     let moe = match family {
         Mixtral => {
@@ -564,9 +538,7 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
         }
     };
     b.norm("model.norm", hidden, 1, false);
-    if !tied {
-        b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
+    head(&mut b, "lm_head.weight", vocab, hidden, tied);
     let windows = layer_windows(family, f, layers)?;
     Ok(Architecture {
         family,
@@ -593,9 +565,55 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
 
 /// `gate_proj`, `up_proj`, `down_proj` (SwiGLU/GeGLU MLP).
 fn gated_mlp(b: &mut Builder, prefix: &str, hidden: u64, inter: u64, count: u64, bias: bool) {
-    b.linear(&format!("{prefix}.gate_proj"), hidden, inter, count, bias);
-    b.linear(&format!("{prefix}.up_proj"), hidden, inter, count, bias);
-    b.linear(&format!("{prefix}.down_proj"), inter, hidden, count, bias);
+    template(
+        b,
+        prefix,
+        count,
+        [
+            Linear("gate_proj", hidden, inter, bias),
+            Linear("up_proj", hidden, inter, bias),
+            Linear("down_proj", inter, hidden, bias),
+        ],
+    );
+}
+
+/// One row of a family's tensor template, named under the template's prefix.
+enum Tensor<'a> {
+    /// `name.weight` of `[out, in]` (and `name.bias`): `(name, in, out, bias)`.
+    Linear(&'a str, u64, u64, bool),
+    /// `name.weight` of `[width]` (and `name.bias`): `(name, width, bias)`.
+    Norm(&'a str, u64, bool),
+}
+use Tensor::{Linear, Norm};
+
+/// Adds a template's rows under `prefix`, each `count` times (the layers, or 1), in order: the
+/// inventory keeps the model's order.
+fn template<'a>(
+    b: &mut Builder,
+    prefix: &str,
+    count: u64,
+    rows: impl IntoIterator<Item = Tensor<'a>>,
+) {
+    for row in rows {
+        match row {
+            Linear(name, inp, out, bias) => {
+                b.linear(&format!("{prefix}.{name}"), inp, out, count, bias)
+            }
+            Norm(name, width, bias) => b.norm(&format!("{prefix}.{name}"), width, count, bias),
+        }
+    }
+}
+
+/// The input embedding `[vocab, hidden]`.
+fn embedding(b: &mut Builder, name: &str, vocab: u64, hidden: u64) {
+    b.push(name, &[vocab, hidden], 1, Role::Embedding);
+}
+
+/// The output head `[vocab, hidden]`, unless it is tied to the embedding.
+fn head(b: &mut Builder, name: &str, vocab: u64, hidden: u64, tied: bool) {
+    if !tied {
+        b.push(name, &[vocab, hidden], 1, Role::LmHead);
+    }
 }
 
 /// modeling_phi3.py: fused `qkv_proj` and `gate_up_proj`.
@@ -614,45 +632,27 @@ fn phi3(f: &Fields) -> Result<Architecture, ModelError> {
     let inter = f.positive("intermediate_size")?;
     let tied = f.bool_or("tie_word_embeddings", false)?;
     let mut b = Builder::default();
-    b.push(
-        "model.embed_tokens.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    b.linear(
-        "model.layers.*.self_attn.qkv_proj",
-        hidden,
-        (heads + 2 * kv_heads) * head_dim,
+    embedding(&mut b, "model.embed_tokens.weight", vocab, hidden);
+    template(
+        &mut b,
+        "model.layers.*",
         layers,
-        false,
-    );
-    b.linear(
-        "model.layers.*.self_attn.o_proj",
-        heads * head_dim,
-        hidden,
-        layers,
-        false,
-    );
-    b.linear(
-        "model.layers.*.mlp.gate_up_proj",
-        hidden,
-        2 * inter,
-        layers,
-        false,
-    );
-    b.linear("model.layers.*.mlp.down_proj", inter, hidden, layers, false);
-    b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm(
-        "model.layers.*.post_attention_layernorm",
-        hidden,
-        layers,
-        false,
+        [
+            Linear(
+                "self_attn.qkv_proj",
+                hidden,
+                (heads + 2 * kv_heads) * head_dim,
+                false,
+            ),
+            Linear("self_attn.o_proj", heads * head_dim, hidden, false),
+            Linear("mlp.gate_up_proj", hidden, 2 * inter, false),
+            Linear("mlp.down_proj", inter, hidden, false),
+            Norm("input_layernorm", hidden, false),
+            Norm("post_attention_layernorm", hidden, false),
+        ],
     );
     b.norm("model.norm", hidden, 1, false);
-    if !tied {
-        b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
+    head(&mut b, "lm_head.weight", vocab, hidden, tied);
     let windows = layer_windows(Family::Phi3, f, layers)?;
     Ok(simple(
         Family::Phi3,
@@ -693,426 +693,6 @@ fn simple(
     }
 }
 
-/// modeling_gpt2.py: Conv1D layers stored as `[in, out]`, learned positions, tied head.
-fn gpt2(f: &Fields) -> Result<Architecture, ModelError> {
-    let vocab = f.positive_or("vocab_size", 50257)?;
-    let hidden = f.positive_or("n_embd", 768)?;
-    let layers = f.layers_or("n_layer", Some(12))?;
-    let heads = f.positive_or("n_head", 12)?;
-    let head_dim = head_dim_of(f, ("n_head", heads), ("n_embd", hidden))?;
-    let positions = f.positive_or("n_positions", 1024)?;
-    let inner = f
-        .opt_size("n_inner")?
-        .filter(|n| *n > 0)
-        .unwrap_or(4 * hidden);
-    let mut b = Builder::default();
-    b.push(
-        "transformer.wte.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    b.push(
-        "transformer.wpe.weight",
-        &[positions, hidden],
-        1,
-        Role::Embedding,
-    );
-    b.norm("transformer.h.*.ln_1", hidden, layers, true);
-    b.linear(
-        "transformer.h.*.attn.c_attn",
-        hidden,
-        3 * hidden,
-        layers,
-        true,
-    );
-    b.linear("transformer.h.*.attn.c_proj", hidden, hidden, layers, true);
-    b.norm("transformer.h.*.ln_2", hidden, layers, true);
-    b.linear("transformer.h.*.mlp.c_fc", hidden, inner, layers, true);
-    b.linear("transformer.h.*.mlp.c_proj", inner, hidden, layers, true);
-    b.norm("transformer.ln_f", hidden, 1, true);
-    let tied = f.bool_or("tie_word_embeddings", true)?;
-    if !tied {
-        b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
-    Ok(simple(
-        Family::Gpt2,
-        b,
-        vec![None; layers as usize],
-        Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: heads,
-            head_dim,
-            vocab_size: vocab,
-            intermediate_size: inner,
-            gated_mlp: false,
-        },
-        tied,
-    ))
-}
-
-/// modeling_gpt_neox.py (Pythia, GPT-NeoX-20B): fused QKV, separate `embed_out`.
-fn gpt_neox(f: &Fields) -> Result<Architecture, ModelError> {
-    let vocab = f.positive("vocab_size")?;
-    let hidden = f.positive("hidden_size")?;
-    let layers = f.layers_or("num_hidden_layers", None)?;
-    let heads = f.positive("num_attention_heads")?;
-    let head_dim = head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?;
-    let inter = f.positive("intermediate_size")?;
-    let bias = f.bool_or("attention_bias", true)?;
-    let tied = f.bool_or("tie_word_embeddings", false)?;
-    let mut b = Builder::default();
-    b.push(
-        "gpt_neox.embed_in.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    b.norm("gpt_neox.layers.*.input_layernorm", hidden, layers, true);
-    b.norm(
-        "gpt_neox.layers.*.post_attention_layernorm",
-        hidden,
-        layers,
-        true,
-    );
-    b.linear(
-        "gpt_neox.layers.*.attention.query_key_value",
-        hidden,
-        3 * hidden,
-        layers,
-        bias,
-    );
-    b.linear(
-        "gpt_neox.layers.*.attention.dense",
-        hidden,
-        hidden,
-        layers,
-        bias,
-    );
-    b.linear(
-        "gpt_neox.layers.*.mlp.dense_h_to_4h",
-        hidden,
-        inter,
-        layers,
-        true,
-    );
-    b.linear(
-        "gpt_neox.layers.*.mlp.dense_4h_to_h",
-        inter,
-        hidden,
-        layers,
-        true,
-    );
-    b.norm("gpt_neox.final_layer_norm", hidden, 1, true);
-    if !tied {
-        b.push("embed_out.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
-    Ok(simple(
-        Family::GptNeox,
-        b,
-        vec![None; layers as usize],
-        Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: heads,
-            head_dim,
-            vocab_size: vocab,
-            intermediate_size: inter,
-            gated_mlp: false,
-        },
-        tied,
-    ))
-}
-
-/// modeling_falcon.py: multi-query (7B), grouped KV with `new_decoder_architecture` (40B, 180B).
-fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
-    let vocab = f.positive_or("vocab_size", 65024)?;
-    let hidden = f.positive_or("hidden_size", 4544)?;
-    let layers = f.layers_or("num_hidden_layers", Some(f.layers_or("n_layer", Some(32))?))?;
-    let heads = f.positive_or("num_attention_heads", f.positive_or("n_head", 71)?)?;
-    let head_dim = head_dim_of(f, ("num_attention_heads", heads), ("hidden_size", hidden))?;
-    let new_arch = f.bool_or("new_decoder_architecture", false)?;
-    let multi_query = f.bool_or("multi_query", true)?;
-    let parallel = f.bool_or("parallel_attn", true)?;
-    let bias = f.bool_or("bias", false)?;
-    let ffn = f
-        .opt_size("ffn_hidden_size")?
-        .filter(|n| *n > 0)
-        .unwrap_or(4 * hidden);
-    let kv_heads = if new_arch {
-        let kv_heads = f.positive_or("num_kv_heads", heads)?;
-        check_kv_groups(f, "num_kv_heads", kv_heads, heads)?;
-        kv_heads
-    } else if multi_query {
-        1
-    } else {
-        heads
-    };
-    let qkv_out = if new_arch {
-        (heads + 2 * kv_heads) * head_dim
-    } else if multi_query {
-        hidden + 2 * head_dim
-    } else {
-        3 * hidden
-    };
-    let mut b = Builder::default();
-    b.push(
-        "transformer.word_embeddings.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    if new_arch && f.u64_or("num_ln_in_parallel_attn", 2)? == 2 {
-        b.norm("transformer.h.*.ln_attn", hidden, layers, true);
-        b.norm("transformer.h.*.ln_mlp", hidden, layers, true);
-    } else {
-        b.norm("transformer.h.*.input_layernorm", hidden, layers, true);
-        if !parallel {
-            b.norm(
-                "transformer.h.*.post_attention_layernorm",
-                hidden,
-                layers,
-                true,
-            );
-        }
-    }
-    b.linear(
-        "transformer.h.*.self_attention.query_key_value",
-        hidden,
-        qkv_out,
-        layers,
-        bias,
-    );
-    b.linear(
-        "transformer.h.*.self_attention.dense",
-        hidden,
-        hidden,
-        layers,
-        bias,
-    );
-    b.linear(
-        "transformer.h.*.mlp.dense_h_to_4h",
-        hidden,
-        ffn,
-        layers,
-        bias,
-    );
-    b.linear(
-        "transformer.h.*.mlp.dense_4h_to_h",
-        ffn,
-        hidden,
-        layers,
-        bias,
-    );
-    b.norm("transformer.ln_f", hidden, 1, true);
-    let tied = f.bool_or("tie_word_embeddings", true)?;
-    if !tied {
-        b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
-    let mut arch = simple(
-        Family::Falcon,
-        b,
-        vec![None; layers as usize],
-        Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: kv_heads,
-            head_dim,
-            vocab_size: vocab,
-            intermediate_size: ffn,
-            gated_mlp: false,
-        },
-        tied,
-    );
-    if new_arch && kv_heads < heads {
-        // modeling_falcon.py `_split_heads`: with the new decoder architecture, K and V are
-        // broadcast to every query head (and flattened) before the cache update, so the cache
-        // holds `num_attention_heads` heads although the model computes `num_kv_heads`.
-        arch.kv = kv_from_windows(vec![None; layers as usize], heads, head_dim);
-        arch.kv.description = format!(
-            "{layers} layers × {heads} heads × {head_dim} head_dim (transformers broadcasts the {kv_heads} KV heads to the {heads} query heads before caching)"
-        );
-    }
-    Ok(arch)
-}
-
-/// modeling_deepseek_v3.py: multi-head latent attention (MLA) and DeepSeekMoE with shared experts.
-fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Architecture, ModelError> {
-    let vocab = f.positive_or("vocab_size", 129280)?;
-    let hidden = f.positive_or("hidden_size", 7168)?;
-    let layers = f.layers_or("num_hidden_layers", Some(61))?;
-    let heads = f.positive_or("num_attention_heads", 128)?;
-    let q_lora = f.u64_or("q_lora_rank", 1536)?;
-    let kv_lora = f.positive_or("kv_lora_rank", 512)?;
-    let nope = f.positive_or("qk_nope_head_dim", 128)?;
-    let rope = f.positive_or("qk_rope_head_dim", 64)?;
-    let v_dim = f.positive_or("v_head_dim", 128)?;
-    let inter = f.positive_or("intermediate_size", 18432)?;
-    let moe_inter = f.positive_or("moe_intermediate_size", 2048)?;
-    let experts = f.u64_or("n_routed_experts", 256)?;
-    let shared = f.u64_or("n_shared_experts", 1)?;
-    let active = f.positive_or("num_experts_per_tok", 8)?;
-    let first_dense = f.u64_or("first_k_dense_replace", 3)?;
-    let freq = f.positive_or("moe_layer_freq", 1)?;
-    let attn_bias = f.bool_or("attention_bias", false)?;
-    let tied = f.bool_or("tie_word_embeddings", false)?;
-    let qk_dim = nope + rope;
-
-    let mut b = Builder::default();
-    b.push(
-        "model.embed_tokens.weight",
-        &[vocab, hidden],
-        1,
-        Role::Embedding,
-    );
-    let attn = "model.layers.*.self_attn";
-    if q_lora > 0 {
-        b.linear(
-            &format!("{attn}.q_a_proj"),
-            hidden,
-            q_lora,
-            layers,
-            attn_bias,
-        );
-        b.norm(&format!("{attn}.q_a_layernorm"), q_lora, layers, false);
-        b.linear(
-            &format!("{attn}.q_b_proj"),
-            q_lora,
-            heads * qk_dim,
-            layers,
-            false,
-        );
-    } else {
-        b.linear(
-            &format!("{attn}.q_proj"),
-            hidden,
-            heads * qk_dim,
-            layers,
-            false,
-        );
-    }
-    b.linear(
-        &format!("{attn}.kv_a_proj_with_mqa"),
-        hidden,
-        kv_lora + rope,
-        layers,
-        attn_bias,
-    );
-    b.norm(&format!("{attn}.kv_a_layernorm"), kv_lora, layers, false);
-    b.linear(
-        &format!("{attn}.kv_b_proj"),
-        kv_lora,
-        heads * (nope + v_dim),
-        layers,
-        false,
-    );
-    b.linear(
-        &format!("{attn}.o_proj"),
-        heads * v_dim,
-        hidden,
-        layers,
-        attn_bias,
-    );
-    b.norm("model.layers.*.input_layernorm", hidden, layers, false);
-    b.norm(
-        "model.layers.*.post_attention_layernorm",
-        hidden,
-        layers,
-        false,
-    );
-    let moe_layers = (0..layers)
-        .filter(|i| experts > 0 && *i >= first_dense && i % freq == 0)
-        .count() as u64;
-    gated_mlp(
-        &mut b,
-        "model.layers.*.mlp",
-        hidden,
-        inter,
-        layers - moe_layers,
-        false,
-    );
-    let mlp = "model.layers.*.mlp";
-    b.moe(mlp, experts, hidden, moe_inter, moe_layers);
-    if shared > 0 {
-        gated_mlp(
-            &mut b,
-            &format!("{mlp}.shared_experts"),
-            hidden,
-            moe_inter * shared,
-            moe_layers,
-            false,
-        );
-    }
-    b.norm("model.norm", hidden, 1, false);
-    if !tied {
-        b.push("lm_head.weight", &[vocab, hidden], 1, Role::LmHead);
-    }
-    if moe_layers > 0 && experts > 0 {
-        notes.push(format!(
-            "each MoE router also holds an e_score_correction_bias of {experts} values, a buffer in transformers (not counted as parameters; DeepSeek's own code counts it, giving {} more)",
-            crate::units::group_thousands((experts * moe_layers) as u128)
-        ));
-    }
-    if let Some(n) = f.opt_u64("num_nextn_predict_layers")?.filter(|n| *n > 0) {
-        notes.push(format!(
-            "the checkpoint also stores {n} multi-token-prediction layer(s) that transformers does not load; they are not counted"
-        ));
-    }
-    // modeling_deepseek_v3.py (transformers 5.x, checked with 5.24): the cache is updated while
-    // the latent is still compressed — `kv_nope` (kv_lora_rank) in the key slot and `k_rot`
-    // (qk_rope_head_dim) in the value slot — so it holds kv_lora_rank + rope values per token
-    // and layer, as vLLM and SGLang do. The decompressed K and V are shown apart.
-    let kv = KvLayout {
-        layers: (0..layers)
-            .map(|_| KvLayer {
-                key_width: kv_lora,
-                value_width: rope,
-                window: None,
-            })
-            .collect(),
-        latent: Some(LatentLayout {
-            width: heads * (qk_dim + v_dim),
-            kv_lora_rank: kv_lora,
-            rope_dim: rope,
-        }),
-        description: format!(
-            "{layers} layers × {} values (latent {kv_lora} + rope {rope}: K and V compressed, as transformers 5 caches them)",
-            kv_lora + rope
-        ),
-    };
-    Ok(Architecture {
-        family: Family::DeepseekV3,
-        model_type: "deepseek_v3".into(),
-        dims: Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: heads,
-            head_dim: qk_dim,
-            vocab_size: vocab,
-            intermediate_size: inter,
-            gated_mlp: true,
-        },
-        moe: Some(Moe {
-            experts,
-            active,
-            moe_layers,
-            expert_intermediate: moe_inter,
-            shared_intermediate: moe_inter * shared,
-        }),
-        groups: b.groups,
-        kv,
-        tied_embeddings: tied,
-        config_dtype: None,
-        quantization: None,
-        notes: Vec::new(),
-    })
-}
-
 /// modeling_siglip.py vision tower (as Gemma 3 uses it) and Gemma3MultiModalProjector.
 fn siglip_vision_and_projector(
     v: &Fields,
@@ -1146,20 +726,21 @@ fn siglip_vision_and_projector(
         1,
         Role::Embedding,
     );
-    let l = format!("{p}.encoder.layers.*");
-    b.norm(&format!("{l}.layer_norm1"), hidden, layers, true);
-    for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-        b.linear(
-            &format!("{l}.self_attn.{proj}"),
-            hidden,
-            hidden,
-            layers,
-            true,
-        );
-    }
-    b.norm(&format!("{l}.layer_norm2"), hidden, layers, true);
-    b.linear(&format!("{l}.mlp.fc1"), hidden, inter, layers, true);
-    b.linear(&format!("{l}.mlp.fc2"), inter, hidden, layers, true);
+    template(
+        &mut b,
+        &format!("{p}.encoder.layers.*"),
+        layers,
+        [
+            Norm("layer_norm1", hidden, true),
+            Linear("self_attn.q_proj", hidden, hidden, true),
+            Linear("self_attn.k_proj", hidden, hidden, true),
+            Linear("self_attn.v_proj", hidden, hidden, true),
+            Linear("self_attn.out_proj", hidden, hidden, true),
+            Norm("layer_norm2", hidden, true),
+            Linear("mlp.fc1", hidden, inter, true),
+            Linear("mlp.fc2", inter, hidden, true),
+        ],
+    );
     b.norm(&format!("{p}.post_layernorm"), hidden, 1, true);
     if v.bool_or("vision_use_head", false)? {
         return Err(v.invalid(
