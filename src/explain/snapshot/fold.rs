@@ -37,10 +37,14 @@ const MAX_ALIVE: usize = 1 << 22;
 /// JSON values (and object keys) of the allocator settings.
 const MAX_SETTINGS_VALUES: usize = 10_000;
 
-/// The words of the snapshot's keys and values, cached per interned string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The words of the snapshot's keys and values, cached per interned string; each variant is
+/// its word in snake case (`Word::from_str`), `Unseen` and `Other` excepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 enum Word {
+    #[strum(disabled)]
     Unseen,
+    #[strum(disabled)]
     Other,
     Segments,
     DeviceTraces,
@@ -77,6 +81,7 @@ enum Word {
     Oom,
     Annotate,
     ActiveAllocated,
+    #[strum(serialize = "active_pending_free", serialize = "active_awaiting_free")]
     ActivePendingFree,
     Inactive,
     Small,
@@ -84,67 +89,26 @@ enum Word {
 }
 
 fn word_of(s: &str) -> Word {
-    match s {
-        "segments" => Word::Segments,
-        "device_traces" => Word::DeviceTraces,
-        "allocator_settings" => Word::AllocatorSettings,
-        "device" => Word::Device,
-        "address" => Word::Address,
-        "total_size" => Word::TotalSize,
-        "allocated_size" => Word::AllocatedSize,
-        "active_size" => Word::ActiveSize,
-        "requested_size" => Word::RequestedSize,
-        "segment_type" => Word::SegmentType,
-        "segment_pool_id" => Word::SegmentPoolId,
-        "is_expandable" => Word::IsExpandable,
-        "frames" => Word::Frames,
-        "blocks" => Word::Blocks,
-        "size" => Word::Size,
-        "state" => Word::State,
-        "addr" => Word::Addr,
-        "action" => Word::Action,
-        "time_us" => Word::TimeUs,
-        "user_metadata" => Word::UserMetadata,
-        "device_free" => Word::DeviceFree,
-        "filename" => Word::Filename,
-        "line" => Word::Line,
-        "name" => Word::Name,
-        "alloc" => Word::Alloc,
-        "free_requested" => Word::FreeRequested,
-        "free_completed" => Word::FreeCompleted,
-        "segment_alloc" => Word::SegmentAlloc,
-        "segment_free" => Word::SegmentFree,
-        "segment_map" => Word::SegmentMap,
-        "segment_unmap" => Word::SegmentUnmap,
-        "snapshot" => Word::Snapshot,
-        "oom" => Word::Oom,
-        "annotate" => Word::Annotate,
-        "active_allocated" => Word::ActiveAllocated,
-        "active_pending_free" | "active_awaiting_free" => Word::ActivePendingFree,
-        "inactive" => Word::Inactive,
-        "small" => Word::Small,
-        "large" => Word::Large,
-        _ => Word::Other,
-    }
+    s.parse().unwrap_or(Word::Other)
 }
 
 /// Whether `name` is one of PyTorch's trace actions.
 pub(crate) fn is_action(name: &str) -> bool {
-    ACTIONS.iter().any(|(_, known)| *known == name)
+    ACTIONS.iter().any(|known| <&str>::from(*known) == name)
 }
 
 /// The trace actions, in the order they are counted.
-const ACTIONS: [(Word, &str); 10] = [
-    (Word::Alloc, "alloc"),
-    (Word::FreeRequested, "free_requested"),
-    (Word::FreeCompleted, "free_completed"),
-    (Word::SegmentAlloc, "segment_alloc"),
-    (Word::SegmentFree, "segment_free"),
-    (Word::SegmentMap, "segment_map"),
-    (Word::SegmentUnmap, "segment_unmap"),
-    (Word::Snapshot, "snapshot"),
-    (Word::Oom, "oom"),
-    (Word::Annotate, "annotate"),
+const ACTIONS: [Word; 10] = [
+    Word::Alloc,
+    Word::FreeRequested,
+    Word::FreeCompleted,
+    Word::SegmentAlloc,
+    Word::SegmentFree,
+    Word::SegmentMap,
+    Word::SegmentUnmap,
+    Word::Snapshot,
+    Word::Oom,
+    Word::Annotate,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -885,7 +849,7 @@ impl Schema for Folder {
             (Ctx::Entry(_), Acc::Entry(e)) => match self.key_word(key, strings) {
                 Word::Action => {
                     e.action = self.word(value, strings);
-                    if e.action == Word::Other || !ACTIONS.iter().any(|(w, _)| *w == e.action) {
+                    if e.action == Word::Other || !ACTIONS.contains(&e.action) {
                         e.action = Word::Other;
                         e.other_action = strings.text(value).map(|t| cut(t).into());
                     }

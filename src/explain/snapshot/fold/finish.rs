@@ -266,9 +266,9 @@ impl Folder {
             });
         }
         let mut actions = BTreeMap::new();
-        for (i, (_, name)) in ACTIONS.iter().enumerate() {
+        for (i, word) in ACTIONS.iter().enumerate() {
             if r.actions[i] > 0 {
-                actions.insert((*name).to_string(), r.actions[i]);
+                actions.insert(<&str>::from(*word).to_string(), r.actions[i]);
             }
         }
         for (name, n) in &r.other_actions {

@@ -224,7 +224,7 @@ impl Replay {
             event: Some(index),
             time_us: time,
         };
-        match ACTIONS.iter().position(|(w, _)| *w == e.action) {
+        match ACTIONS.iter().position(|w| *w == e.action) {
             Some(i) => self.actions[i] += 1,
             None => {
                 let name = e.other_action.as_deref().unwrap_or("(none)").to_string();
