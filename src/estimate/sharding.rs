@@ -211,31 +211,12 @@ impl Sharding {
                 "--precision bf16 with --shard {shard}: DeepSpeed's ZeRO keeps an fp32 master partition and fp32 optimizer states whatever the model's width, which is --precision bf16-mixed (or fp16-mixed, or fp32); --precision bf16 (bf16 states, no master copy) is estimated with ddp and fsdp"
             ));
         }
-        match (self.strategy, self.offload) {
-            (_, None) | (Strategy::Zero2 | Strategy::Zero3, Some(Offload::Optimizer)) => {}
-            (Strategy::Zero3 | Strategy::Fsdp, Some(Offload::Parameters)) => {}
-            (Strategy::Ddp, Some(o)) => {
-                return input(format!(
-                    "--offload {} with --shard ddp: DistributedDataParallel keeps every state on each GPU; offloading is part of zero2, zero3 and fsdp: choose one of them, or drop --offload",
-                    o
-                ));
-            }
-            (Strategy::Zero1, Some(o)) => {
-                return input(format!(
-                    "--offload {} with --shard zero1 is not estimated (DeepSpeed publishes estimators for ZeRO-2 and ZeRO-3 only); use --shard zero2 --offload optimizer (the same optimizer offload, with the gradients partitioned too), or drop --offload",
-                    o
-                ));
-            }
-            (Strategy::Zero2, Some(Offload::Parameters)) => {
-                return input(
-                    "--offload parameters with --shard zero2: only stages that partition the parameters can keep them on the host; use --shard zero3 --offload parameters, or --offload optimizer".into(),
-                );
-            }
-            (Strategy::Fsdp, Some(Offload::Optimizer)) => {
-                return input(
-                    "--offload optimizer with --shard fsdp: FSDP2's CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states to the host together; use --offload parameters".into(),
-                );
-            }
+        if let Some(o) = self.offload
+            && let Some((_, _, why)) = OFFLOAD_REFUSED
+                .iter()
+                .find(|(s, only, _)| *s == shard && only.is_none_or(|x| x == o))
+        {
+            return input(format!("--offload {o} with --shard {shard}{why}"));
         }
         match (self.strategy, self.largest_layer_parameters, source) {
             (Strategy::Zero3, None, WeightsSource::Numbers { .. }) => {
@@ -274,6 +255,30 @@ impl Sharding {
         Ok(())
     }
 }
+
+/// The offloads a strategy refuses (`None`: any), with why and what to do instead.
+const OFFLOAD_REFUSED: [(Strategy, Option<Offload>, &str); 4] = [
+    (
+        Strategy::Ddp,
+        None,
+        ": DistributedDataParallel keeps every state on each GPU; offloading is part of zero2, zero3 and fsdp: choose one of them, or drop --offload",
+    ),
+    (
+        Strategy::Zero1,
+        None,
+        " is not estimated (DeepSpeed publishes estimators for ZeRO-2 and ZeRO-3 only); use --shard zero2 --offload optimizer (the same optimizer offload, with the gradients partitioned too), or drop --offload",
+    ),
+    (
+        Strategy::Zero2,
+        Some(Offload::Parameters),
+        ": only stages that partition the parameters can keep them on the host; use --shard zero3 --offload parameters, or --offload optimizer",
+    ),
+    (
+        Strategy::Fsdp,
+        Some(Offload::Optimizer),
+        ": FSDP2's CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states to the host together; use --offload parameters",
+    ),
+];
 
 /// The largest divisor of `n` not above `cap` (at least 1).
 fn largest_divisor_at_most(n: u64, cap: u64) -> u64 {

@@ -118,11 +118,8 @@ pub(super) fn fsdp(
     let s = precision.param_bytes() as u128;
     let c: u128 = if precision == Precision::Fp32 { 4 } else { 2 };
     let r: u128 = if precision == Precision::Bf16 { 2 } else { 4 };
-    let (sn, cn, rn) = (
-        if s == 4 { "fp32" } else { "bf16" },
-        if c == 4 { "fp32" } else { "bf16" },
-        if r == 4 { "fp32" } else { "bf16" },
-    );
+    let name = |w: u128| if w == 4 { "fp32" } else { "bf16" };
+    let (sn, cn, rn) = (name(s), name(c), name(r));
     let offload = sh.offload == Some(Offload::Parameters);
     let p = ctx.trainable.count();
     let groups = match (ctx.source, ctx.trainable) {

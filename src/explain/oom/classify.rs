@@ -227,19 +227,18 @@ pub fn classify(report: &OomReport) -> Diagnosis {
         return ctx.fragmentation(OomRule::CacheCoversShortfall, figures);
     }
     // 7, 8. Unknown.
-    let mut missing = Vec::new();
-    if t.is_none() && l.is_none() {
-        missing.push("the card's total capacity");
-    }
-    if a.is_none() {
-        missing.push("the memory allocated by PyTorch");
-    }
-    if u.is_none() {
-        missing.push("the memory reserved by PyTorch but unallocated");
-    }
-    if f.is_none() {
-        missing.push("the free memory");
-    }
+    let missing: Vec<&str> = [
+        (t.is_none() && l.is_none(), "the card's total capacity"),
+        (a.is_none(), "the memory allocated by PyTorch"),
+        (
+            u.is_none(),
+            "the memory reserved by PyTorch but unallocated",
+        ),
+        (f.is_none(), "the free memory"),
+    ]
+    .into_iter()
+    .filter_map(|(lacking, what)| lacking.then_some(what))
+    .collect();
     let (rule, reason) = if missing.is_empty() && shortfall == Some(0) && l.is_none() {
         (
             OomRule::NoRuleFits,
