@@ -789,3 +789,67 @@ proptest! {
         prop_assert!(large <= small, "{strategy:?} {optimizer:?} {precision:?}: N={n} → {small}, N={} → {large}", n + more);
     }
 }
+
+/// The refused offloads come from a table: each message, word for word, as the match before it
+/// wrote them, and every other pairing accepted.
+#[test]
+fn refused_offloads_are_worded_as_before() {
+    let refused = [
+        (
+            Strategy::Ddp,
+            Offload::Optimizer,
+            "--offload optimizer with --shard ddp: DistributedDataParallel keeps every state on each GPU; offloading is part of zero2, zero3 and fsdp: choose one of them, or drop --offload",
+        ),
+        (
+            Strategy::Ddp,
+            Offload::Parameters,
+            "--offload parameters with --shard ddp: DistributedDataParallel keeps every state on each GPU; offloading is part of zero2, zero3 and fsdp: choose one of them, or drop --offload",
+        ),
+        (
+            Strategy::Zero1,
+            Offload::Optimizer,
+            "--offload optimizer with --shard zero1 is not estimated (DeepSpeed publishes estimators for ZeRO-2 and ZeRO-3 only); use --shard zero2 --offload optimizer (the same optimizer offload, with the gradients partitioned too), or drop --offload",
+        ),
+        (
+            Strategy::Zero1,
+            Offload::Parameters,
+            "--offload parameters with --shard zero1 is not estimated (DeepSpeed publishes estimators for ZeRO-2 and ZeRO-3 only); use --shard zero2 --offload optimizer (the same optimizer offload, with the gradients partitioned too), or drop --offload",
+        ),
+        (
+            Strategy::Zero2,
+            Offload::Parameters,
+            "--offload parameters with --shard zero2: only stages that partition the parameters can keep them on the host; use --shard zero3 --offload parameters, or --offload optimizer",
+        ),
+        (
+            Strategy::Fsdp,
+            Offload::Optimizer,
+            "--offload optimizer with --shard fsdp: FSDP2's CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states to the host together; use --offload parameters",
+        ),
+    ];
+    let source = WeightsSource::Numbers {
+        parameters: 1_000_000,
+        bits: Decimal::parse("16").unwrap(),
+    };
+    let req = training(None, Optimizer::Adamw, Precision::Bf16Mixed);
+    for strategy in [
+        Strategy::Ddp,
+        Strategy::Zero1,
+        Strategy::Zero2,
+        Strategy::Zero3,
+        Strategy::Fsdp,
+    ] {
+        for offload in [Offload::Optimizer, Offload::Parameters] {
+            let sh = Sharding {
+                offload: Some(offload),
+                largest_layer_parameters: (strategy == Strategy::Zero3).then_some(1000),
+                ..sharding(strategy, 8)
+            };
+            let expected = refused
+                .iter()
+                .find(|(s, o, _)| *s == strategy && *o == offload)
+                .map(|(_, _, m)| m.to_string());
+            let got = sh.check(&source, &req).err().map(|e| e.to_string());
+            assert_eq!(got, expected, "{strategy} {offload}");
+        }
+    }
+}
