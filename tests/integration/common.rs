@@ -1,5 +1,16 @@
+//! What every integration test shares: the binary, the fixtures, the interpreters the tests need,
+//! and `Run`, a builder that reads like the sentence a test states ("measure on the fake torch
+//! with these arguments, expect status 3, then read the result") and returns typed documents.
+
 use assert_cmd::Command;
-use std::path::PathBuf;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+// The documents' Rust types, named once here so that a move of the types changes one line.
+pub use iteragpu::measure::events::PhaseRecord;
+pub use iteragpu::measure::result::{MeasureResult, RunStatus};
+pub use iteragpu::prediction::document::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
+pub use iteragpu::sweep::series::{Series, SeriesStatus, SweepMode, TrialStatus};
 
 pub fn iteragpu() -> Command {
     Command::cargo_bin("iteragpu").expect("the iteragpu binary is built by cargo test")
@@ -84,52 +95,307 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
         .expect("result is JSON")
 }
 
-/// Whether the tests run under CI (`.ci/run` sets ITERAGPU_CI; most CI services set CI), where
-/// a check that cannot run is a failure, not a note.
-pub fn under_ci() -> bool {
-    ["ITERAGPU_CI", "CI"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
-}
-
-/// Records that `check` did not run and why: fatal under CI; elsewhere the `zz_not_run` target
-/// lists every such check at the end of `cargo test`.
-pub fn not_run(check: &str, reason: &str) {
-    assert!(
-        !under_ci(),
-        "{check} cannot run under CI: {reason} (.ci/run must provide what it needs)"
-    );
-    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("not-run");
-    let _ = std::fs::create_dir_all(&folder);
-    let line = format!("{check}: {reason}\n");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(folder.join(format!("{}.txt", std::process::id())))
-    {
-        use std::io::Write;
-        let _ = f.write_all(line.as_bytes());
-    }
-    eprintln!("not run: {line}");
-}
-
-/// Interpreter for the checks that need real torch and transformers (CPU is enough).
-pub fn torch_python() -> Option<String> {
+/// The interpreter the checks against real torch use: ITERAGPU_TEST_PYTHON, else `python3`,
+/// checked once per set of `modules` to import them all. The tests that call it are
+/// `#[ignore = "needs torch …"]`: they run under `cargo test -- --include-ignored` (as `.ci/run`
+/// runs them), where a missing module fails the test instead of letting it pass unrun.
+pub fn python_with(modules: &[&str]) -> String {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static CHECKED: Mutex<BTreeMap<String, Result<String, String>>> = Mutex::new(BTreeMap::new());
     let candidate = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(&candidate)
-        .args(["-c", "import torch, transformers"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        Some(candidate)
-    } else {
-        crate::common::not_run(
-            "checks against real torch and transformers on CPU",
-            &format!(
-                "{candidate} cannot import torch and transformers (set ITERAGPU_TEST_PYTHON to an interpreter that has them; .ci/run prepares one)"
-            ),
+    let import = format!("import {}", modules.join(", "));
+    let verdict = CHECKED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(import.clone())
+        .or_insert_with(|| {
+            match std::process::Command::new(&candidate)
+                .args(["-c", &import])
+                .output()
+            {
+                Ok(o) if o.status.success() => Ok(candidate.clone()),
+                Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .clone();
+    verdict.unwrap_or_else(|why| {
+        panic!(
+            "`{candidate} -c \"{import}\"` failed: {why}\n(this test needs it: set ITERAGPU_TEST_PYTHON to an interpreter that has them; .ci/run prepares one)"
+        )
+    })
+}
+
+/// The interpreter with real torch and transformers (CPU is enough); see `python_with`.
+pub fn torch_python() -> String {
+    python_with(&["torch", "transformers"])
+}
+
+/// One run of the `iteragpu` binary, built the way a test states it:
+/// `Run::measure().fake_torch().args([..]).expect_status(3).result()`.
+#[must_use = "a Run does nothing until expect_status or succeeds"]
+pub struct Run {
+    command: &'static str,
+    args: Vec<OsString>,
+    env: Vec<(OsString, Option<OsString>)>,
+    fake_torch: bool,
+    output: Option<PathBuf>,
+    current_dir: Option<PathBuf>,
+    timeout: Option<std::time::Duration>,
+}
+
+impl Run {
+    pub fn command(command: &'static str) -> Run {
+        Run {
+            command,
+            args: Vec::new(),
+            env: Vec::new(),
+            fake_torch: false,
+            output: None,
+            current_dir: None,
+            timeout: None,
+        }
+    }
+
+    pub fn measure() -> Run {
+        Run::command("measure")
+    }
+
+    pub fn sweep() -> Run {
+        Run::command("sweep")
+    }
+
+    pub fn predict() -> Run {
+        Run::command("predict")
+    }
+
+    pub fn report() -> Run {
+        Run::command("report")
+    }
+
+    /// The simulated caching allocator of `tests/fake_torch` first on PYTHONPATH, the fake's
+    /// own switches cleared (see `with_fake_torch`).
+    pub fn fake_torch(mut self) -> Run {
+        self.fake_torch = true;
+        self
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Run {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Run {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Run {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// `--output PATH`, given right after the command so that it never lands after a `--`
+    /// meant for a script; the document `result`, `series` and `prediction` read.
+    pub fn output(mut self, path: impl AsRef<Path>) -> Run {
+        self.output = Some(path.as_ref().to_owned());
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Run {
+        self.current_dir = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    pub fn timeout(mut self, limit: std::time::Duration) -> Run {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// Runs it and asserts its exit status (the table in README's "exit codes").
+    pub fn expect_status(self, code: i32) -> Ran {
+        let mut cmd = if self.fake_torch {
+            with_fake_torch()
+        } else {
+            iteragpu()
+        };
+        cmd.arg(self.command);
+        if let Some(out) = &self.output {
+            cmd.arg("--output").arg(out);
+        }
+        cmd.args(&self.args);
+        for (key, value) in &self.env {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        if let Some(limit) = self.timeout {
+            cmd.timeout(limit);
+        }
+        let argv = format!("iteragpu {} {:?}", self.command, self.args);
+        let output = cmd.output().unwrap_or_else(|e| panic!("{argv}: {e}"));
+        let ran = Ran {
+            argv,
+            output,
+            document: self.output,
+        };
+        assert_eq!(
+            ran.output.status.code(),
+            Some(code),
+            "{}: exit status\nstdout:\n{}\nstderr:\n{}",
+            ran.argv,
+            ran.stdout(),
+            ran.stderr()
         );
-        None
+        ran
+    }
+
+    pub fn succeeds(self) -> Ran {
+        self.expect_status(0)
+    }
+}
+
+/// A finished run: its streams, and the document it wrote at `--output`.
+pub struct Ran {
+    argv: String,
+    output: std::process::Output,
+    document: Option<PathBuf>,
+}
+
+impl Ran {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// Asserts that standard output contains `text`.
+    pub fn stdout_has(self, text: &str) -> Ran {
+        assert!(
+            self.stdout().contains(text),
+            "{}: {text:?} not in stdout:\n{}",
+            self.argv,
+            self.stdout()
+        );
+        self
+    }
+
+    /// Asserts that standard error contains `text`.
+    pub fn stderr_has(self, text: &str) -> Ran {
+        assert!(
+            self.stderr().contains(text),
+            "{}: {text:?} not in stderr:\n{}",
+            self.argv,
+            self.stderr()
+        );
+        self
+    }
+
+    /// The `--output` path given to the run.
+    pub fn document(&self) -> &Path {
+        self.document
+            .as_deref()
+            .unwrap_or_else(|| panic!("{}: no --output was given", self.argv))
+    }
+
+    /// Asserts that nothing was written at `--output`.
+    pub fn wrote_nothing(self) -> Ran {
+        assert!(
+            !self.document().exists(),
+            "{}: {} was written",
+            self.argv,
+            self.document().display()
+        );
+        self
+    }
+
+    /// The document as JSON, for what only its text shows (a key absent rather than null).
+    pub fn json(&self) -> serde_json::Value {
+        read_json(self.document())
+    }
+
+    /// The measurement (`iteragpu.measure/1`), read with the CLI's own type.
+    pub fn result(&self) -> MeasureResult {
+        read_typed(self.document())
+    }
+
+    /// The sweep's series (`iteragpu.series/1`).
+    pub fn series(&self) -> Series {
+        read_typed(self.document())
+    }
+
+    /// The prediction document.
+    pub fn prediction(&self) -> PredictionDoc {
+        read_typed(self.document())
+    }
+}
+
+/// A document read with its Rust type: a field the type does not accept fails here.
+pub fn read_typed<T: serde::de::DeserializeOwned>(path: &Path) -> T {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "{} does not parse as {}: {e}",
+            path.display(),
+            std::any::type_name::<T>()
+        )
+    })
+}
+
+/// The phases of a measurement or a prediction, looked up by name as the tests state them.
+pub trait Phases {
+    type Phase;
+    fn phase_list(&self) -> &[Self::Phase];
+    fn name_of(phase: &Self::Phase) -> &str;
+
+    fn phase_names(&self) -> Vec<&str> {
+        self.phase_list().iter().map(Self::name_of).collect()
+    }
+
+    /// The first phase called `name`.
+    fn phase(&self, name: &str) -> &Self::Phase {
+        self.phase_list()
+            .iter()
+            .find(|p| Self::name_of(p) == name)
+            .unwrap_or_else(|| panic!("no phase {name:?} in {:?}", self.phase_names()))
+    }
+}
+
+impl Phases for MeasureResult {
+    type Phase = PhaseRecord;
+    fn phase_list(&self) -> &[PhaseRecord] {
+        &self.phases
+    }
+    fn name_of(phase: &PhaseRecord) -> &str {
+        &phase.name
+    }
+}
+
+impl Phases for PredictionDoc {
+    type Phase = PredictedPhase;
+    fn phase_list(&self) -> &[PredictedPhase] {
+        &self.phases
+    }
+    fn name_of(phase: &PredictedPhase) -> &str {
+        &phase.name
     }
 }
 

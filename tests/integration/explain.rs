@@ -156,8 +156,9 @@ fn the_ledger_adds_up_to_the_results_own_readings() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_real_prediction_fills_the_predicted_column() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let result = measure(dir.path());
     let pred = dir.path().join("prediction.json");
@@ -341,18 +342,17 @@ fn a_crash_before_any_phase_has_nothing_to_explain() {
         .arg(&out)
         .assert()
         .code(3);
+    // Synchronize #1 opens model_load: the worker dies in the very first phase.
     let doc = read_json(&out);
-    if doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|p| p["status"] == "ok")
-    {
-        return crate::common::not_run(
-            "explain of a run with no completed phase",
-            "FAKE_TORCH_CRASH_AFTER_SYNC=1 let a phase complete",
-        );
-    }
+    assert!(
+        doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["status"] != "ok"),
+        "FAKE_TORCH_CRASH_AFTER_SYNC=1 let a phase complete: {}",
+        doc["phases"]
+    );
     iteragpu()
         .arg("explain")
         .arg(&out)

@@ -3,14 +3,15 @@
 //! fiche or a CSV is written only if everything else succeeded. File systems are made by the
 //! test: a tmpfs in a private mount namespace (`unshare -m`, as root), read-only or nearly full.
 
-use crate::common::{fixture, not_run, read_json};
+use crate::common::{fixture, read_json};
 use predicates::prelude::*;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// `iteragpu ARGS` in a private mount namespace where `setup` (shell) ran first; `None` (and a
-/// note, or a failure under CI) when this machine cannot make mount namespaces.
-fn in_namespace(check: &str, setup: &str, args: &[&str], tmp: &Path) -> Option<Output> {
+/// `iteragpu ARGS` in a private mount namespace where `setup` (shell) ran first. The tests that
+/// call it are `#[ignore = "needs root …"]`: where this machine cannot make mount namespaces, they
+/// fail under `--include-ignored` and say why.
+fn in_namespace(check: &str, setup: &str, args: &[&str], tmp: &Path) -> Output {
     let probe = Command::new("unshare")
         .args(["-m", "sh", "-c", "mount -t tmpfs -o size=16k tmpfs /mnt"])
         .output();
@@ -19,28 +20,22 @@ fn in_namespace(check: &str, setup: &str, args: &[&str], tmp: &Path) -> Option<O
             Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
             Err(e) => e.to_string(),
         };
-        not_run(
-            check,
-            &format!(
-                "cannot mount a tmpfs in a private namespace (root and `unshare -m` needed): {why}"
-            ),
+        panic!(
+            "{check}: cannot mount a tmpfs in a private namespace (root and `unshare -m` needed): {why}"
         );
-        return None;
     }
     let bin = assert_cmd::cargo::cargo_bin("iteragpu");
     let script = format!("{setup} && exec \"$0\" \"$@\"");
-    Some(
-        Command::new("unshare")
-            .args(["-m", "sh", "-c", &script])
-            .arg(bin)
-            .args(args)
-            .env("PYTHONPATH", fixture("../fake_torch"))
-            .env("TMPDIR", tmp)
-            .env_remove("ITERAGPU_PYTHON")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap(),
-    )
+    Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .arg(bin)
+        .args(args)
+        .env("PYTHONPATH", fixture("../fake_torch"))
+        .env("TMPDIR", tmp)
+        .env_remove("ITERAGPU_PYTHON")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 const GUIDE: [&str; 9] = [
@@ -69,6 +64,7 @@ fn marking_python(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 #[test]
+#[ignore = "needs root and unshare -m (a tmpfs in a private mount namespace)"]
 fn a_read_only_file_system_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("ro");
@@ -83,9 +79,7 @@ fn a_read_only_file_system_is_refused_before_anything_runs() {
         out.to_str().unwrap(),
     ]);
     let setup = format!("mount -t tmpfs -o ro,size=64k tmpfs {}", mnt.display());
-    let Some(run) = in_namespace("a read-only output folder", &setup, &args, dir.path()) else {
-        return;
-    };
+    let run = in_namespace("a read-only output folder", &setup, &args, dir.path());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("Read-only file system"), "{stderr}");
@@ -97,6 +91,7 @@ fn a_read_only_file_system_is_refused_before_anything_runs() {
 }
 
 #[test]
+#[ignore = "needs root and unshare -m (a tmpfs in a private mount namespace)"]
 fn a_full_disk_at_the_final_write_keeps_the_result_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("full");
@@ -109,10 +104,7 @@ fn a_full_disk_at_the_final_write_keeps_the_result_elsewhere() {
         "mount -t tmpfs -o size=64k tmpfs {0} && head -c 57344 /dev/zero > {0}/filler",
         mnt.display()
     );
-    let Some(run) = in_namespace("a full disk at the final write", &setup, &args, dir.path())
-    else {
-        return;
-    };
+    let run = in_namespace("a full disk at the final write", &setup, &args, dir.path());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("No space left on device"), "{stderr}");
@@ -136,6 +128,7 @@ fn a_full_disk_at_the_final_write_keeps_the_result_elsewhere() {
 }
 
 #[test]
+#[ignore = "needs root and unshare -m (a tmpfs in a private mount namespace)"]
 fn a_series_that_fills_the_disk_moves_to_the_temporary_folder() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("small");
@@ -157,9 +150,7 @@ fn a_series_that_fills_the_disk_moves_to_the_temporary_folder() {
         "mount -t tmpfs -o size=64k tmpfs {0} && head -c 24576 /dev/zero > {0}/filler",
         mnt.display()
     );
-    let Some(run) = in_namespace("a full disk during a sweep", &setup, &args, dir.path()) else {
-        return;
-    };
+    let run = in_namespace("a full disk during a sweep", &setup, &args, dir.path());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     let moved: Vec<_> = std::fs::read_dir(dir.path())

@@ -3,7 +3,7 @@
 //! (docs/measurements/h200-2026-11-29.md), to the byte, and (2) PyTorch's own MemTracker, an
 //! independent accounting of the same run, phase by phase within 1%.
 
-use crate::common::{fixture, iteragpu, read_json, torch_python};
+use crate::common::{fixture, iteragpu, python_with, read_json, torch_python};
 use predicates::prelude::*;
 use std::path::Path;
 
@@ -27,8 +27,9 @@ fn predict(python: &str, dir: &Path, name: &str, args: &[&str]) -> serde_json::V
 
 /// The readings of the H200 for the network of `h200_sequential.py`, in both cases it was run.
 #[test]
+#[ignore = "needs torch and transformers"]
 fn predictions_equal_the_h200_readings() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let script = fixture("scripts/h200_sequential.py");
     let script = script.to_str().unwrap();
@@ -146,8 +147,9 @@ fn oracle(python: &str, dir: &Path, name: &str, doc: &serde_json::Value) -> serd
 }
 
 #[test]
+#[ignore = "needs torch, transformers and peft"]
 fn predictions_agree_with_memtracker_phase_by_phase() {
-    let Some(python) = torch_python() else { return };
+    let python = python_with(&["torch", "transformers", "peft"]);
     let dir = tempfile::tempdir().unwrap();
     let tiny = |name: &str| {
         fixture(&format!("tiny/{name}/config.json"))
@@ -307,36 +309,25 @@ fn predictions_agree_with_memtracker_phase_by_phase() {
         ),
         ("script: the H200 network", vec!["--script", &h200]),
     ];
-    let has_peft = std::process::Command::new(&python)
-        .args(["-c", "import peft"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if has_peft {
-        cases.push((
-            "llama training bf16-mixed, LoRA",
-            vec![
-                "--workload",
-                "causal-lm",
-                "--model",
-                &llama,
-                "--task",
-                "train",
-                "--precision",
-                "bf16-mixed",
-                "--lora-rank",
-                "4",
-                "--lora-targets",
-                "q_proj,v_proj",
-                "--context",
-                "32",
-            ],
-        ));
-    } else {
-        crate::common::not_run(
-            "the LoRA prediction",
-            &format!("{python} cannot import peft"),
-        );
-    }
+    cases.push((
+    "llama training bf16-mixed, LoRA",
+        vec![
+            "--workload",
+            "causal-lm",
+            "--model",
+            &llama,
+            "--task",
+            "train",
+            "--precision",
+            "bf16-mixed",
+            "--lora-rank",
+            "4",
+            "--lora-targets",
+            "q_proj,v_proj",
+            "--context",
+            "32",
+        ],
+    ));
     for (k, (name, args)) in cases.iter().enumerate() {
         let doc = predict(&python, dir.path(), &format!("case-{k}"), args);
         let truth = oracle(&python, dir.path(), &format!("case-{k}"), &doc);
@@ -372,8 +363,9 @@ fn predictions_agree_with_memtracker_phase_by_phase() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let script = fixture("scripts/train_loop.py");
     let doc = predict(
@@ -430,8 +422,9 @@ fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable(
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_script_that_raises_exits_1_with_its_phases() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
     iteragpu()
@@ -538,8 +531,9 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
 /// The SDPA backend choice CUDA would make on each card (a port of PyTorch's select_sdp_backend),
 /// and what each backend allocates, checked on fake CPU tensors.
 #[test]
+#[ignore = "needs torch and transformers"]
 fn sdpa_rules_follow_pytorchs() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let out = std::process::Command::new(&python)
         .env(
             "PYTHONPATH",
@@ -622,8 +616,9 @@ fn predict_like_refuses_other_files_before_running() {
 /// `--like` compares the prediction's versions with a measurement's (here the fake torch's) and
 /// with an environment report's; without it, a note names the versions predicted with.
 #[test]
+#[ignore = "needs torch and transformers"]
 fn predict_like_compares_the_versions() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let measured = dir.path().join("m.json");
     crate::common::with_fake_torch()
@@ -695,8 +690,9 @@ fn predict_like_compares_the_versions() {
 /// `--output` is optional for predict: a new name in the current folder, said on stderr; `-`
 /// writes the document to standard output only. measure and sweep still need one.
 #[test]
+#[ignore = "needs torch and transformers"]
 fn predict_names_its_output_or_writes_to_standard_output() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let dense = ["--batch", "2", "--context", "16", "--width", "64"];
     let run = iteragpu()
@@ -754,8 +750,9 @@ fn predict_names_its_output_or_writes_to_standard_output() {
 /// estimate and predict answer the same LoRA question with the same weights: the frozen base in
 /// the compute dtype (bf16 under bf16-mixed), the adapters in fp32 (issue 20: they differed by 2×).
 #[test]
+#[ignore = "needs torch and transformers"]
 fn estimate_and_predict_agree_on_a_lora_base() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let model = fixture("models/llama-3-8b").display().to_string();
     let question = [

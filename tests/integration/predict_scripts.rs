@@ -3,7 +3,7 @@
 //! custom ops, loops on data, stops. Each test asserts what a GPU run would show, or what the
 //! prediction says instead.
 
-use crate::common::{fixture, iteragpu, read_json, torch_python};
+use crate::common::{fixture, iteragpu, python_with, read_json, torch_python};
 use serde_json::Value;
 use std::path::Path;
 
@@ -70,8 +70,9 @@ fn tiny(name: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_script_without_markers_gets_automatic_phases() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "no_markers.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -122,8 +123,9 @@ fn a_script_without_markers_gets_automatic_phases() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn generate_stops_after_max_new_tokens_with_its_prefill_apart() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(
         &python,
@@ -168,8 +170,9 @@ fn generate_stops_after_max_new_tokens_with_its_prefill_apart() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn everyday_idioms_run_and_are_said() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "idioms.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -203,8 +206,9 @@ fn everyday_idioms_run_and_are_said() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn dataloader_workers_run_on_real_cpu_data() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "loader.py", &["--timeout", "120"], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -227,8 +231,9 @@ fn dataloader_workers_run_on_real_cpu_data() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn nested_markers_nest_and_the_outer_peak_covers_the_inner() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "nested.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -246,8 +251,9 @@ fn nested_markers_nest_and_the_outer_peak_covers_the_inner() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_custom_op_without_fake_is_unpredictable_and_the_run_goes_on() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "custom_op.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -260,8 +266,9 @@ fn a_custom_op_without_fake_is_unpredictable_and_the_run_goes_on() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_loop_that_only_data_would_end_is_stopped_at_its_line() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(
         &python,
@@ -283,8 +290,9 @@ fn a_loop_that_only_data_would_end_is_stopped_at_its_line() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_timeout_keeps_the_phases_predicted_so_far() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "spin.py", &["--timeout", "20"], &[]);
     assert_eq!(p.code, 3, "{}", p.stderr);
@@ -294,8 +302,9 @@ fn a_timeout_keeps_the_phases_predicted_so_far() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn caches_returned_by_a_model_are_not_kept_alive() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "cache_reuse.py", &[], &[&tiny("gpt2")]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -310,8 +319,9 @@ fn caches_returned_by_a_model_are_not_kept_alive() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn values_read_while_a_model_is_built_come_from_real_cpu_arithmetic() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "build_reads.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -325,8 +335,9 @@ fn values_read_while_a_model_is_built_come_from_real_cpu_arithmetic() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_large_model_built_on_the_cpu_stays_data_less() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let model = fixture("models/llama-3-8b").display().to_string();
     let p = predict(&python, dir.path(), "big_cpu.py", &[], &[&model]);
@@ -337,8 +348,9 @@ fn a_large_model_built_on_the_cpu_stays_data_less() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_checkpoint_loaded_with_device_map_cuda_is_counted_and_saved() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     // A real checkpoint of the tiny Llama, written by plain transformers (no prediction).
     let checkpoint = dir.path().join("checkpoint");
@@ -379,19 +391,9 @@ fn a_checkpoint_loaded_with_device_map_cuda_is_counted_and_saved() {
 }
 
 #[test]
+#[ignore = "needs torch, transformers and triton"]
 fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
-    let Some(python) = torch_python() else { return };
-    let has_triton = std::process::Command::new(&python)
-        .args(["-c", "import triton"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_triton {
-        crate::common::not_run(
-            "the Triton kernel prediction",
-            &format!("{python} cannot import triton"),
-        );
-        return;
-    }
+    let python = python_with(&["torch", "transformers", "triton"]);
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "triton_kernel.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -409,8 +411,9 @@ fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn os_exit_inside_a_phase_ends_it_there_and_is_explained() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "hard_exit.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
@@ -425,8 +428,9 @@ fn os_exit_inside_a_phase_ends_it_there_and_is_explained() {
 }
 
 #[test]
+#[ignore = "needs torch and transformers"]
 fn a_grad_scaler_steps_as_on_a_gpu_without_overflow() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "amp_scaler.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);

@@ -1,7 +1,7 @@
 //! The memory-snapshot reader (`explain::snapshot`) on a committed fixture written by CPython's
 //! pickler, and on snapshots the fake torch writes, checked against the fake's own counters.
 
-use crate::common::{fixture, not_run};
+use crate::common::fixture;
 use iteragpu::explain::snapshot::{
     BETWEEN_PHASES, PhaseSummary, SnapshotSummary, SummaryOptions, TraceSummary, summarize_file,
 };
@@ -46,12 +46,12 @@ fn a_committed_snapshot_is_summarised() {
 }
 
 /// Runs tests/fixtures/snapshots/fake_timeline.py on the fake torch; its snapshot and what the
-/// fake's counters said. `None` (and a note) when there is no python3.
+/// fake's counters said. python3 is needed by every test of the fake torch (README, "Development").
 fn fake_run(
     dir: &Path,
     devices: u32,
     max_entries: Option<u64>,
-) -> Option<(SnapshotSummary, serde_json::Value)> {
+) -> (SnapshotSummary, serde_json::Value) {
     let mut cmd = Command::new("python3");
     cmd.arg(fixture("snapshots/fake_timeline.py"))
         .arg(dir)
@@ -72,16 +72,9 @@ fn fake_run(
     if let Some(n) = max_entries {
         cmd.arg(n.to_string());
     }
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) => {
-            not_run(
-                "memory snapshots written by the fake torch",
-                &format!("python3 cannot run: {e}"),
-            );
-            return None;
-        }
-    };
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("python3 cannot run (the fake torch needs it): {e}"));
     assert!(
         out.status.success(),
         "fake_timeline.py failed: {}",
@@ -97,7 +90,7 @@ fn fake_run(
     };
     let summary = summarize_file(&dir.join("snapshot.pickle"), &options)
         .expect("the fake's snapshot is read");
-    Some((summary, expected))
+    (summary, expected)
 }
 
 fn u(v: &serde_json::Value) -> u64 {
@@ -108,9 +101,7 @@ fn u(v: &serde_json::Value) -> u64 {
 fn the_fake_torch_snapshot_agrees_with_its_counters() {
     for devices in [1u32, 2] {
         let dir = tempfile::tempdir().expect("temp dir");
-        let Some((s, expected)) = fake_run(dir.path(), devices, None) else {
-            return;
-        };
+        let (s, expected) = fake_run(dir.path(), devices, None);
         assert_eq!(s.devices.len(), devices as usize);
         assert!(s.history_recorded);
         assert!(s.notes.is_empty(), "{:?}", s.notes);
@@ -206,9 +197,7 @@ fn the_fake_torch_snapshot_agrees_with_its_counters() {
 #[test]
 fn a_truncated_fake_history_is_said_and_ends_at_the_counters() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let Some((s, expected)) = fake_run(dir.path(), 1, Some(8)) else {
-        return;
-    };
+    let (s, expected) = fake_run(dir.path(), 1, Some(8));
     let dev = &s.devices[0];
     let trace = dev.trace.as_ref().expect("a trace");
     assert_eq!(trace.entries, 8, "max_entries keeps the newest entries");
