@@ -1,6 +1,7 @@
 //! `measure` and `environment` end to end with the fake torch (CI has no GPU).
 
-use crate::common::{fixture, read_json, with_fake_torch};
+use crate::common::{Phases, Run, RunStatus, fixture, read_json, with_fake_torch};
+use iteragpu::measure::spec::EmptyCache;
 use predicates::prelude::*;
 use std::path::Path;
 
@@ -21,104 +22,88 @@ const GUIDE: [&str; 14] = [
     "--repeats",
 ];
 
-fn guide(out: &Path) -> assert_cmd::Command {
-    let mut cmd = with_fake_torch();
-    cmd.args(GUIDE).args(["5", "--output"]).arg(out);
-    cmd
-}
-
-fn phase_names(doc: &serde_json::Value) -> Vec<String> {
-    doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap().to_string())
-        .collect()
+/// The guide's measure command (5 warm repeats) on the fake torch, writing `out`.
+fn guide(out: &Path) -> Run {
+    Run::measure()
+        .fake_torch()
+        .args(&GUIDE[1..])
+        .arg("5")
+        .output(out)
 }
 
 #[test]
 fn the_guides_measure_command() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("mesures.json");
-    guide(&out)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("status ok"));
-    let doc = read_json(&out);
-    assert_eq!(doc["schema"], "iteragpu.measure/1");
-    assert_eq!(doc["status"], "ok");
-    assert_eq!(doc["identity"]["workload"], "dense");
-    assert!(
-        doc["identity"]["code_hash"]
-            .as_str()
-            .unwrap()
-            .starts_with("sha256:")
-    );
+    let doc = guide(&dir.path().join("mesures.json"))
+        .succeeds()
+        .stdout_has("status ok")
+        .result();
+    assert_eq!(doc.schema, "iteragpu.measure/1");
+    assert_eq!(doc.status, RunStatus::Ok);
+    assert_eq!(doc.identity.workload, "dense");
+    assert!(doc.identity.code_hash.starts_with("sha256:"));
     assert_eq!(
-        doc["identity"]["declared"]["parameters"],
+        doc.identity.declared["parameters"],
         4 * (8 * 1024 * 1024 + 7 * 1024)
     );
-    assert_eq!(doc["dimensions"]["batch"], 2);
-    assert_eq!(doc["dimensions"]["width"], 1024);
-    assert_eq!(doc["policies"]["process"], "fresh");
-    assert_eq!(doc["policies"]["warmup"], 3);
-    assert_eq!(doc["policies"]["repeats"], 5);
-    assert_eq!(doc["policies"]["empty_cache"], "never");
-    let names = phase_names(&doc);
+    assert_eq!(doc.dimensions["batch"], 2);
+    assert_eq!(doc.dimensions["width"], 1024);
+    assert_eq!(doc.policies.process, "fresh");
+    assert_eq!(doc.policies.warmup, 3);
+    assert_eq!(doc.policies.repeats, 5);
+    assert_eq!(doc.policies.empty_cache, EmptyCache::Never);
+    let names = doc.phase_names();
     assert_eq!(
         &names[..4],
         ["model_load", "inputs", "cold_forward", "warmup"]
     );
-    assert_eq!(names.iter().filter(|n| *n == "warm_forward").count(), 5);
+    assert_eq!(names.iter().filter(|n| **n == "warm_forward").count(), 5);
     // What the worker ran is what the result says it runs (workload::plan::scope_phases): the Python
     // workload and the Rust list name the same phases (a repeated phase once).
     let mut ran: Vec<&str> = Vec::new();
     for n in &names {
-        if !ran.contains(&n.as_str()) {
+        if !ran.contains(n) {
             ran.push(n);
         }
     }
-    assert_eq!(serde_json::json!(ran), doc["scope"]["phases"]);
-    for phase in doc["phases"].as_array().unwrap() {
-        assert_eq!(phase["status"], "ok");
-        assert!(phase["duration_s"].as_f64().unwrap() >= 0.0);
-        let d = &phase["devices"][0];
-        assert_eq!(d["device"], "cuda:0");
-        for key in [
-            "start_allocated_bytes",
-            "start_reserved_bytes",
-            "peak_allocated_bytes",
-            "peak_reserved_bytes",
-            "end_allocated_bytes",
-            "end_reserved_bytes",
+    assert_eq!(ran, doc.scope.phases);
+    for phase in &doc.phases {
+        assert_eq!(phase.status, RunStatus::Ok);
+        assert!(phase.duration_s.unwrap() >= 0.0);
+        let d = &phase.devices[0];
+        assert_eq!(d.device, "cuda:0");
+        for (key, value) in [
+            ("start_allocated_bytes", d.start_allocated_bytes),
+            ("start_reserved_bytes", d.start_reserved_bytes),
+            ("peak_allocated_bytes", d.peak_allocated_bytes),
+            ("peak_reserved_bytes", d.peak_reserved_bytes),
+            ("end_allocated_bytes", d.end_allocated_bytes),
+            ("end_reserved_bytes", d.end_reserved_bytes),
         ] {
-            assert!(d[key].is_u64(), "{key} in {phase}");
+            assert!(value.is_some(), "{key} in {phase:?}");
         }
-        assert!(d["peak_allocated_bytes"].as_u64() >= d["start_allocated_bytes"].as_u64());
-        assert!(d["peak_reserved_bytes"].as_u64() >= d["peak_allocated_bytes"].as_u64());
-        assert!(d["mem_get_info"]["total_bytes"].is_u64());
+        assert!(d.peak_allocated_bytes >= d.start_allocated_bytes);
+        assert!(d.peak_reserved_bytes >= d.peak_allocated_bytes);
+        assert!(d.mem_get_info.is_some(), "mem_get_info in {phase:?}");
         // No driver here: the driver's view is null with a reason, never 0.
-        let driver = &phase["driver"][0];
-        assert!(driver["peak_process_used_bytes"].is_null());
-        assert!(driver["reason"].as_str().unwrap().contains("NVIDIA"));
+        let driver = &phase.driver.as_ref().expect("the driver's view")[0];
+        assert!(driver.peak_process_used_bytes.is_none());
+        assert!(driver.reason.as_deref().unwrap().contains("NVIDIA"));
     }
     // The model's weights (fp32) are held from model_load on.
-    let load = &doc["phases"][0]["devices"][0];
-    assert!(load["end_allocated_bytes"].as_u64().unwrap() >= 4 * 4 * (8 * 1024 * 1024 + 7 * 1024));
-    let inputs = &doc["phases"][1];
+    let load = &doc.phases[0].devices[0];
+    assert!(load.end_allocated_bytes.unwrap() >= 4 * 4 * (8 * 1024 * 1024 + 7 * 1024));
+    let inputs = &doc.phases[1];
     assert_eq!(
-        inputs["inputs"]["processed_shape"],
+        inputs.inputs["processed_shape"],
         serde_json::json!([2, 128, 1024])
     );
-    assert_eq!(doc["warm_summary"][0]["repeats"], 5);
-    assert!(
-        doc["environment"]["python"]["torch"]["version"]
-            .as_str()
-            .unwrap()
-            .contains("fake")
-    );
-    assert!(doc["notes"].to_string().contains("not a GPU measurement"));
-    assert!(doc["failure"].is_null());
+    assert_eq!(doc.warm_summary[0].repeats, 5);
+    let python = doc.environment.python.as_ref().expect("the worker's environment");
+    let torch = python.torch.as_ref().expect("torch's description");
+    assert!(torch["version"].as_str().unwrap().contains("fake"));
+    assert!(doc.notes.join("\n").contains("not a GPU measurement"));
+    assert!(doc.failure.is_none());
 }
 
 #[test]
@@ -126,10 +111,7 @@ fn an_existing_output_is_refused_and_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mesures.json");
     std::fs::write(&out, "precious").unwrap();
-    guide(&out)
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains("already exists"));
+    guide(&out).expect_status(1).stderr_has("already exists");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
 }
 
@@ -155,17 +137,14 @@ fn missing_pytorch_or_gpu_exits_2_without_a_file() {
     ];
     for (name, env, extra, message) in cases {
         let out = dir.path().join(format!("{}.json", name.replace(' ', "_")));
-        let mut cmd = with_fake_torch();
+        let mut run = Run::measure().fake_torch().output(&out).args(extra);
         if name == "no torch" {
-            cmd.env("PYTHONPATH", fixture("no_torch"));
+            run = run.env("PYTHONPATH", fixture("no_torch"));
         }
         if let Some((k, v)) = env {
-            cmd.env(k, v);
+            run = run.env(k, v);
         }
-        cmd.args(["measure", "--output"]).arg(&out).args(extra);
-        cmd.assert()
-            .code(2)
-            .stderr(predicate::str::contains(message));
+        run.expect_status(2).stderr_has(message);
         assert!(!out.exists(), "{name}: no file may be written");
     }
 }
@@ -174,71 +153,67 @@ fn missing_pytorch_or_gpu_exits_2_without_a_file() {
 fn an_interpreter_that_is_not_python_measures_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for python in ["/bin/false", "/no/such/python"] {
-        let out = dir.path().join("none.json");
-        with_fake_torch()
-            .args(["measure", "--python", python, "--output"])
-            .arg(&out)
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(python));
-        assert!(!out.exists(), "{python}");
+        Run::measure()
+            .fake_torch()
+            .args(["--python", python])
+            .output(dir.path().join("none.json"))
+            .expect_status(2)
+            .stderr_has(python)
+            .wrote_nothing();
     }
 }
 
 #[test]
 fn out_of_memory_in_cold_forward_keeps_completed_phases() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("oom.json");
-    guide(&out)
+    let doc = guide(&dir.path().join("oom.json"))
         .env("FAKE_TORCH_CAPACITY", (134u64 << 20).to_string())
-        .assert()
-        .code(3)
-        .stdout(predicate::str::contains("failure in cold_forward"));
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "failed");
-    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
-    assert_eq!(doc["phases"][0]["status"], "ok");
-    assert_eq!(doc["phases"][1]["status"], "ok");
-    let cold = &doc["phases"][2];
-    assert_eq!(cold["status"], "failed");
-    assert_eq!(cold["error"]["type"], "OutOfMemoryError");
-    assert_eq!(cold["error"]["out_of_memory"], true);
+        .expect_status(3)
+        .stdout_has("failure in cold_forward")
+        .result();
+    assert_eq!(doc.status, RunStatus::Failed);
+    assert_eq!(doc.phase_names(), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc.phases[0].status, RunStatus::Ok);
+    assert_eq!(doc.phases[1].status, RunStatus::Ok);
+    let cold = &doc.phases[2];
+    assert_eq!(cold.status, RunStatus::Failed);
+    let error = cold.error.as_ref().expect("the phase's error");
+    assert_eq!(error.kind, "OutOfMemoryError");
+    assert!(error.out_of_memory);
     // The last values read are kept.
-    assert!(cold["devices"][0]["peak_allocated_bytes"].is_u64());
-    assert_eq!(doc["failure"]["phase"], "cold_forward");
-    assert_eq!(doc["failure"]["out_of_memory"], true);
-    assert!(
-        doc["failure"]["caution"]
-            .as_str()
-            .unwrap()
-            .contains("partial peak")
-    );
+    assert!(cold.devices[0].peak_allocated_bytes.is_some());
+    let failure = doc.failure.as_ref().expect("the failure");
+    assert_eq!(failure.phase.as_deref(), Some("cold_forward"));
+    assert!(failure.out_of_memory);
+    assert!(failure.caution.contains("partial peak"));
 }
 
 #[test]
 fn a_crash_mid_phase_leaves_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("crash.json");
     // Synchronize #5 opens cold_forward; its first allocation kills the worker with SIGSEGV.
-    guide(&out)
+    let doc = guide(&dir.path().join("crash.json"))
         .env("FAKE_TORCH_CRASH_AFTER_SYNC", "5")
-        .assert()
-        .code(3);
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "crashed");
-    assert_eq!(doc["worker"]["signal"], 11);
-    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
-    assert_eq!(doc["phases"][2]["status"], "crashed");
+        .expect_status(3)
+        .result();
+    assert_eq!(doc.status, RunStatus::Crashed);
+    assert_eq!(doc.worker.signal, Some(11));
+    assert_eq!(doc.phase_names(), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc.phases[2].status, RunStatus::Crashed);
     assert!(
-        doc["phases"][2]["note"]
-            .as_str()
+        doc.phases[2]
+            .note
+            .as_deref()
             .unwrap()
             .contains("during this phase")
     );
-    assert_eq!(doc["failure"]["phase"], "cold_forward");
+    assert_eq!(
+        doc.failure.unwrap().phase.as_deref(),
+        Some("cold_forward")
+    );
 }
 
-fn assert_gone(pid: u64) {
+fn assert_gone(pid: u32) {
     for _ in 0..50 {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return;
@@ -251,17 +226,15 @@ fn assert_gone(pid: u64) {
 #[test]
 fn a_timeout_kills_the_worker_and_keeps_results() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("timeout.json");
-    guide(&out)
+    let doc = guide(&dir.path().join("timeout.json"))
         .env("FAKE_TORCH_HANG_AFTER_SYNC", "5")
         .args(["--timeout", "5"])
-        .assert()
-        .code(3);
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "timeout");
-    assert_eq!(phase_names(&doc), ["model_load", "inputs", "cold_forward"]);
-    assert_eq!(doc["phases"][2]["status"], "timeout");
-    assert_gone(doc["worker"]["pid"].as_u64().unwrap());
+        .expect_status(3)
+        .result();
+    assert_eq!(doc.status, RunStatus::Timeout);
+    assert_eq!(doc.phase_names(), ["model_load", "inputs", "cold_forward"]);
+    assert_eq!(doc.phases[2].status, RunStatus::Timeout);
+    assert_gone(doc.worker.pid.unwrap());
 }
 
 #[test]
@@ -293,102 +266,80 @@ fn ctrl_c_interrupts_and_keeps_results() {
         doc["phases"].as_array().unwrap().last().unwrap()["status"],
         "interrupted"
     );
-    assert_gone(doc["worker"]["pid"].as_u64().unwrap());
+    assert_gone(doc["worker"]["pid"].as_u64().unwrap() as u32);
 }
 
 #[test]
 fn two_devices_are_recorded_apart() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("two.json");
-    with_fake_torch()
+    let doc = Run::measure()
+        .fake_torch()
         .env("FAKE_TORCH_DEVICES", "2")
-        .args([
-            "measure",
-            "--device",
-            "cuda:0,cuda:1",
-            "--width",
-            "256",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let doc = read_json(&out);
-    for phase in doc["phases"].as_array().unwrap() {
-        let devices = phase["devices"].as_array().unwrap();
-        assert_eq!(devices.len(), 2);
-        assert_eq!(devices[0]["device"], "cuda:0");
-        assert_eq!(devices[1]["device"], "cuda:1");
+        .args(["--device", "cuda:0,cuda:1", "--width", "256"])
+        .output(dir.path().join("two.json"))
+        .succeeds()
+        .result();
+    for phase in &doc.phases {
+        let devices: Vec<&str> = phase.devices.iter().map(|d| d.device.as_str()).collect();
+        assert_eq!(devices, ["cuda:0", "cuda:1"]);
     }
     // Half of the 4 blocks live on each device: both hold weights after model_load.
-    let load = &doc["phases"][0]["devices"];
-    assert!(load[0]["end_allocated_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(
-        load[0]["end_allocated_bytes"],
-        load[1]["end_allocated_bytes"]
-    );
-    assert_eq!(doc["warm_summary"].as_array().unwrap().len(), 2);
+    let load = &doc.phases[0].devices;
+    assert!(load[0].end_allocated_bytes.unwrap() > 0);
+    assert_eq!(load[0].end_allocated_bytes, load[1].end_allocated_bytes);
+    assert_eq!(doc.warm_summary.len(), 2);
 }
 
 #[test]
 fn workload_prints_never_break_the_event_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("noise.json");
-    guide(&out)
+    let doc = guide(&dir.path().join("noise.json"))
         .env("FAKE_TORCH_NOISE", "1")
-        .assert()
-        .success()
-        .stderr(predicate::str::contains("noise from the workload"))
-        .stderr(predicate::str::contains("raw noise on fd 1"));
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "ok");
-    assert!(!doc["notes"].to_string().contains("not JSON"));
+        .succeeds()
+        .stderr_has("noise from the workload")
+        .stderr_has("raw noise on fd 1")
+        .result();
+    assert_eq!(doc.status, RunStatus::Ok);
+    assert!(!doc.notes.iter().any(|n| n.contains("not JSON")));
 }
 
 #[test]
 fn cuda_malloc_async_is_noted() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("async.json");
-    guide(&out)
+    let doc = guide(&dir.path().join("async.json"))
         .env("FAKE_TORCH_BACKEND", "cudaMallocAsync")
-        .assert()
-        .success();
-    assert!(read_json(&out)["notes"].to_string().contains("upper bound"));
+        .succeeds()
+        .result();
+    assert!(doc.notes.iter().any(|n| n.contains("upper bound")));
 }
 
 #[test]
 fn empty_cache_policy_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("empty.json");
-    guide(&out)
+    let run = guide(&dir.path().join("empty.json"))
         .args(["--empty-cache", "between-repeats"])
-        .assert()
-        .success();
-    assert_eq!(
-        read_json(&out)["policies"]["empty_cache"],
-        "between-repeats"
-    );
+        .succeeds();
+    assert_eq!(run.result().policies.empty_cache, EmptyCache::BetweenRepeats);
+    // As the file spells it.
+    assert_eq!(run.json()["policies"]["empty_cache"], "between-repeats");
 }
 
 #[test]
 fn bad_measure_input_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("x.json");
     for (args, message) in [
         (vec!["--device", "gpu0"], "not a GPU device"),
         (vec!["--device", "cuda:0,cuda:0"], "twice"),
         (vec!["--dtype", "int8"], "floating-point"),
         (vec!["--repeats", "0"], "greater than 0"),
     ] {
-        with_fake_torch()
-            .arg("measure")
-            .args(&args)
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains(message));
-        assert!(!out.exists());
+        Run::measure()
+            .fake_torch()
+            .args(args)
+            .output(dir.path().join("x.json"))
+            .expect_status(1)
+            .stderr_has(message)
+            .wrote_nothing();
     }
 }
 
@@ -477,13 +428,12 @@ fn the_worker_reads_the_documented_specs() {
 }
 
 /// `iteragpu measure --script fixtures/scripts/NAME --output OUT` with the fake torch.
-fn measure_script(name: &str, out: &Path) -> assert_cmd::assert::Assert {
-    with_fake_torch()
-        .args(["measure", "--script"])
+fn measure_script(name: &str, out: &Path) -> Run {
+    Run::measure()
+        .fake_torch()
+        .arg("--script")
         .arg(fixture(&format!("scripts/{name}")))
-        .arg("--output")
-        .arg(out)
-        .assert()
+        .output(out)
 }
 
 /// Nested markers: each phase once, in the order they began, the inner one's `parent` the outer,
@@ -491,18 +441,13 @@ fn measure_script(name: &str, out: &Path) -> assert_cmd::assert::Assert {
 #[test]
 fn nested_markers_nest_in_a_measurement() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("nested.json");
-    measure_script("nested_markers.py", &out).success();
-    let doc = read_json(&out);
-    assert_eq!(phase_names(&doc), ["outer", "inner", "after"]);
-    let phase = |k: usize| &doc["phases"][k];
-    assert_eq!(phase(1)["parent"], 0);
-    assert!(phase(0).get("parent").is_none());
-    let peak = |k: usize| {
-        phase(k)["devices"][0]["peak_allocated_bytes"]
-            .as_u64()
-            .unwrap()
-    };
+    let run = measure_script("nested_markers.py", &dir.path().join("nested.json")).succeeds();
+    let doc = run.result();
+    assert_eq!(doc.phase_names(), ["outer", "inner", "after"]);
+    assert_eq!(doc.phases[1].parent, Some(0));
+    // A top-level phase has no `parent` key at all (not a null one).
+    assert!(run.json()["phases"][0].get("parent").is_none());
+    let peak = |k: usize| doc.phases[k].devices[0].peak_allocated_bytes.unwrap();
     assert_eq!(peak(1), 96 << 20);
     assert_eq!(
         peak(0),
@@ -517,11 +462,11 @@ fn nested_markers_nest_in_a_measurement() {
 #[test]
 fn a_fork_in_a_phase_records_it_once() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("fork.json");
-    measure_script("forks.py", &out).success();
-    let doc = read_json(&out);
-    assert_eq!(phase_names(&doc), ["load", "forked", "after"]);
-    let notes = doc["notes"].to_string();
+    let doc = measure_script("forks.py", &dir.path().join("fork.json"))
+        .succeeds()
+        .result();
+    assert_eq!(doc.phase_names(), ["load", "forked", "after"]);
+    let notes = doc.notes.join("\n");
     assert!(notes.contains("forked a child process at"), "{notes}");
     assert!(notes.contains("forks.py:12"), "{notes}");
 }
@@ -531,18 +476,15 @@ fn a_fork_in_a_phase_records_it_once() {
 #[test]
 fn an_out_of_memory_deep_in_a_long_message_keeps_its_post_mortem() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("long.json");
-    measure_script("long_oom.py", &out).code(3);
-    let doc = read_json(&out);
-    assert_eq!(doc["failure"]["out_of_memory"], true, "{}", doc["failure"]);
-    let message = doc["failure"]["message"].as_str().unwrap();
+    let doc = measure_script("long_oom.py", &dir.path().join("long.json"))
+        .expect_status(3)
+        .result();
+    let failure = doc.failure.expect("the failure");
+    assert!(failure.out_of_memory, "{failure:?}");
+    let message = failure.message.as_deref().unwrap();
     assert!(message.len() <= 4_004, "{}", message.len());
     assert!(message.contains("out of memory"), "{message}");
-    assert!(
-        !doc["failure"]["post_mortem"].is_null(),
-        "{}",
-        doc["failure"]
-    );
+    assert!(failure.post_mortem.is_some(), "{failure:?}");
 }
 
 /// Whether a process whose command line holds `marker` is still running.
@@ -559,34 +501,25 @@ fn still_running(marker: &str) -> bool {
 #[test]
 fn a_detached_child_never_holds_the_run_and_is_ended() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("detached.json");
+    let sixty = std::time::Duration::from_secs(60);
     let began = std::time::Instant::now();
-    with_fake_torch()
-        .args(["measure", "--script"])
-        .arg(fixture("scripts/detached_child.py"))
-        .arg("--output")
-        .arg(&out)
-        .timeout(std::time::Duration::from_secs(60))
-        .assert()
-        .success();
+    let doc = measure_script("detached_child.py", &dir.path().join("detached.json"))
+        .timeout(sixty)
+        .succeeds()
+        .result();
     assert!(began.elapsed().as_secs() < 30, "{:?}", began.elapsed());
-    let doc = read_json(&out);
-    let notes = doc["notes"].to_string();
+    let notes = doc.notes.join("\n");
     assert!(notes.contains("the workload left process"), "{notes}");
     assert!(notes.contains("time.sleep(600)"), "{notes}");
     assert!(!still_running("time.sleep(600)"));
 
     // --keep-children: named, and left running (this test ends it).
-    let out = dir.path().join("kept.json");
-    with_fake_torch()
-        .args(["measure", "--keep-children", "--script"])
-        .arg(fixture("scripts/detached_child.py"))
-        .arg("--output")
-        .arg(&out)
-        .timeout(std::time::Duration::from_secs(60))
-        .assert()
-        .success();
-    let notes = read_json(&out)["notes"].to_string();
+    let doc = measure_script("detached_child.py", &dir.path().join("kept.json"))
+        .arg("--keep-children")
+        .timeout(sixty)
+        .succeeds()
+        .result();
+    let notes = doc.notes.join("\n");
     assert!(notes.contains("kept running (--keep-children)"), "{notes}");
     assert!(still_running("time.sleep(600)"));
     let _ = std::process::Command::new("pkill")
@@ -595,22 +528,16 @@ fn a_detached_child_never_holds_the_run_and_is_ended() {
 
     // Blocked on such a child: --timeout ends the run, the phase done so far kept.
     let marker = format!("iteragpu-detached-{}", std::process::id());
-    let out = dir.path().join("waits.json");
     let began = std::time::Instant::now();
-    with_fake_torch()
-        .args(["measure", "--timeout", "3", "--script"])
-        .arg(fixture("scripts/waits_on_detached.py"))
-        .arg("--output")
-        .arg(&out)
-        .arg("--")
+    let doc = measure_script("waits_on_detached.py", &dir.path().join("waits.json"))
+        .args(["--timeout", "3", "--"])
         .arg(&marker)
-        .timeout(std::time::Duration::from_secs(60))
-        .assert()
-        .code(3);
+        .timeout(sixty)
+        .expect_status(3)
+        .result();
     assert!(began.elapsed().as_secs() < 30, "{:?}", began.elapsed());
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "timeout");
-    assert_eq!(phase_names(&doc), ["load"]);
+    assert_eq!(doc.status, RunStatus::Timeout);
+    assert_eq!(doc.phase_names(), ["load"]);
     assert!(
         !still_running(&marker),
         "the detached child was left running"
@@ -622,13 +549,13 @@ fn a_detached_child_never_holds_the_run_and_is_ended() {
 #[test]
 fn os_exit_inside_a_phase_is_explained() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("exit.json");
-    measure_script("hard_exit_measured.py", &out).success();
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "ok", "{}", doc["failure"]);
-    assert_eq!(phase_names(&doc), ["load", "work"]);
-    assert_eq!(doc["phases"][1]["status"], "ok");
-    let notes = doc["notes"].to_string();
+    let doc = measure_script("hard_exit_measured.py", &dir.path().join("exit.json"))
+        .succeeds()
+        .result();
+    assert_eq!(doc.status, RunStatus::Ok, "{:?}", doc.failure);
+    assert_eq!(doc.phase_names(), ["load", "work"]);
+    assert_eq!(doc.phases[1].status, RunStatus::Ok);
+    let notes = doc.notes.join("\n");
     assert!(notes.contains("os._exit(0) at "), "{notes}");
     assert!(notes.contains("hard_exit_measured.py:13"), "{notes}");
 }
