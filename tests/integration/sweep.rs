@@ -1,93 +1,86 @@
 //! `sweep` end to end with the fake torch: list, frontier, grid, loads, processes, emulated
 //! limits, interruption, missing PyTorch.
 
-use crate::common::{fixture, read_json, with_fake_torch};
-use predicates::prelude::*;
+use crate::common::{
+    Run, Series, SeriesStatus, SweepMode, TrialStatus, fixture, read_json, read_typed,
+};
+use std::path::Path;
 
-fn values(doc: &serde_json::Value, key: &str) -> Vec<u64> {
-    doc["trials"]
-        .as_array()
-        .unwrap()
+/// The value of `key` in each trial, in the order they ran.
+fn values(doc: &Series, key: &str) -> Vec<u64> {
+    doc.trials
         .iter()
-        .map(|t| t["values"][key].as_u64().unwrap())
+        .map(|t| t.values[key].as_u64().unwrap())
         .collect()
+}
+
+/// `iteragpu sweep ARGS --output OUT` on the fake torch.
+fn sweep(args: &[&str], out: &Path) -> Run {
+    Run::sweep().fake_torch().args(args).output(out)
 }
 
 #[test]
 fn a_list_sweep_runs_one_fresh_trial_per_value() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("series.json");
-    with_fake_torch()
-        .args([
-            "sweep",
-            "--vary",
-            "batch=1,2,4,8",
-            "--width",
-            "256",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(
-            "fit of peak reserved against batch",
-        ));
-    let doc = read_json(&out);
-    assert_eq!(doc["schema"], "iteragpu.series/1");
-    assert_eq!(doc["status"], "complete");
-    assert_eq!(doc["mode"], "list");
-    assert_eq!(doc["identical_across_trials"], true);
-    assert_eq!(doc["protocol"], "fresh process per trial");
+    let run = sweep(
+        &["--vary", "batch=1,2,4,8", "--width", "256"],
+        &dir.path().join("series.json"),
+    )
+    .succeeds()
+    .stdout_has("fit of peak reserved against batch");
+    let doc = run.series();
+    assert_eq!(doc.schema, "iteragpu.series/1");
+    assert_eq!(doc.status, SeriesStatus::Complete);
+    assert_eq!(doc.mode, SweepMode::List);
+    assert!(doc.identical_across_trials);
+    assert_eq!(doc.protocol, "fresh process per trial");
     assert_eq!(values(&doc, "batch"), [1, 2, 4, 8]);
-    let trials = doc["trials"].as_array().unwrap();
-    let pids: std::collections::BTreeSet<u64> = trials
+    let pids: std::collections::BTreeSet<u32> = doc
+        .trials
         .iter()
-        .map(|t| t["result"]["worker"]["pid"].as_u64().unwrap())
+        .map(|t| t.result.as_ref().unwrap().worker.pid.unwrap())
         .collect();
     assert_eq!(pids.len(), 4, "each trial in its own process");
-    for t in trials {
-        assert_eq!(t["status"], "ok");
-        for k in [
-            "peak_allocated_bytes",
-            "peak_reserved_bytes",
-            "end_allocated_bytes",
-            "end_reserved_bytes",
+    for t in &doc.trials {
+        assert_eq!(t.status, TrialStatus::Ok);
+        for (k, v) in [
+            ("peak_allocated_bytes", t.peak_allocated_bytes),
+            ("peak_reserved_bytes", t.peak_reserved_bytes),
+            ("end_allocated_bytes", t.end_allocated_bytes),
+            ("end_reserved_bytes", t.end_reserved_bytes),
         ] {
-            assert!(t[k].is_u64(), "{k}");
+            assert!(v.is_some(), "{k}");
         }
-        assert!(t["duration_s"].as_f64().unwrap() > 0.0);
+        assert!(t.duration_s > 0.0);
     }
-    let peaks: Vec<u64> = trials
+    let peaks: Vec<u64> = doc
+        .trials
         .iter()
-        .map(|t| t["peak_reserved_bytes"].as_u64().unwrap())
+        .map(|t| t.peak_reserved_bytes.unwrap())
         .collect();
     assert!(
         peaks.windows(2).all(|w| w[0] <= w[1]),
         "peaks grow with the batch: {peaks:?}"
     );
-    assert_eq!(doc["base"]["width"], 256);
+    assert_eq!(doc.base["width"], 256);
     assert!(
-        doc["base"].get("batch").is_none(),
+        !doc.base.contains_key("batch"),
         "the varied key is not part of the base"
     );
-    let fit = &doc["fit"];
-    assert_eq!(fit["variable"], "batch");
+    let fit = doc.fit.as_ref().expect("a fit");
+    assert_eq!(serde_json::json!(fit.variable), "batch");
     assert!(
-        fit["cards"]
-            .as_array()
-            .unwrap()
+        fit.cards
             .iter()
-            .any(|c| c["card"] == "H200 141GB" && c["extrapolation"] == true)
+            .any(|c| c.card == "H200 141GB" && c.extrapolation)
     );
 }
 
 #[test]
 fn the_frontier_search_finds_the_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("frontier.json");
-    with_fake_torch()
-        .args([
-            "sweep",
+    let run = sweep(
+        &[
             "--vary",
             "context=1024..65536",
             "--search",
@@ -96,136 +89,100 @@ fn the_frontier_search_finds_the_boundary() {
             "256",
             "--width",
             "1024",
-        ])
-        .args(["--memory-limit", "1GiB", "--output"])
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(
-            predicate::str::contains("frontier of context")
-                .and(predicate::str::contains("out-of-memory: capacity")),
-        );
-    let doc = read_json(&out);
-    let f = &doc["frontier"];
-    let (ok, fail) = (
-        f["last_success"].as_u64().unwrap(),
-        f["first_failure"].as_u64().unwrap(),
-    );
+            "--memory-limit",
+            "1GiB",
+        ],
+        &dir.path().join("frontier.json"),
+    )
+    .succeeds()
+    .stdout_has("frontier of context")
+    .stdout_has("out-of-memory: capacity");
+    let doc = run.series();
+    let f = doc.frontier.as_ref().expect("a frontier");
+    let (ok, fail) = (f.last_success.unwrap(), f.first_failure.unwrap());
     assert!(fail > ok && fail - ok <= 256);
-    assert_eq!(
-        f["trials"].as_u64().unwrap() as usize,
-        doc["trials"].as_array().unwrap().len()
-    );
-    assert!(f["trials"].as_u64().unwrap() <= 12);
+    assert_eq!(f.trials, doc.trials.len());
+    assert!(f.trials <= 12);
     // The trial at the last success succeeded, the one at the first failure ran out of memory.
-    for t in doc["trials"].as_array().unwrap() {
-        let v = t["values"]["context"].as_u64().unwrap();
+    let json = run.json();
+    for (t, t_json) in doc.trials.iter().zip(json["trials"].as_array().unwrap()) {
+        let v = t.values["context"].as_u64().unwrap();
         if v == ok {
-            assert_eq!(t["status"], "ok");
+            assert_eq!(t.status, TrialStatus::Ok);
         }
         if v == fail {
-            assert_eq!(t["status"], "failed");
-            assert_eq!(t["out_of_memory"], true);
+            assert_eq!(t.status, TrialStatus::Failed);
+            assert!(t.out_of_memory);
             // The emulated card is what ran out: the post-mortem says capacity.
-            let pm = &t["result"]["failure"]["post_mortem"]["diagnosis"];
+            let pm = &t_json["result"]["failure"]["post_mortem"]["diagnosis"];
             assert_eq!(pm["class"], "capacity", "{pm:#}");
             assert_eq!(pm["figures"]["limit_kind"], "memory_fraction");
         }
     }
-    let limit = &doc["limit"];
-    assert_eq!(limit["emulated"], true);
-    assert_eq!(limit["bytes"], 1u64 << 30);
+    let limit = doc.limit.as_ref().expect("a limit");
+    assert!(limit.emulated);
+    assert_eq!(limit.bytes, 1u64 << 30);
     // The worker applied the limit and recorded it.
-    let declared = &doc["trials"][0]["result"]["identity"]["declared"]["memory_limit"];
-    assert_eq!(declared["emulated"], true);
+    let first = doc.trials[0].result.as_ref().unwrap();
+    assert_eq!(first.identity.declared["memory_limit"]["emulated"], true);
 }
 
 #[test]
 fn a_frontier_without_a_limit_uses_the_device_capacity() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("capacity.json");
-    with_fake_torch()
-        .env("FAKE_TORCH_CAPACITY", (2u64 << 30).to_string())
-        .args([
-            "sweep",
-            "--vary",
-            "batch=1..4096",
-            "--search",
-            "frontier",
-            "--width",
-            "1024",
-            "--context",
-            "512",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let f = &read_json(&out)["frontier"];
-    assert_eq!(
-        f["first_failure"].as_u64().unwrap() - f["last_success"].as_u64().unwrap(),
-        1
+    let frontier = |run: Run| run.succeeds().series().frontier.expect("a frontier");
+    let f = frontier(
+        sweep(
+            &[
+                "--vary",
+                "batch=1..4096",
+                "--search",
+                "frontier",
+                "--width",
+                "1024",
+                "--context",
+                "512",
+            ],
+            &dir.path().join("capacity.json"),
+        )
+        .env("FAKE_TORCH_CAPACITY", (2u64 << 30).to_string()),
     );
+    assert_eq!(f.first_failure.unwrap() - f.last_success.unwrap(), 1);
     // Failure at the very first value and success at the last are reported plainly.
-    let out = dir.path().join("tiny.json");
-    with_fake_torch()
-        .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string())
-        .args([
-            "sweep",
-            "--vary",
-            "batch=1..64",
-            "--search",
-            "frontier",
-            "--width",
-            "1024",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let f = &read_json(&out)["frontier"];
-    assert!(f["last_success"].is_null());
-    assert_eq!(f["first_failure"], 1);
-    let out = dir.path().join("all.json");
-    with_fake_torch()
-        .args([
-            "sweep",
-            "--vary",
-            "batch=1..16",
-            "--search",
-            "frontier",
-            "--width",
-            "64",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let f = &read_json(&out)["frontier"];
-    assert_eq!(f["last_success"], 16);
-    assert!(f["first_failure"].is_null());
+    let f = frontier(
+        sweep(
+            &["--vary", "batch=1..64", "--search", "frontier", "--width", "1024"],
+            &dir.path().join("tiny.json"),
+        )
+        .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string()),
+    );
+    assert!(f.last_success.is_none());
+    assert_eq!(f.first_failure, Some(1));
+    let f = frontier(sweep(
+        &["--vary", "batch=1..16", "--search", "frontier", "--width", "64"],
+        &dir.path().join("all.json"),
+    ));
+    assert_eq!(f.last_success, Some(16));
+    assert!(f.first_failure.is_none());
 }
 
 #[test]
 fn a_grid_walks_one_variable_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("grid.json");
-    with_fake_torch()
-        .args([
-            "sweep",
+    let doc = sweep(
+        &[
             "--vary",
             "batch=1,2",
             "--vary",
             "context=64,128,256",
             "--width",
             "256",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let doc = read_json(&out);
-    assert_eq!(doc["mode"], "grid");
+        ],
+        &dir.path().join("grid.json"),
+    )
+    .succeeds()
+    .series();
+    assert_eq!(doc.mode, SweepMode::Grid);
     let cells: Vec<(u64, u64)> = values(&doc, "batch")
         .into_iter()
         .zip(values(&doc, "context"))
@@ -248,39 +205,28 @@ fn reference_loads_and_repeated_processes() {
         r#"{"loads": [{"name": "usual", "batch": 1, "context": 64}, {"name": "long", "batch": 1, "context": 512}, {"name": "limit", "batch": 2, "context": 1024}]}"#,
     )
     .unwrap();
-    let out = dir.path().join("loads-series.json");
-    with_fake_torch()
-        .args(["sweep", "--loads"])
+    let doc = sweep(&["--width", "128"], &dir.path().join("loads-series.json"))
+        .arg("--loads")
         .arg(&loads)
-        .args(["--width", "128", "--output"])
-        .arg(&out)
-        .assert()
-        .success();
-    let doc = read_json(&out);
-    assert_eq!(doc["mode"], "loads");
-    let names: Vec<&str> = doc["trials"]
-        .as_array()
-        .unwrap()
+        .succeeds()
+        .series();
+    assert_eq!(doc.mode, SweepMode::Loads);
+    let names: Vec<&str> = doc
+        .trials
         .iter()
-        .map(|t| t["load"].as_str().unwrap())
+        .map(|t| t.load.as_deref().unwrap())
         .collect();
     assert_eq!(names, ["usual", "long", "limit"]);
 
-    let out = dir.path().join("processes.json");
-    with_fake_torch()
-        .args(["sweep", "--processes", "3", "--width", "128", "--output"])
-        .arg(&out)
-        .assert()
-        .success();
-    let doc = read_json(&out);
-    assert_eq!(doc["mode"], "processes");
-    assert!(
-        doc["protocol"]
-            .as_str()
-            .unwrap()
-            .contains("3 fresh processes")
-    );
-    assert_eq!(doc["trials"].as_array().unwrap().len(), 3);
+    let doc = sweep(
+        &["--processes", "3", "--width", "128"],
+        &dir.path().join("processes.json"),
+    )
+    .succeeds()
+    .series();
+    assert_eq!(doc.mode, SweepMode::Processes);
+    assert!(doc.protocol.contains("3 fresh processes"));
+    assert_eq!(doc.trials.len(), 3);
 }
 
 #[test]
@@ -319,34 +265,29 @@ fn an_interrupted_sweep_keeps_its_finished_trials() {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
     assert_eq!(child.wait().unwrap().code(), Some(3));
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "interrupted");
-    let statuses: Vec<&str> = doc["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(statuses, ["ok", "ok", "interrupted"]);
+    let doc: Series = read_typed(&out);
+    assert_eq!(doc.status, SeriesStatus::Interrupted);
+    let statuses: Vec<TrialStatus> = doc.trials.iter().map(|t| t.status).collect();
+    assert_eq!(
+        statuses,
+        [TrialStatus::Ok, TrialStatus::Ok, TrialStatus::Interrupted]
+    );
 }
 
 #[test]
 fn crashes_are_told_apart_from_out_of_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("crash.json");
-    with_fake_torch()
-        .env("FAKE_TORCH_CRASH_AFTER_SYNC", "5")
-        .args(["sweep", "--vary", "batch=1,2", "--width", "128", "--output"])
-        .arg(&out)
-        .assert()
-        .code(3);
-    let doc = read_json(&out);
+    let doc = sweep(
+        &["--vary", "batch=1,2", "--width", "128"],
+        &dir.path().join("crash.json"),
+    )
+    .env("FAKE_TORCH_CRASH_AFTER_SYNC", "5")
+    .expect_status(3)
+    .series();
     assert!(
-        doc["trials"]
-            .as_array()
-            .unwrap()
+        doc.trials
             .iter()
-            .all(|t| t["status"] == "crashed" && t["out_of_memory"] == false)
+            .all(|t| t.status == TrialStatus::Crashed && !t.out_of_memory)
     );
 }
 
@@ -372,82 +313,60 @@ fn sweep_input_and_missing_pytorch() {
             "ambiguous",
         ),
     ] {
-        with_fake_torch()
-            .arg("sweep")
-            .args(&args)
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains(message));
-        assert!(!out.exists());
+        sweep(&args, &out)
+            .expect_status(1)
+            .stderr_has(message)
+            .wrote_nothing();
     }
     std::fs::write(&out, "keep").unwrap();
-    with_fake_torch()
-        .args(["sweep", "--vary", "batch=1,2", "--output"])
-        .arg(&out)
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains("already exists"));
+    sweep(&["--vary", "batch=1,2"], &out)
+        .expect_status(1)
+        .stderr_has("already exists");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
-    let out = dir.path().join("none.json");
-    with_fake_torch()
+    sweep(&["--vary", "batch=1,2"], &dir.path().join("none.json"))
         .env("PYTHONPATH", fixture("no_torch"))
-        .args(["sweep", "--vary", "batch=1,2", "--output"])
-        .arg(&out)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("PyTorch cannot be imported"));
-    assert!(!out.exists());
+        .expect_status(2)
+        .stderr_has("PyTorch cannot be imported")
+        .wrote_nothing();
     // A catalog card is emulated and recorded as such.
-    let out = dir.path().join("card.json");
-    with_fake_torch()
-        .args([
-            "sweep", "--vary", "batch=1", "--card", "T4", "--width", "64", "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let limit = &read_json(&out)["limit"];
-    assert!(limit["source"].as_str().unwrap().contains("T4"));
-    assert_eq!(limit["emulated"], true);
+    let doc = sweep(
+        &["--vary", "batch=1", "--card", "T4", "--width", "64"],
+        &dir.path().join("card.json"),
+    )
+    .succeeds()
+    .series();
+    let limit = doc.limit.expect("a limit");
+    assert!(limit.source.contains("T4"));
+    assert!(limit.emulated);
 }
 
 /// A sweep of the user's script hands each value to the script through `{name}` in its arguments.
 #[test]
 fn a_script_sweep_passes_the_value_to_the_script() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("script-series.json");
-    with_fake_torch()
-        .args(["sweep", "--vary", "context=512,1024", "--script"])
-        .arg(fixture("scripts/job.py"))
-        .arg("--output")
-        .arg(&out)
+    let script = |out: &str| {
+        sweep(&["--vary", "context=512,1024"], &dir.path().join(out))
+            .arg("--script")
+            .arg(fixture("scripts/job.py"))
+    };
+    let doc = script("script-series.json")
         .args(["--", "--rows", "{context}"])
-        .assert()
-        .success();
-    let doc = read_json(&out);
-    let rows: Vec<u64> = doc["trials"]
-        .as_array()
-        .unwrap()
+        .succeeds()
+        .series();
+    let rows: Vec<u64> = doc
+        .trials
         .iter()
-        .map(|t| t["result"]["phases"][0]["inputs"]["rows"].as_u64().unwrap())
+        .map(|t| t.result.as_ref().unwrap().phases[0].inputs["rows"].as_u64().unwrap())
         .collect();
     assert_eq!(rows, [512, 1024]);
     assert_eq!(
-        doc["base"]["script_args_template"],
+        doc.base["script_args_template"],
         serde_json::json!(["--rows", "{context}"])
     );
-    let out = dir.path().join("unused.json");
-    with_fake_torch()
-        .args(["sweep", "--vary", "context=512,1024", "--script"])
-        .arg(fixture("scripts/job.py"))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains("{context}"));
-    assert!(!out.exists());
+    script("unused.json")
+        .expect_status(1)
+        .stderr_has("{context}")
+        .wrote_nothing();
 }
 
 /// Each setting's worker starts with exactly that setting, whatever the caller exported, and
@@ -456,35 +375,34 @@ fn a_script_sweep_passes_the_value_to_the_script() {
 fn an_allocator_a_b_gives_each_worker_its_setting() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("series.json");
-    with_fake_torch()
-        .env(
-            "PYTORCH_CUDA_ALLOC_CONF",
-            "garbage_collection_threshold:0.6",
-        )
-        .env("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
-        .args([
-            "sweep",
+    let doc = sweep(
+        &[
             "--vary",
             "alloc_conf=default,expandable_segments",
             "--vary",
             "batch=1,2",
             "--width",
             "256",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("allocator settings compared"));
-    let doc = read_json(&out);
-    assert_eq!(doc["mode"], "alloc-conf");
+        ],
+        &out,
+    )
+    .env(
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "garbage_collection_threshold:0.6",
+    )
+    .env("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
+    .succeeds()
+    .stdout_has("allocator settings compared")
+    .series();
+    assert_eq!(doc.mode, SweepMode::AllocConf);
     assert_eq!(
-        doc["alloc_confs"],
+        serde_json::json!(doc.alloc_confs),
         serde_json::json!(["default", "expandable_segments"])
     );
-    for t in doc["trials"].as_array().unwrap() {
-        let settings = &t["result"]["environment"]["python"]["settings"];
-        let expected = match t["values"]["alloc-conf"].as_str().unwrap() {
+    for t in &doc.trials {
+        let python = t.result.as_ref().unwrap().environment.python.as_ref();
+        let settings = &python.expect("the worker's environment").settings;
+        let expected = match t.values["alloc-conf"].as_str().unwrap() {
             "default" => serde_json::Value::Null,
             "expandable_segments" => "expandable_segments:True".into(),
             other => panic!("{other}"),
@@ -495,31 +413,20 @@ fn an_allocator_a_b_gives_each_worker_its_setting() {
 
     // One setting for one measurement.
     let one = dir.path().join("one.json");
-    with_fake_torch()
-        .args([
-            "measure",
-            "--alloc-conf",
-            "expandable_segments",
-            "--width",
-            "256",
-        ])
-        .arg("--output")
-        .arg(&one)
-        .assert()
-        .success();
+    let measured = Run::measure()
+        .fake_torch()
+        .args(["--alloc-conf", "expandable_segments", "--width", "256"])
+        .output(&one)
+        .succeeds()
+        .result();
+    let python = measured.environment.python.expect("the worker's environment");
     assert_eq!(
-        read_json(&one)["environment"]["python"]["settings"]["PYTORCH_CUDA_ALLOC_CONF"],
+        python.settings["PYTORCH_CUDA_ALLOC_CONF"],
         "expandable_segments:True"
     );
     // The fiche sets the settings side by side instead of one curve mixing both.
     let fiche = dir.path().join("fiche.md");
-    crate::common::iteragpu()
-        .arg("report")
-        .args([&one, &out])
-        .arg("--output")
-        .arg(&fiche)
-        .assert()
-        .success();
+    Run::report().args([&one, &out]).output(&fiche).succeeds();
     let text = std::fs::read_to_string(&fiche).unwrap();
     assert!(text.contains("Allocator settings compared in fresh processes"));
     assert!(
@@ -529,16 +436,11 @@ fn an_allocator_a_b_gives_each_worker_its_setting() {
         "{text}"
     );
     assert!(!text.contains("Peak reserved against batch"));
-    with_fake_torch()
-        .args([
-            "measure",
-            "--alloc-conf",
-            "max_split_size_mb:64",
-            "--output",
-        ])
-        .arg(dir.path().join("never.json"))
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains("max_split_size_mb:64"));
-    assert!(!dir.path().join("never.json").exists());
+    Run::measure()
+        .fake_torch()
+        .args(["--alloc-conf", "max_split_size_mb:64"])
+        .output(dir.path().join("never.json"))
+        .expect_status(1)
+        .stderr_has("max_split_size_mb:64")
+        .wrote_nothing();
 }
