@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 // The documents' Rust types, named once here so that a move of the types changes one line.
 pub use iteragpu::measure::events::PhaseRecord;
 pub use iteragpu::measure::result::{MeasureResult, RunStatus};
-pub use iteragpu::prediction::document::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
+pub use iteragpu::prediction::document::{
+    DocumentKind, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
+};
 pub use iteragpu::sweep::series::{Series, SeriesStatus, SweepMode, TrialStatus};
 
 pub fn iteragpu() -> Command {
@@ -138,7 +140,7 @@ pub fn torch_python() -> String {
 pub struct Run {
     command: &'static str,
     args: Vec<OsString>,
-    env: Vec<(OsString, Option<OsString>)>,
+    env: Vec<(OsString, OsString)>,
     fake_torch: bool,
     output: Option<PathBuf>,
     current_dir: Option<PathBuf>,
@@ -198,12 +200,7 @@ impl Run {
 
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Run {
         self.env
-            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
-        self
-    }
-
-    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Run {
-        self.env.push((key.as_ref().to_owned(), None));
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -226,37 +223,9 @@ impl Run {
 
     /// Runs it and asserts its exit status (the table in README's "exit codes").
     pub fn expect_status(self, code: i32) -> Ran {
-        let mut cmd = if self.fake_torch {
-            with_fake_torch()
-        } else {
-            iteragpu()
-        };
-        cmd.arg(self.command);
-        if let Some(out) = &self.output {
-            cmd.arg("--output").arg(out);
-        }
-        cmd.args(&self.args);
-        for (key, value) in &self.env {
-            match value {
-                Some(value) => cmd.env(key, value),
-                None => cmd.env_remove(key),
-            };
-        }
-        if let Some(dir) = &self.current_dir {
-            cmd.current_dir(dir);
-        }
-        if let Some(limit) = self.timeout {
-            cmd.timeout(limit);
-        }
-        let argv = format!("iteragpu {} {:?}", self.command, self.args);
-        let output = cmd.output().unwrap_or_else(|e| panic!("{argv}: {e}"));
-        let ran = Ran {
-            argv,
-            output,
-            document: self.output,
-        };
+        let ran = self.finish();
         assert_eq!(
-            ran.output.status.code(),
+            ran.code(),
             Some(code),
             "{}: exit status\nstdout:\n{}\nstderr:\n{}",
             ran.argv,
@@ -269,6 +238,37 @@ impl Run {
     pub fn succeeds(self) -> Ran {
         self.expect_status(0)
     }
+
+    /// Runs it whatever its exit status (for a test that looks at the status later, with the
+    /// document in hand).
+    pub fn finish(self) -> Ran {
+        let mut cmd = if self.fake_torch {
+            with_fake_torch()
+        } else {
+            iteragpu()
+        };
+        cmd.arg(self.command);
+        if let Some(out) = &self.output {
+            cmd.arg("--output").arg(out);
+        }
+        cmd.args(&self.args);
+        for (key, value) in &self.env {
+            cmd.env(key, value);
+        }
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        if let Some(limit) = self.timeout {
+            cmd.timeout(limit);
+        }
+        let argv = format!("iteragpu {} {:?}", self.command, self.args);
+        let output = cmd.output().unwrap_or_else(|e| panic!("{argv}: {e}"));
+        Ran {
+            argv,
+            output,
+            document: self.output,
+        }
+    }
 }
 
 /// A finished run: its streams, and the document it wrote at `--output`.
@@ -279,6 +279,11 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// The exit status; `None` when a signal ended it.
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
     pub fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.output.stdout).into_owned()
     }

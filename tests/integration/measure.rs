@@ -99,7 +99,11 @@ fn the_guides_measure_command() {
         serde_json::json!([2, 128, 1024])
     );
     assert_eq!(doc.warm_summary[0].repeats, 5);
-    let python = doc.environment.python.as_ref().expect("the worker's environment");
+    let python = doc
+        .environment
+        .python
+        .as_ref()
+        .expect("the worker's environment");
     let torch = python.torch.as_ref().expect("torch's description");
     assert!(torch["version"].as_str().unwrap().contains("fake"));
     assert!(doc.notes.join("\n").contains("not a GPU measurement"));
@@ -207,10 +211,7 @@ fn a_crash_mid_phase_leaves_the_file() {
             .unwrap()
             .contains("during this phase")
     );
-    assert_eq!(
-        doc.failure.unwrap().phase.as_deref(),
-        Some("cold_forward")
-    );
+    assert_eq!(doc.failure.unwrap().phase.as_deref(), Some("cold_forward"));
 }
 
 fn assert_gone(pid: u32) {
@@ -319,7 +320,10 @@ fn empty_cache_policy_is_recorded() {
     let run = guide(&dir.path().join("empty.json"))
         .args(["--empty-cache", "between-repeats"])
         .succeeds();
-    assert_eq!(run.result().policies.empty_cache, EmptyCache::BetweenRepeats);
+    assert_eq!(
+        run.result().policies.empty_cache,
+        EmptyCache::BetweenRepeats
+    );
     // As the file spells it.
     assert_eq!(run.json()["policies"]["empty_cache"], "between-repeats");
 }

@@ -3,26 +3,20 @@
 //! (docs/measurements/h200-2026-11-29.md), to the byte, and (2) PyTorch's own MemTracker, an
 //! independent accounting of the same run, phase by phase within 1%.
 
-use crate::common::{fixture, iteragpu, python_with, read_json, torch_python};
+use crate::common::{
+    DocumentKind, PhaseStatus, Phases, PredictionStatus, Ran, Run, fixture, iteragpu, python_with,
+    torch_python,
+};
 use predicates::prelude::*;
 use std::path::Path;
 
-/// `iteragpu predict ARGS --json`: the prediction document.
-fn predict(python: &str, dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
-    let out = dir.join(format!("{name}.json"));
-    let run = iteragpu()
-        .arg("predict")
-        .args(["--python", python, "--json", "--output"])
-        .arg(&out)
+/// `iteragpu predict ARGS --json`, which must succeed; `.prediction()` reads the document.
+fn predict(python: &str, dir: &Path, name: &str, args: &[&str]) -> Ran {
+    Run::predict()
+        .args(["--python", python, "--json"])
+        .output(dir.join(format!("{name}.json")))
         .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    read_json(&out)
+        .succeeds()
 }
 
 /// The readings of the H200 for the network of `h200_sequential.py`, in both cases it was run.
@@ -69,52 +63,43 @@ fn predictions_equal_the_h200_readings() {
     for (k, (extra, expected)) in cases.iter().enumerate() {
         let mut args = vec!["--script", script, "--card", "H200", "--"];
         args.extend_from_slice(extra);
-        let doc = predict(&python, dir.path(), &format!("h200-{k}"), &args);
-        assert_eq!(doc["kind"], "prediction");
-        let phases = doc["phases"].as_array().unwrap();
-        let get = |name: &str, field: &str| {
-            phases.iter().find(|p| p["name"] == name).unwrap()[field]
-                .as_u64()
-                .unwrap()
-        };
+        let doc = predict(&python, dir.path(), &format!("h200-{k}"), &args).prediction();
+        assert_eq!(doc.kind, DocumentKind::Prediction);
+        let (inputs, cold, after_del) = (
+            doc.phase("inputs"),
+            doc.phase("cold_forward"),
+            doc.phase("after_del"),
+        );
         let got = [
-            get("inputs", "end_allocated_bytes"),
-            get("cold_forward", "end_allocated_bytes"),
-            get("after_del", "end_allocated_bytes"),
-            get("cold_forward", "peak_allocated_bytes"),
-            get("cold_forward", "peak_reserved_bytes"),
+            inputs.end_allocated_bytes,
+            cold.end_allocated_bytes,
+            after_del.end_allocated_bytes,
+            cold.peak_allocated_bytes,
+            cold.peak_reserved_bytes,
         ];
-        assert_eq!(got, *expected, "case {k}");
+        assert_eq!(got, expected.map(Some), "case {k}");
     }
     // The same bf16 case with the two other allocator settings read there: peak reserved.
     for (conf, reserved) in [
         ("expandable_segments:True", 2_329_935_872u64),
         ("backend:cudaMallocAsync", 2_348_810_240),
     ] {
-        let out = dir.path().join(format!("h200-{conf}.json"));
-        let run = iteragpu()
+        let mut args = vec!["--script", script, "--card", "H200", "--"];
+        args.extend_from_slice(cases[1].0);
+        let doc = Run::predict()
             .env("PYTORCH_CUDA_ALLOC_CONF", conf)
-            .args(["predict", "--python", &python, "--json", "--output"])
-            .arg(&out)
-            .args(["--script", script, "--card", "H200", "--"])
-            .args(cases[1].0)
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
+            .args(["--python", &python, "--json"])
+            .output(dir.path().join(format!("h200-{conf}.json")))
+            .args(args)
+            .succeeds()
+            .prediction();
+        let forward = doc.phase("cold_forward");
+        assert_eq!(forward.peak_reserved_bytes, Some(reserved), "{conf}");
+        assert_eq!(
+            forward.peak_allocated_bytes,
+            Some(2_316_468_224u64),
+            "{conf}"
         );
-        let doc = read_json(&out);
-        let forward = doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "cold_forward")
-            .unwrap()
-            .clone();
-        assert_eq!(forward["peak_reserved_bytes"], reserved, "{conf}");
-        assert_eq!(forward["peak_allocated_bytes"], 2_316_468_224u64, "{conf}");
     }
 }
 
@@ -310,7 +295,7 @@ fn predictions_agree_with_memtracker_phase_by_phase() {
         ("script: the H200 network", vec!["--script", &h200]),
     ];
     cases.push((
-    "llama training bf16-mixed, LoRA",
+        "llama training bf16-mixed, LoRA",
         vec![
             "--workload",
             "causal-lm",
@@ -329,34 +314,30 @@ fn predictions_agree_with_memtracker_phase_by_phase() {
         ],
     ));
     for (k, (name, args)) in cases.iter().enumerate() {
-        let doc = predict(&python, dir.path(), &format!("case-{k}"), args);
-        let truth = oracle(&python, dir.path(), &format!("case-{k}"), &doc);
+        let run = predict(&python, dir.path(), &format!("case-{k}"), args);
+        let truth = oracle(&python, dir.path(), &format!("case-{k}"), &run.json());
+        let doc = run.prediction();
         // The oracle follows the workload's own phases (the tool's automatic ones are ours).
-        let ours: Vec<&serde_json::Value> = doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["automatic"] != true)
-            .collect();
+        let ours: Vec<_> = doc.phases.iter().filter(|p| !p.automatic).collect();
         let theirs = truth["phases"].as_array().unwrap();
         assert_eq!(ours.len(), theirs.len(), "{name}: phases");
         for (o, t) in ours.iter().zip(theirs) {
-            assert_eq!(o["name"], t["name"], "{name}");
-            assert_eq!(o["status"], "predicted", "{name}: {}", o["name"]);
+            assert_eq!(t["name"], o.name.as_str(), "{name}");
+            assert_eq!(o.status, PhaseStatus::Predicted, "{name}: {}", o.name);
             // Tensors only: MemTracker sees neither the libraries' workspaces nor the allocator.
             let (ours, theirs) = (
-                o["peak_tensor_bytes"].as_u64().unwrap(),
+                o.peak_tensor_bytes.unwrap(),
                 t["peak_bytes"].as_u64().unwrap(),
             );
             let error = (ours as f64 - theirs as f64).abs() / (theirs.max(1) as f64);
             assert!(
                 error <= 0.01,
                 "{name}, phase {}: predicted {ours} vs MemTracker {theirs} ({:.2}%)",
-                o["name"],
+                o.name,
                 error * 100.0
             );
             // The published peak adds only the allocator's rounding and the workspaces.
-            let peak = o["peak_allocated_bytes"].as_u64().unwrap();
+            let peak = o.peak_allocated_bytes.unwrap();
             assert!(peak >= ours, "{name}");
         }
     }
@@ -373,17 +354,13 @@ fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable(
         dir.path(),
         "item",
         &["--script", script.to_str().unwrap()],
-    );
-    let reads = doc["assumptions"]["placeholder_reads"].as_array().unwrap();
+    )
+    .prediction();
+    let reads = &doc.assumptions.placeholder_reads;
     assert_eq!(reads.len(), 1, "{reads:?}");
-    assert_eq!(reads[0]["count"], 2, "the loss read at each of the 2 steps");
-    assert!(
-        reads[0]["file"]
-            .as_str()
-            .unwrap()
-            .ends_with("train_loop.py")
-    );
-    assert_eq!(doc["status"], "complete");
+    assert_eq!(reads[0].count, 2, "the loss read at each of the 2 steps");
+    assert!(reads[0].file.as_deref().unwrap().ends_with("train_loop.py"));
+    assert_eq!(doc.status, PredictionStatus::Complete);
 
     let script = fixture("scripts/data_dependent.py");
     let doc = predict(
@@ -391,31 +368,32 @@ fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable(
         dir.path(),
         "dd",
         &["--script", script.to_str().unwrap()],
+    )
+    .prediction();
+    let marked: Vec<_> = doc.phases.iter().filter(|p| !p.automatic).collect();
+    let status: Vec<PhaseStatus> = marked.iter().map(|p| p.status).collect();
+    assert_eq!(
+        status,
+        [
+            PhaseStatus::Predicted,
+            PhaseStatus::Unpredictable,
+            PhaseStatus::Predicted
+        ]
     );
-    let marked: Vec<&serde_json::Value> = doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["automatic"] != true)
-        .collect();
-    let status: Vec<&str> = marked
-        .iter()
-        .map(|p| p["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(status, ["predicted", "unpredictable", "predicted"]);
-    assert_eq!(doc["status"], "partial");
+    assert_eq!(doc.status, PredictionStatus::Partial);
     // The whole run holds the unpredictable phase: it has no figure either.
-    assert_eq!(doc["phases"][0]["name"], "run data_dependent.py");
-    assert_eq!(doc["phases"][0]["status"], "unpredictable");
+    assert_eq!(doc.phases[0].name, "run data_dependent.py");
+    assert_eq!(doc.phases[0].status, PhaseStatus::Unpredictable);
     let select = marked[1];
     assert!(
-        select["peak_allocated_bytes"].is_null(),
+        select.peak_allocated_bytes.is_none(),
         "never a guessed number"
     );
-    assert_eq!(select["unpredictable"][0]["line"], 11);
+    assert_eq!(select.unpredictable[0].line, Some(11));
     assert!(
-        select["unpredictable"][0]["file"]
-            .as_str()
+        select.unpredictable[0]
+            .file
+            .as_deref()
             .unwrap()
             .ends_with("data_dependent.py")
     );
@@ -426,52 +404,40 @@ fn reads_from_data_are_placeholders_and_data_dependent_phases_are_unpredictable(
 fn a_script_that_raises_exits_1_with_its_phases() {
     let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("p.json");
-    iteragpu()
-        .args(["predict", "--script"])
+    let run = Run::predict()
+        .arg("--script")
         .arg(fixture("scripts/raises.py"))
-        .args(["--python", &python, "--output"])
-        .arg(&out)
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("this script fails on purpose"))
-        .stdout(
-            predicate::str::is_match(
-                r"raised from \S*raises\.py:9, in <module> \(the innermost line of your code",
-            )
-            .unwrap(),
-        );
-    let doc = read_json(&out);
-    assert_eq!(doc["status"], "failed");
-    // The user's frame, in the failure's text and its detail, with the traceback's last lines.
-    let detail = &doc["failure_detail"];
-    assert_eq!(detail["type"], "ValueError");
+        .args(["--python", &python])
+        .output(dir.path().join("p.json"))
+        .expect_status(1)
+        .stdout_has("this script fails on purpose");
+    let innermost = r"raised from \S*raises\.py:9, in <module> \(the innermost line of your code";
     assert!(
-        detail["frame"]["file"]
-            .as_str()
+        predicate::str::is_match(innermost)
             .unwrap()
-            .ends_with("scripts/raises.py")
+            .eval(&run.stdout()),
+        "{innermost:?} in {}",
+        run.stdout()
     );
-    assert_eq!(detail["frame"]["line"], 9);
-    assert!(doc["failure"].as_str().unwrap().ends_with("raises.py:9)"));
-    let tail = detail["traceback_tail"].as_array().unwrap();
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Failed);
+    // The user's frame, in the failure's text and its detail, with the traceback's last lines.
+    let detail = doc.failure_detail.as_ref().expect("the failure's detail");
+    assert_eq!(detail.kind, "ValueError");
+    let frame = detail.frame.as_ref().expect("the user's frame");
+    assert!(frame.file.ends_with("scripts/raises.py"));
+    assert_eq!(frame.line, 9);
+    assert!(doc.failure.as_deref().unwrap().ends_with("raises.py:9)"));
+    let tail = &detail.traceback_tail;
     assert!(!tail.is_empty() && tail.len() <= 12);
     assert_eq!(
         tail.last().unwrap(),
         "ValueError: this script fails on purpose"
     );
-    let status = |name: &str| {
-        doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap()["status"]
-            .clone()
-    };
-    assert_eq!(status("load"), "predicted");
-    assert_eq!(status("broken"), "failed");
-    assert_eq!(status("run raises.py"), "failed");
+    let status = |name: &str| doc.phase(name).status;
+    assert_eq!(status("load"), PhaseStatus::Predicted);
+    assert_eq!(status("broken"), PhaseStatus::Failed);
+    assert_eq!(status("run raises.py"), PhaseStatus::Failed);
 }
 
 #[test]
@@ -508,24 +474,20 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
             "above the 4096 ranks predict follows",
         ),
     ] {
-        iteragpu()
-            .arg("predict")
+        Run::predict()
             .args(&args)
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains(message));
-        assert!(!out.exists());
+            .output(&out)
+            .expect_status(1)
+            .stderr_has(message)
+            .wrote_nothing();
     }
-    iteragpu()
-        .args(["predict", "--python", "python3", "--output"])
-        .arg(&out)
+    Run::predict()
+        .args(["--python", "python3"])
+        .output(&out)
         .env("PYTHONPATH", fixture("no_torch"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("PyTorch cannot be imported"));
-    assert!(!out.exists());
+        .expect_status(2)
+        .stderr_has("PyTorch cannot be imported")
+        .wrote_nothing();
 }
 
 /// The SDPA backend choice CUDA would make on each card (a port of PyTorch's select_sdp_backend),
@@ -555,17 +517,15 @@ fn sdpa_rules_follow_pytorchs() {
 #[test]
 fn predict_refuses_a_torch_outside_its_range() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("p.json");
-    iteragpu()
-        .args(["predict", "--python", "python3", "--output"])
-        .arg(&out)
+    Run::predict()
+        .args(["--python", "python3"])
+        .output(dir.path().join("p.json"))
         .env("PYTHONPATH", fixture("old_torch"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
+        .expect_status(2)
+        .stderr_has(
             "torch 2.5.1 is not supported by predict (supported: 2.6 to 2.15); install one of those in the interpreter given with --python",
-        ));
-    assert!(!out.exists());
+        )
+        .wrote_nothing();
 }
 
 /// `--like` takes a measurement or `environment --json`: any other file is refused before anything
@@ -601,15 +561,13 @@ fn predict_like_refuses_other_files_before_running() {
         ),
         (&dir.path().join("missing.json"), "does not exist"),
     ] {
-        iteragpu()
-            .args(["predict", "--python", "/nonexistent/python", "--like"])
+        Run::predict()
+            .args(["--python", "/nonexistent/python", "--like"])
             .arg(file)
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains(message));
-        assert!(!out.exists());
+            .output(&out)
+            .expect_status(1)
+            .stderr_has(message)
+            .wrote_nothing();
     }
 }
 
@@ -621,59 +579,52 @@ fn predict_like_compares_the_versions() {
     let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let measured = dir.path().join("m.json");
-    crate::common::with_fake_torch()
-        .args(["measure", "--python", "python3", "--output"])
-        .arg(&measured)
-        .assert()
-        .success();
+    Run::measure()
+        .fake_torch()
+        .args(["--python", "python3"])
+        .output(&measured)
+        .succeeds();
     // Without --like: the note.
-    let plain = predict(&python, dir.path(), "plain", &[]);
-    let torch = plain["assumptions"]["torch_version"].as_str().unwrap();
-    assert!(plain["like"].is_null());
+    let plain = predict(&python, dir.path(), "plain", &[]).prediction();
+    let torch = plain.assumptions.torch_version.as_deref().unwrap();
+    assert!(plain.like.is_none());
     assert!(
-        plain["notes"].as_array().unwrap().iter().any(|n| n
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("predicted with torch {torch}, transformers "))),
-        "{}",
-        plain["notes"]
+        plain
+            .notes
+            .iter()
+            .any(|n| n.starts_with(&format!("predicted with torch {torch}, transformers "))),
+        "{:?}",
+        plain.notes
     );
     // Against the fake torch's measurement: torch differs, with a warning.
-    let out = dir.path().join("like.json");
-    let run = iteragpu()
-        .args(["predict", "--python", &python, "--output"])
-        .arg(&out)
+    let run = Run::predict()
+        .args(["--python", &python])
+        .output(dir.path().join("like.json"))
         .arg("--like")
         .arg(&measured)
-        .output()
-        .unwrap();
-    assert!(run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        stderr.contains(&format!(
+        .succeeds()
+        .stderr_has(&format!(
             "warning: torch {torch} here vs 0.0.0+fake there (in "
-        )),
-        "{stderr}"
-    );
-    assert!(stderr.contains("up to ~3% per phase and ~4% on peak reserved"));
-    assert!(stdout.contains("  versions differ from "), "{stdout}");
-    let doc = read_json(&out);
-    assert_eq!(doc["like"]["kind"], "measurement");
-    assert_eq!(doc["like"]["sha256"].as_str().unwrap().len(), 64);
-    assert_eq!(doc["like"]["versions"]["torch"]["target"], "0.0.0+fake");
-    assert_eq!(doc["like"]["versions"]["torch"]["prediction"], torch);
-    assert_eq!(doc["like"]["differences"][0], "torch");
-    assert!(!doc["notes"].to_string().contains("give --like"));
+        ))
+        .stderr_has("up to ~3% per phase and ~4% on peak reserved")
+        .stdout_has("  versions differ from ");
+    let doc = run.prediction();
+    let like = doc.like.as_ref().expect("the comparison");
+    assert_eq!(like.kind, "measurement");
+    assert_eq!(like.sha256.as_deref().unwrap().len(), 64);
+    assert_eq!(like.versions["torch"].target.as_deref(), Some("0.0.0+fake"));
+    assert_eq!(like.versions["torch"].prediction.as_deref(), Some(torch));
+    assert_eq!(like.differences[0], "torch");
+    assert!(!doc.notes.iter().any(|n| n.contains("give --like")));
     // Against an environment report with the same versions: they match.
-    let a = &plain["assumptions"];
+    let a = &plain.assumptions;
     let env = dir.path().join("env.json");
     std::fs::write(
         &env,
         serde_json::json!({"driver": null, "driver_reason": "no driver", "python_reason": null,
-            "python": {"python": {}, "settings": {}, "transformers_version": a["transformers_version"],
-                "peft_version": a["peft_version"], "can_measure": true, "reason": null,
-                "torch": {"version": torch, "cuda_version": a["cuda_version"], "devices": []}}})
+            "python": {"python": {}, "settings": {}, "transformers_version": a.transformers_version,
+                "peft_version": a.peft_version, "can_measure": true, "reason": null,
+                "torch": {"version": torch, "cuda_version": a.cuda_version, "devices": []}}})
         .to_string(),
     )
     .unwrap();
@@ -682,9 +633,11 @@ fn predict_like_compares_the_versions() {
         dir.path(),
         "same",
         &["--like", env.to_str().unwrap()],
-    );
-    assert_eq!(doc["like"]["kind"], "environment");
-    assert_eq!(doc["like"]["differences"], serde_json::json!([]));
+    )
+    .prediction();
+    let like = doc.like.expect("the comparison");
+    assert_eq!(like.kind, "environment");
+    assert!(like.differences.is_empty());
 }
 
 /// `--output` is optional for predict: a new name in the current folder, said on stderr; `-`
@@ -695,17 +648,11 @@ fn predict_names_its_output_or_writes_to_standard_output() {
     let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let dense = ["--batch", "2", "--context", "16", "--width", "64"];
-    let run = iteragpu()
+    let run = Run::predict()
         .current_dir(dir.path())
-        .args(["predict", "--python", &python])
+        .args(["--python", &python])
         .args(dense)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+        .succeeds();
     let written: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -713,16 +660,16 @@ fn predict_names_its_output_or_writes_to_standard_output() {
         .collect();
     assert_eq!(written.len(), 1, "{written:?}");
     assert!(written[0].starts_with("prediction-dense-") && written[0].ends_with(".json"));
-    assert!(String::from_utf8_lossy(&run.stderr).contains(&written[0]));
-    let run = iteragpu()
+    assert!(run.stderr().contains(&written[0]));
+    let run = Run::predict()
         .current_dir(dir.path())
-        .args(["predict", "--python", &python, "--output", "-"])
+        .args(["--python", &python])
+        .output("-")
         .args(dense)
-        .output()
-        .unwrap();
-    assert!(run.status.success());
-    let doc: serde_json::Value = serde_json::from_slice(&run.stdout).expect("only the document");
-    assert_eq!(doc["kind"], "prediction");
+        .succeeds();
+    let doc: crate::common::PredictionDoc =
+        serde_json::from_str(&run.stdout()).expect("only the document");
+    assert_eq!(doc.kind, DocumentKind::Prediction);
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         1,
@@ -737,13 +684,11 @@ fn predict_names_its_output_or_writes_to_standard_output() {
         } else {
             "measure"
         };
-        iteragpu()
+        Run::command(command)
             .current_dir(dir.path())
-            .arg(command)
             .args(args)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains("--output PATH is required"));
+            .expect_status(1)
+            .stderr_has("--output PATH is required");
     }
 }
 
@@ -773,18 +718,15 @@ fn estimate_and_predict_agree_on_a_lora_base() {
     let weights = term("weights") + term("LoRA adapters");
     let mut args: Vec<&str> = vec!["--workload", "causal-lm", "--task", "train"];
     args.extend(question.iter().filter(|a| **a != "--train"));
-    let doc = predict(&python, dir.path(), "lora", &args);
-    let load = doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "model_load")
-        .unwrap();
+    let doc = predict(&python, dir.path(), "lora", &args).prediction();
+    let load = doc.phase("model_load");
     // What stays on the device after loading: the parameters and the (rotary) buffers.
-    let buffers = load["at_peak"]["by_category"]["buffer"]
-        .as_u64()
+    let buffers = load
+        .at_peak
+        .as_ref()
+        .and_then(|a| a.by_category.get("buffer").copied())
         .unwrap_or(0);
-    let predicted = load["end_allocated_bytes"].as_u64().unwrap() - buffers;
+    let predicted = load.end_allocated_bytes.unwrap() - buffers;
     assert_eq!(
         predicted, weights,
         "predict {predicted} vs estimate {weights}"

@@ -3,65 +3,53 @@
 //! custom ops, loops on data, stops. Each test asserts what a GPU run would show, or what the
 //! prediction says instead.
 
-use crate::common::{fixture, iteragpu, python_with, read_json, torch_python};
-use serde_json::Value;
+use crate::common::{
+    PhaseStatus, Phases, PredictedPhase, PredictionDoc, PredictionStatus, Run, fixture,
+    python_with, torch_python,
+};
 use std::path::Path;
 
+/// A prediction as the scripts' tests read it: the document, what the script printed, the status.
 struct Predicted {
-    doc: Value,
+    doc: PredictionDoc,
     stderr: String,
     code: i32,
 }
 
 impl Predicted {
-    fn phase(&self, name: &str) -> &Value {
-        self.doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("no phase {name:?} in {:#?}", self.names()))
+    fn phase(&self, name: &str) -> &PredictedPhase {
+        self.doc.phase(name)
     }
 
-    fn names(&self) -> Vec<String> {
-        self.doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap().to_string())
-            .collect()
-    }
-
-    fn bytes(&self, name: &str, field: &str) -> u64 {
-        self.phase(name)[field]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{name}.{field} is {}", self.phase(name)[field]))
+    fn names(&self) -> Vec<&str> {
+        self.doc.phase_names()
     }
 
     fn notes(&self) -> String {
-        self.doc["notes"].to_string()
+        self.doc.notes.join("\n")
     }
 }
 
 /// `iteragpu predict --script fixtures/scripts/predict/NAME -- ARGS` for the H200.
 fn predict(python: &str, dir: &Path, name: &str, extra: &[&str], args: &[&str]) -> Predicted {
-    let out = dir.join(format!("{name}.json"));
-    let run = iteragpu()
-        .args(["predict", "--python", python, "--card", "H200", "--output"])
-        .arg(&out)
+    let run = Run::predict()
+        .args(["--python", python, "--card", "H200"])
+        .output(dir.join(format!("{name}.json")))
         .args(extra)
         .arg("--script")
         .arg(fixture(&format!("scripts/predict/{name}")))
         .arg("--")
         .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
-    assert!(out.exists(), "{name}: no prediction written: {stderr}");
+        .finish();
+    let stderr = run.stderr();
+    assert!(
+        run.document().exists(),
+        "{name}: no prediction written: {stderr}"
+    );
     Predicted {
-        doc: read_json(&out),
+        doc: run.prediction(),
         stderr,
-        code: run.status.code().unwrap_or(-1),
+        code: run.code().unwrap_or(-1),
     }
 }
 
@@ -76,7 +64,7 @@ fn a_script_without_markers_gets_automatic_phases() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "no_markers.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "complete");
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
     let mut expected = vec!["run no_markers.py".to_string()];
     for k in 1..=3 {
         for base in [
@@ -89,37 +77,34 @@ fn a_script_without_markers_gets_automatic_phases() {
         }
     }
     assert_eq!(p.names(), expected);
-    let phases = p.doc["phases"].as_array().unwrap();
-    assert!(phases.iter().all(|x| x["automatic"] == true));
-    assert!(phases[1..].iter().all(|x| x["parent"] == 0));
+    let phases = &p.doc.phases;
+    assert!(phases.iter().all(|x| x.automatic));
+    assert!(phases[1..].iter().all(|x| x.parent == Some(0)));
     // The whole run's peak is the highest of all.
     let highest = phases[1..]
         .iter()
-        .map(|x| x["peak_allocated_bytes"].as_u64().unwrap())
+        .map(|x| x.peak_allocated_bytes.unwrap())
         .max()
         .unwrap();
     assert_eq!(
-        p.bytes("run no_markers.py", "peak_allocated_bytes"),
-        highest
+        p.phase("run no_markers.py").peak_allocated_bytes,
+        Some(highest)
     );
     // AdamW's states appear in the first step only: two per parameter, fp32.
     let params = (512 * 2048 + 2048 + 2048 * 512 + 512) * 4;
-    let first = p.bytes("AdamW.step #1", "end_allocated_bytes")
-        - p.bytes("AdamW.step #1", "start_allocated_bytes");
+    let step = p.phase("AdamW.step #1");
+    let first = step.end_allocated_bytes.unwrap() - step.start_allocated_bytes.unwrap();
     assert!(first >= 2 * params, "{first} < {}", 2 * params);
-    assert_eq!(
-        p.bytes("AdamW.step #2", "end_allocated_bytes"),
-        p.bytes("AdamW.step #2", "start_allocated_bytes")
-    );
+    let step = p.phase("AdamW.step #2");
+    assert!(step.end_allocated_bytes.is_some());
+    assert_eq!(step.end_allocated_bytes, step.start_allocated_bytes);
     // A loss formatted with :.4f gets the stated placeholder, counted at its line.
     assert!(p.stderr.contains("step 2 loss 1.0000"), "{}", p.stderr);
-    let reads = p.doc["assumptions"]["placeholder_reads"]
-        .as_array()
-        .unwrap();
+    let reads = &p.doc.assumptions.placeholder_reads;
     assert_eq!(reads.len(), 1, "{reads:?}");
-    assert_eq!(reads[0]["count"], 3);
-    assert_eq!(reads[0]["answer"], "1.0");
-    assert_eq!(reads[0]["line"], 13);
+    assert_eq!(reads[0].count, 3);
+    assert_eq!(reads[0].answer, "1.0");
+    assert_eq!(reads[0].line, Some(13));
 }
 
 #[test]
@@ -146,26 +131,29 @@ fn generate_stops_after_max_new_tokens_with_its_prefill_apart() {
             "generate #1 decode"
         ]
     );
-    let generate = p.phase("generate #1")["index"].clone();
-    assert_eq!(p.phase("generate #1 prefill")["parent"], generate);
-    assert_eq!(p.phase("generate #1 decode")["parent"], generate);
+    let generate = Some(p.phase("generate #1").index);
+    assert_eq!(p.phase("generate #1 prefill").parent, generate);
+    assert_eq!(p.phase("generate #1 decode").parent, generate);
     // The stop check read an unknown EOS test 5 times (after the prefill's token and 4 decode
     // steps), answered "not finished"; the length decided the 6th.
-    let reads = p.doc["assumptions"]["placeholder_reads"]
-        .as_array()
-        .unwrap();
-    let stop = reads
+    let stop = p
+        .doc
+        .assumptions
+        .placeholder_reads
         .iter()
-        .find(|r| r["file"].as_str().unwrap().ends_with("generation/utils.py"))
+        .find(|r| r.file.as_deref().unwrap().ends_with("generation/utils.py"))
         .expect("the stop check's reads");
-    assert_eq!(stop["count"], 5);
-    assert_eq!(stop["answer"], "False");
+    assert_eq!(stop.count, 5);
+    assert_eq!(stop.answer, "False");
     // The cache grows during the decode phase.
-    let cache = |name: &str| p.phase(name)["at_peak"]["by_category"]["kv cache"].as_u64();
+    let cache = |name: &str| {
+        let at_peak = p.phase(name).at_peak.as_ref();
+        at_peak.and_then(|a| a.by_category.get("kv cache").copied())
+    };
     assert!(
         cache("generate #1 decode").unwrap() > cache("generate #1 prefill").unwrap(),
         "{:?}",
-        p.phase("generate #1 decode")["at_peak"]
+        p.phase("generate #1 decode").at_peak
     );
 }
 
@@ -176,7 +164,7 @@ fn everyday_idioms_run_and_are_said() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "idioms.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "complete", "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete, "{}", p.stderr);
     for printed in [
         "elapsed 1.0",
         "known [3, 12] numpy (2,)",
@@ -201,7 +189,7 @@ fn everyday_idioms_run_and_are_said() {
     }
     // The checkpoints loaded to the GPU are counted at their true bytes (4 MiB and 1 MiB) at the
     // run's end.
-    let end = p.bytes("run idioms.py", "end_allocated_bytes");
+    let end = p.phase("run idioms.py").end_allocated_bytes.unwrap();
     assert!(end >= 5 << 20, "{end}");
 }
 
@@ -227,7 +215,7 @@ fn dataloader_workers_run_on_real_cpu_data() {
     let mut names = p.names();
     names.dedup();
     assert_eq!(names.len(), p.names().len());
-    assert_eq!(p.doc["status"], "complete");
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
 }
 
 #[test]
@@ -238,16 +226,16 @@ fn nested_markers_nest_and_the_outer_peak_covers_the_inner() {
     let p = predict(&python, dir.path(), "nested.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
     assert_eq!(p.names(), ["run nested.py", "outer", "inner", "after"]);
-    assert_eq!(p.phase("inner")["parent"], p.phase("outer")["index"]);
+    assert_eq!(p.phase("inner").parent, Some(p.phase("outer").index));
     assert_eq!(
-        p.phase("after")["parent"],
-        p.phase("run nested.py")["index"]
+        p.phase("after").parent,
+        Some(p.phase("run nested.py").index)
     );
-    assert_eq!(p.phase("outer")["automatic"], false);
-    assert_eq!(p.bytes("outer", "peak_allocated_bytes"), 96 << 20);
-    assert_eq!(p.bytes("inner", "start_allocated_bytes"), 64 << 20);
-    assert_eq!(p.bytes("inner", "peak_allocated_bytes"), 96 << 20);
-    assert_eq!(p.bytes("after", "peak_allocated_bytes"), 16 << 20);
+    assert!(!p.phase("outer").automatic);
+    assert_eq!(p.phase("outer").peak_allocated_bytes, Some(96 << 20));
+    assert_eq!(p.phase("inner").start_allocated_bytes, Some(64 << 20));
+    assert_eq!(p.phase("inner").peak_allocated_bytes, Some(96 << 20));
+    assert_eq!(p.phase("after").peak_allocated_bytes, Some(16 << 20));
 }
 
 #[test]
@@ -257,12 +245,12 @@ fn a_custom_op_without_fake_is_unpredictable_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "custom_op.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "partial");
-    assert_eq!(p.phase("load")["status"], "predicted");
-    assert_eq!(p.phase("custom")["status"], "unpredictable");
-    assert!(p.phase("custom")["peak_allocated_bytes"].is_null());
-    assert_eq!(p.phase("custom")["unpredictable"][0]["line"], 16);
-    assert_eq!(p.phase("after")["status"], "predicted");
+    assert_eq!(p.doc.status, PredictionStatus::Partial);
+    assert_eq!(p.phase("load").status, PhaseStatus::Predicted);
+    assert_eq!(p.phase("custom").status, PhaseStatus::Unpredictable);
+    assert!(p.phase("custom").peak_allocated_bytes.is_none());
+    assert_eq!(p.phase("custom").unpredictable[0].line, Some(16));
+    assert_eq!(p.phase("after").status, PhaseStatus::Predicted);
 }
 
 #[test]
@@ -277,13 +265,14 @@ fn a_loop_that_only_data_would_end_is_stopped_at_its_line() {
         &["--timeout", "120"],
         &[],
     );
-    assert_ne!(p.doc["status"], "timeout", "{}", p.stderr);
+    assert_ne!(p.doc.status, PredictionStatus::Timeout, "{}", p.stderr);
     let run = p.phase("run data_loop.py");
-    assert_eq!(run["status"], "unpredictable");
-    assert_eq!(run["unpredictable"][0]["line"], 8);
+    assert_eq!(run.status, PhaseStatus::Unpredictable);
+    assert_eq!(run.unpredictable[0].line, Some(8));
     assert!(
-        run["unpredictable"][0]["file"]
-            .as_str()
+        run.unpredictable[0]
+            .file
+            .as_deref()
             .unwrap()
             .ends_with("data_loop.py")
     );
@@ -296,9 +285,9 @@ fn a_timeout_keeps_the_phases_predicted_so_far() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "spin.py", &["--timeout", "20"], &[]);
     assert_eq!(p.code, 3, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "timeout");
-    assert_eq!(p.phase("load")["status"], "predicted");
-    assert_eq!(p.bytes("load", "peak_allocated_bytes"), 8 << 20);
+    assert_eq!(p.doc.status, PredictionStatus::Timeout);
+    assert_eq!(p.phase("load").status, PhaseStatus::Predicted);
+    assert_eq!(p.phase("load").peak_allocated_bytes, Some(8 << 20));
 }
 
 #[test]
@@ -308,14 +297,17 @@ fn caches_returned_by_a_model_are_not_kept_alive() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "cache_reuse.py", &[], &[&tiny("gpt2")]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    let name = |k: u32| format!("GPT2LMHeadModel.forward #{k}");
-    for field in ["start_allocated_bytes", "end_allocated_bytes"] {
-        assert_eq!(
-            p.bytes(&name(2), field),
-            p.bytes(&name(3), field),
-            "{field}"
-        );
-    }
+    let forward = |k: u32| p.phase(&format!("GPT2LMHeadModel.forward #{k}"));
+    let (second, third) = (forward(2), forward(3));
+    assert!(second.start_allocated_bytes.is_some() && second.end_allocated_bytes.is_some());
+    assert_eq!(
+        second.start_allocated_bytes, third.start_allocated_bytes,
+        "start_allocated_bytes"
+    );
+    assert_eq!(
+        second.end_allocated_bytes, third.end_allocated_bytes,
+        "end_allocated_bytes"
+    );
 }
 
 #[test]
@@ -326,12 +318,7 @@ fn values_read_while_a_model_is_built_come_from_real_cpu_arithmetic() {
     let p = predict(&python, dir.path(), "build_reads.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
     assert!(p.stderr.contains("dropouts 5"), "{}", p.stderr);
-    assert!(
-        p.doc["assumptions"]["placeholder_reads"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(p.doc.assumptions.placeholder_reads.is_empty());
 }
 
 #[test]
@@ -343,8 +330,8 @@ fn a_large_model_built_on_the_cpu_stays_data_less() {
     let p = predict(&python, dir.path(), "big_cpu.py", &[], &[&model]);
     assert_eq!(p.code, 0, "{}", p.stderr);
     // Llama-3-8B in bf16: 8,030,261,248 parameters × 2 bytes, all on the target.
-    let at_peak = &p.phase("LlamaForCausalLM.forward #1")["at_peak"]["by_category"];
-    assert_eq!(at_peak["parameter"], 16_060_522_496u64);
+    let at_peak = p.phase("LlamaForCausalLM.forward #1").at_peak.as_ref();
+    assert_eq!(at_peak.unwrap().by_category["parameter"], 16_060_522_496u64);
 }
 
 #[test]
@@ -384,9 +371,8 @@ fn a_checkpoint_loaded_with_device_map_cuda_is_counted_and_saved() {
     );
     assert!(p.stderr.contains("saved config True"), "{}", p.stderr);
     // Every weight on the target in bf16 (the tiny Llama's parameters, counted by transformers).
-    let params = p.phase("LlamaForCausalLM.forward #1")["at_peak"]["by_category"]["parameter"]
-        .as_u64()
-        .unwrap();
+    let at_peak = p.phase("LlamaForCausalLM.forward #1").at_peak.as_ref();
+    let params = at_peak.unwrap().by_category["parameter"];
     assert!(params > 0 && params.is_multiple_of(2), "{params}");
 }
 
@@ -397,7 +383,7 @@ fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "triton_kernel.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "complete");
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
     assert!(
         p.notes().contains("Triton kernel add_kernel not launched"),
         "{}",
@@ -405,8 +391,8 @@ fn a_triton_kernel_is_not_launched_and_its_phase_is_predicted() {
     );
     // x, y and out: three 4 MiB tensors.
     assert_eq!(
-        p.bytes("run triton_kernel.py", "peak_allocated_bytes"),
-        12 << 20
+        p.phase("run triton_kernel.py").peak_allocated_bytes,
+        Some(12 << 20)
     );
 }
 
@@ -417,9 +403,9 @@ fn os_exit_inside_a_phase_ends_it_there_and_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "hard_exit.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc["status"], "complete");
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
     assert_eq!(p.names(), ["run hard_exit.py", "load", "work"]);
-    assert_eq!(p.bytes("work", "peak_allocated_bytes"), 6 << 20);
+    assert_eq!(p.phase("work").peak_allocated_bytes, Some(6 << 20));
     assert!(
         p.notes().contains("os._exit(0) at ") && p.notes().contains("hard_exit.py:12"),
         "{}",
@@ -446,7 +432,7 @@ fn a_grad_scaler_steps_as_on_a_gpu_without_overflow() {
         p.notes()
     );
     // AdamW's two fp32 states of the 256×256 layer (and its bias) appear in the first step.
-    let grew = p.bytes("AdamW.step #1", "end_allocated_bytes")
-        - p.bytes("AdamW.step #1", "start_allocated_bytes");
+    let step = p.phase("AdamW.step #1");
+    let grew = step.end_allocated_bytes.unwrap() - step.start_allocated_bytes.unwrap();
     assert!(grew >= 2 * (256 * 256 + 256) * 4, "{grew}");
 }

@@ -151,7 +151,14 @@ fn a_frontier_without_a_limit_uses_the_device_capacity() {
     // Failure at the very first value and success at the last are reported plainly.
     let f = frontier(
         sweep(
-            &["--vary", "batch=1..64", "--search", "frontier", "--width", "1024"],
+            &[
+                "--vary",
+                "batch=1..64",
+                "--search",
+                "frontier",
+                "--width",
+                "1024",
+            ],
             &dir.path().join("tiny.json"),
         )
         .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string()),
@@ -159,7 +166,14 @@ fn a_frontier_without_a_limit_uses_the_device_capacity() {
     assert!(f.last_success.is_none());
     assert_eq!(f.first_failure, Some(1));
     let f = frontier(sweep(
-        &["--vary", "batch=1..16", "--search", "frontier", "--width", "64"],
+        &[
+            "--vary",
+            "batch=1..16",
+            "--search",
+            "frontier",
+            "--width",
+            "64",
+        ],
         &dir.path().join("all.json"),
     ));
     assert_eq!(f.last_success, Some(16));
@@ -356,7 +370,11 @@ fn a_script_sweep_passes_the_value_to_the_script() {
     let rows: Vec<u64> = doc
         .trials
         .iter()
-        .map(|t| t.result.as_ref().unwrap().phases[0].inputs["rows"].as_u64().unwrap())
+        .map(|t| {
+            t.result.as_ref().unwrap().phases[0].inputs["rows"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(rows, [512, 1024]);
     assert_eq!(
@@ -419,7 +437,10 @@ fn an_allocator_a_b_gives_each_worker_its_setting() {
         .output(&one)
         .succeeds()
         .result();
-    let python = measured.environment.python.expect("the worker's environment");
+    let python = measured
+        .environment
+        .python
+        .expect("the worker's environment");
     assert_eq!(
         python.settings["PYTORCH_CUDA_ALLOC_CONF"],
         "expandable_segments:True"
