@@ -2,7 +2,7 @@
 //! figure is checked against the result's own readings), with a real prediction beside it when
 //! real torch is there, and the refusals of files that do not belong together.
 
-use crate::common::{iteragpu, read_json, torch_python, with_fake_torch};
+use crate::common::{Run, fixture, iteragpu, read_json, torch_python, with_fake_torch};
 use predicates::prelude::*;
 use serde_json::Value;
 use std::path::Path;
@@ -329,6 +329,110 @@ fn an_out_of_memory_gets_its_post_mortem() {
     let text = std::fs::read_to_string(&fiche).unwrap();
     assert!(text.contains("## Out-of-memory post-mortem"));
     assert!(text.contains("capacity"));
+}
+
+/// PyTorch's out-of-memory messages, one per wording and backend (the format each version
+/// printed), as a workload raises them: the worker flags the failure as an out-of-memory, and the
+/// post-mortem's class and request are the same in the result, in measure's summary and in
+/// explain. (Each format's every field is checked by the unit tests of `explain::oom`.)
+#[test]
+fn every_out_of_memory_wording_gets_its_post_mortem() {
+    struct Case {
+        wording: &'static str,
+        message: &'static str,
+        class: &'static str,
+        label: &'static str,
+        requested: &'static str,
+    }
+    let cases = [
+        Case {
+            wording: "torch 1.0 to 1.3, `cached`",
+            message: "CUDA out of memory. Tried to allocate 16.00 GiB (GPU 0; 11.93 GiB total capacity; 4.00 GiB already allocated; 7.33 GiB free; 179.00 KiB cached)",
+            class: "capacity",
+            label: "capacity",
+            requested: "16.00 GiB",
+        },
+        Case {
+            wording: "torch 1.4 to 1.7, `reserved in total by PyTorch`",
+            message: "RuntimeError: CUDA out of memory. Tried to allocate 152.00 MiB (GPU 0; 31.72 GiB total capacity; 24.89 GiB already allocated; 6.12 MiB free; 30.70 GiB reserved in total by PyTorch)",
+            class: "fragmentation",
+            label: "fragmentation",
+            requested: "152.00 MiB",
+        },
+        Case {
+            wording: "torch 2.1, `of which … is free` with another process listed",
+            message: "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacty of 15.90 GiB of which 8.44 MiB is free. Process 1246069 has 577.00 MiB memory in use. Including non-PyTorch memory, this process has 15.32 GiB memory in use. Of the allocated memory 14.12 GiB is allocated by PyTorch, and 410.41 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+            class: "fragmentation",
+            label: "fragmentation",
+            requested: "138.00 MiB",
+        },
+        Case {
+            wording: "torch 2.2+, another process holds the card",
+            message: "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.68 GiB of which 512.00 MiB is free. Process 4242 has 18.90 GiB memory in use. Including non-PyTorch memory, this process has 4.20 GiB memory in use. Of the allocated memory 3.50 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.",
+            class: "another_process",
+            label: "another process",
+            requested: "2.00 GiB",
+        },
+        Case {
+            wording: "ROCm (`HIP out of memory`)",
+            message: "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            class: "another_process",
+            label: "another process",
+            requested: "978.00 MiB",
+        },
+        Case {
+            wording: "cudaMallocAsync with a memory fraction",
+            message: "Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 4.86 GiB\nRequested               : 10.12 GiB\nDevice limit            : 24.00 GiB\nFree (according to CUDA): 18.73 GiB\nPyTorch limit (set by user-supplied memory fraction)\n                        : 12.00 GiB",
+            class: "capacity",
+            label: "capacity",
+            requested: "10.12 GiB",
+        },
+        Case {
+            wording: "a fraction this PyTorch does not print: nothing decides",
+            message: "CUDA out of memory. Tried to allocate 360.00 MiB. GPU 0 has a total capacity of 16.00 GiB of which 15.08 GiB is free. Of the allocated memory 940.00 MiB is allocated by PyTorch, and 276.00 MiB is reserved by PyTorch but unallocated.",
+            class: "unknown",
+            label: "unknown",
+            requested: "360.00 MiB",
+        },
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let check = |k: usize, case: &Case| {
+        let said = format!("out-of-memory post-mortem: {} — ", case.label);
+        let out = dir.path().join(format!("oom-{k}.json"));
+        let run = Run::measure()
+            .fake_torch()
+            .arg("--script")
+            .arg(fixture("scripts/raise_oom.py"))
+            .output(&out)
+            .args(["--", case.message])
+            .expect_status(3)
+            .stdout_has(&said);
+        let doc = run.result();
+        let failure = doc.failure.as_ref().expect("the failure");
+        assert!(failure.out_of_memory, "{}: {failure:?}", case.wording);
+        assert_eq!(failure.phase.as_deref(), Some("step"), "{}", case.wording);
+        let pm = &run.json()["failure"]["post_mortem"];
+        assert_eq!(
+            pm["diagnosis"]["class"], case.class,
+            "{}: {pm:#}",
+            case.wording
+        );
+        assert_eq!(
+            pm["report"]["tried_to_allocate"]["text"], case.requested,
+            "{}: {pm:#}",
+            case.wording
+        );
+        Run::command("explain")
+            .arg(&out)
+            .succeeds()
+            .stdout_has(&said);
+    };
+    // One worker per case, side by side: the cases share nothing.
+    std::thread::scope(|scope| {
+        for (k, case) in cases.iter().enumerate() {
+            scope.spawn(move || check(k, case));
+        }
+    });
 }
 
 /// A run that failed for another reason has nothing to explain and says so.
