@@ -1,7 +1,7 @@
 //! The fiche (Markdown and HTML, checked in a real headless browser), compare, cards, the lab
 //! notebook, and refusals of bad input.
 
-use crate::common::{iteragpu, read_json, with_fake_torch};
+use crate::common::{MeasureResult, Run, iteragpu, read_json, read_typed};
 use predicates::prelude::*;
 use sha2::Digest;
 use std::path::{Path, PathBuf};
@@ -23,54 +23,35 @@ fn inputs() -> &'static Inputs {
     INPUTS.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let p = |n: &str| dir.path().join(n);
-        with_fake_torch()
+        let dense = |batch: &'static str| ["--batch", batch, "--context", "128", "--width", "512"];
+        Run::measure()
+            .fake_torch()
+            .args(dense("2"))
+            .output(p("result.json"))
+            .succeeds();
+        Run::measure()
+            .fake_torch()
+            .args(dense("4"))
+            .output(p("result-b4.json"))
+            .succeeds();
+        Run::sweep()
+            .fake_torch()
             .args([
-                "measure",
-                "--batch",
-                "2",
-                "--context",
-                "128",
-                "--width",
-                "512",
-                "--output",
-            ])
-            .arg(p("result.json"))
-            .assert()
-            .success();
-        with_fake_torch()
-            .args([
-                "measure",
-                "--batch",
-                "4",
-                "--context",
-                "128",
-                "--width",
-                "512",
-                "--output",
-            ])
-            .arg(p("result-b4.json"))
-            .assert()
-            .success();
-        with_fake_torch()
-            .args([
-                "sweep",
                 "--vary",
                 "batch=1,2,4,8,16",
                 "--context",
                 "128",
                 "--width",
                 "512",
-                "--output",
             ])
-            .arg(p("series.json"))
-            .assert()
-            .success();
-        with_fake_torch()
+            .output(p("series.json"))
+            .succeeds();
+        Run::measure()
+            .fake_torch()
             .env("FAKE_TORCH_CAPACITY", (64u64 << 20).to_string())
-            .args(["measure", "--width", "2048", "--output"])
-            .arg(p("failed.json"))
-            .assert()
-            .code(3);
+            .args(["--width", "2048"])
+            .output(p("failed.json"))
+            .expect_status(3);
         let est = iteragpu()
             .args([
                 "estimate",
@@ -89,14 +70,9 @@ fn inputs() -> &'static Inputs {
     })
 }
 
-fn report(args: &[&Path], extra: &[&str], out: &Path) -> assert_cmd::assert::Assert {
-    iteragpu()
-        .arg("report")
-        .args(args)
-        .args(extra)
-        .arg("--output")
-        .arg(out)
-        .assert()
+/// `iteragpu report FILES EXTRA --output OUT`.
+fn report(args: &[&Path], extra: &[&str], out: &Path) -> Run {
+    Run::report().args(args).args(extra).output(out)
 }
 
 #[test]
@@ -109,7 +85,7 @@ fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
         &["--estimate", i.path("estimate.json").to_str().unwrap()],
         &out,
     )
-    .success();
+    .succeeds();
     let text = std::fs::read_to_string(&out).unwrap();
     let order = [
         "## Verdict",
@@ -143,10 +119,8 @@ fn the_markdown_fiche_keeps_calculated_observed_and_assumed_apart() {
     assert!(text.contains("| peak reserved (GiB) |"), "{text}");
     assert!(!text.contains(" GB · "), "no three units per cell any more");
     let raw_bytes = &text[text.find("## Raw bytes").expect("the raw bytes table")..];
-    let doc = read_json(&i.path("result.json"));
-    let peak = doc["phases"][2]["devices"][0]["peak_reserved_bytes"]
-        .as_u64()
-        .unwrap();
+    let doc: MeasureResult = read_typed(&i.path("result.json"));
+    let peak = doc.phases[2].devices[0].peak_reserved_bytes.unwrap();
     assert!(raw_bytes.contains(&format!("| {peak} |")), "{raw_bytes}");
     let calculated = &text[positions[5]..positions[6]];
     let assumed = &text[positions[7]..positions[8]];
@@ -186,7 +160,7 @@ fn a_failed_run_is_not_presented_as_a_need() {
     let i = inputs();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("failed.md");
-    report(&[&i.path("failed.json")], &[], &out).success();
+    report(&[&i.path("failed.json")], &[], &out).succeeds();
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(
         text.contains("a partial peak before a failure is not the memory need of a complete run")
@@ -204,7 +178,7 @@ fn the_html_fiche_is_self_contained_and_french_on_request() {
         &["--lang", "fr"],
         &out,
     )
-    .success();
+    .succeeds();
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(html.contains("<html lang=\"fr\">"));
@@ -244,13 +218,13 @@ fn text_from_files_is_escaped() {
     let edited = dir.path().join("edited.json");
     std::fs::write(&edited, serde_json::to_string(&doc).unwrap()).unwrap();
     let out = dir.path().join("escaped.html");
-    report(&[&edited], &[], &out).success();
+    report(&[&edited], &[], &out).succeeds();
     let html = std::fs::read_to_string(&out).unwrap();
     let body = &html[..html.find("<script type=\"application/json\"").unwrap()];
     assert!(!body.contains("<img src=x"));
     assert!(body.contains("&lt;img src=x onerror=alert(1)&gt;"));
     let md = dir.path().join("escaped.md");
-    report(&[&edited], &[], &md).success();
+    report(&[&edited], &[], &md).succeeds();
     let md = std::fs::read_to_string(&md).unwrap();
     // In text, `<` is escaped; inside a code span it stays `<` (nothing there is HTML, and
     // `&lt;` would be shown as is).
@@ -374,7 +348,7 @@ fn the_html_fiche_reads_as_a_decision_in_a_headless_browser() {
             ],
             &out,
         )
-        .success();
+        .succeeds();
         // Desktop and A4 (210 mm at 96 dpi).
         for width in [1280u32, 794] {
             let m = measure_in_browser(&browser, dir.path(), &out, width);
@@ -648,21 +622,21 @@ fn bad_report_input_is_refused_and_nothing_is_written() {
     for (files, message) in cases {
         let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
         report(&refs, &[], &out)
-            .code(1)
-            .stderr(predicate::str::contains(message));
-        assert!(!out.exists(), "{message}: nothing may be written");
+            .expect_status(1)
+            .stderr_has(message)
+            .wrote_nothing();
     }
     report(
         &[&i.path("result.json")],
         &[],
         &dir.path().join("fiche.pdf"),
     )
-    .code(1)
-    .stderr(predicate::str::contains(".md"));
+    .expect_status(1)
+    .stderr_has(".md");
     std::fs::write(&out, "keep").unwrap();
     report(&[&i.path("result.json")], &[], &out)
-        .code(1)
-        .stderr(predicate::str::contains("already exists"));
+        .expect_status(1)
+        .stderr_has("already exists");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
 }
 
