@@ -7,12 +7,14 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 // The documents' Rust types, named once here so that a move of the types changes one line.
-pub use iteragpu::measure::events::PhaseRecord;
-pub use iteragpu::measure::result::{MeasureResult, RunStatus};
-pub use iteragpu::prediction::document::{
+pub use iteragpu::schema::events::PhaseRecord;
+pub use iteragpu::schema::measure::MeasureResult;
+pub use iteragpu::schema::prediction::{
     DocumentKind, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
 };
-pub use iteragpu::sweep::series::{Series, SeriesStatus, SweepMode, TrialStatus};
+pub use iteragpu::schema::run::RunStatus;
+pub use iteragpu::schema::series::{Series, SeriesStatus, SweepMode, TrialStatus};
+pub use iteragpu::schema::spec::EmptyCache;
 
 pub fn iteragpu() -> Command {
     Command::cargo_bin("iteragpu").expect("the iteragpu binary is built by cargo test")

@@ -1,7 +1,6 @@
 //! `measure` and `environment` end to end with the fake torch (CI has no GPU).
 
-use crate::common::{Phases, Run, RunStatus, fixture, read_json, with_fake_torch};
-use iteragpu::measure::spec::EmptyCache;
+use crate::common::{EmptyCache, Phases, Run, RunStatus, fixture, read_json, with_fake_torch};
 use predicates::prelude::*;
 use std::path::Path;
 
