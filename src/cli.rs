@@ -1,6 +1,7 @@
 //! Command-line definitions (clap) and nothing else: validation of values that clap cannot check
 //! alone happens in the value parsers below, so every refusal names the value and the fix.
 
+use clap::parser::ValueSource;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -8,7 +9,8 @@ use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::estimate::{Optimizer, Precision};
 use crate::model::config::{MAX_DIMENSION, MAX_LAYERS};
-use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Workload};
+use crate::schema::alloc_conf::AllocConf;
+use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard, Workload};
 use crate::sweep::vary::{Search, VaryArg, parse_vary_arg};
 use crate::units::{self, Bytes, Decimal};
 
@@ -63,6 +65,9 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
     /// Predict rank 0 of a job of N ranks (FSDP2 pads every rank to the same shard; a DDP replica
     /// is the same on every rank), on PyTorch's fake process group: world sizes this machine does
     /// not have (8, 64). With --shard ddp|fsdp for causal-lm training.
@@ -82,7 +87,9 @@ pub struct PredictArgs {
     #[arg(long, value_name = "FILE", help_heading = "Target")]
     pub like: Option<PathBuf>,
     #[command(flatten)]
-    pub workload: MeasureArgs,
+    pub workload: WorkloadGroups,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +155,9 @@ pub struct CardsArgs {
 
 #[derive(Debug, Args)]
 pub struct SweepArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
     /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
     /// `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator settings in
     /// fresh processes, alone or at each value of one listed dimension.
@@ -174,8 +184,18 @@ pub struct SweepArgs {
     /// Run the same configuration in N fresh processes (not the same protocol as N repeats).
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "vary", help_heading = "Sweep")]
     pub processes: Option<u64>,
+    /// Skip the frontier search's prediction hint (with --search frontier; sweep trials are
+    /// measured, not predicted).
+    #[arg(long, help_heading = "Sweep")]
+    pub no_prediction: bool,
     #[command(flatten)]
-    pub measure: MeasureArgs,
+    pub workload: WorkloadGroups,
+    #[command(flatten)]
+    pub distributed: DistributedArgs,
+    #[command(flatten)]
+    pub history: HistoryArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -195,8 +215,53 @@ pub struct EnvironmentArgs {
     pub json: bool,
 }
 
+/// `iteragpu measure`: every group of options, each of which acts on a measurement.
 #[derive(Debug, Args)]
 pub struct MeasureArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
+    #[command(flatten)]
+    pub workload: WorkloadGroups,
+    #[command(flatten)]
+    pub distributed: DistributedArgs,
+    #[command(flatten)]
+    pub history: HistoryArgs,
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Skip the prediction stored next to the result (it runs the workload again on data-less
+    /// tensors on the CPU).
+    #[arg(long, help_heading = "Run")]
+    pub no_prediction: bool,
+}
+
+/// The groups that define a workload, shared by measure, sweep and predict.
+#[derive(Debug, Args)]
+pub struct WorkloadGroups {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub built_in: BuiltInArgs,
+    #[command(flatten)]
+    pub dense: DenseArgs,
+    #[command(flatten)]
+    pub generation: GenerationArgs,
+    #[command(flatten)]
+    pub sliding: SlidingWindowArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
+    #[command(flatten)]
+    pub lm_training: LmTrainingArgs,
+    #[command(flatten)]
+    pub allocator: AllocatorArgs,
+}
+
+/// What runs (a built-in workload or a script), where, and the dimensions every workload reads.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Workload")]
+pub struct WorkloadArgs {
     /// Built-in workload (not with --script).
     #[arg(long, value_enum, default_value = "dense", conflicts_with = "script")]
     pub workload: Workload,
@@ -208,6 +273,12 @@ pub struct MeasureArgs {
     /// Arguments for --script (after `--`).
     #[arg(last = true, value_name = "ARGS")]
     pub script_args: Vec<String>,
+    /// causal-lm: a config.json, or a folder holding one (weights are random; nothing is downloaded).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
+    #[arg(long, value_enum, default_value = "infer")]
+    pub task: Task,
     /// Devices, comma-separated; several devices split the dense network across them (never one
     /// pool) [default: cuda:0]. For predict: a device of this machine whose card to predict for.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = device)]
@@ -219,138 +290,175 @@ pub struct MeasureArgs {
     /// length [default: 16].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub context: Option<u64>,
+    /// Seed of the synthetic inputs and weights.
+    #[arg(long, value_name = "N", default_value = "0", value_parser = seed)]
+    pub seed: u64,
+}
+
+/// Options of the built-in workloads (a script sets its own).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Workload")]
+pub struct BuiltInArgs {
+    /// dtype of weights and inputs for inference (default: float32 for dense, the config's
+    /// torch_dtype or bfloat16 for causal-lm); training takes it from --precision.
+    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    pub dtype: Option<Dtype>,
+    /// Measure the whole loop as one phase with no synchronization between its steps.
+    #[arg(long)]
+    pub whole_loop: bool,
+}
+
+/// The dense network's shape, and how its inference is repeated.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Dense workload")]
+pub struct DenseArgs {
     /// Dense: width of the network and of its inputs [default: 64].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub width: Option<u64>,
     /// Dense: residual blocks [default: 4].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub depth: Option<u64>,
-    /// dtype of weights and inputs for inference (default: float32 for dense, the config's
-    /// torch_dtype or bfloat16 for causal-lm); training takes it from --precision.
-    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
-    pub dtype: Option<Dtype>,
     /// Dense inference: warm-up passes, measured together as one phase [default: 3].
     #[arg(long, value_name = "N", value_parser = warmup_passes)]
     pub warmup: Option<u64>,
     /// Dense inference: warm repeats, each measured as its own phase [default: 5].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub repeats: Option<u64>,
-    /// Seed of the synthetic inputs and weights.
-    #[arg(long, value_name = "N", default_value = "0", value_parser = seed)]
-    pub seed: u64,
     /// Dense inference: empty PyTorch's cache between warm repeats (changes the conditions;
     /// recorded) [default: never].
     #[arg(long, value_enum)]
     pub empty_cache: Option<EmptyCache>,
+}
 
-    /// causal-lm: a config.json, or a folder holding one (weights are random; nothing is downloaded).
-    #[arg(long, value_name = "PATH", help_heading = "Language models")]
-    pub model: Option<PathBuf>,
+/// causal-lm generation: the prompt, the tokens generated and the KV cache.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Language models")]
+pub struct GenerationArgs {
     /// causal-lm generation: prompt length in tokens [default: 128].
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub prompt_tokens: Option<u64>,
     /// causal-lm generation: tokens generated one by one after the prompt [default: 32].
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub new_tokens: Option<u64>,
     /// causal-lm generation: KV-cache strategy [default: dynamic].
-    #[arg(long, value_enum, help_heading = "Language models")]
+    #[arg(long, value_enum)]
     pub cache: Option<CacheKind>,
-    /// causal-lm with --cache sliding: window in tokens (default: the model's sliding_window).
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "Language models")]
-    pub window: Option<u64>,
+}
 
-    /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
-    #[arg(long, value_enum, default_value = "infer", help_heading = "Training")]
-    pub task: Task,
+/// The window of a sliding KV cache (its own group: it acts only with `--cache sliding`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Language models")]
+pub struct SlidingWindowArgs {
+    /// causal-lm with --cache sliding: window in tokens (default: the model's sliding_window).
+    #[arg(long, value_name = "N", value_parser = positive_u64)]
+    pub window: Option<u64>,
+}
+
+/// The training loop of either built-in workload (with `--task train`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Training")]
+pub struct TrainingArgs {
     /// Training steps, each recorded (at least 2: the first creates the optimizer states) [default: 2].
-    #[arg(long, value_name = "N", value_parser = training_steps, help_heading = "Training")]
+    #[arg(long, value_name = "N", value_parser = training_steps)]
     pub steps: Option<u64>,
     /// Optimizer of the training loop: adamw or sgd [default: adamw].
-    #[arg(long, value_name = "NAME", value_parser = train_optimizer, help_heading = "Training")]
+    #[arg(long, value_name = "NAME", value_parser = train_optimizer)]
     pub optimizer: Option<TrainOptimizer>,
     /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights), fp16-mixed
     /// (autocast to float16 with a GradScaler) or bf16 (everything in bfloat16) [default: fp32].
-    #[arg(long, value_name = "NAME", value_parser = train_precision, help_heading = "Training")]
+    #[arg(long, value_name = "NAME", value_parser = train_precision)]
     pub precision: Option<TrainPrecision>,
     /// Recompute activations in the backward pass; step durations and losses are recorded.
-    #[arg(long, help_heading = "Training")]
+    #[arg(long)]
     pub gradient_checkpointing: bool,
+}
+
+/// What only causal-lm training does: sharding over ranks and LoRA adapters.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Training")]
+pub struct LmTrainingArgs {
     /// causal-lm training under torchrun: wrap the model in DDP, or shard it with FSDP2
     /// (`fully_shard` per decoder layer, bfloat16 compute with --precision bf16-mixed).
-    #[arg(long, value_enum, help_heading = "Training")]
-    pub shard: Option<crate::schema::spec::TrainShard>,
+    #[arg(long, value_enum)]
+    pub shard: Option<TrainShard>,
     /// causal-lm: LoRA rank (through peft).
-    #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets", help_heading = "Training")]
+    #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets")]
     pub lora_rank: Option<u64>,
     /// causal-lm: modules that get LoRA adapters, comma-separated.
     #[arg(
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        requires = "lora_rank",
-        help_heading = "Training"
+        requires = "lora_rank"
     )]
     pub lora_targets: Vec<String>,
+}
 
-    /// Measure the whole loop as one phase with no synchronization between its steps.
-    #[arg(long)]
-    pub whole_loop: bool,
+/// The caching allocator's setting, which a prediction models too.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Allocator")]
+pub struct AllocatorArgs {
     /// The caching allocator's setting for the worker: default, expandable_segments or
     /// cudaMallocAsync (replaces PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF for this run;
     /// default: inherit them).
-    #[arg(long, value_name = "SETTING", value_parser = alloc_conf, help_heading = "Allocator")]
-    pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
-    /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
-    /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
-    #[arg(long, value_name = "N", value_parser = ranks_per_node, help_heading = "Distributed")]
-    pub nproc_per_node: Option<u64>,
-    /// Number of nodes of the torchrun job (each node runs its own iteragpu and writes its file).
-    #[arg(long, value_name = "M", value_parser = world_size, requires = "nproc_per_node", help_heading = "Distributed")]
-    pub nnodes: Option<u64>,
-    /// This node's rank among --nnodes (0 … M−1).
-    #[arg(
-        long,
-        value_name = "R",
-        requires = "nnodes",
-        help_heading = "Distributed"
-    )]
-    pub node_rank: Option<u64>,
-    /// The rendezvous of a multi-node job, the same on every node (HOST:PORT).
-    #[arg(
-        long,
-        value_name = "HOST:PORT",
-        requires = "nnodes",
-        help_heading = "Distributed"
-    )]
-    pub rdzv_endpoint: Option<String>,
-    /// The job's id, the same on every node; it names the run that `report` merges.
-    #[arg(
-        long,
-        value_name = "ID",
-        requires = "nnodes",
-        help_heading = "Distributed"
-    )]
-    pub rdzv_id: Option<String>,
-    /// Record PyTorch's allocation history and write its snapshot next to the result
-    /// (RESULT.snapshot.pickle, for PyTorch's memory_viz), summarised per phase in the result.
-    #[arg(long, conflicts_with = "no_history", help_heading = "Allocator")]
-    pub timeline: bool,
-    /// The most allocation events --timeline keeps (the oldest are dropped first).
-    #[arg(long, value_name = "N", default_value = "100000", value_parser = timeline_entries, requires = "timeline", help_heading = "Allocator")]
-    pub timeline_entries: u64,
+    #[arg(long, value_name = "SETTING", value_parser = alloc_conf)]
+    pub alloc_conf: Option<AllocConf>,
+}
+
+/// What the GPU's allocator records (measure and sweep: a prediction has no allocator).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Allocator")]
+pub struct HistoryArgs {
     /// Record nothing in the allocator (by default the Python frames of live allocations are
     /// kept, so that an out-of-memory names the largest live tensors).
-    #[arg(long, help_heading = "Allocator")]
+    #[arg(long)]
     pub no_history: bool,
+}
+
+/// One run's allocation timeline (measure only: a sweep keeps live frames for its post-mortems).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Allocator")]
+pub struct TimelineArgs {
+    /// Record PyTorch's allocation history and write its snapshot next to the result
+    /// (RESULT.snapshot.pickle, for PyTorch's memory_viz), summarised per phase in the result.
+    #[arg(long, conflicts_with = "no_history")]
+    pub timeline: bool,
+    /// The most allocation events --timeline keeps (the oldest are dropped first).
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = timeline_entries, requires = "timeline")]
+    pub timeline_entries: u64,
+}
+
+/// A torchrun job (measure and sweep; predict follows ranks with `--world-size`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Distributed")]
+pub struct DistributedArgs {
+    /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
+    /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
+    #[arg(long, value_name = "N", value_parser = ranks_per_node)]
+    pub nproc_per_node: Option<u64>,
+    /// Number of nodes of the torchrun job (each node runs its own iteragpu and writes its file).
+    #[arg(long, value_name = "M", value_parser = world_size, requires = "nproc_per_node")]
+    pub nnodes: Option<u64>,
+    /// This node's rank among --nnodes (0 … M−1).
+    #[arg(long, value_name = "R", requires = "nnodes")]
+    pub node_rank: Option<u64>,
+    /// The rendezvous of a multi-node job, the same on every node (HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT", requires = "nnodes")]
+    pub rdzv_endpoint: Option<String>,
+    /// The job's id, the same on every node; it names the run that `report` merges.
+    #[arg(long, value_name = "ID", requires = "nnodes")]
+    pub rdzv_id: Option<String>,
+}
+
+/// The worker process and the output, for every command that starts one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Run")]
+pub struct RunArgs {
     /// Leave running the processes the workload started in their own session and left behind
     /// (by default each is named in the result and ended, so it holds no GPU memory after the
     /// run).
     #[arg(long)]
     pub keep_children: bool,
-    /// Skip the prediction (measure: the one stored next to the result, which runs the workload
-    /// again on data-less tensors on the CPU; sweep: the frontier's hint).
-    #[arg(long)]
-    pub no_prediction: bool,
     /// Result file to create; an existing file is refused before anything runs (measure and
     /// sweep need one; predict names one when none is given, and `-` writes the prediction to
     /// standard output only).
@@ -368,9 +476,51 @@ pub struct MeasureArgs {
     pub json: bool,
 }
 
+/// The ids of the options written on the command line (clap's value sources), not defaulted:
+/// what lets a command refuse an option its workload would ignore without a list of names.
+/// Flattened into a command, it adds no option and reads the command's own matches.
+#[derive(Clone, Debug, Default)]
+pub struct Given(std::collections::BTreeSet<String>);
+
+impl Given {
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.contains(id)
+    }
+}
+
+impl clap::FromArgMatches for Given {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Given(
+            matches
+                .ids()
+                .filter(|id| matches.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+                .map(|id| id.as_str().to_string())
+                .collect(),
+        ))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for Given {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+}
+
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Weights")]
 pub struct EstimateArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
     /// Number of parameters, in digits (7000000000).
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "bits", conflicts_with = "model")]
     pub parameters: Option<u64>,
@@ -391,49 +541,14 @@ pub struct EstimateArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
     pub reserve: Option<Bytes>,
 
-    /// Attention layers that keep a KV cache (without --model; at most 100,000).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = layer_count, help_heading = "KV cache")]
-    pub kv_layers: Option<u64>,
-    /// KV heads per layer: the model's key/value heads, not its query heads (without --model).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension, help_heading = "KV cache")]
-    pub kv_heads: Option<u64>,
-    /// Dimension of one head (without --model).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension, help_heading = "KV cache")]
-    pub head_dim: Option<u64>,
-    /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub tokens: Option<u64>,
-    /// Tokens of the prompt among --tokens: sliding layers hold the whole prompt until the first
-    /// decoding step (default: all the tokens, an upper bound).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub prompt_tokens: Option<u64>,
-    /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub sequences: Option<u64>,
-    /// Bytes per cached value (2 for bf16/fp16, at most 8). Default: the compute dtype's width.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = element_bytes, conflicts_with = "kv_dtype", help_heading = "KV cache")]
-    pub kv_bytes: Option<u64>,
-    /// Dtype of cached values, instead of --kv-bytes.
-    #[arg(long, value_name = "DTYPE", value_parser = dtype, help_heading = "KV cache")]
-    pub kv_dtype: Option<Dtype>,
-    /// Cache strategy [default: dynamic].
-    #[arg(long, value_enum, help_heading = "KV cache")]
-    pub cache: Option<CacheKind>,
-    /// Preallocated length of a static cache (default: --tokens).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub max_cache_len: Option<u64>,
-    /// Window of the sliding strategy (default: the model's sliding_window).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub window: Option<u64>,
-    /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4) [default: 4].
-    #[arg(long, value_name = "N", value_parser = kv_quant_bits, help_heading = "KV cache")]
-    pub kv_quant_bits: Option<u64>,
-    /// Values per quantization group of a quantized cache [default: 64].
-    #[arg(long, value_name = "N", value_parser = positive_u64, help_heading = "KV cache")]
-    pub kv_group_size: Option<u64>,
-    /// Most recent tokens kept in full precision by a quantized cache [default: 128].
-    #[arg(long, value_name = "N", value_parser = seed, help_heading = "KV cache")]
-    pub kv_residual: Option<u64>,
+    #[command(flatten)]
+    pub kv_shape: KvShapeArgs,
+    #[command(flatten)]
+    pub load: KvLoadArgs,
+    #[command(flatten)]
+    pub kv_cache: KvCacheArgs,
+    #[command(flatten)]
+    pub quantized: QuantizedCacheArgs,
 
     /// Estimate a training step instead of inference.
     #[arg(long, help_heading = "Training")]
@@ -468,12 +583,9 @@ pub struct EstimateArgs {
         help_heading = "Training"
     )]
     pub lora_targets: Vec<String>,
-    /// Recompute activations in the backward pass (keep only each layer's input).
-    #[arg(long, requires = "train", help_heading = "Training")]
-    pub gradient_checkpointing: bool,
-    /// Attention that does not store the s×s score matrix (flash / memory-efficient SDPA).
-    #[arg(long, requires = "train", help_heading = "Training")]
-    pub flash_attention: bool,
+
+    #[command(flatten)]
+    pub activations: ActivationArgs,
 
     /// Sharded data-parallel training (with --train): every figure becomes ONE rank's memory.
     /// ddp (full replica + reducer buckets), zero1/zero2/zero3 (DeepSpeed), fsdp (FSDP2).
@@ -484,32 +596,115 @@ pub struct EstimateArgs {
         help_heading = "Sharded training"
     )]
     pub shard: Option<crate::estimate::Strategy>,
-    /// Ranks in the data-parallel group (required with --shard; 1 is allowed).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Sharded training")]
-    pub world_size: Option<u64>,
-    /// Ranks per node; must divide --world-size [default: the world size up to 8, else 8].
-    #[arg(long, allow_negative_numbers = true, value_name = "G", value_parser = positive_u64, help_heading = "Sharded training")]
-    pub gpus_per_node: Option<u64>,
-    /// Keep states on the host: optimizer (zero2, zero3: DeepSpeed offload_optimizer) or
-    /// parameters (zero3: offload_param too; fsdp: CPUOffloadPolicy).
-    #[arg(
-        long,
-        value_enum,
-        value_name = "WHAT",
-        help_heading = "Sharded training"
-    )]
-    pub offload: Option<crate::estimate::Offload>,
-    /// zero3 with --parameters: the largest single module's own parameters (DeepSpeed's
-    /// largest_layer_params; read from --model otherwise).
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, help_heading = "Sharded training")]
-    pub largest_layer_parameters: Option<u64>,
-    /// NCCL's memory per rank, outside PyTorch's allocator [default: 1GiB, assumed].
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Sharded training")]
-    pub comm_reserve: Option<Bytes>,
+
+    #[command(flatten)]
+    pub shard_options: ShardOptionsArgs,
 
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
+}
+
+/// The KV cache's layout given by hand (without --model).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "KV cache")]
+pub struct KvShapeArgs {
+    /// Attention layers that keep a KV cache (without --model; at most 100,000).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = layer_count)]
+    pub kv_layers: Option<u64>,
+    /// KV heads per layer: the model's key/value heads, not its query heads (without --model).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension)]
+    pub kv_heads: Option<u64>,
+    /// Dimension of one head (without --model).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = dimension)]
+    pub head_dim: Option<u64>,
+}
+
+/// The tokens and sequences held: the KV cache's load, and the activations' with --train.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "KV cache")]
+pub struct KvLoadArgs {
+    /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
+    #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64)]
+    pub tokens: Option<u64>,
+    /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
+    #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64)]
+    pub sequences: Option<u64>,
+}
+
+/// How the KV cache keeps its values (inference only).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "KV cache")]
+pub struct KvCacheArgs {
+    /// Tokens of the prompt among --tokens: sliding layers hold the whole prompt until the first
+    /// decoding step (default: all the tokens, an upper bound).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub prompt_tokens: Option<u64>,
+    /// Bytes per cached value (2 for bf16/fp16, at most 8). Default: the compute dtype's width.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = element_bytes, conflicts_with = "kv_dtype")]
+    pub kv_bytes: Option<u64>,
+    /// Dtype of cached values, instead of --kv-bytes.
+    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    pub kv_dtype: Option<Dtype>,
+    /// Cache strategy [default: dynamic].
+    #[arg(long, value_enum)]
+    pub cache: Option<CacheKind>,
+    /// Preallocated length of a static cache (default: --tokens).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub max_cache_len: Option<u64>,
+    /// Window of the sliding strategy (default: the model's sliding_window).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub window: Option<u64>,
+}
+
+/// The settings of --cache quantized.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "KV cache")]
+pub struct QuantizedCacheArgs {
+    /// Bits of a quantized cache (transformers' QuantizedCache: 2 or 4) [default: 4].
+    #[arg(long, value_name = "N", value_parser = kv_quant_bits)]
+    pub kv_quant_bits: Option<u64>,
+    /// Values per quantization group of a quantized cache [default: 64].
+    #[arg(long, value_name = "N", value_parser = positive_u64)]
+    pub kv_group_size: Option<u64>,
+    /// Most recent tokens kept in full precision by a quantized cache [default: 128].
+    #[arg(long, value_name = "N", value_parser = seed)]
+    pub kv_residual: Option<u64>,
+}
+
+/// How a training step keeps its activations (they need the model's dimensions and --context).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Training")]
+pub struct ActivationArgs {
+    /// Recompute activations in the backward pass (keep only each layer's input).
+    #[arg(long, requires = "train")]
+    pub gradient_checkpointing: bool,
+    /// Attention that does not store the s×s score matrix (flash / memory-efficient SDPA).
+    #[arg(long, requires = "train")]
+    pub flash_attention: bool,
+}
+
+/// The options of --shard.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Sharded training")]
+pub struct ShardOptionsArgs {
+    /// Ranks in the data-parallel group (required with --shard; 1 is allowed).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub world_size: Option<u64>,
+    /// Ranks per node; must divide --world-size [default: the world size up to 8, else 8].
+    #[arg(long, allow_negative_numbers = true, value_name = "G", value_parser = positive_u64)]
+    pub gpus_per_node: Option<u64>,
+    /// Keep states on the host: optimizer (zero2, zero3: DeepSpeed offload_optimizer) or
+    /// parameters (zero3: offload_param too; fsdp: CPUOffloadPolicy).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub offload: Option<crate::estimate::Offload>,
+    /// zero3 with --parameters: the largest single module's own parameters (DeepSpeed's
+    /// largest_layer_params; read from --model otherwise).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub largest_layer_parameters: Option<u64>,
+    /// NCCL's memory per rank, outside PyTorch's allocator [default: 1GiB, assumed].
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size)]
+    pub comm_reserve: Option<Bytes>,
 }
 
 fn bits(text: &str) -> Result<Decimal, String> {
@@ -538,11 +733,11 @@ fn size(text: &str) -> Result<Bytes, String> {
     units::parse_size(text).map_err(|e| e.to_string())
 }
 
-/// What the training loop runs; the estimate's other optimizers are named as such.
-fn alloc_conf(s: &str) -> Result<crate::schema::alloc_conf::AllocConf, String> {
-    crate::schema::alloc_conf::AllocConf::parse(s)
+fn alloc_conf(s: &str) -> Result<AllocConf, String> {
+    AllocConf::parse(s)
 }
 
+/// What the training loop runs; the estimate's other optimizers are named as such.
 fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
     use clap::ValueEnum;
     TrainOptimizer::from_str(text, true).map_err(|_| {

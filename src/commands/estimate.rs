@@ -3,7 +3,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::cli::EstimateArgs;
+use crate::cli::{
+    ActivationArgs, EstimateArgs, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs,
+    ShardOptionsArgs,
+};
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::estimate::training::Lora;
@@ -45,7 +48,9 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         _ => None,
     };
     if model_arch.is_some()
-        && (args.kv_layers.is_some() || args.kv_heads.is_some() || args.head_dim.is_some())
+        && (args.kv_shape.kv_layers.is_some()
+            || args.kv_shape.kv_heads.is_some()
+            || args.kv_shape.head_dim.is_some())
     {
         refuse!(
             "--kv-layers, --kv-heads and --head-dim are read from --model; drop them (or drop --model to give them by hand)"
@@ -68,10 +73,10 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
                     .map(|t| t.trim().to_string())
                     .collect(),
             }),
-            gradient_checkpointing: args.gradient_checkpointing,
-            flash_attention: args.flash_attention,
-            batch: Some(args.sequences.unwrap_or(1)),
-            context: args.tokens,
+            gradient_checkpointing: args.activations.gradient_checkpointing,
+            flash_attention: args.activations.flash_attention,
+            batch: Some(args.load.sequences.unwrap_or(1)),
+            context: args.load.tokens,
             sharding: sharding(args)?,
         })
     } else {
@@ -84,18 +89,12 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         kv_request(args, model_arch.map(|m| (&m.architecture, m.compute_dtype)))?
     };
     if training.is_none() && kv.is_none() {
-        let without_cache = given(&[
-            ("--batch", args.sequences.is_some()),
-            ("--prompt-tokens", args.prompt_tokens.is_some()),
-            ("--kv-bytes", args.kv_bytes.is_some()),
-            ("--kv-dtype", args.kv_dtype.is_some()),
-            ("--cache", args.cache.is_some()),
-            ("--max-cache-len", args.max_cache_len.is_some()),
-            ("--window", args.window.is_some()),
-            ("--kv-quant-bits", args.kv_quant_bits.is_some()),
-            ("--kv-group-size", args.kv_group_size.is_some()),
-            ("--kv-residual", args.kv_residual.is_some()),
-        ]);
+        let without_cache = [
+            written::<KvLoadArgs>(&args.given),
+            written::<KvCacheArgs>(&args.given),
+            written::<QuantizedCacheArgs>(&args.given),
+        ]
+        .concat();
         if !without_cache.is_empty() {
             let fix = if args.model.is_some() {
                 "add --context N (tokens per sequence) to estimate the model's KV cache"
@@ -139,7 +138,7 @@ fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>, CliError> {
     let Some(strategy) = args.shard else {
         return Ok(None);
     };
-    let Some(world_size) = args.world_size else {
+    let Some(world_size) = args.shard_options.world_size else {
         refuse!(
             "--shard {} needs the number of ranks: add --world-size N (--world-size 1 for a single GPU)",
             strategy
@@ -148,10 +147,10 @@ fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>, CliError> {
     Ok(Some(Sharding {
         strategy,
         world_size,
-        gpus_per_node: args.gpus_per_node,
-        offload: args.offload,
-        largest_layer_parameters: args.largest_layer_parameters,
-        comm_reserve: args.comm_reserve,
+        gpus_per_node: args.shard_options.gpus_per_node,
+        offload: args.shard_options.offload,
+        largest_layer_parameters: args.shard_options.largest_layer_parameters,
+        comm_reserve: args.shard_options.comm_reserve,
     }))
 }
 
@@ -166,16 +165,7 @@ fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let options = given(&[
-        ("--world-size", args.world_size.is_some()),
-        ("--gpus-per-node", args.gpus_per_node.is_some()),
-        ("--offload", args.offload.is_some()),
-        (
-            "--largest-layer-parameters",
-            args.largest_layer_parameters.is_some(),
-        ),
-        ("--comm-reserve", args.comm_reserve.is_some()),
-    ]);
+    let options = written::<ShardOptionsArgs>(&args.given);
     if !options.is_empty() {
         refuse!(
             "{} {} sharded training, which needs --shard ddp|zero1|zero2|zero3|fsdp (with --train): add --shard, or drop {}",
@@ -187,20 +177,19 @@ fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The options among `options` that were given.
-fn given(options: &[(&'static str, bool)]) -> Vec<&'static str> {
-    options
-        .iter()
-        .filter(|(_, given)| *given)
-        .map(|(name, _)| *name)
+/// The names of group `A`'s options written on the command line (clap's value sources).
+fn written<A: clap::Args>(given: &Given) -> Vec<String> {
+    super::options::written_in::<A>(given)
+        .into_iter()
+        .map(|(_, name)| name)
         .collect()
 }
 
-fn verb(names: &[&str], one: &'static str, several: &'static str) -> &'static str {
+fn verb(names: &[String], one: &'static str, several: &'static str) -> &'static str {
     if names.len() == 1 { one } else { several }
 }
 
-fn pronoun(names: &[&str]) -> &'static str {
+fn pronoun(names: &[String]) -> &'static str {
     verb(names, "it", "them")
 }
 
@@ -211,22 +200,14 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
             "--dtype {dtype} sets the compute dtype of --model's weights; with --parameters N --bits B the width is --bits {bits}: drop --dtype (for the KV cache's width, use --kv-dtype)"
         );
     }
-    let cache = args.cache.unwrap_or(CacheKind::Dynamic);
+    let cache = args.kv_cache.cache.unwrap_or(CacheKind::Dynamic);
     if args.train {
-        let inference_only = given(&[
-            ("--kv-layers", args.kv_layers.is_some()),
-            ("--kv-heads", args.kv_heads.is_some()),
-            ("--head-dim", args.head_dim.is_some()),
-            ("--kv-bytes", args.kv_bytes.is_some()),
-            ("--kv-dtype", args.kv_dtype.is_some()),
-            ("--cache", args.cache.is_some()),
-            ("--max-cache-len", args.max_cache_len.is_some()),
-            ("--window", args.window.is_some()),
-            ("--kv-quant-bits", args.kv_quant_bits.is_some()),
-            ("--kv-group-size", args.kv_group_size.is_some()),
-            ("--kv-residual", args.kv_residual.is_some()),
-            ("--prompt-tokens", args.prompt_tokens.is_some()),
-        ]);
+        let inference_only = [
+            written::<KvShapeArgs>(&args.given),
+            written::<KvCacheArgs>(&args.given),
+            written::<QuantizedCacheArgs>(&args.given),
+        ]
+        .concat();
         if !inference_only.is_empty() {
             refuse!(
                 "{} {} the KV cache of inference, which a --train estimate does not have: drop {} (or drop --train)",
@@ -243,25 +224,22 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
                 args.precision
             );
         }
-        let for_activations = given(&[
-            ("--batch", args.sequences.is_some()),
-            ("--gradient-checkpointing", args.gradient_checkpointing),
-            ("--flash-attention", args.flash_attention),
-        ]);
+        // The load (--context, --batch) and how activations are kept size the activations.
+        let for_activations = [
+            written::<KvLoadArgs>(&args.given),
+            written::<ActivationArgs>(&args.given),
+        ]
+        .concat();
         if args.model.is_none() {
-            let mut needs_model = for_activations.clone();
-            if args.tokens.is_some() {
-                needs_model.insert(0, "--context");
-            }
-            if !needs_model.is_empty() {
+            if !for_activations.is_empty() {
                 refuse!(
                     "{} {} the activations, which need the model's dimensions: give --model PATH (its config.json) instead of --parameters, or drop {}",
-                    needs_model.join(", "),
-                    verb(&needs_model, "sizes", "size"),
-                    pronoun(&needs_model)
+                    for_activations.join(", "),
+                    verb(&for_activations, "sizes", "size"),
+                    pronoun(&for_activations)
                 );
             }
-        } else if args.tokens.is_none() && !for_activations.is_empty() {
+        } else if args.load.tokens.is_none() && !for_activations.is_empty() {
             refuse!(
                 "{} {} the activations, which need a sequence length: add --context N, or drop {}",
                 for_activations.join(", "),
@@ -271,11 +249,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let quantized_only = given(&[
-        ("--kv-quant-bits", args.kv_quant_bits.is_some()),
-        ("--kv-group-size", args.kv_group_size.is_some()),
-        ("--kv-residual", args.kv_residual.is_some()),
-    ]);
+    let quantized_only = written::<QuantizedCacheArgs>(&args.given);
     if !quantized_only.is_empty() && cache != CacheKind::Quantized {
         refuse!(
             "{} {} --cache quantized, not --cache {}: add --cache quantized, or drop {}",
@@ -285,7 +259,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
             pronoun(&quantized_only)
         );
     }
-    if args.prompt_tokens.is_some()
+    if args.kv_cache.prompt_tokens.is_some()
         && matches!(
             cache,
             CacheKind::Static | CacheKind::Quantized | CacheKind::Offloaded
@@ -298,7 +272,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
     }
     if args.dtype.is_some()
         && args.model.is_none()
-        && (args.kv_bytes.is_some() || args.kv_dtype.is_some())
+        && (args.kv_cache.kv_bytes.is_some() || args.kv_cache.kv_dtype.is_some())
     {
         refuse!(
             "--dtype would set the cached values' width, but --kv-bytes or --kv-dtype already does: drop --dtype (it sets a --model's compute dtype)"
@@ -354,17 +328,17 @@ fn kv_request(
 ) -> Result<Option<KvRequest>, CliError> {
     let layout = match model {
         Some((arch, _)) => {
-            if args.tokens.is_none() {
+            if args.load.tokens.is_none() {
                 return Ok(None);
             }
             arch.kv.clone()
         }
         None => {
             let given = [
-                ("--kv-layers", args.kv_layers),
-                ("--kv-heads", args.kv_heads),
-                ("--head-dim", args.head_dim),
-                ("--tokens", args.tokens),
+                ("--kv-layers", args.kv_shape.kv_layers),
+                ("--kv-heads", args.kv_shape.kv_heads),
+                ("--head-dim", args.kv_shape.head_dim),
+                ("--tokens", args.load.tokens),
             ];
             if given.iter().all(|(_, v)| v.is_none()) {
                 return Ok(None);
@@ -381,15 +355,20 @@ fn kv_request(
                 );
             }
             let (l, h, d) = (
-                args.kv_layers.unwrap_or(1),
-                args.kv_heads.unwrap_or(1),
-                args.head_dim.unwrap_or(1),
+                args.kv_shape.kv_layers.unwrap_or(1),
+                args.kv_shape.kv_heads.unwrap_or(1),
+                args.kv_shape.head_dim.unwrap_or(1),
             );
             KvLayout::uniform(l, h, d, None)
         }
     };
-    let tokens = args.tokens.unwrap_or(1);
-    let element_bytes = match (args.kv_dtype, args.kv_bytes, args.dtype, model) {
+    let tokens = args.load.tokens.unwrap_or(1);
+    let element_bytes = match (
+        args.kv_cache.kv_dtype,
+        args.kv_cache.kv_bytes,
+        args.dtype,
+        model,
+    ) {
         (Some(d), _, _, _) => d.bytes(),
         (None, Some(b), _, _) => b,
         (None, None, Some(d), _) => d.bytes(),
@@ -398,7 +377,7 @@ fn kv_request(
             "give the width of a cached value: --kv-bytes 2 (bf16/fp16) or --kv-dtype bfloat16"
         ),
     };
-    if let Some(p) = args.prompt_tokens
+    if let Some(p) = args.kv_cache.prompt_tokens
         && p > tokens
     {
         refuse!(
@@ -406,25 +385,29 @@ fn kv_request(
         );
     }
     let options = CacheOptions {
-        max_cache_len: args.max_cache_len,
-        window: args.window,
+        max_cache_len: args.kv_cache.max_cache_len,
+        window: args.kv_cache.window,
         quantized: QuantizedSettings {
             bits: args
+                .quantized
                 .kv_quant_bits
                 .unwrap_or(QuantizedSettings::DEFAULT.bits),
             group_size: args
+                .quantized
                 .kv_group_size
                 .unwrap_or(QuantizedSettings::DEFAULT.group_size),
             residual: args
+                .quantized
                 .kv_residual
                 .unwrap_or(QuantizedSettings::DEFAULT.residual),
         },
     };
     let strategy = args
+        .kv_cache
         .cache
         .unwrap_or(CacheKind::Dynamic)
         .strategy(&options, tokens, &layout)?;
-    if args.prompt_tokens.is_some()
+    if args.kv_cache.prompt_tokens.is_some()
         && strategy == CacheStrategy::Dynamic
         && layout.sliding_layers() == 0
     {
@@ -435,9 +418,9 @@ fn kv_request(
     Ok(Some(KvRequest {
         layout,
         tokens,
-        sequences: args.sequences.unwrap_or(1),
+        sequences: args.load.sequences.unwrap_or(1),
         element_bytes,
         strategy,
-        prompt_tokens: args.prompt_tokens,
+        prompt_tokens: args.kv_cache.prompt_tokens,
     }))
 }

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::progress;
+use super::{options, progress};
 use crate::cli::MeasureArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::measure::build::TrialOutcome;
@@ -23,8 +23,8 @@ use crate::{prediction, signals};
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
-    let output_path = super::required_output(args)?;
-    let plan = MeasurePlan::from_args(args)?;
+    let output_path = super::required_output(&args.run)?;
+    let plan = MeasurePlan::new(&options::measure(args))?;
     let kv_estimates = prediction::kv_estimates(&plan)?;
     let mut trial = plan.trial();
     output::check_new(output_path)?;
@@ -40,7 +40,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     };
     // A spinner with the current phase, only on a terminal and never with --json; cleared
     // before an error is printed.
-    let display = progress::spinner(args.json, "starting the worker");
+    let display = progress::spinner(args.run.json, "starting the worker");
     let mut result = match ProcessRunner::new(stop).run(&trial, &*display)? {
         TrialOutcome::Unavailable { reason } => {
             return Err(CliError::missing_runtime(format!(
@@ -62,7 +62,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     }
     display.finish();
     let saved = output::save_result(output_path, &serde_json::to_vec_pretty(&result)?)?;
-    let text = if args.json {
+    let text = if args.run.json {
         serde_json::to_string_pretty(&*result)? + "\n"
     } else {
         render::table(&result, saved.path())

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use super::progress;
+use super::{options, progress};
 use crate::cli::PredictArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::output::{self, Saved};
@@ -17,16 +17,9 @@ use crate::workload::plan::MeasurePlan;
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let stop = signals::stop_request();
-    let m = &args.workload;
-    if m.no_prediction {
-        refuse!("--no-prediction has no effect on predict; drop it");
-    }
-    if m.timeline || m.no_history {
-        refuse!(
-            "--timeline and --no-history set what the GPU's allocator records; a prediction has no allocator to record (use them with measure)"
-        );
-    }
-    let plan = MeasurePlan::for_prediction(m, args.world_size)?;
+    let workload = options::predict(args);
+    let plan = MeasurePlan::for_prediction(&workload, args.world_size)?;
+    let m = &args.run;
     if plan.devices.len() > 1 {
         refuse!(
             "predict follows one device; --device {} lists {}: give one (several devices are measured apart, never one pool)",
@@ -41,7 +34,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         .map(crate::prediction::like::load)
         .transpose()?;
     let backend = plan.allocator_backend();
-    let (target, note) = match (&args.card, m.device.first()) {
+    let (target, note) = match (&args.card, workload.device.first()) {
         (Some(card), _) => (Target::named(Some(card), &backend)?, None),
         (None, Some(device)) => (
             Target::of_device(&plan.python, device, &backend, Some(stop))?,

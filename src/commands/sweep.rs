@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::progress;
+use super::{options, progress};
 use crate::cli::SweepArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::schema::series::Writer;
@@ -16,8 +16,8 @@ use crate::sweep::render;
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
-    let plan = SweepPlan::from_args(args)?;
-    let m = &args.measure;
+    let plan = plan(args)?;
+    let m = &args.run;
     let output_path = super::required_output(m)?;
     let writer = Writer::new(output_path)?;
     let display = progress::trials(m.json);
@@ -57,4 +57,22 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     } else {
         ExitStatus::Ok
     })
+}
+
+/// The plan `iteragpu sweep ARGS` runs: the sweep driver's tests describe sweeps as a user types
+/// them.
+#[cfg(test)]
+pub(crate) fn plan_of(args: &[&str]) -> anyhow::Result<SweepPlan> {
+    use clap::Parser;
+    let argv = ["iteragpu", "sweep"].iter().chain(args);
+    let crate::cli::Command::Sweep(args) = crate::cli::Cli::try_parse_from(argv)?.command else {
+        unreachable!("parsed as sweep")
+    };
+    plan(&args)
+}
+
+/// The sweep the arguments ask for, validated.
+fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
+    let (sweep, base) = options::sweep(args);
+    SweepPlan::new(&sweep, &base)
 }

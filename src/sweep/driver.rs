@@ -583,19 +583,14 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::commands::sweep::plan_of;
     use crate::measure::trial::mock::{MockRunner, Outcome};
     use crate::schema::spec::{WorkerSpec, WorkloadSpec};
-    use clap::Parser;
 
     fn plan(args: &[&str], output: &std::path::Path) -> SweepPlan {
-        let mut argv = vec!["iteragpu", "sweep"];
-        argv.extend_from_slice(args);
+        let mut argv = args.to_vec();
         argv.extend(["--output", output.to_str().unwrap()]);
-        let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
-            unreachable!()
-        };
-        SweepPlan::from_args(&args).unwrap()
+        plan_of(&argv).unwrap()
     }
 
     fn dense(spec: &WorkerSpec) -> &crate::schema::spec::DenseSpec {
@@ -953,13 +948,9 @@ mod tests {
     #[test]
     fn an_allocator_a_b_refuses_what_it_cannot_compare() {
         let refused = |args: &[&str]| {
-            let mut argv = vec!["iteragpu", "sweep"];
-            argv.extend_from_slice(args);
+            let mut argv = args.to_vec();
             argv.extend(["--output", "/tmp/never-written.json"]);
-            let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
-                unreachable!()
-            };
-            SweepPlan::from_args(&args).unwrap_err().to_string()
+            plan_of(&argv).unwrap_err().to_string()
         };
         let ab = "alloc_conf=default,expandable_segments";
         assert!(refused(&["--vary", ab, "--alloc-conf", "default"]).contains("both set"));

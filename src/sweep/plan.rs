@@ -6,12 +6,27 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::cards;
-use crate::cli::SweepArgs;
 use crate::schema::dimensions::Variable;
 use crate::schema::series::{Limit, SweepMode};
 use crate::sweep::search::Bounds;
 use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg};
-use crate::workload::plan::MeasurePlan;
+use crate::units::Bytes;
+use crate::workload::plan::{MeasureOptions, MeasurePlan};
+
+/// A sweep as asked for, before validation (`commands/` fills it from the command line).
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub vary: Vec<VaryArg>,
+    pub search: Option<Search>,
+    pub resolution: u64,
+    pub max_trials: u64,
+    pub memory_limit: Option<Bytes>,
+    pub card: Option<String>,
+    pub loads: Option<std::path::PathBuf>,
+    pub processes: Option<u64>,
+    /// Skip the frontier search's prediction hint.
+    pub no_prediction: bool,
+}
 
 /// A named reference load (`--loads`): the dimensions it sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,8 +58,8 @@ pub struct SweepPlan {
 }
 
 impl SweepPlan {
-    pub fn from_args(args: &SweepArgs) -> Result<SweepPlan> {
-        let m = &args.measure;
+    /// Validates a sweep and the measurement every trial starts from (`m`).
+    pub fn new(args: &SweepOptions, m: &MeasureOptions) -> Result<SweepPlan> {
         let mut vary: Vec<Vary> = Vec::new();
         let mut alloc_confs: Option<Vec<AllocConf>> = None;
         for v in &args.vary {
@@ -127,7 +142,7 @@ impl SweepPlan {
                 }
             }
         }
-        if m.no_prediction && mode != SweepMode::Frontier {
+        if args.no_prediction && mode != SweepMode::Frontier {
             bail!(
                 "--no-prediction applies to --search frontier (its hint); drop it (sweep trials are measured, not predicted)"
             );
@@ -139,7 +154,7 @@ impl SweepPlan {
         }
         let limit = limit(args)?;
         // Validate the base configuration before anything runs (bad input exits 1).
-        let base = MeasurePlan::from_args(m)?;
+        let base = MeasurePlan::new(m)?;
         crate::prediction::kv_estimates(&base)?;
         let loads = match &args.loads {
             Some(path) => read_loads(path)?,
@@ -175,7 +190,7 @@ impl SweepPlan {
             resolution: args.resolution,
             max_trials: args.max_trials as usize,
             script_args_template: m.script_args.clone(),
-            no_prediction: m.no_prediction,
+            no_prediction: args.no_prediction,
         })
     }
 
@@ -197,7 +212,7 @@ impl SweepPlan {
     }
 }
 
-fn limit(args: &SweepArgs) -> Result<Option<Limit>> {
+fn limit(args: &SweepOptions) -> Result<Option<Limit>> {
     let method = "torch.cuda.set_per_process_memory_fraction((limit − memory outside PyTorch's allocator measured in the same process) ÷ total_memory)".to_string();
     Ok(match (&args.memory_limit, &args.card) {
         (Some(b), _) => Some(Limit {

@@ -1,13 +1,13 @@
-//! A measurement request, validated once from the command line (raw arguments → a typed plan, as
+//! A measurement request, validated once ([`MeasureOptions`] as given → a typed plan, as
 //! hyperfine's `Options` or ripgrep's validated arguments). The runner, the prediction and the
-//! sweep consume plans; a sweep varies a plan with [`MeasurePlan::with`], never clap's struct.
+//! sweep consume plans; a sweep varies a plan with [`MeasurePlan::with`]. The options are the
+//! domain's own struct: `commands/` fills it from the command line, so no plan imports `cli`.
 
 use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::MeasureArgs;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
 use crate::model::{Architecture, Config, ModelError};
@@ -24,6 +24,97 @@ use crate::schema::torchrun::{Rendezvous, Torchrun};
 /// The largest world size `predict` follows: the fake process group's cost grows with the ranks
 /// (about linearly: 16,384 ranks took 229 s on this 2-core machine; 4,096 stay within a minute).
 pub const MAX_PREDICTED_WORLD_SIZE: u64 = 4096;
+
+/// A measurement as asked for, before validation (`None`: the default the help states).
+#[derive(Clone, Debug)]
+pub struct MeasureOptions {
+    pub workload: Workload,
+    pub script: Option<PathBuf>,
+    pub script_args: Vec<String>,
+    pub model: Option<PathBuf>,
+    pub task: Task,
+    pub device: Vec<String>,
+    pub batch: Option<u64>,
+    pub context: Option<u64>,
+    pub seed: u64,
+    pub dtype: Option<Dtype>,
+    pub whole_loop: bool,
+    pub width: Option<u64>,
+    pub depth: Option<u64>,
+    pub warmup: Option<u64>,
+    pub repeats: Option<u64>,
+    pub empty_cache: Option<EmptyCache>,
+    pub prompt_tokens: Option<u64>,
+    pub new_tokens: Option<u64>,
+    pub cache: Option<CacheKind>,
+    pub window: Option<u64>,
+    pub steps: Option<u64>,
+    pub optimizer: Option<TrainOptimizer>,
+    pub precision: Option<TrainPrecision>,
+    pub gradient_checkpointing: bool,
+    pub shard: Option<TrainShard>,
+    pub lora_rank: Option<u64>,
+    pub lora_targets: Vec<String>,
+    pub alloc_conf: Option<AllocConf>,
+    pub nproc_per_node: Option<u64>,
+    pub nnodes: Option<u64>,
+    pub node_rank: Option<u64>,
+    pub rdzv_endpoint: Option<String>,
+    pub rdzv_id: Option<String>,
+    pub timeline: bool,
+    pub timeline_entries: u64,
+    pub no_history: bool,
+    pub keep_children: bool,
+    pub python: Option<PathBuf>,
+    pub timeout_s: u64,
+    /// The options the user wrote that act only on some workloads, in the order to report them;
+    /// the plan refuses each one its workload would ignore.
+    pub written: Vec<Written>,
+}
+
+/// An option the user wrote (its name as the command line spells it, `--width`) and where it
+/// acts. Which options were written comes from the parser's value sources (`commands/`), never
+/// from a list of names kept here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub flag: String,
+    pub acts: Acts,
+}
+
+/// Where a written option acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acts {
+    /// A dimension acts where [`MeasurePlan::uses`] says (a script sees it only through
+    /// `{name}` in its arguments).
+    Dimension(Variable),
+    /// Any other option acts on the workloads of its scope.
+    On(Scope),
+}
+
+/// The workloads a group of options acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    BuiltIn,
+    DenseInference,
+    Generation,
+    SlidingWindow,
+    Training,
+    CausalLmTraining,
+}
+
+impl Scope {
+    /// Where the scope's options apply, in words (for the refusal).
+    fn describe(self) -> &'static str {
+        match self {
+            Scope::BuiltIn => "the built-in workloads",
+            Scope::DenseInference => "dense inference",
+            Scope::Generation => "causal-lm generation",
+            Scope::SlidingWindow => "causal-lm generation with --cache sliding",
+            Scope::Training => "--task train",
+            Scope::CausalLmTraining => "causal-lm training (--workload causal-lm --task train)",
+        }
+    }
+}
 
 /// What to measure, where, with which interpreter and for how long.
 #[derive(Clone, Debug)]
@@ -105,14 +196,14 @@ pub struct LoraPlan {
 }
 
 impl MeasurePlan {
-    /// Validates the arguments of `measure` (and of the base configuration of a sweep).
-    pub fn from_args(args: &MeasureArgs) -> Result<MeasurePlan> {
+    /// Validates the options of `measure` (and of the base configuration of a sweep).
+    pub fn new(args: &MeasureOptions) -> Result<MeasurePlan> {
         Self::build(args, None)
     }
 
-    /// Validates the arguments of `predict`, for rank 0 of `world_size` ranks when given (at most
+    /// Validates the options of `predict`, for rank 0 of `world_size` ranks when given (at most
     /// `MAX_PREDICTED_WORLD_SIZE`).
-    pub fn for_prediction(args: &MeasureArgs, world_size: Option<u64>) -> Result<MeasurePlan> {
+    pub fn for_prediction(args: &MeasureOptions, world_size: Option<u64>) -> Result<MeasurePlan> {
         if args.nproc_per_node.is_some() {
             bail!(
                 "predict runs no torchrun job: give the job's size with --world-size N (rank 0 is predicted on PyTorch's fake process group)"
@@ -136,7 +227,7 @@ impl MeasurePlan {
             .or(self.predicted_world_size)
     }
 
-    fn build(args: &MeasureArgs, predicted_world_size: Option<u64>) -> Result<MeasurePlan> {
+    fn build(args: &MeasureOptions, predicted_world_size: Option<u64>) -> Result<MeasurePlan> {
         let torchrun = torchrun(args)?;
         let devices = match (&torchrun, args.device.is_empty()) {
             (None, true) => vec!["cuda:0".to_string()],
@@ -191,7 +282,7 @@ impl MeasurePlan {
             devices,
             seed: args.seed,
             python: crate::python_side::interpreter(args.python.as_deref()),
-            timeout: Duration::from_secs(args.timeout),
+            timeout: Duration::from_secs(args.timeout_s),
             alloc_conf: args.alloc_conf,
             torchrun,
             keep_children: args.keep_children,
@@ -211,7 +302,7 @@ impl MeasurePlan {
             },
         };
         plan.check_dimensions()?;
-        refuse_unused(args, &plan)?;
+        refuse_ignored(args, &plan)?;
         Ok(plan)
     }
 
@@ -235,6 +326,20 @@ impl MeasurePlan {
                 Variable::PromptTokens | Variable::NewTokens => !train,
                 Variable::Width | Variable::Depth => false,
             },
+        }
+    }
+
+    /// Whether the options of `scope` change what this plan runs.
+    fn acts_on(&self, scope: Scope) -> bool {
+        let train = self.is_training();
+        match (&self.workload, scope) {
+            (WorkloadPlan::Script(_), _) => false,
+            (_, Scope::BuiltIn) => true,
+            (_, Scope::Training) => train,
+            (WorkloadPlan::Dense(_), Scope::DenseInference) => !train,
+            (WorkloadPlan::CausalLm(_), Scope::Generation | Scope::SlidingWindow) => !train,
+            (WorkloadPlan::CausalLm(_), Scope::CausalLmTraining) => train,
+            _ => false,
         }
     }
 
@@ -518,10 +623,8 @@ const DEFAULTS: Dimensions = Dimensions {
     steps: 2,
 };
 
-/// Every option must act or be refused: an option given for a workload that would ignore it is
-/// an error that names where it applies.
 /// `--nproc-per-node` and the multi-node options, validated.
-fn torchrun(args: &MeasureArgs) -> Result<Option<Torchrun>> {
+fn torchrun(args: &MeasureOptions) -> Result<Option<Torchrun>> {
     let Some(nproc_per_node) = args.nproc_per_node else {
         return Ok(None);
     };
@@ -576,123 +679,45 @@ fn torchrun(args: &MeasureArgs) -> Result<Option<Torchrun>> {
     }))
 }
 
-fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
-    let dims: [(Variable, Option<u64>); 7] = [
-        (Variable::Batch, args.batch),
-        (Variable::Context, args.context),
-        (Variable::Width, args.width),
-        (Variable::Depth, args.depth),
-        (Variable::PromptTokens, args.prompt_tokens),
-        (Variable::NewTokens, args.new_tokens),
-        (Variable::Steps, args.steps),
-    ];
-    for (variable, given) in dims {
-        if let Some(value) = given
-            && !plan.uses(variable)
-        {
-            if let WorkloadPlan::Script(_) = plan.workload {
-                bail!(
-                    "--{0} {value} never reaches the script: write {{{0}}} in its arguments (e.g. -- --{0} {{{0}}}) or drop --{0}",
-                    variable.name()
-                );
-            }
+/// Every option must act or be refused: an option written for a workload that would ignore it is
+/// an error that names where it applies (the dimensions first).
+fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
+    for variable in args.written.iter().filter_map(|w| match w.acts {
+        Acts::Dimension(v) => Some(v),
+        Acts::On(_) => None,
+    }) {
+        if plan.uses(variable) {
+            continue;
+        }
+        if let WorkloadPlan::Script(_) = plan.workload {
             bail!(
-                "--{} has no effect on {} (it applies to {}); drop it",
+                "--{0} {1} never reaches the script: write {{{0}}} in its arguments (e.g. -- --{0} {{{0}}}) or drop --{0}",
                 variable.name(),
-                plan.describe(),
-                match variable {
-                    Variable::Width | Variable::Depth => "the dense workload",
-                    Variable::PromptTokens | Variable::NewTokens => "causal-lm generation",
-                    Variable::Steps => "--task train",
-                    Variable::Context => "dense inputs and causal-lm training",
-                    Variable::Batch => "every built-in workload",
-                }
+                plan.dims.get(variable)
             );
         }
+        bail!(
+            "--{} has no effect on {} (it applies to {}); drop it",
+            variable.name(),
+            plan.describe(),
+            match variable {
+                Variable::Width | Variable::Depth => "the dense workload",
+                Variable::PromptTokens | Variable::NewTokens => "causal-lm generation",
+                Variable::Steps => "--task train",
+                Variable::Context => "dense inputs and causal-lm training",
+                Variable::Batch => "every built-in workload",
+            }
+        );
     }
-    let dense_inference = matches!(plan.workload, WorkloadPlan::Dense(_)) && !plan.is_training();
-    let generation = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && !plan.is_training();
-    let script = matches!(plan.workload, WorkloadPlan::Script(_));
-    let lora = matches!(plan.workload, WorkloadPlan::CausalLm(_)) && plan.is_training();
-    let options: [(&str, bool, bool, &str); 12] = [
-        (
-            "--shard",
-            args.shard.is_some(),
-            lora,
-            "causal-lm training (--workload causal-lm --task train)",
-        ),
-        (
-            "--gradient-checkpointing",
-            args.gradient_checkpointing,
-            plan.is_training(),
-            "--task train",
-        ),
-        (
-            "--lora-rank",
-            args.lora_rank.is_some(),
-            lora,
-            "causal-lm training",
-        ),
-        (
-            "--warmup",
-            args.warmup.is_some(),
-            dense_inference,
-            "dense inference",
-        ),
-        (
-            "--repeats",
-            args.repeats.is_some(),
-            dense_inference,
-            "dense inference",
-        ),
-        (
-            "--empty-cache",
-            args.empty_cache.is_some(),
-            dense_inference,
-            "dense inference",
-        ),
-        (
-            "--cache",
-            args.cache.is_some(),
-            generation,
-            "causal-lm generation",
-        ),
-        (
-            "--optimizer",
-            args.optimizer.is_some(),
-            plan.is_training(),
-            "--task train",
-        ),
-        (
-            "--precision",
-            args.precision.is_some(),
-            plan.is_training(),
-            "--task train",
-        ),
-        (
-            "--dtype",
-            args.dtype.is_some(),
-            !script,
-            "the built-in workloads",
-        ),
-        (
-            "--whole-loop",
-            args.whole_loop,
-            !script,
-            "the built-in workloads",
-        ),
-        (
-            "--window",
-            args.window.is_some(),
-            generation,
-            "causal-lm generation with --cache sliding",
-        ),
-    ];
-    for (name, given, applies, place) in options {
-        if given && !applies {
+    for written in &args.written {
+        if let Acts::On(scope) = written.acts
+            && !plan.acts_on(scope)
+        {
             bail!(
-                "{name} has no effect on {} (it applies to {place}); drop it",
-                plan.describe()
+                "{} has no effect on {} (it applies to {}); drop it",
+                written.flag,
+                plan.describe(),
+                scope.describe()
             );
         }
     }
@@ -718,7 +743,7 @@ fn refuse_unused(args: &MeasureArgs, plan: &MeasurePlan) -> Result<()> {
 }
 
 /// The dtype of the weights: training precision decides; else --dtype; else the default.
-fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
+fn weights_dtype(args: &MeasureOptions, default: Dtype) -> Result<Dtype> {
     if args.task == Task::Train {
         let precision = args.precision.unwrap_or(TrainPrecision::Fp32);
         // A frozen LoRA base is kept in the compute dtype (as `estimate` counts it, and as people
@@ -754,7 +779,7 @@ fn weights_dtype(args: &MeasureArgs, default: Dtype) -> Result<Dtype> {
 }
 
 /// The training loop's settings, or `None` for inference (where training options are refused).
-fn training(args: &MeasureArgs) -> Result<Option<TrainingPlan>> {
+fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
     if args.task != Task::Train {
         if args.gradient_checkpointing || args.lora_rank.is_some() {
             bail!(
@@ -771,7 +796,7 @@ fn training(args: &MeasureArgs) -> Result<Option<TrainingPlan>> {
     }))
 }
 
-fn dense(args: &MeasureArgs) -> Result<DensePlan> {
+fn dense(args: &MeasureOptions) -> Result<DensePlan> {
     if args.model.is_some() {
         bail!("--model applies to --workload causal-lm");
     }
@@ -791,7 +816,7 @@ fn dense(args: &MeasureArgs) -> Result<DensePlan> {
     })
 }
 
-fn causal_lm(args: &MeasureArgs) -> Result<CausalLmPlan> {
+fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
     let Some(model) = &args.model else {
         bail!("--workload causal-lm needs --model PATH (a config.json or a folder holding one)");
     };

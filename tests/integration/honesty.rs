@@ -127,6 +127,90 @@ fn options_a_workload_would_ignore_are_refused() {
         .stdout(predicate::str::contains("--kv-quant-bits").not());
 }
 
+/// The options only measure accepts (the allocator's records, torchrun, the prediction beside
+/// the result): predict's help lists none of them, and clap refuses them as unknown there.
+const MEASURE_ONLY: [&str; 9] = [
+    "--no-prediction",
+    "--timeline",
+    "--timeline-entries",
+    "--no-history",
+    "--nproc-per-node",
+    "--nnodes",
+    "--node-rank",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+];
+
+fn help(command: &str) -> String {
+    let out = with_fake_torch()
+        .args([command, "--help"])
+        .env("COLUMNS", "100")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{command} --help");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn each_command_lists_only_the_options_it_accepts() {
+    let (measure, sweep, predict) = (help("measure"), help("sweep"), help("predict"));
+    // An option is listed when a line of the help starts with it.
+    let lists = |help: &str, option: &str| {
+        help.lines()
+            .any(|l| l.trim_start().split(' ').next() == Some(option))
+    };
+    for option in MEASURE_ONLY {
+        assert!(lists(&measure, option), "measure --help lists {option}");
+        assert!(!predict.contains(option), "predict --help names {option}");
+    }
+    // A sweep keeps live frames for its post-mortems, runs torchrun jobs and takes a hint.
+    for option in ["--no-history", "--nproc-per-node", "--no-prediction"] {
+        assert!(lists(&sweep, option), "sweep --help lists {option}");
+    }
+    assert!(!lists(&sweep, "--timeline"), "{sweep}");
+    for (command, help) in [
+        ("measure", &measure),
+        ("sweep", &sweep),
+        ("predict", &predict),
+    ] {
+        insta::assert_snapshot!(format!("{command}_help"), help);
+    }
+}
+
+#[test]
+fn an_option_a_command_does_not_have_is_clap_s_usage_error() {
+    for option in MEASURE_ONLY {
+        let value: &[&str] = match option {
+            "--no-prediction" | "--timeline" | "--no-history" => &[],
+            "--rdzv-endpoint" => &["h:1"],
+            _ => &["2"],
+        };
+        with_fake_torch()
+            .args(["predict", option])
+            .args(value)
+            .assert()
+            .code(1)
+            .stdout(predicate::str::is_empty())
+            .stderr(predicate::str::contains(format!(
+                "unexpected argument '{option}' found"
+            )));
+    }
+    with_fake_torch()
+        .args([
+            "sweep",
+            "--vary",
+            "batch=1,2",
+            "--timeline",
+            "--output",
+            "x.json",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "unexpected argument '--timeline' found",
+        ));
+}
+
 #[test]
 fn an_empty_list_of_loads_is_refused() {
     let dir = tempfile::tempdir().unwrap();

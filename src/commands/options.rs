@@ -1,0 +1,239 @@
+//! The command line's groups turned into the domain's options, so that no plan imports `cli`.
+//! Which options were written comes from clap's value sources ([`Given`]); where each one acts
+//! comes from the group that defines it: no list of option names is kept anywhere.
+
+use clap::Args;
+
+use crate::cli::{
+    BuiltInArgs, DenseArgs, DistributedArgs, GenerationArgs, Given, HistoryArgs, LmTrainingArgs,
+    MeasureArgs, PredictArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
+    WorkloadArgs, WorkloadGroups,
+};
+use crate::schema::dimensions::Variable;
+use crate::sweep::plan::SweepOptions;
+use crate::workload::plan::{Acts, MeasureOptions, Scope, Written};
+
+/// The measurement `measure` asks for.
+pub fn measure(args: &MeasureArgs) -> MeasureOptions {
+    let extra = Extra {
+        distributed: Some(&args.distributed),
+        history: Some(&args.history),
+        timeline: Some(&args.timeline),
+    };
+    workload(&args.workload, extra, &args.run, &args.given)
+}
+
+/// The workload `predict` follows (no torchrun job, no allocator records).
+pub fn predict(args: &PredictArgs) -> MeasureOptions {
+    workload(&args.workload, Extra::default(), &args.run, &args.given)
+}
+
+/// The sweep, and the measurement each of its trials starts from.
+pub fn sweep(args: &SweepArgs) -> (SweepOptions, MeasureOptions) {
+    let extra = Extra {
+        distributed: Some(&args.distributed),
+        history: Some(&args.history),
+        timeline: None,
+    };
+    let sweep = SweepOptions {
+        vary: args.vary.clone(),
+        search: args.search,
+        resolution: args.resolution,
+        max_trials: args.max_trials,
+        memory_limit: args.memory_limit,
+        card: args.card.clone(),
+        loads: args.loads.clone(),
+        processes: args.processes,
+        no_prediction: args.no_prediction,
+    };
+    (
+        sweep,
+        workload(&args.workload, extra, &args.run, &args.given),
+    )
+}
+
+/// The groups a command accepts besides the workload's (`None`: the command has no such group).
+#[derive(Default)]
+struct Extra<'a> {
+    distributed: Option<&'a DistributedArgs>,
+    history: Option<&'a HistoryArgs>,
+    timeline: Option<&'a TimelineArgs>,
+}
+
+fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> MeasureOptions {
+    let (workload, dense, generation, training) =
+        (&w.workload, &w.dense, &w.generation, &w.training);
+    let distributed = extra.distributed;
+    MeasureOptions {
+        workload: workload.workload,
+        script: workload.script.clone(),
+        script_args: workload.script_args.clone(),
+        model: workload.model.clone(),
+        task: workload.task,
+        device: workload.device.clone(),
+        batch: workload.batch,
+        context: workload.context,
+        seed: workload.seed,
+        dtype: w.built_in.dtype,
+        whole_loop: w.built_in.whole_loop,
+        width: dense.width,
+        depth: dense.depth,
+        warmup: dense.warmup,
+        repeats: dense.repeats,
+        empty_cache: dense.empty_cache,
+        prompt_tokens: generation.prompt_tokens,
+        new_tokens: generation.new_tokens,
+        cache: generation.cache,
+        window: w.sliding.window,
+        steps: training.steps,
+        optimizer: training.optimizer,
+        precision: training.precision,
+        gradient_checkpointing: training.gradient_checkpointing,
+        shard: w.lm_training.shard,
+        lora_rank: w.lm_training.lora_rank,
+        lora_targets: w.lm_training.lora_targets.clone(),
+        alloc_conf: w.allocator.alloc_conf,
+        nproc_per_node: distributed.and_then(|d| d.nproc_per_node),
+        nnodes: distributed.and_then(|d| d.nnodes),
+        node_rank: distributed.and_then(|d| d.node_rank),
+        rdzv_endpoint: distributed.and_then(|d| d.rdzv_endpoint.clone()),
+        rdzv_id: distributed.and_then(|d| d.rdzv_id.clone()),
+        timeline: extra.timeline.is_some_and(|t| t.timeline),
+        timeline_entries: extra.timeline.map_or(0, |t| t.timeline_entries),
+        no_history: extra.history.is_some_and(|h| h.no_history),
+        keep_children: run.keep_children,
+        python: run.python.clone(),
+        timeout_s: run.timeout,
+        written: written(given),
+    }
+}
+
+/// The options written on the command line that act only on some workloads: the dimensions
+/// wherever they are defined, then every option of a scoped group, in the help's order.
+fn written(given: &Given) -> Vec<Written> {
+    let mut written = Vec::new();
+    let mut add = |group: Vec<(String, String)>, scope: Option<Scope>| {
+        for (id, flag) in group {
+            let acts = match (Variable::parse(&id), scope) {
+                (Ok(variable), _) => Acts::Dimension(variable),
+                (Err(_), Some(scope)) => Acts::On(scope),
+                (Err(_), None) => continue,
+            };
+            written.push(Written { flag, acts });
+        }
+    };
+    add(written_in::<WorkloadArgs>(given), None);
+    add(written_in::<BuiltInArgs>(given), Some(Scope::BuiltIn));
+    add(written_in::<DenseArgs>(given), Some(Scope::DenseInference));
+    add(written_in::<GenerationArgs>(given), Some(Scope::Generation));
+    add(
+        written_in::<SlidingWindowArgs>(given),
+        Some(Scope::SlidingWindow),
+    );
+    add(written_in::<TrainingArgs>(given), Some(Scope::Training));
+    add(
+        written_in::<LmTrainingArgs>(given),
+        Some(Scope::CausalLmTraining),
+    );
+    written
+}
+
+/// The options of group `A` written on the command line, in the group's order: each one's id
+/// and its name as the help lists it, with its visible aliases (the user may have typed either).
+pub fn written_in<A: Args>(given: &Given) -> Vec<(String, String)> {
+    A::augment_args(clap::Command::new("group"))
+        .get_arguments()
+        .filter(|arg| given.contains(arg.get_id().as_str()))
+        .map(|arg| {
+            let id = arg.get_id().as_str();
+            let names = std::iter::once(arg.get_long().unwrap_or(id))
+                .chain(arg.get_visible_aliases().into_iter().flatten())
+                .map(|name| format!("--{name}"))
+                .collect::<Vec<_>>();
+            (id.to_string(), names.join("/"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn measure_options(args: &[&str]) -> MeasureOptions {
+        let argv = ["iteragpu", "measure"].iter().chain(args);
+        let Command::Measure(m) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!("parsed as measure")
+        };
+        measure(&m)
+    }
+
+    #[test]
+    fn only_options_written_on_the_command_line_are_written_and_defaults_are_not() {
+        let o = measure_options(&[
+            "--cache",
+            "static",
+            "--seed",
+            "3",
+            "--task",
+            "infer",
+            "--batch",
+            "2",
+            "--dtype",
+            "float16",
+            "--timeout",
+            "9",
+            "--steps",
+            "3",
+        ]);
+        let written: Vec<(&str, Acts)> = o.written.iter().map(|w| (&*w.flag, w.acts)).collect();
+        assert_eq!(
+            written,
+            [
+                ("--batch", Acts::Dimension(Variable::Batch)),
+                ("--dtype", Acts::On(Scope::BuiltIn)),
+                ("--cache", Acts::On(Scope::Generation)),
+                ("--steps", Acts::Dimension(Variable::Steps)),
+            ],
+            "options that act everywhere (--seed, --task, --timeout) are not listed"
+        );
+        // Defaults are values, never written options.
+        let o = measure_options(&[]);
+        assert!(o.written.is_empty(), "{:?}", o.written);
+        assert_eq!(
+            (o.seed, o.timeout_s, o.timeline_entries),
+            (0, 3600, 100_000)
+        );
+    }
+
+    #[test]
+    fn every_option_of_a_scoped_group_is_written_with_its_scope() {
+        for (args, flag, scope) in [
+            (&["--whole-loop"][..], "--whole-loop", Scope::BuiltIn),
+            (&["--warmup", "1"], "--warmup", Scope::DenseInference),
+            (
+                &["--empty-cache", "between-repeats"],
+                "--empty-cache",
+                Scope::DenseInference,
+            ),
+            (&["--window", "8"], "--window", Scope::SlidingWindow),
+            (
+                &["--gradient-checkpointing"],
+                "--gradient-checkpointing",
+                Scope::Training,
+            ),
+            (&["--shard", "ddp"], "--shard", Scope::CausalLmTraining),
+        ] {
+            let o = measure_options(args);
+            assert_eq!(
+                o.written,
+                [Written {
+                    flag: flag.into(),
+                    acts: Acts::On(scope)
+                }],
+                "{args:?}"
+            );
+        }
+    }
+}
