@@ -29,19 +29,9 @@ pub use weights::WeightsSource;
 pub const SCHEMA: &str = "iteragpu.estimate/1";
 
 /// Whether a figure follows from the inputs or rests on a model or a choice.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Kind {
     /// Exact arithmetic on the inputs (weights, KV cache of a known layout, optimizer states).

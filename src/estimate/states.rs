@@ -11,21 +11,9 @@ use crate::units::Bytes;
 
 /// Optimizers whose states we can count, named as the command line takes them (`sgd-momentum`,
 /// `adamw-8bit`) in tables and JSON.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-    strum::Display,
-    strum::AsRefStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::Display, strum::AsRefStr, strum::EnumString, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Optimizer {
     Adamw,
@@ -41,20 +29,9 @@ pub enum Optimizer {
 
 /// Where the trainable parameters live and in which width; named as the command line takes it
 /// (`bf16-mixed`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Precision {
     /// Everything in float32.
@@ -110,19 +87,9 @@ pub struct TrainingRequest {
 }
 
 /// How the training state is spread over the ranks.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    clap::ValueEnum,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Strategy {
     /// DistributedDataParallel: a full replica per rank, plus the reducer's gradient buckets.
@@ -149,19 +116,9 @@ impl Strategy {
 }
 
 /// What an offload moves to the host.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    clap::ValueEnum,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Offload {
     /// DeepSpeed `offload_optimizer`: fp32 master weights, fp32 gradients and optimizer states

@@ -13,19 +13,9 @@ use crate::schema::trace::Unpredictable;
 pub const SCHEMA: &str = "iteragpu.prediction/1";
 
 /// How a predicted phase ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum PhaseStatus {
     Predicted,
@@ -37,19 +27,9 @@ pub enum PhaseStatus {
 
 /// How a whole prediction ended. `timeout`, `interrupted` and `terminated` are `measure`'s words
 /// (`RunStatus`) for a prediction stopped before the workload ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum PredictionStatus {
     /// Every phase predicted.
@@ -80,19 +60,9 @@ impl PredictionStatus {
 }
 
 /// What a prediction file is: always a prediction, never a measurement.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum DocumentKind {
     Prediction,

@@ -5,19 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// How a run, or one of its phases, ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum RunStatus {
     /// Every phase completed.

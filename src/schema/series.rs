@@ -15,20 +15,9 @@ use crate::schema::measure::{MeasureResult, RunStatus};
 pub const SCHEMA: &str = "iteragpu.series/1";
 
 /// How one trial of a sweep ended.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum TrialStatus {
     Ok,
@@ -62,19 +51,9 @@ impl From<RunStatus> for TrialStatus {
 }
 
 /// Where a sweep stands.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum SeriesStatus {
     /// Trials are still running (or the CLI was killed before it could say otherwise).
@@ -89,19 +68,9 @@ pub enum SeriesStatus {
 }
 
 /// How a sweep chooses its trials.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum SweepMode {
     /// One `--vary` list.

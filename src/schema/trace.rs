@@ -4,22 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// What a storage holds (PyTorch MemTracker's categories, plus inputs, KV caches, workspaces).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::AsRefStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
 pub enum Category {
     Parameter,
