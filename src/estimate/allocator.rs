@@ -106,15 +106,6 @@ impl CachingAllocator {
         }
     }
 
-    /// Adds memory held for the whole run without replaying it (many tensors): it counts in the
-    /// levels but offers no free space to later requests.
-    pub fn preload(&mut self, allocated: u64, reserved: u64) {
-        self.allocated += allocated;
-        self.reserved += reserved;
-        self.peak_allocated = self.peak_allocated.max(self.allocated);
-        self.peak_reserved = self.peak_reserved.max(self.reserved);
-    }
-
     /// `torch.cuda.reset_peak_memory_stats`: peaks restart from the current levels.
     pub fn reset_peaks(&mut self) {
         self.peak_allocated = self.allocated;

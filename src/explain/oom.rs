@@ -157,22 +157,6 @@ pub enum OomFormat {
     RequestOnly,
 }
 
-impl OomFormat {
-    /// The PyTorch versions that print this format.
-    pub fn torch_versions(self) -> &'static str {
-        match self {
-            OomFormat::Cached => "torch 1.0 to 1.3",
-            OomFormat::Reserved => "torch 1.4 to 2.0",
-            OomFormat::OfWhichFree => "torch 2.1 or later",
-            OomFormat::CudaMallocAsync => {
-                "the cudaMallocAsync backend (pytorch/pytorch#82682, 2022)"
-            }
-            OomFormat::OverOneExabyte => "any recent torch, either backend",
-            OomFormat::RequestOnly => "unknown",
-        }
-    }
-}
-
 /// The setting PyTorch's own message suggests at its end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
