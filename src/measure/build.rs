@@ -10,12 +10,10 @@ use crate::measure::driver_view::driver_phase;
 use crate::measure::sampler::Sampler;
 use crate::progress::Progress as ProgressDisplay;
 use crate::schema::events::{Event, Line, PhaseRecord, RankHello};
-use crate::schema::measure::{
-    Failure, Identity, MeasureResult, RunEnvironment, RunStatus, Scope, WorkerInfo,
-};
+use crate::schema::measure::{Failure, Identity, MeasureResult, RunEnvironment, RunStatus, Scope};
 use crate::signals::Stop;
 use crate::workload::plan::Trial;
-use crate::workload::process::{self, Exit};
+use crate::workload::process;
 
 /// How a trial ended.
 #[derive(Debug)]
@@ -296,18 +294,7 @@ pub(crate) fn build(
         phases: p.phases,
         warm_summary,
         failure,
-        worker: WorkerInfo {
-            pid: p.pid.or(Some(run.pid)),
-            exit_code: match run.exit {
-                Exit::Code(c) => Some(c),
-                _ => None,
-            },
-            signal: match run.exit {
-                Exit::Signal(s) => Some(s),
-                _ => None,
-            },
-            stderr_tail: run.stderr_tail.clone(),
-        },
+        worker: run.info(p.pid),
         predictions: Vec::new(),
         prediction: None,
         kv_cache: Vec::new(),

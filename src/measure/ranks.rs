@@ -44,10 +44,7 @@ pub(crate) fn combine(
     ended: &Ended,
 ) -> Result<TrialOutcome, StartError> {
     let run = &ended.run;
-    let stopped = match run.exit {
-        Exit::Stopped(signal) => Some(signal),
-        _ => None,
-    };
+    let stopped = run.stopped();
     let tail = if run.stderr_tail.is_empty() {
         String::new()
     } else {
@@ -249,18 +246,7 @@ pub(crate) fn combine(
         "the phases above are rank {}'s (the highest peak reserved on this node); each rank's are in `distributed.ranks`, read on its own device and never added to another's",
         results[k].0.rank
     ));
-    top.worker = crate::schema::measure::WorkerInfo {
-        pid: Some(run.pid),
-        exit_code: match run.exit {
-            Exit::Code(c) => Some(c),
-            _ => None,
-        },
-        signal: match run.exit {
-            Exit::Signal(s) => Some(s),
-            _ => None,
-        },
-        stderr_tail: run.stderr_tail.clone(),
-    };
+    top.worker = run.info(None);
     top.distributed = Some(Distributed {
         launcher: "torchrun (python -m torch.distributed.run)".into(),
         torchrun: torchrun.clone(),

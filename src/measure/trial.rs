@@ -148,10 +148,7 @@ fn one_worker(
     ended: &Ended,
 ) -> Result<TrialOutcome, StartError> {
     let run = &ended.run;
-    let stopped = match run.exit {
-        Exit::Stopped(signal) => Some(signal),
-        _ => None,
-    };
+    let stopped = run.stopped();
     if let Some(reason) = p.unavailable.clone()
         && stopped.is_none()
     {

@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::progress::Progress;
 use crate::python_side::Package;
 use crate::schema::events::{Line, parse};
+use crate::schema::measure::WorkerInfo;
 use crate::signals::{Stop, StopRequest};
 
 /// How to start a worker.
@@ -94,6 +95,30 @@ pub struct WorkerRun {
 }
 
 impl WorkerRun {
+    /// What the result says of this worker; `pid` is the one it reported itself, if any.
+    pub fn info(&self, pid: Option<u32>) -> WorkerInfo {
+        let (exit_code, signal) = match self.exit {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(s) => (None, Some(s)),
+            _ => (None, None),
+        };
+        let stderr_tail = self.stderr_tail.clone();
+        WorkerInfo {
+            pid: pid.or(Some(self.pid)),
+            exit_code,
+            signal,
+            stderr_tail,
+        }
+    }
+
+    /// The signal the CLI received that stopped the worker, if one did.
+    pub fn stopped(&self) -> Option<Stop> {
+        match self.exit {
+            Exit::Stopped(signal) => Some(signal),
+            _ => None,
+        }
+    }
+
     /// The note a result carries for each process the workload left running.
     pub fn left_running_notes(&self, kept: bool) -> impl Iterator<Item = String> + '_ {
         self.left_running.iter().map(move |p| {

@@ -174,6 +174,23 @@ fn numbers(
     })
 }
 
+/// `numbers` sharded over `world_size` ranks with no other setting; the estimate must succeed.
+fn sharded(
+    parameters: u64,
+    strategy: Strategy,
+    world_size: u64,
+    optimizer: Optimizer,
+    precision: Precision,
+) -> Estimate {
+    numbers(
+        parameters,
+        Some(sharding(strategy, world_size)),
+        optimizer,
+        precision,
+    )
+    .unwrap()
+}
+
 fn model(
     name: &str,
     sh: Option<Sharding>,
@@ -315,13 +332,13 @@ fn zero_paper_closed_forms() {
 /// estimator, which divides exactly.
 #[test]
 fn partitions_round_up() {
-    let est = numbers(
+    let est = sharded(
         1_000_003,
-        Some(sharding(Strategy::Zero2, 8)),
+        Strategy::Zero2,
+        8,
         Optimizer::Adamw,
         Precision::Bf16Mixed,
-    )
-    .unwrap();
+    );
     let s = summary(&est);
     let ds = s.deepspeed.as_ref().unwrap().gpu_bytes.get();
     let ours = s.model_states_bytes.get();
@@ -334,13 +351,7 @@ fn partitions_round_up() {
 fn ddp_is_the_replica_plus_buckets() {
     let p = 1_000_000u64;
     let plain = numbers(p, None, Optimizer::Adamw, Precision::Bf16Mixed).unwrap();
-    let ddp = numbers(
-        p,
-        Some(sharding(Strategy::Ddp, 4)),
-        Optimizer::Adamw,
-        Precision::Bf16Mixed,
-    )
-    .unwrap();
+    let ddp = sharded(p, Strategy::Ddp, 4, Optimizer::Adamw, Precision::Bf16Mixed);
     assert_eq!(
         bytes_of(
             &ddp,
@@ -353,13 +364,7 @@ fn ddp_is_the_replica_plus_buckets() {
     assert_eq!(ddp.total_bytes.get(), plain.total_bytes.get() + 4 * p + GIB);
     assert_eq!(summary(&ddp).model_states_bytes.get(), 18 * p + 4 * p);
     // Pure bf16: bf16 buckets.
-    let bf16 = numbers(
-        p,
-        Some(sharding(Strategy::Ddp, 1)),
-        Optimizer::Adamw,
-        Precision::Bf16,
-    )
-    .unwrap();
+    let bf16 = sharded(p, Strategy::Ddp, 1, Optimizer::Adamw, Precision::Bf16);
     assert_eq!(
         bytes_of(
             &bf16,
@@ -377,13 +382,7 @@ fn ddp_is_the_replica_plus_buckets() {
 #[test]
 fn generalised_optimizers() {
     let p = 8_000_000u64;
-    let sgd = numbers(
-        p,
-        Some(sharding(Strategy::Zero2, 8)),
-        Optimizer::Sgd,
-        Precision::Bf16Mixed,
-    )
-    .unwrap();
+    let sgd = sharded(p, Strategy::Zero2, 8, Optimizer::Sgd, Precision::Bf16Mixed);
     assert_eq!(
         bytes_of(
             &sgd,
@@ -406,13 +405,13 @@ fn generalised_optimizers() {
     assert!(master.formula.contains("generalised"), "{}", master.formula);
     assert!(summary(&sgd).deepspeed.is_none());
     assert_eq!(summary(&sgd).model_states_bytes.get(), 2 * p + 10 * (p / 8));
-    let momentum = numbers(
+    let momentum = sharded(
         p,
-        Some(sharding(Strategy::Zero1, 8)),
+        Strategy::Zero1,
+        8,
         Optimizer::SgdMomentum,
         Precision::Fp32,
-    )
-    .unwrap();
+    );
     // fp32: 4P weights + 4P gradients + (4 + 4 + 4)·P/N.
     assert_eq!(
         summary(&momentum).model_states_bytes.get(),
@@ -489,13 +488,7 @@ fn fsdp_terms() {
     .unwrap();
     assert!(summary(&six).model_states_bytes.get() > 16 * p / 6);
     // Without shapes: ⌈P/N⌉, padding not counted, no transients.
-    let plain = numbers(
-        p,
-        Some(sharding(Strategy::Fsdp, 8)),
-        Optimizer::Adamw,
-        Precision::Bf16Mixed,
-    )
-    .unwrap();
+    let plain = sharded(p, Strategy::Fsdp, 8, Optimizer::Adamw, Precision::Bf16Mixed);
     assert_eq!(summary(&plain).model_states_bytes.get(), 16 * p / 8);
     assert_eq!(summary(&plain).padding_counted, Some(false));
     assert!(
