@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
     strum::Display,
     strum::AsRefStr,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]

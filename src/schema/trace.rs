@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
     strum::Display,
     strum::AsRefStr,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
@@ -45,7 +46,7 @@ pub enum Category {
 }
 
 /// A storage that appeared on the target device.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Alloc {
     pub id: u64,
     /// Bytes of the storage as requested (the allocator rounds and may hand out more).
@@ -61,7 +62,7 @@ pub struct Alloc {
 }
 
 /// An op the fake tensors could not follow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Unpredictable {
     pub op: String,
     pub file: Option<String>,
