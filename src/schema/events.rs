@@ -32,6 +32,9 @@
 //! ```
 //! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
 //! reported, not fatal.
+//!
+//! `Event` is the contract: `schema/events.schema.json` is generated from it (schemars), and
+//! `tests/integration/contract.rs` fails when it is stale and validates what the worker emits.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

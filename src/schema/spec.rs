@@ -13,6 +13,10 @@
 //! `"predict": {…}`, the target card (`prediction::target::Target`); a measurement adds what the
 //! allocator records, `"history": {"mode": "state"}` (the last example: `--timeline`). The training keys
 //! appear only for `--task train`; the quantized cache's keys only for `--cache quantized`.
+//!
+//! These types are the contract: `schema/worker-spec.schema.json` is generated from them
+//! (schemars), and `tests/integration/contract.rs` fails when it is stale and checks `spec.py`'s
+//! keys and these examples against it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

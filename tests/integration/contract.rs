@@ -112,12 +112,25 @@ fn spec_py_follows_the_spec_schema() {
     );
 }
 
-/// The events one worker run emits on the fake torch (`python -m iteragpu.worker SPEC.json`).
-fn worker_events(spec: serde_json::Value, env: &[(&str, &str)], dir: &Path) -> Vec<String> {
+/// The events one worker run emits (`python -m iteragpu.worker SPEC.json`), on the fake torch
+/// when `python` is `python3` (its own switches in `env`). The spec must be one Rust writes.
+fn worker_events(
+    python: &str,
+    spec: serde_json::Value,
+    env: &[(&str, &str)],
+    dir: &Path,
+) -> Vec<String> {
+    serde_json::from_value::<WorkerSpec>(spec.clone())
+        .unwrap_or_else(|e| panic!("not a spec Rust writes ({e}): {spec}"));
     let file = dir.join("spec.json");
     std::fs::write(&file, spec.to_string()).unwrap();
-    let pythonpath = std::env::join_paths([fixture("../fake_torch"), repo("python")]).unwrap();
-    let mut command = Command::new("python3");
+    let fake_torch = python == "python3";
+    let pythonpath = if fake_torch {
+        std::env::join_paths([fixture("../fake_torch"), repo("python")]).unwrap()
+    } else {
+        repo("python").into_os_string()
+    };
+    let mut command = Command::new(python);
     command
         .args(["-m", "iteragpu.worker"])
         .arg(&file)
@@ -131,12 +144,32 @@ fn worker_events(spec: serde_json::Value, env: &[(&str, &str)], dir: &Path) -> V
         command.env_remove(var);
     }
     command.envs(env.iter().copied());
-    let out = command.output().expect("python3 runs the worker");
+    let out = command.output().expect("the worker runs");
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+/// Checks each line against the events schema (`contract.py events`) and as a known Rust event;
+/// returns the event types seen, sorted.
+fn valid_event_types(lines: &[String]) -> Vec<String> {
+    for line in lines {
+        assert!(
+            matches!(iteragpu::schema::events::parse(line), Line::Event(_)),
+            "not a known event: {line}"
+        );
+    }
+    let out = contract_py(
+        &[
+            "events",
+            repo("schema/events.schema.json").to_str().unwrap(),
+        ],
+        &lines.join("\n"),
+        &[repo("python")],
+    );
+    out.lines().map(str::to_string).collect()
 }
 
 /// Every event the worker emits is valid against the events schema, and parses as a known Rust
@@ -181,25 +214,10 @@ fn the_workers_events_follow_the_events_schema() {
     ];
     let mut lines = Vec::new();
     for (spec, env) in runs {
-        lines.extend(worker_events(spec, &env, dir.path()));
+        lines.extend(worker_events("python3", spec, &env, dir.path()));
     }
-    for line in &lines {
-        assert!(
-            matches!(iteragpu::schema::events::parse(line), Line::Event(_)),
-            "not a known event: {line}"
-        );
-    }
-    let out = contract_py(
-        &[
-            "events",
-            repo("schema/events.schema.json").to_str().unwrap(),
-        ],
-        &lines.join("\n"),
-        &[repo("python")],
-    );
-    let seen: Vec<&str> = out.lines().collect();
     assert_eq!(
-        seen,
+        valid_event_types(&lines),
         [
             "describe",
             "done",
@@ -213,6 +231,46 @@ fn the_workers_events_follow_the_events_schema() {
             "snapshot",
             "unavailable",
         ],
-        "the event types seen and valid"
+        "the event types seen, all valid"
+    );
+}
+
+/// A prediction's storage events are valid too: a loop on data (placeholders, an unpredictable
+/// op) and mixed precision with a GradScaler (a note), on fake CUDA tensors with real torch.
+#[test]
+#[ignore = "needs torch"]
+fn the_predicting_workers_events_follow_the_events_schema() {
+    let python = crate::common::python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = serde_json::json!({"name": "H200", "capability": [9, 0],
+        "total_memory": 150_754_820_096u64, "total_memory_source": "the catalog",
+        "context_bytes": iteragpu::schema::target::H200_CONTEXT_BYTES, "context_source": "measured",
+        "workspaces": iteragpu::schema::target::SM90_WORKSPACES, "workspaces_source": "measured",
+        "allocator_backend": "native", "cudnn_version": null});
+    let mut lines = Vec::new();
+    for name in ["data_loop.py", "amp_scaler.py"] {
+        let spec = serde_json::json!({"workload": "script", "devices": ["cuda:0"], "seed": 0,
+            "script": fixture(&format!("scripts/predict/{name}")), "script_args": [],
+            "predict": target});
+        lines.extend(worker_events(&python, spec, &[], dir.path()));
+    }
+    assert_eq!(
+        valid_event_types(&lines),
+        [
+            "alloc",
+            "describe",
+            "done",
+            "environment",
+            "free",
+            "hello",
+            "note",
+            "phase_end",
+            "phase_start",
+            "placeholder",
+            "placeholder_count",
+            "tag",
+            "unpredictable",
+        ],
+        "the event types seen, all valid"
     );
 }
