@@ -235,6 +235,21 @@ fn the_workers_events_follow_the_events_schema() {
     );
 }
 
+/// The event types the worker's source emits by name are exactly the schema's: Python sends
+/// none that Rust would keep as unknown, and Rust knows none that no worker sends.
+#[test]
+fn the_worker_emits_every_event_of_the_schema_and_no_other() {
+    let out = contract_py(
+        &[
+            "emitted",
+            repo("schema/events.schema.json").to_str().unwrap(),
+        ],
+        "",
+        &[repo("python")],
+    );
+    assert_eq!(out.lines().count(), 17, "{out}");
+}
+
 /// A prediction's storage events are valid too: a loop on data (placeholders, an unpredictable
 /// op) and mixed precision with a GradScaler (a note), on fake CUDA tensors with real torch.
 #[test]

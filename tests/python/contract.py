@@ -3,10 +3,12 @@
 Usage:
   contract.py spec schema/worker-spec.schema.json < EXAMPLES   (one worker spec a line)
   contract.py events schema/events.schema.json < EVENTS        (one event a line)
+  contract.py emitted schema/events.schema.json                (reads python/iteragpu's source)
 
 `spec`: for each workload of the schema, `iteragpu.spec`'s dataclasses read the same keys, require
 none the schema lets Rust omit, and expect every JSON type the schema allows; then each example is
-valid against the schema. `events`: each line is valid; prints the event types seen.
+valid against the schema. `events`: each line is valid; prints the event types seen. `emitted`:
+the event types the worker's source emits by name (`emit("note", …)`) are the schema's, both ways.
 
 Standard library only (the CLI's tests need nothing but python3): `validate` is a small validator
 of the JSON Schema keywords schemars writes, and refuses any other keyword rather than ignore it.
@@ -15,9 +17,11 @@ of the JSON Schema keywords schemars writes, and refuses any other keyword rathe
 from __future__ import annotations
 
 import json
+import re
 import sys
 import typing
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any
 
 from iteragpu import spec as specs
@@ -267,12 +271,27 @@ def check_events(schema: dict[str, Any], lines: list[str]) -> list[str]:
     return sorted(seen)
 
 
+# An event sent by name in the worker's source: `channel.emit("note", …)`, `self._emit(\n "alloc"`.
+EMIT = re.compile(r'\b_?(?:emit|events)\(\s*"([a-z_]+)"')
+
+
+def check_emitted(schema: dict[str, Any], lines: list[str]) -> list[str]:
+    package = Path(specs.__file__).parent
+    emitted = {m for path in package.rglob("*.py") for m in EMIT.findall(path.read_text(encoding="utf-8"))}
+    known = {variant["properties"]["type"]["const"] for variant in schema["oneOf"]}
+    wrong = [f"the worker emits `{t}`, which the schema lacks" for t in sorted(emitted - known)]
+    wrong += [f"the schema has `{t}`, which the worker never emits by name" for t in sorted(known - emitted)]
+    if wrong:
+        raise SystemExit("\n".join(wrong))
+    return sorted(emitted)
+
+
 def main() -> None:
     what, path = sys.argv[1], sys.argv[2]
     with open(path, encoding="utf-8") as f:
         schema = json.load(f)
-    lines = [line for line in sys.stdin.read().splitlines() if line.strip()]
-    check = {"spec": check_spec, "events": check_events}[what]
+    lines = [] if what == "emitted" else [line for line in sys.stdin.read().splitlines() if line.strip()]
+    check = {"spec": check_spec, "events": check_events, "emitted": check_emitted}[what]
     print("\n".join(check(schema, lines)))
 
 
