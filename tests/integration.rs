@@ -2,6 +2,8 @@
 
 #[path = "integration/common.rs"]
 mod common;
+#[path = "integration/contract.rs"]
+mod contract;
 #[path = "integration/estimate.rs"]
 mod estimate;
 #[path = "integration/explain.rs"]

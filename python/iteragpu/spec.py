@@ -1,8 +1,9 @@
 """The worker's specification: what the CLI asks one fresh worker to run (measured, or predicted
 for the target card in `predict`).
 
-Its Rust twin is `src/measure/spec.rs`, whose module documentation holds the examples both sides
-are tested against. `parse` turns the JSON object into typed, frozen records and refuses any key
+Its Rust twin is `src/schema/spec.rs`, whose module documentation holds the examples both sides
+are tested against; the JSON Schema generated from it (`schema/worker-spec.schema.json`) is what
+`tests/integration/contract.rs` checks these records' keys against. `parse` turns the JSON object into typed, frozen records and refuses any key
 it does not know, so a misspelt or outdated key fails loudly instead of being ignored.
 """
 

@@ -13,7 +13,7 @@ use crate::signals::{Stop, StopRequest};
 
 /// What `python -m iteragpu.probe` reports. Kept as JSON objects where PyTorch's own structure is
 /// richer than we need to type; the documented fields are below.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PythonEnvironment {
     /// `executable`, `version`, `implementation`.
     pub python: Value,

@@ -25,6 +25,7 @@ use crate::units::{Bytes, Overflow};
     strum::AsRefStr,
     strum::EnumString,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]

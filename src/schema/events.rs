@@ -32,6 +32,9 @@
 //! ```
 //! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
 //! reported, not fatal.
+//!
+//! `Event` is the contract: `schema/events.schema.json` is generated from it (schemars), and
+//! `tests/integration/contract.rs` fails when it is stale and validates what the worker emits.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -40,7 +43,7 @@ use std::collections::BTreeMap;
 use crate::environment::PythonEnvironment;
 
 /// `torch.cuda.mem_get_info` at the end of a phase.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemGetInfo {
     pub free_bytes: u64,
     pub total_bytes: u64,
@@ -48,7 +51,7 @@ pub struct MemGetInfo {
 
 /// The four counters and both levels of one device for one phase. `null` means not read, and
 /// `null_reasons` says why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceReading {
     pub device: String,
     pub start_allocated_bytes: Option<u64>,
@@ -68,7 +71,7 @@ pub struct DeviceReading {
 
 /// `torch.cuda.memory_stats()` fields that tell fragmentation and rounding apart. A field the
 /// backend does not report (cudaMallocAsync reports few) is null.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AllocatorStats {
     /// Bytes in blocks handed out or waiting to be freed (allocated plus pending frees).
     pub active_bytes_current: Option<u64>,
@@ -97,7 +100,7 @@ pub struct AllocatorStats {
 }
 
 /// The exception a phase raised.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseError {
     #[serde(rename = "type")]
     pub kind: String,
@@ -107,7 +110,7 @@ pub struct PhaseError {
 }
 
 /// The driver's view of a phase, sampled by the CLI through NVML while the phase ran.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DriverPhase {
     pub device: String,
     /// NVML index the CUDA device was matched to.
@@ -127,7 +130,7 @@ pub struct DriverPhase {
 }
 
 /// One phase as measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseRecord {
     pub name: String,
     pub index: u64,
@@ -158,7 +161,7 @@ pub struct PhaseRecord {
 }
 
 /// A rank's identity, from torchrun's environment (`RANK`, `LOCAL_RANK`, `GROUP_RANK`, …).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RankHello {
     pub rank: u64,
     pub local_rank: u64,
@@ -174,7 +177,7 @@ pub struct RankHello {
 }
 
 /// A known event.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum Event {
     Hello {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// What the allocator records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HistoryMode {
     /// The frames of live allocations only (no event history): bounded by what is alive.
@@ -19,7 +19,7 @@ pub enum HistoryMode {
 }
 
 /// The worker's instructions (`"history": {"mode": "state"}` in its spec).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HistorySpec {
     pub mode: HistoryMode,
     /// `timeline`: the most events kept (the oldest are dropped first).
@@ -31,7 +31,7 @@ pub struct HistorySpec {
 }
 
 /// The recording as the worker could start it (event `history`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HistoryStatus {
     pub mode: HistoryMode,
     /// False when this PyTorch or its allocator backend refused (`null_reasons.record`).
@@ -47,7 +47,7 @@ pub struct HistoryStatus {
 }
 
 /// One Python frame of an allocation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Frame {
     pub filename: Option<String>,
     pub line: Option<u64>,
@@ -56,7 +56,7 @@ pub struct Frame {
 
 /// A live block at the out-of-memory: its size as the allocator holds it, what was asked for,
 /// and its frames (the workload's own first).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveBlock {
     pub bytes: u64,
     pub requested_bytes: Option<u64>,
@@ -64,7 +64,7 @@ pub struct LiveBlock {
 }
 
 /// The device's segments at the out-of-memory.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveSummary {
     pub segments: u64,
     pub reserved_bytes: u64,
@@ -75,7 +75,7 @@ pub struct LiveSummary {
 }
 
 /// Event `oom_snapshot`: what PyTorch's observer saw before raising an out-of-memory.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomSnapshot {
     pub device: String,
     pub requested_bytes: u64,

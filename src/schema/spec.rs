@@ -13,6 +13,10 @@
 //! `"predict": {…}`, the target card (`prediction::target::Target`); a measurement adds what the
 //! allocator records, `"history": {"mode": "state"}` (the last example: `--timeline`). The training keys
 //! appear only for `--task train`; the quantized cache's keys only for `--cache quantized`.
+//!
+//! These types are the contract: `schema/worker-spec.schema.json` is generated from them
+//! (schemars), and `tests/integration/contract.rs` fails when it is stale and checks `spec.py`'s
+//! keys and these examples against it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -21,7 +25,7 @@ use std::path::PathBuf;
 use crate::estimate::kv_cache::CacheKind;
 
 /// One worker's specification.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkerSpec {
     #[serde(flatten)]
     pub workload: WorkloadSpec,
@@ -44,7 +48,7 @@ pub struct WorkerSpec {
 }
 
 /// What the worker runs, tagged by `workload`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "workload", rename_all = "kebab-case")]
 pub enum WorkloadSpec {
     Dense(DenseSpec),
@@ -53,7 +57,7 @@ pub enum WorkloadSpec {
 }
 
 /// The guide's dense network on synthetic inputs of shape (batch, context, width).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DenseSpec {
     pub batch: u64,
     pub context: u64,
@@ -70,7 +74,7 @@ pub struct DenseSpec {
 }
 
 /// A language model built from a config.json with random weights.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CausalLmSpec {
     pub model_config: PathBuf,
     pub batch: u64,
@@ -93,7 +97,7 @@ pub struct CausalLmSpec {
 }
 
 /// A user's script run as `__main__` with its arguments.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ScriptSpec {
     pub script: PathBuf,
     /// With `{batch}`, `{context}`, … already replaced by this trial's values.
@@ -101,7 +105,7 @@ pub struct ScriptSpec {
 }
 
 /// The training loop's settings (`task` is always `train` when present).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrainingSpec {
     pub task: Task,
     pub steps: u64,
@@ -114,7 +118,9 @@ pub struct TrainingSpec {
 }
 
 /// How a training model is spread over the ranks of a torchrun job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrainShard {
     /// DistributedDataParallel: a full replica per rank, gradients all-reduced.
@@ -137,6 +143,7 @@ pub enum TrainShard {
     strum::Display,
     strum::AsRefStr,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
@@ -158,6 +165,7 @@ pub enum TrainOptimizer {
     strum::Display,
     strum::AsRefStr,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
@@ -173,7 +181,7 @@ pub enum TrainPrecision {
 }
 
 /// A quantized KV cache: `nbits` per value in groups, the last tokens at full precision.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QuantizedCacheSpec {
     pub kv_quant_bits: u64,
     pub kv_group_size: u64,
@@ -190,7 +198,9 @@ pub enum Workload {
 }
 
 /// Inference or training.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Task {
     Infer,
@@ -210,6 +220,7 @@ pub enum Task {
     strum::Display,
     strum::AsRefStr,
     strum::VariantArray,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]

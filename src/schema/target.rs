@@ -25,7 +25,7 @@ pub const PRE_SM90_WORKSPACES: [(u64, &str); 2] = [
 ];
 
 /// What the predicting worker is told about the card.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Target {
     pub name: String,
     /// Compute capability (major, minor): decides bf16 support, SDPA backends, workspaces.

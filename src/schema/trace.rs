@@ -4,7 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 /// What a storage holds (PyTorch MemTracker's categories, plus inputs, KV caches, workspaces).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
@@ -32,7 +44,7 @@ pub enum Category {
 }
 
 /// A storage that appeared on the target device.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Alloc {
     pub id: u64,
     /// Bytes of the storage as requested (the allocator rounds and may hand out more).
@@ -48,7 +60,7 @@ pub struct Alloc {
 }
 
 /// An op the fake tensors could not follow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Unpredictable {
     pub op: String,
     pub file: Option<String>,
