@@ -2,6 +2,8 @@
 //! and French done right (`--lang fr`): decimal commas, a narrow no-break space between thousands,
 //! a no-break space before a unit or `%`, French unit names (Gio, Go) and month names.
 
+use crate::report::catalog::Message;
+use crate::report::catalog::common::CommonText;
 use crate::units::Bytes;
 
 /// English or French.
@@ -37,8 +39,9 @@ impl Style {
         Style { lang, units }
     }
 
-    /// The text in the fiche's language.
-    pub fn t(self, en: &'static str, fr: &'static str) -> &'static str {
+    /// A fixed message of the catalog in the fiche's language.
+    pub fn say(self, message: impl Message) -> &'static str {
+        let [en, fr] = message.words();
         match self.lang {
             Lang::En => en,
             Lang::Fr => fr,
@@ -89,14 +92,18 @@ impl Style {
     /// `0.13 GiB` / `0,13 Gio`; `null (not read)` for a value that was not read (never 0).
     pub fn size(self, bytes: Option<u64>) -> String {
         match bytes {
-            None => self.t("null (not read)", "null (non lu)").into(),
+            None => self.say(CommonText::NullNotRead).into(),
             Some(b) => format!("{}{NBSP}{}", self.size_number(b), self.unit()),
         }
     }
 
     /// Raw bytes, grouped: `134,332,416 B` / `134 332 416 o`.
     pub fn raw(self, bytes: u64) -> String {
-        format!("{}{NBSP}{}", self.integer(bytes as u128), self.t("B", "o"))
+        format!(
+            "{}{NBSP}{}",
+            self.integer(bytes as u128),
+            self.say(CommonText::ByteSymbol)
+        )
     }
 
     /// A whole number, grouped by thousands.

@@ -3,6 +3,7 @@
 //! and ledger lines are named in French: `names`), runs side by side (`comparison`) and the need
 //! that `cards` compares (`need`). The files they are made from are read by `schema::load`.
 
+pub mod catalog;
 pub mod comparison;
 pub mod document;
 pub mod export;

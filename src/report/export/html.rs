@@ -1,6 +1,7 @@
 //! One self-contained HTML file: inline CSS and SVG charts, the raw inputs embedded as JSON, no
 //! network access.
 
+use crate::report::catalog::common::CommonText;
 use std::fmt::Write as _;
 
 use super::{Exporter, svg};
@@ -61,7 +62,7 @@ fn cell(c: &Cell, style: Style) -> String {
         ),
         Cell::Size { bytes: None, .. } => format!(
             "<td class=\"n\">{}</td>",
-            escape(style.t("null (not read)", "null (non lu)"))
+            escape(style.say(CommonText::NullNotRead))
         ),
         Cell::Percent(p) => format!("<td class=\"n\">{}</td>", escape(&style.percent(*p))),
     }
@@ -124,7 +125,7 @@ impl Exporter for Html {
                     let _ = write!(
                         o,
                         "<section class=\"verdict\" id=\"verdict\"><h2>{}</h2><dl>",
-                        escape(style.t("Verdict", "Verdict"))
+                        escape(style.say(CommonText::Verdict))
                     );
                     for v in lines {
                         let class = match v.tone {

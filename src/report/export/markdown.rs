@@ -2,6 +2,8 @@
 //! tables) and no file content can become HTML in a renderer. Sizes read in the fiche's one unit;
 //! every size shown is listed again in raw bytes in a final table, for copy-paste.
 
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::export::ExportText;
 use std::fmt::Write as _;
 
 use super::Exporter;
@@ -59,7 +61,7 @@ fn cell(c: &Cell, style: Style) -> String {
                 style.size_number(*b)
             }
         }
-        Cell::Size { bytes: None, .. } => style.t("null (not read)", "null (non lu)").into(),
+        Cell::Size { bytes: None, .. } => style.say(CommonText::NullNotRead).into(),
         Cell::Percent(p) => style.percent(*p),
     }
 }
@@ -74,7 +76,7 @@ impl Exporter for Markdown {
         for block in &doc.blocks {
             match block {
                 Block::Verdict(lines) => {
-                    let _ = write!(o, "## {}\n\n", style.t("Verdict", "Verdict"));
+                    let _ = write!(o, "## {}\n\n", style.say(CommonText::Verdict));
                     for v in lines {
                         let mark = match v.tone {
                             Tone::Good => "✔ ",
@@ -89,7 +91,7 @@ impl Exporter for Markdown {
                             o,
                             "- **{}**{} {value}",
                             md(&v.label),
-                            style.t(":", "\u{a0}:")
+                            style.say(CommonText::Colon)
                         );
                     }
                     o.push('\n');
@@ -152,11 +154,11 @@ impl Exporter for Markdown {
             let _ = write!(
                 o,
                 "## {}\n\n| {} | {} | {} | {} |\n| --- | --- | --- | --- |\n",
-                style.t("Raw bytes", "Octets bruts"),
-                style.t("section", "section"),
-                style.t("row", "ligne"),
-                style.t("column", "colonne"),
-                style.t("bytes", "octets")
+                style.say(ExportText::RawBytes),
+                style.say(ExportText::Section),
+                style.say(ExportText::Row),
+                style.say(ExportText::Column),
+                style.say(ExportText::Bytes)
             );
             for (s, r, c, b) in raw {
                 let _ = writeln!(o, "| {} | {} | {} | {} |", md_cell(&s), r, md_cell(&c), b);

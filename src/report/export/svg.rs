@@ -7,6 +7,7 @@
 //! which axis the data's values run (`data-value-axis`): the browser test checks that the data
 //! spans at least half of the plot.
 
+use crate::report::catalog::export::ExportText;
 use std::fmt::Write as _;
 
 use super::html::escape;
@@ -330,7 +331,7 @@ pub fn waterfall(
         r#"<rect class="plot" x="{left}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none"/>"#
     );
     let mut x = 8.0;
-    for (k, text) in [style.t("adds", "s’ajoute"), style.t("level", "niveau")]
+    for (k, text) in [style.say(ExportText::Adds), style.say(ExportText::Level)]
         .iter()
         .enumerate()
     {
@@ -413,7 +414,7 @@ pub fn scatter(
                 if *ok {
                     ""
                 } else {
-                    style.t(" (failed)", " (échec)")
+                    style.say(ExportText::FailedSuffix)
                 }
             )
         })
@@ -430,7 +431,7 @@ pub fn scatter(
         x + 6.0,
         COLORS[0]
     );
-    x = legend(&mut o, x, 28.0, &swatch, style.t("completed", "réussi"));
+    x = legend(&mut o, x, 28.0, &swatch, style.say(ExportText::Completed));
     let swatch = format!(
         r#"<path d="M{:.1},29 l8,8 M{:.1},37 l8,-8" stroke="{}" stroke-width="2"/>"#,
         x + 2.0,
@@ -442,7 +443,7 @@ pub fn scatter(
         x,
         28.0,
         &swatch,
-        style.t("failed (partial peak)", "échec (pic partiel)"),
+        style.say(ExportText::FailedPartialPeak),
     );
     y_grid(&mut o, style, ymax, left, left + pw, sy);
     let _ = write!(
@@ -555,10 +556,10 @@ pub fn timeline(
     let desc = format!(
         "{} {}; {} {}; {} {}",
         style.integer(points.len() as u128),
-        style.t("points", "points"),
-        style.t("highest allocated", "alloué le plus haut"),
+        style.say(ExportText::Points),
+        style.say(ExportText::HighestAllocated),
         style.size(Some(peak_alloc)),
-        style.t("highest reserved", "réservé le plus haut"),
+        style.say(ExportText::HighestReserved),
         style.size(Some(peak_resv))
     );
     let (mut o, _) = open(w, h, title, &desc, "y");
@@ -588,8 +589,8 @@ pub fn timeline(
     }
     let mut lx = 8.0;
     for (k, label) in [
-        style.t("reserved", "réservé"),
-        style.t("allocated", "alloué"),
+        style.say(ExportText::Reserved),
+        style.say(ExportText::Allocated),
     ]
     .iter()
     .enumerate()

@@ -2,20 +2,18 @@
 
 use super::words::{colon, in_unit};
 use crate::estimate::Kind;
+use crate::report::catalog::calculated::CalculatedText;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
 use crate::report::names;
 use crate::schema::load::EstimateDoc;
 
 pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {
-    b.push(Block::Heading(lang.t("Calculated", "Calculé").into()));
+    b.push(Block::Heading(lang.say(CalculatedText::Calculated).into()));
     let Some(e) = e else {
         b.push(Block::Para(
-            lang.t(
-                "No estimate attached: give --estimate EST.json (the output of `iteragpu estimate --json`).",
-                "Aucune estimation jointe : ajoutez `--estimate EST.json` (sortie de `iteragpu estimate --json`).",
-            )
-            .into(),
+            lang.say(CalculatedText::EstimateAttachedGiveEstimate)
+                .into(),
         ));
         return;
     };
@@ -31,7 +29,7 @@ pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Styl
                 if t.in_total {
                     ""
                 } else {
-                    lang.t("(not in the total)", "(hors total)")
+                    lang.say(CalculatedText::NotTotal)
                 }
                 .into(),
             ]
@@ -39,19 +37,16 @@ pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Styl
         .collect();
     b.push(Block::Table {
         header: vec![
-            lang.t("term", "poste").into(),
-            in_unit(lang.t("size", "taille"), lang),
-            lang.t("formula", "formule").into(),
+            lang.say(CalculatedText::Term).into(),
+            in_unit(lang.say(CalculatedText::Size), lang),
+            lang.say(CalculatedText::Formula).into(),
             String::new(),
         ],
         rows,
     });
     b.push(Block::Para(format!(
         "{}{} {}",
-        lang.t(
-            "Preparation hypothesis (calculated and assumed terms together)",
-            "Hypothèse de préparation (postes calculés et supposés ensemble)"
-        ),
+        lang.say(CalculatedText::PreparationHypothesisCalculatedAssumed),
         colon(lang),
         lang.size(Some(e.total_bytes))
     )));

@@ -4,6 +4,8 @@
 use super::facts::Facts;
 use super::words::{colon, in_unit, oom_class};
 use crate::ledger::{self, Ledger, LineId, LineKind, Provenance};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::gap::GapText;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::report::names;
@@ -18,35 +20,25 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         return;
     }
     b.push(Block::Heading(
-        lang.t(
-            "Why the peak exceeds the estimate",
-            "Pourquoi le pic dépasse l’estimation",
-        )
-        .into(),
+        lang.say(CommonText::WhyPeakExceedsEstimate).into(),
     ));
     b.push(Block::Para(format!(
         "{} `{}` #{} (`{}`). {}",
-        lang.t(
-            "The phase with the highest peak:",
-            "La phase au pic le plus haut\u{a0}:"
-        ),
+        lang.say(GapText::PhaseHighestPeak),
         l.phase,
         l.phase_index,
         l.device,
-        lang.t(
-            "Each figure says where it comes from; what no term explains is its own line.",
-            "Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne.",
-        )
+        lang.say(GapText::EachFigureSaysWhere)
     )));
     let cell =
         |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
     b.push(Block::Table {
         header: vec![
-            lang.t("term", "terme").into(),
-            in_unit(lang.t("estimate", "estimation"), lang),
-            in_unit(lang.t("predicted", "prédit"), lang),
-            in_unit(lang.t("observed", "observé"), lang),
-            lang.t("checkpoint", "point de lecture").into(),
+            lang.say(GapText::Term).into(),
+            in_unit(lang.say(GapText::Estimate), lang),
+            in_unit(lang.say(GapText::Predicted), lang),
+            in_unit(lang.say(CommonText::Observed), lang),
+            lang.say(GapText::Checkpoint).into(),
         ],
         rows: l
             .lines
@@ -61,7 +53,7 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                         "{}{}",
                         names::line(x.id, lang),
                         if assumed {
-                            lang.t(" (assumed)", " (supposé)")
+                            lang.say(GapText::AssumedSuffix)
                         } else {
                             ""
                         }
@@ -86,25 +78,16 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     };
     let mut steps = Vec::new();
     for (id, label) in [
-        (LineId::Weights, lang.t("weights", "poids")),
-        (
-            LineId::HeldAtStart,
-            lang.t("held at start", "tenu au début"),
-        ),
-        (
-            LineId::Growth,
-            lang.t("growth to the peak", "croissance au pic"),
-        ),
-        (
-            LineId::PeakAllocated,
-            lang.t("peak allocated", "pic alloué"),
-        ),
-        (LineId::PeakReserved, lang.t("peak reserved", "pic réservé")),
+        (LineId::Weights, lang.say(GapText::Weights)),
+        (LineId::HeldAtStart, lang.say(GapText::HeldStart)),
+        (LineId::Growth, lang.say(GapText::GrowthPeak)),
+        (LineId::PeakAllocated, lang.say(CommonText::PeakAllocated)),
+        (LineId::PeakReserved, lang.say(CommonText::PeakReserved)),
         (
             LineId::OutsideAllocator,
-            lang.t("outside the allocator", "hors allocateur"),
+            lang.say(GapText::OutsideAllocator),
         ),
-        (LineId::DriverView, lang.t("driver's view", "vue du pilote")),
+        (LineId::DriverView, lang.say(CommonText::DriverView)),
     ] {
         if let Some(bytes) = observed(id) {
             steps.push((label.to_string(), bytes, id.kind() == LineKind::Level));
@@ -117,19 +100,14 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         .find(|x| x.id == LineId::DriverView)
         .and_then(|x| x.estimate.as_ref())
     {
-        lines.push((lang.t("estimate", "estimation").to_string(), est.bytes));
+        lines.push((lang.say(GapText::Estimate).to_string(), est.bytes));
     }
     for c in &l.capacities {
         lines.push((capacity_name(&c.name, lang), c.bytes));
     }
     if steps.len() >= 2 {
         b.push(Block::Chart(Chart::Waterfall {
-            title: lang
-                .t(
-                    "From the weights to the driver's view (observed)",
-                    "Des poids à la vue du pilote (observé)",
-                )
-                .into(),
+            title: lang.say(GapText::WaterfallTitle).into(),
             steps,
             lines,
         }));
@@ -235,9 +213,6 @@ fn post_mortem(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
     if lines.is_empty() {
         return;
     }
-    b.push(Block::Heading(
-        lang.t("Out-of-memory post-mortem", "Autopsie du manque de mémoire")
-            .into(),
-    ));
+    b.push(Block::Heading(lang.say(GapText::PostMortemHeading).into()));
     b.push(Block::List(lines));
 }

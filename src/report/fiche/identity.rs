@@ -1,5 +1,7 @@
 //! Who ran what, where: identity, dimensions, environment and scope.
 
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::identity::IdentityText;
 use serde_json::Value;
 
 use super::facts::{gpu_name, torch_total_memory};
@@ -9,37 +11,35 @@ use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
 
 pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
-    b.push(Block::Heading(
-        lang.t("Identity", "Identité de l’essai").into(),
-    ));
+    b.push(Block::Heading(lang.say(IdentityText::Identity).into()));
     let d = &r.identity.declared;
     let code = |v: Option<&Value>| v.map_or(Cell::Text("—".into()), |v| Cell::Code(text(v)));
     let mut rows: Vec<Vec<Cell>> = vec![
         vec![
-            lang.t("workload", "charge").into(),
+            lang.say(IdentityText::Workload).into(),
             Cell::Code(r.identity.workload.clone()),
         ],
         vec![
-            lang.t("model or code", "modèle ou code").into(),
+            lang.say(IdentityText::ModelOrCode).into(),
             code(d.get("model")),
         ],
         vec![
-            lang.t("revision", "révision").into(),
+            lang.say(IdentityText::Revision).into(),
             code(d.get("revision")),
         ],
         vec![
-            lang.t("measuring code", "code de mesure").into(),
+            lang.say(IdentityText::MeasuringCode).into(),
             Cell::Code(r.identity.code_hash.clone()),
         ],
         vec![
-            lang.t("seed", "graine").into(),
+            lang.say(IdentityText::Seed).into(),
             r.identity
                 .seed
                 .map_or("—".into(), |s| lang.integer(u128::from(s)))
                 .into(),
         ],
         vec![
-            lang.t("run", "exécution").into(),
+            lang.say(IdentityText::Run).into(),
             format!(
                 "{} → {} ({})",
                 lang.date(&r.started_at),
@@ -61,8 +61,7 @@ pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         .collect();
     if !shapes.is_empty() {
         rows.push(vec![
-            lang.t("inputs (processed shapes)", "entrées (formes traitées)")
-                .into(),
+            lang.say(IdentityText::InputsProcessedShapes).into(),
             Cell::Code(shapes.join("; ")),
         ]);
     }
@@ -70,11 +69,11 @@ pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         header: vec![String::new(), String::new()],
         rows,
     });
-    b.push(Block::Heading(lang.t("Dimensions", "Dimensions").into()));
+    b.push(Block::Heading(lang.say(CommonText::Dimensions).into()));
     b.push(Block::Table {
         header: vec![
-            lang.t("dimension", "dimension").into(),
-            lang.t("value", "valeur").into(),
+            lang.say(IdentityText::Dimension).into(),
+            lang.say(IdentityText::Value).into(),
         ],
         rows: r
             .dimensions
@@ -85,9 +84,7 @@ pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
 }
 
 pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
-    b.push(Block::Heading(
-        lang.t("Environment", "Environnement").into(),
-    ));
+    b.push(Block::Heading(lang.say(CommonText::Environment).into()));
     let mut rows: Vec<Vec<Cell>> = Vec::new();
     let py = r.environment.python.as_ref();
     let torch = py.and_then(|p| p.torch.as_ref());
@@ -107,18 +104,14 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     ]);
     if let Some(total) = torch_total_memory(r) {
         rows.push(vec![
-            lang.t(
-                "capacity (PyTorch total_memory)",
-                "capacité (total_memory de PyTorch)",
-            )
-            .into(),
+            lang.say(IdentityText::CapacityTorchTotalMemory).into(),
             Cell::size_with_unit(Some(total)),
         ]);
     }
     match &r.environment.driver {
         Some(d) => {
             rows.push(vec![
-                lang.t("driver", "pilote").into(),
+                lang.say(IdentityText::Driver).into(),
                 Cell::Code(format!(
                     "{} (CUDA {})",
                     d.driver_version.as_deref().unwrap_or("?"),
@@ -127,18 +120,14 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
             ]);
             if let Some(g) = d.gpus.first() {
                 rows.push(vec![
-                    lang.t("capacity (NVML)", "capacité (NVML)").into(),
+                    lang.say(IdentityText::CapacityNvml).into(),
                     Cell::size_with_unit(g.total_bytes),
                 ]);
             }
         }
         None => rows.push(vec![
-            lang.t("driver", "pilote").into(),
-            lang.t(
-                "no NVIDIA driver's view in this run",
-                "pas de vue du pilote NVIDIA dans cet essai",
-            )
-            .into(),
+            lang.say(IdentityText::Driver).into(),
+            lang.say(IdentityText::NoNvidiaDriverView).into(),
         ]),
     }
     rows.push(vec![
@@ -165,8 +154,7 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         )),
     ]);
     rows.push(vec![
-        lang.t("allocator backend", "backend de l’allocateur")
-            .into(),
+        lang.say(IdentityText::AllocatorBackend).into(),
         Cell::Code(tget("allocator_backend")),
     ]);
     if let Some(settings) = py.and_then(|p| p.settings.as_object()) {
@@ -176,10 +164,9 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
             .map(|(k, v)| format!("{k}={}", text(v)))
             .collect();
         rows.push(vec![
-            lang.t("allocator settings", "réglages de l’allocateur")
-                .into(),
+            lang.say(IdentityText::AllocatorSettings).into(),
             if set.is_empty() {
-                lang.t("none set", "aucun").into()
+                lang.say(IdentityText::NoneSet).into()
             } else {
                 Cell::Code(set.join(", "))
             },
@@ -189,35 +176,35 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         header: vec![String::new(), String::new()],
         rows,
     });
-    b.push(Block::Heading(lang.t("Scope", "Périmètre").into()));
+    b.push(Block::Heading(lang.say(IdentityText::Scope).into()));
     let p = &r.policies;
     b.push(Block::List(vec![
         format!(
             "{}{} `{}`",
-            lang.t("phases", "phases"),
+            lang.say(IdentityText::Phases),
             colon(lang),
             r.scope.phases.join(", ")
         ),
         format!(
             "{}{} `{}`",
-            lang.t("first pass", "premier passage"),
+            lang.say(IdentityText::FirstPass),
             colon(lang),
             r.scope.first_pass
         ),
         format!(
             "{}{} `{}`, {} {}, {} {}, `empty_cache {}`",
-            lang.t("protocol", "protocole"),
+            lang.say(IdentityText::Protocol),
             colon(lang),
             p.protocol,
             lang.integer(u128::from(p.warmup)),
-            lang.t("warm-up passes", "passages d’échauffement"),
+            lang.say(IdentityText::WarmUpPasses),
             lang.integer(u128::from(p.repeats)),
-            lang.t("repeats", "répétitions"),
+            lang.say(IdentityText::Repeats),
             p.empty_cache
         ),
         format!(
             "{}{} `{}`",
-            lang.t("process", "processus"),
+            lang.say(IdentityText::Process),
             colon(lang),
             p.process
         ),

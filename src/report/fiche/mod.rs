@@ -30,6 +30,7 @@ use self::facts::{Facts, gpu_name};
 use self::words::text;
 use super::document::{Attachment, Block, Document};
 use super::format::Style;
+use crate::report::catalog::fiche::FicheText;
 use crate::schema::load::{self, EstimateDoc, InputError, InputFile as Input, Loaded};
 use crate::schema::measure::MeasureResult;
 use crate::schema::series::{Series, SeriesStatus};
@@ -92,10 +93,7 @@ pub fn build(
     if let Some(s) = s
         && s.status == SeriesStatus::Running
     {
-        let warning = lang.t(
-            "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",
-            "Attention : cette série n’a jamais été close (statut `running`) : son balayage tourne encore ou a été tué. Ses essais terminés sont montrés ; la frontière et l’ajustement peuvent manquer.",
-        );
+        let warning = lang.say(FicheText::SeriesNeverClosed);
         warnings.push(Warning {
             file: series.map_or(String::new(), |l| l.path.display().to_string()),
             text: warning.into(),
@@ -115,11 +113,7 @@ pub fn build(
     let attachments = attach(&mut b, result, series, estimate, lang);
     Ok(Fiche {
         document: Document {
-            title: format!(
-                "{} — {}",
-                lang.t("iteragpu memory fiche", "Fiche mémoire iteragpu"),
-                facts.workload
-            ),
+            title: format!("{} — {}", lang.say(FicheText::Title), facts.workload),
             style: lang,
             blocks: b,
             attachments,
@@ -153,8 +147,7 @@ fn attach(
         });
     }
     b.push(Block::Heading(
-        lang.t("Raw results attached", "Résultats bruts joints")
-            .into(),
+        lang.say(FicheText::RawResultsAttached).into(),
     ));
     b.push(Block::List(listed));
     attachments

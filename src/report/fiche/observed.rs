@@ -3,13 +3,15 @@
 
 use super::facts::Facts;
 use super::words::{colon, in_unit, status_word};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::observed::ObservedText;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
 
 pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     let r = f.result;
-    b.push(Block::Heading(lang.t("Observed", "Observé").into()));
+    b.push(Block::Heading(lang.say(CommonText::ObservedHeading).into()));
     let mut rows: Vec<Vec<Cell>> = Vec::new();
     for p in &r.phases {
         if p.devices.is_empty() {
@@ -17,11 +19,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                 Cell::Code(p.name.clone()),
                 "—".into(),
                 status_word(p.status, lang).into(),
-                lang.t(
-                    "no end readings: the worker ended during this phase",
-                    "pas de lecture de fin : le processus s’est arrêté pendant cette phase",
-                )
-                .into(),
+                lang.say(ObservedText::EndReadingsWorkerEnded).into(),
                 "".into(),
                 "".into(),
                 "".into(),
@@ -48,33 +46,19 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     b.push(Block::Table {
         header: vec![
             "phase".into(),
-            lang.t("device", "appareil").into(),
-            lang.t("status", "statut").into(),
-            in_unit(lang.t("peak allocated", "pic alloué"), lang),
-            in_unit(lang.t("peak reserved", "pic réservé"), lang),
-            in_unit(lang.t("end allocated", "alloué en fin"), lang),
-            in_unit(lang.t("end reserved", "réservé en fin"), lang),
-            in_unit(
-                lang.t(
-                    "reserved − allocated at the end (same checkpoint)",
-                    "réservé − alloué en fin (même point de contrôle)",
-                ),
-                lang,
-            ),
+            lang.say(ObservedText::Device).into(),
+            lang.say(CommonText::Status).into(),
+            in_unit(lang.say(CommonText::PeakAllocated), lang),
+            in_unit(lang.say(CommonText::PeakReserved), lang),
+            in_unit(lang.say(ObservedText::EndAllocated), lang),
+            in_unit(lang.say(ObservedText::EndReserved), lang),
+            in_unit(lang.say(ObservedText::ReservedAllocatedEndSame), lang),
         ],
         rows,
     });
     b.push(Block::List(vec![
-        lang.t(
-            "Peaks are absolute over each phase and include what already existed at its start. Reserved − allocated is shown only from two readings of the same checkpoint, never as peak reserved − peak allocated, which describes no single moment.",
-            "Les pics sont absolus sur chaque phase et incluent ce qui existait à son début. L’écart réservé − alloué n’est montré qu’à partir de deux lectures d’un même point de contrôle, jamais comme pic réservé − pic alloué, qui ne décrit aucun instant.",
-        )
-        .into(),
-        lang.t(
-            "An end level minus a start level is not the volume of the phase's temporary tensors: earlier objects may have been freed during the phase.",
-            "Un niveau de fin moins un niveau de départ n’est pas le volume des tenseurs temporaires de la phase : des objets antérieurs ont pu être libérés pendant la phase.",
-        )
-        .into(),
+        lang.say(ObservedText::PeaksAbsoluteOverEach).into(),
+        lang.say(ObservedText::EndLevelMinusStart).into(),
     ]));
     // The driver's view.
     let driver: Vec<Vec<Cell>> = r
@@ -95,22 +79,22 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     if driver.is_empty() {
         b.push(Block::Para(format!(
             "{}{} {}",
-            lang.t("Driver's view", "Vue du pilote"),
+            lang.say(ObservedText::DriverView),
             colon(lang),
             match &r.environment.driver_reason {
                 Some(why) if !lang.fr() => why.clone(),
                 Some(_) => "pilote NVIDIA absent ou illisible (la raison exacte est dans le résultat joint)".into(),
-                None => lang.t("not sampled", "non échantillonnée").into(),
+                None => lang.say(ObservedText::NotSampled).into(),
             }
         )));
     } else {
         b.push(Block::Table {
             header: vec![
                 "phase".into(),
-                lang.t("device", "appareil").into(),
-                in_unit(lang.t("process peak (NVML)", "pic du processus (NVML)"), lang),
-                in_unit(lang.t("outside PyTorch's allocator at the end (CUDA context, libraries; not a leak by itself)", "hors de l’allocateur PyTorch en fin (contexte CUDA, bibliothèques ; pas une fuite en soi)"), lang),
-                lang.t("samples", "échantillons").into(),
+                lang.say(ObservedText::Device).into(),
+                in_unit(lang.say(ObservedText::ProcessPeakNvml), lang),
+                in_unit(lang.say(ObservedText::OutsidePytorchAllocatorAtEnd), lang),
+                lang.say(ObservedText::Samples).into(),
             ],
             rows: driver,
         });
@@ -118,7 +102,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     if let Some(f) = &r.failure {
         b.push(Block::Para(format!(
             "{} `{}`{} `{}` {} — {}",
-            lang.t("Failure in", "Échec dans"),
+            lang.say(ObservedText::FailureIn),
             f.phase.as_deref().unwrap_or("?"),
             colon(lang),
             f.error_type.as_deref().unwrap_or(""),
@@ -127,29 +111,24 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             } else {
                 f.message.clone().unwrap_or_default()
             },
-            lang.t(
-                "a partial peak before a failure is not the memory need of a complete run.",
-                "un pic partiel avant une saturation ne constitue pas le besoin mémoire d’une exécution complète.",
-            )
+            lang.say(ObservedText::PartialPeakBeforeFailure)
         )));
     }
     if !r.predictions.is_empty() {
-        b.push(Block::Para(lang.t(
-            "Predicted (the same code on data-less tensors for this card, run after the measurement; a prediction, not a measurement) next to observed:",
-            "Prédit (le même code sur des tenseurs sans données pour cette carte, après la mesure ; une prédiction, pas une mesure) à côté de l’observé :",
-        ).into()));
+        b.push(Block::Para(
+            lang.say(ObservedText::PredictedSameCodeData).into(),
+        ));
         let mut seen: std::collections::HashMap<&str, usize> = Default::default();
         b.push(Block::Table {
             header: vec![
                 "phase".into(),
-                in_unit(lang.t("predicted peak allocated", "pic alloué prévu"), lang),
-                in_unit(lang.t("observed", "observé"), lang),
-                lang.t("error", "écart").into(),
-                in_unit(lang.t("predicted peak reserved", "pic réservé prévu"), lang),
-                in_unit(lang.t("observed", "observé"), lang),
-                lang.t("error", "écart").into(),
-                lang.t("largest at the predicted peak", "le plus gros au pic prévu")
-                    .into(),
+                in_unit(lang.say(ObservedText::PredictedPeakAllocated), lang),
+                in_unit(lang.say(CommonText::Observed), lang),
+                lang.say(ObservedText::Error).into(),
+                in_unit(lang.say(ObservedText::PredictedPeakReserved), lang),
+                in_unit(lang.say(CommonText::Observed), lang),
+                lang.say(ObservedText::Error).into(),
+                lang.say(ObservedText::LargestPredictedPeak).into(),
             ],
             rows: r
                 .predictions
@@ -175,12 +154,12 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     for c in &r.kv_cache {
         b.push(Block::Para(format!(
             "{} `{}`{} {} {} / {} {} ({})",
-            lang.t("KV cache after", "Cache KV après"),
+            lang.say(ObservedText::KvCacheAfter),
             c.phase,
             colon(lang),
-            lang.t("observed", "observé"),
+            lang.say(CommonText::Observed),
             lang.size(c.observed_bytes),
-            lang.t("estimated", "estimé"),
+            lang.say(ObservedText::Estimated),
             lang.size(Some(c.estimated_bytes)),
             lang.percent(c.difference_pct)
         )));
@@ -203,20 +182,11 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         .collect();
     if !bars.is_empty() {
         b.push(Block::Chart(Chart::Bars {
-            title: lang
-                .t(
-                    "Peaks per phase (first device)",
-                    "Pics par phase (premier appareil)",
-                )
-                .into(),
+            title: lang.say(ObservedText::PeaksPerPhaseFirst).into(),
             series: vec![
-                lang.t("peak allocated", "pic alloué").into(),
-                lang.t("peak reserved", "pic réservé").into(),
-                lang.t(
-                    "driver's view (process peak)",
-                    "vue du pilote (pic du processus)",
-                )
-                .into(),
+                lang.say(CommonText::PeakAllocated).into(),
+                lang.say(CommonText::PeakReserved).into(),
+                lang.say(ObservedText::DriverViewProcessPeak).into(),
             ],
             categories: bars,
         }));

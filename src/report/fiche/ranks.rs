@@ -1,6 +1,8 @@
 //! Under torchrun: every rank on its own device, side by side, never added together.
 
 use super::words::{in_unit, status_word};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::ranks::RanksText;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -8,19 +10,14 @@ use crate::schema::measure::MeasureResult;
 /// Under torchrun: every rank on its own device, side by side, never added together.
 pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     let Some(d) = &r.distributed else { return };
-    b.push(Block::Heading(
-        lang.t("Ranks (torchrun)", "Rangs (torchrun)").into(),
-    ));
+    b.push(Block::Heading(lang.say(RanksText::RanksTorchrun).into()));
     b.push(Block::Para(format!(
         "{} {} ({} × {}). {}",
-        lang.t("World size", "Taille du monde"),
+        lang.say(RanksText::WorldSize),
         lang.integer(u128::from(d.world_size)),
         lang.integer(u128::from(d.torchrun.nnodes)),
         lang.integer(u128::from(d.torchrun.nproc_per_node)),
-        lang.t(
-            "Each rank is a fresh worker read on its own device; the figures are per device and are never added together. The phases above are those of the rank with the highest peak reserved.",
-            "Chaque rang est un processus neuf lu sur son propre périphérique ; les chiffres sont par périphérique et ne s’additionnent jamais. Les phases ci-dessus sont celles du rang au pic réservé le plus haut.",
-        )
+        lang.say(RanksText::EachRankFreshWorker)
     )));
     let rows = d
         .ranks
@@ -46,36 +43,27 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         .collect();
     b.push(Block::Table {
         header: vec![
-            lang.t("rank", "rang").into(),
-            lang.t("node / host", "nœud / hôte").into(),
-            lang.t("device", "périphérique").into(),
-            lang.t("status", "statut").into(),
-            in_unit(lang.t("peak allocated", "pic alloué"), lang),
-            in_unit(lang.t("peak reserved", "pic réservé"), lang),
-            in_unit(
-                lang.t(
-                    "outside PyTorch's allocator (CUDA context, NCCL)",
-                    "hors de l’allocateur de PyTorch (contexte CUDA, NCCL)",
-                ),
-                lang,
-            ),
-            lang.t("note", "note").into(),
+            lang.say(RanksText::Rank).into(),
+            lang.say(RanksText::NodeHost).into(),
+            lang.say(RanksText::Device).into(),
+            lang.say(CommonText::Status).into(),
+            in_unit(lang.say(CommonText::PeakAllocated), lang),
+            in_unit(lang.say(CommonText::PeakReserved), lang),
+            in_unit(lang.say(RanksText::OutsidePytorchAllocator), lang),
+            lang.say(RanksText::Note).into(),
         ],
         rows,
     });
     if let Some(i) = &d.imbalance {
         b.push(Block::Para(format!(
             "{} {} ({}); {} {} ({}); {} {}.",
-            lang.t(
-                "Highest peak reserved: rank",
-                "Pic réservé le plus haut\u{a0}: rang"
-            ),
+            lang.say(RanksText::HighestPeakReservedRank),
             lang.integer(u128::from(i.max_rank)),
             lang.size(Some(i.max_peak_reserved_bytes)),
-            lang.t("lowest: rank", "le plus bas\u{a0}: rang"),
+            lang.say(RanksText::LowestRank),
             lang.integer(u128::from(i.min_rank)),
             lang.size(Some(i.min_peak_reserved_bytes)),
-            lang.t("spread", "écart"),
+            lang.say(RanksText::Spread),
             lang.size(Some(i.spread_bytes))
         )));
     }

@@ -3,6 +3,8 @@
 
 use super::facts::Validated;
 use super::words::{colon, in_unit, text, trial_status};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::series::SeriesText;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::series::Series;
@@ -20,7 +22,7 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
                 .chain(t.load.clone())
                 .collect();
             let status = if t.out_of_memory {
-                lang.t("out of memory", "mémoire saturée")
+                lang.say(SeriesText::OutMemory)
             } else {
                 trial_status(t.status, lang)
             };
@@ -31,11 +33,7 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
                 if t.status.is_ok() {
                     "".into()
                 } else {
-                    lang.t(
-                        "partial: not the need of a complete run",
-                        "partiel : pas le besoin d’une exécution complète",
-                    )
-                    .into()
+                    lang.say(SeriesText::PartialNotNeedComplete).into()
                 },
                 format!(
                     "{}{}s",
@@ -48,51 +46,45 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
         .collect();
     b.push(Block::Table {
         header: vec![
-            lang.t("trial", "essai").into(),
-            lang.t("status", "statut").into(),
-            in_unit(lang.t("peak reserved", "pic réservé"), lang),
+            lang.say(SeriesText::Trial).into(),
+            lang.say(CommonText::Status).into(),
+            in_unit(lang.say(CommonText::PeakReserved), lang),
             String::new(),
-            lang.t("duration", "durée").into(),
+            lang.say(SeriesText::Duration).into(),
         ],
         rows,
     });
     if let Some(largest) = v.largest {
         b.push(Block::Para(format!(
             "{} `{var}` = {}",
-            lang.t(
-                "Largest load tested successfully:",
-                "Plus grande charge testée avec succès\u{a0}:"
-            ),
+            lang.say(SeriesText::LargestLoadTestedSuccessfully),
             lang.integer(u128::from(largest))
         )));
     }
     if let Some(f) = v.frontier {
         b.push(Block::Para(format!(
             "{} `{}`{} {} {}, {} {} ({} {}, {} {})",
-            lang.t("Frontier of", "Frontière de"),
+            lang.say(SeriesText::FrontierOf),
             f.variable,
             colon(lang),
-            lang.t("last success", "dernier succès"),
+            lang.say(SeriesText::LastSuccess),
             f.last_success
-                .map_or(lang.t("none", "aucun").into(), |v| lang
+                .map_or(lang.say(CommonText::NoneMasculine).into(), |v| lang
                     .integer(u128::from(v))),
-            lang.t("first failure", "premier échec"),
+            lang.say(SeriesText::FirstFailure),
             f.first_failure
-                .map_or(lang.t("none", "aucun").into(), |v| lang
+                .map_or(lang.say(CommonText::NoneMasculine).into(), |v| lang
                     .integer(u128::from(v))),
             lang.integer(f.trials as u128),
-            lang.t("trials", "essais"),
-            lang.t("resolution", "résolution"),
+            lang.say(SeriesText::Trials),
+            lang.say(SeriesText::Resolution),
             lang.integer(u128::from(f.resolution))
         )));
     }
     if let Some(l) = &s.limit {
         b.push(Block::Para(format!(
             "{}{} {} (`{}`)",
-            lang.t(
-                "Emulated limit (not a real card)",
-                "Limite émulée (pas une vraie carte)"
-            ),
+            lang.say(SeriesText::EmulatedLimitNotReal),
             colon(lang),
             lang.size(Some(l.bytes)),
             l.source
@@ -118,20 +110,12 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
         let mut lines: Vec<(String, u64)> = s
             .limit
             .iter()
-            .map(|l| {
-                (
-                    lang.t("emulated limit", "limite émulée").to_string(),
-                    l.bytes,
-                )
-            })
+            .map(|l| (lang.say(SeriesText::EmulatedLimit).to_string(), l.bytes))
             .chain(v.cards.iter().cloned())
             .collect();
         lines.truncate(6);
         b.push(Block::Chart(Chart::Scatter {
-            title: format!(
-                "{} {var}",
-                lang.t("Peak reserved against", "Pic réservé en fonction de")
-            ),
+            title: format!("{} {var}", lang.say(SeriesText::PeakReservedAgainst)),
             x_label: var.to_string(),
             points,
             lines,
@@ -144,14 +128,8 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
     let first = s.alloc_confs[0];
     b.push(Block::Para(format!(
         "{} {first} ({}).",
-        lang.t(
-            "Allocator settings compared in fresh processes; the change is against",
-            "Réglages de l’allocateur comparés dans des processus neufs ; l’écart est mesuré par rapport à"
-        ),
-        lang.t(
-            "complete trials only: a partial peak compares nothing",
-            "essais complets seulement : un pic partiel ne se compare pas"
-        )
+        lang.say(SeriesText::AllocatorSettingsComparedFresh),
+        lang.say(SeriesText::CompleteTrialsOnlyPartial)
     )));
     let mut header = vec![
         s.varied
@@ -160,11 +138,11 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
     ];
     header.extend(s.alloc_confs.iter().map(|a| {
         in_unit(
-            &format!("{} {}", lang.t("peak reserved,", "pic réservé,"), a.name()),
+            &format!("{} {}", lang.say(SeriesText::PeakReservedComma), a.name()),
             lang,
         )
     }));
-    header.push(lang.t("change", "écart").into());
+    header.push(lang.say(SeriesText::Change).into());
     let rows: Vec<Vec<Cell>> = s
         .alloc_conf_rows()
         .iter()
@@ -177,7 +155,7 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
             let mut changes = Vec::new();
             for (k, t) in row.trials.iter().enumerate() {
                 cells.push(match t {
-                    None => lang.t("not run", "non exécuté").into(),
+                    None => lang.say(SeriesText::NotRun).into(),
                     Some(t) if !t.status.is_ok() => trial_status(t.status, lang).into(),
                     Some(t) => Cell::size(t.peak_reserved_bytes),
                 });

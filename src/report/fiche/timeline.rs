@@ -1,6 +1,7 @@
 //! `measure --timeline`: the allocator's trace over time, and per phase what was alive at its peak.
 
 use super::words::in_unit;
+use crate::report::catalog::timeline::TimelineText;
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -13,23 +14,18 @@ const TIMELINE_MARKS: usize = 40;
 pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     use crate::explain::snapshot::{BEFORE_FIRST_PHASE, BETWEEN_PHASES};
     let Some(t) = &r.timeline else { return };
-    b.push(Block::Heading(lang.t("Timeline", "Chronologie").into()));
+    b.push(Block::Heading(lang.say(TimelineText::Timeline).into()));
     b.push(Block::List(vec![match (&t.path, t.bytes) {
         (Some(path), bytes) => format!(
             "{} `{}` ({}{}) {}",
-            lang.t("PyTorch's snapshot:", "instantané de PyTorch\u{a0}:"),
+            lang.say(TimelineText::PytorchSnapshot),
             path.display(),
             bytes.map_or("?".into(), |b| lang
                 .decimal(b as f64 / f64::from(1u32 << 20), 1)),
-            lang.t("\u{a0}MiB", "\u{a0}Mio"),
-            lang.t(
-                "— open it in https://pytorch.org/memory_viz",
-                "— à ouvrir dans https://pytorch.org/memory_viz"
-            )
+            lang.say(TimelineText::MiB),
+            lang.say(TimelineText::OpenInMemoryViz)
         ),
-        (None, _) => lang
-            .t("no snapshot was written", "aucun instantané écrit")
-            .into(),
+        (None, _) => lang.say(TimelineText::SnapshotWasWritten).into(),
     }]));
     let Some(s) = &t.summary else { return };
     for d in &s.devices {
@@ -40,15 +36,9 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
             _ => event as f64,
         };
         let x_label = if origin.is_some() {
-            lang.t(
-                "seconds since the first recorded event",
-                "secondes depuis le premier événement enregistré",
-            )
+            lang.say(TimelineText::SecondsSinceFirstRecorded)
         } else {
-            lang.t(
-                "event of the allocator's trace",
-                "événement de la trace de l’allocateur",
-            )
+            lang.say(TimelineText::EventAllocatorTrace)
         };
         let points: Vec<(f64, u64, u64)> = trace
             .series
@@ -70,10 +60,7 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                 title: format!(
                     "cuda:{} — {}",
                     d.device,
-                    lang.t(
-                        "allocated and reserved over time (the allocator's trace)",
-                        "alloué et réservé au fil du temps (trace de l’allocateur)"
-                    )
+                    lang.say(TimelineText::AllocatedReservedOverTime)
                 ),
                 x_label: x_label.into(),
                 points,
@@ -83,10 +70,7 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         if real.len() > TIMELINE_MARKS {
             b.push(Block::Para(format!(
                 "{} {TIMELINE_MARKS} / {}.",
-                lang.t(
-                    "Phases marked on the chart:",
-                    "Phases marquées sur le graphique\u{a0}:"
-                ),
+                lang.say(TimelineText::PhasesMarkedChart),
                 lang.integer(real.len() as u128)
             )));
         }
@@ -112,17 +96,11 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
             .collect();
         b.push(Block::Table {
             header: vec![
-                lang.t("phase", "phase").into(),
-                in_unit(lang.t("peak allocated (trace)", "pic alloué (trace)"), lang),
-                in_unit(lang.t("peak reserved (trace)", "pic réservé (trace)"), lang),
-                in_unit(
-                    lang.t(
-                        "largest alive at the peak",
-                        "plus grande allocation vivante au pic",
-                    ),
-                    lang,
-                ),
-                lang.t("allocated at", "allouée à").into(),
+                lang.say(TimelineText::Phase).into(),
+                in_unit(lang.say(TimelineText::PeakAllocatedTrace), lang),
+                in_unit(lang.say(TimelineText::PeakReservedTrace), lang),
+                in_unit(lang.say(TimelineText::LargestAlivePeak), lang),
+                lang.say(TimelineText::AllocatedAt).into(),
             ],
             rows,
         });

@@ -4,6 +4,8 @@
 
 use super::facts::{CapacityCounter, Facts, NeedCounter};
 use super::words::{colon, oom_class, text};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::verdict::VerdictText;
 use crate::report::document::{Block, Tone, Verdict};
 use crate::report::format::Style;
 use crate::report::names;
@@ -13,14 +15,9 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     let mut lines = Vec::new();
     if f.fake_torch {
         lines.push(Verdict {
-            label: lang.t("Source", "Source").into(),
-            value: lang
-                .t(
-                    "the test suite's fake torch: an example, not a GPU measurement",
-                    "le faux torch des tests : un exemple, pas une mesure sur GPU",
-                )
-                .into(),
-            section: Some(lang.t("Environment", "Environnement").into()),
+            label: lang.say(VerdictText::Source).into(),
+            value: lang.say(VerdictText::FakeTorch).into(),
+            section: Some(lang.say(CommonText::Environment).into()),
             tone: Tone::Bad,
         });
     }
@@ -30,39 +27,32 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         .map(|(k, v)| format!("{k}={}", text(v)))
         .collect();
     lines.push(Verdict {
-        label: lang.t("Workload", "Charge").into(),
+        label: lang.say(VerdictText::Workload).into(),
         value: format!(
             "`{}` · {}",
             f.workload,
             if dims.is_empty() {
-                lang.t("no declared dimension", "aucune dimension déclarée")
-                    .to_string()
+                lang.say(VerdictText::DeclaredDimension).to_string()
             } else {
                 format!("`{}`", dims.join(" · "))
             }
         ),
-        section: Some(lang.t("Dimensions", "Dimensions").into()),
+        section: Some(lang.say(CommonText::Dimensions).into()),
         tone: Tone::Neutral,
     });
-    let observed_heading = lang.t("Observed", "Observé").to_string();
+    let observed_heading = lang.say(CommonText::ObservedHeading).to_string();
     if let Some(stopped) = f.stopped {
         let class = stopped
             .class
             .map(|c| format!(" ({})", oom_class(c, lang)))
             .unwrap_or_default();
         lines.push(Verdict {
-            label: lang.t("Run", "Essai").into(),
+            label: lang.say(VerdictText::Run).into(),
             value: format!(
                 "{} `{}`{class} — {}",
-                lang.t(
-                    "did not complete: it stopped in",
-                    "n’a pas abouti : arrêt dans"
-                ),
+                lang.say(VerdictText::DidNotCompleteStopped),
                 stopped.phase.unwrap_or("?"),
-                lang.t(
-                    "a partial peak before a failure is not the need of a complete run",
-                    "un pic partiel avant un échec n’est pas le besoin d’une exécution complète"
-                )
+                lang.say(VerdictText::PartialPeakBeforeFailure)
             ),
             section: Some(observed_heading.clone()),
             tone: Tone::Bad,
@@ -70,15 +60,15 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     }
     if let Some(p) = f.peak {
         lines.push(Verdict {
-            label: lang.t("Peak that matters", "Pic qui compte").into(),
+            label: lang.say(VerdictText::PeakMatters).into(),
             value: format!(
                 "{} {} `{}`{}",
                 lang.size(Some(p.reserved_bytes)),
-                lang.t("reserved, in", "réservés, dans"),
+                lang.say(VerdictText::ReservedIn),
                 p.phase.name,
                 f.driver_peak.map_or(String::new(), |d| format!(
                     " — {} {}",
-                    lang.t("driver's view", "vue du pilote"),
+                    lang.say(CommonText::DriverView),
                     lang.size(Some(d))
                 ))
             ),
@@ -98,44 +88,30 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     validated(&mut lines, f, &observed_heading, lang);
     if let Some((id, bytes)) = f.largest_gap_term {
         lines.push(Verdict {
-            label: lang
-                .t("Largest term of the gap", "Plus gros poste de l’écart")
-                .into(),
+            label: lang.say(VerdictText::LargestTermGap).into(),
             value: format!(
                 "{}{} {}",
                 names::line(id, lang),
                 colon(lang),
                 lang.size(Some(bytes))
             ),
-            section: Some(
-                lang.t(
-                    "Why the peak exceeds the estimate",
-                    "Pourquoi le pic dépasse l’estimation",
-                )
-                .into(),
-            ),
+            section: Some(lang.say(CommonText::WhyPeakExceedsEstimate).into()),
             tone: Tone::Neutral,
         });
     }
     lines.push(Verdict {
-        label: lang.t("Still assumed", "Encore supposé").into(),
+        label: lang.say(VerdictText::StillAssumed).into(),
         value: match f.assumed_terms {
             None => lang
-                .t(
-                    "no estimate attached; evaluation, export and variations not covered by a series",
-                    "aucune estimation jointe ; évaluation, export et variations hors série"
-                )
+                .say(VerdictText::EstimateAttachedEvaluationExport)
                 .into(),
             Some(n) => format!(
                 "{} {}",
                 lang.integer(n as u128),
-                lang.t(
-                    "term(s) of the estimate, and the variations listed",
-                    "poste(s) de l’estimation, et les variations listées"
-                )
+                lang.say(VerdictText::TermsOfEstimateAndVariations)
             ),
         },
-        section: Some(lang.t("Assumed", "Supposé").into()),
+        section: Some(lang.say(CommonText::AssumedHeading).into()),
         tone: Tone::Neutral,
     });
     b.push(Block::Verdict(lines));
@@ -151,54 +127,44 @@ fn capacity_and_margin(
 ) -> Verdict {
     let share = 100.0 * margin as f64 / cap as f64;
     Verdict {
-        label: lang.t("Capacity and margin", "Capacité et marge").into(),
+        label: lang.say(VerdictText::CapacityMargin).into(),
         value: format!(
             "{} {} — {} {} ({}, {})",
             match counter {
-                CapacityCounter::Nvml => lang.t("NVML's total", "total de NVML"),
+                CapacityCounter::Nvml => lang.say(VerdictText::NvmlTotal),
                 CapacityCounter::TorchTotalMemory => {
-                    lang.t("PyTorch's total_memory", "total_memory de PyTorch")
+                    lang.say(VerdictText::TorchTotalMemory)
                 }
             },
             lang.size(Some(cap)),
             if margin >= 0 {
-                lang.t("margin", "marge")
+                lang.say(VerdictText::Margin)
             } else {
-                lang.t("short by", "manque")
+                lang.say(VerdictText::ShortBy)
             },
             lang.size(Some(margin.unsigned_abs() as u64)),
             lang.percent(Some(share)).trim_start_matches('+'),
             match need {
                 NeedCounter::DriverView => {
-                    lang.t("against the driver's view", "face à la vue du pilote")
+                    lang.say(VerdictText::AgainstDriverView)
                 }
-                NeedCounter::PeakReserved => lang.t(
-                    "against the peak reserved; the CUDA context is not counted",
-                    "face au pic réservé ; le contexte CUDA n’est pas compté",
-                ),
+                NeedCounter::PeakReserved => lang.say(VerdictText::AgainstPeakReservedNoContext),
             }
         ),
-        section: Some(lang.t("Environment", "Environnement").into()),
+        section: Some(lang.say(CommonText::Environment).into()),
         tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
     }
 }
 
 /// What a series validated; without a series, only this load (when it completed).
 fn validated(lines: &mut Vec<Verdict>, f: &Facts, observed_heading: &str, lang: Style) {
-    let label = lang
-        .t("Largest load validated", "Plus grande charge validée")
-        .to_string();
+    let label = lang.say(VerdictText::LargestLoadValidated).to_string();
     let Some(v) = &f.validated else {
         if f.result.status.is_ok() {
             lines.push(Verdict {
                 label,
-                value: lang
-                    .t(
-                        "this load only (no series attached)",
-                        "cette charge seulement (aucune série jointe)",
-                    )
-                    .into(),
-                section: Some(lang.t("Configuration chosen", "Choix retenu").into()),
+                value: lang.say(VerdictText::LoadOnlySeriesAttached).into(),
+                section: Some(lang.say(CommonText::ConfigurationChosen).into()),
                 tone: Tone::Neutral,
             });
         }
@@ -209,19 +175,14 @@ fn validated(lines: &mut Vec<Verdict>, f: &Facts, observed_heading: &str, lang: 
             "`{}` = {} {}",
             v.variable,
             lang.integer(u128::from(n)),
-            lang.t("validated", "validé")
+            lang.say(VerdictText::Validated)
         ),
-        None => lang
-            .t(
-                "no load of the series completed",
-                "aucune charge de la série n’a abouti",
-            )
-            .into(),
+        None => lang.say(VerdictText::LoadSeriesCompleted).into(),
     };
     if let Some(fr) = v.frontier {
         value.push_str(&format!(
             "; {} {} – {}",
-            lang.t("frontier between", "frontière entre"),
+            lang.say(VerdictText::FrontierBetween),
             fr.last_success
                 .map_or("—".into(), |n| lang.integer(u128::from(n))),
             fr.first_failure

@@ -1,6 +1,7 @@
 //! The fiche's small words: column headers in its one unit, values as identifiers, statuses in
 //! the reader's language, the colon with French spacing.
 
+use crate::report::catalog::common::CommonText;
 use serde_json::Value;
 
 use crate::explain::oom::OomClass;
@@ -33,18 +34,18 @@ pub(super) fn value_cell(v: &Value, lang: Style) -> Cell {
 pub(super) fn status_word(status: crate::schema::measure::RunStatus, lang: Style) -> &'static str {
     use crate::schema::measure::RunStatus as S;
     match status {
-        S::Ok => lang.t("ok", "réussi"),
-        S::Failed => lang.t("failed", "échoué"),
-        S::Crashed => lang.t("crashed", "planté"),
-        S::Timeout => lang.t("timed out", "délai dépassé"),
-        S::Interrupted => lang.t("interrupted", "interrompu"),
-        S::Terminated => lang.t("terminated", "arrêté"),
+        S::Ok => lang.say(CommonText::Ok),
+        S::Failed => lang.say(CommonText::Failed),
+        S::Crashed => lang.say(CommonText::Crashed),
+        S::Timeout => lang.say(CommonText::TimedOut),
+        S::Interrupted => lang.say(CommonText::Interrupted),
+        S::Terminated => lang.say(CommonText::Terminated),
     }
 }
 
 /// `:` in English, ` :` with a no-break space in French.
 pub(super) fn colon(lang: Style) -> &'static str {
-    lang.t(":", "\u{a0}:")
+    lang.say(CommonText::Colon)
 }
 
 /// A sweep trial's status in the reader's language.
@@ -55,7 +56,7 @@ pub(super) fn trial_status(
     use crate::schema::measure::RunStatus as S;
     use crate::schema::series::TrialStatus as T;
     let run = match status {
-        T::Unavailable => return lang.t("PyTorch or GPU missing", "PyTorch ou GPU absent"),
+        T::Unavailable => return lang.say(CommonText::PytorchOrGpuMissing),
         T::Ok => S::Ok,
         T::Failed => S::Failed,
         T::Crashed => S::Crashed,
