@@ -13,7 +13,10 @@ use crate::schema::load::EstimateDoc;
 use crate::schema::measure::MeasureResult;
 use crate::schema::prediction::{PredictedPhase, PredictionDoc};
 
+mod diagnostic;
 pub mod render;
+
+pub use diagnostic::{Diagnostic, diagnostics};
 
 pub const SCHEMA: &str = "iteragpu.explain/1";
 
@@ -265,13 +268,67 @@ impl Line {
 /// A capacity of the card, named for what it is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capacity {
-    pub name: String,
+    pub name: CapacityName,
     pub bytes: u64,
     pub source: String,
 }
 
-/// The whole ledger.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Which of the card's capacities a figure is, written in the file as English words
+/// (`PyTorch's total_memory`, `NVML's total`, `the vendor's label (141 GB HBM3e)`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum CapacityName {
+    /// `torch.cuda.get_device_properties().total_memory`.
+    TorchTotalMemory,
+    /// `nvmlDeviceGetMemoryInfo().total`.
+    NvmlTotal,
+    /// The catalog card's label, in the vendor's (decimal) gigabytes.
+    VendorLabel(String),
+}
+
+impl CapacityName {
+    const TORCH: &str = "PyTorch's total_memory";
+    const NVML: &str = "NVML's total";
+    const VENDOR: (&str, &str) = ("the vendor's label (", ")");
+}
+
+impl std::fmt::Display for CapacityName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacityName::TorchTotalMemory => f.pad(CapacityName::TORCH),
+            CapacityName::NvmlTotal => f.pad(CapacityName::NVML),
+            CapacityName::VendorLabel(label) => {
+                let (open, close) = CapacityName::VENDOR;
+                f.pad(&format!("{open}{label}{close}"))
+            }
+        }
+    }
+}
+
+impl From<CapacityName> for String {
+    fn from(c: CapacityName) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for CapacityName {
+    type Error = String;
+    fn try_from(text: String) -> Result<CapacityName, String> {
+        let (open, close) = CapacityName::VENDOR;
+        match text.as_str() {
+            CapacityName::TORCH => Ok(CapacityName::TorchTotalMemory),
+            CapacityName::NVML => Ok(CapacityName::NvmlTotal),
+            other => other
+                .strip_prefix(open)
+                .and_then(|rest| rest.strip_suffix(close))
+                .map(|label| CapacityName::VendorLabel(label.to_string()))
+                .ok_or_else(|| format!("`{text}` is not a capacity of the card")),
+        }
+    }
+}
+
+/// The whole ledger, written by `explain --json` (never read back: its diagnostics are words).
+#[derive(Clone, Debug, Serialize)]
 pub struct Ledger {
     pub schema: String,
     /// The phase explained (the highest observed peak reserved; predicted when nothing was
@@ -284,8 +341,8 @@ pub struct Ledger {
     pub rank: Option<u64>,
     pub lines: Vec<Line>,
     pub capacities: Vec<Capacity>,
-    /// The allocator's own story: fragmentation, retries, rounding.
-    pub diagnostics: Vec<String>,
+    /// The allocator's own story: fragmentation, retries, the backend.
+    pub diagnostics: Vec<Diagnostic>,
     /// The failure's out-of-memory message, parsed and classified.
     pub post_mortem: Option<crate::explain::oom::PostMortem>,
     /// What PyTorch's observer saw alive at the (latest) out-of-memory.
@@ -728,7 +785,7 @@ fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<C
         .and_then(serde_json::Value::as_u64)
     {
         capacities.push(Capacity {
-            name: "PyTorch's total_memory".into(),
+            name: CapacityName::TorchTotalMemory,
             bytes: t,
             source: "torch.cuda.get_device_properties().total_memory, read in the run".into(),
         });
@@ -745,7 +802,7 @@ fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<C
         .and_then(|g| g.total_bytes)
     {
         capacities.push(Capacity {
-            name: "NVML's total".into(),
+            name: CapacityName::NvmlTotal,
             bytes: total,
             source: "nvmlDeviceGetMemoryInfo().total, read in the run".into(),
         });
@@ -766,7 +823,7 @@ fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<C
             .and_then(|n| n.parse().ok())
             .unwrap_or(0.0);
         capacities.push(Capacity {
-            name: format!("the vendor's label ({})", card.label),
+            name: CapacityName::VendorLabel(card.label.clone()),
             bytes: (gb * 1e9) as u64,
             source: format!("catalog: {}", card.name),
         });
@@ -798,110 +855,6 @@ fn weights_predicted_bytes(prediction: Option<&PredictionDoc>) -> Option<u64> {
     prediction
         .and_then(|p| predicted_phase(p, "model_load", 0))
         .and_then(|ph| ph.end_allocated_bytes)
-}
-
-/// Inactive split bytes at or above this share of the reserved memory mean fragmentation.
-const FRAGMENTED_SHARE: f64 = 0.10;
-/// …and at least this many bytes (small workloads always have some).
-const FRAGMENTED_BYTES: u64 = 256 << 20;
-
-/// The allocator's own story, phase by phase: retries (cudaMalloc failed and the cache was
-/// freed), out-of-memory errors caught, and large inactive split bytes: fragmentation.
-pub fn diagnostics(r: &MeasureResult) -> Vec<String> {
-    diagnostics_in(r, false)
-}
-
-/// The same diagnostics in English or in French (the fiche's language).
-pub fn diagnostics_in(r: &MeasureResult, fr: bool) -> Vec<String> {
-    let size = |b: u64| {
-        if fr {
-            format!("{:.2}\u{a0}Gio", crate::units::Bytes(b).gib()).replace('.', ",")
-        } else {
-            crate::units::Bytes(b).both()
-        }
-    };
-    let mut out = Vec::new();
-    let mut retries_before: Option<u64> = None;
-    let mut ooms_before: Option<u64> = None;
-    for p in &r.phases {
-        let Some(d) = p.devices.first() else { continue };
-        let Some(stats) = &d.allocator else { continue };
-        if let (Some(now), Some(before)) = (stats.num_alloc_retries, retries_before)
-            && now > before
-        {
-            out.push(if fr {
-                format!(
-                    "`{}` #{}\u{a0}: {} nouvelle(s) tentative(s) d’allocation (cudaMalloc a échoué, le cache a été vidé et la demande relancée)\u{a0}: fragmentation, et lenteur",
-                    p.name, p.index, now - before
-                )
-            } else {
-                format!(
-                    "{} #{}: {} allocation retr{} (cudaMalloc failed, the cache was freed and the request tried again): fragmentation, and slow",
-                    p.name,
-                    p.index,
-                    now - before,
-                    if now - before == 1 { "y" } else { "ies" }
-                )
-            });
-        }
-        if let (Some(now), Some(before)) = (stats.num_ooms, ooms_before)
-            && now > before
-        {
-            out.push(if fr {
-                format!(
-                    "`{}` #{}\u{a0}: {} erreur(s) de manque de mémoire levée(s) par l’allocateur",
-                    p.name,
-                    p.index,
-                    now - before
-                )
-            } else {
-                format!(
-                    "{} #{}: {} out-of-memory error(s) raised by the allocator",
-                    p.name,
-                    p.index,
-                    now - before
-                )
-            });
-        }
-        retries_before = stats.num_alloc_retries.or(retries_before);
-        ooms_before = stats.num_ooms.or(ooms_before);
-        if let (Some(split), Some(resv)) = (stats.inactive_split_bytes_peak, d.peak_reserved_bytes)
-            && split >= FRAGMENTED_BYTES
-            && split as f64 >= FRAGMENTED_SHARE * resv as f64
-        {
-            let share = 100.0 * split as f64 / resv as f64;
-            out.push(if fr {
-                format!(
-                    "`{}` #{}\u{a0}: fragmentation\u{a0}: jusqu’à {} libres dans des blocs découpés ({:.0}\u{a0}% du pic réservé), inutilisables pour des demandes plus grandes\u{a0}; essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
-                    p.name,
-                    p.index,
-                    size(split),
-                    share
-                )
-            } else {
-                format!(
-                    "{} #{}: fragmentation: up to {} free inside split blocks ({:.0}% of the reserved peak), unusable for larger requests; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                    p.name,
-                    p.index,
-                    size(split),
-                    share
-                )
-            });
-        }
-    }
-    if r.environment
-        .python
-        .as_ref()
-        .and_then(|p| p.allocator_backend())
-        == Some("cudaMallocAsync")
-    {
-        out.push(if fr {
-            "backend `cudaMallocAsync`\u{a0}: la réserve du pilote gère la mémoire\u{a0}; PyTorch n’y signale ni blocs découpés ni segments, et le réservé est la taille de cette réserve".into()
-        } else {
-            "backend cudaMallocAsync: the driver's pool manages the memory; PyTorch reports no split blocks or segments for it, and reserved is the pool's size".into()
-        });
-    }
-    out
 }
 
 #[cfg(test)]

@@ -83,18 +83,20 @@ fn the_ledger_reads_each_term_at_its_checkpoint_and_keeps_the_rest_unexplained()
     let u = find(LineId::Unexplained);
     assert_eq!(u.kind, LineKind::Unexplained);
     assert_eq!(u.observed.as_ref().unwrap().bytes, 100 << 20);
-    let names: Vec<&str> = l.capacities.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<String> = l.capacities.iter().map(|c| c.name.to_string()).collect();
     assert_eq!(names[..2], ["PyTorch's total_memory", "NVML's total"]);
     assert!(names[2].starts_with("the vendor's label"));
     assert!(
         l.diagnostics
             .iter()
-            .any(|d| d.contains("2 allocation retries")),
+            .any(|d| d.to_string().contains("2 allocation retries")),
         "{:?}",
         l.diagnostics
     );
     assert!(
-        l.diagnostics.iter().any(|d| d.contains("fragmentation")),
+        l.diagnostics
+            .iter()
+            .any(|d| d.to_string().contains("fragmentation")),
         "{:?}",
         l.diagnostics
     );
@@ -182,4 +184,21 @@ fn a_failed_run_has_no_ledger() {
             .to_string()
             .contains("partial peak")
     );
+}
+
+/// A capacity's name is written as English words and read back from them.
+#[test]
+fn capacity_names_are_words_read_back() {
+    for (name, text) in [
+        (CapacityName::TorchTotalMemory, "PyTorch's total_memory"),
+        (CapacityName::NvmlTotal, "NVML's total"),
+        (
+            CapacityName::VendorLabel("80 GB HBM3".into()),
+            "the vendor's label (80 GB HBM3)",
+        ),
+    ] {
+        assert_eq!(String::from(name.clone()), text);
+        assert_eq!(CapacityName::try_from(text.to_string()), Ok(name));
+    }
+    assert!(CapacityName::try_from("the card".to_string()).is_err());
 }

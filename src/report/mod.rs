@@ -9,5 +9,4 @@ pub mod document;
 pub mod export;
 pub mod fiche;
 pub mod format;
-pub mod names;
 pub mod need;

@@ -45,6 +45,8 @@ pub mod export;
 pub mod fiche;
 pub mod gap;
 pub mod identity;
+pub mod ledger;
+pub mod names;
 pub mod observed;
 pub mod ranks;
 pub mod series;

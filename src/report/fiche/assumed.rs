@@ -5,9 +5,9 @@ use super::words::colon;
 use crate::estimate::Kind;
 use crate::report::catalog::assumed::AssumedText;
 use crate::report::catalog::common::CommonText;
+use crate::report::catalog::names;
 use crate::report::document::Block;
 use crate::report::format::Style;
-use crate::report::names;
 use crate::schema::measure::RunStatus;
 
 pub(super) fn assumed(b: &mut Vec<Block>, f: &Facts, lang: Style) {

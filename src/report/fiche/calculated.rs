@@ -3,9 +3,9 @@
 use super::words::{colon, in_unit};
 use crate::estimate::Kind;
 use crate::report::catalog::calculated::CalculatedText;
+use crate::report::catalog::names;
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
-use crate::report::names;
 use crate::schema::load::EstimateDoc;
 
 pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Style) {

@@ -3,12 +3,13 @@
 //! to the section that backs it.
 
 use super::facts::{CapacityCounter, Facts, NeedCounter};
-use super::words::{colon, oom_class, text};
+use super::words::{colon, text};
 use crate::report::catalog::common::CommonText;
+use crate::report::catalog::ledger::oom_class;
+use crate::report::catalog::names;
 use crate::report::catalog::verdict::VerdictText;
 use crate::report::document::{Block, Tone, Verdict};
 use crate::report::format::Style;
-use crate::report::names;
 
 pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     let r = f.result;

@@ -4,7 +4,6 @@
 use crate::report::catalog::common::CommonText;
 use serde_json::Value;
 
-use crate::explain::oom::OomClass;
 use crate::report::document::Cell;
 use crate::report::format::Style;
 
@@ -65,17 +64,4 @@ pub(super) fn trial_status(
         T::Terminated => S::Terminated,
     };
     status_word(run, lang)
-}
-
-/// An out-of-memory's class in the reader's language.
-pub(super) fn oom_class(class: OomClass, lang: Style) -> &'static str {
-    if !lang.fr() {
-        return class.label();
-    }
-    match class {
-        OomClass::Capacity => "capacité",
-        OomClass::Fragmentation => "fragmentation",
-        OomClass::AnotherProcess => "un autre processus",
-        OomClass::Unknown => "indéterminé",
-    }
 }
