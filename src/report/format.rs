@@ -97,6 +97,18 @@ impl Style {
         }
     }
 
+    /// A file's size in mebibytes, one decimal: `12.3 MiB` / `12,3 Mio` (`? MiB` when unknown).
+    pub fn mebibytes(self, bytes: Option<u64>) -> String {
+        let number = bytes.map_or("?".into(), |b| {
+            self.decimal(b as f64 / f64::from(1u32 << 20), 1)
+        });
+        let unit = match self.lang {
+            Lang::En => "MiB",
+            Lang::Fr => "Mio",
+        };
+        format!("{number}{NBSP}{unit}")
+    }
+
     /// Raw bytes, grouped: `134,332,416 B` / `134 332 416 o`.
     pub fn raw(self, bytes: u64) -> String {
         format!(
@@ -228,6 +240,8 @@ mod tests {
         assert_eq!(en.size(None), "null (not read)");
         assert_eq!(fr.raw(134_332_416), "134\u{202f}332\u{202f}416\u{a0}o");
         assert_eq!(en.raw(134_332_416), "134,332,416\u{a0}B");
+        assert_eq!(fr.mebibytes(Some(12_897_485)), "12,3\u{a0}Mio");
+        assert_eq!(en.mebibytes(None), "?\u{a0}MiB");
         assert_eq!(fr.percent(Some(12.5)), "+12,5\u{a0}%");
         assert_eq!(en.percent(Some(-3.25)), "−3.2\u{a0}%");
         assert_eq!(

@@ -1,5 +1,7 @@
 //! The words of `fiche/assumed.rs`, English and French side by side.
 
+use crate::report::format::Style;
+
 catalog! {
     /// The words of `fiche/assumed.rs`.
     pub enum AssumedText {
@@ -36,5 +38,18 @@ catalog! {
         MeasuredConfigurationDidNot =>
             "The measured configuration did not complete: reduce one dimension and search the frontier (`iteragpu sweep --search frontier`).",
             "La configuration mesurée n’a pas abouti : réduisez une seule dimension et cherchez la frontière (`iteragpu sweep --search frontier`).";
+    }
+}
+
+/// What the estimate left out: its English words, or in French how many (listed in the attached
+/// estimate).
+pub fn left_out(items: &[String], lang: Style) -> String {
+    if lang.fr() {
+        format!(
+            "{} élément(s), listés dans l’estimation jointe",
+            items.len()
+        )
+    } else {
+        items.join("; ")
     }
 }

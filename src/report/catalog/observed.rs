@@ -1,5 +1,7 @@
 //! The words of `fiche/observed.rs`, English and French side by side.
 
+use crate::report::format::Style;
+
 catalog! {
     /// The words of `fiche/observed.rs`.
     pub enum ObservedText {
@@ -73,4 +75,36 @@ catalog! {
             "driver's view (process peak)",
             "vue du pilote (pic du processus)";
     }
+}
+
+/// Why the driver was not read: the result's English words, or in French a pointer to them.
+pub fn driver_reason(why: &str, lang: Style) -> String {
+    if lang.fr() {
+        "pilote NVIDIA absent ou illisible (la raison exacte est dans le résultat joint)".into()
+    } else {
+        why.to_string()
+    }
+}
+
+/// A prediction's storage category in the reader's language.
+pub fn storage_category(c: &str, lang: Style) -> String {
+    if !lang.fr() {
+        return c.to_string();
+    }
+    match c {
+        "parameter" => "paramètres",
+        "buffer" => "tampons",
+        "gradient" => "gradients",
+        "optimizer state" => "états de l’optimiseur",
+        "input" => "entrées",
+        "activation" => "activations",
+        "temporary" => "temporaires",
+        "kv cache" => "cache KV",
+        "workspace" => "espaces de travail",
+        "communication" => "communication",
+        "allocator rounding" => "arrondi de l’allocateur",
+        "other" => "autres",
+        other => other,
+    }
+    .to_string()
 }

@@ -1,5 +1,7 @@
 //! The words of `fiche/ranks.rs`, English and French side by side.
 
+use crate::report::format::Style;
+
 catalog! {
     /// The words of `fiche/ranks.rs`.
     pub enum RanksText {
@@ -36,5 +38,24 @@ catalog! {
         Spread =>
             "spread",
             "écart";
+    }
+}
+
+/// Why a rank stopped: the result's English words, or in French a pointer to them.
+pub fn stopped_because(why: &str, lang: Style) -> String {
+    if lang.fr() {
+        "arrêté à cause d’un autre rang (voir le résultat joint)".into()
+    } else {
+        why.to_string()
+    }
+}
+
+/// A note of a result merged from several nodes' files (`merged from …`, `WARNING: merged
+/// although …`), quoted in French.
+pub fn merged_note(note: &str, lang: Style) -> String {
+    match (lang.fr(), note.starts_with("WARNING")) {
+        (true, false) => format!("fusionné depuis les fichiers de plusieurs nœuds (`{note}`)"),
+        (true, true) => format!("ATTENTION : fusionnés malgré un désaccord (`{note}`)"),
+        (false, _) => note.to_string(),
     }
 }

@@ -9,9 +9,6 @@ catalog! {
         PytorchSnapshot =>
             "PyTorch's snapshot:",
             "instantané de PyTorch\u{a0}:";
-        MiB =>
-            "\u{a0}MiB",
-            "\u{a0}Mio";
         OpenInMemoryViz =>
             "— open it in https://pytorch.org/memory_viz",
             "— à ouvrir dans https://pytorch.org/memory_viz";

@@ -3,7 +3,7 @@
 use super::facts::Facts;
 use super::words::colon;
 use crate::estimate::Kind;
-use crate::report::catalog::assumed::AssumedText;
+use crate::report::catalog::assumed::{self, AssumedText};
 use crate::report::catalog::common::CommonText;
 use crate::report::catalog::names;
 use crate::report::document::Block;
@@ -28,14 +28,7 @@ pub(super) fn assumed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
                 "{}{} {}",
                 lang.say(AssumedText::LeftOutEstimate),
                 colon(lang),
-                if lang.fr() {
-                    format!(
-                        "{} élément(s), listés dans l’estimation jointe",
-                        e.left_out.len()
-                    )
-                } else {
-                    e.left_out.join("; ")
-                }
+                assumed::left_out(&e.left_out, lang)
             ));
         }
     }

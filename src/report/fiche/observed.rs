@@ -4,7 +4,7 @@
 use super::facts::Facts;
 use super::words::{colon, in_unit, status_word};
 use crate::report::catalog::common::CommonText;
-use crate::report::catalog::observed::ObservedText;
+use crate::report::catalog::observed::{self, ObservedText};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -82,8 +82,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
             lang.say(ObservedText::DriverView),
             colon(lang),
             match &r.environment.driver_reason {
-                Some(why) if !lang.fr() => why.clone(),
-                Some(_) => "pilote NVIDIA absent ou illisible (la raison exacte est dans le résultat joint)".into(),
+                Some(why) => observed::driver_reason(why, lang),
                 None => lang.say(ObservedText::NotSampled).into(),
             }
         )));
@@ -211,30 +210,13 @@ fn largest_at_peak(r: &MeasureResult, name: &str, k: usize, lang: Style) -> Stri
     categories
         .iter()
         .take(2)
-        .map(|(c, b)| format!("{} {}", category_name(c, lang), lang.size(Some(**b))))
+        .map(|(c, b)| {
+            format!(
+                "{} {}",
+                observed::storage_category(c, lang),
+                lang.size(Some(**b))
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// A prediction's storage category in the reader's language.
-fn category_name(c: &str, lang: Style) -> String {
-    if !lang.fr() {
-        return c.to_string();
-    }
-    match c {
-        "parameter" => "paramètres",
-        "buffer" => "tampons",
-        "gradient" => "gradients",
-        "optimizer state" => "états de l’optimiseur",
-        "input" => "entrées",
-        "activation" => "activations",
-        "temporary" => "temporaires",
-        "kv cache" => "cache KV",
-        "workspace" => "espaces de travail",
-        "communication" => "communication",
-        "allocator rounding" => "arrondi de l’allocateur",
-        "other" => "autres",
-        other => other,
-    }
-    .to_string()
 }

@@ -2,7 +2,7 @@
 
 use super::words::{in_unit, status_word};
 use crate::report::catalog::common::CommonText;
-use crate::report::catalog::ranks::RanksText;
+use crate::report::catalog::ranks::{self, RanksText};
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -31,13 +31,10 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
                 Cell::size(k.peak_allocated()),
                 Cell::size(k.peak_reserved()),
                 Cell::size(k.outside_allocator()),
-                match (&k.stopped_because, lang.fr()) {
-                    (None, _) => "".into(),
-                    (Some(why), false) => why.clone().into(),
-                    (Some(_), true) => {
-                        "arrêté à cause d’un autre rang (voir le résultat joint)".into()
-                    }
-                },
+                k.stopped_because
+                    .as_deref()
+                    .map_or(String::new(), |why| ranks::stopped_because(why, lang))
+                    .into(),
             ]
         })
         .collect();
@@ -71,11 +68,7 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         .notes
         .iter()
         .filter(|n| n.starts_with("merged from") || n.starts_with("WARNING: merged although"))
-        .map(|n| match (lang.fr(), n.starts_with("WARNING")) {
-            (true, false) => format!("fusionné depuis les fichiers de plusieurs nœuds (`{n}`)"),
-            (true, true) => format!("ATTENTION : fusionnés malgré un désaccord (`{n}`)"),
-            (false, _) => n.clone(),
-        })
+        .map(|n| ranks::merged_note(n, lang))
         .collect();
     if !merged.is_empty() {
         b.push(Block::List(merged));

@@ -17,12 +17,10 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     b.push(Block::Heading(lang.say(TimelineText::Timeline).into()));
     b.push(Block::List(vec![match (&t.path, t.bytes) {
         (Some(path), bytes) => format!(
-            "{} `{}` ({}{}) {}",
+            "{} `{}` ({}) {}",
             lang.say(TimelineText::PytorchSnapshot),
             path.display(),
-            bytes.map_or("?".into(), |b| lang
-                .decimal(b as f64 / f64::from(1u32 << 20), 1)),
-            lang.say(TimelineText::MiB),
+            lang.mebibytes(bytes),
             lang.say(TimelineText::OpenInMemoryViz)
         ),
         (None, _) => lang.say(TimelineText::SnapshotWasWritten).into(),
