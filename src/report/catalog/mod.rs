@@ -1,11 +1,15 @@
-//! The one catalog of what iteragpu says to a reader, in English and in French. A message is a
-//! value (an enum variant, with its parameters when it has some); one place words it in each
-//! language, so English is never rewritten into French and rewording one language shows the other
-//! beside it. Numbers, sizes and dates inside a message are written by `report::format`.
+//! The one catalog of what the fiche says, in English and in French. Each wording is defined once,
+//! both languages side by side, so rewording one shows the other beside it, and French is never
+//! made by rewriting English. Numbers, sizes and dates inside a message are written by
+//! `report::format`.
 //!
-//! Fixed words, one enum per section of the fiche (`lang.say(GapText::Heading)`); messages with
-//! parameters: estimate terms, ledger lines and checkpoints (`names`), and the allocator's
-//! diagnostics and the card's capacities from the gap ledger (`ledger`).
+//! * Fixed words: one enum per section of the fiche (`gap.rs` for `fiche/gap.rs`, …; `common.rs`
+//!   for words several share), said with `Style::say` (`lang.say(GapText::PostMortemHeading)`).
+//! * Messages with parameters, worded from the domain's values: estimate terms, ledger lines and
+//!   checkpoints (`names`, keyed on `TermId`, `LineId`, `Checkpoint`); the allocator's
+//!   `Diagnostic`s, the card's `CapacityName`s and the out-of-memory post-mortem (`ledger`); and
+//!   a few functions beside their section's words (`ranks`, `observed`, `assumed`). Their English
+//!   is the words the files and the terminal already hold.
 
 /// A fixed wording in English and in French (made by `catalog!`).
 pub trait Message: Copy {
@@ -14,7 +18,7 @@ pub trait Message: Copy {
 }
 
 /// An enum of fixed messages, each written `Variant => "English", "French";`, with its
-/// [`Message`] implementation and `ALL`, every variant (for the catalog's own tests).
+/// [`Message`] implementation and, in tests, `ALL`: every variant.
 macro_rules! catalog {
     ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $en:literal, $fr:literal;)* }) => {
         $(#[$meta])*
@@ -23,6 +27,7 @@ macro_rules! catalog {
             $($variant,)*
         }
 
+        #[cfg(test)]
         impl $name {
             /// Every message of this enum.
             pub const ALL: &'static [$name] = &[$($name::$variant,)*];
