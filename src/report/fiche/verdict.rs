@@ -2,12 +2,11 @@
 //! largest load validated, the largest term of the gap, what is still assumed — each line linked
 //! to the section that backs it.
 
-use super::facts::{CapacityCounter, Facts, NeedCounter};
+use super::facts::Facts;
 use super::words::{colon, text};
 use crate::report::catalog::common::CommonText;
-use crate::report::catalog::ledger::oom_class;
 use crate::report::catalog::names;
-use crate::report::catalog::verdict::VerdictText;
+use crate::report::catalog::verdict::{VerdictText, VerdictValue};
 use crate::report::document::{Block, Tone, Verdict};
 use crate::report::format::Style;
 
@@ -43,18 +42,13 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     });
     let observed_heading = lang.say(CommonText::ObservedHeading).to_string();
     if let Some(stopped) = f.stopped {
-        let class = stopped
-            .class
-            .map(|c| format!(" ({})", oom_class(c, lang)))
-            .unwrap_or_default();
         lines.push(Verdict {
             label: lang.say(VerdictText::Run).into(),
-            value: format!(
-                "{} `{}`{class} — {}",
-                lang.say(VerdictText::DidNotCompleteStopped),
-                stopped.phase.unwrap_or("?"),
-                lang.say(VerdictText::PartialPeakBeforeFailure)
-            ),
+            value: VerdictValue::Stopped {
+                phase: stopped.phase.unwrap_or("?"),
+                class: stopped.class,
+            }
+            .word(lang),
             section: Some(observed_heading.clone()),
             tone: Tone::Bad,
         });
@@ -62,29 +56,28 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     if let Some(p) = f.peak {
         lines.push(Verdict {
             label: lang.say(VerdictText::PeakMatters).into(),
-            value: format!(
-                "{} {} `{}`{}",
-                lang.size(Some(p.reserved_bytes)),
-                lang.say(VerdictText::ReservedIn),
-                p.phase.name,
-                f.driver_peak.map_or(String::new(), |d| format!(
-                    " — {} {}",
-                    lang.say(CommonText::DriverView),
-                    lang.size(Some(d))
-                ))
-            ),
+            value: VerdictValue::Peak {
+                reserved: p.reserved_bytes,
+                phase: &p.phase.name,
+                driver_peak: f.driver_peak,
+            }
+            .word(lang),
             section: Some(observed_heading.clone()),
             tone: Tone::Neutral,
         });
     }
     if let (Some(cap), Some(need), Some(margin)) = (f.capacity, f.need, f.margin) {
-        lines.push(capacity_and_margin(
-            cap.counter,
-            cap.bytes,
-            need.counter,
-            margin,
-            lang,
-        ));
+        lines.push(Verdict {
+            label: lang.say(VerdictText::CapacityMargin).into(),
+            value: VerdictValue::CapacityAndMargin {
+                capacity: cap,
+                need: need.counter,
+                margin,
+            }
+            .word(lang),
+            section: Some(lang.say(CommonText::Environment).into()),
+            tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
+        });
     }
     validated(&mut lines, f, &observed_heading, lang);
     if let Some((id, bytes)) = f.largest_gap_term {
@@ -102,59 +95,14 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     }
     lines.push(Verdict {
         label: lang.say(VerdictText::StillAssumed).into(),
-        value: match f.assumed_terms {
-            None => lang
-                .say(VerdictText::EstimateAttachedEvaluationExport)
-                .into(),
-            Some(n) => format!(
-                "{} {}",
-                lang.integer(n as u128),
-                lang.say(VerdictText::TermsOfEstimateAndVariations)
-            ),
-        },
+        value: VerdictValue::StillAssumed {
+            terms: f.assumed_terms,
+        }
+        .word(lang),
         section: Some(lang.say(CommonText::AssumedHeading).into()),
         tone: Tone::Neutral,
     });
     b.push(Block::Verdict(lines));
-}
-
-/// The capacity compared with, named, and the margin.
-fn capacity_and_margin(
-    counter: CapacityCounter,
-    cap: u64,
-    need: NeedCounter,
-    margin: i128,
-    lang: Style,
-) -> Verdict {
-    let share = 100.0 * margin as f64 / cap as f64;
-    Verdict {
-        label: lang.say(VerdictText::CapacityMargin).into(),
-        value: format!(
-            "{} {} — {} {} ({}, {})",
-            match counter {
-                CapacityCounter::Nvml => lang.say(VerdictText::NvmlTotal),
-                CapacityCounter::TorchTotalMemory => {
-                    lang.say(VerdictText::TorchTotalMemory)
-                }
-            },
-            lang.size(Some(cap)),
-            if margin >= 0 {
-                lang.say(VerdictText::Margin)
-            } else {
-                lang.say(VerdictText::ShortBy)
-            },
-            lang.size(Some(margin.unsigned_abs() as u64)),
-            lang.percent(Some(share)).trim_start_matches('+'),
-            match need {
-                NeedCounter::DriverView => {
-                    lang.say(VerdictText::AgainstDriverView)
-                }
-                NeedCounter::PeakReserved => lang.say(VerdictText::AgainstPeakReservedNoContext),
-            }
-        ),
-        section: Some(lang.say(CommonText::Environment).into()),
-        tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
-    }
 }
 
 /// What a series validated; without a series, only this load (when it completed).
@@ -171,28 +119,14 @@ fn validated(lines: &mut Vec<Verdict>, f: &Facts, observed_heading: &str, lang: 
         }
         return;
     };
-    let mut value = match v.largest {
-        Some(n) => format!(
-            "`{}` = {} {}",
-            v.variable,
-            lang.integer(u128::from(n)),
-            lang.say(VerdictText::Validated)
-        ),
-        None => lang.say(VerdictText::LoadSeriesCompleted).into(),
-    };
-    if let Some(fr) = v.frontier {
-        value.push_str(&format!(
-            "; {} {} – {}",
-            lang.say(VerdictText::FrontierBetween),
-            fr.last_success
-                .map_or("—".into(), |n| lang.integer(u128::from(n))),
-            fr.first_failure
-                .map_or("—".into(), |n| lang.integer(u128::from(n)))
-        ));
-    }
     lines.push(Verdict {
         label,
-        value,
+        value: VerdictValue::Validated {
+            variable: v.variable,
+            largest: v.largest,
+            frontier: v.frontier,
+        }
+        .word(lang),
         section: Some(observed_heading.into()),
         tone: if v.largest.is_some() {
             Tone::Good
