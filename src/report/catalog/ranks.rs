@@ -1,6 +1,7 @@
 //! The words of `fiche/ranks.rs`, English and French side by side.
 
 use crate::report::format::Style;
+use crate::schema::measure::Imbalance;
 
 catalog! {
     /// The words of `fiche/ranks.rs`.
@@ -29,15 +30,6 @@ catalog! {
         Note =>
             "note",
             "note";
-        HighestPeakReservedRank =>
-            "Highest peak reserved: rank",
-            "Pic réservé le plus haut\u{a0}: rang";
-        LowestRank =>
-            "lowest: rank",
-            "le plus bas\u{a0}: rang";
-        Spread =>
-            "spread",
-            "écart";
     }
 }
 
@@ -57,5 +49,52 @@ pub fn merged_note(note: &str, lang: Style) -> String {
         (true, false) => format!("fusionné depuis les fichiers de plusieurs nœuds (`{note}`)"),
         (true, true) => format!("ATTENTION : fusionnés malgré un désaccord (`{note}`)"),
         (false, _) => note.to_string(),
+    }
+}
+
+/// The ranks' highest and lowest peaks reserved, and their spread.
+pub fn imbalance(i: &Imbalance, lang: Style) -> String {
+    let (max_rank, max) = (
+        lang.integer(u128::from(i.max_rank)),
+        lang.size(Some(i.max_peak_reserved_bytes)),
+    );
+    let (min_rank, min) = (
+        lang.integer(u128::from(i.min_rank)),
+        lang.size(Some(i.min_peak_reserved_bytes)),
+    );
+    let spread = lang.size(Some(i.spread_bytes));
+    if lang.fr() {
+        format!(
+            "Pic réservé le plus haut\u{a0}: rang {max_rank} ({max}); le plus bas\u{a0}: rang {min_rank} ({min}); écart {spread}."
+        )
+    } else {
+        format!(
+            "Highest peak reserved: rank {max_rank} ({max}); lowest: rank {min_rank} ({min}); spread {spread}."
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn the_imbalance_is_one_sentence_in_each_language() {
+        let i = Imbalance {
+            max_peak_reserved_bytes: 3 << 29,
+            max_rank: 3,
+            min_peak_reserved_bytes: 1 << 30,
+            min_rank: 0,
+            spread_bytes: 1 << 29,
+        };
+        assert_eq!(
+            imbalance(&i, Style::new(Lang::En, Units::Gib)),
+            "Highest peak reserved: rank 3 (1.50\u{a0}GiB); lowest: rank 0 (1.00\u{a0}GiB); spread 0.50\u{a0}GiB."
+        );
+        assert_eq!(
+            imbalance(&i, Style::new(Lang::Fr, Units::Gib)),
+            "Pic réservé le plus haut\u{a0}: rang 3 (1,50\u{a0}Gio); le plus bas\u{a0}: rang 0 (1,00\u{a0}Gio); écart 0,50\u{a0}Gio."
+        )
     }
 }

@@ -52,17 +52,7 @@ pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         rows,
     });
     if let Some(i) = &d.imbalance {
-        b.push(Block::Para(format!(
-            "{} {} ({}); {} {} ({}); {} {}.",
-            lang.say(RanksText::HighestPeakReservedRank),
-            lang.integer(u128::from(i.max_rank)),
-            lang.size(Some(i.max_peak_reserved_bytes)),
-            lang.say(RanksText::LowestRank),
-            lang.integer(u128::from(i.min_rank)),
-            lang.size(Some(i.min_peak_reserved_bytes)),
-            lang.say(RanksText::Spread),
-            lang.size(Some(i.spread_bytes))
-        )));
+        b.push(Block::Para(ranks::imbalance(i, lang)));
     }
     let merged: Vec<String> = r
         .notes
