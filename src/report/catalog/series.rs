@@ -1,4 +1,8 @@
-//! The words of `fiche/series.rs`, English and French side by side.
+//! The words of `fiche/series.rs`, English and French side by side: fixed words, and the
+//! sentences with figures, each worded whole in each language.
+
+use crate::report::format::Style;
+use crate::schema::series::FrontierRecord;
 
 catalog! {
     /// The words of `fiche/series.rs`.
@@ -15,24 +19,6 @@ catalog! {
         Duration =>
             "duration",
             "durée";
-        LargestLoadTestedSuccessfully =>
-            "Largest load tested successfully:",
-            "Plus grande charge testée avec succès\u{a0}:";
-        FrontierOf =>
-            "Frontier of",
-            "Frontière de";
-        LastSuccess =>
-            "last success",
-            "dernier succès";
-        FirstFailure =>
-            "first failure",
-            "premier échec";
-        Trials =>
-            "trials",
-            "essais";
-        Resolution =>
-            "resolution",
-            "résolution";
         EmulatedLimitNotReal =>
             "Emulated limit (not a real card)",
             "Limite émulée (pas une vraie carte)";
@@ -42,12 +28,6 @@ catalog! {
         PeakReservedAgainst =>
             "Peak reserved against",
             "Pic réservé en fonction de";
-        AllocatorSettingsComparedFresh =>
-            "Allocator settings compared in fresh processes; the change is against",
-            "Réglages de l’allocateur comparés dans des processus neufs ; l’écart est mesuré par rapport à";
-        CompleteTrialsOnlyPartial =>
-            "complete trials only: a partial peak compares nothing",
-            "essais complets seulement : un pic partiel ne se compare pas";
         PeakReservedComma =>
             "peak reserved,",
             "pic réservé,";
@@ -57,5 +37,83 @@ catalog! {
         NotRun =>
             "not run",
             "non exécuté";
+    }
+}
+
+/// The largest value of `variable` whose trial completed.
+pub fn largest_tested(variable: &str, largest: u64, lang: Style) -> String {
+    let n = lang.integer(u128::from(largest));
+    if lang.fr() {
+        format!("Plus grande charge testée avec succès\u{a0}: `{variable}` = {n}")
+    } else {
+        format!("Largest load tested successfully: `{variable}` = {n}")
+    }
+}
+
+/// A frontier search's outcome: its bounds, its trials and its resolution.
+pub fn frontier(f: &FrontierRecord, lang: Style) -> String {
+    let fr = lang.fr();
+    let bound = |n: Option<u64>| match n {
+        Some(n) => lang.integer(u128::from(n)),
+        None if fr => "aucun".into(),
+        None => "none".into(),
+    };
+    let (last, first) = (bound(f.last_success), bound(f.first_failure));
+    let (variable, trials) = (&f.variable, lang.integer(f.trials as u128));
+    let resolution = lang.integer(u128::from(f.resolution));
+    if fr {
+        format!(
+            "Frontière de `{variable}`\u{a0}: dernier succès {last}, premier échec {first} ({trials} essais, résolution {resolution})"
+        )
+    } else {
+        format!(
+            "Frontier of `{variable}`: last success {last}, first failure {first} ({trials} trials, resolution {resolution})"
+        )
+    }
+}
+
+/// The introduction of an allocator A/B: what the change is measured against.
+pub fn alloc_confs_compared(first: impl std::fmt::Display, lang: Style) -> String {
+    if lang.fr() {
+        format!(
+            "Réglages de l’allocateur comparés dans des processus neufs ; l’écart est mesuré par rapport à {first} (essais complets seulement : un pic partiel ne se compare pas)."
+        )
+    } else {
+        format!(
+            "Allocator settings compared in fresh processes; the change is against {first} (complete trials only: a partial peak compares nothing)."
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn the_series_sentences_in_each_language() {
+        let en = Style::new(Lang::En, Units::Gib);
+        let fr = Style::new(Lang::Fr, Units::Gib);
+        let f: FrontierRecord = serde_json::from_value(serde_json::json!({
+            "variable": "batch", "last_success": 1536, "first_failure": null, "resolution": 8,
+            "trials": 9, "strategy": "grow-then-bisect", "hint": null, "budget_exhausted": true
+        }))
+        .unwrap();
+        assert_eq!(
+            frontier(&f, en),
+            "Frontier of `batch`: last success 1,536, first failure none (9 trials, resolution 8)"
+        );
+        assert_eq!(
+            frontier(&f, fr),
+            "Frontière de `batch`\u{a0}: dernier succès 1\u{202f}536, premier échec aucun (9 essais, résolution 8)"
+        );
+        assert_eq!(
+            largest_tested("batch", 1536, fr),
+            "Plus grande charge testée avec succès\u{a0}: `batch` = 1\u{202f}536"
+        );
+        assert_eq!(
+            alloc_confs_compared("default", en),
+            "Allocator settings compared in fresh processes; the change is against default (complete trials only: a partial peak compares nothing)."
+        );
     }
 }

@@ -4,7 +4,7 @@
 use super::facts::Validated;
 use super::words::{colon, in_unit, text, trial_status};
 use crate::report::catalog::common::CommonText;
-use crate::report::catalog::series::SeriesText;
+use crate::report::catalog::series::{self, SeriesText};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::series::Series;
@@ -55,31 +55,10 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
         rows,
     });
     if let Some(largest) = v.largest {
-        b.push(Block::Para(format!(
-            "{} `{var}` = {}",
-            lang.say(SeriesText::LargestLoadTestedSuccessfully),
-            lang.integer(u128::from(largest))
-        )));
+        b.push(Block::Para(series::largest_tested(var, largest, lang)));
     }
     if let Some(f) = v.frontier {
-        b.push(Block::Para(format!(
-            "{} `{}`{} {} {}, {} {} ({} {}, {} {})",
-            lang.say(SeriesText::FrontierOf),
-            f.variable,
-            colon(lang),
-            lang.say(SeriesText::LastSuccess),
-            f.last_success
-                .map_or(lang.say(CommonText::NoneMasculine).into(), |v| lang
-                    .integer(u128::from(v))),
-            lang.say(SeriesText::FirstFailure),
-            f.first_failure
-                .map_or(lang.say(CommonText::NoneMasculine).into(), |v| lang
-                    .integer(u128::from(v))),
-            lang.integer(f.trials as u128),
-            lang.say(SeriesText::Trials),
-            lang.say(SeriesText::Resolution),
-            lang.integer(u128::from(f.resolution))
-        )));
+        b.push(Block::Para(series::frontier(f, lang)));
     }
     if let Some(l) = &s.limit {
         b.push(Block::Para(format!(
@@ -126,11 +105,7 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
 /// An allocator A/B (`sweep --vary alloc_conf=…`): each setting's peak reserved per value.
 fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
     let first = s.alloc_confs[0];
-    b.push(Block::Para(format!(
-        "{} {first} ({}).",
-        lang.say(SeriesText::AllocatorSettingsComparedFresh),
-        lang.say(SeriesText::CompleteTrialsOnlyPartial)
-    )));
+    b.push(Block::Para(series::alloc_confs_compared(first, lang)));
     let mut header = vec![
         s.varied
             .first()
