@@ -1,6 +1,7 @@
 //! The words of `fiche/observed.rs`, English and French side by side.
 
 use crate::report::format::Style;
+use crate::schema::measure::{CacheCheck, Failure};
 
 catalog! {
     /// The words of `fiche/observed.rs`.
@@ -41,12 +42,6 @@ catalog! {
         Samples =>
             "samples",
             "échantillons";
-        FailureIn =>
-            "Failure in",
-            "Échec dans";
-        PartialPeakBeforeFailure =>
-            "a partial peak before a failure is not the memory need of a complete run.",
-            "un pic partiel avant une saturation ne constitue pas le besoin mémoire d’une exécution complète.";
         PredictedSameCodeData =>
             "Predicted (the same code on data-less tensors for this card, run after the measurement; a prediction, not a measurement) next to observed:",
             "Prédit (le même code sur des tenseurs sans données pour cette carte, après la mesure ; une prédiction, pas une mesure) à côté de l’observé :";
@@ -62,12 +57,6 @@ catalog! {
         LargestPredictedPeak =>
             "largest at the predicted peak",
             "le plus gros au pic prévu";
-        KvCacheAfter =>
-            "KV cache after",
-            "Cache KV après";
-        Estimated =>
-            "estimated",
-            "estimé";
         PeaksPerPhaseFirst =>
             "Peaks per phase (first device)",
             "Pics par phase (premier appareil)";
@@ -107,4 +96,63 @@ pub fn storage_category(c: &str, lang: Style) -> String {
         other => other,
     }
     .to_string()
+}
+
+/// Where the workload failed, with what; PyTorch's message stays English (in French, it is in the
+/// attached result).
+pub fn failure(f: &Failure, lang: Style) -> String {
+    let phase = f.phase.as_deref().unwrap_or("?");
+    let error = f.error_type.as_deref().unwrap_or("");
+    if lang.fr() {
+        format!(
+            "Échec dans `{phase}`\u{a0}: `{error}`  — un pic partiel avant une saturation ne constitue pas le besoin mémoire d’une exécution complète."
+        )
+    } else {
+        let message = f.message.as_deref().unwrap_or_default();
+        format!(
+            "Failure in `{phase}`: `{error}` {message} — a partial peak before a failure is not the memory need of a complete run."
+        )
+    }
+}
+
+/// The KV cache after a phase: observed against estimated.
+pub fn kv_cache(c: &CacheCheck, lang: Style) -> String {
+    let (phase, observed) = (&c.phase, lang.size(c.observed_bytes));
+    let (estimated, difference) = (
+        lang.size(Some(c.estimated_bytes)),
+        lang.percent(c.difference_pct),
+    );
+    if lang.fr() {
+        format!(
+            "Cache KV après `{phase}`\u{a0}: observé {observed} / estimé {estimated} ({difference})"
+        )
+    } else {
+        format!(
+            "KV cache after `{phase}`: observed {observed} / estimated {estimated} ({difference})"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn the_kv_cache_observed_against_estimated() {
+        let c: CacheCheck = serde_json::from_value(serde_json::json!({
+            "phase": "decode", "index": 3, "tokens": 4096, "estimated_bytes": 1u64 << 30,
+            "observed_bytes": 3u64 << 29, "difference_bytes": 1u64 << 29, "difference_pct": 50.0,
+            "basis": "end of decode"
+        }))
+        .unwrap();
+        assert_eq!(
+            kv_cache(&c, Style::new(Lang::En, Units::Gib)),
+            "KV cache after `decode`: observed 1.50\u{a0}GiB / estimated 1.00\u{a0}GiB (+50.0\u{a0}%)"
+        );
+        assert_eq!(
+            kv_cache(&c, Style::new(Lang::Fr, Units::Gib)),
+            "Cache KV après `decode`\u{a0}: observé 1,50\u{a0}Gio / estimé 1,00\u{a0}Gio (+50,0\u{a0}%)"
+        );
+    }
 }

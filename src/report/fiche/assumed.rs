@@ -58,19 +58,7 @@ pub(super) fn chosen(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     ));
     let frontier = f.validated.as_ref().and_then(|v| v.frontier);
     let text = match (frontier, r.status) {
-        (Some(fr), _) => format!(
-            "{} `{}` = {} ({} {}); {}",
-            lang.say(AssumedText::LargestValueSucceeded),
-            fr.variable,
-            fr.last_success
-                .map_or(lang.say(AssumedText::NoneFeminine).into(), |v| lang
-                    .integer(u128::from(v))),
-            lang.say(AssumedText::FirstFailure),
-            fr.first_failure
-                .map_or(lang.say(CommonText::NoneMasculine).into(), |v| lang
-                    .integer(u128::from(v))),
-            lang.say(AssumedText::KeepMarginBelowVariations)
-        ),
+        (Some(frontier), _) => assumed::below_the_frontier(frontier, lang),
         (None, RunStatus::Ok) if r.phases.is_empty() => {
             lang.say(AssumedText::PhaseWasRecordedResult).into()
         }

@@ -99,19 +99,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         });
     }
     if let Some(f) = &r.failure {
-        b.push(Block::Para(format!(
-            "{} `{}`{} `{}` {} — {}",
-            lang.say(ObservedText::FailureIn),
-            f.phase.as_deref().unwrap_or("?"),
-            colon(lang),
-            f.error_type.as_deref().unwrap_or(""),
-            if lang.fr() {
-                String::new()
-            } else {
-                f.message.clone().unwrap_or_default()
-            },
-            lang.say(ObservedText::PartialPeakBeforeFailure)
-        )));
+        b.push(Block::Para(observed::failure(f, lang)));
     }
     if !r.predictions.is_empty() {
         b.push(Block::Para(
@@ -151,17 +139,7 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         });
     }
     for c in &r.kv_cache {
-        b.push(Block::Para(format!(
-            "{} `{}`{} {} {} / {} {} ({})",
-            lang.say(ObservedText::KvCacheAfter),
-            c.phase,
-            colon(lang),
-            lang.say(CommonText::Observed),
-            lang.size(c.observed_bytes),
-            lang.say(ObservedText::Estimated),
-            lang.size(Some(c.estimated_bytes)),
-            lang.percent(c.difference_pct)
-        )));
+        b.push(Block::Para(observed::kv_cache(c, lang)));
     }
     let bars: Vec<(String, Vec<Option<u64>>)> = r
         .phases
