@@ -19,9 +19,6 @@ catalog! {
         ConfigurationChosen =>
             "Configuration chosen",
             "Choix retenu";
-        NoneMasculine =>
-            "none",
-            "aucun";
         WhyPeakExceedsEstimate =>
             "Why the peak exceeds the estimate",
             "Pourquoi le pic dépasse l’estimation";
