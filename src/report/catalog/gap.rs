@@ -3,12 +3,6 @@
 catalog! {
     /// The words of `fiche/gap.rs`.
     pub enum GapText {
-        PhaseHighestPeak =>
-            "The phase with the highest peak:",
-            "La phase au pic le plus haut\u{a0}:";
-        EachFigureSaysWhere =>
-            "Each figure says where it comes from; what no term explains is its own line.",
-            "Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne.";
         Term =>
             "term",
             "terme";

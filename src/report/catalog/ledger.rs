@@ -8,6 +8,20 @@ use crate::ledger::{CapacityName, Diagnostic, Ledger};
 use crate::report::catalog::common::CommonText;
 use crate::report::format::{Style, Units};
 
+/// The phase the ledger explains, and how to read it.
+pub fn phase_explained(l: &Ledger, lang: Style) -> String {
+    let (phase, index, device) = (&l.phase, l.phase_index, &l.device);
+    if lang.fr() {
+        format!(
+            "La phase au pic le plus haut\u{a0}: `{phase}` #{index} (`{device}`). Chaque chiffre dit d’où il vient ; ce qu’aucun terme n’explique a sa propre ligne."
+        )
+    } else {
+        format!(
+            "The phase with the highest peak: `{phase}` #{index} (`{device}`). Each figure says where it comes from; what no term explains is its own line."
+        )
+    }
+}
+
 /// One of the allocator's diagnostics.
 pub fn diagnostic(d: &Diagnostic, lang: Style) -> String {
     if !lang.fr() {

@@ -9,12 +9,6 @@ catalog! {
         RanksTorchrun =>
             "Ranks (torchrun)",
             "Rangs (torchrun)";
-        WorldSize =>
-            "World size",
-            "Taille du monde";
-        EachRankFreshWorker =>
-            "Each rank is a fresh worker read on its own device; the figures are per device and are never added together. The phases above are those of the rank with the highest peak reserved.",
-            "Chaque rang est un processus neuf lu sur son propre périphérique ; les chiffres sont par périphérique et ne s’additionnent jamais. Les phases ci-dessus sont celles du rang au pic réservé le plus haut.";
         Rank =>
             "rank",
             "rang";
@@ -52,6 +46,22 @@ pub fn merged_note(note: &str, lang: Style) -> String {
     }
 }
 
+/// The world: its size, nodes × ranks per node, and how the ranks are read.
+pub fn world(size: u64, nodes: u64, per_node: u64, lang: Style) -> String {
+    let size = lang.integer(u128::from(size));
+    let nodes = lang.integer(u128::from(nodes));
+    let per_node = lang.integer(u128::from(per_node));
+    if lang.fr() {
+        format!(
+            "Taille du monde {size} ({nodes} × {per_node}). Chaque rang est un processus neuf lu sur son propre périphérique ; les chiffres sont par périphérique et ne s’additionnent jamais. Les phases ci-dessus sont celles du rang au pic réservé le plus haut."
+        )
+    } else {
+        format!(
+            "World size {size} ({nodes} × {per_node}). Each rank is a fresh worker read on its own device; the figures are per device and are never added together. The phases above are those of the rank with the highest peak reserved."
+        )
+    }
+}
+
 /// The ranks' highest and lowest peaks reserved, and their spread.
 pub fn imbalance(i: &Imbalance, lang: Style) -> String {
     let (max_rank, max) = (
@@ -78,6 +88,18 @@ pub fn imbalance(i: &Imbalance, lang: Style) -> String {
 mod tests {
     use super::*;
     use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn the_world_in_each_language() {
+        assert!(
+            world(8, 2, 4, Style::new(Lang::En, Units::Gib))
+                .starts_with("World size 8 (2 × 4). Each rank is a fresh worker")
+        );
+        assert!(
+            world(8, 2, 4, Style::new(Lang::Fr, Units::Gib))
+                .starts_with("Taille du monde 8 (2 × 4). Chaque rang est un processus neuf")
+        );
+    }
 
     #[test]
     fn the_imbalance_is_one_sentence_in_each_language() {

@@ -1,17 +1,15 @@
 //! The words of `fiche/timeline.rs`, English and French side by side.
 
+use std::path::Path;
+
+use crate::report::format::Style;
+
 catalog! {
     /// The words of `fiche/timeline.rs`.
     pub enum TimelineText {
         Timeline =>
             "Timeline",
             "Chronologie";
-        PytorchSnapshot =>
-            "PyTorch's snapshot:",
-            "instantané de PyTorch\u{a0}:";
-        OpenInMemoryViz =>
-            "— open it in https://pytorch.org/memory_viz",
-            "— à ouvrir dans https://pytorch.org/memory_viz";
         SnapshotWasWritten =>
             "no snapshot was written",
             "aucun instantané écrit";
@@ -42,5 +40,36 @@ catalog! {
         AllocatedAt =>
             "allocated at",
             "allouée à";
+    }
+}
+
+/// Where PyTorch's snapshot was written, its size, and where to open it.
+pub fn snapshot_written(path: &Path, bytes: Option<u64>, lang: Style) -> String {
+    let (path, size) = (path.display(), lang.mebibytes(bytes));
+    if lang.fr() {
+        format!(
+            "instantané de PyTorch\u{a0}: `{path}` ({size}) — à ouvrir dans https://pytorch.org/memory_viz"
+        )
+    } else {
+        format!("PyTorch's snapshot: `{path}` ({size}) — open it in https://pytorch.org/memory_viz")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn where_the_snapshot_was_written() {
+        let path = Path::new("run.timeline.pickle");
+        assert_eq!(
+            snapshot_written(path, Some(12_897_485), Style::new(Lang::En, Units::Gib)),
+            "PyTorch's snapshot: `run.timeline.pickle` (12.3\u{a0}MiB) — open it in https://pytorch.org/memory_viz"
+        );
+        assert_eq!(
+            snapshot_written(path, None, Style::new(Lang::Fr, Units::Gib)),
+            "instantané de PyTorch\u{a0}: `run.timeline.pickle` (?\u{a0}Mio) — à ouvrir dans https://pytorch.org/memory_viz"
+        );
     }
 }

@@ -22,14 +22,7 @@ pub(super) fn gap(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     b.push(Block::Heading(
         lang.say(CommonText::WhyPeakExceedsEstimate).into(),
     ));
-    b.push(Block::Para(format!(
-        "{} `{}` #{} (`{}`). {}",
-        lang.say(GapText::PhaseHighestPeak),
-        l.phase,
-        l.phase_index,
-        l.device,
-        lang.say(GapText::EachFigureSaysWhere)
-    )));
+    b.push(Block::Para(catalog::ledger::phase_explained(l, lang)));
     let cell =
         |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
     b.push(Block::Table {

@@ -11,13 +11,11 @@ use crate::schema::measure::MeasureResult;
 pub(super) fn ranks(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     let Some(d) = &r.distributed else { return };
     b.push(Block::Heading(lang.say(RanksText::RanksTorchrun).into()));
-    b.push(Block::Para(format!(
-        "{} {} ({} × {}). {}",
-        lang.say(RanksText::WorldSize),
-        lang.integer(u128::from(d.world_size)),
-        lang.integer(u128::from(d.torchrun.nnodes)),
-        lang.integer(u128::from(d.torchrun.nproc_per_node)),
-        lang.say(RanksText::EachRankFreshWorker)
+    b.push(Block::Para(ranks::world(
+        d.world_size,
+        d.torchrun.nnodes,
+        d.torchrun.nproc_per_node,
+        lang,
     )));
     let rows = d
         .ranks

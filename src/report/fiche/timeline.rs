@@ -1,7 +1,7 @@
 //! `measure --timeline`: the allocator's trace over time, and per phase what was alive at its peak.
 
 use super::words::in_unit;
-use crate::report::catalog::timeline::TimelineText;
+use crate::report::catalog::timeline::{self, TimelineText};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -16,13 +16,7 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     let Some(t) = &r.timeline else { return };
     b.push(Block::Heading(lang.say(TimelineText::Timeline).into()));
     b.push(Block::List(vec![match (&t.path, t.bytes) {
-        (Some(path), bytes) => format!(
-            "{} `{}` ({}) {}",
-            lang.say(TimelineText::PytorchSnapshot),
-            path.display(),
-            lang.mebibytes(bytes),
-            lang.say(TimelineText::OpenInMemoryViz)
-        ),
+        (Some(path), bytes) => timeline::snapshot_written(path, bytes, lang),
         (None, _) => lang.say(TimelineText::SnapshotWasWritten).into(),
     }]));
     let Some(s) = &t.summary else { return };
