@@ -438,3 +438,19 @@ pub fn assert_declared_phases(job: &serde_json::Value, recorded: &[&str], what: 
         "{what}: the phases the workload ran (left) and those workload::plan::scope_phases declares (right)"
     );
 }
+
+/// The worker specs documented by example in `src/schema/spec.rs` (its `//! {…}` lines): both
+/// sides of the contract are tested on them.
+pub fn documented_specs() -> Vec<String> {
+    let examples: Vec<String> = include_str!("../../src/schema/spec.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! {"))
+        .map(|rest| format!("{{{rest}"))
+        .collect();
+    assert_eq!(
+        examples.len(),
+        5,
+        "the examples documented in src/schema/spec.rs"
+    );
+    examples
+}

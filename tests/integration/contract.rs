@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use iteragpu::schema::events::{Event, Line};
 use iteragpu::schema::spec::WorkerSpec;
 
-use crate::common::fixture;
+use crate::common::{documented_specs, fixture};
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -86,12 +86,7 @@ fn contract_py(args: &[&str], stdin: &str, pythonpath: &[PathBuf]) -> String {
 /// the same required ones; and the documented examples of `src/schema/spec.rs` are valid.
 #[test]
 fn spec_py_follows_the_spec_schema() {
-    let examples: Vec<String> = include_str!("../../src/schema/spec.rs")
-        .lines()
-        .filter_map(|l| l.strip_prefix("//! {"))
-        .map(|rest| format!("{{{rest}"))
-        .collect();
-    assert_eq!(examples.len(), 5);
+    let examples = documented_specs();
     let out = contract_py(
         &[
             "spec",

@@ -1,6 +1,8 @@
 //! `measure` and `environment` end to end with the fake torch (CI has no GPU).
 
-use crate::common::{EmptyCache, Phases, Run, RunStatus, fixture, read_json, with_fake_torch};
+use crate::common::{
+    EmptyCache, Phases, Run, RunStatus, documented_specs, fixture, read_json, with_fake_torch,
+};
 use predicates::prelude::*;
 use std::path::Path;
 
@@ -384,12 +386,7 @@ fn environment_reports_and_exits_0() {
 /// Rust side round-trips in its own test) and refuses a key it does not know.
 #[test]
 fn the_worker_reads_the_documented_specs() {
-    let examples: Vec<String> = include_str!("../../src/schema/spec.rs")
-        .lines()
-        .filter_map(|l| l.strip_prefix("//! {"))
-        .map(|rest| format!("{{{rest}"))
-        .collect();
-    assert_eq!(examples.len(), 5);
+    let examples = documented_specs();
     let code = "import json, sys\nfrom iteragpu import spec\nfor line in sys.stdin:\n    s = spec.parse(json.loads(line))\n    print(type(s).__name__, s.devices[0], s.training is not None if hasattr(s, 'training') else None)\ntry:\n    spec.parse({'workload': 'script', 'devices': ['cuda:0'], 'seed': 0, 'script': 'x.py', 'scirpt_args': []})\nexcept spec.SpecError as e:\n    print('refused:', e)\n";
     let out = std::process::Command::new("python3")
         .env(
