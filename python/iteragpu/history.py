@@ -31,8 +31,9 @@ def _reason(exc: BaseException) -> str:
 
 def _is_workload(filename: str) -> bool:
     """A frame of the workload: not PyTorch, not iteragpu's machinery (its built-in workloads
-    are workloads), not Python's standard library. The CLI's snapshot reader uses the same rule."""
-    if "/torch/" in filename or filename.startswith("torch/") or "torchinductor_" in filename:
+    are workloads), not Python's standard library, not code torch.fx generated. The CLI's snapshot
+    reader (`Folder::classify`) has the same rule: both are tested on tests/fixtures/workload_frames.json."""
+    if "/torch/" in filename or filename.startswith(("torch/", "<eval_with_key")) or "torchinductor_" in filename:
         return False
     if "iteragpu/" in filename and "iteragpu/workloads/" not in filename:
         return False

@@ -462,3 +462,29 @@ mod fuzz_bodies {
         }
     }
 }
+
+/// The live blocks at an out-of-memory (`history.py`) and the snapshot reader (`Folder::classify`)
+/// pick the workload's frames by one rule: both are held to the same table (the Rust side in
+/// its unit test), so neither can drift alone.
+#[test]
+fn history_py_picks_the_workloads_frames_of_the_shared_table() {
+    let code = "import json, sys\nfrom iteragpu.history import _is_workload\nt = json.load(open(sys.argv[1]))\nfor f, expected in t['frames']:\n    print(f, _is_workload(f) == expected)\n";
+    let out = Command::new("python3")
+        .env("PYTHONPATH", fixture("../../python"))
+        .args(["-c", code])
+        .arg(fixture("workload_frames.json"))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 16, "{stdout}");
+    let wrong: Vec<&str> = stdout.lines().filter(|l| l.ends_with(" False")).collect();
+    assert!(
+        wrong.is_empty(),
+        "history.py disagrees with the table: {wrong:?}"
+    );
+}

@@ -918,3 +918,20 @@ impl Schema for Folder {
         }
     }
 }
+
+#[cfg(test)]
+mod workload_frames {
+    /// The rule agrees with the one table `history.py` is also tested against.
+    #[test]
+    fn the_workloads_frames_are_those_of_the_shared_table() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/fixtures/workload_frames.json"))
+                .unwrap();
+        let folder = super::Folder::new(Default::default());
+        for row in table["frames"].as_array().unwrap() {
+            let filename = row[0].as_str().unwrap();
+            let expected = row[1].as_bool().unwrap();
+            assert_eq!(folder.classify(filename).1, expected, "{filename}");
+        }
+    }
+}
