@@ -5,7 +5,7 @@ use crate::report::catalog::common::CommonText;
 use std::fmt::Write as _;
 
 use super::{Exporter, svg};
-use crate::report::document::{Block, Cell, Chart, Document, Tone};
+use crate::report::document::{Block, Cell, Document, Tone};
 use crate::report::format::{Style, slug};
 
 pub struct Html;
@@ -177,38 +177,8 @@ impl Exporter for Html {
                     }
                     o.push_str("</tbody></table>\n");
                 }
-                Block::Chart(Chart::Bars {
-                    title,
-                    series,
-                    categories,
-                }) => {
-                    o.push_str(&svg::bars(style, title, series, categories));
-                    o.push('\n');
-                }
-                Block::Chart(Chart::Waterfall {
-                    title,
-                    steps,
-                    lines,
-                }) => {
-                    o.push_str(&svg::waterfall(style, title, steps, lines));
-                    o.push('\n');
-                }
-                Block::Chart(Chart::Timeline {
-                    title,
-                    x_label,
-                    points,
-                    marks,
-                }) => {
-                    o.push_str(&svg::timeline(style, title, x_label, points, marks));
-                    o.push('\n');
-                }
-                Block::Chart(Chart::Scatter {
-                    title,
-                    x_label,
-                    points,
-                    lines,
-                }) => {
-                    o.push_str(&svg::scatter(style, title, x_label, points, lines));
+                Block::Chart(chart) => {
+                    o.push_str(&svg::chart(style, chart));
                     o.push('\n');
                 }
             }

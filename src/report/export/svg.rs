@@ -11,6 +11,7 @@ use crate::report::catalog::export::ExportText;
 use std::fmt::Write as _;
 
 use super::html::escape;
+use crate::report::document::Chart;
 use crate::report::format::Style;
 
 /// Okabe–Ito: blue, orange, bluish green, reddish purple.
@@ -91,19 +92,70 @@ fn legend(o: &mut String, x: f64, y: f64, swatch: &str, text: &str) -> f64 {
     x + 24.0 + 6.5 * text.chars().count() as f64
 }
 
-/// Grid lines and value labels along a vertical value axis from 0 to `max` bytes.
-fn y_grid(o: &mut String, style: Style, max: f64, x1: f64, x2: f64, y: impl Fn(f64) -> f64) {
+/// A label at (`x`, `y`) in `size` points, anchored at its `anchor` (`start`, `middle`, `end`);
+/// `text` is already escaped.
+fn label(o: &mut String, (x, y): (f64, f64), size: u8, anchor: &str, text: &str) {
+    let _ = write!(
+        o,
+        r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}">{text}</text>"#
+    );
+}
+
+/// The outline of the plot area of a chart over a vertical value axis.
+fn plot_area(o: &mut String, (left, top): (f64, f64), (pw, ph): (f64, f64)) {
+    let _ = write!(
+        o,
+        r#"<rect class="plot" x="{left}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none"/>"#
+    );
+}
+
+/// The vertical value axis from 0 to `max` bytes: grid lines, their values, and the unit above.
+fn value_axis(
+    o: &mut String,
+    style: Style,
+    max: f64,
+    (x1, x2, top): (f64, f64, f64),
+    y: impl Fn(f64) -> f64,
+) {
     for k in 0..=4 {
         let v = max * k as f64 / 4.0;
         let yy = y(v);
         let _ = write!(
             o,
-            r#"<line class="grid" x1="{x1}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"#,
-            x1 - 4.0,
-            yy + 3.0,
-            tick(style, v, max)
+            r#"<line class="grid" x1="{x1}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}"/>"#
         );
+        label(o, (x1 - 4.0, yy + 3.0), 10, "end", &tick(style, v, max));
     }
+    label(o, (x1 - 4.0, top - 8.0), 10, "end", style.unit());
+}
+
+/// The highest value a vertical axis shows: the data, and the reference lines within its reach.
+fn value_max(data_max: f64, lines: &[(String, u64)]) -> f64 {
+    lines
+        .iter()
+        .map(|(_, b)| *b as f64)
+        .filter(|b| *b <= data_max * IN_RANGE)
+        .fold(data_max, f64::max)
+        * 1.05
+}
+
+/// The title of the horizontal axis, under the chart.
+fn x_axis_title(o: &mut String, x: f64, h: f64, text: &str) {
+    let _ = write!(
+        o,
+        r#"<text x="{x:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
+        h - 10.0,
+        escape(text)
+    );
+}
+
+/// A legend's swatch for the bars of series `k` in chart `id`.
+fn bar_swatch(x: f64, id: usize, k: usize) -> String {
+    format!(
+        r#"<rect x="{x:.1}" y="28" width="12" height="10" fill="{}" stroke="{}"/>"#,
+        fill(id, k),
+        COLORS[k % COLORS.len()]
+    )
 }
 
 /// Splits a label into lines of at most `width` characters (horizontal labels, no rotation).
@@ -169,9 +221,37 @@ fn reference_lines(
     }
 }
 
+/// A chart of the document as SVG.
+pub fn chart(style: Style, chart: &Chart) -> String {
+    match chart {
+        Chart::Bars {
+            title,
+            series,
+            categories,
+        } => bars(style, title, series, categories),
+        Chart::Waterfall {
+            title,
+            steps,
+            lines,
+        } => waterfall(style, title, steps, lines),
+        Chart::Timeline {
+            title,
+            x_label,
+            points,
+            marks,
+        } => timeline(style, title, x_label, points, marks),
+        Chart::Scatter {
+            title,
+            x_label,
+            points,
+            lines,
+        } => scatter(style, title, x_label, points, lines),
+    }
+}
+
 /// Peaks per category as horizontal bars: one row per phase (its name readable, never rotated),
 /// one bar per series.
-pub fn bars(
+fn bars(
     style: Style,
     title: &str,
     series: &[String],
@@ -226,12 +306,7 @@ pub fn bars(
     // Legend under the title.
     let mut x = 8.0;
     for (k, s) in series.iter().enumerate() {
-        let swatch = format!(
-            r#"<rect x="{x:.1}" y="28" width="12" height="10" fill="{}" stroke="{}"/>"#,
-            fill(id, k),
-            COLORS[k % COLORS.len()]
-        );
-        x = legend(&mut o, x, 28.0, &swatch, s);
+        x = legend(&mut o, x, 28.0, &bar_swatch(x, id, k), s);
     }
     // Value axis on top, in the fiche's unit.
     for k in 0..=4 {
@@ -239,27 +314,33 @@ pub fn bars(
         let xx = sx(v);
         let _ = write!(
             o,
-            r#"<line class="grid" x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{:.1}"/><text x="{xx:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
-            top + ph,
-            top + ph + 14.0,
-            tick(style, v, max)
+            r#"<line class="grid" x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{:.1}"/>"#,
+            top + ph
+        );
+        label(
+            &mut o,
+            (xx, top + ph + 14.0),
+            10,
+            "middle",
+            &tick(style, v, max),
         );
     }
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"#,
-        w - right,
-        top + ph + 26.0,
-        style.unit()
+    label(
+        &mut o,
+        (w - right, top + ph + 26.0),
+        10,
+        "end",
+        style.unit(),
     );
-    for (i, (label, values)) in categories.iter().enumerate() {
+    for (i, (name, values)) in categories.iter().enumerate() {
         let y0 = top + row_h * i as f64 + 4.0;
-        let _ = write!(
-            o,
-            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"#,
-            left - 6.0,
-            y0 + row_h / 2.0,
-            escape(&label.chars().take(32).collect::<String>())
+        let short: String = name.chars().take(32).collect();
+        label(
+            &mut o,
+            (left - 6.0, y0 + row_h / 2.0),
+            11,
+            "end",
+            &escape(&short),
         );
         for (j, v) in values.iter().enumerate() {
             let Some(v) = v else { continue };
@@ -270,7 +351,7 @@ pub fn bars(
                 (sx(*v as f64) - left).max(0.5),
                 fill(id, j),
                 COLORS[j % COLORS.len()],
-                escape(label),
+                escape(name),
                 escape(&series[j]),
                 style.size(Some(*v)),
                 style.raw(*v)
@@ -283,7 +364,7 @@ pub fn bars(
 
 /// From the weights to the driver's view: steps that add and levels drawn from zero, reference
 /// lines (the estimate, the capacities) drawn in range or named with an arrow.
-pub fn waterfall(
+fn waterfall(
     style: Style,
     title: &str,
     steps: &[(String, u64, bool)],
@@ -304,12 +385,7 @@ pub fn waterfall(
         bars.push((label.as_str(), from, to, *level));
     }
     let data_max = bars.iter().map(|b| b.2).max().unwrap_or(1).max(1) as f64;
-    let ymax = lines
-        .iter()
-        .map(|(_, b)| *b as f64)
-        .filter(|b| *b <= data_max * IN_RANGE)
-        .fold(data_max, f64::max)
-        * 1.05;
+    let ymax = value_max(data_max, lines);
     let (pw, ph) = (w - left - right, h - top - bottom);
     let n = bars.len().max(1) as f64;
     let slot = pw / n;
@@ -326,32 +402,17 @@ pub fn waterfall(
         .collect::<Vec<_>>()
         .join("; ");
     let (mut o, id) = open(w, h, title, &desc, "y");
-    let _ = write!(
-        o,
-        r#"<rect class="plot" x="{left}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none"/>"#
-    );
+    plot_area(&mut o, (left, top), (pw, ph));
     let mut x = 8.0;
     for (k, text) in [style.say(ExportText::Adds), style.say(ExportText::Level)]
         .iter()
         .enumerate()
     {
-        let swatch = format!(
-            r#"<rect x="{x:.1}" y="28" width="12" height="10" fill="{}" stroke="{}"/>"#,
-            fill(id, 1 - k),
-            COLORS[1 - k]
-        );
-        x = legend(&mut o, x, 28.0, &swatch, text);
+        x = legend(&mut o, x, 28.0, &bar_swatch(x, id, 1 - k), text);
     }
-    y_grid(&mut o, style, ymax, left, left + pw, sy);
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"#,
-        left - 4.0,
-        top - 8.0,
-        style.unit()
-    );
+    value_axis(&mut o, style, ymax, (left, left + pw, top), sy);
     let chars = ((slot / 6.2) as usize).max(6);
-    for (i, (label, from, to, level)) in bars.iter().enumerate() {
+    for (i, (name, from, to, level)) in bars.iter().enumerate() {
         let x = left + slot * i as f64 + slot * 0.15;
         let (y1, y2) = (sy(*to as f64), sy(*from as f64));
         let k = usize::from(!*level);
@@ -362,18 +423,16 @@ pub fn waterfall(
             (y2 - y1).max(0.5),
             fill(id, k),
             COLORS[k],
-            escape(label),
+            escape(name),
             style.size(Some(to - from)),
             style.raw(to - from)
         );
-        for (line, text) in wrap(label, chars).iter().enumerate() {
-            let _ = write!(
-                o,
-                r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
+        for (line, text) in wrap(name, chars).iter().enumerate() {
+            let at = (
                 left + slot * i as f64 + slot / 2.0,
                 h - bottom + 14.0 + 12.0 * line as f64,
-                escape(text)
             );
+            label(&mut o, at, 10, "middle", &escape(text));
         }
     }
     reference_lines(&mut o, style, lines, data_max, (left, left + pw), sy, top);
@@ -383,7 +442,7 @@ pub fn waterfall(
 
 /// Peak against a varied value: successes (filled circles, joined) and failures (crosses),
 /// reference lines (an emulated limit, cards) in range or named with an arrow.
-pub fn scatter(
+fn scatter(
     style: Style,
     title: &str,
     x_label: &str,
@@ -394,12 +453,7 @@ pub fn scatter(
     let xmax = points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
     let xmin = points.iter().map(|p| p.0).min().unwrap_or(0) as f64;
     let data_max = points.iter().filter_map(|p| p.1).max().unwrap_or(1).max(1) as f64;
-    let ymax = lines
-        .iter()
-        .map(|(_, b)| *b as f64)
-        .filter(|b| *b <= data_max * IN_RANGE)
-        .fold(data_max, f64::max)
-        * 1.05;
+    let ymax = value_max(data_max, lines);
     let (pw, ph) = (w - left - right, h - top - bottom);
     let span = (xmax - xmin).max(1.0);
     let sx = |x: f64| left + pw * (x - xmin) / span;
@@ -421,10 +475,7 @@ pub fn scatter(
         .collect::<Vec<_>>()
         .join("; ");
     let (mut o, _) = open(w, h, title, &desc, "y");
-    let _ = write!(
-        o,
-        r#"<rect class="plot" x="{left}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none"/>"#
-    );
+    plot_area(&mut o, (left, top), (pw, ph));
     let mut x = 8.0;
     let swatch = format!(
         r#"<circle cx="{:.1}" cy="33" r="4" fill="{}"/>"#,
@@ -445,14 +496,7 @@ pub fn scatter(
         &swatch,
         style.say(ExportText::FailedPartialPeak),
     );
-    y_grid(&mut o, style, ymax, left, left + pw, sy);
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"#,
-        left - 4.0,
-        top - 8.0,
-        style.unit()
-    );
+    value_axis(&mut o, style, ymax, (left, left + pw, top), sy);
     let mut ok: Vec<&(u64, Option<u64>, bool)> =
         points.iter().filter(|p| p.2 && p.1.is_some()).collect();
     ok.sort_by_key(|p| p.0);
@@ -504,28 +548,23 @@ pub fn scatter(
     xs.dedup();
     let stride = xs.len().div_ceil(8).max(1);
     for x in xs.iter().step_by(stride) {
-        let _ = write!(
-            o,
-            r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
-            sx(*x as f64),
-            top + ph + 14.0,
-            style.integer(u128::from(*x))
+        let value = style.integer(u128::from(*x));
+        label(
+            &mut o,
+            (sx(*x as f64), top + ph + 14.0),
+            10,
+            "middle",
+            &value,
         );
     }
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        h - 10.0,
-        escape(x_label)
-    );
+    x_axis_title(&mut o, left + pw / 2.0, h, x_label);
     reference_lines(&mut o, style, lines, data_max, (left, left + pw), sy, top);
     close(&mut o);
     o
 }
 
 /// Allocated and reserved over time, the phases' starts marked.
-pub fn timeline(
+fn timeline(
     style: Style,
     title: &str,
     x_label: &str,
@@ -563,18 +602,8 @@ pub fn timeline(
         style.size(Some(peak_resv))
     );
     let (mut o, _) = open(w, h, title, &desc, "y");
-    let _ = write!(
-        o,
-        r#"<rect class="plot" x="{left}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none"/>"#
-    );
-    y_grid(&mut o, style, ymax, left, left + pw, sy);
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"#,
-        left - 4.0,
-        top - 8.0,
-        style.unit()
-    );
+    plot_area(&mut o, (left, top), (pw, ph));
+    value_axis(&mut o, style, ymax, (left, left + pw, top), sy);
     for (k, (x, name)) in marks.iter().enumerate() {
         let xx = sx(*x);
         // Labels alternate between two heights so that neighbours do not overlap.
@@ -588,7 +617,7 @@ pub fn timeline(
         );
     }
     let mut lx = 8.0;
-    for (k, label) in [
+    for (k, name) in [
         style.say(ExportText::Reserved),
         style.say(ExportText::Allocated),
     ]
@@ -613,25 +642,14 @@ pub fn timeline(
             r#"<line x1="{lx:.1}" x2="{:.1}" y1="33" y2="33" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#,
             lx + 12.0
         );
-        lx = legend(&mut o, lx, 28.0, &swatch, label);
+        lx = legend(&mut o, lx, 28.0, &swatch, name);
     }
     for k in 0..=4 {
         let v = xmin + span * k as f64 / 4.0;
-        let _ = write!(
-            o,
-            r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
-            sx(v),
-            top + ph + 14.0,
-            style.decimal(v, if span < 10.0 { 2 } else { 0 })
-        );
+        let value = style.decimal(v, if span < 10.0 { 2 } else { 0 });
+        label(&mut o, (sx(v), top + ph + 14.0), 10, "middle", &value);
     }
-    let _ = write!(
-        o,
-        r#"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        h - 10.0,
-        escape(x_label)
-    );
+    x_axis_title(&mut o, left + pw / 2.0, h, x_label);
     close(&mut o);
     o
 }
