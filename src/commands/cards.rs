@@ -19,23 +19,17 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         (None, None) => None,
     };
     let Some(need) = need else {
-        let text = if args.json {
-            serde_json::to_string_pretty(&catalog)? + "\n"
-        } else {
-            cards::render::catalog(&catalog)
-        };
+        let text = super::json_or(args.json, &catalog, || cards::render::catalog(&catalog))?;
         out.write_all(text.as_bytes())?;
         return Ok(ExitStatus::Ok);
     };
     let (overhead, overhead_source) =
         need::overhead(&catalog, args.overhead, need.overhead.clone())?;
     let fits = need::fits(&catalog, need.bytes, overhead);
-    let text = if args.json {
-        let doc = serde_json::json!({"need_bytes": need.bytes.get(), "need_source": need.source, "overhead_bytes": overhead, "overhead_source": overhead_source, "cards": fits});
-        serde_json::to_string_pretty(&doc)? + "\n"
-    } else {
+    let doc = serde_json::json!({"need_bytes": need.bytes.get(), "need_source": need.source, "overhead_bytes": overhead, "overhead_source": overhead_source, "cards": fits});
+    let text = super::json_or(args.json, &doc, || {
         need::render_fits(need.bytes, &need.source, overhead, &overhead_source, &fits)
-    };
+    })?;
     out.write_all(text.as_bytes())?;
     Ok(ExitStatus::Ok)
 }

@@ -35,11 +35,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         Some(csv) => Some(output::stage(csv, comparison::csv(&c).as_bytes())?),
         None => None,
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&c)? + "\n"
-    } else {
-        comparison::table(&c)
-    };
+    let text = super::json_or(args.json, &c, || comparison::table(&c))?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| {

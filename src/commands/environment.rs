@@ -13,11 +13,9 @@ pub fn run(args: &EnvironmentArgs, out: &mut dyn Write) -> Result<ExitStatus, Cl
         args.python.as_deref(),
         std::time::Duration::from_secs(args.timeout),
     );
-    let text = if args.json {
-        serde_json::to_string_pretty(&env)? + "\n"
-    } else {
+    let text = super::json_or(args.json, &env, || {
         environment::render::report(&env, &args.device)
-    };
+    })?;
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::because("cannot write to standard output", &e))?;
     Ok(ExitStatus::Ok)

@@ -36,11 +36,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         Ok(l) => l,
         Err(why) => refuse!("{}: {why}", args.result.display()),
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&ledger)? + "\n"
-    } else {
-        render::table(&ledger)
-    };
+    let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
     out.write_all(text.as_bytes())?;
     Ok(ExitStatus::Ok)
 }

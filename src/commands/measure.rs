@@ -62,19 +62,10 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     }
     display.finish();
     let saved = output::save_result(output_path, &serde_json::to_vec_pretty(&result)?)?;
-    let text = if args.run.json {
-        serde_json::to_string_pretty(&*result)? + "\n"
-    } else {
+    let text = super::json_or(args.run.json, &*result, || {
         render::table(&result, saved.path())
-    };
-    // The result is saved: a closed or full standard output costs only the table.
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!(
-            "warning: cannot write to standard output ({}); the result is in {}",
-            output::reason(&e),
-            saved.path().display()
-        );
-    }
+    })?;
+    super::print_saved(out, &text, "result", saved.path());
     match saved {
         Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => Ok(ExitStatus::Ok),
         Saved::Here(_) | Saved::Sibling(_) => Ok(ExitStatus::WorkloadFailed),

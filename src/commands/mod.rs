@@ -10,6 +10,31 @@ fn required_output(run: &crate::cli::RunArgs) -> Result<&std::path::Path, crate:
     })
 }
 
+/// The JSON document (`--json`) or the terminal table.
+fn json_or<T: serde::Serialize + ?Sized>(
+    json: bool,
+    doc: &T,
+    table: impl FnOnce() -> String,
+) -> Result<String, crate::exit::CliError> {
+    Ok(if json {
+        serde_json::to_string_pretty(doc)? + "\n"
+    } else {
+        table()
+    })
+}
+
+/// Writes `text` once the document it shows is saved at `path`: a closed or full standard output
+/// then costs only the text, with a warning that says where the `what` is.
+fn print_saved(out: &mut dyn std::io::Write, text: &str, what: &str, path: &std::path::Path) {
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!(
+            "warning: cannot write to standard output ({}); the {what} is in {}",
+            crate::output::reason(&e),
+            path.display()
+        );
+    }
+}
+
 /// Refuses the input: returns a bad-input [`CliError`](crate::exit::CliError) from the function.
 macro_rules! refuse {
     ($($arg:tt)*) => {

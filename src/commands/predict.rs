@@ -107,13 +107,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     } else {
         crate::prediction::render::table(&doc, saved.path())
     };
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!(
-            "warning: cannot write to standard output ({}); the prediction is in {}",
-            output::reason(&e),
-            saved.path().display()
-        );
-    }
+    super::print_saved(out, &text, "prediction", saved.path());
     if let Saved::Elsewhere { path, why } = saved {
         refuse!(
             "{why}; the prediction was saved to {} instead",

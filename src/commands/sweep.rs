@@ -33,19 +33,8 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         Finish::Done { series, moved } => (series, moved),
     };
     let path = moved.as_ref().map_or(output_path, |(_, p)| p.as_path());
-    let text = if m.json {
-        serde_json::to_string_pretty(&series)? + "\n"
-    } else {
-        render::table(&series, path)
-    };
-    // The series is saved: a closed or full standard output costs only the table.
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!(
-            "warning: cannot write to standard output ({}); the series is in {}",
-            crate::output::reason(&e),
-            path.display()
-        );
-    }
+    let text = super::json_or(m.json, &series, || render::table(&series, path))?;
+    super::print_saved(out, &text, "series", path);
     if let Some((why, elsewhere)) = moved {
         refuse!(
             "{why}; the series was saved to {} instead",
