@@ -1,7 +1,7 @@
 //! What is still assumed, and the configuration chosen.
 
 use super::facts::Facts;
-use super::words::colon;
+use super::words::labelled;
 use crate::estimate::Kind;
 use crate::report::catalog::assumed::{self, AssumedText};
 use crate::report::catalog::common::CommonText;
@@ -15,36 +15,31 @@ pub(super) fn assumed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     let mut items: Vec<String> = Vec::new();
     if let Some(e) = f.estimate {
         for t in e.terms.iter().filter(|t| t.kind == Kind::Assumed) {
-            items.push(format!(
-                "{}{} {} — `{}`",
-                names::term(t, lang),
-                colon(lang),
-                lang.size(Some(t.bytes)),
-                t.formula
-            ));
+            let size = format!("{} — `{}`", lang.size(Some(t.bytes)), t.formula);
+            items.push(labelled(&names::term(t, lang), lang, size));
         }
         if !e.left_out.is_empty() {
-            items.push(format!(
-                "{}{} {}",
+            let left_out = assumed::left_out(&e.left_out, lang);
+            items.push(labelled(
                 lang.say(AssumedText::LeftOutEstimate),
-                colon(lang),
-                assumed::left_out(&e.left_out, lang)
+                lang,
+                left_out,
             ));
         }
     }
     if !f.not_measured.is_empty() {
-        items.push(format!(
-            "{}{} `{}`",
+        let phases = format!("`{}`", f.not_measured.join(", "));
+        items.push(labelled(
             lang.say(AssumedText::NotMeasuredRun),
-            colon(lang),
-            f.not_measured.join(", ")
+            lang,
+            phases,
         ));
     }
     items.push(match &f.variations_covered {
-        Some(v) => format!(
-            "{}{} `{v}`",
+        Some(v) => labelled(
             lang.say(AssumedText::VariationsCoveredSeries),
-            colon(lang)
+            lang,
+            format!("`{v}`"),
         ),
         None => lang.say(AssumedText::VariationWasTestedMargin).into(),
     });

@@ -1,6 +1,6 @@
 //! What was calculated: the estimate's calculated terms and its preparation hypothesis.
 
-use super::words::{colon, in_unit};
+use super::words::{in_unit, labelled};
 use crate::estimate::Kind;
 use crate::report::catalog::calculated::CalculatedText;
 use crate::report::catalog::names;
@@ -44,10 +44,9 @@ pub(super) fn calculated(b: &mut Vec<Block>, e: Option<&EstimateDoc>, lang: Styl
         ],
         rows,
     });
-    b.push(Block::Para(format!(
-        "{}{} {}",
+    b.push(Block::Para(labelled(
         lang.say(CalculatedText::PreparationHypothesisCalculatedAssumed),
-        colon(lang),
-        lang.size(Some(e.total_bytes))
+        lang,
+        lang.size(Some(e.total_bytes)),
     )));
 }

@@ -5,7 +5,7 @@ use crate::report::catalog::identity::IdentityText;
 use serde_json::Value;
 
 use super::facts::{gpu_name, torch_total_memory};
-use super::words::{colon, status_word, text, value_cell};
+use super::words::{labelled, status_word, text, value_cell};
 use crate::report::document::{Block, Cell};
 use crate::report::format::Style;
 use crate::schema::measure::MeasureResult;
@@ -179,34 +179,33 @@ pub(super) fn environment(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
     b.push(Block::Heading(lang.say(IdentityText::Scope).into()));
     let p = &r.policies;
     b.push(Block::List(vec![
-        format!(
-            "{}{} `{}`",
+        labelled(
             lang.say(IdentityText::Phases),
-            colon(lang),
-            r.scope.phases.join(", ")
+            lang,
+            format!("`{}`", r.scope.phases.join(", ")),
         ),
-        format!(
-            "{}{} `{}`",
+        labelled(
             lang.say(IdentityText::FirstPass),
-            colon(lang),
-            r.scope.first_pass
+            lang,
+            format!("`{}`", r.scope.first_pass),
         ),
-        format!(
-            "{}{} `{}`, {} {}, {} {}, `empty_cache {}`",
+        labelled(
             lang.say(IdentityText::Protocol),
-            colon(lang),
-            p.protocol,
-            lang.integer(u128::from(p.warmup)),
-            lang.say(IdentityText::WarmUpPasses),
-            lang.integer(u128::from(p.repeats)),
-            lang.say(IdentityText::Repeats),
-            p.empty_cache
+            lang,
+            format!(
+                "`{}`, {} {}, {} {}, `empty_cache {}`",
+                p.protocol,
+                lang.integer(u128::from(p.warmup)),
+                lang.say(IdentityText::WarmUpPasses),
+                lang.integer(u128::from(p.repeats)),
+                lang.say(IdentityText::Repeats),
+                p.empty_cache
+            ),
         ),
-        format!(
-            "{}{} `{}`",
+        labelled(
             lang.say(IdentityText::Process),
-            colon(lang),
-            p.process
+            lang,
+            format!("`{}`", p.process),
         ),
     ]));
 }

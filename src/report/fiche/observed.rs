@@ -2,7 +2,7 @@
 //! to the observation, the KV cache, and the series.
 
 use super::facts::Facts;
-use super::words::{colon, in_unit, status_word};
+use super::words::{in_unit, labelled, status_word};
 use crate::report::catalog::common::CommonText;
 use crate::report::catalog::observed::{self, ObservedText};
 use crate::report::document::{Block, Cell, Chart};
@@ -77,14 +77,14 @@ pub(super) fn observed(b: &mut Vec<Block>, f: &Facts, lang: Style) {
         })
         .collect();
     if driver.is_empty() {
-        b.push(Block::Para(format!(
-            "{}{} {}",
+        let why = match &r.environment.driver_reason {
+            Some(why) => observed::driver_reason(why, lang),
+            None => lang.say(ObservedText::NotSampled).into(),
+        };
+        b.push(Block::Para(labelled(
             lang.say(ObservedText::DriverView),
-            colon(lang),
-            match &r.environment.driver_reason {
-                Some(why) => observed::driver_reason(why, lang),
-                None => lang.say(ObservedText::NotSampled).into(),
-            }
+            lang,
+            why,
         )));
     } else {
         b.push(Block::Table {

@@ -2,7 +2,7 @@
 //! and the peak against the varied value (or the allocator settings side by side).
 
 use super::facts::Validated;
-use super::words::{colon, in_unit, text, trial_status};
+use super::words::{in_unit, labelled, text, trial_status};
 use crate::report::catalog::common::CommonText;
 use crate::report::catalog::series::{self, SeriesText};
 use crate::report::document::{Block, Cell, Chart};
@@ -61,12 +61,11 @@ pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lan
         b.push(Block::Para(series::frontier(f, lang)));
     }
     if let Some(l) = &s.limit {
-        b.push(Block::Para(format!(
-            "{}{} {} (`{}`)",
+        let limit = format!("{} (`{}`)", lang.size(Some(l.bytes)), l.source);
+        b.push(Block::Para(labelled(
             lang.say(SeriesText::EmulatedLimitNotReal),
-            colon(lang),
-            lang.size(Some(l.bytes)),
-            l.source
+            lang,
+            limit,
         )));
     }
     if !s.alloc_confs.is_empty() {
@@ -137,12 +136,8 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
                 if k > 0
                     && let Some(c) = row.change(k)
                 {
-                    changes.push(format!(
-                        "{}{} {}",
-                        s.alloc_confs[k].name(),
-                        colon(lang),
-                        lang.percent(Some(c * 100.0))
-                    ));
+                    let change = lang.percent(Some(c * 100.0));
+                    changes.push(labelled(s.alloc_confs[k].name(), lang, change));
                 }
             }
             cells.push(changes.join("; ").into());

@@ -3,7 +3,7 @@
 //! to the section that backs it.
 
 use super::facts::Facts;
-use super::words::{colon, text};
+use super::words::{labelled, text};
 use crate::report::catalog::common::CommonText;
 use crate::report::catalog::names;
 use crate::report::catalog::verdict::{VerdictText, VerdictValue};
@@ -83,12 +83,7 @@ pub(super) fn verdict(b: &mut Vec<Block>, f: &Facts, lang: Style) {
     if let Some((id, bytes)) = f.largest_gap_term {
         lines.push(Verdict {
             label: lang.say(VerdictText::LargestTermGap).into(),
-            value: format!(
-                "{}{} {}",
-                names::line(id, lang),
-                colon(lang),
-                lang.size(Some(bytes))
-            ),
+            value: labelled(names::line(id, lang), lang, lang.size(Some(bytes))),
             section: Some(lang.say(CommonText::WhyPeakExceedsEstimate).into()),
             tone: Tone::Neutral,
         });

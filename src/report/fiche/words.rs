@@ -1,5 +1,5 @@
 //! The fiche's small words: column headers in its one unit, values as identifiers, statuses in
-//! the reader's language, the colon with French spacing.
+//! the reader's language, `label: value` with French spacing.
 
 use crate::report::catalog::common::CommonText;
 use serde_json::Value;
@@ -42,9 +42,9 @@ pub(super) fn status_word(status: crate::schema::measure::RunStatus, lang: Style
     }
 }
 
-/// `:` in English, ` :` with a no-break space in French.
-pub(super) fn colon(lang: Style) -> &'static str {
-    lang.say(CommonText::Colon)
+/// `label: value`, the colon spaced as the reader's language spaces it (` :` in French).
+pub(super) fn labelled(label: &str, lang: Style, value: impl std::fmt::Display) -> String {
+    format!("{label}{} {value}", lang.say(CommonText::Colon))
 }
 
 /// A sweep trial's status in the reader's language.
