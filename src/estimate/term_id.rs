@@ -212,8 +212,8 @@ impl TermId {
         }
     }
 
-    /// The id of a term read from a file written before terms had one: its English name, read
-    /// back. The only place a name becomes an id; names no id makes give `Other`.
+    /// The id of a term read from a file written before terms had one: the id whose English name
+    /// it is. The only place a name becomes an id; names no id makes give `Other`.
     pub fn from_english(name: &str) -> TermId {
         let fixed = [
             TermId::Weights {
@@ -244,144 +244,71 @@ impl TermId {
             TermId::DeepspeedGpu,
             TermId::DeepspeedHost,
         ];
-        if let Some(id) = fixed.into_iter().find(|id| id.english() == name) {
-            return id;
-        }
-        if let Some(stage) = name
+        let stage = name
             .strip_prefix("ZeRO paper's ZeRO-")
             .and_then(|r| r.strip_suffix(" model states (for comparison)"))
-            .and_then(|s| s.parse().ok())
-        {
-            return TermId::ZeroPaper { stage };
-        }
-        if let Some(bits) = name
-            .strip_prefix("KV cache (quantized, ")
-            .and_then(|r| r.strip_suffix("-bit)"))
-            .and_then(|s| s.parse().ok())
-        {
-            return TermId::KvCache {
-                cache: CacheKind::Quantized,
-                bits: Some(bits),
-            };
-        }
-        // `BASE (PARAM)SUFFIX`; a name ends in `)` only without a suffix, so the bare
-        // `BASE (PARAM)` patterns cannot take a longer name.
-        type Make = fn(String) -> Option<TermId>;
-        let patterns: [(&str, &str, Make); 22] = [
-            ("weights", ", full copy on every rank", |d| {
-                Some(TermId::Weights {
-                    dtype: Some(d),
-                    shard: Some(Shard::Replicated),
-                })
-            }),
-            ("weights", ", ZeRO-3 partition", |d| {
-                Some(TermId::Weights {
-                    dtype: Some(d),
-                    shard: Some(Shard::Partition),
-                })
-            }),
-            ("weights", ", FSDP shard", |d| {
-                Some(TermId::Weights {
-                    dtype: Some(d),
-                    shard: Some(Shard::FsdpShard),
-                })
-            }),
-            ("weights", ", FSDP root group unsharded", |dtype| {
-                Some(TermId::FsdpRootGroup { dtype })
-            }),
-            ("weights", ", FSDP all-gathered blocks", |dtype| {
-                Some(TermId::FsdpGatheredBlocks { dtype })
-            }),
-            (
-                "weights and gradients",
-                " of the gathered largest module",
-                |dtype| Some(TermId::GatheredLargestModule { dtype }),
-            ),
-            ("gradients", ", full on every rank", |dtype| {
-                Some(TermId::Gradients {
-                    dtype,
-                    shard: Some(Shard::Replicated),
-                })
-            }),
-            ("gradients", ", ZeRO-2 partition", |dtype| {
-                Some(TermId::Gradients {
-                    dtype,
-                    shard: Some(Shard::Partition),
-                })
-            }),
-            ("gradients", ", FSDP shard", |dtype| {
-                Some(TermId::Gradients {
-                    dtype,
-                    shard: Some(Shard::FsdpShard),
-                })
-            }),
-            ("gradients", ", DDP reducer buckets", |dtype| {
-                Some(TermId::DdpBuckets { dtype })
-            }),
-            ("gradients", ", one block unsharded", |dtype| {
-                Some(TermId::FsdpBlockGradients { dtype })
-            }),
-            ("gradients", ", FSDP reduce-scatter inputs", |dtype| {
-                Some(TermId::FsdpReduceScatterInputs { dtype })
-            }),
-            ("optimizer states", ", partition", |o| {
-                Some(TermId::OptimizerStates {
-                    optimizer: o.parse().ok()?,
-                    shard: Some(Shard::Partition),
-                })
-            }),
-            ("optimizer states", ", FSDP shard", |o| {
-                Some(TermId::OptimizerStates {
-                    optimizer: o.parse().ok()?,
-                    shard: Some(Shard::FsdpShard),
-                })
-            }),
-            ("optimizer states", "", |o| {
-                Some(TermId::OptimizerStates {
-                    optimizer: o.parse().ok()?,
-                    shard: None,
-                })
-            }),
-            ("weights, quantized", "", |format| {
-                Some(TermId::QuantizedWeights { format })
-            }),
-            ("weights, unquantized modules", "", |dtype| {
-                Some(TermId::UnquantizedWeights { dtype })
-            }),
-            ("dequantized weight", "", |dtype| {
-                Some(TermId::DequantizedWeight { dtype })
-            }),
-            ("LoRA adapters", "", |dtype| {
-                Some(TermId::LoraAdapters { dtype })
-            }),
-            ("KV cache", "", |c| {
-                Some(TermId::KvCache {
-                    cache: c.parse().ok()?,
-                    bits: None,
-                })
-            }),
-            ("weights", "", |d| {
-                Some(TermId::Weights {
-                    dtype: Some(d),
-                    shard: None,
-                })
-            }),
-            ("gradients", "", |dtype| {
-                Some(TermId::Gradients { dtype, shard: None })
-            }),
-        ];
-        patterns
+            .and_then(|s| s.parse().ok());
+        // A parameter stands in parentheses (`weights (bf16), FSDP shard`): each text between a
+        // ` (` and a later `)` is tried, for every id that takes one.
+        let params = name.match_indices(" (").flat_map(|(open, _)| {
+            let param = &name[open + 2..];
+            param
+                .match_indices(')')
+                .map(move |(close, _)| &param[..close])
+        });
+        fixed
             .into_iter()
-            .find_map(|(base, suffix, make)| {
-                let param = name
-                    .strip_prefix(base)?
-                    .strip_prefix(" (")?
-                    .strip_suffix(suffix)?
-                    .strip_suffix(')')?;
-                make(param.to_string())
-            })
+            .chain(stage.map(|stage| TermId::ZeroPaper { stage }))
+            .chain(params.flat_map(with_param))
+            .find(|id| id.english() == name)
             .unwrap_or(TermId::Other)
     }
+}
+
+/// Every id that takes a parameter, made with `param`; unsharded first, so that a name two shards
+/// share (`optimizer states (adamw)`) reads as the unsharded one.
+fn with_param(param: &str) -> Vec<TermId> {
+    let text = || param.to_string();
+    let mut ids = vec![
+        TermId::QuantizedWeights { format: text() },
+        TermId::UnquantizedWeights { dtype: text() },
+        TermId::DequantizedWeight { dtype: text() },
+        TermId::LoraAdapters { dtype: text() },
+        TermId::DdpBuckets { dtype: text() },
+        TermId::GatheredLargestModule { dtype: text() },
+        TermId::FsdpRootGroup { dtype: text() },
+        TermId::FsdpGatheredBlocks { dtype: text() },
+        TermId::FsdpBlockGradients { dtype: text() },
+        TermId::FsdpReduceScatterInputs { dtype: text() },
+    ];
+    let shards = [Shard::Replicated, Shard::Partition, Shard::FsdpShard];
+    for shard in [None].into_iter().chain(shards.map(Some)) {
+        ids.push(TermId::Weights {
+            dtype: Some(text()),
+            shard,
+        });
+        ids.push(TermId::Gradients {
+            dtype: text(),
+            shard,
+        });
+        if let Ok(optimizer) = param.parse() {
+            ids.push(TermId::OptimizerStates { optimizer, shard });
+        }
+    }
+    if let Ok(cache) = param.parse() {
+        ids.push(TermId::KvCache { cache, bits: None });
+    }
+    if let Some(bits) = param
+        .strip_prefix("quantized, ")
+        .and_then(|r| r.strip_suffix("-bit"))
+        .and_then(|b| b.parse().ok())
+    {
+        ids.push(TermId::KvCache {
+            cache: CacheKind::Quantized,
+            bits: Some(bits),
+        });
+    }
+    ids
 }
 
 fn weights_shard(shard: Option<Shard>) -> &'static str {

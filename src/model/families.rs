@@ -8,6 +8,7 @@ mod deepseek;
 mod gpt;
 
 use serde::Serialize;
+use strum::VariantArray;
 
 use super::ModelError;
 use super::config::{Config, Fields, MAX_PARAMETERS};
@@ -18,9 +19,12 @@ use crate::dtype::Dtype;
 use deepseek::deepseek_v3;
 use gpt::{falcon, gpt_neox, gpt2};
 
-/// A supported architecture family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// A supported architecture family, named by the `model_type` written in config.json.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Family {
     Llama,
     Mistral,
@@ -40,55 +44,21 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 15] = [
-        Family::Llama,
-        Family::Mistral,
-        Family::Mixtral,
-        Family::Qwen2,
-        Family::Qwen2Moe,
-        Family::Qwen3,
-        Family::Qwen3Moe,
-        Family::Gemma,
-        Family::Gemma2,
-        Family::Gemma3,
-        Family::Phi3,
-        Family::Gpt2,
-        Family::GptNeox,
-        Family::Falcon,
-        Family::DeepseekV3,
-    ];
-
     /// The `model_type` written in config.json.
     pub fn model_type(self) -> &'static str {
-        match self {
-            Family::Llama => "llama",
-            Family::Mistral => "mistral",
-            Family::Mixtral => "mixtral",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen2Moe => "qwen2_moe",
-            Family::Qwen3 => "qwen3",
-            Family::Qwen3Moe => "qwen3_moe",
-            Family::Gemma => "gemma",
-            Family::Gemma2 => "gemma2",
-            Family::Gemma3 => "gemma3",
-            Family::Phi3 => "phi3",
-            Family::Gpt2 => "gpt2",
-            Family::GptNeox => "gpt_neox",
-            Family::Falcon => "falcon",
-            Family::DeepseekV3 => "deepseek_v3",
-        }
+        self.into()
     }
 
     pub fn from_model_type(model_type: &str) -> Option<Family> {
         Some(match model_type {
             "gemma3_text" => Family::Gemma3,
             "RefinedWeb" | "RefinedWebModel" => Family::Falcon,
-            other => *Family::ALL.iter().find(|f| f.model_type() == other)?,
+            other => *Family::VARIANTS.iter().find(|f| f.model_type() == other)?,
         })
     }
 
     pub fn supported_list() -> String {
-        Family::ALL
+        Family::VARIANTS
             .iter()
             .map(|f| f.model_type())
             .collect::<Vec<_>>()
@@ -170,16 +140,12 @@ impl Architecture {
             None => root.clone(),
         };
         let mut arch = match family {
-            Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 | Family::Gemma => {
-                llama_like(family, &text)?
-            }
-            Family::Gemma2 | Family::Gemma3 => llama_like(family, &text)?,
-            Family::Mixtral | Family::Qwen2Moe | Family::Qwen3Moe => llama_like(family, &text)?,
             Family::Phi3 => phi3(&text)?,
             Family::Gpt2 => gpt2(&text)?,
             Family::GptNeox => gpt_neox(&text)?,
             Family::Falcon => falcon(&text)?,
             Family::DeepseekV3 => deepseek_v3(&text, &mut notes)?,
+            _ => llama_like(family, &text)?,
         };
         if family == Family::Gemma3
             && let Some(vision) = root.section("vision_config")?
@@ -373,22 +339,18 @@ fn kv_from_windows(windows: Vec<Option<u64>>, heads: u64, head_dim: u64) -> KvLa
 fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     use Family::*;
     let gemma_defaults = matches!(family, Gemma3);
-    let vocab = if gemma_defaults {
-        f.positive_or("vocab_size", 262_208)?
-    } else {
-        f.positive("vocab_size")?
+    // Gemma 3's configuration class has defaults where the others require the field.
+    let required = |key: &str, gemma3_default: u64| {
+        if gemma_defaults {
+            f.positive_or(key, gemma3_default)
+        } else {
+            f.positive(key)
+        }
     };
-    let hidden = if gemma_defaults {
-        f.positive_or("hidden_size", 2304)?
-    } else {
-        f.positive("hidden_size")?
-    };
+    let vocab = required("vocab_size", 262_208)?;
+    let hidden = required("hidden_size", 2304)?;
     let layers = f.layers_or("num_hidden_layers", gemma_defaults.then_some(26))?;
-    let heads = if gemma_defaults {
-        f.positive_or("num_attention_heads", 8)?
-    } else {
-        f.positive("num_attention_heads")?
-    };
+    let heads = required("num_attention_heads", 8)?;
     let kv_heads = f.positive_or(
         "num_key_value_heads",
         if gemma_defaults { 4 } else { heads },
@@ -757,4 +719,21 @@ fn siglip_vision_and_projector(
     b.norm("multi_modal_projector.mm_soft_emb_norm", hidden, 1, false);
     groups.extend(b.groups);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `model_type` strum derives is the word serde writes, for every family.
+    #[test]
+    fn model_types_are_the_serialized_names() {
+        for family in Family::VARIANTS {
+            assert_eq!(serde_json::to_value(family).unwrap(), family.model_type());
+            assert_eq!(Family::from_model_type(family.model_type()), Some(*family));
+        }
+        assert_eq!(Family::model_type(Family::Qwen2Moe), "qwen2_moe");
+        assert_eq!(Family::model_type(Family::DeepseekV3), "deepseek_v3");
+        assert_eq!(Family::model_type(Family::GptNeox), "gpt_neox");
+    }
 }
