@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Kind, TermId};
-use crate::schema::load::EstimateDoc;
+use crate::schema::load::{EstimateDoc, EstimateTerm};
 use crate::schema::measure::MeasureResult;
 use crate::schema::prediction::{PredictedPhase, PredictionDoc};
 
@@ -361,6 +361,25 @@ fn figure(bytes: u64, provenance: Provenance, basis: impl Into<String>) -> Figur
     }
 }
 
+/// An observed figure of `basis`, for `Option::map`.
+fn observed(basis: impl Into<String>) -> impl FnOnce(u64) -> Figure {
+    move |bytes| figure(bytes, Provenance::Observed, basis)
+}
+
+/// A predicted figure of `basis`, for `Option::map`.
+fn predicted(basis: impl Into<String>) -> impl FnOnce(u64) -> Figure {
+    move |bytes| figure(bytes, Provenance::Predicted, basis)
+}
+
+/// The estimate's figures are assumed when one of the terms they add is.
+fn estimated<'a>(terms: impl IntoIterator<Item = &'a EstimateTerm>) -> Provenance {
+    if terms.into_iter().any(|t| t.kind == Kind::Assumed) {
+        Provenance::Assumed
+    } else {
+        Provenance::Calculated
+    }
+}
+
 /// The estimate's terms compared on `line`, summed (counted terms only).
 fn estimate_sum(e: &EstimateDoc, line: LineId) -> Option<Figure> {
     let terms: Vec<_> = e
@@ -371,14 +390,9 @@ fn estimate_sum(e: &EstimateDoc, line: LineId) -> Option<Figure> {
     if terms.is_empty() {
         return None;
     }
-    let assumed = terms.iter().any(|t| t.kind == Kind::Assumed);
     Some(figure(
         terms.iter().map(|t| t.bytes).sum(),
-        if assumed {
-            Provenance::Assumed
-        } else {
-            Provenance::Calculated
-        },
+        estimated(terms.iter().copied()),
         terms
             .iter()
             .map(|t| t.name.as_str())
@@ -462,23 +476,9 @@ pub fn of_result(
     let load = r.phases.iter().find(|p| p.name == "model_load");
     let weights_observed = load
         .and_then(|p| p.devices.first()?.end_allocated_bytes)
-        .map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                "allocated at the end of model_load",
-            )
-        });
-    let weights_predicted = prediction
-        .and_then(|p| predicted_phase(p, "model_load", 0))
-        .and_then(|ph| ph.end_allocated_bytes)
-        .map(|b| {
-            figure(
-                b,
-                Provenance::Predicted,
-                "allocated at the end of model_load",
-            )
-        });
+        .map(observed("allocated at the end of model_load"));
+    let weights_predicted =
+        weights_predicted_bytes(prediction).map(predicted("allocated at the end of model_load"));
     let weights_estimate = estimate.and_then(|e| estimate_sum(e, LineId::Weights));
     if load.is_some() || weights_estimate.is_some() {
         lines.push(Line {
@@ -496,24 +496,12 @@ pub fn of_result(
         .inputs
         .get("cache_bytes")
         .and_then(serde_json::Value::as_u64)
-        .map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                "storage of every tensor the cache object holds",
-            )
-        });
+        .map(observed("storage of every tensor the cache object holds"));
     let kv_estimate = estimate.and_then(|e| estimate_sum(e, LineId::KvCache));
     let kv_predicted = pred
         .and_then(|p| p.inputs.get("cache_bytes"))
         .and_then(serde_json::Value::as_u64)
-        .map(|b| {
-            figure(
-                b,
-                Provenance::Predicted,
-                "the cache object's storage, predicted",
-            )
-        });
+        .map(predicted("the cache object's storage, predicted"));
     if kv_observed.is_some() || kv_estimate.is_some() {
         lines.push(Line {
             estimate: kv_estimate,
@@ -536,17 +524,10 @@ pub fn of_result(
     });
     lines.push(Line {
         estimate: estimate.and_then(|e| estimate_sum(e, LineId::HeldAtStart)),
-        predicted: held_predicted
-            .map(|b| figure(b, Provenance::Predicted, "start of the phase − the weights")),
-        observed: held.map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                format!(
-                    "allocated at the start of {name} − the weights (inputs, caches, gradients, optimizer states, workspaces of earlier phases)"
-                ),
-            )
-        }),
+        predicted: held_predicted.map(predicted("start of the phase − the weights")),
+        observed: held.map(observed(format!(
+            "allocated at the start of {name} − the weights (inputs, caches, gradients, optimizer states, workspaces of earlier phases)"
+        ))),
         ..Line::new(LineId::HeldAtStart, Checkpoint::Start(name.clone()))
     });
 
@@ -574,21 +555,17 @@ pub fn of_result(
     }
     lines.push(Line {
         estimate: estimate.and_then(|e| estimate_sum(e, LineId::Growth)),
-        predicted: pred.and_then(|p| {
-            Some(figure(
-                p.peak_allocated_bytes?
-                    .saturating_sub(p.start_allocated_bytes?),
-                Provenance::Predicted,
-                "predicted peak allocated − the phase's start",
-            ))
-        }),
-        observed: growth.map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                format!("peak allocated of {name} − allocated at its start"),
-            )
-        }),
+        predicted: pred
+            .and_then(|p| {
+                Some(
+                    p.peak_allocated_bytes?
+                        .saturating_sub(p.start_allocated_bytes?),
+                )
+            })
+            .map(predicted("predicted peak allocated − the phase's start")),
+        observed: growth.map(observed(format!(
+            "peak allocated of {name} − allocated at its start"
+        ))),
         breakdown,
         ..Line::new(LineId::Growth, Checkpoint::PeakMinusStart(name.clone()))
     });
@@ -600,11 +577,9 @@ pub fn of_result(
         .copied();
     if let Some(ws) = workspaces {
         lines.push(Line {
-            predicted: Some(figure(
-                ws,
-                Provenance::Predicted,
+            predicted: Some(predicted(
                 prediction.map_or(String::new(), |p| p.target.workspaces_source.clone()),
-            )),
+            )(ws)),
             ..Line::new(LineId::Workspaces, Checkpoint::PredictedPeak(name.clone()))
         });
     }
@@ -612,19 +587,19 @@ pub fn of_result(
     lines.push(Line {
         predicted: pred
             .and_then(|p| p.peak_allocated_bytes)
-            .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
+            .map(predicted("allocator replay")),
         observed: reading
             .peak_allocated_bytes
-            .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_allocated")),
+            .map(observed("torch.cuda.max_memory_allocated")),
         ..Line::new(LineId::PeakAllocated, Checkpoint::Peak(name.clone()))
     });
     lines.push(Line {
         predicted: pred
             .and_then(|p| p.peak_reserved_bytes)
-            .map(|b| figure(b, Provenance::Predicted, "allocator replay")),
+            .map(predicted("allocator replay")),
         observed: reading
             .peak_reserved_bytes
-            .map(|b| figure(b, Provenance::Observed, "torch.cuda.max_memory_reserved")),
+            .map(observed("torch.cuda.max_memory_reserved")),
         ..Line::new(LineId::PeakReserved, Checkpoint::Peak(name.clone()))
     });
     // Allocator slack: reserved − allocated at one checkpoint, and the inactive split bytes.
@@ -645,20 +620,12 @@ pub fn of_result(
         }
     }
     lines.push(Line {
-        predicted: pred.and_then(|p| {
-            Some(figure(
-                p.end_reserved_bytes?.saturating_sub(p.end_allocated_bytes?),
-                Provenance::Predicted,
-                "at the phase's end",
-            ))
-        }),
-        observed: slack.map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                "memory_reserved − memory_allocated, both read at the phase's end",
-            )
-        }),
+        predicted: pred
+            .and_then(|p| Some(p.end_reserved_bytes?.saturating_sub(p.end_allocated_bytes?)))
+            .map(predicted("at the phase's end")),
+        observed: slack.map(observed(
+            "memory_reserved − memory_allocated, both read at the phase's end",
+        )),
         breakdown: slack_breakdown,
         ..Line::new(
             LineId::AllocatorSlack,
@@ -670,20 +637,11 @@ pub fn of_result(
     let driver = peak_phase.driver.as_ref().and_then(|d| d.first());
     let outside = driver.and_then(|d| d.outside_allocator_at_end_bytes);
     lines.push(Line {
-        predicted: prediction.map(|p| {
-            figure(
-                p.target.context_bytes,
-                Provenance::Predicted,
-                p.target.context_source.clone(),
-            )
-        }),
-        observed: outside.map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                "NVML process memory − memory_reserved at the phase's end",
-            )
-        }),
+        predicted: prediction
+            .map(|p| predicted(p.target.context_source.clone())(p.target.context_bytes)),
+        observed: outside.map(observed(
+            "NVML process memory − memory_reserved at the phase's end",
+        )),
         ..Line::new(LineId::OutsideAllocator, Checkpoint::End(name.clone()))
     });
     if let Some(reserve) = estimate.and_then(|e| estimate_sum(e, LineId::Reserve)) {
@@ -697,31 +655,16 @@ pub fn of_result(
         estimate: estimate.map(|e| {
             figure(
                 e.total_bytes,
-                if e.terms
-                    .iter()
-                    .any(|t| t.in_total && t.kind == Kind::Assumed)
-                {
-                    Provenance::Assumed
-                } else {
-                    Provenance::Calculated
-                },
+                estimated(e.terms.iter().filter(|t| t.in_total)),
                 "the estimate's preparation hypothesis",
             )
         }),
-        predicted: pred.and_then(|p| p.driver_view_bytes).map(|b| {
-            figure(
-                b,
-                Provenance::Predicted,
-                "peak reserved + outside the allocator",
-            )
-        }),
-        observed: driver_peak.map(|b| {
-            figure(
-                b,
-                Provenance::Observed,
-                format!("NVML's highest reading for the process during {name}"),
-            )
-        }),
+        predicted: pred
+            .and_then(|p| p.driver_view_bytes)
+            .map(predicted("peak reserved + outside the allocator")),
+        observed: driver_peak.map(observed(format!(
+            "NVML's highest reading for the process during {name}"
+        ))),
         ..Line::new(LineId::DriverView, Checkpoint::PeakSampled(name.clone()))
     });
     if driver.is_none_or(|d| d.peak_process_used_bytes.is_none()) {
@@ -741,15 +684,11 @@ pub fn of_result(
         .map(|((d, resv), out)| d as i128 - resv as i128 - out as i128);
     if let Some(u) = unexplained {
         lines.push(Line {
-            observed: Some(figure(
-                u.unsigned_abs() as u64,
-                Provenance::Observed,
-                if u < 0 {
+            observed: Some(observed(if u < 0 {
                     "negative: the outside-the-allocator reading at the phase's end was larger than at the driver's peak (NVML samples every ~5 ms; the two readings are not one instant)"
                 } else {
                     "what neither the allocator nor the end-of-phase outside reading accounts for (other allocations outside PyTorch during the phase, NVML's sampling)"
-                },
-            )),
+            })(u.unsigned_abs() as u64)),
             ..Line::new(LineId::Unexplained, Checkpoint::Peak(name.clone()))
         });
     }
