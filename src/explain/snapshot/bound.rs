@@ -11,7 +11,6 @@ use super::{
     TraceSummary, cut,
 };
 use crate::units::Bytes;
-use serde::Serialize;
 use std::collections::HashSet;
 
 /// Room left for the note that says what was dropped.
@@ -40,91 +39,40 @@ struct Level {
 
 const ALL: usize = usize::MAX;
 
+impl Level {
+    /// A row of `LEVELS`: the counts in the order of the fields, then what is kept or not.
+    const fn new(counts: [usize; 6], settings: bool, actions: bool, traces: bool) -> Level {
+        let [series, stack, largest, pools, phases, ooms] = counts;
+        Level {
+            series,
+            stack,
+            largest,
+            pools,
+            phases,
+            ooms,
+            settings,
+            actions,
+            traces,
+        }
+    }
+}
+
+/// Each level keeps less than the one before. Counts: series points, stack frames, largest
+/// allocations, pools, phases, out-of-memory entries; then settings, actions, traces.
 const LEVELS: [Level; 6] = [
-    Level {
-        series: 250,
-        stack: ALL,
-        largest: ALL,
-        pools: ALL,
-        phases: ALL,
-        ooms: ALL,
-        settings: true,
-        actions: true,
-        traces: true,
-    },
-    Level {
-        series: 250,
-        stack: 1,
-        largest: 3,
-        pools: ALL,
-        phases: ALL,
-        ooms: ALL,
-        settings: true,
-        actions: true,
-        traces: true,
-    },
-    Level {
-        series: 100,
-        stack: 1,
-        largest: 3,
-        pools: 16,
-        phases: 1000,
-        ooms: 4,
-        settings: true,
-        actions: true,
-        traces: true,
-    },
-    Level {
-        series: 100,
-        stack: 1,
-        largest: 1,
-        pools: 16,
-        phases: 200,
-        ooms: 1,
-        settings: true,
-        actions: true,
-        traces: true,
-    },
-    Level {
-        series: 20,
-        stack: 0,
-        largest: 1,
-        pools: 1,
-        phases: 20,
-        ooms: 1,
-        settings: false,
-        actions: false,
-        traces: true,
-    },
-    Level {
-        series: 0,
-        stack: 0,
-        largest: 1,
-        pools: 0,
-        phases: 0,
-        ooms: 0,
-        settings: false,
-        actions: false,
-        traces: false,
-    },
+    Level::new([250, ALL, ALL, ALL, ALL, ALL], true, true, true),
+    Level::new([250, 1, 3, ALL, ALL, ALL], true, true, true),
+    Level::new([100, 1, 3, 16, 1000, 4], true, true, true),
+    Level::new([100, 1, 1, 16, 200, 1], true, true, true),
+    Level::new([20, 0, 1, 1, 20, 1], false, false, true),
+    Level::new([0, 0, 1, 0, 0, 0], false, false, false),
 ];
 
 /// The bytes `summary` takes as the result writes it (pretty JSON), counted, not kept.
 pub(crate) fn stored_len(summary: &SnapshotSummary) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.saturating_add(bytes.len() as u64);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let mut serializer = serde_json::Serializer::pretty(&mut count);
-    match summary.serialize(&mut serializer) {
-        Ok(()) => count.0,
+    let mut count = 0u64;
+    match serde_json::to_writer_pretty(Counter(&mut count), summary) {
+        Ok(()) => count,
         Err(_) => u64::MAX,
     }
 }
@@ -279,9 +227,13 @@ fn keep_largest_pools(pools: &mut Vec<super::PoolSummary>, max: usize) {
     }
     let mut order: Vec<usize> = (0..pools.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(pools[i].reserved_bytes), i));
-    let keep: HashSet<usize> = order.into_iter().take(max).collect();
+    retain_positions(pools, order.into_iter().take(max).collect());
+}
+
+/// Keeps the items at the positions in `keep`, in their order.
+fn retain_positions<T>(items: &mut Vec<T>, keep: HashSet<usize>) {
     let mut i = 0;
-    pools.retain(|_| {
+    items.retain(|_| {
         i += 1;
         keep.contains(&(i - 1))
     });
@@ -329,12 +281,10 @@ fn keep_phases(t: &mut TraceSummary, max: usize, measured: &HashSet<(u64, String
         .map(|(i, p)| (rank(p), i))
         .collect();
     order.sort_unstable();
-    let keep: HashSet<usize> = order.into_iter().take(max).map(|(_, i)| i).collect();
-    let mut i = 0;
-    t.phases.retain(|_| {
-        i += 1;
-        keep.contains(&(i - 1))
-    });
+    retain_positions(
+        &mut t.phases,
+        order.into_iter().take(max).map(|(_, i)| i).collect(),
+    );
 }
 
 /// What was kept and what was dropped, in one sentence.
@@ -369,21 +319,18 @@ fn note(
     .collect();
     let dropped: Vec<String> = [
         (devices_dropped, "devices"),
+        (before.traces.saturating_sub(after.traces), "device traces"),
+        (before.phases.saturating_sub(after.phases), "phases"),
+        (before.pools.saturating_sub(after.pools), "pools"),
         (
-            before.traces - after.traces.min(before.traces),
-            "device traces",
-        ),
-        (before.phases - after.phases.min(before.phases), "phases"),
-        (before.pools - after.pools.min(before.pools), "pools"),
-        (
-            before.allocations - after.allocations.min(before.allocations),
+            before.allocations.saturating_sub(after.allocations),
             "allocations",
         ),
         (
-            before.ooms - after.ooms.min(before.ooms),
+            before.ooms.saturating_sub(after.ooms),
             "out-of-memory entries",
         ),
-        (before.frames - after.frames.min(before.frames), "frames"),
+        (before.frames.saturating_sub(after.frames), "frames"),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)
