@@ -65,16 +65,19 @@ impl Card {
         if let Some(b) = self.reported_bytes {
             return (Bytes(b), CapacitySource::DriverReported);
         }
-        let gb: f64 = self
-            .label
+        (
+            Bytes((self.label_gb() * GB as f64) as u64 / self.devices_per_card.max(1)),
+            CapacitySource::VendorLabel,
+        )
+    }
+
+    /// The decimal gigabytes of the vendor's label (`80 GB` → 80), 0 when it has none.
+    pub fn label_gb(&self) -> f64 {
+        self.label
             .split_whitespace()
             .next()
             .and_then(|n| n.parse().ok())
-            .unwrap_or(0.0);
-        (
-            Bytes((gb * GB as f64) as u64 / self.devices_per_card.max(1)),
-            CapacitySource::VendorLabel,
-        )
+            .unwrap_or(0.0)
     }
 
     /// The compute capability as (major, minor).
@@ -84,10 +87,14 @@ impl Card {
     }
 
     fn matches(&self, query: &str) -> bool {
-        let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
-        let q = norm(query);
-        norm(&self.name) == q || self.aliases.iter().any(|a| norm(a) == q)
+        let q = normalized(query);
+        normalized(&self.name) == q || self.aliases.iter().any(|a| normalized(a) == q)
     }
+}
+
+/// A card's name as it is compared: case, spaces, dashes and underscores ignored.
+fn normalized(name: &str) -> String {
+    name.to_ascii_lowercase().replace([' ', '-', '_'], "")
 }
 
 /// The embedded catalog.
@@ -117,11 +124,10 @@ pub fn find(query: &str) -> Result<Card, UnknownCard> {
     if let Some(card) = cards.iter().find(|c| c.matches(query)) {
         return Ok(card.clone());
     }
-    let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
-    let q = norm(query);
+    let q = normalized(query);
     let family: Vec<String> = cards
         .iter()
-        .filter(|c| q.len() >= 2 && norm(&c.name).starts_with(&q))
+        .filter(|c| q.len() >= 2 && normalized(&c.name).starts_with(&q))
         .map(|c| c.name.clone())
         .collect();
     if family.len() >= 2 {
@@ -157,10 +163,9 @@ pub fn identify(device_name: &str) -> Option<Card> {
     if let Some(size) = size {
         return find(&format!("{model}-{size}")).ok();
     }
-    let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '-', '_'], "");
     let same_model = catalog()
         .iter()
-        .filter(|c| norm(&c.name).starts_with(&norm(model)))
+        .filter(|c| normalized(&c.name).starts_with(&normalized(model)))
         .count();
     if same_model == 1 {
         find(model).ok()

@@ -755,15 +755,9 @@ fn capacities(r: &MeasureResult, device: &str, nvml_index: Option<u32>) -> Vec<C
         .and_then(serde_json::Value::as_str)
         .map(String::from);
     if let Some(card) = gpu.as_deref().and_then(crate::cards::identify) {
-        let gb: f64 = card
-            .label
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0.0);
         capacities.push(Capacity {
             name: CapacityName::VendorLabel(card.label.clone()),
-            bytes: (gb * 1e9) as u64,
+            bytes: (card.label_gb() * 1e9) as u64,
             source: format!("catalog: {}", card.name),
         });
     }

@@ -75,18 +75,9 @@ pub fn table(l: &Ledger) -> String {
             let _ = writeln!(o, "      · {what}: {:.3}", Bytes(*bytes).gib());
         }
     }
-    if let (Some(est), Some(obs)) = (
-        l.lines
-            .iter()
-            .rev()
-            .find(|x| x.kind == LineKind::Level)
-            .and_then(|x| x.estimate.as_ref()),
-        l.lines
-            .iter()
-            .rev()
-            .find(|x| x.kind == LineKind::Level)
-            .and_then(|x| x.observed.as_ref()),
-    ) {
+    // The last level, the driver's view.
+    let last_level = l.lines.iter().rev().find(|x| x.kind == LineKind::Level);
+    if let Some((Some(est), Some(obs))) = last_level.map(|x| (&x.estimate, &x.observed)) {
         let gap = obs.bytes as i128 - est.bytes as i128;
         let _ = writeln!(
             o,

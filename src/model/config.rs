@@ -125,7 +125,8 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn error(&self, key: &str, problem: &str) -> ModelError {
+    /// Reports a problem with a field.
+    pub fn invalid(&self, key: &str, problem: &str) -> ModelError {
         ModelError::Field {
             path: self.path.to_path_buf(),
             field: self.name(key),
@@ -142,7 +143,7 @@ impl<'a> Fields<'a> {
                 path: self.path,
                 section: self.name(key),
             })),
-            Some(_) => Err(self.error(key, "must be a JSON object")),
+            Some(_) => Err(self.invalid(key, "must be a JSON object")),
         }
     }
 
@@ -159,16 +160,17 @@ impl<'a> Fields<'a> {
     pub fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) => Ok(Some(n)),
-                // Some configs write integers as floats (`4096.0`).
-                None => match v.as_f64() {
-                    Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1e18 => Ok(Some(f as u64)),
-                    _ => {
-                        Err(self.error(key, &format!("must be a non-negative integer, found {v}")))
-                    }
-                },
-            },
+            Some(v) => {
+                match v.as_u64() {
+                    Some(n) => Ok(Some(n)),
+                    // Some configs write integers as floats (`4096.0`).
+                    None => match v.as_f64() {
+                        Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1e18 => Ok(Some(f as u64)),
+                        _ => Err(self
+                            .invalid(key, &format!("must be a non-negative integer, found {v}"))),
+                    },
+                }
+            }
         }
     }
 
@@ -179,7 +181,7 @@ impl<'a> Fields<'a> {
 
     fn bounded(&self, key: &str, bound: u64, what: &str) -> Result<Option<u64>, ModelError> {
         match self.opt_u64(key)? {
-            Some(n) if n > bound => Err(self.error(
+            Some(n) if n > bound => Err(self.invalid(
                 key,
                 &format!(
                     "is {}, above the bound of {} iteragpu accepts {what} (published models stay far below it); fix the config",
@@ -193,7 +195,7 @@ impl<'a> Fields<'a> {
 
     fn nonzero(&self, key: &str, value: Option<u64>) -> Result<Option<u64>, ModelError> {
         match value {
-            Some(0) => Err(self.error(key, "must be greater than 0, found 0")),
+            Some(0) => Err(self.invalid(key, "must be greater than 0, found 0")),
             n => Ok(n),
         }
     }
@@ -202,7 +204,7 @@ impl<'a> Fields<'a> {
     pub fn positive(&self, key: &str) -> Result<u64, ModelError> {
         let n = self.opt_size(key)?;
         self.nonzero(key, n)?
-            .ok_or_else(|| self.error(key, "is missing; this family needs it"))
+            .ok_or_else(|| self.invalid(key, "is missing; this family needs it"))
     }
 
     /// A positive size with a default used when the field is absent (transformers' default).
@@ -221,14 +223,14 @@ impl<'a> Fields<'a> {
         let n = self.bounded(key, MAX_LAYERS, "for a layer count")?;
         self.nonzero(key, n)?
             .or(default)
-            .ok_or_else(|| self.error(key, "is missing; this family needs it"))
+            .ok_or_else(|| self.invalid(key, "is missing; this family needs it"))
     }
 
     pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, ModelError> {
         match self.raw(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => Err(self.error(key, &format!("must be true or false, found {v}"))),
+            Some(v) => Err(self.invalid(key, &format!("must be true or false, found {v}"))),
         }
     }
 
@@ -236,7 +238,7 @@ impl<'a> Fields<'a> {
         match self.raw(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(self.error(key, &format!("must be a string, found {v}"))),
+            Some(v) => Err(self.invalid(key, &format!("must be a string, found {v}"))),
         }
     }
 
@@ -248,11 +250,11 @@ impl<'a> Fields<'a> {
                 .iter()
                 .map(|v| {
                     v.as_str()
-                        .ok_or_else(|| self.error(key, "must be a list of strings"))
+                        .ok_or_else(|| self.invalid(key, "must be a list of strings"))
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(_) => Err(self.error(key, "must be a list of strings")),
+            Some(_) => Err(self.invalid(key, "must be a list of strings")),
         }
     }
 
@@ -264,16 +266,11 @@ impl<'a> Fields<'a> {
                 .iter()
                 .map(|v| {
                     v.as_u64()
-                        .ok_or_else(|| self.error(key, "must be a list of non-negative integers"))
+                        .ok_or_else(|| self.invalid(key, "must be a list of non-negative integers"))
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(_) => Err(self.error(key, "must be a list of integers")),
+            Some(_) => Err(self.invalid(key, "must be a list of integers")),
         }
-    }
-
-    /// Reports a semantic problem with a field.
-    pub fn invalid(&self, key: &str, problem: &str) -> ModelError {
-        self.error(key, problem)
     }
 }
