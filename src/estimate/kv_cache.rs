@@ -202,14 +202,17 @@ impl KvRequest {
         }
     }
 
-    /// Bytes of one layer at full precision for its kept tokens.
-    fn layer_bytes(&self, layer: &crate::model::KvLayer) -> Result<u128, Overflow> {
-        product(&[
-            layer.width() as u128,
-            self.kept(layer.window) as u128,
-            self.sequences as u128,
-            self.element_bytes as u128,
-        ])
+    /// Bytes of each layer at full precision for its kept tokens.
+    fn layers_bytes(&self) -> Result<Vec<u128>, Overflow> {
+        let layer_bytes = |layer: &crate::model::KvLayer| {
+            product(&[
+                layer.width() as u128,
+                self.kept(layer.window) as u128,
+                self.sequences as u128,
+                self.element_bytes as u128,
+            ])
+        };
+        self.layout.layers.iter().map(layer_bytes).collect()
     }
 }
 
@@ -257,12 +260,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
                 CacheStrategy::Static { .. } => (8 * n as u128, "each static layer's position"),
                 _ => (0, ""),
             };
-            let layers = layout
-                .layers
-                .iter()
-                .map(|l| req.layer_bytes(l))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(overflow())?;
+            let layers = req.layers_bytes().map_err(overflow())?;
             let total = sum(layers.into_iter().chain([window_tensors])).map_err(overflow())?;
             let kept = match &req.strategy {
                 CacheStrategy::Dynamic if sliding > 0 => {
@@ -425,12 +423,7 @@ pub fn terms(req: &KvRequest, notes: &mut Vec<String>) -> Result<Vec<Term>, Esti
             notes.push("the quantized-cache figure is an upper bound: the backend (quanto or HQQ) packs codes and stores scales in its own layout, and requantizes all tokens each time the residual fills".into());
         }
         CacheStrategy::Offloaded => {
-            let per_layer = layout
-                .layers
-                .iter()
-                .map(|l| req.layer_bytes(l))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(overflow())?;
+            let per_layer = req.layers_bytes().map_err(overflow())?;
             let all = sum(per_layer.iter().copied()).map_err(overflow())?;
             // Each pair's sum is at most `all`, which did not overflow.
             let on_gpu = per_layer

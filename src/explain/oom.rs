@@ -227,15 +227,17 @@ pub struct OomReport {
     pub hint: Option<AllocatorHint>,
 }
 
-/// Why the allocation failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Why the allocation failed; its label (`another process`) is strum's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "lowercase")]
 pub enum OomClass {
     /// The load does not fit what this process may use (the card, or the fraction limit).
     Capacity,
     /// The memory is there, held by PyTorch's cache, but in pieces.
     Fragmentation,
     /// Someone else holds the memory the request lacked.
+    #[strum(serialize = "another process")]
     AnotherProcess,
     /// The figures do not decide (see the reason).
     Unknown,
@@ -244,12 +246,7 @@ pub enum OomClass {
 impl OomClass {
     /// `capacity`, `fragmentation`, `another process` or `unknown`.
     pub fn label(self) -> &'static str {
-        match self {
-            OomClass::Capacity => "capacity",
-            OomClass::Fragmentation => "fragmentation",
-            OomClass::AnotherProcess => "another process",
-            OomClass::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

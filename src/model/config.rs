@@ -244,33 +244,32 @@ impl<'a> Fields<'a> {
 
     /// A list of strings (e.g. `layer_types`), or `None`.
     pub fn opt_strings(&self, key: &str) -> Result<Option<Vec<&'a str>>, ModelError> {
-        match self.raw(key) {
-            None => Ok(None),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .ok_or_else(|| self.invalid(key, "must be a list of strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(_) => Err(self.invalid(key, "must be a list of strings")),
-        }
+        let wrong = "must be a list of strings";
+        self.opt_list(key, Value::as_str, wrong, wrong)
     }
 
     /// A list of integers, or `None`.
     pub fn opt_u64s(&self, key: &str) -> Result<Option<Vec<u64>>, ModelError> {
+        let wrong_item = "must be a list of non-negative integers";
+        self.opt_list(key, Value::as_u64, wrong_item, "must be a list of integers")
+    }
+
+    /// A list of the values `item` reads, or `None`; `wrong_item` when one of them is not.
+    fn opt_list<T>(
+        &self,
+        key: &str,
+        item: impl Fn(&'a Value) -> Option<T>,
+        wrong_item: &str,
+        not_a_list: &str,
+    ) -> Result<Option<Vec<T>>, ModelError> {
         match self.raw(key) {
             None => Ok(None),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .ok_or_else(|| self.invalid(key, "must be a list of non-negative integers"))
-                })
+                .map(|v| item(v).ok_or_else(|| self.invalid(key, wrong_item)))
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(_) => Err(self.invalid(key, "must be a list of integers")),
+            Some(_) => Err(self.invalid(key, not_a_list)),
         }
     }
 }
