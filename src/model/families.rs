@@ -502,26 +502,19 @@ fn llama_like(family: Family, f: &Fields) -> Result<Architecture, ModelError> {
     b.norm("model.norm", hidden, 1, false);
     head(&mut b, "lm_head.weight", vocab, hidden, tied);
     let windows = layer_windows(family, f, layers)?;
+    let dims = Dims {
+        hidden_size: hidden,
+        num_layers: layers,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        vocab_size: vocab,
+        intermediate_size: intermediate,
+        gated_mlp: true,
+    };
     Ok(Architecture {
-        family,
-        model_type: family.model_type().to_string(),
-        dims: Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: kv_heads,
-            head_dim,
-            vocab_size: vocab,
-            intermediate_size: intermediate,
-            gated_mlp: true,
-        },
         moe,
-        groups: b.groups,
-        kv: kv_from_windows(windows, kv_heads, head_dim),
-        tied_embeddings: tied,
-        config_dtype: None,
-        quantization: None,
-        notes: Vec::new(),
+        ..simple(family, b, windows, dims, tied)
     })
 }
 

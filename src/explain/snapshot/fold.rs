@@ -39,12 +39,13 @@ const MAX_SETTINGS_VALUES: usize = 10_000;
 
 /// The words of the snapshot's keys and values, cached per interned string; each variant is
 /// its word in snake case (`Word::from_str`), `Unseen` and `Other` excepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 enum Word {
     #[strum(disabled)]
     Unseen,
     #[strum(disabled)]
+    #[default]
     Other,
     Segments,
     DeviceTraces,
@@ -166,6 +167,7 @@ pub(crate) struct BlockStats {
     top: Vec<BlockTop>,
 }
 
+#[derive(Default)]
 pub(crate) struct BlockAcc {
     size: Option<u64>,
     requested: Option<u64>,
@@ -174,13 +176,15 @@ pub(crate) struct BlockAcc {
     stack: Option<u32>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 enum Meta {
+    #[default]
     Absent,
     Unmarked,
     Marker(u32),
 }
 
+#[derive(Default)]
 pub(crate) struct EntryAcc {
     action: Word,
     other_action: Option<Box<str>>,
@@ -243,6 +247,7 @@ struct DeviceAcc {
 }
 
 /// The summary being built while the pickle streams by.
+#[derive(Default)]
 pub(crate) struct Folder {
     options: SummaryOptions,
     words: Vec<Word>,
@@ -281,29 +286,8 @@ impl Folder {
             .collect();
         Folder {
             options,
-            words: Vec::new(),
             package_suffixes,
-            frames: Vec::new(),
-            frame_ids: FxHashMap::default(),
-            stacks: Vec::new(),
-            stack_ids: FxHashMap::default(),
-            markers: Vec::new(),
-            marker_of_string: FxHashMap::default(),
-            marker_of_text: FxHashMap::default(),
-            folded: None,
-            folded_seq: 0,
-            devices: BTreeMap::new(),
-            phases_in_all: 0,
-            alive_in_all: 0,
-            file_kinds: FxHashMap::default(),
-            last_bound: 0,
-            bound_markers: Vec::new(),
-            ends_before: Vec::new(),
-            settings: None,
-            root: None,
-            saw_segments: false,
-            saw_traces: false,
-            counts: BTreeMap::new(),
+            ..Folder::default()
         }
     }
 
@@ -331,10 +315,7 @@ impl Folder {
     }
 
     fn key_word(&mut self, key: Option<&Value>, strings: &Strings) -> Word {
-        match key {
-            Some(k) => self.word(k, strings),
-            None => Word::Other,
-        }
+        key.map_or(Word::Other, |k| self.word(k, strings))
     }
 
     fn device_mut(&mut self, device: i64) -> Option<&mut DeviceAcc> {
@@ -733,23 +714,8 @@ impl Schema for Folder {
         match ctx {
             Ctx::Segment => Acc::Segment(Box::default()),
             Ctx::Blocks => Acc::Blocks(Box::default()),
-            Ctx::Block => Acc::Block(BlockAcc {
-                size: None,
-                requested: None,
-                address: None,
-                state: Word::Other,
-                stack: None,
-            }),
-            Ctx::Entry(_) => Acc::Entry(EntryAcc {
-                action: Word::Other,
-                other_action: None,
-                addr: None,
-                size: None,
-                time_us: None,
-                stack: None,
-                meta: Meta::Absent,
-                device_free: None,
-            }),
+            Ctx::Block => Acc::Block(BlockAcc::default()),
+            Ctx::Entry(_) => Acc::Entry(EntryAcc::default()),
             Ctx::Frames => Acc::Frames(StackRec::default()),
             Ctx::Frame => Acc::Frame(FrameAcc::default()),
             Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) => Acc::None,

@@ -106,19 +106,17 @@ pub(super) fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Archite
             kv_lora + rope
         ),
     };
+    let dims = Dims {
+        hidden_size: hidden,
+        num_layers: layers,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim: qk_dim,
+        vocab_size: vocab,
+        intermediate_size: inter,
+        gated_mlp: true,
+    };
     Ok(Architecture {
-        family: Family::DeepseekV3,
-        model_type: "deepseek_v3".into(),
-        dims: Dims {
-            hidden_size: hidden,
-            num_layers: layers,
-            num_heads: heads,
-            num_kv_heads: heads,
-            head_dim: qk_dim,
-            vocab_size: vocab,
-            intermediate_size: inter,
-            gated_mlp: true,
-        },
         moe: Some(Moe {
             experts,
             active,
@@ -126,11 +124,7 @@ pub(super) fn deepseek_v3(f: &Fields, notes: &mut Vec<String>) -> Result<Archite
             expert_intermediate: moe_inter,
             shared_intermediate: moe_inter * shared,
         }),
-        groups: b.groups,
         kv,
-        tied_embeddings: tied,
-        config_dtype: None,
-        quantization: None,
-        notes: Vec::new(),
+        ..simple(Family::DeepseekV3, b, Vec::new(), dims, tied)
     })
 }
