@@ -240,42 +240,36 @@ pub(super) fn fsdp(
             }
             match layout.largest_block(n) {
                 Some((block, layer)) => {
-                    parts.push(part(
-                        Term::new(
+                    let transients = [
+                        (
                             TermId::FsdpGatheredBlocks { dtype: cn.into() },
-                            bytes(mul(&[2, 2, c, layer])?)?,
-                            Kind::Assumed,
+                            [2, 2 * c, layer],
                             format!(
                                 "2 blocks (the current one and the prefetched next) × (unsharded parameters + all-gather output) × {} elements of the largest `{block}` (padded) × {c} bytes; 1 block when nothing overlaps; the all-gather inputs (1/N of a block) are not counted",
                                 g(layer)
                             ),
                         ),
-                        false,
-                    ));
-                    parts.push(part(
-                        Term::new(
+                        (
                             TermId::FsdpBlockGradients { dtype: cn.into() },
-                            bytes(mul(&[c, layer])?)?,
-                            Kind::Assumed,
+                            [1, c, layer],
                             format!(
                                 "{} elements of the largest `{block}` × {c} bytes: backward's unsharded gradients before their copy into the reduce-scatter input",
                                 g(layer)
                             ),
                         ),
-                        false,
-                    ));
-                    parts.push(part(
-                        Term::new(
+                        (
                             TermId::FsdpReduceScatterInputs { dtype: rn.into() },
-                            bytes(mul(&[2, r, layer])?)?,
-                            Kind::Assumed,
+                            [2, r, layer],
                             format!(
                                 "2 blocks × {} elements of the largest `{block}` × {r} bytes (reduce_dtype {rn}): an input is kept until the next block's reduce-scatter (reduce_scatter_max_input_buffers 1 → up to 2 alive); the outputs (1/N) accumulate into the gradient shards",
                                 g(layer)
                             ),
                         ),
-                        false,
-                    ));
+                    ];
+                    for (id, factors, formula) in transients {
+                        let term = Term::new(id, bytes(mul(&factors)?)?, Kind::Assumed, formula);
+                        parts.push(part(term, false));
+                    }
                 }
                 None => left_out.push("FSDP's per-block all-gather and reduce-scatter buffers (this model has no repeated block to wrap)".into()),
             }
