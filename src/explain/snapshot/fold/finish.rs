@@ -99,38 +99,35 @@ impl Folder {
             .iter()
             .map(|(what, n)| format!("{n} × {what}"))
             .collect();
-        if run.strings.refused > 0 {
-            notes.push(format!(
-                "{} strings beyond the interning bound were read but not kept",
-                run.strings.refused
-            ));
-        }
-        if run.built_dropped > 0 {
-            notes.push(format!(
-                "{} items of generic values (allocator settings, unknown keys) beyond the bound were dropped",
-                run.built_dropped
-            ));
-        }
-        if run.memo_refused > 0 {
-            notes.push(format!(
-                "{} memoized objects beyond the memo's bound were not kept (fetching them again gave nothing)",
-                run.memo_refused
-            ));
-        }
-        if run.tuples_dropped > 0 {
-            notes.push(format!(
-                "{} tuples of more than {} items were not kept",
+        // What the reader's budgets left out, each said when it happened.
+        let left_out = [
+            (
+                run.strings.refused,
+                "strings beyond the interning bound were read but not kept".to_string(),
+            ),
+            (
+                run.built_dropped,
+                "items of generic values (allocator settings, unknown keys) beyond the bound were dropped".into(),
+            ),
+            (
+                run.memo_refused,
+                "memoized objects beyond the memo's bound were not kept (fetching them again gave nothing)".into(),
+            ),
+            (
                 run.tuples_dropped,
-                pickle::MAX_TUPLE_ITEMS
-            ));
-        }
-        if run.texts_cut > 0 {
-            notes.push(format!(
-                "{} strings that were not interned were cut to {} bytes",
+                format!("tuples of more than {} items were not kept", pickle::MAX_TUPLE_ITEMS),
+            ),
+            (
                 run.texts_cut,
-                pickle::MAX_TEXT_BYTES
-            ));
-        }
+                format!("strings that were not interned were cut to {} bytes", pickle::MAX_TEXT_BYTES),
+            ),
+        ];
+        notes.extend(
+            left_out
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}")),
+        );
         let mut summary = SnapshotSummary {
             frames: Vec::new(),
             pickle_protocol: run.protocol,
