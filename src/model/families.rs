@@ -305,11 +305,8 @@ fn layer_windows(family: Family, f: &Fields, layers: u64) -> Result<Vec<Option<u
                 .collect())
         }
         Family::Qwen3Moe => {
-            if f.bool_or("use_sliding_window", false)? {
-                all(window)
-            } else {
-                all(None)
-            }
+            let sliding = f.bool_or("use_sliding_window", false)?;
+            all(window.filter(|_| sliding))
         }
         // cache_utils.get_layer_types_and_kwargs: a config-level sliding_window makes every layer sliding.
         Family::Mistral | Family::Mixtral | Family::Phi3 => all(window),

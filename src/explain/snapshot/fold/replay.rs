@@ -108,6 +108,7 @@ pub(super) struct OomAcc {
     pub(super) device_free: Option<u64>,
 }
 
+#[derive(Default)]
 pub(super) struct PhaseAcc {
     pub(super) key: u32,
     pub(super) entries: u64,
@@ -382,15 +383,10 @@ impl Replay {
             None => {
                 self.phases.push(PhaseAcc {
                     key,
-                    entries: 0,
                     first_event: index,
                     last_event: index,
                     start_time: time,
                     end_time: time,
-                    allocations: 0,
-                    allocated_total: 0,
-                    frees: 0,
-                    freed_total: 0,
                     start_alloc: self.alloc,
                     start_reserved: self.reserved,
                     end_alloc: self.alloc,
@@ -400,8 +396,7 @@ impl Replay {
                     peak_reserved: self.reserved,
                     peak_reserved_at: start,
                     pending: true,
-                    top: Vec::new(),
-                    ooms: Vec::new(),
+                    ..PhaseAcc::default()
                 });
                 let slot = self.phases.len() - 1;
                 self.phase_slot.insert(key, slot);
