@@ -46,6 +46,22 @@ pub enum Command {
     /// Why the peak exceeds the estimate: the gap ledger, term by term, from the estimate to the
     /// driver's view and the card's capacity.
     Explain(ExplainArgs),
+    /// Build the result file of a notebook's `iteragpu.Recorder` from the events it recorded
+    /// (the Recorder runs it on `save()`; by hand, for the events it kept when it could not).
+    #[command(hide = true)]
+    FromEvents(FromEventsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FromEventsArgs {
+    /// The Recorder's events (JSON Lines, `RESULT.events.jsonl` beside the result it names).
+    pub events: PathBuf,
+    /// Result file to create (iteragpu.measure/1); an existing file is never overwritten.
+    #[arg(long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Print the result JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -67,6 +67,7 @@ where
         cli::Command::Cards(args) => commands::cards::run(args, &mut stdout),
         cli::Command::Predict(args) => commands::predict::run(args, &mut stdout),
         cli::Command::Explain(args) => commands::explain::run(args, &mut stdout),
+        cli::Command::FromEvents(args) => commands::from_events::run(args, &mut stdout),
     };
     match result {
         Ok(status) => status.into(),

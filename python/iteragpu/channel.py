@@ -71,6 +71,12 @@ class Channel:
             self._stream.write(line + "\n")
             self._stream.flush()
 
+    def close(self) -> None:
+        """Ends the stream (a notebook Recorder's events file): a later fork has nothing to say."""
+        with self._lock:
+            self._said_fork = True
+            self._stream.close()
+
     def write_lines(self, lines: list[str]) -> None:
         """Events already encoded, written at once (a prediction's many storage events)."""
         if lines and self._mine():

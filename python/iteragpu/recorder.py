@@ -14,6 +14,8 @@ import json
 import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, Literal
 
+from .channel import PROTOCOL, Channel
+
 # An event's sender: `emit(type, data)` (the worker's channel, or nothing in a notebook).
 Emit = Callable[[str, Any], None]
 # A phase's record (`phase_end`'s data), and the open phase's state between `begin` and `end`.
@@ -22,6 +24,20 @@ Record = Dict[str, Any]
 Reasons = Dict[str, str]
 
 _current: Recorder | None = None
+
+# A standalone recorder's events file is its result's name with this suffix.
+EVENTS_SUFFIX: str = ".events.jsonl"
+
+
+def builder() -> str:
+    """The `iteragpu` command that builds a notebook's result: $ITERAGPU_BIN, else the one pip
+    installed beside this Python (the wheel carries it), else the PATH's (as the lab notebook
+    finds it)."""
+    import os
+    import shutil
+    import sysconfig
+
+    return os.environ.get("ITERAGPU_BIN") or shutil.which("iteragpu", path=sysconfig.get_path("scripts")) or shutil.which("iteragpu") or "iteragpu"
 
 
 def _reading(fn: Callable[[], Any], reasons: Reasons, field: str) -> int | None:
@@ -37,8 +53,10 @@ class Recorder:
     """Runs the protocol around each phase.
 
     Inside the worker, the CLI passes `emit` and receives every event. In a notebook,
-    `Recorder(output="run.json")` writes the same schema itself when `save()` is called (or at
-    the end of a `with Recorder(...) as rec:` block), without the CLI's NVML view.
+    `Recorder(output="run.json")` records the same events into `run.json.events.jsonl` and, when
+    `save()` is called (or at the end of a `with Recorder(...) as rec:` block), has the `iteragpu`
+    command build the result from them, as `iteragpu measure` builds a worker's (without the CLI's
+    NVML view, said in the result).
     """
 
     def __init__(self, torch: Any = None, devices: list[str] | None = None, emit: Emit | None = None, output: str | None = None) -> None:
@@ -58,8 +76,15 @@ class Recorder:
         # The allocator's recording (iteragpu.history), when the CLI asked for one.
         self.history: Any = None
         self._emit: Emit = emit or (lambda type_, data: None)
+        # The standalone recorder's events file, open until `save()`.
+        self._events: Channel | None = None
         if self._standalone:
             self._start_standalone(torch)
+
+    @property
+    def events_path(self) -> str:
+        """Where a standalone recorder writes its events: beside the result it will build."""
+        return f"{self.output}{EVENTS_SUFFIX}"
 
     def _start_standalone(self, torch: Any) -> None:
         import datetime
@@ -74,10 +99,23 @@ class Recorder:
             raise FileExistsError(
                 f"{self.output} already exists; iteragpu never overwrites a result: choose a new file name"
             )
-        self._environment = probe.collect(torch, [str(d) for d in self.devices])
-        if not self._environment["can_measure"]:
-            raise RuntimeError(f"nothing measured: {self._environment['reason']}")
-        self._started = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        if os.path.exists(self.events_path):
+            raise FileExistsError(
+                f"{self.events_path} already exists: the events of an earlier Recorder whose result was not built; "
+                f"build it with `iteragpu from-events {self.events_path} --output {self.output}`, or choose a new file name"
+            )
+        environment = probe.collect(torch, [str(d) for d in self.devices])
+        if not environment["can_measure"]:
+            raise RuntimeError(f"nothing measured: {environment['reason']}")
+        self._events = Channel(open(self.events_path, "x", encoding="utf-8"))
+        self._emit = self._events.emit
+        notebook = {
+            "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "code_hash": code_hash(),
+            "devices": [str(d) for d in self.devices],
+        }
+        self._emit("hello", {"pid": os.getpid(), "protocol": PROTOCOL, "notebook": notebook})
+        self._emit("environment", environment)
         _set_current(self)
 
     def __enter__(self) -> Recorder:
@@ -89,54 +127,38 @@ class Recorder:
         return False
 
     def save(self) -> str:
-        """Writes the result (schema iteragpu.measure/1) with create-new semantics."""
-        import datetime
+        """Ends the recording and has the `iteragpu` command build the result (schema
+        iteragpu.measure/1) from its events, with create-new semantics; the events file is removed
+        once the result is written, kept otherwise."""
         import os
+        import subprocess
 
-        from .channel import PROTOCOL
-
-        failed = next((p for p in self.phases if p["status"] != "ok"), None)
-        doc: dict[str, Any] = {
-            "schema": "iteragpu.measure/1",
-            "tool_version": f"python-recorder/{PROTOCOL}",
-            "status": "failed" if failed else "ok",
-            "started_at": self._started,
-            "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "identity": {"workload": "notebook", "code_hash": code_hash(), "seed": None, "declared": self.identity},
-            "dimensions": {k: v for k, v in self.identity.items() if k in ("batch", "context", "prompt_tokens", "new_tokens", "resolution", "requests")},
-            "environment": {
-                "python": self._environment,
-                "driver": None,
-                "driver_reason": "recorded by iteragpu.Recorder without the CLI: no NVML view",
-                "nvml_indices": [],
-                "nvml_sample_interval_ms": None,
-            },
-            "scope": {
-                "phases": [p["name"] for p in self.phases],
-                "first_pass": self.phases[0]["name"] if self.phases else "",
-                "devices": [str(d) for d in self.devices],
-            },
-            "policies": {"process": "same process as the caller", "warmup": 0, "repeats": 0, "empty_cache": "never", "protocol": "per-phase", "timeout_s": None},
-            "phases": [dict(p, driver=None) for p in self.phases],
-            "warm_summary": [],
-            "failure": None
-            if failed is None
-            else {
-                "phase": failed["name"],
-                "error_type": (failed["error"] or {}).get("type"),
-                "message": (failed["error"] or {}).get("message"),
-                "out_of_memory": bool((failed["error"] or {}).get("out_of_memory")),
-                "caution": "a partial peak before a failure is not the memory need of a complete run",
-            },
-            "worker": {"pid": os.getpid(), "exit_code": None, "signal": None, "stderr_tail": []},
-            "unknown_events": [],
-            "notes": ["recorded in the caller's process (notebook): not a fresh process per run"],
-        }
         assert self.output is not None  # checked when the standalone recorder started
-        with open(self.output, "x", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, default=str)
+        if self._events is not None:
+            failed = next((p for p in self.phases if p["status"] != "ok"), None)
+            self._emit("done", {"status": "failed" if failed else "ok", "error": failed["error"] if failed else None})
+            self._events.close()
+            self._events = None
+            self._emit = lambda type_, data: None
         if _current is self:
             _set_current(None)
+        command = [builder(), "from-events", self.events_path, "--output", self.output]
+        try:
+            built = subprocess.run(command, capture_output=True, text=True)
+        except OSError as exc:
+            raise FileNotFoundError(
+                f"the result {self.output} was not built: the `iteragpu` command that builds it from the recorded events "
+                f"could not be run ({command[0]}: {exc.strerror or exc}); install iteragpu in this Python environment "
+                "(`pip install iteragpu` carries the command) or set ITERAGPU_BIN to its path, then "
+                f"`{' '.join(command)}` builds it: the events are kept in {self.events_path}"
+            ) from exc
+        # 3: the workload failed, and its result is written all the same.
+        if built.returncode not in (0, 3):
+            raise RuntimeError(
+                f"`{' '.join(command)}` failed (exit status {built.returncode}): {built.stderr.strip()}; "
+                f"the events are kept in {self.events_path}"
+            )
+        os.remove(self.events_path)
         return self.output
 
     def _sync(self, reasons: Reasons) -> None:
@@ -376,7 +398,8 @@ def bounded_message(error: object, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def code_hash() -> str:
-    """sha256 of this package's files, computed as the CLI computes it (same order, same bytes)."""
+    """sha256 of this package's files, computed as the CLI computes it (same order, same bytes): the
+    notebook's result names the code that recorded it, even when another iteragpu builds it."""
     import hashlib
     import os
 

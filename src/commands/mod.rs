@@ -47,6 +47,7 @@ pub mod compare;
 pub mod environment;
 pub mod estimate;
 pub mod explain;
+pub mod from_events;
 pub mod measure;
 mod options;
 pub mod predict;

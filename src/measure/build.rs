@@ -9,11 +9,44 @@ use crate::environment::PythonEnvironment;
 use crate::measure::driver_view::driver_phase;
 use crate::measure::sampler::Sampler;
 use crate::progress::Progress as ProgressDisplay;
-use crate::schema::events::{Event, Line, PhaseRecord, RankHello};
-use crate::schema::measure::{Failure, Identity, MeasureResult, RunEnvironment, RunStatus, Scope};
+use crate::python_side::CodeHash;
+use crate::schema::events::{Event, Line, NotebookHello, PhaseRecord, RankHello};
+use crate::schema::measure::{
+    Failure, Identity, MeasureResult, Policies, RunEnvironment, RunStatus, Scope,
+};
 use crate::signals::Stop;
 use crate::workload::plan::Trial;
 use crate::workload::process;
+
+/// What a result says of its run beyond the events: the CLI's [`Trial`] for a worker it started,
+/// or what a notebook's Recorder said of itself (`measure::recorded`).
+pub(crate) struct Origin {
+    pub(crate) workload: String,
+    pub(crate) code: CodeHash,
+    pub(crate) devices: Vec<String>,
+    pub(crate) dimensions: Map<String, Value>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) scope_phases: Vec<String>,
+    pub(crate) first_pass: String,
+    pub(crate) policies: Policies,
+    pub(crate) keep_children: bool,
+}
+
+impl Origin {
+    pub(crate) fn of(trial: &Trial) -> Origin {
+        Origin {
+            workload: trial.workload.clone(),
+            code: trial.spec.code_hash(),
+            devices: trial.devices.clone(),
+            dimensions: trial.dimensions.clone(),
+            seed: trial.seed,
+            scope_phases: trial.scope_phases.clone(),
+            first_pass: trial.first_pass.clone(),
+            policies: trial.policies.clone(),
+            keep_children: trial.keep_children,
+        }
+    }
+}
 
 /// How a trial ended.
 #[derive(Debug)]
@@ -30,6 +63,8 @@ pub enum TrialOutcome {
 pub(crate) struct Source {
     pub(crate) pid: Option<u32>,
     pub(crate) rank: Option<RankHello>,
+    /// A notebook's Recorder, standing in for the CLI (`measure::recorded`).
+    pub(crate) notebook: Option<NotebookHello>,
     pub(crate) environment: Option<PythonEnvironment>,
     pub(crate) declared: Map<String, Value>,
     pub(crate) phases: Vec<PhaseRecord>,
@@ -62,9 +97,9 @@ pub(crate) struct DriverSide {
 impl Source {
     /// The devices this source records, and their NVML indices: all of the trial's for a plain
     /// worker, its own `devices[LOCAL_RANK]` for a rank.
-    fn devices(&self, trial: &Trial, side: &DriverSide) -> (Vec<String>, Vec<Option<u32>>) {
+    fn devices(&self, origin: &Origin, side: &DriverSide) -> (Vec<String>, Vec<Option<u32>>) {
         match &self.rank {
-            None => (trial.devices.clone(), side.indices.clone()),
+            None => (origin.devices.clone(), side.indices.clone()),
             Some(r) => {
                 let k = r.local_rank as usize;
                 (
@@ -78,16 +113,22 @@ impl Source {
     pub(crate) fn on_line(
         &mut self,
         line: Line,
-        trial: &Trial,
+        origin: &Origin,
         side: &DriverSide,
         progress: &dyn ProgressDisplay,
         dones: &mut usize,
     ) {
         match line {
-            Line::Event(Event::Hello { pid, rank, .. }) => {
+            Line::Event(Event::Hello {
+                pid,
+                rank,
+                notebook,
+                ..
+            }) => {
                 self.pid = Some(pid);
                 self.rank = rank;
-                let (_, indices) = self.devices(trial, side);
+                self.notebook = notebook;
+                let (_, indices) = self.devices(origin, side);
                 if let Some(nvml) = &side.nvml {
                     let known: Vec<u32> = indices.iter().flatten().copied().collect();
                     if known.len() == indices.len() {
@@ -107,7 +148,7 @@ impl Source {
                 self.current.push((name, index));
             }
             Line::Event(Event::PhaseEnd(mut record)) => {
-                let (devices, indices) = self.devices(trial, side);
+                let (devices, indices) = self.devices(origin, side);
                 record.driver = Some(driver_phase(
                     self.sampler.as_ref(),
                     &record,
@@ -147,7 +188,7 @@ impl Source {
     }
 
     /// The worker ended: NVML's view of the phase it never finished, and the sampler's interval.
-    pub(crate) fn stop_sampling(&mut self, trial: &Trial, side: &DriverSide) -> Option<f64> {
+    pub(crate) fn stop_sampling(&mut self, origin: &Origin, side: &DriverSide) -> Option<f64> {
         if let Some((name, index)) = self.current.last() {
             let probe = PhaseRecord {
                 parent: None,
@@ -163,7 +204,7 @@ impl Source {
                 driver: None,
                 note: None,
             };
-            let (devices, indices) = self.devices(trial, side);
+            let (devices, indices) = self.devices(origin, side);
             self.unfinished_driver = Some(driver_phase(
                 self.sampler.as_ref(),
                 &probe,
@@ -188,14 +229,14 @@ pub(crate) fn build(
     mut p: Source,
     status: RunStatus,
     stopped: Option<Stop>,
-    trial: &Trial,
+    origin: &Origin,
     side: &DriverSide,
     ended: &Ended,
 ) -> MeasureResult {
     let run = &ended.run;
-    let (devices, indices) = p.devices(trial, side);
+    let (devices, indices) = p.devices(origin, side);
     let mut notes = std::mem::take(&mut p.notes);
-    notes.extend(run.left_running_notes(trial.keep_children));
+    notes.extend(run.left_running_notes(origin.keep_children));
     if let Some(signal) = stopped
         && p.pid.is_none()
     {
@@ -261,7 +302,6 @@ pub(crate) fn build(
             summary_reason: None,
         });
     let warm_summary = crate::schema::measure::warm_summary(&p.phases, &devices);
-    let hash = trial.spec.code_hash();
     MeasureResult {
         schema: crate::schema::measure::SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -270,13 +310,13 @@ pub(crate) fn build(
         started_at: ended.started_at.clone(),
         ended_at: chrono::Utc::now().to_rfc3339(),
         identity: Identity {
-            workload: trial.workload.clone(),
-            code_hash: hash.code_hash,
-            script_sha256: hash.script_sha256,
-            seed: trial.seed,
+            workload: origin.workload.clone(),
+            code_hash: origin.code.code_hash.clone(),
+            script_sha256: origin.code.script_sha256.clone(),
+            seed: origin.seed,
             declared: p.declared,
         },
-        dimensions: trial.dimensions.clone(),
+        dimensions: origin.dimensions.clone(),
         environment: RunEnvironment {
             python: p.environment,
             driver: side.view.clone(),
@@ -285,12 +325,12 @@ pub(crate) fn build(
             nvml_sample_interval_ms: ended.interval,
         },
         scope: Scope {
-            phases: trial.scope_phases.clone(),
-            first_pass: trial.first_pass.clone(),
+            phases: origin.scope_phases.clone(),
+            first_pass: origin.first_pass.clone(),
             devices,
             rank: p.rank.as_ref().map(|r| r.rank),
         },
-        policies: trial.policies.clone(),
+        policies: origin.policies.clone(),
         phases: p.phases,
         warm_summary,
         failure,

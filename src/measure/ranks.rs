@@ -5,7 +5,7 @@
 //! every rank's are kept apart in `distributed.ranks`, never added together.
 
 use crate::measure::build::TrialOutcome;
-use crate::measure::build::{DriverSide, Ended, Source, build};
+use crate::measure::build::{DriverSide, Ended, Origin, Source, build};
 use crate::schema::measure::{Distributed, MeasureResult, RankResult, RunStatus};
 use crate::schema::nodes::spread;
 use crate::schema::torchrun::Torchrun;
@@ -110,12 +110,13 @@ pub(crate) fn combine(
         .iter()
         .find_map(|p| p.rank.as_ref().and_then(|r| r.run_id.clone()));
     let mut results: Vec<(RankResult, MeasureResult)> = Vec::new();
+    let origin = Origin::of(trial);
     for (k, p) in sources.into_iter().enumerate() {
         let Some(hello) = p.rank.clone() else {
             continue;
         };
         let status = statuses[k];
-        let mut r = build(p, status, stopped, trial, side, ended);
+        let mut r = build(p, status, stopped, &origin, side, ended);
         if status == RunStatus::Crashed
             && let Some(f) = &mut r.failure
             && f.message.is_none()

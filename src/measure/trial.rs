@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::environment::nvml;
-use crate::measure::build::{DriverSide, Ended, Source, TrialOutcome, build};
+use crate::measure::build::{DriverSide, Ended, Origin, Source, TrialOutcome, build};
 use crate::measure::driver_view::nvml_indices;
 use crate::progress::Progress as ProgressDisplay;
 use crate::schema::measure::RunStatus;
@@ -96,6 +96,7 @@ fn run_in_process(
         view,
         indices,
     };
+    let origin = Origin::of(trial);
     let mut sources: Vec<Source> = Vec::new();
     let mut dones = 0usize;
     let cmd = WorkerCommand {
@@ -120,11 +121,11 @@ fn run_in_process(
         while sources.len() <= source {
             sources.push(Source::default());
         }
-        sources[source].on_line(line, trial, &side, progress, &mut dones);
+        sources[source].on_line(line, &origin, &side, progress, &mut dones);
     })?;
     let mut interval = None;
     for p in &mut sources {
-        interval = interval.or(p.stop_sampling(trial, &side));
+        interval = interval.or(p.stop_sampling(&origin, &side));
     }
     let ended = Ended {
         started_at,
@@ -134,7 +135,7 @@ fn run_in_process(
     match &trial.torchrun {
         None => {
             let p = sources.pop().unwrap_or_default();
-            one_worker(p, trial, &side, &ended)
+            one_worker(p, trial, &origin, &side, &ended)
         }
         Some(t) => crate::measure::ranks::combine(sources, t, trial, &side, &ended),
     }
@@ -144,6 +145,7 @@ fn run_in_process(
 fn one_worker(
     p: Source,
     trial: &Trial,
+    origin: &Origin,
     side: &DriverSide,
     ended: &Ended,
 ) -> Result<TrialOutcome, StartError> {
@@ -187,7 +189,7 @@ fn one_worker(
         _ => RunStatus::Crashed,
     };
     Ok(TrialOutcome::Measured(Box::new(build(
-        p, status, stopped, trial, side, ended,
+        p, status, stopped, origin, side, ended,
     ))))
 }
 

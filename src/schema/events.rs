@@ -3,6 +3,7 @@
 //! ```text
 //! {"type": "hello", "data": {"pid": 4242, "protocol": 1}}
 //! {"type": "hello", "data": {"pid": 4243, "protocol": 1, "rank": {"rank": 1, "local_rank": 1, "world_size": 2, "local_world_size": 2, "node_rank": 0, "host": "gpu7", "run_id": "3f2a…", "device": "cuda:1"}}}
+//! {"type": "hello", "data": {"pid": 4244, "protocol": 1, "notebook": {"started_at": "2025-12-01T15:00:00+00:00", "code_hash": "sha256:…", "devices": ["cuda:0"]}}}
 //! {"type": "environment", "data": {"python": {…}, "torch": {…}, "can_measure": true, …}}
 //! {"type": "describe", "data": {"workload": "dense", "parameters": 33583104}}
 //! {"type": "phase_start", "data": {"name": "cold_forward", "index": 2, "inputs": {…}, "parent": null, "automatic": false}}
@@ -176,6 +177,18 @@ pub struct RankHello {
     pub device: String,
 }
 
+/// What a notebook's `Recorder` says of itself in its `hello`: `iteragpu from-events` builds the
+/// result from these and the events that follow, as the CLI does from a worker's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NotebookHello {
+    /// When the Recorder started (RFC 3339).
+    pub started_at: String,
+    /// `sha256:…` of the Python package that recorded, computed as `python_side::code_hash`.
+    pub code_hash: String,
+    /// The devices it records, `cuda:N`.
+    pub devices: Vec<String>,
+}
+
 /// A known event.
 #[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
@@ -186,6 +199,10 @@ pub enum Event {
         /// Under torchrun: who this worker is.
         #[serde(default)]
         rank: Option<RankHello>,
+        /// A notebook's standalone `iteragpu.Recorder` (no CLI started it): what the CLI would
+        /// otherwise know itself.
+        #[serde(default)]
+        notebook: Option<NotebookHello>,
     },
     Environment(Box<PythonEnvironment>),
     Describe(Map<String, Value>),

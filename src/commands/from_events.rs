@@ -1,0 +1,42 @@
+//! `iteragpu from-events EVENTS --output RESULT`: a notebook Recorder's events → the result file
+//! (built as `measure` builds one, never overwriting) → the table or the JSON.
+
+use std::io::{BufReader, Write};
+
+use crate::cli::FromEventsArgs;
+use crate::exit::{CliError, ExitStatus};
+use crate::measure::{recorded, render};
+use crate::output::{self, Saved};
+
+pub fn run(args: &FromEventsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    output::check_new(&args.output)?;
+    let events = std::fs::File::open(&args.events).map_err(|e| {
+        CliError::bad_input(format!(
+            "cannot read {}: {}",
+            args.events.display(),
+            output::reason(&e)
+        ))
+    })?;
+    let result = recorded::build_result(BufReader::new(events))?;
+    let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&result)? + "\n"
+    } else {
+        render::table(&result, saved.path())
+    };
+    // The result is saved: a closed or full standard output costs only the table.
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!(
+            "warning: cannot write to standard output ({}); the result is in {}",
+            output::reason(&e),
+            saved.path().display()
+        );
+    }
+    match saved {
+        Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => Ok(ExitStatus::Ok),
+        Saved::Here(_) | Saved::Sibling(_) => Ok(ExitStatus::WorkloadFailed),
+        Saved::Elsewhere { path, why } => {
+            refuse!("{why}; the result was saved to {} instead", path.display())
+        }
+    }
+}
