@@ -12,6 +12,8 @@ mod explain;
 mod honesty;
 #[path = "integration/measure.rs"]
 mod measure;
+#[path = "integration/notebook.rs"]
+mod notebook;
 #[path = "integration/outputs.rs"]
 mod outputs;
 #[path = "integration/predict.rs"]

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, Literal
 
@@ -150,7 +149,7 @@ class Recorder:
                 f"the result {self.output} was not built: the `iteragpu` command that builds it from the recorded events "
                 f"could not be run ({command[0]}: {exc.strerror or exc}); install iteragpu in this Python environment "
                 "(`pip install iteragpu` carries the command) or set ITERAGPU_BIN to its path, then "
-                f"`{' '.join(command)}` builds it: the events are kept in {self.events_path}"
+                f"`iteragpu from-events {self.events_path} --output {self.output}` builds it: the events are kept in {self.events_path}"
             ) from exc
         # 3: the workload failed, and its result is written all the same.
         if built.returncode not in (0, 3):

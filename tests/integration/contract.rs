@@ -149,7 +149,7 @@ fn worker_events(
 
 /// Checks each line against the events schema (`contract.py events`) and as a known Rust event;
 /// returns the event types seen, sorted.
-fn valid_event_types(lines: &[String]) -> Vec<String> {
+pub fn valid_event_types(lines: &[String]) -> Vec<String> {
     for line in lines {
         assert!(
             matches!(iteragpu::schema::events::parse(line), Line::Event(_)),

@@ -292,58 +292,6 @@ fn causal_lm_input_is_checked() {
     }
 }
 
-#[test]
-fn the_notebook_recorder_writes_the_same_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("notebook.json");
-    let code = format!(
-        "import torch, iteragpu\nwith iteragpu.Recorder(output={:?}) as rec:\n    rec.describe(model='nb', batch=2)\n    with rec.phase('load'):\n        w = torch.zeros(1000, 1000, device='cuda:0')\n",
-        out.display().to_string()
-    );
-    let pythonpath = std::env::join_paths([
-        fixture("../fake_torch"),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-    ])
-    .unwrap();
-    let run = |code: &str| {
-        std::process::Command::new("python3")
-            .env("PYTHONPATH", &pythonpath)
-            .args(["-c", code])
-            .output()
-            .unwrap()
-    };
-    let first = run(&code);
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    let text = std::fs::read_to_string(&out).unwrap();
-    let result: iteragpu::schema::measure::MeasureResult =
-        serde_json::from_str(&text).expect("the CLI's schema");
-    assert_eq!(result.schema, "iteragpu.measure/1");
-    assert_eq!(result.phases.len(), 1);
-    assert_eq!(result.identity.declared["model"], "nb");
-    assert!(
-        result
-            .environment
-            .driver_reason
-            .unwrap()
-            .contains("without the CLI")
-    );
-    assert_eq!(
-        result.identity.code_hash,
-        iteragpu::python_side::code_hash(),
-        "same code, same hash"
-    );
-    assert!(result.phases[0].devices[0].end_allocated_bytes.unwrap() >= 4_000_000);
-    // Never overwritten.
-    let second = run(&code);
-    assert!(!second.status.success());
-    assert!(String::from_utf8_lossy(&second.stderr).contains("already exists"));
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
-}
-
 /// Runs `tests/python/SCRIPT` with a JSON list of jobs and returns the list it prints.
 fn python_jobs(python: &str, script: &str, jobs: &[serde_json::Value]) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
