@@ -19,19 +19,8 @@ pub fn run(args: &FromEventsArgs, out: &mut dyn Write) -> Result<ExitStatus, Cli
     })?;
     let result = recorded::build_result(BufReader::new(events))?;
     let saved = output::save_result(&args.output, &serde_json::to_vec_pretty(&result)?)?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&result)? + "\n"
-    } else {
-        render::table(&result, saved.path())
-    };
-    // The result is saved: a closed or full standard output costs only the table.
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!(
-            "warning: cannot write to standard output ({}); the result is in {}",
-            output::reason(&e),
-            saved.path().display()
-        );
-    }
+    let text = super::json_or(args.json, &result, || render::table(&result, saved.path()))?;
+    super::print_saved(out, &text, "result", saved.path());
     match saved {
         Saved::Here(_) | Saved::Sibling(_) if result.status.is_ok() => Ok(ExitStatus::Ok),
         Saved::Here(_) | Saved::Sibling(_) => Ok(ExitStatus::WorkloadFailed),

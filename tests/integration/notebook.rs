@@ -213,3 +213,22 @@ fn without_the_command_the_events_are_kept_and_the_fix_is_said() {
         .stderr(predicates::str::contains("notebook Recorder"));
     assert!(!dir.path().join("w.json").exists());
 }
+
+/// A phase that raises fails the notebook's result as it fails a worker's: the exception still
+/// reaches the notebook, the result is written with its failure.
+#[test]
+fn a_failed_phase_fails_the_notebooks_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.json");
+    let code = cell(&out) + "    with rec.phase('step'):\n        raise ValueError('nope')\n";
+    let run = notebook(&code, &the_binary());
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("ValueError: nope"));
+    let result: MeasureResult = read_typed(&out);
+    assert_eq!(result.status.to_string(), "failed");
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.phase.as_deref(), Some("step"));
+    assert_eq!(failure.error_type.as_deref(), Some("ValueError"));
+    assert_eq!(result.scope.phases, ["load", "step"]);
+    assert!(!dir.path().join("nb.json.events.jsonl").exists());
+}
