@@ -87,7 +87,7 @@ pub struct PredictArgs {
     /// Predict rank 0 of a job of N ranks (FSDP2 pads every rank to the same shard; a DDP replica
     /// is the same on every rank), on PyTorch's fake process group: world sizes this machine does
     /// not have (8, 64). With --shard ddp|fsdp for causal-lm training.
-    #[arg(long, value_name = "N", value_parser = world_size, help_heading = "Target")]
+    #[arg(long, value_name = "N", value_parser = whole::<1, 65_536>, help_heading = "Target")]
     pub world_size: Option<u64>,
     /// The card to predict for, from the catalog (`iteragpu cards`) [default: H200].
     #[arg(
@@ -154,7 +154,7 @@ pub struct CompareArgs {
 #[derive(Debug, Args)]
 pub struct CardsArgs {
     /// A memory need per device: 17.04GiB, 18GB or raw bytes.
-    #[arg(long, value_name = "SIZE", value_parser = size, conflicts_with = "from")]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, conflicts_with = "from")]
     pub need: Option<Bytes>,
     /// Take the need from an estimate, a measure result, a series or a prediction.
     #[arg(long, value_name = "FILE")]
@@ -162,7 +162,7 @@ pub struct CardsArgs {
     /// Memory a process holds outside PyTorch's allocator (CUDA context, libraries), subtracted from
     /// each card; default 1GiB, assumed (612 MiB was read on an H200 with torch 2.11), unless --from
     /// gives a measured value.
-    #[arg(long, value_name = "SIZE", value_parser = size)]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
     pub overhead: Option<Bytes>,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -307,7 +307,7 @@ pub struct WorkloadArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub context: Option<u64>,
     /// Seed of the synthetic inputs and weights.
-    #[arg(long, value_name = "N", default_value = "0", value_parser = seed)]
+    #[arg(long, value_name = "N", default_value = "0", value_parser = whole::<0, { u64::MAX }>)]
     pub seed: u64,
 }
 
@@ -317,7 +317,7 @@ pub struct WorkloadArgs {
 pub struct BuiltInArgs {
     /// dtype of weights and inputs for inference (default: float32 for dense, the config's
     /// torch_dtype or bfloat16 for causal-lm); training takes it from --precision.
-    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    #[arg(long, value_name = "DTYPE")]
     pub dtype: Option<Dtype>,
     /// Measure the whole loop as one phase with no synchronization between its steps.
     #[arg(long)]
@@ -335,7 +335,7 @@ pub struct DenseArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub depth: Option<u64>,
     /// Dense inference: warm-up passes, measured together as one phase [default: 3].
-    #[arg(long, value_name = "N", value_parser = warmup_passes)]
+    #[arg(long, value_name = "N", value_parser = whole::<0, 100_000>)]
     pub warmup: Option<u64>,
     /// Dense inference: warm repeats, each measured as its own phase [default: 5].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
@@ -375,7 +375,7 @@ pub struct SlidingWindowArgs {
 #[command(next_help_heading = "Training")]
 pub struct TrainingArgs {
     /// Training steps, each recorded (at least 2: the first creates the optimizer states) [default: 2].
-    #[arg(long, value_name = "N", value_parser = training_steps)]
+    #[arg(long, value_name = "N", value_parser = whole::<2, 10_000>)]
     pub steps: Option<u64>,
     /// Optimizer of the training loop: adamw or sgd [default: adamw].
     #[arg(long, value_name = "NAME", value_parser = train_optimizer)]
@@ -417,7 +417,7 @@ pub struct AllocatorArgs {
     /// The caching allocator's setting for the worker: default, expandable_segments or
     /// cudaMallocAsync (replaces PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF for this run;
     /// default: inherit them).
-    #[arg(long, value_name = "SETTING", value_parser = alloc_conf)]
+    #[arg(long, value_name = "SETTING", value_parser = AllocConf::parse)]
     pub alloc_conf: Option<AllocConf>,
 }
 
@@ -440,7 +440,7 @@ pub struct TimelineArgs {
     #[arg(long, conflicts_with = "no_history")]
     pub timeline: bool,
     /// The most allocation events --timeline keeps (the oldest are dropped first).
-    #[arg(long, value_name = "N", default_value = "100000", value_parser = timeline_entries, requires = "timeline")]
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = whole::<1, 100_000_000>, requires = "timeline")]
     pub timeline_entries: u64,
 }
 
@@ -450,10 +450,10 @@ pub struct TimelineArgs {
 pub struct DistributedArgs {
     /// Run under torchrun with this many ranks on this node, each a fresh worker on its own
     /// device (`--device` lists one per local rank; default cuda:0, cuda:1, …).
-    #[arg(long, value_name = "N", value_parser = ranks_per_node)]
+    #[arg(long, value_name = "N", value_parser = whole::<1, 1024>)]
     pub nproc_per_node: Option<u64>,
     /// Number of nodes of the torchrun job (each node runs its own iteragpu and writes its file).
-    #[arg(long, value_name = "M", value_parser = world_size, requires = "nproc_per_node")]
+    #[arg(long, value_name = "M", value_parser = whole::<1, 65_536>, requires = "nproc_per_node")]
     pub nnodes: Option<u64>,
     /// This node's rank among --nnodes (0 … M−1).
     #[arg(long, value_name = "R", requires = "nnodes")]
@@ -547,14 +547,14 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Compute dtype of the weights (default: the config's torch_dtype, else float32).
-    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    #[arg(long, value_name = "DTYPE")]
     pub dtype: Option<Dtype>,
 
     /// Reserve in GiB (2^30 bytes), as in the guide: --reserve-gib 4.
     #[arg(long, allow_negative_numbers = true, value_name = "GIB", value_parser = gib, conflicts_with = "reserve", help_heading = "Reserve")]
     pub reserve_gib: Option<(Bytes, String)>,
     /// Reserve as a size: 4GiB, 4.5GB or raw bytes (a bare 4G is ambiguous and refused).
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size, help_heading = "Reserve")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Reserve")]
     pub reserve: Option<Bytes>,
 
     #[command(flatten)]
@@ -660,7 +660,7 @@ pub struct KvCacheArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = element_bytes, conflicts_with = "kv_dtype")]
     pub kv_bytes: Option<u64>,
     /// Dtype of cached values, instead of --kv-bytes.
-    #[arg(long, value_name = "DTYPE", value_parser = dtype)]
+    #[arg(long, value_name = "DTYPE")]
     pub kv_dtype: Option<Dtype>,
     /// Cache strategy [default: dynamic].
     #[arg(long, value_enum)]
@@ -684,7 +684,7 @@ pub struct QuantizedCacheArgs {
     #[arg(long, value_name = "N", value_parser = positive_u64)]
     pub kv_group_size: Option<u64>,
     /// Most recent tokens kept in full precision by a quantized cache [default: 128].
-    #[arg(long, value_name = "N", value_parser = seed)]
+    #[arg(long, value_name = "N", value_parser = whole::<0, { u64::MAX }>)]
     pub kv_residual: Option<u64>,
 }
 
@@ -719,7 +719,7 @@ pub struct ShardOptionsArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub largest_layer_parameters: Option<u64>,
     /// NCCL's memory per rank, outside PyTorch's allocator [default: 1GiB, assumed].
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = size)]
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = units::parse_size)]
     pub comm_reserve: Option<Bytes>,
 }
 
@@ -743,14 +743,6 @@ fn gib(text: &str) -> Result<(Bytes, String), String> {
         .ok_or_else(|| format!("{text} GiB is too large"))?;
     let bytes = Bytes::from_u128(bytes).map_err(|e| format!("{text} GiB: {e}"))?;
     Ok((bytes, format!("--reserve-gib {d}")))
-}
-
-fn size(text: &str) -> Result<Bytes, String> {
-    units::parse_size(text).map_err(|e| e.to_string())
-}
-
-fn alloc_conf(s: &str) -> Result<AllocConf, String> {
-    AllocConf::parse(s)
 }
 
 /// What the training loop runs; the estimate's other optimizers are named as such.
@@ -782,16 +774,12 @@ fn train_precision(text: &str) -> Result<TrainPrecision, String> {
 }
 
 fn positive_size(text: &str) -> Result<Bytes, String> {
-    match size(text)? {
+    match units::parse_size(text).map_err(|e| e.to_string())? {
         b if b.get() == 0 => Err(format!(
             "`{text}` is no memory at all; give the capacity to emulate, e.g. 8GiB"
         )),
         b => Ok(b),
     }
-}
-
-fn dtype(text: &str) -> Result<Dtype, String> {
-    text.parse::<Dtype>().map_err(|e| e.to_string())
 }
 
 /// `cuda:N` (or `cuda`, meaning cuda:0).
@@ -833,48 +821,24 @@ fn dimension(text: &str) -> Result<u64, String> {
     bounded(text, MAX_DIMENSION, "for a size")
 }
 
-/// A whole number from `min` to `max`, worded like every other number iteragpu reads.
-fn whole_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
-    let n = if min == 0 && text.trim().trim_start_matches('0').is_empty() && !text.trim().is_empty()
+/// A whole number from `MIN` to `MAX` (0 allowed for a seed or a count of tokens kept), worded
+/// like every other number iteragpu reads.
+fn whole<const MIN: u64, const MAX: u64>(text: &str) -> Result<u64, String> {
+    let n = if MIN == 0 && text.trim().trim_start_matches('0').is_empty() && !text.trim().is_empty()
     {
         0
     } else {
         positive_u64(text)?
     };
-    if n < min || n > max {
+    if !(MIN..=MAX).contains(&n) {
         return Err(format!(
             "{} is not allowed; give a whole number from {} to {}",
             units::group_thousands(n as u128),
-            units::group_thousands(min as u128),
-            units::group_thousands(max as u128)
+            units::group_thousands(MIN as u128),
+            units::group_thousands(MAX as u128)
         ));
     }
     Ok(n)
-}
-
-fn world_size(text: &str) -> Result<u64, String> {
-    whole_in(text, 1, 65_536)
-}
-
-fn training_steps(text: &str) -> Result<u64, String> {
-    whole_in(text, 2, 10_000)
-}
-
-fn warmup_passes(text: &str) -> Result<u64, String> {
-    whole_in(text, 0, 100_000)
-}
-
-/// Any whole number, 0 included (a seed, a count of tokens kept).
-fn seed(text: &str) -> Result<u64, String> {
-    whole_in(text, 0, u64::MAX)
-}
-
-fn ranks_per_node(text: &str) -> Result<u64, String> {
-    whole_in(text, 1, 1024)
-}
-
-fn timeline_entries(text: &str) -> Result<u64, String> {
-    whole_in(text, 1, 100_000_000)
 }
 
 fn bounded(text: &str, bound: u64, what: &str) -> Result<u64, String> {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// A dimension a sweep may vary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::Display, strum::IntoStaticStr)]
+#[derive(strum::Display, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Variable {
     Batch,
@@ -18,15 +18,8 @@ pub enum Variable {
 }
 
 impl Variable {
-    pub const ALL: [Variable; 7] = [
-        Variable::Batch,
-        Variable::Context,
-        Variable::Width,
-        Variable::Depth,
-        Variable::PromptTokens,
-        Variable::NewTokens,
-        Variable::Steps,
-    ];
+    /// Every variable, in the help's order (strum's list of the variants).
+    pub const ALL: &[Variable] = <Variable as strum::VariantArray>::VARIANTS;
 
     /// The option's name: `batch`, `prompt-tokens`, … (the derived name; the method stays for
     /// its callers).
@@ -34,21 +27,21 @@ impl Variable {
         self.into()
     }
 
-    /// The key of the worker's spec it changes (`prompt_tokens`).
-    pub fn spec_key(self) -> String {
-        self.name().replace('-', "_")
-    }
-
     /// `batch`, `prompt-tokens` or `prompt_tokens`; an unknown name gets the list.
     pub fn parse(name: &str) -> Result<Variable, String> {
         let wanted = name.trim().replace('_', "-");
         Variable::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|v| v.name() == wanted)
             .ok_or_else(|| {
                 format!(
                     "`{wanted}` cannot be varied; choose one of {}",
-                    Variable::ALL.map(Variable::name).join(", ")
+                    Variable::ALL
+                        .iter()
+                        .map(|v| v.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             })
     }
@@ -68,19 +61,16 @@ pub struct Dimensions {
 
 impl Dimensions {
     pub fn get(&self, v: Variable) -> u64 {
-        match v {
-            Variable::Batch => self.batch,
-            Variable::Context => self.context,
-            Variable::Width => self.width,
-            Variable::Depth => self.depth,
-            Variable::PromptTokens => self.prompt_tokens,
-            Variable::NewTokens => self.new_tokens,
-            Variable::Steps => self.steps,
-        }
+        *self.clone().slot(v)
     }
 
     pub fn set(&mut self, v: Variable, value: u64) {
-        let slot = match v {
+        *self.slot(v) = value;
+    }
+
+    /// The one place a variable names its field.
+    fn slot(&mut self, v: Variable) -> &mut u64 {
+        match v {
             Variable::Batch => &mut self.batch,
             Variable::Context => &mut self.context,
             Variable::Width => &mut self.width,
@@ -88,8 +78,7 @@ impl Dimensions {
             Variable::PromptTokens => &mut self.prompt_tokens,
             Variable::NewTokens => &mut self.new_tokens,
             Variable::Steps => &mut self.steps,
-        };
-        *slot = value;
+        }
     }
 
     /// Replaces `{batch}`, `{context}`, `{width}`, `{depth}`, `{prompt-tokens}`, `{new-tokens}`
@@ -114,9 +103,9 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_substitute() {
-        for v in Variable::ALL {
+        for &v in Variable::ALL {
             assert_eq!(Variable::parse(v.name()), Ok(v));
-            assert_eq!(Variable::parse(&v.spec_key()), Ok(v));
+            assert_eq!(Variable::parse(&v.name().replace('-', "_")), Ok(v));
         }
         assert!(
             Variable::parse("colour")

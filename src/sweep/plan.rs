@@ -171,7 +171,8 @@ impl SweepPlan {
                     "{variable} has no effect on {}: varying it would run the same workload again; vary one of {}",
                     base.describe(),
                     Variable::ALL
-                        .into_iter()
+                        .iter()
+                        .copied()
                         .filter(|v| base.uses(*v))
                         .map(Variable::name)
                         .collect::<Vec<_>>()
