@@ -14,24 +14,19 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
             .wrong(load::MEASURE, "explain reads a measure result; give the estimate with --estimate and a prediction with --prediction")
             .into());
     };
+    // Each file beside the result is read, then refused when it is of another run.
     let estimate = args.estimate.as_deref().map(load::load).transpose()?;
-    let estimate = match &estimate {
-        Some(l) => {
-            let e = l.as_estimate()?;
-            load::check_estimate_of(r, e, l)?;
-            Some(e)
-        }
-        None => None,
-    };
+    let estimate = Option::transpose(estimate.as_ref().map(|l| -> Result<_, CliError> {
+        let e = l.as_estimate()?;
+        load::check_estimate_of(r, e, l)?;
+        Ok(e)
+    }))?;
     let prediction = args.prediction.as_deref().map(load::load).transpose()?;
-    let prediction = match &prediction {
-        Some(l) => {
-            let p = l.as_prediction()?;
-            load::check_prediction_of(r, p, l)?;
-            Some(p)
-        }
-        None => None,
-    };
+    let prediction = Option::transpose(prediction.as_ref().map(|l| -> Result<_, CliError> {
+        let p = l.as_prediction()?;
+        load::check_prediction_of(r, p, l)?;
+        Ok(p)
+    }))?;
     let ledger = match ledger::of_result(r, estimate, prediction) {
         Ok(l) => l,
         Err(why) => refuse!("{}: {why}", args.result.display()),

@@ -43,9 +43,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     let display = progress::spinner(args.run.json, "starting the worker");
     let mut result = match ProcessRunner::new(stop).run(&trial, &*display)? {
         TrialOutcome::Unavailable { reason } => {
-            return Err(CliError::missing_runtime(format!(
-                "nothing measured: {reason}\n(no result file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
-            )));
+            return Err(super::nothing_measured(&reason, "result"));
         }
         TrialOutcome::Measured(result) => result,
     };

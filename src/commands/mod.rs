@@ -35,6 +35,13 @@ fn print_saved(out: &mut dyn std::io::Write, text: &str, what: &str, path: &std:
     }
 }
 
+/// A measurement or a sweep that found no PyTorch or no GPU: nothing written, and what to try.
+fn nothing_measured(reason: &str, file: &str) -> crate::exit::CliError {
+    crate::exit::CliError::missing_runtime(format!(
+        "nothing measured: {reason}\n(no {file} file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
+    ))
+}
+
 /// Refuses the input: returns a bad-input [`CliError`](crate::exit::CliError) from the function.
 macro_rules! refuse {
     ($($arg:tt)*) => {

@@ -26,9 +26,7 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     display.finish();
     let (series, moved) = match finish? {
         Finish::Unavailable(reason) => {
-            return Err(CliError::missing_runtime(format!(
-                "nothing measured: {reason}\n(no series file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
-            )));
+            return Err(super::nothing_measured(&reason, "series"));
         }
         Finish::Done { series, moved } => (series, moved),
     };
