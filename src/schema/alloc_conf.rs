@@ -32,12 +32,6 @@ pub enum AllocConf {
 }
 
 impl AllocConf {
-    pub const ALL: [AllocConf; 3] = [
-        AllocConf::Default,
-        AllocConf::ExpandableSegments,
-        AllocConf::CudaMallocAsync,
-    ];
-
     /// `default`, `expandable_segments` or `cudaMallocAsync` (the derived name; the method
     /// stays for its callers).
     pub fn name(self) -> &'static str {
@@ -90,7 +84,11 @@ impl AllocConf {
         found.ok_or_else(|| {
             format!(
                 "`{t}` is not an allocator setting iteragpu can set; choose one of {} (other settings: export PYTORCH_CUDA_ALLOC_CONF yourself, the result records it)",
-                AllocConf::ALL.map(AllocConf::name).join(", ")
+                <AllocConf as strum::VariantArray>::VARIANTS
+                    .iter()
+                    .map(|a| a.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })
     }
@@ -109,7 +107,7 @@ mod tests {
 
     #[test]
     fn names_parse_back_and_set_exactly_one_variable() {
-        for a in AllocConf::ALL {
+        for &a in <AllocConf as strum::VariantArray>::VARIANTS {
             assert_eq!(AllocConf::parse(a.name()), Ok(a));
             let env = a.environment();
             for v in VARIABLES {
