@@ -56,15 +56,11 @@ impl Staged {
 /// Moves the snapshot into place (or says why there is none) and records it in the result.
 pub fn keep(staged: Staged, result: &mut MeasureResult) {
     let mut timeline = result.timeline.take().unwrap_or_else(|| Timeline {
-        path: None,
         reason: Some(format!(
             "the worker ended ({}) before dumping the allocator's snapshot",
             result.status
         )),
-        bytes: None,
-        sha256: None,
-        summary: None,
-        summary_reason: None,
+        ..Timeline::default()
     });
     if timeline.path.is_none() {
         // Dropping the staged file removes it.

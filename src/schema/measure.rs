@@ -212,7 +212,7 @@ impl RankResult {
 
 /// `measure --timeline`: PyTorch's allocator snapshot (a pickle memory_viz opens) next to the
 /// result, with the CLI's summary of it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Timeline {
     /// Where the snapshot is; null with `reason` when none was written.
     pub path: Option<std::path::PathBuf>,

@@ -81,28 +81,24 @@ impl Target {
         };
         let (total, source) = card.device_capacity();
         let measured_h200 = card.name.starts_with("H200");
-        let (context_bytes, context_source) = match (allocator_backend, measured_h200) {
-            ("cudaMallocAsync", true) => (
-                H200_CONTEXT_ASYNC_BYTES,
-                "measured on an H200 with torch 2.11 (cudaMallocAsync)".to_string(),
-            ),
-            (_, true) => (
-                H200_CONTEXT_BYTES,
-                "measured on an H200 with torch 2.11".to_string(),
-            ),
-            ("cudaMallocAsync", false) => (
-                H200_CONTEXT_ASYNC_BYTES,
-                format!(
-                    "assumed: the H200's reading (torch 2.11, cudaMallocAsync); not measured on {}",
-                    card.name
-                ),
-            ),
-            (_, false) => (
-                H200_CONTEXT_BYTES,
-                format!(
-                    "assumed: the H200's reading (torch 2.11); not measured on {}",
-                    card.name
-                ),
+        // One H200 reading per backend, said measured only on an H200.
+        let asynchronous = allocator_backend == "cudaMallocAsync";
+        let context_bytes = if asynchronous {
+            H200_CONTEXT_ASYNC_BYTES
+        } else {
+            H200_CONTEXT_BYTES
+        };
+        let context_source = match (measured_h200, asynchronous) {
+            (true, true) => "measured on an H200 with torch 2.11 (cudaMallocAsync)".to_string(),
+            (true, false) => "measured on an H200 with torch 2.11".to_string(),
+            (false, _) => format!(
+                "assumed: the H200's reading (torch 2.11{}); not measured on {}",
+                if asynchronous {
+                    ", cudaMallocAsync"
+                } else {
+                    ""
+                },
+                card.name
             ),
         };
         let (workspaces, workspaces_source) = if capability.0 >= 9 {

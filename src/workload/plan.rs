@@ -287,19 +287,15 @@ impl MeasurePlan {
             torchrun,
             keep_children: args.keep_children,
             predicted_world_size,
-            history: match (args.no_history, args.timeline) {
-                (true, _) => None,
-                (false, true) => Some(HistorySpec {
-                    mode: HistoryMode::Timeline,
-                    max_entries: Some(args.timeline_entries),
-                    snapshot: None,
-                }),
-                (false, false) => Some(HistorySpec {
-                    mode: HistoryMode::State,
-                    max_entries: None,
-                    snapshot: None,
-                }),
-            },
+            history: (!args.no_history).then(|| HistorySpec {
+                mode: if args.timeline {
+                    HistoryMode::Timeline
+                } else {
+                    HistoryMode::State
+                },
+                max_entries: args.timeline.then_some(args.timeline_entries),
+                snapshot: None,
+            }),
         };
         plan.check_dimensions()?;
         refuse_ignored(args, &plan)?;
