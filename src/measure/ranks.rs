@@ -45,11 +45,7 @@ pub(crate) fn combine(
 ) -> Result<TrialOutcome, StartError> {
     let run = &ended.run;
     let stopped = run.stopped();
-    let tail = if run.stderr_tail.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", run.stderr_tail.join(" | "))
-    };
+    let tail = run.stderr_said();
     if sources.iter().all(|p| p.pid.is_none()) && stopped.is_none() {
         return Ok(TrialOutcome::Unavailable {
             reason: format!(

@@ -163,11 +163,7 @@ fn one_worker(
                 "`{}` did not start iteragpu's worker ({}){}; give a Python 3 interpreter with --python or ITERAGPU_PYTHON",
                 trial.python.display(),
                 run.exit,
-                if run.stderr_tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", run.stderr_tail.join(" | "))
-                }
+                run.stderr_said()
             ),
         });
     }

@@ -159,11 +159,7 @@ pub fn predict(
                 "`{}` did not start iteragpu's predicting worker ({}){}",
                 plan.python.display(),
                 run.exit,
-                if run.stderr_tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", run.stderr_tail.join(" | "))
-                }
+                run.stderr_said()
             )));
         }
     }

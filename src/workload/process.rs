@@ -111,6 +111,15 @@ impl WorkerRun {
         }
     }
 
+    /// `: LINE | LINE …`, the worker's last words on stderr for a message, or nothing.
+    pub fn stderr_said(&self) -> String {
+        if self.stderr_tail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", self.stderr_tail.join(" | "))
+        }
+    }
+
     /// The signal the CLI received that stopped the worker, if one did.
     pub fn stopped(&self) -> Option<Stop> {
         match self.exit {
