@@ -293,11 +293,13 @@ impl MeasurePlan {
                     mode: HistoryMode::Timeline,
                     max_entries: Some(args.timeline_entries),
                     snapshot: None,
+                    oom_dir: None,
                 }),
                 (false, false) => Some(HistorySpec {
                     mode: HistoryMode::State,
                     max_entries: None,
                     snapshot: None,
+                    oom_dir: None,
                 }),
             },
         };
