@@ -129,7 +129,7 @@ impl Frame {
 }
 
 /// Event `oom_snapshot`: what PyTorch's observer saw before raising an out-of-memory, and where
-/// the worker dumped the allocator's snapshot for the CLI to summarise into an [`OomSnapshot`].
+/// the worker dumped the allocator's snapshot for the CLI to summarise into an `OomSnapshot`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomDump {
     pub device: String,
