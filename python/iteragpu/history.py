@@ -4,8 +4,9 @@ Two modes, chosen by the CLI (`spec.history`):
 
 - ``state`` (the default of `measure`): PyTorch keeps the Python frames of each *live* allocation
   and no event history, so its cost is bounded by what is alive. At an out-of-memory, the observer
-  PyTorch calls before raising takes a snapshot and the largest live blocks are reported with
-  their frames (event ``oom_snapshot``).
+  PyTorch calls before raising dumps the snapshot into the folder the CLI gave (``oom_dir``) and
+  says where (event ``oom_snapshot``); the CLI summarises it with its snapshot reader, the one
+  summary of a snapshot, and removes it.
 - ``timeline`` (`measure --timeline`): every allocation and free with its frames, bounded by
   ``max_entries``; each phase is marked in the trace's user metadata where this PyTorch has it
   (thread-local: autograd's threads are not marked, so the CLI also splits by time), and the
@@ -17,80 +18,14 @@ Anything this PyTorch or its allocator backend does not support is reported as a
 
 from __future__ import annotations
 
+import os
+import pickle
 import time
 from typing import Any, Callable
-
-# At an out-of-memory: how many live blocks and frames per block are reported.
-LARGEST_LIVE: int = 10
-FRAMES: int = 8
 
 
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _is_workload(filename: str) -> bool:
-    """A frame of the workload: not PyTorch, not iteragpu's machinery (its built-in workloads
-    are workloads), not Python's standard library, not code torch.fx generated. The CLI's snapshot
-    reader (`Folder::classify`) has the same rule: both are tested on tests/fixtures/workload_frames.json."""
-    if "/torch/" in filename or filename.startswith(("torch/", "<eval_with_key")) or "torchinductor_" in filename:
-        return False
-    if "iteragpu/" in filename and "iteragpu/workloads/" not in filename:
-        return False
-    if filename.startswith("<frozen") or (
-        "/lib/python3" in filename and "site-packages/" not in filename and "dist-packages/" not in filename
-    ):
-        return False
-    return filename.endswith(".py") or filename.startswith("<")
-
-
-def _frames(block: dict[str, Any]) -> list[dict[str, Any]]:
-    """The block's Python frames (innermost first), the workload's own before the others."""
-    frames = [
-        {"filename": f.get("filename"), "line": f.get("line"), "name": f.get("name")}
-        for f in (block.get("frames") or [])
-        if f.get("filename")
-    ]
-    own = [f for f in frames if _is_workload(f["filename"])]
-    rest = [f for f in frames if f not in own]
-    return (own + rest)[:FRAMES]
-
-
-def summarize_live(snapshot: dict[str, Any], device_index: int, limit: int = LARGEST_LIVE) -> dict[str, Any]:
-    """The device's segments as the allocator saw them: reserved, live and free bytes, the
-    largest free block, and the largest live blocks with their frames."""
-    reserved = live = free = largest_free = segments = 0
-    blocks = []
-    for seg in snapshot.get("segments", []):
-        if seg.get("device", device_index) != device_index:
-            continue
-        segments += 1
-        reserved += int(seg.get("total_size", 0))
-        for b in seg.get("blocks", []):
-            size = int(b.get("size", 0))
-            state = b.get("state", "")
-            if state.startswith("active"):
-                live += size
-                blocks.append(b)
-            elif state == "inactive":
-                free += size
-                largest_free = max(largest_free, size)
-    blocks.sort(key=lambda b: int(b.get("size", 0)), reverse=True)
-    return {
-        "segments": segments,
-        "reserved_bytes": reserved,
-        "live_bytes": live,
-        "free_bytes": free,
-        "largest_free_block": largest_free,
-        "largest_live": [
-            {
-                "bytes": int(b.get("size", 0)),
-                "requested_bytes": b.get("requested_size"),
-                "frames": _frames(b),
-            }
-            for b in blocks[:limit]
-        ],
-    }
 
 
 class History:
@@ -101,6 +36,8 @@ class History:
         self.mode = config.get("mode", "state")
         self.max_entries = int(config.get("max_entries") or 100_000)
         self.snapshot = config.get("snapshot")
+        self.oom_dir = config.get("oom_dir")
+        self.ooms = 0
         self.emit = emit
         self.recording = False
         self.markers = False
@@ -154,13 +91,23 @@ class History:
         return self
 
     def _on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
-        """Called by PyTorch before it raises an out-of-memory: what was alive at that moment."""
-        try:
-            snapshot = self.torch.cuda.memory._snapshot()
-            live: dict[str, Any] | None = summarize_live(snapshot, int(device))
-            reason = None
-        except Exception as exc:  # inside PyTorch's observer, before its own error: nothing may escape
-            live, reason = None, _reason(exc)
+        """Called by PyTorch before it raises an out-of-memory: dumps what was alive at that moment
+        for the CLI to summarise (each out-of-memory in its own file: the CLI reads them as their
+        events arrive, while the workload may go on)."""
+        snapshot: str | None = None
+        reason = None
+        if not self.oom_dir:
+            reason = "the CLI gave the worker no folder for the allocator's snapshot"
+        else:
+            self.ooms += 1
+            path = os.path.join(self.oom_dir, f"oom-{os.getpid()}-{self.ooms}.pickle")
+            try:
+                # What torch.cuda.memory._dump_snapshot writes, from the older _snapshot API.
+                with open(path, "wb") as f:
+                    pickle.dump(self.torch.cuda.memory._snapshot(), f)
+                snapshot = path
+            except Exception as exc:  # inside PyTorch's observer, before its own error: nothing may escape
+                reason = _reason(exc)
         self.emit(
             "oom_snapshot",
             {
@@ -169,7 +116,7 @@ class History:
                 "device_allocated_bytes": int(device_allocated),
                 "device_free_bytes": int(device_free),
                 "at_unix_us": time.time_ns() // 1000,
-                "live": live,
+                "snapshot": snapshot,
                 "reason": reason,
             },
         )

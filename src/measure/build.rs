@@ -3,14 +3,17 @@
 //! events arrive, so a worker that dies keeps every completed phase; `ranks` gathers one per rank.
 
 use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::environment::PythonEnvironment;
+use crate::explain::snapshot::{self, SummaryOptions};
 use crate::measure::driver_view::driver_phase;
 use crate::measure::sampler::Sampler;
 use crate::progress::Progress as ProgressDisplay;
 use crate::python_side::CodeHash;
 use crate::schema::events::{Event, Line, NotebookHello, PhaseRecord, RankHello};
+use crate::schema::history::{LiveSummary, OomDump, OomSnapshot};
 use crate::schema::measure::{
     Failure, Identity, MeasureResult, Policies, RunEnvironment, RunStatus, Scope,
 };
@@ -80,6 +83,8 @@ pub(crate) struct Source {
     pub(crate) history: Option<crate::schema::history::HistoryStatus>,
     pub(crate) oom_snapshots: Vec<crate::schema::history::OomSnapshot>,
     pub(crate) oom_snapshots_dropped: u64,
+    /// The folder the worker dumps its snapshots into at an out-of-memory (`HistorySpec::oom_dir`).
+    pub(crate) oom_dir: Option<PathBuf>,
     pub(crate) snapshot: Option<(Option<String>, Option<String>)>,
     pub(crate) sampler: Option<Sampler>,
     /// The phase the sampler is in when the worker ends mid-phase (NVML's peaks of it).
@@ -167,8 +172,9 @@ impl Source {
             }
             Line::Event(Event::Note { text }) => self.notes.push(text),
             Line::Event(Event::History(status)) => self.history = Some(status),
-            Line::Event(Event::OomSnapshot(s)) => {
-                if crate::schema::history::keep(&mut self.oom_snapshots, *s) {
+            Line::Event(Event::OomSnapshot(dump)) => {
+                let observed = live_at_oom(*dump, self.oom_dir.as_deref());
+                if crate::schema::history::keep(&mut self.oom_snapshots, observed) {
                     self.oom_snapshots_dropped += 1;
                 }
             }
@@ -215,6 +221,32 @@ impl Source {
         }
         self.sampler.take().and_then(|s| s.finish().1)
     }
+}
+
+/// The live blocks at an out-of-memory, summarised by the snapshot reader from the pickle the
+/// worker dumped, which is then removed (a workload that retries after each out-of-memory would
+/// fill the disk otherwise). Only a file in `folder`, the one the CLI gave, is read or removed.
+fn live_at_oom(dump: OomDump, folder: Option<&Path>) -> OomSnapshot {
+    let live = match &dump.snapshot {
+        None => Err(dump
+            .reason
+            .clone()
+            .unwrap_or_else(|| "the worker dumped no snapshot".into())),
+        Some(path) if folder.is_none_or(|f| path.parent() != Some(f)) => Err(format!(
+            "the worker named a snapshot outside the folder the CLI gave it ({}): not read",
+            path.display()
+        )),
+        Some(path) => {
+            let read = snapshot::summarize_file(path, &SummaryOptions::default());
+            let _ = std::fs::remove_file(path);
+            match (read, dump.device_index()) {
+                (Ok(summary), Some(device)) => Ok(LiveSummary::of_device(&summary, device)),
+                (Ok(_), None) => Err(format!("not a CUDA device: {}", dump.device)),
+                (Err(e), _) => Err(e.to_string()),
+            }
+        }
+    };
+    dump.observed(live)
 }
 
 /// How a run ended, beside its events.

@@ -97,11 +97,23 @@ fn run_in_process(
         indices,
     };
     let origin = Origin::of(trial);
+    // At an out-of-memory the worker dumps the allocator's snapshot into a private folder; the
+    // CLI summarises each dump as its event arrives, and the folder goes with the run.
+    let mut spec = trial.spec.clone();
+    let oom_dir = match &mut spec.history {
+        Some(history) => {
+            let dir = crate::python_side::private_dir("oom").map_err(StartError::Files)?;
+            history.oom_dir = Some(dir.path().to_path_buf());
+            Some(dir)
+        }
+        None => None,
+    };
+    let oom_path = oom_dir.as_ref().map(|d| d.path().to_path_buf());
     let mut sources: Vec<Source> = Vec::new();
     let mut dones = 0usize;
     let cmd = WorkerCommand {
         python: trial.python.clone(),
-        spec: serde_json::to_value(&trial.spec)
+        spec: serde_json::to_value(&spec)
             .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
         timeout: trial.timeout,
         forward_output: trial.forward_output,
@@ -119,7 +131,10 @@ fn run_in_process(
     };
     let run = process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {
-            sources.push(Source::default());
+            sources.push(Source {
+                oom_dir: oom_path.clone(),
+                ..Source::default()
+            });
         }
         sources[source].on_line(line, &origin, &side, progress, &mut dones);
     })?;

@@ -18,7 +18,7 @@
 //! The allocator's recording (`measure/history.rs`) adds:
 //! ```text
 //! {"type": "history", "data": {"mode": "state", "recording": true, "max_entries": null, "phase_markers": false, "oom_observer": true, "null_reasons": {}}}
-//! {"type": "oom_snapshot", "data": {"device": "cuda:0", "requested_bytes": 429496729600, "device_allocated_bytes": 0, "device_free_bytes": 149467152384, "at_unix_us": 1764480000000000, "live": {…}, "reason": null}}
+//! {"type": "oom_snapshot", "data": {"device": "cuda:0", "requested_bytes": 429496729600, "device_allocated_bytes": 0, "device_free_bytes": 149467152384, "at_unix_us": 1764480000000000, "snapshot": "/tmp/iteragpu-oom-4242-x/oom-4242-1.pickle", "reason": null}}
 //! {"type": "snapshot", "data": {"path": "/out/.r.json.snapshot.tmp", "reason": null}}
 //! ```
 //! A prediction (`iteragpu predict`) adds the storages of the target device, in order:
@@ -264,8 +264,8 @@ pub enum Event {
     },
     /// The allocator's recording as the worker could start it.
     History(crate::schema::history::HistoryStatus),
-    /// What PyTorch's out-of-memory observer saw before it raised.
-    OomSnapshot(Box<crate::schema::history::OomSnapshot>),
+    /// What PyTorch's out-of-memory observer saw before it raised, and where the snapshot is.
+    OomSnapshot(Box<crate::schema::history::OomDump>),
     /// `--timeline`: the snapshot dumped (its temporary path) or why not.
     Snapshot {
         path: Option<String>,

@@ -295,6 +295,7 @@ impl MeasurePlan {
                 },
                 max_entries: args.timeline.then_some(args.timeline_entries),
                 snapshot: None,
+                oom_dir: None,
             }),
         };
         plan.check_dimensions()?;

@@ -193,7 +193,7 @@ fn the_workers_events_follow_the_events_schema() {
     }
     let mut too_wide = dense.clone();
     too_wide["width"] = serde_json::json!(2048);
-    too_wide["history"] = serde_json::json!({"mode": "state"});
+    too_wide["history"] = serde_json::json!({"mode": "state", "oom_dir": dir.path()});
     let script = |name: &str| {
         serde_json::json!({"workload": "script", "devices": ["cuda:0"], "seed": 0,
             "script": fixture(&format!("scripts/{name}")), "script_args": [],
@@ -228,6 +228,17 @@ fn the_workers_events_follow_the_events_schema() {
         ],
         "the event types seen, all valid"
     );
+    // The snapshot the worker dumped at the out-of-memory is one the CLI's reader reads.
+    let dump = lines
+        .iter()
+        .find_map(|l| match iteragpu::schema::events::parse(l) {
+            Line::Event(Event::OomSnapshot(d)) => Some(d),
+            _ => None,
+        })
+        .expect("an oom_snapshot event");
+    let path = dump.snapshot.as_ref().expect("the snapshot dumped");
+    assert_eq!(path.parent(), Some(dir.path()), "in the folder given");
+    iteragpu::explain::snapshot::summarize_file(path, &Default::default()).expect("it is read");
 }
 
 /// The event types the worker's source emits by name are exactly the schema's: Python sends

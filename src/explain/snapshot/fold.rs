@@ -887,7 +887,7 @@ impl Schema for Folder {
 
 #[cfg(test)]
 mod workload_frames {
-    /// The rule agrees with the one table `history.py` is also tested against.
+    /// The rule agrees with the table of the workload's frames.
     #[test]
     fn the_workloads_frames_are_those_of_the_shared_table() {
         let table: serde_json::Value =

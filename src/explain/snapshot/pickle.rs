@@ -163,6 +163,8 @@ const TAG_FRAME: u32 = 2;
 const TAG_STACK: u32 = 3;
 const TAG_TUPLE: u32 = 4;
 const TAG_ARENA: u32 = 5;
+/// A container still open, at this position of the stack (see `Vm::close_early`).
+const TAG_OPEN: u32 = 6;
 /// A memo slot that holds an object not kept (streamed, skipped, over budget).
 const NOT_KEPT: u32 = 0;
 
@@ -499,6 +501,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
     }
 
     fn memoize(&mut self, index: u32, offset: u64) -> Result<(), SnapshotError> {
+        let position = self.stack.len().saturating_sub(1) as u32;
         let handle = match self.stack.last_mut() {
             None => return Err(malformed(offset, "memoizing an empty stack")),
             Some(Slot::Open(open)) => {
@@ -507,7 +510,7 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 } else if open.memo_more.len() < 16 {
                     open.memo_more.push(index);
                 }
-                NOT_KEPT
+                (TAG_OPEN << TAG_SHIFT) | (position & ID_MASK)
             }
             Some(Slot::Val(value)) => self.memo.keep(value),
         };
@@ -526,9 +529,33 @@ impl<R: Read, S: Schema> Vm<'_, R, S> {
                 format!("memo index {index} was never stored"),
             ));
         };
+        let handle = match handle >> TAG_SHIFT {
+            TAG_OPEN => self.close_early(index, (handle & ID_MASK) as usize),
+            _ => handle,
+        };
         let value = self.memo.value(handle);
         self.push(Slot::Val(value));
         Ok(())
+    }
+
+    /// A streamed container fetched from the memo while it is still on the stack, waiting for
+    /// its parent: `pickle.dump` refers to a container only once it is written whole (PyTorch
+    /// shares a segment's frame list with the block allocated with it, and the segment's comes
+    /// first), so it is closed here, in place, and the fetch gets what it stands for. One still
+    /// being filled (a mark above it) stays open: its fetch gets nothing, as before.
+    fn close_early(&mut self, index: u32, position: usize) -> u32 {
+        let complete = !self.marks.contains(&(position + 1));
+        match self.stack.get(position) {
+            Some(Slot::Open(open))
+                if complete
+                    && matches!(open.body, Body::Stream(..))
+                    && (open.memo == Some(index) || open.memo_more.contains(&index)) => {}
+            _ => return NOT_KEPT,
+        }
+        let slot = std::mem::replace(&mut self.stack[position], Slot::Val(Value::Skipped));
+        let value = self.value_of(slot);
+        self.stack[position] = Slot::Val(value);
+        self.memo.get(index).unwrap_or(NOT_KEPT)
     }
 
     /// Opens a container, its role decided from where it sits.
