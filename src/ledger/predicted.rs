@@ -41,7 +41,8 @@ pub fn of_prediction(
             .iter()
             .filter_map(|c| at.by_category.get(*c))
             .sum();
-        let estimate_figure = estimate.and_then(|e| estimate_sum_on(e, id, LineId::of_term_by_category));
+        let estimate_figure =
+            estimate.and_then(|e| estimate_sum_on(e, id, LineId::of_term_by_category));
         let present = categories.iter().any(|c| at.by_category.contains_key(*c));
         if !present && estimate_figure.is_none() {
             continue;
@@ -50,7 +51,10 @@ pub fn of_prediction(
         let basis = if id == LineId::Workspaces {
             p.target.workspaces_source.clone()
         } else {
-            format!("storages alive at the predicted peak: {}", categories.join(", "))
+            format!(
+                "storages alive at the predicted peak: {}",
+                categories.join(", ")
+            )
         };
         lines.push(Line {
             // Here every category is its own part of the peak allocated, added once.
@@ -73,12 +77,16 @@ pub fn of_prediction(
             predicted: Some(figure(
                 total - named,
                 Provenance::Predicted,
-                format!("storages alive at the predicted peak: {}", others.join(", ")),
+                format!(
+                    "storages alive at the predicted peak: {}",
+                    others.join(", ")
+                ),
             )),
             ..Line::new(LineId::OtherTensors, at_peak())
         });
     }
-    let predicted = |b: Option<u64>, basis: &str| b.map(|b| figure(b, Provenance::Predicted, basis));
+    let predicted =
+        |b: Option<u64>, basis: &str| b.map(|b| figure(b, Provenance::Predicted, basis));
     lines.push(Line {
         predicted: predicted(phase.peak_allocated_bytes, "allocator replay"),
         ..Line::new(LineId::PeakAllocated, Checkpoint::Peak(name.clone()))
@@ -91,7 +99,13 @@ pub fn of_prediction(
         predicted: phase
             .end_reserved_bytes
             .zip(phase.end_allocated_bytes)
-            .map(|(r, a)| figure(r.saturating_sub(a), Provenance::Predicted, "at the phase's end")),
+            .map(|(r, a)| {
+                figure(
+                    r.saturating_sub(a),
+                    Provenance::Predicted,
+                    "at the phase's end",
+                )
+            }),
         ..Line::new(
             LineId::AllocatorSlack,
             Checkpoint::EndOneCheckpoint(name.clone()),
@@ -113,7 +127,10 @@ pub fn of_prediction(
     }
     lines.push(Line {
         estimate: estimate.map(|e| {
-            let assumed = e.terms.iter().any(|t| t.in_total && t.kind == Kind::Assumed);
+            let assumed = e
+                .terms
+                .iter()
+                .any(|t| t.in_total && t.kind == Kind::Assumed);
             figure(
                 e.total_bytes,
                 if assumed {
@@ -180,10 +197,7 @@ pub fn of_prediction(
 }
 
 /// The largest tensors alive at the peak in these categories, by module (the predicted parts).
-fn modules(
-    at: &crate::schema::prediction::AtPeak,
-    categories: &[&str],
-) -> Vec<(String, u64)> {
+fn modules(at: &crate::schema::prediction::AtPeak, categories: &[&str]) -> Vec<(String, u64)> {
     let mut by_module: std::collections::BTreeMap<String, u64> = Default::default();
     for t in at
         .top_tensors
@@ -191,7 +205,11 @@ fn modules(
         .filter(|t| categories.contains(&t.category.as_str()))
     {
         *by_module
-            .entry(t.module.clone().unwrap_or_else(|| "(outside any module)".into()))
+            .entry(
+                t.module
+                    .clone()
+                    .unwrap_or_else(|| "(outside any module)".into()),
+            )
             .or_default() += t.bytes;
     }
     let mut parts: Vec<(String, u64)> = by_module

@@ -330,7 +330,11 @@ fn prediction_errors(
                 measured_run: ml.path.display().to_string(),
                 predicted_for: p.target.name.clone(),
                 measured_on: RunDoc::Measured(m).card().map(String::from),
-                phases: checked.predictions.into_iter().map(PhaseError::of).collect(),
+                phases: checked
+                    .predictions
+                    .into_iter()
+                    .map(PhaseError::of)
+                    .collect(),
             });
         }
     }

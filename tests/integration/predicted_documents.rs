@@ -34,7 +34,11 @@ fn training_estimate(dir: &Path) -> PathBuf {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let path = dir.join("estimate.json");
     std::fs::write(&path, &out.stdout).unwrap();
     path
@@ -135,9 +139,9 @@ fn a_prediction_with_a_series_or_the_estimate_of_another_model_is_refused() {
         if command == "report" {
             cmd.arg("--output").arg(&md);
         }
-        cmd.assert()
-            .code(1)
-            .stderr(predicate::str::contains("the predicted model has 8,402,944"));
+        cmd.assert().code(1).stderr(predicate::str::contains(
+            "the predicted model has 8,402,944",
+        ));
     }
 }
 
@@ -162,7 +166,11 @@ fn explain_builds_the_ledger_of_a_prediction_by_category() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ledger: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ledger["explained"], "prediction");
     assert_eq!(ledger["phase"], "optimizer_step");
@@ -206,7 +214,10 @@ fn explain_builds_the_ledger_of_a_prediction_by_category() {
         .filter(|l| l["kind"] == "term" && l["checkpoint"] == "predicted peak of optimizer_step")
         .map(|l| l["predicted"]["bytes"].as_u64().unwrap())
         .sum();
-    assert_eq!(Some(sum), line("peak_allocated")["predicted"]["bytes"].as_u64());
+    assert_eq!(
+        Some(sum),
+        line("peak_allocated")["predicted"]["bytes"].as_u64()
+    );
     assert!(
         ledger["lines"]
             .as_array()
@@ -235,7 +246,11 @@ fn compare_sets_a_prediction_beside_a_measurement_in_either_order() {
             .arg("--json")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let c: Value = serde_json::from_slice(&out.stdout).unwrap();
         let errors = &c["prediction_errors"][0];
         assert_eq!(errors["predicted_for"], "H200 141GB");
@@ -246,7 +261,10 @@ fn compare_sets_a_prediction_beside_a_measurement_in_either_order() {
         let got = m["phases"][2]["devices"][0]["peak_reserved_bytes"]
             .as_i64()
             .unwrap();
-        assert_eq!(phase["error_reserved_bytes"].as_i64(), Some(got - predicted));
+        assert_eq!(
+            phase["error_reserved_bytes"].as_i64(),
+            Some(got - predicted)
+        );
         let pct = phase["error_reserved_pct"].as_f64().unwrap();
         assert!((pct - 100.0 * (got - predicted) as f64 / got as f64).abs() < 1e-9);
         let origins: Vec<&str> = c["rows"]
@@ -301,7 +319,11 @@ fn cards_rank_the_cards_for_a_predicted_peak() {
         .arg(&pred)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let peak = json(&pred)["phases"]
         .as_array()
@@ -316,11 +338,19 @@ fn cards_rank_the_cards_for_a_predicted_peak() {
             .unwrap()
             .contains("a prediction, not a measurement")
     );
-    assert!(doc["cards"].as_array().unwrap().iter().all(|c| c["fits"] == true));
+    assert!(
+        doc["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["fits"] == true)
+    );
     iteragpu()
         .args(["cards", "--from"])
         .arg(fiche("result.json"))
         .assert()
         .success()
-        .stdout(predicate::str::contains("highest peak reserved of one device"));
+        .stdout(predicate::str::contains(
+            "highest peak reserved of one device",
+        ));
 }

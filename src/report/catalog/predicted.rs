@@ -86,7 +86,13 @@ pub fn source(card: &str, torch: Option<&str>, lang: Style) -> String {
 }
 
 /// Whether the need fits the target: `margin` = capacity − need (negative: short by).
-pub fn fit(card: &str, capacity: u64, need_is_driver_view: bool, margin: i128, lang: Style) -> String {
+pub fn fit(
+    card: &str,
+    capacity: u64,
+    need_is_driver_view: bool,
+    margin: i128,
+    lang: Style,
+) -> String {
     let cap = lang.size(Some(capacity));
     let abs = lang.size(Some(margin.unsigned_abs() as u64));
     let pct = lang.percent(Some(100.0 * margin as f64 / capacity as f64));
@@ -147,12 +153,7 @@ pub fn at_peak(categories: &[String], modules: &[String], lang: Style) -> String
 }
 
 /// Where the target's figures come from.
-pub fn target(
-    capacity_source: &str,
-    context: u64,
-    context_source: &str,
-    lang: Style,
-) -> String {
+pub fn target(capacity_source: &str, context: u64, context_source: &str, lang: Style) -> String {
     let context = lang.size(Some(context));
     match lang.lang {
         Lang::En => format!(

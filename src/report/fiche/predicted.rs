@@ -36,7 +36,10 @@ struct PredictedFacts<'a> {
 impl<'a> PredictedFacts<'a> {
     fn new(p: &'a PredictionDoc) -> PredictedFacts<'a> {
         let deciding = p.peak_phase().map(|(_, ph)| ph);
-        let need = match (p.max_driver_view(), deciding.and_then(|d| d.peak_reserved_bytes)) {
+        let need = match (
+            p.max_driver_view(),
+            deciding.and_then(|d| d.peak_reserved_bytes),
+        ) {
             (Some(d), _) => Some((d, true)),
             (None, Some(r)) => Some((r, false)),
             (None, None) => None,
@@ -115,11 +118,7 @@ fn verdict(
     let heading = lang.say(PredictedText::PredictedHeading).to_string();
     let mut lines = vec![Verdict {
         label: lang.say(VerdictText::Source).into(),
-        value: predicted::source(
-            &p.target.name,
-            p.assumptions.torch_version.as_deref(),
-            lang,
-        ),
+        value: predicted::source(&p.target.name, p.assumptions.torch_version.as_deref(), lang),
         section: Some(lang.say(PredictedText::Prediction).into()),
         tone: Tone::Neutral,
     }];
@@ -209,7 +208,9 @@ fn verdict(
         tone: Tone::Neutral,
     });
     b.push(Block::Verdict(lines));
-    b.push(Block::Para(lang.say(PredictedText::MeasureToConfirm).into()));
+    b.push(Block::Para(
+        lang.say(PredictedText::MeasureToConfirm).into(),
+    ));
 }
 
 /// The three largest categories and modules alive at the phase's peak, worded with their sizes.
@@ -236,9 +237,8 @@ fn largest_at_peak(d: &PredictedPhase, lang: Style) -> (Vec<String>, Vec<String>
 fn identity(b: &mut Vec<Block>, p: &PredictionDoc, lang: Style) {
     b.push(Block::Heading(lang.say(PredictedText::Prediction).into()));
     let d = &p.identity.declared;
-    let code = |v: Option<&serde_json::Value>| {
-        v.map_or(Cell::Text("—".into()), |v| Cell::Code(text(v)))
-    };
+    let code =
+        |v: Option<&serde_json::Value>| v.map_or(Cell::Text("—".into()), |v| Cell::Code(text(v)));
     let a = &p.assumptions;
     let versions = [
         ("torch", &a.torch_version),
@@ -275,7 +275,10 @@ fn identity(b: &mut Vec<Block>, p: &PredictionDoc, lang: Style) {
             lang.say(PredictedText::Target).into(),
             Cell::Code(format!(
                 "{} (sm {}.{}, {})",
-                p.target.name, p.target.capability.0, p.target.capability.1, p.target.allocator_backend
+                p.target.name,
+                p.target.capability.0,
+                p.target.capability.1,
+                p.target.allocator_backend
             )),
         ],
         vec![
@@ -308,7 +311,9 @@ fn identity(b: &mut Vec<Block>, p: &PredictionDoc, lang: Style) {
 /// The predicted phases (in place of the observed ones), what is alive at the deciding peak, and
 /// a chart of the predicted peaks.
 fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, lang: Style) {
-    b.push(Block::Heading(lang.say(PredictedText::PredictedHeading).into()));
+    b.push(Block::Heading(
+        lang.say(PredictedText::PredictedHeading).into(),
+    ));
     b.push(Block::Table {
         header: vec![
             "phase".into(),
