@@ -66,7 +66,8 @@ pub struct FromEventsArgs {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// A measure result (iteragpu.measure/1).
+    /// A measure result (iteragpu.measure/1), or a prediction (iteragpu.prediction/1): its
+    /// ledger by storage category at the predicted peak.
     pub result: PathBuf,
     /// The output of `iteragpu estimate --json` for the estimate's side.
     #[arg(long, value_name = "EST.json")]
@@ -112,7 +113,8 @@ pub struct PredictArgs {
 pub struct ReportArgs {
     /// A measure result (iteragpu.measure/1) — the node files of one multi-node torchrun job are
     /// merged by their run id — then optionally a sweep series (iteragpu.series/1) of the same
-    /// workload.
+    /// workload; or a prediction (iteragpu.prediction/1), whose fiche says "predicted, not
+    /// measured".
     #[arg(required = true, num_args = 1.., value_name = "FILES")]
     pub files: Vec<PathBuf>,
     /// The output of `iteragpu estimate --json` for the calculated section.
@@ -136,7 +138,8 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Two or more measure results.
+    /// Two or more measure results or predictions; a prediction beside a measurement of the
+    /// same workload gets its error phase by phase.
     #[arg(required = true, num_args = 2..)]
     pub files: Vec<PathBuf>,
     /// Also write the table as CSV (one row per run, phase and device; raw bytes).

@@ -20,6 +20,8 @@ mod outputs;
 mod predict;
 #[path = "integration/predict_scripts.rs"]
 mod predict_scripts;
+#[path = "integration/predicted_documents.rs"]
+mod predicted_documents;
 #[path = "integration/properties.rs"]
 mod properties;
 #[path = "integration/report.rs"]

@@ -9,13 +9,17 @@ use crate::schema::load::{self, InputFile};
 
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let result = load::load(&args.result)?;
-    let InputFile::Measure(r) = &result.doc else {
-        return Err(result
-            .wrong(load::MEASURE, "explain reads a measure result; give the estimate with --estimate and a prediction with --prediction")
-            .into());
+    let estimate = args.estimate.as_deref().map(load::load).transpose()?;
+    let r = match &result.doc {
+        InputFile::Measure(r) => r,
+        InputFile::Prediction(p) => return prediction(args, p, estimate.as_ref(), out),
+        _ => {
+            return Err(result
+                .wrong(&format!("{} or {}", load::MEASURE, load::PREDICTION), "explain reads a measure result or a prediction; give the estimate with --estimate and a prediction with --prediction")
+                .into());
+        }
     };
     // Each file beside the result is read, then refused when it is of another run.
-    let estimate = args.estimate.as_deref().map(load::load).transpose()?;
     let estimate = Option::transpose(estimate.as_ref().map(|l| -> Result<_, CliError> {
         let e = l.as_estimate()?;
         load::check_estimate_of(r, e, l)?;
@@ -28,6 +32,34 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         Ok(p)
     }))?;
     let ledger = match ledger::of_result(r, estimate, prediction) {
+        Ok(l) => l,
+        Err(why) => refuse!("{}: {why}", args.result.display()),
+    };
+    let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
+    out.write_all(text.as_bytes())?;
+    Ok(ExitStatus::Ok)
+}
+
+/// `explain PRED.json`: the prediction's ledger, by storage category, beside the estimate.
+fn prediction(
+    args: &ExplainArgs,
+    p: &crate::schema::prediction::PredictionDoc,
+    estimate: Option<&load::Loaded>,
+    out: &mut dyn Write,
+) -> Result<ExitStatus, CliError> {
+    if let Some(other) = &args.prediction {
+        refuse!(
+            "--prediction {}: {} is already a prediction; give one or the other",
+            other.display(),
+            args.result.display()
+        );
+    }
+    let estimate = Option::transpose(estimate.map(|l| -> Result<_, CliError> {
+        let e = l.as_estimate()?;
+        load::check_estimate_of_prediction(p, e, l)?;
+        Ok(e)
+    }))?;
+    let ledger = match ledger::of_prediction(p, estimate) {
         Ok(l) => l,
         Err(why) => refuse!("{}: {why}", args.result.display()),
     };

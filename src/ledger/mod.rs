@@ -14,9 +14,11 @@ use crate::schema::measure::MeasureResult;
 use crate::schema::prediction::{PredictedPhase, PredictionDoc};
 
 mod diagnostic;
+mod predicted;
 pub mod render;
 
 pub use diagnostic::{Diagnostic, diagnostics};
+pub use predicted::of_prediction;
 
 pub const SCHEMA: &str = "iteragpu.explain/1";
 
@@ -68,6 +70,14 @@ pub enum LineId {
     HeldAtStart,
     /// The growth inside the phase to its peak.
     Growth,
+    /// A prediction's gradients alive at its peak.
+    Gradients,
+    /// A prediction's optimizer states alive at its peak.
+    OptimizerStates,
+    /// A prediction's activations and temporaries alive at its peak.
+    Activations,
+    /// A prediction's other storages alive at its peak (inputs, collectives' buffers, rounding).
+    OtherTensors,
     /// Library workspaces at the predicted peak.
     Workspaces,
     PeakAllocated,
@@ -89,6 +99,10 @@ impl LineId {
             LineId::KvCache => "KV cache (inside the levels below, shown apart)",
             LineId::HeldAtStart => "held at the phase's start beyond the weights",
             LineId::Growth => "growth inside the phase to its peak",
+            LineId::Gradients => "gradients (alive at the predicted peak)",
+            LineId::OptimizerStates => "optimizer states (alive at the predicted peak)",
+            LineId::Activations => "activations and temporaries (alive at the predicted peak)",
+            LineId::OtherTensors => "inputs and other storages (alive at the predicted peak)",
             LineId::Workspaces => "of which library workspaces (no tensor holds them)",
             LineId::PeakAllocated => "peak allocated",
             LineId::PeakReserved => "peak reserved",
@@ -145,6 +159,30 @@ impl LineId {
             | TermId::DeepspeedHost
             | TermId::ZeroPaper { .. }
             | TermId::Other => None,
+        }
+    }
+}
+
+impl LineId {
+    /// The line of a prediction's ledger (one line per storage category) an estimate term is
+    /// compared on: `of_term`, with what a measurement can only see as held at a phase's start
+    /// or grown inside it split into the categories a prediction names.
+    pub fn of_term_by_category(id: &TermId) -> Option<LineId> {
+        match id {
+            TermId::Gradients { .. }
+            | TermId::DdpBuckets { .. }
+            | TermId::Fp32GradientPartition
+            | TermId::FsdpBlockGradients { .. }
+            | TermId::FsdpReduceScatterInputs { .. } => Some(LineId::Gradients),
+            TermId::OptimizerStates { .. } | TermId::MasterWeights { .. } => {
+                Some(LineId::OptimizerStates)
+            }
+            // The adapters are parameters: their gradients and states are in the terms above.
+            TermId::LoraAdapters { .. } => Some(LineId::Weights),
+            TermId::Activations | TermId::LogitsAndLoss | TermId::PrefillTransient => {
+                Some(LineId::Activations)
+            }
+            other => LineId::of_term(other),
         }
     }
 }
@@ -327,10 +365,22 @@ impl TryFrom<String> for CapacityName {
     }
 }
 
+/// What a ledger explains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Explained {
+    /// A measurement, with its estimate and prediction beside it.
+    Measurement,
+    /// A prediction alone: every figure predicted, none observed.
+    Prediction,
+}
+
 /// The whole ledger, written by `explain --json` (never read back: its diagnostics are words).
 #[derive(Clone, Debug, Serialize)]
 pub struct Ledger {
     pub schema: String,
+    /// A measurement or a prediction: a prediction's figures are never called observed.
+    pub explained: Explained,
     /// The phase explained (the highest observed peak reserved; predicted when nothing was
     /// observed), its index and device.
     pub phase: String,
@@ -382,10 +432,19 @@ fn estimated<'a>(terms: impl IntoIterator<Item = &'a EstimateTerm>) -> Provenanc
 
 /// The estimate's terms compared on `line`, summed (counted terms only).
 fn estimate_sum(e: &EstimateDoc, line: LineId) -> Option<Figure> {
+    estimate_sum_on(e, line, LineId::of_term)
+}
+
+/// The estimate's terms that `place` puts on `line`, summed (counted terms only).
+fn estimate_sum_on(
+    e: &EstimateDoc,
+    line: LineId,
+    place: fn(&TermId) -> Option<LineId>,
+) -> Option<Figure> {
     let terms: Vec<_> = e
         .terms
         .iter()
-        .filter(|t| t.in_total && LineId::of_term(&t.id) == Some(line))
+        .filter(|t| t.in_total && place(&t.id) == Some(line))
         .collect();
     if terms.is_empty() {
         return None;
@@ -416,6 +475,10 @@ fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&
 pub enum LedgerError {
     #[error("{}", NOTHING_TO_RECONCILE)]
     NothingToReconcile,
+    #[error(
+        "the prediction has no predicted phase with a peak reserved: nothing to explain (its phases are unpredictable or failed; see its `unpredictable` and `failure`)"
+    )]
+    NothingPredicted,
 }
 
 const NOTHING_TO_RECONCILE: &str = "the result has no completed phase with a peak reserved reading: nothing to reconcile (a partial peak before a failure is not a need)";
@@ -445,6 +508,7 @@ pub fn of_result(
         let failed = r.phases.last();
         return Ok(Ledger {
             schema: SCHEMA.into(),
+            explained: Explained::Measurement,
             phase: failed.map_or("(before any phase)".into(), |p| p.name.clone()),
             phase_index: failed.map_or(0, |p| p.index),
             capacities: capacities(
@@ -697,6 +761,7 @@ pub fn of_result(
     let largest_at_peak = largest_at_peak(r, &device, peak_phase.index);
     Ok(Ledger {
         schema: SCHEMA.into(),
+        explained: Explained::Measurement,
         phase: name.clone(),
         phase_index: peak_phase.index,
         device,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::explain::oom::PostMortem;
 use crate::explain::snapshot::Allocation;
-use crate::ledger::{Figure, Ledger, LineKind, Provenance};
+use crate::ledger::{Explained, Figure, Ledger, LineKind, Provenance};
 use crate::schema::history::OomSnapshot;
 use crate::schema::measure::Timeline;
 use crate::units::Bytes;
@@ -34,6 +34,17 @@ pub fn table(l: &Ledger) -> String {
             o,
             "iteragpu explain: the run failed in {} #{} on {} before any phase completed — no peak to reconcile\n",
             l.phase, l.phase_index, l.device
+        );
+    } else if l.explained == Explained::Prediction {
+        let _ = writeln!(
+            o,
+            "iteragpu explain: {} #{}, the highest predicted peak — predicted, not measured: estimate vs prediction, by storage category at the peak (GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
+            l.phase, l.phase_index
+        );
+        let _ = writeln!(
+            o,
+            "  {:<60} {:>14} {:>14}  checkpoint",
+            "term", "estimate", "predicted"
         );
     } else {
         let _ = writeln!(
@@ -63,14 +74,24 @@ pub fn table(l: &Ledger) -> String {
         if term.chars().count() > 60 {
             term = term.chars().take(59).collect::<String>() + "…";
         }
-        let _ = writeln!(
-            o,
-            "  {term:<60} {:>14} {:>14} {:>14}  {}",
-            cell(&line.estimate),
-            cell(&line.predicted),
-            cell(&line.observed),
-            line.checkpoint
-        );
+        if l.explained == Explained::Prediction {
+            let _ = writeln!(
+                o,
+                "  {term:<60} {:>14} {:>14}  {}",
+                cell(&line.estimate),
+                cell(&line.predicted),
+                line.checkpoint
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "  {term:<60} {:>14} {:>14} {:>14}  {}",
+                cell(&line.estimate),
+                cell(&line.predicted),
+                cell(&line.observed),
+                line.checkpoint
+            );
+        }
         for (what, bytes) in &line.breakdown {
             let _ = writeln!(o, "      · {what}: {:.3}", Bytes(*bytes).gib());
         }
@@ -82,6 +103,23 @@ pub fn table(l: &Ledger) -> String {
         let _ = writeln!(
             o,
             "\n  the driver's view is {} {} the estimate ({} bytes): the lines above say where",
+            Bytes(gap.unsigned_abs() as u64).both(),
+            if gap >= 0 { "above" } else { "below" },
+            crate::units::group_thousands(gap.unsigned_abs())
+        );
+    }
+    if let Some((est, pred)) = l
+        .lines
+        .iter()
+        .rev()
+        .find(|x| x.kind == LineKind::Level)
+        .filter(|_| l.explained == Explained::Prediction)
+        .and_then(|x| x.estimate.as_ref().zip(x.predicted.as_ref()))
+    {
+        let gap = pred.bytes as i128 - est.bytes as i128;
+        let _ = writeln!(
+            o,
+            "\n  the predicted driver's view is {} {} the estimate ({} bytes): the lines above say where",
             Bytes(gap.unsigned_abs() as u64).both(),
             if gap >= 0 { "above" } else { "below" },
             crate::units::group_thousands(gap.unsigned_abs())

@@ -1,19 +1,25 @@
 //! `compare`'s content: several runs side by side in one unit, and a warning for every condition that differs besides
-//! the variable under study: such runs are not called comparable.
+//! the variable under study: such runs are not called comparable. A run is measured or predicted
+//! (`schema::view::RunDoc`); a prediction beside a measurement of the same workload gets its
+//! error phase by phase.
 
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::schema::load::{InputError, InputFile, Loaded, MEASURE};
-use crate::schema::measure::MeasureResult;
+use crate::schema::load::{self, InputError, Loaded, MEASURE, PREDICTION};
+use crate::schema::measure::{MeasureResult, PhaseCheck};
+use crate::schema::prediction::PredictionDoc;
+use crate::schema::view::{Origin, RunDoc};
 use crate::units::Bytes;
 
 /// One run, one phase, one device.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub run: String,
+    /// `measured` or `predicted`: a predicted row's figures were never read on a GPU.
+    pub origin: Origin,
     pub phase: String,
     pub index: u64,
     pub device: String,
@@ -29,10 +35,65 @@ pub struct Row {
     pub predicted_peak_reserved_bytes: Option<u64>,
 }
 
+/// A prediction beside a measurement of the same workload: the error on each phase both hold
+/// (the n-th phase of a name predicted against the n-th measured; first device).
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictionErrors {
+    pub predicted_run: String,
+    pub measured_run: String,
+    /// The card predicted for, and the GPU measured on, as each file names it.
+    pub predicted_for: String,
+    pub measured_on: Option<String>,
+    pub phases: Vec<PhaseError>,
+}
+
+/// One phase predicted and measured; errors are measured − predicted (positive: the prediction
+/// was short), the percentage of the measured figure (`null` when nothing was measured).
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseError {
+    pub phase: String,
+    /// The measured phase's index.
+    pub index: u64,
+    pub predicted_peak_allocated_bytes: u64,
+    pub measured_peak_allocated_bytes: Option<u64>,
+    pub error_allocated_bytes: Option<i128>,
+    pub error_allocated_pct: Option<f64>,
+    pub predicted_peak_reserved_bytes: u64,
+    pub measured_peak_reserved_bytes: Option<u64>,
+    pub error_reserved_bytes: Option<i128>,
+    pub error_reserved_pct: Option<f64>,
+}
+
+impl PhaseError {
+    fn of(c: PhaseCheck) -> PhaseError {
+        let error = |p: u64, m: Option<u64>| m.map(|m| i128::from(m) - i128::from(p));
+        PhaseError {
+            error_allocated_bytes: error(
+                c.predicted_peak_allocated_bytes,
+                c.observed_peak_allocated_bytes,
+            ),
+            error_reserved_bytes: error(
+                c.predicted_peak_reserved_bytes,
+                c.observed_peak_reserved_bytes,
+            ),
+            phase: c.phase,
+            index: c.index,
+            predicted_peak_allocated_bytes: c.predicted_peak_allocated_bytes,
+            measured_peak_allocated_bytes: c.observed_peak_allocated_bytes,
+            error_allocated_pct: c.error_allocated_pct,
+            predicted_peak_reserved_bytes: c.predicted_peak_reserved_bytes,
+            measured_peak_reserved_bytes: c.observed_peak_reserved_bytes,
+            error_reserved_pct: c.error_reserved_pct,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     pub runs: Vec<String>,
     pub rows: Vec<Row>,
+    /// Each prediction against each measurement of the same workload given with it.
+    pub prediction_errors: Vec<PredictionErrors>,
     /// The one dimension that differs, when exactly one does.
     pub variable: Option<String>,
     pub warnings: Vec<String>,
@@ -75,52 +136,89 @@ fn conditions(r: &MeasureResult) -> BTreeMap<&'static str, String> {
     );
     c.insert("device", format!("{gpu} on {}", r.scope.devices.join(",")));
     c.insert("workload", r.identity.workload.clone());
-    c.insert("phases measured", r.scope.phases.join(","));
+    c.insert("phases", r.scope.phases.join(","));
     c
 }
 
-/// Compares measure results.
+/// A prediction's conditions, under the keys a measurement has them: the torch it ran, the
+/// allocator backend it modelled, the workload and its phases. The others (the backend's
+/// versions, the policies, the device) are a measurement's alone and compared between
+/// measurements only.
+fn predicted_conditions(p: &PredictionDoc) -> BTreeMap<&'static str, String> {
+    let quoted = |v: Option<&str>| v.map_or("null".to_string(), |v| Value::from(v).to_string());
+    let mut c = BTreeMap::new();
+    c.insert(
+        "PyTorch version",
+        quoted(p.assumptions.torch_version.as_deref()),
+    );
+    c.insert(
+        "allocator backend",
+        quoted(Some(&p.target.allocator_backend)),
+    );
+    c.insert("workload", p.identity.workload.clone());
+    // A measurement lists each phase once (its scope), however often it ran.
+    let mut phases: Vec<&str> = Vec::new();
+    for ph in &p.phases {
+        if !phases.contains(&ph.name.as_str()) {
+            phases.push(&ph.name);
+        }
+    }
+    c.insert("phases", phases.join(","));
+    c
+}
+
+fn conditions_of(run: RunDoc) -> BTreeMap<&'static str, String> {
+    match run {
+        RunDoc::Measured(r) => conditions(r),
+        RunDoc::Predicted(p) => predicted_conditions(p),
+    }
+}
+
+/// Compares runs, measured or predicted.
 pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
-    let mut results: Vec<(&Loaded, &MeasureResult)> = Vec::new();
+    let mut results: Vec<(&Loaded, RunDoc)> = Vec::new();
     for l in inputs {
-        match &l.doc {
-            InputFile::Measure(r) => results.push((l, r)),
-            _ => {
+        match RunDoc::of(&l.doc) {
+            Some(run) => results.push((l, run)),
+            None => {
                 return Err(l.wrong(
-                    MEASURE,
-                    "compare reads measure results; a series already holds its trials side by side",
+                    &format!("{MEASURE} or {PREDICTION}"),
+                    "compare reads measure results and predictions; a series already holds its trials side by side",
                 ));
             }
         }
     }
     let name = |l: &Loaded| l.path.display().to_string();
     let mut warnings = Vec::new();
-    // Conditions besides the dimensions.
-    let first = conditions(results[0].1);
+    // Conditions besides the dimensions; a measurement and a prediction on the keys both have.
+    let first = conditions_of(results[0].1);
     for (l, r) in &results[1..] {
-        for (key, value) in conditions(r) {
-            if first.get(key) != Some(&value) {
+        for (key, value) in conditions_of(*r) {
+            let Some(theirs) = first.get(key) else {
+                continue;
+            };
+            if *theirs != value {
                 warnings.push(format!(
-                    "{key} differs: {} has {}, {} has {value}",
+                    "{key} differs: {} has {theirs}, {} has {value}",
                     name(results[0].0),
-                    first.get(key).map_or("null", String::as_str),
                     name(l)
                 ));
             }
         }
     }
+    let prediction_errors = prediction_errors(&results, &mut warnings);
     // Dimensions: one may differ (the variable under study).
     let mut keys: Vec<&String> = results
         .iter()
-        .flat_map(|(_, r)| r.dimensions.keys())
+        .flat_map(|(_, r)| r.dimensions().keys())
         .collect();
     keys.sort();
     keys.dedup();
     let differing: Vec<&String> = keys
         .into_iter()
         .filter(|k| {
-            let v0 = results[0].1.dimensions.get(*k);
-            results.iter().any(|(_, r)| r.dimensions.get(*k) != v0)
+            let v0 = results[0].1.dimensions().get(*k);
+            results.iter().any(|(_, r)| r.dimensions().get(*k) != v0)
         })
         .collect();
     let variable = (differing.len() == 1).then(|| differing[0].clone());
@@ -128,7 +226,11 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
         let describe = |k: &String| {
             let values: Vec<String> = results
                 .iter()
-                .map(|(_, r)| r.dimensions.get(k).map_or("null".into(), Value::to_string))
+                .map(|(_, r)| {
+                    r.dimensions()
+                        .get(k)
+                        .map_or("null".into(), Value::to_string)
+                })
                 .collect();
             format!("{k} ({})", values.join(" / "))
         };
@@ -142,34 +244,34 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
         ));
     }
     let mut rows = Vec::new();
-    for (l, r) in &results {
-        for p in &r.phases {
-            for d in &p.devices {
-                rows.push(Row {
-                    run: name(l),
-                    phase: p.name.clone(),
-                    index: p.index,
-                    device: d.device.clone(),
-                    status: p.status.to_string(),
-                    start_allocated_bytes: d.start_allocated_bytes,
-                    start_reserved_bytes: d.start_reserved_bytes,
-                    peak_allocated_bytes: d.peak_allocated_bytes,
-                    peak_reserved_bytes: d.peak_reserved_bytes,
-                    end_allocated_bytes: d.end_allocated_bytes,
-                    end_reserved_bytes: d.end_reserved_bytes,
-                    predicted_peak_allocated_bytes: predicted(r, p, &d.device, |c| {
-                        c.predicted_peak_allocated_bytes
-                    }),
-                    predicted_peak_reserved_bytes: predicted(r, p, &d.device, |c| {
-                        c.predicted_peak_reserved_bytes
-                    }),
-                });
-            }
+    for (l, run) in &results {
+        for p in run.phases() {
+            let stored = |field: fn(&PhaseCheck) -> u64| match run {
+                RunDoc::Measured(r) => predicted(r, p.index, p.device, field),
+                RunDoc::Predicted(_) => None,
+            };
+            rows.push(Row {
+                run: name(l),
+                origin: run.origin(),
+                phase: p.name.to_string(),
+                index: p.index,
+                device: p.device.to_string(),
+                status: p.status,
+                start_allocated_bytes: p.start_allocated_bytes,
+                start_reserved_bytes: p.start_reserved_bytes,
+                peak_allocated_bytes: p.peak_allocated_bytes,
+                peak_reserved_bytes: p.peak_reserved_bytes,
+                end_allocated_bytes: p.end_allocated_bytes,
+                end_reserved_bytes: p.end_reserved_bytes,
+                predicted_peak_allocated_bytes: stored(|c| c.predicted_peak_allocated_bytes),
+                predicted_peak_reserved_bytes: stored(|c| c.predicted_peak_reserved_bytes),
+            });
         }
     }
     Ok(Comparison {
         runs: results.iter().map(|(l, _)| name(l)).collect(),
         rows,
+        prediction_errors,
         variable,
         comparable: warnings.is_empty(),
         warnings,
@@ -179,17 +281,64 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
 /// The stored prediction of a phase (first device only: predictions follow one device).
 fn predicted(
     r: &MeasureResult,
-    phase: &crate::schema::events::PhaseRecord,
+    index: u64,
     device: &str,
-    field: fn(&crate::schema::measure::PhaseCheck) -> u64,
+    field: fn(&PhaseCheck) -> u64,
 ) -> Option<u64> {
     if r.scope.devices.first().map(String::as_str) != Some(device) {
         return None;
     }
-    r.predictions
-        .iter()
-        .find(|c| c.index == phase.index)
-        .map(field)
+    r.predictions.iter().find(|c| c.index == index).map(field)
+}
+
+/// Each prediction against each measurement given with it, in either order: the phases matched
+/// as `schema::check` matches them. A prediction of another workload or other dimensions is not
+/// set against the measurement; a warning says why.
+fn prediction_errors(
+    results: &[(&Loaded, RunDoc)],
+    warnings: &mut Vec<String>,
+) -> Vec<PredictionErrors> {
+    let mut out = Vec::new();
+    for (pl, p) in results {
+        let RunDoc::Predicted(p) = p else { continue };
+        for (ml, m) in results {
+            let RunDoc::Measured(m) = m else { continue };
+            let only_predicted = p
+                .dimensions
+                .iter()
+                .find(|(k, _)| !m.dimensions.contains_key(*k));
+            let same = load::check_prediction_of(m, p, pl).map_err(|e| e.to_string());
+            let same = same.and_then(|()| match only_predicted {
+                Some((k, v)) => Err(format!(
+                    "the prediction has {k} = {v} and the measurement no {k}: predict with the measure's options"
+                )),
+                None => Ok(()),
+            });
+            if let Err(why) = same {
+                warnings.push(format!(
+                    "no prediction error between {} and {}: {why}",
+                    pl.path.display(),
+                    ml.path.display()
+                ));
+                continue;
+            }
+            let mut checked = MeasureResult::clone(m);
+            checked.predictions.clear();
+            crate::schema::check::predictions(&mut checked, p, 0);
+            out.push(PredictionErrors {
+                predicted_run: pl.path.display().to_string(),
+                measured_run: ml.path.display().to_string(),
+                predicted_for: p.target.name.clone(),
+                measured_on: RunDoc::Measured(m).card().map(String::from),
+                phases: checked
+                    .predictions
+                    .into_iter()
+                    .map(PhaseError::of)
+                    .collect(),
+            });
+        }
+    }
+    out
 }
 
 /// RFC 4180 quoting: only fields with commas, quotes or line breaks are quoted. A field that a
@@ -210,12 +359,12 @@ fn field(s: &str) -> String {
 /// One row per run and phase (and device), raw bytes; empty cells for values not read.
 pub fn csv(c: &Comparison) -> String {
     let mut o = String::from(
-        "run,phase,index,device,status,start_allocated_bytes,start_reserved_bytes,peak_allocated_bytes,peak_reserved_bytes,end_allocated_bytes,end_reserved_bytes,predicted_peak_allocated_bytes,predicted_peak_reserved_bytes\n",
+        "run,phase,index,device,status,start_allocated_bytes,start_reserved_bytes,peak_allocated_bytes,peak_reserved_bytes,end_allocated_bytes,end_reserved_bytes,predicted_peak_allocated_bytes,predicted_peak_reserved_bytes,origin\n",
     );
     let n = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     for r in &c.rows {
         o.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             field(&r.run),
             field(&r.phase),
             r.index,
@@ -228,7 +377,8 @@ pub fn csv(c: &Comparison) -> String {
             n(r.end_allocated_bytes),
             n(r.end_reserved_bytes),
             n(r.predicted_peak_allocated_bytes),
-            n(r.predicted_peak_reserved_bytes)
+            n(r.predicted_peak_reserved_bytes),
+            r.origin
         ));
     }
     o
@@ -241,8 +391,9 @@ pub fn table(c: &Comparison) -> String {
     let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
     let _ = writeln!(
         o,
-        "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}   (GiB)",
+        "{:<32} {:<9} {:<16} {:<7} {:<11} {:>12} {:>12} {:>12} {:>12} {:>12}   (GiB)",
         "run",
+        "source",
         "phase",
         "device",
         "status",
@@ -255,8 +406,9 @@ pub fn table(c: &Comparison) -> String {
     for r in &c.rows {
         let _ = writeln!(
             o,
-            "{:<32} {:<16} {:<7} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "{:<32} {:<9} {:<16} {:<7} {:<11} {:>12} {:>12} {:>12} {:>12} {:>12}",
             r.run,
+            r.origin,
             r.phase,
             r.device,
             r.status,
@@ -267,6 +419,9 @@ pub fn table(c: &Comparison) -> String {
             r.predicted_peak_reserved_bytes
                 .map_or("—".into(), |b| format!("{:.3}", Bytes(b).gib()))
         );
+    }
+    for e in &c.prediction_errors {
+        errors_table(&mut o, e);
     }
     if let Some(v) = &c.variable {
         let _ = writeln!(o, "\nvariable under study: {v}");
@@ -288,6 +443,64 @@ pub fn table(c: &Comparison) -> String {
     );
     // Names, notes and errors come from files and workloads: shown, never obeyed.
     crate::output::terminal_safe(&o).into_owned()
+}
+
+/// A prediction against a measurement, phase by phase: both figures, the error in bytes and in
+/// per cent of the measured figure.
+fn errors_table(o: &mut String, e: &PredictionErrors) {
+    let _ = writeln!(
+        o,
+        "\npredicted, not measured: {} (for {}) against the measurement {} (on {}); error = measured − predicted, % of measured",
+        e.predicted_run,
+        e.predicted_for,
+        e.measured_run,
+        e.measured_on.as_deref().unwrap_or("an unnamed GPU")
+    );
+    if e.phases.is_empty() {
+        let _ = writeln!(
+            o,
+            "  no phase is both predicted and measured: nothing to set side by side"
+        );
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  {:<16} {:>12} {:>12} {:>22} {:>12} {:>12} {:>22}   (GiB; error in bytes)",
+        "phase", "pred alloc", "meas alloc", "error alloc", "pred resv", "meas resv", "error resv"
+    );
+    let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
+    let error = |b: Option<i128>, pct: Option<f64>| match (b, pct) {
+        (Some(b), Some(pct)) => format!(
+            "{} ({}{:.1}%)",
+            signed(b),
+            if pct < 0.0 { "−" } else { "+" },
+            pct.abs()
+        ),
+        (Some(b), None) => signed(b),
+        _ => "null".into(),
+    };
+    for p in &e.phases {
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>12} {:>12} {:>22} {:>12} {:>12} {:>22}",
+            p.phase,
+            gib(Some(p.predicted_peak_allocated_bytes)),
+            gib(p.measured_peak_allocated_bytes),
+            error(p.error_allocated_bytes, p.error_allocated_pct),
+            gib(Some(p.predicted_peak_reserved_bytes)),
+            gib(p.measured_peak_reserved_bytes),
+            error(p.error_reserved_bytes, p.error_reserved_pct),
+        );
+    }
+}
+
+/// Bytes with their sign and thousands grouped (`+1,048,576`, `−2,097,152`).
+fn signed(b: i128) -> String {
+    format!(
+        "{}{}",
+        if b < 0 { "−" } else { "+" },
+        crate::units::group_thousands(b.unsigned_abs())
+    )
 }
 
 #[cfg(test)]

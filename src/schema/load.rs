@@ -269,14 +269,38 @@ pub fn measured_parameters(r: &MeasureResult) -> Option<u64> {
 
 /// Refuses an estimate of another model: a gap against it would explain nothing.
 pub fn check_estimate_of(r: &MeasureResult, e: &EstimateDoc, l: &Loaded) -> Result<(), InputError> {
-    if let (Some(estimated), Some(measured)) = (e.parameters(), measured_parameters(r))
+    check_estimate_parameters(e, measured_parameters(r), "measured", l)
+}
+
+/// Refuses an estimate of another model than the predicted one.
+pub fn check_estimate_of_prediction(
+    p: &crate::schema::prediction::PredictionDoc,
+    e: &EstimateDoc,
+    l: &Loaded,
+) -> Result<(), InputError> {
+    let parameters = p
+        .identity
+        .declared
+        .get("parameters")
+        .and_then(serde_json::Value::as_u64);
+    check_estimate_parameters(e, parameters, "predicted", l)
+}
+
+/// `run`'s model (`measured`, `predicted`) has `parameters`: the estimate must count as many.
+fn check_estimate_parameters(
+    e: &EstimateDoc,
+    parameters: Option<u64>,
+    run: &str,
+    l: &Loaded,
+) -> Result<(), InputError> {
+    if let (Some(estimated), Some(measured)) = (e.parameters(), parameters)
         && estimated != measured
     {
         return Err(InputError::Content {
             path: l.path.clone(),
             schema: ESTIMATE.into(),
             message: format!(
-                "the estimate counts {} parameters and the measured model has {}: it is the estimate of another model; estimate the measured one (iteragpu estimate --model … --json)",
+                "the estimate counts {} parameters and the {run} model has {}: it is the estimate of another model; estimate the {run} one (iteragpu estimate --model … --json)",
                 crate::units::group_thousands(estimated as u128),
                 crate::units::group_thousands(measured as u128)
             ),

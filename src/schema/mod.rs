@@ -1,8 +1,9 @@
 //! Every document iteragpu writes or reads, and the values they hold: the bottom layer.
 //!
 //! A measurement (`measure`), its worker's spec and events, a prediction (`prediction`), a series
-//! (`series`), and `load` (which reads any of them back). Runners build these documents and
-//! presentation reads them; nothing here imports a runner, the presentation or the commands.
+//! (`series`), `load` (which reads any of them back) and `view` (a measurement or a prediction read
+//! alike). Runners build these documents and presentation reads them; nothing here imports a
+//! runner, the presentation or the commands.
 
 pub mod alloc_conf;
 pub mod check;
@@ -22,3 +23,4 @@ pub mod target;
 pub mod torchrun;
 pub mod trace;
 pub mod versions;
+pub mod view;

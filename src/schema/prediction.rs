@@ -198,6 +198,19 @@ impl PredictionDoc {
         self.predicted().filter_map(|p| p.peak_reserved_bytes).max()
     }
 
+    /// Among predicted phases, the highest peak reserved, the first to reach it on a tie: the
+    /// rule of `MeasureResult::peak_phase`, so a prediction and a measurement name the same
+    /// deciding phase. Its position in `phases` comes with it.
+    pub fn peak_phase(&self) -> Option<(usize, &PredictedPhase)> {
+        self.phases
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.status == PhaseStatus::Predicted)
+            .filter_map(|(k, p)| Some((k, p, p.peak_reserved_bytes?)))
+            .max_by_key(|(k, _, reserved)| (*reserved, std::cmp::Reverse(*k)))
+            .map(|(k, p, _)| (k, p))
+    }
+
     /// The highest predicted driver's view over the predicted phases.
     pub fn max_driver_view(&self) -> Option<u64> {
         self.predicted().filter_map(|p| p.driver_view_bytes).max()

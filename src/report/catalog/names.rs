@@ -120,6 +120,10 @@ pub fn line(id: LineId, lang: Style) -> &'static str {
         LineId::KvCache => "cache KV (compris dans les niveaux ci-dessous, montré à part)",
         LineId::HeldAtStart => "tenu au début de la phase au-delà des poids",
         LineId::Growth => "croissance dans la phase jusqu’à son pic",
+        LineId::Gradients => "gradients (vivants au pic prédit)",
+        LineId::OptimizerStates => "états de l’optimiseur (vivants au pic prédit)",
+        LineId::Activations => "activations et temporaires (vivants au pic prédit)",
+        LineId::OtherTensors => "entrées et autres stockages (vivants au pic prédit)",
         LineId::Workspaces => {
             "dont espaces de travail des bibliothèques (aucun tenseur ne les tient)"
         }

@@ -9,6 +9,8 @@
 //!
 //! [`facts::Facts`] is read once from the documents; each section (one file each) words it. The
 //! builders have no side effect: a warning is returned with the document, for the command to say.
+//! A prediction gets its own fiche (`predicted.rs`): the same verdict's questions, answered
+//! "predicted, not measured".
 
 pub mod facts;
 
@@ -17,6 +19,7 @@ mod calculated;
 mod gap;
 mod identity;
 mod observed;
+mod predicted;
 mod ranks;
 mod series;
 mod timeline;
@@ -63,11 +66,16 @@ pub fn build(
     estimate: Option<&Loaded>,
     lang: Style,
 ) -> Result<Fiche, InputError> {
-    let Input::Measure(r) = &result.doc else {
-        return Err(result.wrong(
-            load::MEASURE,
-            "the first file of a report is a measure result",
-        ));
+    let r = match &result.doc {
+        Input::Measure(r) => r,
+        // The one place a prediction's fiche parts from a measurement's.
+        Input::Prediction(p) => return predicted::build(result, p, series, estimate, lang),
+        _ => {
+            return Err(result.wrong(
+                &format!("{} or {}", load::MEASURE, load::PREDICTION),
+                "the first file of a report is a measure result or a prediction",
+            ));
+        }
     };
     let s: Option<&Series> = match series.map(|l| (&l.doc, l)) {
         None => None,

@@ -100,3 +100,16 @@ fn a_run_with_its_prediction() {
         snapshot("predicted.json", None, Some("estimate.json"), Lang::Fr)
     );
 }
+
+/// A prediction alone (no GPU run): "predicted, not measured", the target and the deciding phase.
+#[test]
+fn a_prediction_without_a_gpu() {
+    insta::assert_snapshot!(
+        "prediction_en",
+        snapshot("prediction_train.json", None, None, Lang::En)
+    );
+    insta::assert_snapshot!(
+        "prediction_fr",
+        snapshot("prediction_train.json", None, None, Lang::Fr)
+    );
+}

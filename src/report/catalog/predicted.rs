@@ -1,0 +1,208 @@
+//! The words of `fiche/predicted.rs` (the fiche of a prediction), English and French side by side:
+//! every figure there is said to be predicted, never measured or observed.
+
+use crate::report::format::{Lang, Style};
+
+catalog! {
+    /// The words of `fiche/predicted.rs`.
+    pub enum PredictedText {
+        PredictedHeading =>
+            "Predicted (not measured)",
+            "Prédit (pas mesuré)";
+        Target =>
+            "Target",
+            "Cible";
+        AtPeak =>
+            "At the predicted peak",
+            "Au pic prédit";
+        Prediction =>
+            "Prediction",
+            "Prédiction";
+        Created =>
+            "created",
+            "créée";
+        PredictedPeakAllocated =>
+            "predicted peak allocated",
+            "pic alloué prédit";
+        PredictedPeakReserved =>
+            "predicted peak reserved",
+            "pic réservé prédit";
+        PredictedEndAllocated =>
+            "predicted end allocated",
+            "alloué en fin prédit";
+        PredictedEndReserved =>
+            "predicted end reserved",
+            "réservé en fin prédit";
+        PredictedDriverView =>
+            "predicted driver's view",
+            "vue du pilote prédite";
+        Category =>
+            "category",
+            "catégorie";
+        Module =>
+            "module",
+            "module";
+        Bytes =>
+            "alive at the peak",
+            "vivants au pic";
+        ChartTitle =>
+            "Predicted peaks per phase (not measured)",
+            "Pics prédits par phase (pas mesurés)";
+        AllocatorModel =>
+            "Allocator model",
+            "Modèle de l’allocateur";
+        NotModelled =>
+            "Not modelled",
+            "Non modélisé";
+        PlaceholderReads =>
+            "Values read from data, answered with placeholders",
+            "Valeurs lues dans les données, remplacées par des valeurs types";
+        Notes =>
+            "Notes of the prediction",
+            "Notes de la prédiction";
+        MeasureToConfirm =>
+            "Predicted, not measured: only a measurement on the card (iteragpu measure) confirms it.",
+            "Prédit, pas mesuré : seule une mesure sur la carte (iteragpu measure) le confirme.";
+        Version =>
+            "Versions",
+            "Versions";
+        CodeHash =>
+            "code (SHA-256)",
+            "code (SHA-256)";
+    }
+}
+
+/// The verdict's source line: what a prediction is, for which card and with which torch.
+pub fn source(card: &str, torch: Option<&str>, lang: Style) -> String {
+    let torch = torch.unwrap_or("?");
+    match lang.lang {
+        Lang::En => format!(
+            "predicted, not measured: the workload's own code on data-less (fake) CUDA tensors for {card}, with torch {torch}, replayed through the caching-allocator model"
+        ),
+        Lang::Fr => format!(
+            "prédit, pas mesuré : le code même de la charge sur des tenseurs CUDA sans données (factices) pour {card}, avec torch {torch}, rejoué dans le modèle de l’allocateur"
+        ),
+    }
+}
+
+/// Whether the need fits the target: `margin` = capacity − need (negative: short by).
+pub fn fit(
+    card: &str,
+    capacity: u64,
+    need_is_driver_view: bool,
+    margin: i128,
+    lang: Style,
+) -> String {
+    let cap = lang.size(Some(capacity));
+    let abs = lang.size(Some(margin.unsigned_abs() as u64));
+    let pct = lang.percent(Some(100.0 * margin as f64 / capacity as f64));
+    let pct = pct.trim_start_matches('+');
+    let fr = lang.lang == Lang::Fr;
+    let against = match (need_is_driver_view, fr) {
+        (true, false) => "against the predicted driver's view",
+        (true, true) => "face à la vue du pilote prédite",
+        (false, false) => "against the predicted peak reserved; the CUDA context is not counted",
+        (false, true) => "face au pic réservé prédit ; le contexte CUDA n’est pas compté",
+    };
+    match (margin >= 0, fr) {
+        (true, false) => format!(
+            "predicted to fit {card} (total_memory {cap}) — margin {abs} ({pct}, {against})"
+        ),
+        (false, false) => format!(
+            "predicted NOT to fit {card} (total_memory {cap}) — short by {abs} ({pct}, {against})"
+        ),
+        (true, true) => format!(
+            "prédit pour tenir sur {card} (total_memory {cap}) — marge {abs} ({pct}, {against})"
+        ),
+        (false, true) => format!(
+            "prédit pour NE PAS tenir sur {card} (total_memory {cap}) — manque {abs} ({pct}, {against})"
+        ),
+    }
+}
+
+/// The phase that decides: its predicted peak reserved, and the driver's view when predicted.
+pub fn deciding(phase: &str, reserved: u64, driver_view: Option<u64>, lang: Style) -> String {
+    let reserved = lang.size(Some(reserved));
+    let driver = driver_view.map_or(String::new(), |d| {
+        let d = lang.size(Some(d));
+        match lang.lang {
+            Lang::En => format!(" — predicted driver's view {d}"),
+            Lang::Fr => format!(" — vue du pilote prédite {d}"),
+        }
+    });
+    match lang.lang {
+        Lang::En => format!("{reserved} reserved, predicted, in `{phase}`{driver}"),
+        Lang::Fr => format!("{reserved} réservés, prédits, dans `{phase}`{driver}"),
+    }
+}
+
+/// The largest categories and modules alive at the deciding peak, already worded.
+pub fn at_peak(categories: &[String], modules: &[String], lang: Style) -> String {
+    let (c, m, sep) = match lang.lang {
+        Lang::En => ("categories", "modules", "; "),
+        Lang::Fr => ("catégories", "modules", "\u{a0}; "),
+    };
+    let mut parts = Vec::new();
+    if !categories.is_empty() {
+        parts.push(format!("{c} {}", categories.join(sep)));
+    }
+    if !modules.is_empty() {
+        parts.push(format!("{m} {}", modules.join(sep)));
+    }
+    parts.join(" — ")
+}
+
+/// Where the target's figures come from.
+pub fn target(capacity_source: &str, context: u64, context_source: &str, lang: Style) -> String {
+    let context = lang.size(Some(context));
+    match lang.lang {
+        Lang::En => format!(
+            "total_memory: {capacity_source}; outside PyTorch's allocator {context} ({context_source})"
+        ),
+        Lang::Fr => format!(
+            "total_memory : {capacity_source} ; hors de l’allocateur de PyTorch {context} ({context_source})"
+        ),
+    }
+}
+
+/// A prediction that did not complete: its status, and where it stopped.
+pub fn incomplete(status: &str, failure: Option<&str>, lang: Style) -> String {
+    let failure = failure.map_or(String::new(), |f| format!(" ({f})"));
+    match lang.lang {
+        Lang::En => format!(
+            "the prediction is `{status}`{failure}: its phases not predicted are not in the peak"
+        ),
+        Lang::Fr => format!(
+            "la prédiction est `{status}`{failure} : ses phases non prédites ne sont pas dans le pic"
+        ),
+    }
+}
+
+/// What a prediction still assumes: its allocator model, what it leaves out, the values it read
+/// from data, and the estimate's assumed terms (`None`: no estimate attached).
+pub fn still_assumed(
+    not_modelled: usize,
+    placeholder_reads: usize,
+    estimate_terms: Option<usize>,
+    lang: Style,
+) -> String {
+    let (n, r) = (
+        lang.integer(not_modelled as u128),
+        lang.integer(placeholder_reads as u128),
+    );
+    let estimate = estimate_terms.map(|t| lang.integer(t as u128));
+    match (lang.lang, estimate) {
+        (Lang::En, None) => format!(
+            "the allocator model, {n} thing(s) not modelled, {r} value(s) read from data; no estimate attached"
+        ),
+        (Lang::En, Some(t)) => format!(
+            "the allocator model, {n} thing(s) not modelled, {r} value(s) read from data; {t} term(s) of the estimate"
+        ),
+        (Lang::Fr, None) => format!(
+            "le modèle de l’allocateur, {n} élément(s) non modélisé(s), {r} valeur(s) lue(s) dans les données ; aucune estimation jointe"
+        ),
+        (Lang::Fr, Some(t)) => format!(
+            "le modèle de l’allocateur, {n} élément(s) non modélisé(s), {r} valeur(s) lue(s) dans les données ; {t} poste(s) de l’estimation"
+        ),
+    }
+}

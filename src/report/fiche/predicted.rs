@@ -1,0 +1,479 @@
+//! The fiche of a prediction (`iteragpu.prediction/1`): the decision without a GPU. The verdict
+//! says "predicted, not measured", whether the need fits the target card and by how much, the
+//! phase that decides, what is alive at its peak (categories, modules), the target's provenance
+//! and the torch it was predicted with. No figure here is called measured or observed: the
+//! observed section is a predicted one, and the ledger has no observed column.
+
+use super::words::{in_unit, labelled, text, value_cell};
+use super::{Fiche, attach, calculated};
+use crate::estimate::Kind;
+use crate::ledger::{self, Ledger};
+use crate::report::catalog::common::CommonText;
+use crate::report::catalog::fiche::FicheText;
+use crate::report::catalog::gap::GapText;
+use crate::report::catalog::identity::IdentityText;
+use crate::report::catalog::observed::storage_category;
+use crate::report::catalog::predicted::{self, PredictedText};
+use crate::report::catalog::verdict::VerdictText;
+use crate::report::catalog::{self as catalog, names};
+use crate::report::document::{Block, Cell, Chart, Document, Tone, Verdict};
+use crate::report::format::Style;
+use crate::schema::load::{self, EstimateDoc, InputError, Loaded};
+use crate::schema::prediction::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
+
+/// What the prediction's fiche asserts, read once: the deciding phase, the target's capacity, the
+/// need compared with it and the margin.
+struct PredictedFacts<'a> {
+    /// The highest predicted peak reserved (`PredictionDoc::peak_phase`).
+    deciding: Option<&'a PredictedPhase>,
+    /// The predicted driver's view (peak reserved + outside the allocator), else the peak
+    /// reserved; `true` when it is the driver's view.
+    need: Option<(u64, bool)>,
+    /// `target.total_memory` − need: negative when the card is short.
+    margin: Option<i128>,
+}
+
+impl<'a> PredictedFacts<'a> {
+    fn new(p: &'a PredictionDoc) -> PredictedFacts<'a> {
+        let deciding = p.peak_phase().map(|(_, ph)| ph);
+        let need = match (
+            p.max_driver_view(),
+            deciding.and_then(|d| d.peak_reserved_bytes),
+        ) {
+            (Some(d), _) => Some((d, true)),
+            (None, Some(r)) => Some((r, false)),
+            (None, None) => None,
+        };
+        PredictedFacts {
+            deciding,
+            need,
+            margin: need.map(|(n, _)| i128::from(p.target.total_memory) - i128::from(n)),
+        }
+    }
+}
+
+/// The fiche of a prediction, with the estimate beside it when given.
+pub(super) fn build(
+    result: &Loaded,
+    p: &PredictionDoc,
+    series: Option<&Loaded>,
+    estimate: Option<&Loaded>,
+    lang: Style,
+) -> Result<Fiche, InputError> {
+    if let Some(s) = series {
+        return Err(InputError::Content {
+            path: s.path.clone(),
+            schema: s.schema().into(),
+            message: format!(
+                "a fiche of a prediction ({}) takes no series yet: report the series with a measurement of the same workload (iteragpu report RESULT.json SERIES.json)",
+                result.path.display()
+            ),
+        });
+    }
+    let e: Option<&EstimateDoc> = estimate.map(Loaded::as_estimate).transpose()?;
+    if let (Some(e), Some(l)) = (e, estimate) {
+        load::check_estimate_of_prediction(p, e, l)?;
+    }
+    let facts = PredictedFacts::new(p);
+    let workload = p
+        .identity
+        .declared
+        .get("model")
+        .map(text)
+        .unwrap_or_else(|| p.identity.workload.clone());
+    let mut b = Vec::new();
+    verdict(&mut b, p, &facts, &workload, e, lang);
+    identity(&mut b, p, lang);
+    calculated::calculated(&mut b, e, lang);
+    predicted_section(&mut b, p, &facts, lang);
+    if let Ok(l) = ledger::of_prediction(p, e) {
+        gap(&mut b, &l, lang);
+    }
+    assumed(&mut b, p, e, lang);
+    let attachments = attach(&mut b, result, None, estimate, lang);
+    Ok(Fiche {
+        document: Document {
+            title: format!(
+                "{} — {} — {}",
+                lang.say(FicheText::Title),
+                workload,
+                lang.say(PredictedText::PredictedHeading)
+            ),
+            style: lang,
+            blocks: b,
+            attachments,
+        },
+        warnings: Vec::new(),
+    })
+}
+
+fn verdict(
+    b: &mut Vec<Block>,
+    p: &PredictionDoc,
+    f: &PredictedFacts,
+    workload: &str,
+    e: Option<&EstimateDoc>,
+    lang: Style,
+) {
+    let heading = lang.say(PredictedText::PredictedHeading).to_string();
+    let mut lines = vec![Verdict {
+        label: lang.say(VerdictText::Source).into(),
+        value: predicted::source(&p.target.name, p.assumptions.torch_version.as_deref(), lang),
+        section: Some(lang.say(PredictedText::Prediction).into()),
+        tone: Tone::Neutral,
+    }];
+    let dims: Vec<String> = p
+        .dimensions
+        .iter()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect();
+    lines.push(Verdict {
+        label: lang.say(VerdictText::Workload).into(),
+        value: format!(
+            "`{workload}` · {}",
+            if dims.is_empty() {
+                lang.say(VerdictText::DeclaredDimension).to_string()
+            } else {
+                format!("`{}`", dims.join(" · "))
+            }
+        ),
+        section: Some(lang.say(CommonText::Dimensions).into()),
+        tone: Tone::Neutral,
+    });
+    if p.status != PredictionStatus::Complete {
+        lines.push(Verdict {
+            label: lang.say(PredictedText::Prediction).into(),
+            value: predicted::incomplete(p.status.as_ref(), p.failure.as_deref(), lang),
+            section: Some(heading.clone()),
+            tone: Tone::Bad,
+        });
+    }
+    if let (Some((_, driver_view)), Some(margin)) = (f.need, f.margin) {
+        lines.push(Verdict {
+            label: lang.say(VerdictText::CapacityMargin).into(),
+            value: predicted::fit(
+                &p.target.name,
+                p.target.total_memory,
+                driver_view,
+                margin,
+                lang,
+            ),
+            section: Some(lang.say(PredictedText::Target).into()),
+            tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
+        });
+    }
+    if let Some(d) = f.deciding
+        && let Some(reserved) = d.peak_reserved_bytes
+    {
+        lines.push(Verdict {
+            label: lang.say(VerdictText::PeakMatters).into(),
+            value: predicted::deciding(&d.name, reserved, d.driver_view_bytes, lang),
+            section: Some(heading.clone()),
+            tone: Tone::Neutral,
+        });
+        let (categories, modules) = largest_at_peak(d, lang);
+        if !categories.is_empty() || !modules.is_empty() {
+            lines.push(Verdict {
+                label: lang.say(PredictedText::AtPeak).into(),
+                value: predicted::at_peak(&categories, &modules, lang),
+                section: Some(heading.clone()),
+                tone: Tone::Neutral,
+            });
+        }
+    }
+    lines.push(Verdict {
+        label: lang.say(PredictedText::Target).into(),
+        value: format!(
+            "`{}` — {}",
+            p.target.name,
+            predicted::target(
+                &p.target.total_memory_source,
+                p.target.context_bytes,
+                &p.target.context_source,
+                lang
+            )
+        ),
+        section: Some(lang.say(PredictedText::Prediction).into()),
+        tone: Tone::Neutral,
+    });
+    lines.push(Verdict {
+        label: lang.say(VerdictText::StillAssumed).into(),
+        value: predicted::still_assumed(
+            p.assumptions.not_modelled.len(),
+            p.assumptions.placeholder_reads.len(),
+            e.map(|e| e.terms.iter().filter(|t| t.kind == Kind::Assumed).count()),
+            lang,
+        ),
+        section: Some(lang.say(CommonText::AssumedHeading).into()),
+        tone: Tone::Neutral,
+    });
+    b.push(Block::Verdict(lines));
+    b.push(Block::Para(
+        lang.say(PredictedText::MeasureToConfirm).into(),
+    ));
+}
+
+/// The three largest categories and modules alive at the phase's peak, worded with their sizes.
+fn largest_at_peak(d: &PredictedPhase, lang: Style) -> (Vec<String>, Vec<String>) {
+    let Some(at) = &d.at_peak else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut categories: Vec<(&String, &u64)> = at.by_category.iter().collect();
+    categories.sort_by(|a, b| b.1.cmp(a.1));
+    let categories = categories
+        .into_iter()
+        .take(3)
+        .map(|(c, b)| format!("{} {}", storage_category(c, lang), lang.size(Some(*b))))
+        .collect();
+    let modules = at
+        .top_modules
+        .iter()
+        .take(3)
+        .map(|m| format!("`{}` {}", m.module, lang.size(Some(m.bytes))))
+        .collect();
+    (categories, modules)
+}
+
+fn identity(b: &mut Vec<Block>, p: &PredictionDoc, lang: Style) {
+    b.push(Block::Heading(lang.say(PredictedText::Prediction).into()));
+    let d = &p.identity.declared;
+    let code =
+        |v: Option<&serde_json::Value>| v.map_or(Cell::Text("—".into()), |v| Cell::Code(text(v)));
+    let a = &p.assumptions;
+    let versions = [
+        ("torch", &a.torch_version),
+        ("transformers", &a.transformers_version),
+        ("peft", &a.peft_version),
+        ("CUDA", &a.cuda_version),
+    ]
+    .iter()
+    .filter_map(|(name, v)| v.as_ref().map(|v| format!("{name} {v}")))
+    .collect::<Vec<_>>()
+    .join(", ");
+    let rows = vec![
+        vec![
+            lang.say(IdentityText::Workload).into(),
+            Cell::Code(p.identity.workload.clone()),
+        ],
+        vec![
+            lang.say(IdentityText::ModelOrCode).into(),
+            code(d.get("model")),
+        ],
+        vec![
+            lang.say(PredictedText::CodeHash).into(),
+            Cell::Code(p.identity.code_hash.clone()),
+        ],
+        vec![
+            lang.say(CommonText::Status).into(),
+            Cell::Code(p.status.to_string()),
+        ],
+        vec![
+            lang.say(PredictedText::Created).into(),
+            lang.date(&p.created_at).into(),
+        ],
+        vec![
+            lang.say(PredictedText::Target).into(),
+            Cell::Code(format!(
+                "{} (sm {}.{}, {})",
+                p.target.name,
+                p.target.capability.0,
+                p.target.capability.1,
+                p.target.allocator_backend
+            )),
+        ],
+        vec![
+            lang.say(IdentityText::CapacityTorchTotalMemory).into(),
+            Cell::size_with_unit(Some(p.target.total_memory)),
+        ],
+        vec![
+            lang.say(PredictedText::Version).into(),
+            Cell::Code(versions),
+        ],
+    ];
+    b.push(Block::Table {
+        header: vec![String::new(), String::new()],
+        rows,
+    });
+    b.push(Block::Heading(lang.say(CommonText::Dimensions).into()));
+    b.push(Block::Table {
+        header: vec![
+            lang.say(IdentityText::Dimension).into(),
+            lang.say(IdentityText::Value).into(),
+        ],
+        rows: p
+            .dimensions
+            .iter()
+            .map(|(k, v)| vec![Cell::Code(k.clone()), value_cell(v, lang)])
+            .collect(),
+    });
+}
+
+/// The predicted phases (in place of the observed ones), what is alive at the deciding peak, and
+/// a chart of the predicted peaks.
+fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, lang: Style) {
+    b.push(Block::Heading(
+        lang.say(PredictedText::PredictedHeading).into(),
+    ));
+    b.push(Block::Table {
+        header: vec![
+            "phase".into(),
+            lang.say(CommonText::Status).into(),
+            in_unit(lang.say(PredictedText::PredictedPeakAllocated), lang),
+            in_unit(lang.say(PredictedText::PredictedPeakReserved), lang),
+            in_unit(lang.say(PredictedText::PredictedEndAllocated), lang),
+            in_unit(lang.say(PredictedText::PredictedEndReserved), lang),
+            in_unit(lang.say(PredictedText::PredictedDriverView), lang),
+        ],
+        rows: p
+            .phases
+            .iter()
+            .map(|ph| {
+                vec![
+                    Cell::Code(format!("{}{}", "  ".repeat(p.depth(ph)), ph.name)),
+                    Cell::Code(ph.status.to_string()),
+                    Cell::size(ph.peak_allocated_bytes),
+                    Cell::size(ph.peak_reserved_bytes),
+                    Cell::size(ph.end_allocated_bytes),
+                    Cell::size(ph.end_reserved_bytes),
+                    Cell::size(ph.driver_view_bytes),
+                ]
+            })
+            .collect(),
+    });
+    if let Some(at) = f.deciding.and_then(|d| Some((d, d.at_peak.as_ref()?))) {
+        let (d, at) = at;
+        b.push(Block::Para(labelled(
+            lang.say(PredictedText::AtPeak),
+            lang,
+            format!("`{}` #{}", d.name, lang.integer(u128::from(d.index))),
+        )));
+        let mut categories: Vec<(&String, &u64)> = at.by_category.iter().collect();
+        categories.sort_by(|a, b| b.1.cmp(a.1));
+        b.push(Block::Table {
+            header: vec![
+                lang.say(PredictedText::Category).into(),
+                in_unit(lang.say(PredictedText::Bytes), lang),
+            ],
+            rows: categories
+                .into_iter()
+                .map(|(c, bytes)| vec![storage_category(c, lang).into(), Cell::size(Some(*bytes))])
+                .collect(),
+        });
+        b.push(Block::Table {
+            header: vec![
+                lang.say(PredictedText::Module).into(),
+                in_unit(lang.say(PredictedText::Bytes), lang),
+            ],
+            rows: at
+                .top_modules
+                .iter()
+                .map(|m| vec![Cell::Code(m.module.clone()), Cell::size(Some(m.bytes))])
+                .collect(),
+        });
+    }
+    let bars: Vec<(String, Vec<Option<u64>>)> = p
+        .phases
+        .iter()
+        .filter(|ph| ph.status == PhaseStatus::Predicted)
+        .map(|ph| {
+            (
+                format!("{} #{}", ph.name, ph.index),
+                vec![
+                    ph.peak_allocated_bytes,
+                    ph.peak_reserved_bytes,
+                    ph.driver_view_bytes,
+                ],
+            )
+        })
+        .collect();
+    if !bars.is_empty() {
+        b.push(Block::Chart(Chart::Bars {
+            title: lang.say(PredictedText::ChartTitle).into(),
+            series: vec![
+                lang.say(PredictedText::PredictedPeakAllocated).into(),
+                lang.say(PredictedText::PredictedPeakReserved).into(),
+                lang.say(PredictedText::PredictedDriverView).into(),
+            ],
+            categories: bars,
+        }));
+    }
+}
+
+/// The prediction's ledger: the estimate beside the predicted categories (no observed column).
+fn gap(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
+    b.push(Block::Heading(
+        lang.say(CommonText::WhyPeakExceedsEstimate).into(),
+    ));
+    b.push(Block::Para(catalog::ledger::phase_explained(l, lang)));
+    let cell =
+        |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
+    b.push(Block::Table {
+        header: vec![
+            lang.say(GapText::Term).into(),
+            in_unit(lang.say(GapText::Estimate), lang),
+            in_unit(lang.say(GapText::Predicted), lang),
+            lang.say(GapText::Checkpoint).into(),
+        ],
+        rows: l
+            .lines
+            .iter()
+            .map(|x| {
+                vec![
+                    names::line(x.id, lang).into(),
+                    cell(&x.estimate),
+                    cell(&x.predicted),
+                    names::checkpoint(&x.checkpoint, lang).into(),
+                ]
+            })
+            .collect(),
+    });
+}
+
+/// What the prediction rests on: the allocator model, what it does not model, the values read
+/// from data, its notes, and the estimate's assumed terms.
+fn assumed(b: &mut Vec<Block>, p: &PredictionDoc, e: Option<&EstimateDoc>, lang: Style) {
+    b.push(Block::Heading(lang.say(CommonText::AssumedHeading).into()));
+    let a = &p.assumptions;
+    let mut items = vec![labelled(
+        lang.say(PredictedText::AllocatorModel),
+        lang,
+        &a.allocator_model,
+    )];
+    if !a.not_modelled.is_empty() {
+        items.push(labelled(
+            lang.say(PredictedText::NotModelled),
+            lang,
+            a.not_modelled.join("; "),
+        ));
+    }
+    if !a.placeholder_reads.is_empty() {
+        let reads: Vec<String> = a
+            .placeholder_reads
+            .iter()
+            .map(|r| {
+                format!(
+                    "`{}:{}` × {} → {}",
+                    r.file.as_deref().unwrap_or("?"),
+                    r.line.map_or("?".into(), |l| l.to_string()),
+                    lang.integer(u128::from(r.count)),
+                    r.answer
+                )
+            })
+            .collect();
+        items.push(labelled(
+            lang.say(PredictedText::PlaceholderReads),
+            lang,
+            reads.join("; "),
+        ));
+    }
+    if let Some(e) = e {
+        for t in e.terms.iter().filter(|t| t.kind == Kind::Assumed) {
+            let size = format!("{} — `{}`", lang.size(Some(t.bytes)), t.formula);
+            items.push(labelled(&names::term(t, lang), lang, size));
+        }
+    }
+    for n in &p.notes {
+        items.push(labelled(lang.say(PredictedText::Notes), lang, n));
+    }
+    b.push(Block::List(items));
+}
