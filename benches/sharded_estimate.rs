@@ -32,6 +32,7 @@ fn request(arch: &Architecture, world_size: u64) -> Request {
         training: Some(TrainingRequest {
             optimizer: Optimizer::Adamw,
             precision: Precision::Bf16Mixed,
+            precision_stated: true,
             lora: None,
             gradient_checkpointing: true,
             flash_attention: true,

@@ -384,7 +384,8 @@ pub struct TrainingArgs {
     #[arg(long, value_name = "NAME", value_parser = train_optimizer)]
     pub optimizer: Option<TrainOptimizer>,
     /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights), fp16-mixed
-    /// (autocast to float16 with a GradScaler) or bf16 (everything in bfloat16) [default: fp32].
+    /// (autocast to float16 with a GradScaler) or bf16 (everything in bfloat16); a frozen LoRA
+    /// base in the compute dtype. The same default and meanings as estimate's [default: fp32].
     #[arg(long, value_name = "NAME", value_parser = train_precision)]
     pub precision: Option<TrainPrecision>,
     /// Recompute activations in the backward pass; step durations and losses are recorded.
@@ -581,11 +582,12 @@ pub struct EstimateArgs {
         help_heading = "Training"
     )]
     pub optimizer: Optimizer,
-    /// Training precision.
+    /// Training precision, with the same meanings and default as predict's and measure's (fp32:
+    /// what PyTorch and the Hugging Face Trainer do when nothing is asked).
     #[arg(
         long,
         value_enum,
-        default_value = "bf16-mixed",
+        default_value = "fp32",
         requires = "train",
         help_heading = "Training"
     )]

@@ -149,6 +149,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
     let training_with = |lora: Option<Lora>, sharding: Option<Sharding>| TrainingRequest {
         optimizer,
         precision,
+        precision_stated: true,
         lora,
         gradient_checkpointing: knobs.flags & 32 != 0,
         flash_attention: knobs.flags & 64 != 0,

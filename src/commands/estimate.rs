@@ -37,9 +37,19 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
     refuse_ignored(args)?;
     let weights = match (args.parameters, args.bits, &args.model) {
         (Some(parameters), Some(bits), None) => Some(WeightsSource::Numbers { parameters, bits }),
-        (None, None, Some(path)) => Some(WeightsSource::Model(Box::new(load_model(
-            path, args.dtype,
-        )?))),
+        (None, None, Some(path)) => {
+            // A frozen LoRA base is built in the precision's compute dtype, as predict and
+            // measure build it; --dtype still says otherwise.
+            let lora_base = (args.train && args.lora_rank.is_some()).then(|| {
+                (
+                    args.precision.compute_dtype(),
+                    format!("the compute dtype of --precision {}", args.precision),
+                )
+            });
+            Some(WeightsSource::Model(Box::new(load_model(
+                path, args.dtype, lora_base,
+            )?)))
+        }
         (None, None, None) => None,
         _ => refuse!("give either --parameters N --bits B, or --model PATH, not both"),
     };
@@ -64,6 +74,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         Some(TrainingRequest {
             optimizer: args.optimizer,
             precision: args.precision,
+            precision_stated: args.given.contains("precision"),
             lora: args.lora_rank.map(|rank| Lora {
                 rank,
                 // Empty names are kept so that the estimate refuses them with the model's modules.
@@ -281,7 +292,12 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights, CliError> {
+/// `default` (a dtype and where it comes from) stands before the config's own dtype.
+fn load_model(
+    path: &Path,
+    dtype: Option<Dtype>,
+    default: Option<(Dtype, String)>,
+) -> Result<ModelWeights, CliError> {
     let config = Config::load(path)?;
     let architecture = Architecture::from_config(&config)?;
     let stored = if path.is_dir() {
@@ -306,6 +322,7 @@ fn load_model(path: &Path, dtype: Option<Dtype>) -> Result<ModelWeights, CliErro
     });
     let (compute_dtype, dtype_source) = match (dtype, architecture.config_dtype, stored_float) {
         (Some(d), _, _) => (d, "--dtype".to_string()),
+        (None, _, _) if default.is_some() => default.unwrap_or((Dtype::Float32, String::new())),
         (None, Some(d), _) => (d, "config.json torch_dtype".to_string()),
         (None, None, Some(d)) => (d, "the stored format".to_string()),
         (None, None, None) => (

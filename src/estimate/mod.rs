@@ -120,6 +120,10 @@ pub struct Estimate {
     /// comparisons. Absent otherwise. With it, every term is ONE rank's memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sharding: Option<ShardingSummary>,
+    /// With `--train`: the precision (stated or the default) and what it means for each kind of
+    /// tensor. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub training: Option<training::TrainingSummary>,
 }
 
 /// Why an estimate cannot be made from valid-looking inputs.
@@ -167,12 +171,14 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
     let mut notes = Vec::new();
     let mut left_out = Vec::new();
     let mut sharding = None;
+    let mut training_summary = None;
 
     match (&req.training, &req.weights) {
         (Some(training), Some(source)) => {
             let trained = training::terms(source, training, &mut notes, &mut left_out)?;
             terms.extend(trained.terms);
             sharding = trained.sharding;
+            training_summary = Some(trained.summary);
         }
         (Some(_), None) => {
             return Err(EstimateError::Input(
@@ -251,6 +257,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         model,
         stored,
         sharding,
+        training: training_summary,
     })
 }
 

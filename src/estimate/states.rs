@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::{EstimateError, g};
+use crate::dtype::Dtype;
 use crate::model::inventory::TensorGroup;
 use crate::units::Bytes;
 
@@ -62,6 +63,26 @@ impl Precision {
     pub(super) fn mixed(self) -> bool {
         matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
     }
+    /// The dtype the forward computes in, which is also a frozen LoRA base's dtype (as predict
+    /// and measure build it: `workload::plan`'s weights dtype).
+    pub fn compute_dtype(self) -> Dtype {
+        match self {
+            Precision::Fp32 => Dtype::Float32,
+            Precision::Bf16Mixed | Precision::Bf16 => Dtype::Bfloat16,
+            Precision::Fp16Mixed => Dtype::Float16,
+        }
+    }
+}
+
+/// Bytes of a trainable value (parameter, gradient, optimizer-state element). LoRA adapters are
+/// float32 whatever the precision: peft's `get_peft_model` casts 16-bit adapters to float32
+/// (`autocast_adapter_dtype=True`, its default), as predict shows under `bf16`.
+pub(super) fn trainable_bytes(req: &TrainingRequest) -> u64 {
+    if req.lora.is_some() {
+        4
+    } else {
+        req.precision.param_bytes()
+    }
 }
 
 /// LoRA adapters on the named modules.
@@ -76,6 +97,8 @@ pub struct Lora {
 pub struct TrainingRequest {
     pub optimizer: Optimizer,
     pub precision: Precision,
+    /// `--precision` written on the command line (else its default, fp32): the output says which.
+    pub precision_stated: bool,
     pub lora: Option<Lora>,
     pub gradient_checkpointing: bool,
     pub flash_attention: bool,

@@ -101,6 +101,10 @@ pub enum TermId {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         shard: Option<Shard>,
     },
+    /// The optimizer step's own temporaries (foreach Adam/AdamW's √v of every parameter).
+    OptimizerStepTemporaries {
+        optimizer: Optimizer,
+    },
     Activations,
     LogitsAndLoss,
     /// Inference: the prefill's largest layer and the last position's logits.
@@ -182,6 +186,9 @@ impl TermId {
                         Some(Shard::Partition) => ", partition",
                         Some(Shard::FsdpShard) => ", FSDP shard",
                     }
+            }
+            TermId::OptimizerStepTemporaries { optimizer } => {
+                p("optimizer step temporaries", optimizer.as_ref())
             }
             TermId::Activations => "activations".into(),
             TermId::LogitsAndLoss => "logits and loss".into(),
@@ -294,6 +301,9 @@ fn with_param(param: &str) -> Vec<TermId> {
         if let Ok(optimizer) = param.parse() {
             ids.push(TermId::OptimizerStates { optimizer, shard });
         }
+    }
+    if let Ok(optimizer) = param.parse() {
+        ids.push(TermId::OptimizerStepTemporaries { optimizer });
     }
     if let Ok(cache) = param.parse() {
         ids.push(TermId::KvCache { cache, bits: None });
@@ -411,6 +421,9 @@ mod tests {
             TermId::FsdpGatheredBlocks { dtype: d("bf16") },
             TermId::FsdpBlockGradients { dtype: d("bf16") },
             TermId::FsdpReduceScatterInputs { dtype: d("fp32") },
+            TermId::OptimizerStepTemporaries {
+                optimizer: Optimizer::Adamw,
+            },
             TermId::Activations,
             TermId::LogitsAndLoss,
             TermId::PrefillTransient,

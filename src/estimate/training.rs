@@ -4,17 +4,63 @@
 
 use super::sharding::{self, ShardingSummary};
 pub use super::states::{Lora, Optimizer, Precision, TrainingRequest};
-use super::states::{Strategy, Trainable, optimizer_bytes};
+use super::states::{Strategy, Trainable, optimizer_bytes, trainable_bytes};
 use super::weights::{self, WeightsSource};
 use super::{EstimateError, Kind, Term, TermId, g, product, sum};
 use crate::model::inventory::TensorGroup;
 use crate::model::{Architecture, Role};
 use crate::units::{Bytes, Overflow};
+use serde::Serialize;
 
 /// The terms of a training step, and the sharding summary when sharded.
 pub struct TrainingTerms {
     pub terms: Vec<Term>,
     pub sharding: Option<ShardingSummary>,
+    pub summary: TrainingSummary,
+}
+
+/// What the precision was and what it means for each kind of tensor: the same meanings as
+/// predict's and measure's training loop (`workload::plan`), written in the table and the JSON so
+/// that an estimate and a prediction of the same question can be set side by side.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainingSummary {
+    pub precision: Precision,
+    /// `--precision` was written; false: its default (fp32, as predict and measure).
+    pub precision_stated: bool,
+    pub optimizer: Optimizer,
+    /// The trained parameters' dtype (the fp32 master copy under the mixed precisions).
+    pub parameters_dtype: &'static str,
+    /// The dtype the forward computes in (autocast's under the mixed precisions).
+    pub compute_dtype: &'static str,
+    pub gradients_dtype: &'static str,
+    pub optimizer_states_dtype: &'static str,
+    /// Under LoRA: the frozen base's dtype (the compute dtype unless --dtype says otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_base_dtype: Option<String>,
+}
+
+impl TrainingSummary {
+    fn new(source: &WeightsSource, req: &TrainingRequest) -> TrainingSummary {
+        let width = |bytes: u64| if bytes == 4 { "float32" } else { "bfloat16" };
+        let trained = width(trainable_bytes(req));
+        TrainingSummary {
+            precision: req.precision,
+            precision_stated: req.precision_stated,
+            optimizer: req.optimizer,
+            parameters_dtype: trained,
+            compute_dtype: req.precision.compute_dtype().torch_name(),
+            gradients_dtype: trained,
+            optimizer_states_dtype: match req.optimizer {
+                // bitsandbytes' 8-bit blocks; their absmax in fp32.
+                Optimizer::Adamw8bit => "uint8",
+                _ => trained,
+            },
+            lora_base_dtype: match (&req.lora, source) {
+                (Some(_), WeightsSource::Model(m)) => Some(m.compute_dtype.torch_name().into()),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// How full fine-tuning of quantized weights is refused, and what to do instead.
@@ -147,7 +193,7 @@ pub fn terms(
         sh.check(source, req)?;
     }
     let trainable = trainable(source, req)?;
-    let s = req.precision.param_bytes() as u128;
+    let s = trainable_bytes(req) as u128;
     let precision = req.precision;
     let zero = req.sharding.as_ref().is_some_and(|sh| {
         matches!(
@@ -172,7 +218,11 @@ pub fn terms(
         _ => state_terms(source, req, &trainable, notes)?,
     };
     let (mut out, tail, summary) = match &req.sharding {
-        None => (unsharded, Vec::new(), None),
+        None => {
+            let mut states = unsharded;
+            states.extend(step_temporaries(req, &trainable, notes)?);
+            (states, Vec::new(), None)
+        }
         Some(sh) => {
             let sharded = sharding::terms(
                 sh,
@@ -205,7 +255,45 @@ pub fn terms(
     Ok(TrainingTerms {
         terms: out,
         sharding: summary,
+        summary: TrainingSummary::new(source, req),
     })
+}
+
+/// The optimizer step's own temporaries. PyTorch's Adam and AdamW take the foreach path by default
+/// for CUDA parameters (`_default_to_fused_or_foreach`), whose `_foreach_sqrt(exp_avg_sqs)`
+/// allocates one value per trainable parameter, alive until the step ends; predict's replay shows
+/// it as the step's `temporary` bytes. The other optimizers update in place (SGD without weight
+/// decay, bitsandbytes' fused 8-bit kernel) or tensor by tensor (Adafactor): not counted.
+fn step_temporaries(
+    req: &TrainingRequest,
+    trainable: &Trainable,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Term>, EstimateError> {
+    if !matches!(req.optimizer, Optimizer::Adam | Optimizer::Adamw) {
+        return Ok(Vec::new());
+    }
+    let n = trainable.count();
+    let s = trainable_bytes(req) as u128;
+    let bytes = Bytes::from_u128(n * s).map_err(EstimateError::overflow(
+        "the optimizer step's temporaries",
+        "the model size",
+    ))?;
+    notes.push("the optimizer step's temporaries and the activations are not alive at the same time (the activations are freed by the backward pass): the total counts both, an upper bound by the smaller of the two".into());
+    Ok(vec![
+        Term::new(
+            TermId::OptimizerStepTemporaries {
+                optimizer: req.optimizer,
+            },
+            bytes,
+            Kind::Assumed,
+            format!(
+                "{} parameters × {s} bytes: torch's foreach {} (its default on CUDA) computes √exp_avg_sq for every parameter at once during the step",
+                g(n),
+                req.optimizer
+            ),
+        )
+        .input("trainable_parameters", n as u64),
+    ])
 }
 
 /// The unsharded model states: weights (or LoRA adapters), gradients, optimizer states.
@@ -219,21 +307,17 @@ fn state_terms(
         || EstimateError::overflow("the training terms", "the model size and dimensions");
     let to_bytes = |v: u128| Bytes::from_u128(v).map_err(overflow());
     let n = trainable.count();
-    let s = req.precision.param_bytes() as u128;
+    let s = trainable_bytes(req) as u128;
     let precision = req.precision;
     let mut out = Vec::new();
     if req.lora.is_some() {
-        // Frozen base model: stored as for inference (quantized or not), no gradients, no states.
+        // Frozen base model: stored as for inference (quantized or not), in the compute dtype
+        // unless --dtype says otherwise; no gradients, no states.
         out.extend(weights::terms(source, notes)?);
-        let adapter_dtype = if req.precision == Precision::Bf16 {
-            "bfloat16"
-        } else {
-            "float32"
-        };
         out.push(
             Term::new(
                 TermId::LoraAdapters {
-                    dtype: adapter_dtype.into(),
+                    dtype: "float32".into(),
                 },
                 to_bytes(n * s)?,
                 Kind::Calculated,
@@ -244,7 +328,7 @@ fn state_terms(
             )
             .input("trainable_parameters", n as u64),
         );
-        notes.push("peft keeps LoRA adapters in float32 under autocast (autocast_adapter_dtype) and the base weights frozen: no gradients or optimizer states for them".into());
+        notes.push("peft keeps LoRA adapters in float32 whatever the base's dtype (get_peft_model's autocast_adapter_dtype, its default), so their gradients and optimizer states are float32 too; the base weights are frozen: no gradients or optimizer states for them".into());
     } else if req.precision.mixed() {
         out.push(
             Term::new(

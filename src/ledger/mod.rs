@@ -148,9 +148,10 @@ impl LineId {
             | TermId::OptimizerStates { .. }
             | TermId::MasterWeights { .. }
             | TermId::LoraAdapters { .. } => Some(LineId::HeldAtStart),
-            TermId::Activations | TermId::LogitsAndLoss | TermId::PrefillTransient => {
-                Some(LineId::Growth)
-            }
+            TermId::Activations
+            | TermId::LogitsAndLoss
+            | TermId::PrefillTransient
+            | TermId::OptimizerStepTemporaries { .. } => Some(LineId::Growth),
             TermId::Reserve => Some(LineId::Reserve),
             TermId::DequantizedWeight { .. }
             | TermId::NcclBuffers

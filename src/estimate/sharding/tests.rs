@@ -148,6 +148,7 @@ fn training(sh: Option<Sharding>, optimizer: Optimizer, precision: Precision) ->
     TrainingRequest {
         optimizer,
         precision,
+        precision_stated: true,
         lora: None,
         gradient_checkpointing: false,
         flash_attention: false,

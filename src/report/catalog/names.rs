@@ -71,6 +71,9 @@ fn term_fr(id: &TermId) -> Option<String> {
                     Some(Shard::FsdpShard) => ", fragment FSDP",
                 }
         }
+        TermId::OptimizerStepTemporaries { optimizer } => {
+            p("temporaires du pas de l’optimiseur", optimizer.as_ref())
+        }
         TermId::Activations => "activations".into(),
         TermId::LogitsAndLoss => "logits et perte".into(),
         TermId::PrefillTransient => {
