@@ -1,5 +1,7 @@
 //! One integration-test binary (as in `just`): every test drives the real `iteragpu` binary.
 
+#[path = "integration/agreement.rs"]
+mod agreement;
 #[path = "integration/common.rs"]
 mod common;
 #[path = "integration/contract.rs"]

@@ -1,0 +1,178 @@
+//! `estimate` and `predict` answer the same question alike (issue 20, item 4): the same default
+//! precision and the same meaning of each, so that the estimate of "my question" and the prediction
+//! of "my script" agree. Three questions, each asked of both with real torch, transformers and peft
+//! on the CPU: a full fine-tune with AdamW, LoRA r16 on q_proj,v_proj, inference with a KV cache.
+//! The weights, gradients, optimizer states and KV cache are held equal to the byte (the fixture's
+//! tensors are multiples of 512 bytes, so the allocator's rounding adds nothing); the totals within
+//! the estimate's activation terms, the one part the estimate models rather than counts.
+
+use crate::common::{PredictionDoc, Run, estimate_json, fixture, id_bytes, torch_python};
+
+/// A Llama of 492 M parameters whose every tensor is a multiple of 512 bytes in 16 and 32 bits.
+const MODEL: &str = "models/llama-style-8l";
+
+fn predict(dir: &std::path::Path, name: &str, args: &[&str]) -> PredictionDoc {
+    let python = torch_python();
+    let model = fixture(MODEL).display().to_string();
+    Run::predict()
+        .args(["--python", &python, "--workload", "causal-lm", "--model", &model])
+        .args(args)
+        .output(dir.join(format!("{name}.json")))
+        .succeeds()
+        .prediction()
+}
+
+fn estimate(args: &[&str]) -> serde_json::Value {
+    let model = fixture(MODEL).display().to_string();
+    let mut all = vec!["--model", &model];
+    all.extend(args);
+    estimate_json(&all)
+}
+
+/// A category's bytes at a phase's peak (0 when nothing of it was alive).
+fn at_peak(doc: &PredictionDoc, phase: &str, category: &str) -> u64 {
+    let phase = doc
+        .phases
+        .iter()
+        .find(|p| p.name == phase)
+        .unwrap_or_else(|| panic!("no phase {phase}"));
+    let at = phase.at_peak.as_ref().expect("a predicted phase has its peak");
+    at.by_category.get(category).copied().unwrap_or(0)
+}
+
+/// The highest peak allocated over the phases: what the estimate's total stands for.
+fn peak(doc: &PredictionDoc) -> u64 {
+    doc.phases
+        .iter()
+        .filter_map(|p| p.peak_allocated_bytes)
+        .max()
+        .expect("phases with peaks")
+}
+
+/// |estimate's total − predicted peak| within the activation terms.
+fn totals_within(estimate: &serde_json::Value, predicted: u64, activation_ids: &[&str]) {
+    let total = estimate["total_bytes"].as_u64().unwrap();
+    let share: u64 = activation_ids.iter().map(|id| id_bytes(estimate, id)).sum();
+    assert!(
+        total.abs_diff(predicted) <= share,
+        "estimate {total} vs predicted peak {predicted}: gap {} above the activations' {share}",
+        total.abs_diff(predicted)
+    );
+}
+
+/// Both commands name the precision: the estimate's default is predict's (fp32).
+fn same_precision(estimate: &serde_json::Value, doc: &PredictionDoc, precision: &str) {
+    assert_eq!(estimate["training"]["precision"], precision);
+    assert_eq!(
+        serde_json::to_value(&doc.spec).unwrap()["precision"],
+        precision,
+        "the prediction's spec"
+    );
+}
+
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_full_fine_tune_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    // Neither side is told the precision: both take fp32.
+    let load = ["--context", "128", "--batch", "2"];
+    let est = estimate(&[&["--train", "--optimizer", "adamw"][..], &load].concat());
+    assert_eq!(est["training"]["precision_stated"], false);
+    let doc = predict(
+        dir.path(),
+        "full",
+        &[&["--task", "train", "--optimizer", "adamw"][..], &load].concat(),
+    );
+    same_precision(&est, &doc, "fp32");
+    // At the first optimizer step's peak every state is alive, and the foreach temporaries.
+    for (id, category) in [
+        ("weights", "parameter"),
+        ("gradients", "gradient"),
+        ("optimizer_states", "optimizer state"),
+        ("optimizer_step_temporaries", "temporary"),
+    ] {
+        assert_eq!(
+            id_bytes(&est, id),
+            at_peak(&doc, "optimizer_step", category),
+            "{id} vs {category}"
+        );
+    }
+    totals_within(&est, peak(&doc), &["activations", "logits_and_loss"]);
+}
+
+#[test]
+#[ignore = "needs torch, transformers and peft"]
+fn a_lora_fine_tune_agrees_in_every_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let lora = [
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--context",
+        "128",
+        "--batch",
+        "2",
+    ];
+    // fp32: the base in fp32; bf16: the base in bf16, but peft's adapters still in fp32.
+    for precision in ["fp32", "bf16-mixed", "bf16"] {
+        let est = estimate(&[&["--train", "--precision", precision][..], &lora].concat());
+        let doc = predict(
+            dir.path(),
+            precision,
+            &[&["--task", "train", "--precision", precision][..], &lora].concat(),
+        );
+        same_precision(&est, &doc, precision);
+        // The frozen base and the adapters are the parameters; the rotary buffer is apart.
+        assert_eq!(
+            id_bytes(&est, "weights") + id_bytes(&est, "lora_adapters"),
+            at_peak(&doc, "optimizer_step", "parameter"),
+            "{precision}: weights"
+        );
+        for (id, category) in [
+            ("gradients", "gradient"),
+            ("optimizer_states", "optimizer state"),
+            ("optimizer_step_temporaries", "temporary"),
+        ] {
+            assert_eq!(
+                id_bytes(&est, id),
+                at_peak(&doc, "optimizer_step", category),
+                "{precision}: {id} vs {category}"
+            );
+        }
+        totals_within(&est, peak(&doc), &["activations", "logits_and_loss"]);
+    }
+}
+
+#[test]
+#[ignore = "needs torch and transformers"]
+fn inference_with_a_kv_cache_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    // 96 prompt tokens + 32 generated: the estimate's context is their sum.
+    let est = estimate(&["--context", "128", "--batch", "2"]);
+    let doc = predict(
+        dir.path(),
+        "generate",
+        &[
+            "--prompt-tokens",
+            "96",
+            "--new-tokens",
+            "32",
+            "--batch",
+            "2",
+        ],
+    );
+    // Both in the config's torch_dtype (bfloat16).
+    assert_eq!(serde_json::to_value(&doc.spec).unwrap()["dtype"], "bfloat16");
+    assert_eq!(
+        id_bytes(&est, "weights"),
+        at_peak(&doc, "decode", "parameter")
+    );
+    // The cache object's real size after decoding, as the workload reads it.
+    let decode = doc.phases.iter().find(|p| p.name == "decode").unwrap();
+    assert_eq!(
+        id_bytes(&est, "kv_cache"),
+        decode.inputs["cache_bytes"].as_u64().unwrap()
+    );
+    totals_within(&est, peak(&doc), &["prefill_transient"]);
+}
