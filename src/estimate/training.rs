@@ -235,7 +235,13 @@ pub fn terms(
                 notes,
                 left_out,
             )?;
-            (sharded.states, sharded.tail, Some(sharded.summary))
+            let mut states = sharded.states;
+            // DDP steps torch's own optimizer on the full replica; ZeRO steps DeepSpeed's fused
+            // kernels and FSDP2 its shards (left out with every operation's temporaries).
+            if sh.strategy == Strategy::Ddp {
+                states.extend(step_temporaries(req, &trainable, notes)?);
+            }
+            (states, sharded.tail, Some(sharded.summary))
         }
     };
     notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
@@ -263,7 +269,8 @@ pub fn terms(
 /// for CUDA parameters (`_default_to_fused_or_foreach`), whose `_foreach_sqrt(exp_avg_sqs)`
 /// allocates one value per trainable parameter, alive until the step ends; predict's replay shows
 /// it as the step's `temporary` bytes. The other optimizers update in place (SGD without weight
-/// decay, bitsandbytes' fused 8-bit kernel) or tensor by tensor (Adafactor): not counted.
+/// decay, bitsandbytes' fused 8-bit kernel) or tensor by tensor (Adafactor): not counted. Not
+/// under ZeRO either: DeepSpeed's fused Adam updates in place.
 fn step_temporaries(
     req: &TrainingRequest,
     trainable: &Trainable,
@@ -491,4 +498,117 @@ fn activation_terms(
         ),
     ));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::Dtype;
+    use crate::estimate::weights::ModelWeights;
+
+    fn llama(compute_dtype: Dtype) -> WeightsSource {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/models/llama-style-8l");
+        let config = crate::model::Config::load(&path).unwrap();
+        WeightsSource::Model(Box::new(ModelWeights {
+            path: "llama-style-8l".into(),
+            architecture: Architecture::from_config(&config).unwrap(),
+            stored: None,
+            compute_dtype,
+            dtype_source: "test".into(),
+        }))
+    }
+
+    fn request(optimizer: Optimizer, precision: Precision, lora: bool) -> TrainingRequest {
+        TrainingRequest {
+            optimizer,
+            precision,
+            precision_stated: false,
+            lora: lora.then(|| Lora {
+                rank: 16,
+                targets: vec!["q_proj".into(), "v_proj".into()],
+            }),
+            gradient_checkpointing: false,
+            flash_attention: false,
+            batch: None,
+            context: None,
+            sharding: None,
+        }
+    }
+
+    fn bytes(terms: &TrainingTerms, key: &str) -> Option<u64> {
+        terms
+            .terms
+            .iter()
+            .find(|t| t.id.key() == key)
+            .map(|t| t.bytes.get())
+    }
+
+    fn run(source: &WeightsSource, req: &TrainingRequest) -> TrainingTerms {
+        terms(source, req, &mut Vec::new(), &mut Vec::new()).unwrap()
+    }
+
+    /// peft casts 16-bit adapters to float32 (autocast_adapter_dtype): under `bf16` the adapters,
+    /// their gradients and AdamW's states are 4 bytes a value, as predict shows (they were 2).
+    #[test]
+    fn lora_adapters_stay_float32_under_bf16() {
+        let t = run(
+            &llama(Dtype::Bfloat16),
+            &request(Optimizer::Adamw, Precision::Bf16, true),
+        );
+        // 8 layers × (q: 16 × (2,048 + 2,048) + v: 16 × (2,048 + 512)) = 851,968 values.
+        let n = 851_968;
+        assert_eq!(bytes(&t, "lora_adapters"), Some(4 * n));
+        assert_eq!(bytes(&t, "gradients"), Some(4 * n));
+        assert_eq!(bytes(&t, "optimizer_states"), Some(8 * n));
+        assert_eq!(t.summary.gradients_dtype, "float32");
+        assert_eq!(t.summary.lora_base_dtype.as_deref(), Some("bfloat16"));
+    }
+
+    /// Foreach Adam and AdamW hold √v of every trainable value during the step; SGD, the 8-bit
+    /// AdamW and sharded layouts have no such term.
+    #[test]
+    fn the_optimizer_step_holds_one_value_per_trained_parameter_for_adam() {
+        let source = WeightsSource::Numbers {
+            parameters: 1_000,
+            bits: crate::units::Decimal::parse("16").unwrap(),
+        };
+        for (optimizer, precision, expected) in [
+            (Optimizer::Adamw, Precision::Fp32, Some(4_000)),
+            (Optimizer::Adam, Precision::Bf16Mixed, Some(4_000)),
+            (Optimizer::Adamw, Precision::Bf16, Some(2_000)),
+            (Optimizer::Sgd, Precision::Fp32, None),
+            (Optimizer::SgdMomentum, Precision::Fp32, None),
+            (Optimizer::Adamw8bit, Precision::Fp32, None),
+        ] {
+            let t = run(&source, &request(optimizer, precision, false));
+            assert_eq!(
+                bytes(&t, "optimizer_step_temporaries"),
+                expected,
+                "{optimizer} {precision}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_summary_says_what_each_precision_means() {
+        let source = WeightsSource::Numbers {
+            parameters: 1_000,
+            bits: crate::units::Decimal::parse("16").unwrap(),
+        };
+        for (precision, parameters, compute) in [
+            (Precision::Fp32, "float32", "float32"),
+            (Precision::Bf16Mixed, "float32", "bfloat16"),
+            (Precision::Fp16Mixed, "float32", "float16"),
+            (Precision::Bf16, "bfloat16", "bfloat16"),
+        ] {
+            let s = run(&source, &request(Optimizer::Adamw, precision, false)).summary;
+            assert_eq!(
+                (s.parameters_dtype, s.compute_dtype, s.optimizer_states_dtype),
+                (parameters, compute, parameters),
+                "{precision}"
+            );
+            assert_eq!(s.lora_base_dtype, None);
+        }
+    }
 }
