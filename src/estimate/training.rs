@@ -604,7 +604,11 @@ mod tests {
         ] {
             let s = run(&source, &request(Optimizer::Adamw, precision, false)).summary;
             assert_eq!(
-                (s.parameters_dtype, s.compute_dtype, s.optimizer_states_dtype),
+                (
+                    s.parameters_dtype,
+                    s.compute_dtype,
+                    s.optimizer_states_dtype
+                ),
                 (parameters, compute, parameters),
                 "{precision}"
             );

@@ -15,7 +15,14 @@ fn predict(dir: &std::path::Path, name: &str, args: &[&str]) -> PredictionDoc {
     let python = torch_python();
     let model = fixture(MODEL).display().to_string();
     Run::predict()
-        .args(["--python", &python, "--workload", "causal-lm", "--model", &model])
+        .args([
+            "--python",
+            &python,
+            "--workload",
+            "causal-lm",
+            "--model",
+            &model,
+        ])
         .args(args)
         .output(dir.join(format!("{name}.json")))
         .succeeds()
@@ -36,7 +43,10 @@ fn at_peak(doc: &PredictionDoc, phase: &str, category: &str) -> u64 {
         .iter()
         .find(|p| p.name == phase)
         .unwrap_or_else(|| panic!("no phase {phase}"));
-    let at = phase.at_peak.as_ref().expect("a predicted phase has its peak");
+    let at = phase
+        .at_peak
+        .as_ref()
+        .expect("a predicted phase has its peak");
     at.by_category.get(category).copied().unwrap_or(0)
 }
 
@@ -163,7 +173,10 @@ fn inference_with_a_kv_cache_agrees() {
         ],
     );
     // Both in the config's torch_dtype (bfloat16).
-    assert_eq!(serde_json::to_value(&doc.spec).unwrap()["dtype"], "bfloat16");
+    assert_eq!(
+        serde_json::to_value(&doc.spec).unwrap()["dtype"],
+        "bfloat16"
+    );
     assert_eq!(
         id_bytes(&est, "weights"),
         at_peak(&doc, "decode", "parameter")

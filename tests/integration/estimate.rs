@@ -344,6 +344,8 @@ fn training_terms() {
         "--model",
         &model,
         "--train",
+        "--precision",
+        "bf16-mixed",
         "--lora-rank",
         "16",
         "--lora-targets",
@@ -369,6 +371,8 @@ fn training_terms() {
         "--model",
         &model,
         "--train",
+        "--precision",
+        "bf16-mixed",
         "--lora-rank",
         "16",
         "--lora-targets",
@@ -1412,7 +1416,15 @@ fn training_a_quantized_checkpoint_needs_adapters() {
         &["--parameters", "1000", "--bits", "24", "--train"],
         &["--bits 24", "16", "32"],
     );
-    let doc = estimate_json(&["--parameters", "1000", "--bits", "16", "--train"]);
+    let doc = estimate_json(&[
+        "--parameters",
+        "1000",
+        "--bits",
+        "16",
+        "--train",
+        "--precision",
+        "bf16-mixed",
+    ]);
     assert!(
         doc["notes"]
             .to_string()
@@ -1431,6 +1443,8 @@ fn training_a_quantized_checkpoint_needs_adapters() {
         "--model",
         &bnb,
         "--train",
+        "--precision",
+        "bf16-mixed",
         "--lora-rank",
         "16",
         "--lora-targets",
@@ -1593,7 +1607,19 @@ fn messages_say_things_once_and_as_typed() {
 fn sharded_training_reproduces_deepspeed() {
     let llama = fixture("models/llama-3-8b").display().to_string();
     let from_config = |extra: &[&str]| {
-        estimate_json(&[&["--model", llama.as_str(), "--train"][..], extra].concat())
+        estimate_json(
+            &[
+                &[
+                    "--model",
+                    llama.as_str(),
+                    "--train",
+                    "--precision",
+                    "bf16-mixed",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
     };
     let from_numbers = |extra: &[&str]| {
         estimate_json(
@@ -1604,6 +1630,8 @@ fn sharded_training_reproduces_deepspeed() {
                     "--bits",
                     "16",
                     "--train",
+                    "--precision",
+                    "bf16-mixed",
                     "--largest-layer-parameters",
                     "525336576",
                 ][..],
@@ -1657,7 +1685,15 @@ fn sharded_training_reproduces_deepspeed() {
                 from_config(&extra),
                 estimate_json(
                     &[
-                        &["--parameters", "8030261248", "--bits", "16", "--train"][..],
+                        &[
+                            "--parameters",
+                            "8030261248",
+                            "--bits",
+                            "16",
+                            "--train",
+                            "--precision",
+                            "bf16-mixed",
+                        ][..],
                         &extra,
                     ]
                     .concat(),
@@ -1729,7 +1765,13 @@ fn sharded_training_reproduces_deepspeed() {
 fn sharded_training_per_rank_terms() {
     let llama = fixture("models/llama-3-8b").display().to_string();
     let p = 8_030_261_248u64;
-    let base = ["--model", llama.as_str(), "--train"];
+    let base = [
+        "--model",
+        llama.as_str(),
+        "--train",
+        "--precision",
+        "bf16-mixed",
+    ];
     let plain = estimate_json(&base);
     assert!(
         plain.get("sharding").is_none(),
@@ -1839,7 +1881,8 @@ fn sharded_training_per_rank_terms() {
 }
 
 /// `--world-size 1 --shard zero3` degenerates to the unsharded estimate plus DeepSpeed's gathered
-/// largest module (4·L), without NCCL; FSDP on one rank keeps 16 bytes per parameter of states.
+/// largest module (4·L), without NCCL and without torch's foreach AdamW temporaries (DeepSpeed's
+/// fused Adam steps in place); FSDP on one rank keeps 16 bytes per parameter of states.
 #[test]
 fn sharding_over_one_rank_degenerates() {
     let llama = fixture("models/llama-3-8b").display().to_string();
@@ -1847,6 +1890,8 @@ fn sharding_over_one_rank_degenerates() {
         "--model",
         llama.as_str(),
         "--train",
+        "--precision",
+        "bf16-mixed",
         "--batch",
         "1",
         "--context",
@@ -1856,7 +1901,12 @@ fn sharding_over_one_rank_degenerates() {
     let zero3 = estimate_json(&[&base[..], &["--shard", "zero3", "--world-size", "1"]].concat());
     assert_eq!(
         zero3["total_bytes"].as_u64().unwrap(),
-        plain["total_bytes"].as_u64().unwrap() + 4 * 525_336_576
+        plain["total_bytes"].as_u64().unwrap() - id_bytes(&plain, "optimizer_step_temporaries")
+            + 4 * 525_336_576
+    );
+    assert_eq!(
+        id_bytes(&plain, "optimizer_step_temporaries"),
+        4 * 8_030_261_248
     );
     assert!(zero3["sharding"]["comm_reserve_bytes"].is_null());
     let ids: Vec<&str> = zero3["terms"]
