@@ -42,7 +42,7 @@ pub fn table(est: &Estimate) -> String {
     if let Some(t) = &est.training {
         let _ = writeln!(
             out,
-            "training: --precision {}{}, {}: trained parameters {}, compute {}, gradients {}, optimizer states {}{}",
+            "training: --precision {}{}, {}: {}",
             t.precision,
             if t.precision_stated {
                 ""
@@ -50,13 +50,7 @@ pub fn table(est: &Estimate) -> String {
                 " (the default, as predict and measure)"
             },
             t.optimizer,
-            t.parameters_dtype,
-            t.compute_dtype,
-            t.gradients_dtype,
-            t.optimizer_states_dtype,
-            t.lora_base_dtype
-                .as_ref()
-                .map_or(String::new(), |d| format!(", frozen LoRA base {d}")),
+            t.meaning,
         );
     }
     if let Some(sh) = &est.sharding {

@@ -74,6 +74,57 @@ impl Precision {
     }
 }
 
+/// What a precision means for each kind of tensor: the one table estimate's terms, predict's
+/// and measure's training loop (`workload::plan`) follow, said by all three commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PrecisionMeaning {
+    /// The trained parameters' dtype (the fp32 master copy under the mixed precisions; LoRA's
+    /// adapters).
+    pub parameters_dtype: &'static str,
+    /// The dtype the forward computes in (autocast's under the mixed precisions).
+    pub compute_dtype: &'static str,
+    pub gradients_dtype: &'static str,
+    pub optimizer_states_dtype: &'static str,
+    /// Under LoRA: the frozen base's dtype, the compute dtype.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_base_dtype: Option<&'static str>,
+}
+
+impl Precision {
+    /// Its meaning for a full fine-tune, or for LoRA adapters on a frozen base (`lora`).
+    pub fn meaning(self, lora: bool) -> PrecisionMeaning {
+        let trained = if lora || self != Precision::Bf16 {
+            "float32"
+        } else {
+            "bfloat16"
+        };
+        PrecisionMeaning {
+            parameters_dtype: trained,
+            compute_dtype: self.compute_dtype().torch_name(),
+            gradients_dtype: trained,
+            optimizer_states_dtype: trained,
+            lora_base_dtype: lora.then(|| self.compute_dtype().torch_name()),
+        }
+    }
+}
+
+impl std::fmt::Display for PrecisionMeaning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "trained parameters {}, compute {}, gradients {}, optimizer states {}",
+            self.parameters_dtype,
+            self.compute_dtype,
+            self.gradients_dtype,
+            self.optimizer_states_dtype
+        )?;
+        match self.lora_base_dtype {
+            Some(d) => write!(f, ", frozen LoRA base {d}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Bytes of a trainable value (parameter, gradient, optimizer-state element). LoRA adapters are
 /// float32 whatever the precision: peft's `get_peft_model` casts 16-bit adapters to float32
 /// (`autocast_adapter_dtype=True`, its default), as predict shows under `bf16`.

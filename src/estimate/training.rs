@@ -3,7 +3,7 @@
 //! activation term is a published model (Korthikanti et al. 2022) and is labelled *assumed*.
 
 use super::sharding::{self, ShardingSummary};
-pub use super::states::{Lora, Optimizer, Precision, TrainingRequest};
+pub use super::states::{Lora, Optimizer, Precision, PrecisionMeaning, TrainingRequest};
 use super::states::{Strategy, Trainable, optimizer_bytes, trainable_bytes};
 use super::weights::{self, WeightsSource};
 use super::{EstimateError, Kind, Term, TermId, g, product, sum};
@@ -19,46 +19,35 @@ pub struct TrainingTerms {
     pub summary: TrainingSummary,
 }
 
-/// What the precision was and what it means for each kind of tensor: the same meanings as
-/// predict's and measure's training loop (`workload::plan`), written in the table and the JSON so
-/// that an estimate and a prediction of the same question can be set side by side.
+/// What the precision was and what it means for each kind of tensor (`Precision::meaning`, the
+/// same as predict's and measure's), written in the table and the JSON so that an estimate and a
+/// prediction of the same question can be set side by side.
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainingSummary {
     pub precision: Precision,
     /// `--precision` was written; false: its default (fp32, as predict and measure).
     pub precision_stated: bool,
     pub optimizer: Optimizer,
-    /// The trained parameters' dtype (the fp32 master copy under the mixed precisions).
-    pub parameters_dtype: &'static str,
-    /// The dtype the forward computes in (autocast's under the mixed precisions).
-    pub compute_dtype: &'static str,
-    pub gradients_dtype: &'static str,
-    pub optimizer_states_dtype: &'static str,
-    /// Under LoRA: the frozen base's dtype (the compute dtype unless --dtype says otherwise).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lora_base_dtype: Option<String>,
+    #[serde(flatten)]
+    pub meaning: PrecisionMeaning,
 }
 
 impl TrainingSummary {
     fn new(source: &WeightsSource, req: &TrainingRequest) -> TrainingSummary {
-        let width = |bytes: u64| if bytes == 4 { "float32" } else { "bfloat16" };
-        let trained = width(trainable_bytes(req));
+        let mut meaning = req.precision.meaning(req.lora.is_some());
+        if req.optimizer == Optimizer::Adamw8bit {
+            // bitsandbytes' 8-bit blocks (their absmax in fp32).
+            meaning.optimizer_states_dtype = "uint8";
+        }
+        if let (Some(_), WeightsSource::Model(m)) = (&req.lora, source) {
+            // --dtype may say otherwise than the compute dtype.
+            meaning.lora_base_dtype = Some(m.compute_dtype.torch_name());
+        }
         TrainingSummary {
             precision: req.precision,
             precision_stated: req.precision_stated,
             optimizer: req.optimizer,
-            parameters_dtype: trained,
-            compute_dtype: req.precision.compute_dtype().torch_name(),
-            gradients_dtype: trained,
-            optimizer_states_dtype: match req.optimizer {
-                // bitsandbytes' 8-bit blocks; their absmax in fp32.
-                Optimizer::Adamw8bit => "uint8",
-                _ => trained,
-            },
-            lora_base_dtype: match (&req.lora, source) {
-                (Some(_), WeightsSource::Model(m)) => Some(m.compute_dtype.torch_name().into()),
-                _ => None,
-            },
+            meaning,
         }
     }
 }
@@ -561,8 +550,8 @@ mod tests {
         assert_eq!(bytes(&t, "lora_adapters"), Some(4 * n));
         assert_eq!(bytes(&t, "gradients"), Some(4 * n));
         assert_eq!(bytes(&t, "optimizer_states"), Some(8 * n));
-        assert_eq!(t.summary.gradients_dtype, "float32");
-        assert_eq!(t.summary.lora_base_dtype.as_deref(), Some("bfloat16"));
+        assert_eq!(t.summary.meaning.gradients_dtype, "float32");
+        assert_eq!(t.summary.meaning.lora_base_dtype, Some("bfloat16"));
     }
 
     /// Foreach Adam and AdamW hold √v of every trainable value during the step; SGD, the 8-bit

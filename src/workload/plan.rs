@@ -185,6 +185,8 @@ pub struct ScriptPlan {
 pub struct TrainingPlan {
     pub optimizer: TrainOptimizer,
     pub precision: TrainPrecision,
+    /// `--precision` was given; else fp32, estimate's default too.
+    pub precision_stated: bool,
     pub gradient_checkpointing: bool,
     pub shard: Option<TrainShard>,
 }
@@ -385,6 +387,26 @@ impl MeasurePlan {
             WorkloadPlan::CausalLm(c) => c.training.as_ref(),
             WorkloadPlan::Script(_) => None,
         }
+    }
+
+    /// The training precision as assumed and what it means (estimate's `Precision::meaning`,
+    /// the same table), for the notes of a measurement or a prediction; `None` without training.
+    pub fn precision_note(&self) -> Option<String> {
+        let t = self.training()?;
+        let lora = matches!(&self.workload, WorkloadPlan::CausalLm(c) if c.lora.is_some());
+        let meaning =
+            <crate::estimate::Precision as clap::ValueEnum>::from_str(t.precision.as_ref(), false)
+                .ok()?
+                .meaning(lora);
+        Some(format!(
+            "training precision: --precision {}{}: {meaning}",
+            t.precision.as_ref(),
+            if t.precision_stated {
+                ""
+            } else {
+                " (the default, as estimate's; --precision bf16-mixed, fp16-mixed or bf16 to choose)"
+            }
+        ))
     }
 
     pub fn whole_loop(&self) -> bool {
@@ -788,6 +810,7 @@ fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
     Ok(Some(TrainingPlan {
         optimizer: args.optimizer.unwrap_or(TrainOptimizer::Adamw),
         precision: args.precision.unwrap_or(TrainPrecision::Fp32),
+        precision_stated: args.precision.is_some(),
         gradient_checkpointing: args.gradient_checkpointing,
         shard: args.shard,
     }))
@@ -908,6 +931,16 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         serde_json::from_value(doc).unwrap()
+    }
+
+    /// Every precision the training loop runs is one of estimate's, with the same name: the
+    /// note that says what it means is never missing.
+    #[test]
+    fn every_training_precision_has_estimates_meaning() {
+        for p in <TrainPrecision as strum::VariantArray>::VARIANTS {
+            let e = <crate::estimate::Precision as clap::ValueEnum>::from_str(p.as_ref(), false);
+            assert_eq!(e.map(|e| e.to_string()).ok().as_deref(), Some(p.as_ref()));
+        }
     }
 
     /// A sharded job opens with its process group, as `workloads/sharding.py::init` does; each

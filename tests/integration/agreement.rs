@@ -7,6 +7,7 @@
 //! the estimate's activation terms, the one part the estimate models rather than counts.
 
 use crate::common::{PredictionDoc, Run, estimate_json, fixture, id_bytes, torch_python};
+use predicates::prelude::*;
 
 /// A Llama of 492 M parameters whose every tensor is a multiple of 512 bytes in 16 and 32 bits.
 const MODEL: &str = "models/llama-style-8l";
@@ -94,6 +95,13 @@ fn a_full_fine_tune_agrees() {
         &[&["--task", "train", "--optimizer", "adamw"][..], &load].concat(),
     );
     same_precision(&est, &doc, "fp32");
+    assert!(
+        doc.notes.iter().any(|n| n.starts_with(
+            "training precision: --precision fp32 (the default, as estimate's; --precision bf16-mixed, fp16-mixed or bf16 to choose): trained parameters float32, compute float32, gradients float32, optimizer states float32"
+        )),
+        "{:?}",
+        doc.notes
+    );
     // At the first optimizer step's peak every state is alive, and the foreach temporaries.
     for (id, category) in [
         ("weights", "parameter"),
@@ -188,4 +196,65 @@ fn inference_with_a_kv_cache_agrees() {
         decode.inputs["cache_bytes"].as_u64().unwrap()
     );
     totals_within(&est, peak(&doc), &["prefill_transient"]);
+}
+
+/// Each command says the precision it assumed, in its output and its file: estimate in its table
+/// and its JSON, measure (here with the fake torch) in its notes.
+#[test]
+fn every_command_says_the_precision_it_assumed() {
+    let model = fixture(MODEL).display().to_string();
+    crate::common::iteragpu()
+        .args(["estimate", "--model", &model, "--train"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "training: --precision fp32 (the default, as predict and measure), adamw: trained parameters float32, compute float32, gradients float32, optimizer states float32",
+        ));
+    let lora = estimate(&[
+        "--train",
+        "--precision",
+        "bf16-mixed",
+        "--lora-rank",
+        "8",
+        "--lora-targets",
+        "q_proj",
+    ]);
+    let t = &lora["training"];
+    assert_eq!(t["precision_stated"], true);
+    assert_eq!(t["compute_dtype"], "bfloat16");
+    assert_eq!(t["lora_base_dtype"], "bfloat16");
+    assert_eq!(t["parameters_dtype"], "float32");
+    assert_eq!(term_dtype(&lora, "weights"), "bfloat16");
+
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, said) in [
+        (&[][..], "--precision fp32 (the default, as estimate's;"),
+        (
+            &["--precision", "bf16-mixed"][..],
+            "--precision bf16-mixed: trained parameters float32, compute bfloat16",
+        ),
+    ] {
+        let result = Run::measure()
+            .fake_torch()
+            .args(["--task", "train", "--width", "64", "--no-prediction"])
+            .args(extra)
+            .output(dir.path().join(format!("train{}.json", extra.len())))
+            .succeeds()
+            .result();
+        assert!(
+            result
+                .notes
+                .iter()
+                .any(|n| n.starts_with("training precision: ") && n.contains(said)),
+            "{said:?} in {:?}",
+            result.notes
+        );
+    }
+}
+
+/// The `dtype` a term was counted in.
+fn term_dtype<'a>(doc: &'a serde_json::Value, id: &str) -> &'a str {
+    crate::common::term_by_id(doc, id)["dtype"]
+        .as_str()
+        .expect("a dtype")
 }
