@@ -591,17 +591,21 @@ mod tests {
             (Precision::Fp16Mixed, "float32", "float16"),
             (Precision::Bf16, "bfloat16", "bfloat16"),
         ] {
-            let s = run(&source, &request(Optimizer::Adamw, precision, false)).summary;
+            let m = run(&source, &request(Optimizer::Adamw, precision, false))
+                .summary
+                .meaning;
+            assert_eq!(m, precision.meaning(false));
             assert_eq!(
-                (
-                    s.parameters_dtype,
-                    s.compute_dtype,
-                    s.optimizer_states_dtype
-                ),
+                (m.parameters_dtype, m.compute_dtype, m.gradients_dtype),
                 (parameters, compute, parameters),
                 "{precision}"
             );
-            assert_eq!(s.lora_base_dtype, None);
+            assert_eq!(m.optimizer_states_dtype, parameters);
+            assert_eq!(m.lora_base_dtype, None);
+            // Under LoRA: fp32 adapters, the base in the compute dtype.
+            let lora = precision.meaning(true);
+            assert_eq!(lora.parameters_dtype, "float32");
+            assert_eq!(lora.lora_base_dtype, Some(compute));
         }
     }
 }
