@@ -320,12 +320,13 @@ fn load_model(
             .max_by_key(|(bytes, _)| *bytes)
             .map(|(_, d)| d)
     });
-    let (compute_dtype, dtype_source) = match (dtype, architecture.config_dtype, stored_float) {
-        (Some(d), _, _) => (d, "--dtype".to_string()),
-        (None, _, _) if default.is_some() => default.unwrap_or((Dtype::Float32, String::new())),
-        (None, Some(d), _) => (d, "config.json torch_dtype".to_string()),
-        (None, None, Some(d)) => (d, "the stored format".to_string()),
-        (None, None, None) => (
+    let found = (dtype, default, architecture.config_dtype, stored_float);
+    let (compute_dtype, dtype_source) = match found {
+        (Some(d), _, _, _) => (d, "--dtype".to_string()),
+        (None, Some(by_precision), _, _) => by_precision,
+        (None, None, Some(d), _) => (d, "config.json torch_dtype".to_string()),
+        (None, None, None, Some(d)) => (d, "the stored format".to_string()),
+        (None, None, None, None) => (
             Dtype::Float32,
             "default float32: the config names no dtype; pass --dtype".to_string(),
         ),
