@@ -180,9 +180,11 @@ impl LineId {
             }
             // The adapters are parameters: their gradients and states are in the terms above.
             TermId::LoraAdapters { .. } => Some(LineId::Weights),
-            TermId::Activations | TermId::LogitsAndLoss | TermId::PrefillTransient => {
-                Some(LineId::Activations)
-            }
+            // The prediction's `temporary` storages are on the activations' line too.
+            TermId::Activations
+            | TermId::LogitsAndLoss
+            | TermId::PrefillTransient
+            | TermId::OptimizerStepTemporaries { .. } => Some(LineId::Activations),
             other => LineId::of_term(other),
         }
     }

@@ -202,3 +202,14 @@ fn capacity_names_are_words_read_back() {
     }
     assert!(CapacityName::try_from("the card".to_string()).is_err());
 }
+
+/// The optimizer step's foreach temporaries are a prediction's `temporary` storages, on the
+/// activations' line beside them; the measured ledger counts them in the phase's growth.
+#[test]
+fn the_optimizer_steps_temporaries_sit_with_the_transients() {
+    let id = TermId::OptimizerStepTemporaries {
+        optimizer: crate::estimate::Optimizer::Adamw,
+    };
+    assert_eq!(LineId::of_term_by_category(&id), Some(LineId::Activations));
+    assert_eq!(LineId::of_term(&id), Some(LineId::Growth));
+}
