@@ -98,6 +98,11 @@ pub struct PredictArgs {
         help_heading = "Target"
     )]
     pub card: Option<String>,
+    /// Predict on a smaller card: PyTorch's allocator may reserve SIZE (e.g. 8GiB) minus the
+    /// memory outside it, as `sweep --memory-limit` caps it on the card; the first allocation that
+    /// does not fit is a predicted out-of-memory. Without it, the card's whole memory applies.
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = positive_size, help_heading = "Target")]
+    pub memory_limit: Option<Bytes>,
     /// A measurement made on the GPU machine (iteragpu.measure/1) or the output of `iteragpu
     /// environment --json` run there: its torch, transformers, peft and CUDA versions are
     /// compared with the prediction's (a warning per difference, `like` in the file).

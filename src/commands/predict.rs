@@ -9,7 +9,7 @@ use super::{options, progress};
 use crate::cli::PredictArgs;
 use crate::exit::{CliError, ExitStatus};
 use crate::output::{self, Saved};
-use crate::prediction::run::{Outcome, predict};
+use crate::prediction::run::{Outcome, predict_within};
 use crate::schema::target::Target;
 use crate::schema::versions;
 use crate::signals;
@@ -45,6 +45,9 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
             Some("no --card given: predicted for the catalog's H200 (choose another with --card NAME)".to_string()),
         ),
     };
+    // The card's memory, or --memory-limit checked against it, before anything runs.
+    let capacity = crate::prediction::oom::capacity(&target, args.memory_limit)
+        .map_err(|e| CliError::bad_input(e.to_string()))?;
     // Where the prediction goes: the path given, a new name when none is given (said), or only
     // standard output for `-`.
     let destination = match m.output.as_deref() {
@@ -60,7 +63,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     }
     let to_stdout = destination.is_none();
     let display = progress::spinner(m.json || to_stdout, "starting the predicting worker");
-    let outcome = predict(&plan, &target, stop, &*display);
+    let outcome = predict_within(&plan, &target, &capacity, stop, &*display);
     display.finish();
     let mut doc = match outcome? {
         Outcome::Predicted(doc) => doc,
@@ -121,8 +124,9 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
 /// The exit status a prediction ends with.
 fn status_of(doc: &crate::schema::prediction::PredictionDoc) -> ExitStatus {
     // Stopped by the timeout or a signal: the phases so far are kept, as `measure` keeps them.
+    // Out of the card's memory: a result kept, with `measure`'s status for an out-of-memory.
     // A workload that raises is bad input for a prediction (nothing ran on a GPU).
-    if doc.stopped() {
+    if doc.stopped() || doc.status == crate::schema::prediction::PredictionStatus::OutOfMemory {
         ExitStatus::WorkloadFailed
     } else if doc.status == crate::schema::prediction::PredictionStatus::Failed {
         ExitStatus::BadInput

@@ -256,6 +256,41 @@ impl CachingAllocator {
         }
     }
 
+    /// What serving a request of `size` bytes would add to the reserved memory: 0 when a cached
+    /// block serves it, else the new segment (native) or the pages or pool it grows by. A
+    /// simulated card refuses a request whose growth does not fit.
+    pub fn growth(&self, size: u64) -> u64 {
+        match self.backend {
+            Backend::MallocAsync => self
+                .allocated
+                .saturating_add(size)
+                .div_ceil(ASYNC_GRANULE)
+                .saturating_mul(ASYNC_GRANULE)
+                .saturating_sub(self.reserved),
+            Backend::ExpandableSegments => {
+                let size = rounded(size);
+                let (small, large) = if size <= SMALL_SIZE {
+                    (self.small_level + size, self.large_level)
+                } else {
+                    (self.small_level, self.large_level.saturating_add(size))
+                };
+                (small.div_ceil(SMALL_BUFFER) * SMALL_BUFFER)
+                    .saturating_add(large.div_ceil(LARGE_BUFFER).saturating_mul(LARGE_BUFFER))
+                    .saturating_sub(self.reserved)
+            }
+            Backend::Native => {
+                let size = rounded(size);
+                let small = size <= SMALL_SIZE;
+                let cached = self.segments.iter().filter(|s| s.small == small).any(|s| {
+                    s.blocks
+                        .iter()
+                        .any(|b| b.owner.is_none() && b.size >= size)
+                });
+                if cached { 0 } else { segment_size(size) }
+            }
+        }
+    }
+
     /// `torch.cuda.empty_cache`: releases every segment that holds no allocation.
     pub fn empty_cache(&mut self) {
         match self.backend {

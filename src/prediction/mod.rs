@@ -6,6 +6,7 @@
 //! `versions` and `like`; where a failed workload raised, in `failure`.
 
 pub mod like;
+pub mod oom;
 pub mod render;
 pub mod replay;
 pub mod run;

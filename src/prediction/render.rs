@@ -82,7 +82,9 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             }
         }
     }
-    if let Some(max) = p.max_driver_view() {
+    if let Some(oom) = &p.out_of_memory {
+        out_of_memory(&mut o, p, oom);
+    } else if let Some(max) = p.max_driver_view() {
         let _ = writeln!(
             o,
             "\n  highest driver's view {} ({} bytes) against {} of {} ({}): {}",
@@ -175,6 +177,54 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
     let _ = writeln!(o, "  prediction: {}", path.display());
     // Names, notes and errors come from files and workloads: shown, never obeyed.
     crate::output::terminal_safe(&o).into_owned()
+}
+
+/// Where the simulated card runs out: the phase, the allocation (module, category, the user's
+/// line), what was free of what, and the post-mortem's class and advice.
+fn out_of_memory(o: &mut String, p: &PredictionDoc, oom: &crate::schema::prediction::PredictedOom) {
+    let at = match (&oom.file, oom.line) {
+        (Some(file), Some(line)) => format!(", at {file}:{line}"),
+        (Some(file), None) => format!(", at {file}"),
+        _ => String::new(),
+    };
+    let (device, source) = p.capacity.as_ref().map_or(
+        (p.target.total_memory, p.target.total_memory_source.as_str()),
+        |c| (c.device_bytes, c.source.as_str()),
+    );
+    let _ = writeln!(
+        o,
+        "\n  predicted out of memory in phase {}: a {} allocation ({} bytes; module {}, category {}{at}) with {} free of {} ({source}); later phases not reached",
+        oom.phase.as_deref().unwrap_or("(outside any phase)"),
+        Bytes(oom.requested_bytes).both(),
+        Bytes(oom.requested_bytes).grouped(),
+        oom.module.as_deref().unwrap_or("(outside any module)"),
+        oom.category,
+        Bytes(oom.free_bytes).both(),
+        Bytes(device).both(),
+    );
+    let _ = writeln!(
+        o,
+        "  the allocator needed a {} segment; PyTorch held {} allocated and {} reserved ({} reserved but unallocated) after releasing {} of cached segments",
+        Bytes(oom.segment_bytes).both(),
+        Bytes(oom.allocated_bytes).both(),
+        Bytes(oom.reserved_bytes).both(),
+        Bytes(oom.reserved_unallocated_bytes).both(),
+        Bytes(oom.released_bytes).both(),
+    );
+    if let (Some(reserved), Some(driver)) = (
+        oom.unlimited_peak_reserved_bytes,
+        oom.unlimited_driver_view_bytes,
+    ) {
+        let _ = writeln!(
+            o,
+            "  with unlimited memory the predicted phases would peak at {} reserved, a driver's view of {}: what a larger card needs (`iteragpu cards --from` reads it)",
+            Bytes(reserved).both(),
+            Bytes(driver).both()
+        );
+    }
+    for line in crate::ledger::render::post_mortem(Some(&oom.post_mortem), None) {
+        let _ = writeln!(o, "  {line}");
+    }
 }
 
 /// The source line Python printed under the frame `file:line`, when the kept tail has it.

@@ -1,7 +1,9 @@
 //! A prediction's storage events replayed through the caching-allocator model: per phase, the
 //! peaks of allocated and reserved memory, the levels at its start and end, and — in a second
 //! pass over the same events — what was alive at the peak, by category (the last role each storage
-//! showed), module and tensor.
+//! showed), module and tensor. Within a capacity (the simulated card), the first request the
+//! allocator cannot serve even after releasing its cached segments stops the replay there: an
+//! out-of-memory, its phases `out_of_memory`, the phases after it `not_reached`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -67,6 +69,49 @@ enum Closed {
     OuterEnded,
     /// The events stopped with it open (the worker died, was stopped, or timed out in it).
     NeverEnded,
+    /// Open when the simulated card ran out of memory.
+    OutOfMemory,
+}
+
+/// A request the simulated card could not serve, and the allocator's state when PyTorch would
+/// have raised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    /// The storage asked for (its category the last role it showed).
+    pub alloc: Alloc,
+    /// The innermost open phase's name and index.
+    pub phase: Option<(String, u64)>,
+    /// What serving it would have added to the reserved memory.
+    pub growth: u64,
+    /// Cached segments released before giving up.
+    pub released: u64,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// What was alive then.
+    pub alive: AtPeak,
+    /// A data-dependent storage was alive, or the request itself is one's upper bound.
+    pub tainted: bool,
+}
+
+/// `malloc` on a card whose allocator may reserve at most `capacity` bytes: a request that does
+/// not fit first makes the allocator release its cached segments (PyTorch's
+/// `release_cached_blocks` before it raises; modelled as releasing them all), then is refused
+/// with the bytes released.
+fn malloc_within(
+    a: &mut CachingAllocator,
+    size: u64,
+    capacity: Option<u64>,
+) -> Result<Allocation, u64> {
+    if let Some(cap) = capacity
+        && a.reserved.saturating_add(a.growth(size)) > cap
+    {
+        let before = a.reserved;
+        a.empty_cache();
+        if a.reserved.saturating_add(a.growth(size)) > cap {
+            return Err(before - a.reserved);
+        }
+    }
+    Ok(a.malloc(size))
 }
 
 /// The phases a replay found, ordered by index, and what it has to say about them.
@@ -74,6 +119,8 @@ pub struct Replayed {
     pub phases: Vec<PredictedPhase>,
     /// Phases that did not end where they should have.
     pub notes: Vec<String>,
+    /// The request the capacity refused, if any.
+    pub refused: Option<Refused>,
 }
 
 /// The allocator backend a target names (`native`, `expandable_segments`, `cudaMallocAsync`).
@@ -90,7 +137,21 @@ pub fn backend(name: &str) -> Backend {
 /// inner ones). A phase still open at the end of the events is closed there, `failed` (or
 /// `unpredictable`), with the figures reached so far.
 pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Replayed {
+    replay_within(events, context_bytes, backend, None)
+}
+
+/// [`replay`] on a card whose allocator may reserve at most `capacity` bytes (`None`:
+/// unlimited). Under the capacity nothing changes; the first request it refuses ends the replay:
+/// the phases open then are `out_of_memory` with the figures reached before it, every phase that
+/// starts later is `not_reached` without figures.
+pub fn replay_within(
+    events: &[TraceEvent],
+    context_bytes: u64,
+    backend: Backend,
+    capacity: Option<u64>,
+) -> Replayed {
     let mut a = CachingAllocator::with_backend(backend);
+    let mut refused: Option<(usize, Refused)> = None;
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
     // Live tensor bytes (rounded to 512, workspaces left out).
@@ -130,7 +191,34 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Re
             }
             TraceEvent::Alloc(alloc) => {
                 // PyTorch hands out no block for an empty storage.
-                let allocation = (alloc.bytes > 0).then(|| a.malloc(alloc.bytes));
+                let allocation = if alloc.bytes == 0 {
+                    None
+                } else {
+                    match malloc_within(&mut a, alloc.bytes, capacity) {
+                        Ok(allocation) => Some(allocation),
+                        Err(released) => {
+                            let roles = roles(events);
+                            let mut asked = (**alloc).clone();
+                            if let Some(category) = roles.get(&asked.id) {
+                                asked.category = *category;
+                            }
+                            refused = Some((
+                                i,
+                                Refused {
+                                    phase: open.last().map(|o| (o.name.clone(), o.index)),
+                                    growth: a.growth(alloc.bytes),
+                                    released,
+                                    allocated: a.allocated,
+                                    reserved: a.reserved,
+                                    alive: at_peak(&with_roles(&live, &roles), a.allocated),
+                                    tainted: alloc.tainted || tainted_live > 0,
+                                    alloc: asked,
+                                },
+                            ));
+                            break;
+                        }
+                    }
+                };
                 allocated_here = allocation.is_some();
                 if alloc.tainted {
                     tainted_live += 1;
@@ -207,17 +295,106 @@ pub fn replay(events: &[TraceEvent], context_bytes: u64, backend: Backend) -> Re
             }
         }
     }
+    let how = if refused.is_some() {
+        Closed::OutOfMemory
+    } else {
+        Closed::NeverEnded
+    };
     while let Some(o) = open.pop() {
-        notes.push(format!(
-            "phase {} did not end: its figures stop at the last event received",
-            o.name
-        ));
-        phases.push(close(o, Closed::NeverEnded, &a, context_bytes, None));
+        if how == Closed::NeverEnded {
+            notes.push(format!(
+                "phase {} did not end: its figures stop at the last event received",
+                o.name
+            ));
+        }
+        phases.push(close(o, how, &a, context_bytes, None));
     }
-    snapshots(events, &mut phases, backend);
+    snapshots(events, &mut phases, backend, capacity);
     let mut phases: Vec<PredictedPhase> = phases.into_iter().map(|(p, _)| p).collect();
+    if let Some((at, _)) = &refused {
+        phases.extend(not_reached(&events[at + 1..]));
+    }
     phases.sort_by_key(|p| p.index);
-    Replayed { phases, notes }
+    Replayed {
+        phases,
+        notes,
+        refused: refused.map(|(_, r)| r),
+    }
+}
+
+/// The phases that start after an out-of-memory: never reached on the card, no figure.
+fn not_reached(events: &[TraceEvent]) -> Vec<PredictedPhase> {
+    let mut open: Vec<u64> = Vec::new();
+    let mut phases = Vec::new();
+    for event in events {
+        match event {
+            TraceEvent::PhaseStart {
+                name,
+                index,
+                parent,
+                automatic,
+                inputs,
+            } => {
+                phases.push(PredictedPhase {
+                    name: name.clone(),
+                    index: *index,
+                    parent: parent.or_else(|| open.last().copied()),
+                    automatic: *automatic,
+                    status: PhaseStatus::NotReached,
+                    inputs: inputs.clone(),
+                    start_allocated_bytes: None,
+                    start_reserved_bytes: None,
+                    peak_allocated_bytes: None,
+                    peak_reserved_bytes: None,
+                    peak_tensor_bytes: None,
+                    end_allocated_bytes: None,
+                    end_reserved_bytes: None,
+                    driver_view_bytes: None,
+                    at_peak: None,
+                    unpredictable: Vec::new(),
+                });
+                open.push(*index);
+            }
+            TraceEvent::PhaseEnd { index, .. } => {
+                if let Some(k) = open.iter().rposition(|o| o == index) {
+                    open.truncate(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    phases
+}
+
+/// A storage's role is the last one it showed: a parameter materialised from the meta device
+/// is tagged at the phase's end, after the peak, yet it was a parameter all along.
+fn roles(events: &[TraceEvent]) -> HashMap<u64, Category> {
+    let mut role: HashMap<u64, Category> = HashMap::new();
+    for event in events {
+        if let TraceEvent::Tag(id, category) = event {
+            role.insert(*id, *category);
+        }
+    }
+    role
+}
+
+/// The live storages with their last role.
+fn with_roles(live: &HashMap<u64, Live>, roles: &HashMap<u64, Category>) -> HashMap<u64, Live> {
+    live.iter()
+        .map(|(id, l)| {
+            let mut alloc = l.alloc.clone();
+            if let Some(category) = roles.get(&alloc.id) {
+                alloc.category = *category;
+            }
+            (
+                *id,
+                Live {
+                    allocation: l.allocation,
+                    alloc,
+                },
+            )
+        })
+        .collect()
 }
 
 /// A phase closed at the allocator's present levels, and the event of its peak when it has
@@ -232,6 +409,8 @@ fn close(
     let unpredictable = o.tainted || !o.unpredictable.is_empty();
     let status = if unpredictable {
         PhaseStatus::Unpredictable
+    } else if how == Closed::OutOfMemory {
+        PhaseStatus::OutOfMemory
     } else if how == (Closed::Ended { failed: false }) {
         PhaseStatus::Predicted
     } else {
@@ -274,6 +453,7 @@ fn snapshots(
     events: &[TraceEvent],
     phases: &mut [(PredictedPhase, Option<usize>)],
     backend: Backend,
+    capacity: Option<u64>,
 ) {
     let mut wanted: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (k, (_, at)) in phases.iter().enumerate() {
@@ -284,20 +464,20 @@ fn snapshots(
     if wanted.is_empty() {
         return;
     }
-    // A storage's role is the last one it showed: a parameter materialised from the meta device
-    // is tagged at the phase's end, after the peak, yet it was a parameter all along.
-    let mut role: HashMap<u64, Category> = HashMap::new();
-    for event in events {
-        if let TraceEvent::Tag(id, category) = event {
-            role.insert(*id, *category);
-        }
-    }
+    let role = roles(events);
     let mut a = CachingAllocator::with_backend(backend);
     let mut live: HashMap<u64, Live> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
         match event {
             TraceEvent::Alloc(alloc) => {
-                let allocation = (alloc.bytes > 0).then(|| a.malloc(alloc.bytes));
+                // The same capacity as the first pass, so that the same blocks are handed out;
+                // every peak wanted comes before a refusal.
+                let Ok(allocation) = (alloc.bytes > 0)
+                    .then(|| malloc_within(&mut a, alloc.bytes, capacity))
+                    .transpose()
+                else {
+                    return;
+                };
                 let mut alloc = alloc.clone();
                 if let Some(category) = role.get(&alloc.id) {
                     alloc.category = *category;
@@ -388,6 +568,8 @@ mod tests {
             shape: vec![bytes],
             dtype: "uint8".into(),
             tainted: false,
+            file: None,
+            line: None,
         }))
     }
 
@@ -476,6 +658,8 @@ mod tests {
             shape: vec![4096],
             dtype: "uint8".into(),
             tainted: true,
+            file: None,
+            line: None,
         }));
         let events = vec![
             start("a", 0),
@@ -663,6 +847,8 @@ mod tests {
             shape: vec![4096],
             dtype: "uint8".into(),
             tainted: true,
+            file: None,
+            line: None,
         }));
         let r = replay(&[start("select", 0), tainted], 0, Backend::Native);
         assert_eq!(r.phases[0].status, PhaseStatus::Unpredictable);

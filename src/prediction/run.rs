@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::environment::PythonEnvironment;
 use crate::estimate::allocator::Backend;
-use crate::prediction::replay::{TraceEvent, replay};
+use crate::prediction::oom;
+use crate::prediction::replay::{TraceEvent, replay_within};
 use crate::progress::Progress;
 use crate::schema::events::{Event, Line};
 use crate::schema::failure::FailureDetail;
 use crate::schema::measure::Identity;
 use crate::schema::prediction::{
-    Assumptions, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc,
+    Assumptions, Capacity, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc,
     PredictionStatus, SCHEMA,
 };
 use crate::schema::target::Target;
@@ -47,11 +48,24 @@ struct Collected {
     notes: Vec<String>,
 }
 
-/// Predicts `plan` for `target`. A torch outside `versions::SUPPORTED_TORCH` is refused as soon
-/// as the worker reports its environment: the worker is killed then, before it runs anything.
+/// Predicts `plan` for `target`, within the card's whole memory (`oom::of_card`). A torch
+/// outside `versions::SUPPORTED_TORCH` is refused as soon as the worker reports its environment:
+/// the worker is killed then, before it runs anything.
 pub fn predict(
     plan: &MeasurePlan,
     target: &Target,
+    stop: &StopRequest,
+    progress: &dyn Progress,
+) -> Result<Outcome, StartError> {
+    predict_within(plan, target, &oom::of_card(target), stop, progress)
+}
+
+/// [`predict`] within `capacity` (`oom::capacity`: the card's, or `--memory-limit`): the first
+/// allocation that does not fit is a predicted out-of-memory (`PredictionDoc::out_of_memory`).
+pub fn predict_within(
+    plan: &MeasurePlan,
+    target: &Target,
+    capacity: &Capacity,
     stop: &StopRequest,
     progress: &dyn Progress,
 ) -> Result<Outcome, StartError> {
@@ -171,7 +185,14 @@ pub fn predict(
         plan.timeout.as_secs(),
         target.context_bytes,
         crate::prediction::replay::backend(&target.allocator_backend),
+        Some(capacity.allocator_bytes),
     );
+    // A larger card's need: the same events without the capacity.
+    let out_of_memory = judged.refused.as_ref().map(|r| {
+        let backend = crate::prediction::replay::backend(&target.allocator_backend);
+        let unlimited = replay_within(&c.events, target.context_bytes, backend, None);
+        oom::predicted(r, capacity, target, &unlimited.phases)
+    });
     let env = c.environment.as_ref();
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
     let mut notes = c.notes;
@@ -213,6 +234,8 @@ pub fn predict(
             ],
         },
         phases: judged.phases,
+        capacity: Some(capacity.clone()),
+        out_of_memory,
         failure: judged.failure,
         failure_detail: judged.failure_detail,
         like: None,
@@ -228,12 +251,15 @@ struct Judged {
     failure_detail: Option<FailureDetail>,
     phases: Vec<PredictedPhase>,
     notes: Vec<String>,
+    /// The request the capacity refused.
+    refused: Option<crate::prediction::replay::Refused>,
 }
 
-/// Replays `events` and decides the prediction's status: `timeout`, `interrupted` or
-/// `terminated` when the CLI stopped the worker (the phases so far kept), `failed` when the
-/// workload raised or the worker died, `partial` when a phase could not be predicted or none was
-/// recorded, `complete` otherwise.
+/// Replays `events` within `capacity` and decides the prediction's status: `out_of_memory` when
+/// a request did not fit (whatever came after it: the card never gets there), `timeout`,
+/// `interrupted` or `terminated` when the CLI stopped the worker (the phases so far kept),
+/// `failed` when the workload raised or the worker died, `partial` when a phase could not be
+/// predicted or none was recorded, `complete` otherwise.
 fn judge(
     events: &[TraceEvent],
     done: Option<&(String, Option<Value>)>,
@@ -242,10 +268,12 @@ fn judge(
     timeout_s: u64,
     context_bytes: u64,
     backend: Backend,
+    capacity: Option<u64>,
 ) -> Judged {
-    let replayed = replay(events, context_bytes, backend);
+    let replayed = replay_within(events, context_bytes, backend, capacity);
     let mut notes = replayed.notes;
     let phases = replayed.phases;
+    let refused = replayed.refused;
     let stop = match exit {
         Exit::Timeout => Some((
             PredictionStatus::Timeout,
@@ -289,7 +317,18 @@ fn judge(
             failure.as_deref().unwrap_or("")
         ));
     }
+    if let Some(r) = &refused {
+        if r.tainted {
+            notes.push("the out-of-memory comes after a data-dependent op (its output's size is an upper bound): it may not happen with the real data".into());
+        }
+        if let Some(f) = &failure {
+            notes.push(format!(
+                "the prediction went on past the out-of-memory and then stopped ({f}): on the card the workload would not get there"
+            ));
+        }
+    }
     let status = match (&stop, &failure) {
+        _ if refused.is_some() => PredictionStatus::OutOfMemory,
         (Some((status, _)), _) => *status,
         (None, Some(_)) if cannot_follow => PredictionStatus::Partial,
         (None, Some(_)) => PredictionStatus::Failed,
@@ -307,7 +346,7 @@ fn judge(
                     "nothing marked one and the worker made none around it; mark them with `with iteragpu.phase(\"name\"):`",
             }
         ));
-    } else if all_predicted && failure.is_some() {
+    } else if all_predicted && failure.is_some() && refused.is_none() {
         notes.push(match &stop {
             Some(_) => {
                 "every phase that started was predicted before the prediction stopped".into()
@@ -321,6 +360,7 @@ fn judge(
         failure_detail,
         phases,
         notes,
+        refused,
     }
 }
 
@@ -364,6 +404,8 @@ mod tests {
             shape: vec![bytes],
             dtype: "uint8".into(),
             tainted: false,
+            file: None,
+            line: None,
         }))
     }
 
@@ -380,6 +422,7 @@ mod tests {
             60,
             0,
             Backend::Native,
+            None,
         )
     }
 

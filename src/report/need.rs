@@ -56,6 +56,28 @@ pub fn from_file(path: &Path) -> Result<Need> {
                     p.failure.as_deref().unwrap_or("failed")
                 );
             }
+            // Out of the simulated card's memory: the need is the peak with unlimited memory.
+            if let Some(oom) = &p.out_of_memory {
+                let Some(peak) = oom.unlimited_peak_reserved_bytes else {
+                    bail!("{} predicts no phase (all unpredictable)", path.display())
+                };
+                return Ok(Need {
+                    bytes: Bytes(peak),
+                    source: format!(
+                        "the PREDICTED highest peak reserved in {} with unlimited memory (predicted out of memory on {} in phase {}; a prediction, not a measurement)",
+                        path.display(),
+                        p.target.name,
+                        oom.phase.as_deref().unwrap_or("(outside any phase)")
+                    ),
+                    overhead: Some((
+                        p.target.context_bytes,
+                        format!(
+                            "the prediction's memory outside PyTorch's allocator ({})",
+                            p.target.context_source
+                        ),
+                    )),
+                });
+            }
             let Some(peak) = p.max_peak_reserved() else {
                 bail!("{} predicts no phase (all unpredictable)", path.display())
             };

@@ -23,6 +23,11 @@ pub enum PhaseStatus {
     Unpredictable,
     /// The workload raised an exception in it (other than an unpredictable op).
     Failed,
+    /// The simulated card's memory ran out in it (`out_of_memory` says where); its figures stop
+    /// before the allocation that did not fit.
+    OutOfMemory,
+    /// It would start after the out-of-memory: never reached on the card, no figure.
+    NotReached,
 }
 
 /// How a whole prediction ended. `timeout`, `interrupted` and `terminated` are `measure`'s words
@@ -45,6 +50,9 @@ pub enum PredictionStatus {
     Interrupted,
     /// Stopped by SIGTERM or SIGHUP.
     Terminated,
+    /// The workload is predicted to run out of the card's memory (`out_of_memory` says where);
+    /// the phases after it are `not_reached`. A result, not a failure of the prediction.
+    OutOfMemory,
 }
 
 impl PredictionStatus {
@@ -89,6 +97,13 @@ pub struct PredictionDoc {
     pub spec: crate::schema::spec::WorkerSpec,
     pub assumptions: Assumptions,
     pub phases: Vec<PredictedPhase>,
+    /// The memory the simulated card gives PyTorch's allocator; null in files written before
+    /// predictions applied a capacity (their phases were simulated as if memory were unlimited).
+    #[serde(default)]
+    pub capacity: Option<Capacity>,
+    /// The first allocation the simulated card could not serve; null when every allocation fit.
+    #[serde(default)]
+    pub out_of_memory: Option<PredictedOom>,
     /// The workload's error, or why the prediction stopped (the timeout, a signal); ` (at
     /// FILE:LINE)` ends it when the traceback names a frame (`failure_detail.frame`).
     pub failure: Option<String>,
@@ -101,6 +116,64 @@ pub struct PredictionDoc {
     #[serde(default)]
     pub like: Option<crate::schema::versions::Like>,
     pub notes: Vec<String>,
+}
+
+/// The card's memory as a prediction applies it: PyTorch's allocator may reserve
+/// `allocator_bytes`, the device's memory less what the process holds outside the allocator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The device's memory the process may use: the card's `total_memory`, or `--memory-limit`.
+    pub device_bytes: u64,
+    /// Where `device_bytes` comes from (`--card NAME (…)`, `--memory-limit SIZE`).
+    pub source: String,
+    /// `device_bytes` − `target.context_bytes` (CUDA context, libraries): what the allocator may
+    /// reserve before a request fails.
+    pub allocator_bytes: u64,
+    /// `--memory-limit`: applied as `sweep --memory-limit` applies it on a card, a memory
+    /// fraction of `allocator_bytes` (PyTorch's message then says `allowed`).
+    pub memory_fraction: bool,
+}
+
+/// The first allocation the simulated card could not serve, even after PyTorch's allocator
+/// released its cached segments (as it does before raising): a predicted out-of-memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictedOom {
+    /// The innermost phase open at the allocation, and its index.
+    pub phase: Option<String>,
+    pub phase_index: Option<u64>,
+    /// The storage's bytes as the program asked for them.
+    pub requested_bytes: u64,
+    /// What the allocator had to reserve for it (a new segment; PyTorch's `Tried to allocate`).
+    pub segment_bytes: u64,
+    /// The storage's role (the last one it showed) and the module that created it.
+    pub category: crate::schema::trace::Category,
+    pub module: Option<String>,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    /// The line of the user's own code that asked for it (outside torch and the libraries);
+    /// null when the worker did not say (older workers).
+    pub file: Option<String>,
+    pub line: Option<u64>,
+    /// PyTorch's allocated and reserved memory when it gave up (after releasing its cache).
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved but unallocated: free pieces of segments that also hold live blocks.
+    pub reserved_unallocated_bytes: u64,
+    /// Cached segments released before giving up.
+    pub released_bytes: u64,
+    /// The device's memory still free: `capacity.device_bytes` − the context − reserved.
+    pub free_bytes: u64,
+    /// What was alive when it gave up.
+    pub alive: AtPeak,
+    /// The highest predicted peak reserved, and driver's view, with unlimited memory (the same
+    /// events replayed without the capacity): what a card that holds the whole workload needs;
+    /// null when no phase could be predicted.
+    pub unlimited_peak_reserved_bytes: Option<u64>,
+    pub unlimited_driver_view_bytes: Option<u64>,
+    /// The same post-mortem as a measured out-of-memory's (`failure.post_mortem` of a
+    /// measurement): the figures PyTorch's message would print, from the replayed allocator, and
+    /// their class (capacity or fragmentation).
+    pub post_mortem: crate::explain::oom::PostMortem,
 }
 
 /// What the figures rest on besides the tensors.
@@ -165,7 +238,7 @@ pub struct PredictedPhase {
 }
 
 /// The live storages at a peak, summed by category and by module, and the largest of them.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AtPeak {
     /// Bytes as the allocator counts them (rounded to 512) by category; `allocator rounding`
     /// holds what blocks handed out beyond that (a large block is not split for ≤ 1 MiB).
@@ -176,13 +249,13 @@ pub struct AtPeak {
     pub top_tensors: Vec<TensorAtPeak>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModuleBytes {
     pub module: String,
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorAtPeak {
     pub bytes: u64,
     pub shape: Vec<u64>,

@@ -57,6 +57,12 @@ pub struct Alloc {
     /// Produced from a data-dependent op's upper bound: never counted as predicted.
     #[serde(default)]
     pub tainted: bool,
+    /// The line of the user's own code that asked for it (outside torch, iteragpu and the
+    /// installed libraries): where a predicted out-of-memory points. Absent from older workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
 }
 
 /// An op the fake tensors could not follow.

@@ -1,0 +1,376 @@
+//! The simulated card: the capacity a prediction applies (the card's `total_memory`, or
+//! `--memory-limit`, less the memory outside PyTorch's allocator) and, when the replay refuses a
+//! request, the predicted out-of-memory with the post-mortem a measured one gets: the figures
+//! PyTorch's message would print, from the replayed allocator, classified by the same rule
+//! (`explain::oom::classify`).
+
+use crate::explain::oom::{
+    AllocatorHint, OomFormat, OomReport, Platform, PostMortem, PrintedSize, classify,
+};
+use crate::prediction::replay::Refused;
+use crate::schema::prediction::{Capacity, PhaseStatus, PredictedOom, PredictedPhase};
+use crate::schema::target::Target;
+use crate::units::Bytes;
+
+/// A `--memory-limit` the target cannot take.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error(
+        "--memory-limit {limit} is more than {card}'s total_memory ({total}): a limit emulates a smaller card; lower it, or choose a larger --card"
+    )]
+    AboveCard {
+        limit: String,
+        card: String,
+        total: String,
+    },
+    #[error(
+        "--memory-limit {limit} leaves nothing to PyTorch's allocator: the memory outside it is {context} on this target ({origin}); give more than that"
+    )]
+    BelowContext {
+        limit: String,
+        context: String,
+        origin: String,
+    },
+}
+
+/// The capacity a prediction for `target` applies: `--memory-limit` when given (a memory
+/// fraction, as `sweep --memory-limit` applies it on the card), else the card's `total_memory`.
+pub fn capacity(target: &Target, memory_limit: Option<Bytes>) -> Result<Capacity, LimitError> {
+    let Some(limit) = memory_limit else {
+        return Ok(of_card(target));
+    };
+    if limit.get() > target.total_memory {
+        return Err(LimitError::AboveCard {
+            limit: limit.both(),
+            card: target.name.clone(),
+            total: Bytes(target.total_memory).both(),
+        });
+    }
+    if limit.get() <= target.context_bytes {
+        return Err(LimitError::BelowContext {
+            limit: limit.both(),
+            context: Bytes(target.context_bytes).both(),
+            origin: target.context_source.clone(),
+        });
+    }
+    Ok(Capacity {
+        device_bytes: limit.get(),
+        source: format!("--memory-limit {} on {}", limit.grouped(), target.name),
+        allocator_bytes: limit.get() - target.context_bytes,
+        memory_fraction: true,
+    })
+}
+
+/// The card's whole `total_memory`, less the memory outside the allocator.
+pub fn of_card(target: &Target) -> Capacity {
+    Capacity {
+        device_bytes: target.total_memory,
+        source: format!(
+            "{}'s total_memory ({})",
+            target.name, target.total_memory_source
+        ),
+        allocator_bytes: target.total_memory.saturating_sub(target.context_bytes),
+        memory_fraction: false,
+    }
+}
+
+/// PyTorch's `format_size`: exact up to 1024 bytes, then KiB, MiB, GiB with two decimals.
+fn format_size(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    let b = bytes as f64;
+    if bytes <= KIB {
+        format!("{bytes} bytes")
+    } else if bytes <= KIB << 10 {
+        format!("{:.2} KiB", b / KIB as f64)
+    } else if bytes <= KIB << 20 {
+        format!("{:.2} MiB", b / (KIB << 10) as f64)
+    } else {
+        format!("{:.2} GiB", b / (KIB << 20) as f64)
+    }
+}
+
+/// A figure of the replayed allocator: exact, written as PyTorch would print it.
+fn exact(bytes: u64) -> PrintedSize {
+    PrintedSize {
+        bytes: Bytes(bytes),
+        precision_bytes: 0,
+        text: format_size(bytes),
+    }
+}
+
+/// The report PyTorch 2.5+ would print at the refused request (`GPU 0 has a total capacity of
+/// … of which … is free. Including non-PyTorch memory, this process has … [… allowed;] Of the
+/// allocated memory …`), every figure exact, and its classification.
+pub fn post_mortem(r: &Refused, capacity: &Capacity, target: &Target) -> PostMortem {
+    let context = target.context_bytes;
+    let total = if capacity.memory_fraction {
+        target.total_memory
+    } else {
+        capacity.device_bytes
+    };
+    let report = OomReport {
+        format: OomFormat::OfWhichFree,
+        platform: Platform::Cuda,
+        device: Some(0),
+        tried_to_allocate: exact(r.growth),
+        request_is_lower_bound: false,
+        total_capacity: Some(exact(total)),
+        free: Some(exact(
+            total.saturating_sub(context).saturating_sub(r.reserved),
+        )),
+        this_process_listed: true,
+        this_process_in_use: Some(exact(r.reserved.saturating_add(context))),
+        other_processes: Vec::new(),
+        allowed: capacity
+            .memory_fraction
+            .then(|| exact(capacity.allocator_bytes)),
+        allocated_by_pytorch: Some(exact(r.allocated)),
+        reserved_by_pytorch: Some(exact(r.reserved)),
+        reserved_but_unallocated: Some(exact(r.reserved.saturating_sub(r.allocated))),
+        private_pools: None,
+        hint: Some(AllocatorHint::ExpandableSegments),
+    };
+    let diagnosis = classify(&report);
+    PostMortem { report, diagnosis }
+}
+
+/// The document's record of a refused request; `unlimited` the phases replayed without the
+/// capacity.
+pub fn predicted(
+    r: &Refused,
+    capacity: &Capacity,
+    target: &Target,
+    unlimited: &[PredictedPhase],
+) -> PredictedOom {
+    let predicted = || {
+        unlimited
+            .iter()
+            .filter(|p| p.status == PhaseStatus::Predicted)
+    };
+    PredictedOom {
+        phase: r.phase.as_ref().map(|(name, _)| name.clone()),
+        phase_index: r.phase.as_ref().map(|(_, index)| *index),
+        requested_bytes: r.alloc.bytes,
+        segment_bytes: r.growth,
+        category: r.alloc.category,
+        module: r.alloc.module.clone(),
+        shape: r.alloc.shape.clone(),
+        dtype: r.alloc.dtype.clone(),
+        file: r.alloc.file.clone(),
+        line: r.alloc.line,
+        allocated_bytes: r.allocated,
+        reserved_bytes: r.reserved,
+        reserved_unallocated_bytes: r.reserved.saturating_sub(r.allocated),
+        released_bytes: r.released,
+        free_bytes: capacity
+            .device_bytes
+            .saturating_sub(target.context_bytes)
+            .saturating_sub(r.reserved),
+        alive: r.alive.clone(),
+        unlimited_peak_reserved_bytes: predicted().filter_map(|p| p.peak_reserved_bytes).max(),
+        unlimited_driver_view_bytes: predicted().filter_map(|p| p.driver_view_bytes).max(),
+        post_mortem: post_mortem(r, capacity, target),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::allocator::Backend;
+    use crate::explain::oom::{OomClass, OomRule};
+    use crate::prediction::replay::{TraceEvent, replay, replay_within};
+    use crate::schema::trace::{Alloc, Category};
+
+    const MIB: u64 = 1 << 20;
+
+    fn alloc(id: u64, bytes: u64, category: Category, module: &str) -> TraceEvent {
+        TraceEvent::Alloc(Box::new(Alloc {
+            id,
+            bytes,
+            category,
+            module: Some(module.into()),
+            shape: vec![bytes],
+            dtype: "uint8".into(),
+            tainted: false,
+            file: Some("train.py".into()),
+            line: Some(id + 10),
+        }))
+    }
+
+    fn start(name: &str, index: u64) -> TraceEvent {
+        TraceEvent::PhaseStart {
+            name: name.into(),
+            index,
+            parent: None,
+            automatic: false,
+            inputs: Default::default(),
+        }
+    }
+
+    fn end(index: u64) -> TraceEvent {
+        TraceEvent::PhaseEnd {
+            index,
+            failed: false,
+            inputs: Default::default(),
+        }
+    }
+
+    /// A card of `device` bytes with 1 MiB outside the allocator.
+    fn card(device: u64) -> (Target, Capacity) {
+        let mut target = Target::named(Some("A100 40GB"), "native").unwrap();
+        target.total_memory = device;
+        target.context_bytes = MIB;
+        let capacity = capacity(&target, None).unwrap();
+        (target, capacity)
+    }
+
+    /// Two 12 MiB activations in their own 12 MiB segments, the first freed and its segment
+    /// still cached, then a request.
+    fn events(last: u64) -> Vec<TraceEvent> {
+        vec![
+            start("load", 0),
+            alloc(0, 40 * MIB, Category::Parameter, "m"),
+            end(0),
+            start("forward", 1),
+            alloc(1, 12 * MIB, Category::Activation, "m.a"),
+            alloc(2, 12 * MIB, Category::Activation, "m.b"),
+            TraceEvent::Free(1),
+            alloc(3, last, Category::Temporary, "m.c"),
+            end(1),
+            start("backward", 2),
+            end(2),
+        ]
+    }
+
+    /// The card holds 40 + 12 + 12 MiB: a 16 MiB request needs a new segment, the cached 12 MiB
+    /// one is released, and still the request does not fit: capacity. The phase that ran it
+    /// stops there, the next one is not reached, and the allocation is named with its line.
+    #[test]
+    fn a_request_beyond_the_card_is_capacity() {
+        let (target, cap) = card(65 * MIB);
+        let r = replay_within(
+            &events(16 * MIB),
+            target.context_bytes,
+            Backend::Native,
+            Some(cap.allocator_bytes),
+        );
+        let refused = r.refused.as_ref().expect("refused");
+        assert_eq!(refused.released, 12 * MIB, "the cached segment released");
+        assert_eq!((refused.allocated, refused.reserved), (52 * MIB, 52 * MIB));
+        let status: Vec<PhaseStatus> = r.phases.iter().map(|p| p.status).collect();
+        assert_eq!(
+            status,
+            [
+                PhaseStatus::Predicted,
+                PhaseStatus::OutOfMemory,
+                PhaseStatus::NotReached
+            ]
+        );
+        assert_eq!(r.phases[1].peak_allocated_bytes, Some(64 * MIB));
+        assert_eq!(r.phases[1].end_reserved_bytes, Some(52 * MIB));
+        assert_eq!(r.phases[2].peak_allocated_bytes, None);
+        let oom = predicted(refused, &cap, &target, &replay(&events(16 * MIB), MIB, Backend::Native).phases);
+        assert_eq!(oom.unlimited_peak_reserved_bytes, Some(80 * MIB));
+        assert_eq!(oom.unlimited_driver_view_bytes, Some(81 * MIB));
+        assert_eq!(oom.phase.as_deref(), Some("forward"));
+        assert_eq!((oom.requested_bytes, oom.segment_bytes), (16 * MIB, 16 * MIB));
+        assert_eq!(oom.category, Category::Temporary);
+        assert_eq!(oom.module.as_deref(), Some("m.c"));
+        assert_eq!((oom.file.as_deref(), oom.line), (Some("train.py"), Some(13)));
+        assert_eq!(oom.free_bytes, 12 * MIB);
+        assert_eq!(oom.alive.by_category["activation"], 12 * MIB);
+        let d = &oom.post_mortem.diagnosis;
+        assert_eq!((d.class, d.rule), (OomClass::Capacity, OomRule::OverCapacity));
+    }
+
+    /// The same card with the 12 MiB freed inside a segment that still holds a live block: the
+    /// free piece cannot be released, and a 12 MiB request fails though 12 MiB are free in
+    /// PyTorch's cache: fragmentation.
+    #[test]
+    fn a_request_the_cached_pieces_would_hold_is_fragmentation() {
+        let (target, cap) = card(65 * MIB);
+        // One 24 MiB segment (a 24 MiB storage freed, then two 12 MiB ones split from it)…
+        let events = vec![
+            start("load", 0),
+            alloc(0, 40 * MIB, Category::Parameter, "m"),
+            end(0),
+            start("forward", 1),
+            alloc(1, 24 * MIB, Category::Temporary, "m.x"),
+            TraceEvent::Free(1),
+            alloc(2, 12 * MIB, Category::Activation, "m.a"),
+            alloc(3, 10 * MIB, Category::Activation, "m.b"),
+            TraceEvent::Free(2),
+            // … whose free 12 MiB piece does not fit 13 MiB, with no room for a new segment.
+            alloc(4, 13 * MIB, Category::Temporary, "m.c"),
+            end(1),
+        ];
+        let r = replay_within(&events, MIB, Backend::Native, Some(cap.allocator_bytes));
+        let refused = r.refused.expect("refused");
+        assert_eq!(refused.released, 0, "no segment is wholly free");
+        let oom = predicted(&refused, &cap, &target, &[]);
+        assert_eq!(oom.unlimited_peak_reserved_bytes, None);
+        assert_eq!(oom.reserved_unallocated_bytes, 14 * MIB);
+        let d = &oom.post_mortem.diagnosis;
+        assert_eq!(d.class, OomClass::Fragmentation, "{}", d.reason);
+        assert_eq!(d.rule, OomRule::CacheCoversRequest);
+    }
+
+    /// Above the peak nothing changes: the same phases, byte for byte, as without a capacity.
+    #[test]
+    fn a_capacity_above_the_peak_changes_nothing() {
+        let events = events(16 * MIB);
+        let free = replay(&events, MIB, Backend::Native);
+        let peak = free.phases.iter().filter_map(|p| p.peak_reserved_bytes).max();
+        for backend in [Backend::Native, Backend::ExpandableSegments, Backend::MallocAsync] {
+            let free = replay(&events, MIB, backend);
+            let peak = free.phases.iter().filter_map(|p| p.peak_reserved_bytes).max();
+            let within = replay_within(&events, MIB, backend, peak);
+            assert!(within.refused.is_none());
+            assert_eq!(
+                serde_json::to_value(&within.phases).unwrap(),
+                serde_json::to_value(&free.phases).unwrap()
+            );
+        }
+        let r = replay_within(&events, MIB, Backend::Native, peak.map(|p| p - 1));
+        assert!(r.refused.is_some());
+    }
+
+    /// `--memory-limit` is a memory fraction on the card: PyTorch's `allowed`; a limit above
+    /// the card or within its context is refused with the figures.
+    #[test]
+    fn a_memory_limit_is_a_fraction_of_the_card() {
+        let target = Target::named(Some("A100 40GB"), "native").unwrap();
+        let cap = capacity(&target, Some(Bytes(8 << 30))).unwrap();
+        assert!(cap.memory_fraction);
+        assert_eq!(cap.allocator_bytes, (8 << 30) - target.context_bytes);
+        assert!(cap.source.starts_with("--memory-limit 8,589,934,592 on A100"));
+        let above = capacity(&target, Some(Bytes(target.total_memory + 1))).unwrap_err();
+        assert!(above.to_string().contains("more than A100"), "{above}");
+        let below = capacity(&target, Some(Bytes(MIB))).unwrap_err();
+        assert!(below.to_string().contains("leaves nothing"), "{below}");
+        let refused = Refused {
+            alloc: Alloc {
+                id: 0,
+                bytes: 2 << 30,
+                category: Category::Activation,
+                module: None,
+                shape: vec![],
+                dtype: "uint8".into(),
+                tainted: false,
+                file: None,
+                line: None,
+            },
+            phase: None,
+            growth: 2 << 30,
+            released: 0,
+            allocated: 7 << 30,
+            reserved: 7 << 30,
+            alive: Default::default(),
+            tainted: false,
+        };
+        let pm = post_mortem(&refused, &cap, &target);
+        assert_eq!(pm.report.allowed.as_ref().unwrap().bytes.0, cap.allocator_bytes);
+        assert_eq!(pm.report.tried_to_allocate.text, "2.00 GiB");
+        assert_eq!(pm.diagnosis.class, OomClass::Capacity);
+    }
+}
