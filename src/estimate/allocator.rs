@@ -281,11 +281,11 @@ impl CachingAllocator {
             Backend::Native => {
                 let size = rounded(size);
                 let small = size <= SMALL_SIZE;
-                let cached = self.segments.iter().filter(|s| s.small == small).any(|s| {
-                    s.blocks
-                        .iter()
-                        .any(|b| b.owner.is_none() && b.size >= size)
-                });
+                let cached = self
+                    .segments
+                    .iter()
+                    .filter(|s| s.small == small)
+                    .any(|s| s.blocks.iter().any(|b| b.owner.is_none() && b.size >= size));
                 if cached { 0 } else { segment_size(size) }
             }
         }

@@ -269,18 +269,32 @@ mod tests {
         assert_eq!(r.phases[1].peak_allocated_bytes, Some(64 * MIB));
         assert_eq!(r.phases[1].end_reserved_bytes, Some(52 * MIB));
         assert_eq!(r.phases[2].peak_allocated_bytes, None);
-        let oom = predicted(refused, &cap, &target, &replay(&events(16 * MIB), MIB, Backend::Native).phases);
+        let oom = predicted(
+            refused,
+            &cap,
+            &target,
+            &replay(&events(16 * MIB), MIB, Backend::Native).phases,
+        );
         assert_eq!(oom.unlimited_peak_reserved_bytes, Some(80 * MIB));
         assert_eq!(oom.unlimited_driver_view_bytes, Some(81 * MIB));
         assert_eq!(oom.phase.as_deref(), Some("forward"));
-        assert_eq!((oom.requested_bytes, oom.segment_bytes), (16 * MIB, 16 * MIB));
+        assert_eq!(
+            (oom.requested_bytes, oom.segment_bytes),
+            (16 * MIB, 16 * MIB)
+        );
         assert_eq!(oom.category, Category::Temporary);
         assert_eq!(oom.module.as_deref(), Some("m.c"));
-        assert_eq!((oom.file.as_deref(), oom.line), (Some("train.py"), Some(13)));
+        assert_eq!(
+            (oom.file.as_deref(), oom.line),
+            (Some("train.py"), Some(13))
+        );
         assert_eq!(oom.free_bytes, 12 * MIB);
         assert_eq!(oom.alive.by_category["activation"], 12 * MIB);
         let d = &oom.post_mortem.diagnosis;
-        assert_eq!((d.class, d.rule), (OomClass::Capacity, OomRule::OverCapacity));
+        assert_eq!(
+            (d.class, d.rule),
+            (OomClass::Capacity, OomRule::OverCapacity)
+        );
     }
 
     /// The same card with the 12 MiB freed inside a segment that still holds a live block: the
@@ -320,10 +334,22 @@ mod tests {
     fn a_capacity_above_the_peak_changes_nothing() {
         let events = events(16 * MIB);
         let free = replay(&events, MIB, Backend::Native);
-        let peak = free.phases.iter().filter_map(|p| p.peak_reserved_bytes).max();
-        for backend in [Backend::Native, Backend::ExpandableSegments, Backend::MallocAsync] {
+        let peak = free
+            .phases
+            .iter()
+            .filter_map(|p| p.peak_reserved_bytes)
+            .max();
+        for backend in [
+            Backend::Native,
+            Backend::ExpandableSegments,
+            Backend::MallocAsync,
+        ] {
             let free = replay(&events, MIB, backend);
-            let peak = free.phases.iter().filter_map(|p| p.peak_reserved_bytes).max();
+            let peak = free
+                .phases
+                .iter()
+                .filter_map(|p| p.peak_reserved_bytes)
+                .max();
             let within = replay_within(&events, MIB, backend, peak);
             assert!(within.refused.is_none());
             assert_eq!(
@@ -343,7 +369,10 @@ mod tests {
         let cap = capacity(&target, Some(Bytes(8 << 30))).unwrap();
         assert!(cap.memory_fraction);
         assert_eq!(cap.allocator_bytes, (8 << 30) - target.context_bytes);
-        assert!(cap.source.starts_with("--memory-limit 8,589,934,592 on A100"));
+        assert!(
+            cap.source
+                .starts_with("--memory-limit 8,589,934,592 on A100")
+        );
         let above = capacity(&target, Some(Bytes(target.total_memory + 1))).unwrap_err();
         assert!(above.to_string().contains("more than A100"), "{above}");
         let below = capacity(&target, Some(Bytes(MIB))).unwrap_err();
@@ -369,7 +398,10 @@ mod tests {
             tainted: false,
         };
         let pm = post_mortem(&refused, &cap, &target);
-        assert_eq!(pm.report.allowed.as_ref().unwrap().bytes.0, cap.allocator_bytes);
+        assert_eq!(
+            pm.report.allowed.as_ref().unwrap().bytes.0,
+            cap.allocator_bytes
+        );
         assert_eq!(pm.report.tried_to_allocate.text, "2.00 GiB");
         assert_eq!(pm.diagnosis.class, OomClass::Capacity);
     }

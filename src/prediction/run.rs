@@ -14,8 +14,8 @@ use crate::schema::events::{Event, Line};
 use crate::schema::failure::FailureDetail;
 use crate::schema::measure::Identity;
 use crate::schema::prediction::{
-    Assumptions, Capacity, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase, PredictionDoc,
-    PredictionStatus, SCHEMA,
+    Assumptions, Capacity, DocumentKind, PhaseStatus, PlaceholderRead, PredictedPhase,
+    PredictionDoc, PredictionStatus, SCHEMA,
 };
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};

@@ -64,10 +64,12 @@ pub fn from_file(path: &Path) -> Result<Need> {
                 return Ok(Need {
                     bytes: Bytes(peak),
                     source: format!(
-                        "the PREDICTED highest peak reserved in {} with unlimited memory (predicted out of memory on {} in phase {}; a prediction, not a measurement)",
+                        "the PREDICTED highest peak reserved in {} with unlimited memory (predicted out of memory in phase {} within {}; a prediction, not a measurement)",
                         path.display(),
-                        p.target.name,
-                        oom.phase.as_deref().unwrap_or("(outside any phase)")
+                        oom.phase.as_deref().unwrap_or("(outside any phase)"),
+                        p.capacity
+                            .as_ref()
+                            .map_or(p.target.name.as_str(), |c| c.source.as_str())
                     ),
                     overhead: Some((
                         p.target.context_bytes,

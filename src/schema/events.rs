@@ -23,7 +23,7 @@
 //! ```
 //! A prediction (`iteragpu predict`) adds the storages of the target device, in order:
 //! ```text
-//! {"type": "alloc", "data": {"id": 7, "bytes": 262144, "category": "temporary", "module": "LlamaForCausalLM.model.layers.0.mlp", "shape": [2, 16, 2048], "dtype": "float32", "tainted": false}}
+//! {"type": "alloc", "data": {"id": 7, "bytes": 262144, "category": "temporary", "module": "LlamaForCausalLM.model.layers.0.mlp", "shape": [2, 16, 2048], "dtype": "float32", "tainted": false, "file": "train.py", "line": 42}}
 //! {"type": "tag", "data": {"id": 7, "category": "activation"}}
 //! {"type": "free", "data": {"id": 7}}
 //! {"type": "unpredictable", "data": {"op": "aten.nonzero.default", "file": "/home/me/train.py", "line": 42, "reason": "its output size depends on the data"}}

@@ -473,6 +473,16 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
             vec!["--world-size", "16384"],
             "above the 4096 ranks predict follows",
         ),
+        (
+            vec!["--card", "L4", "--memory-limit", "30GiB"],
+            "--memory-limit 32.21 GB = 30.00 GiB is more than L4's total_memory",
+        ),
+        (
+            vec!["--memory-limit", "100MiB"],
+            "--memory-limit 0.10 GB = 0.10 GiB leaves nothing to PyTorch's allocator",
+        ),
+        (vec!["--memory-limit", "0"], "is no memory at all"),
+        (vec!["--memory-limit", "8G"], "ambiguous"),
     ] {
         Run::predict()
             .args(&args)
@@ -730,5 +740,101 @@ fn estimate_and_predict_agree_on_a_lora_base() {
     assert_eq!(
         predicted, weights,
         "predict {predicted} vs estimate {weights}"
+    );
+}
+
+/// The simulated card (issue 20, item 3): a `--memory-limit` just below forward's predicted peak
+/// runs out of memory in forward, at the script's line, with the allocation's module and category
+/// and the post-mortem; backward is not reached; the exit status is measure's for an
+/// out-of-memory (3). A limit at the peak changes no byte of the phases. `cards --from` reads the
+/// need with unlimited memory.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_prediction_runs_out_of_the_cards_memory_where_it_would() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let script = fixture("scripts/predict_oom.py");
+    let run = |name: &str, limit: Option<u64>, status: i32| {
+        let mut r = Run::predict()
+            .arg("--script")
+            .arg(&script)
+            .args(["--python", &python])
+            .output(dir.path().join(format!("{name}.json")));
+        if let Some(limit) = limit {
+            r = r.args(["--memory-limit", &limit.to_string()]);
+        }
+        r.expect_status(status)
+    };
+    let free = run("free", None, 0).prediction();
+    assert_eq!(free.status, PredictionStatus::Complete);
+    assert!(free.out_of_memory.is_none());
+    let context = free.target.context_bytes;
+    let forward = free.phase("forward").peak_reserved_bytes.unwrap();
+    let peak = free.max_peak_reserved().unwrap();
+
+    let ran = run("oom", Some(context + forward - 1), 3);
+    let stdout = ran.stdout();
+    let doc = ran.prediction();
+    assert_eq!(doc.status, PredictionStatus::OutOfMemory);
+    let status = |name: &str| doc.phase(name).status;
+    assert_eq!(status("load"), PhaseStatus::Predicted);
+    assert_eq!(status("forward"), PhaseStatus::OutOfMemory);
+    assert_eq!(status("backward"), PhaseStatus::NotReached);
+    assert_eq!(doc.phase("backward").peak_reserved_bytes, None);
+    assert_eq!(
+        doc.phase("load").peak_reserved_bytes,
+        free.phase("load").peak_reserved_bytes
+    );
+    let capacity = doc.capacity.as_ref().unwrap();
+    assert!(capacity.memory_fraction);
+    assert_eq!(capacity.allocator_bytes, forward - 1);
+    let oom = doc.out_of_memory.as_ref().expect("the out-of-memory");
+    assert_eq!(oom.phase.as_deref(), Some("forward"));
+    // ReLU's output, saved for backward: 2048 × 4096 float32.
+    assert_eq!(oom.requested_bytes, 2048 * 4096 * 4);
+    assert_eq!(oom.category.to_string(), "activation");
+    assert_eq!(oom.module.as_deref(), Some("Sequential.1"));
+    assert!(
+        oom.file
+            .as_deref()
+            .unwrap()
+            .ends_with("scripts/predict_oom.py")
+    );
+    assert_eq!(oom.line, Some(11));
+    assert!(oom.reserved_bytes + oom.segment_bytes > capacity.allocator_bytes);
+    assert_eq!(oom.unlimited_peak_reserved_bytes, Some(peak));
+    let report = &oom.post_mortem.report;
+    assert_eq!(
+        report.reserved_but_unallocated.as_ref().unwrap().bytes.0,
+        oom.reserved_unallocated_bytes
+    );
+    let class = oom.post_mortem.diagnosis.class.label();
+    assert!(["capacity", "fragmentation"].contains(&class), "{class}");
+    for said in [
+        "predicted out of memory in phase forward: a ",
+        "(33,554,432 bytes; module Sequential.1, category activation, at ",
+        "predict_oom.py:11) with ",
+        "; later phases not reached",
+        &format!("out-of-memory post-mortem: {class} — "),
+    ] {
+        assert!(stdout.contains(said), "{said:?} in {stdout}");
+    }
+    Run::command("cards")
+        .arg("--from")
+        .arg(dir.path().join("oom.json"))
+        .succeeds()
+        .stdout_has(&format!(
+            "need per device: {} bytes",
+            iteragpu::units::Bytes(peak).grouped()
+        ))
+        .stdout_has("with unlimited memory (predicted out of memory in phase forward");
+
+    // At the peak: not a byte changes.
+    let fits = run("fits", Some(context + peak), 0).prediction();
+    assert_eq!(fits.status, PredictionStatus::Complete);
+    assert!(fits.out_of_memory.is_none());
+    assert_eq!(
+        serde_json::to_value(&fits.phases).unwrap(),
+        serde_json::to_value(&free.phases).unwrap()
     );
 }

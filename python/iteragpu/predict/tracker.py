@@ -95,6 +95,48 @@ def script_frame() -> tuple[str, int] | tuple[None, None]:
     return user_frame()
 
 
+_OWN_PACKAGE: str = os.path.join(_PACKAGE, "iteragpu", "")
+# co_filename -> the name an allocation's site reports, or None for torch's, iteragpu's
+# prediction code's and the installed libraries' files: each file classified once (an
+# allocation's site is looked up on every storage).
+_SITE_FILES: dict[str, str | None] = {}
+
+
+def _site_file(file: str) -> str | None:
+    if file in _SITE_FILES:
+        return _SITE_FILES[file]
+    name: str | None
+    if any(part in file for part in _INTERNAL) or file.startswith("<"):
+        name = None
+    elif file.startswith(_OWN_PACKAGE):
+        # iteragpu's own workloads: named inside the package (they run from a temporary folder).
+        name = os.path.relpath(file, _PACKAGE)
+    elif os.path.realpath(file).startswith(_LIBRARIES):
+        name = None
+    else:
+        name = file
+    _SITE_FILES[file] = name
+    return name
+
+
+def alloc_site() -> tuple[str, int] | tuple[None, None]:
+    """(file, line) of the innermost frame of the user's own code (`script_frame`'s rule; a
+    built-in workload's file named inside the package): the line a predicted out-of-memory
+    points to."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = _site_file(frame.f_code.co_filename)
+        if name is not None:
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return None, None
+
+
+def _site() -> dict[str, Any]:
+    file, line = alloc_site()
+    return {} if file is None else {"file": file, "line": line}
+
+
 class Tracker(TorchDispatchMode):
     """Sits above FakeTensorMode: sees every op first, then registers what it produced."""
 
@@ -189,6 +231,7 @@ class Tracker(TorchDispatchMode):
                     "shape": [nbytes],
                     "dtype": "uint8",
                     "tainted": False,
+                    **_site(),
                 },
             )
 
@@ -242,6 +285,7 @@ class Tracker(TorchDispatchMode):
                     "shape": list(t.shape),
                     "dtype": str(t.dtype).replace("torch.", ""),
                     "tainted": tainted,
+                    **_site(),
                 },
             )
         weakref.finalize(st, self._finalized, key, ident)
@@ -302,6 +346,7 @@ class Tracker(TorchDispatchMode):
                         "shape": [nbytes],
                         "dtype": "uint8",
                         "tainted": False,
+                        **_site(),
                     },
                 )
 
