@@ -357,8 +357,12 @@ mod tests {
                 serde_json::to_value(&free.phases).unwrap()
             );
         }
+        // A byte less: PyTorch releases the cached 12 MiB segment and serves the request.
         let r = replay_within(&events, MIB, Backend::Native, peak.map(|p| p - 1));
-        assert!(r.refused.is_some());
+        assert!(r.refused.is_none());
+        assert_eq!(r.phases[1].peak_reserved_bytes, Some(68 * MIB));
+        let r = replay_within(&events, MIB, Backend::Native, Some(68 * MIB - 1));
+        assert_eq!(r.refused.map(|r| r.released), Some(12 * MIB));
     }
 
     /// `--memory-limit` is a memory fraction on the card: PyTorch's `allowed`; a limit above
