@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::environment::PythonEnvironment;
-use crate::estimate::allocator::Backend;
 use crate::prediction::oom;
-use crate::prediction::replay::{TraceEvent, replay_within};
+use crate::prediction::replay::{Replayed, TraceEvent, replay_within};
 use crate::progress::Progress;
 use crate::schema::events::{Event, Line};
 use crate::schema::failure::FailureDetail;
@@ -177,19 +176,21 @@ pub fn predict_within(
             )));
         }
     }
+    let backend = crate::prediction::replay::backend(&target.allocator_backend);
     let judged = judge(
-        &c.events,
+        replay_within(
+            &c.events,
+            target.context_bytes,
+            backend,
+            Some(capacity.allocator_bytes),
+        ),
         c.done.as_ref(),
         &run.exit,
         &run.stderr_tail,
         plan.timeout.as_secs(),
-        target.context_bytes,
-        crate::prediction::replay::backend(&target.allocator_backend),
-        Some(capacity.allocator_bytes),
     );
     // A larger card's need: the same events without the capacity.
     let out_of_memory = judged.refused.as_ref().map(|r| {
-        let backend = crate::prediction::replay::backend(&target.allocator_backend);
         let unlimited = replay_within(&c.events, target.context_bytes, backend, None);
         oom::predicted(r, capacity, target, &unlimited.phases)
     });
@@ -255,22 +256,18 @@ struct Judged {
     refused: Option<crate::prediction::replay::Refused>,
 }
 
-/// Replays `events` within `capacity` and decides the prediction's status: `out_of_memory` when
+/// Decides from the events replayed within the card's capacity the prediction's status: `out_of_memory` when
 /// a request did not fit (whatever came after it: the card never gets there), `timeout`,
 /// `interrupted` or `terminated` when the CLI stopped the worker (the phases so far kept),
 /// `failed` when the workload raised or the worker died, `partial` when a phase could not be
 /// predicted or none was recorded, `complete` otherwise.
 fn judge(
-    events: &[TraceEvent],
+    replayed: Replayed,
     done: Option<&(String, Option<Value>)>,
     exit: &Exit,
     stderr_tail: &[String],
     timeout_s: u64,
-    context_bytes: u64,
-    backend: Backend,
-    capacity: Option<u64>,
 ) -> Judged {
-    let replayed = replay_within(events, context_bytes, backend, capacity);
     let mut notes = replayed.notes;
     let phases = replayed.phases;
     let refused = replayed.refused;
@@ -375,6 +372,7 @@ fn allocator_model(backend: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimate::allocator::Backend;
     use crate::schema::trace::{Alloc, Category};
 
     fn start(name: &str, index: u64) -> TraceEvent {
@@ -415,14 +413,11 @@ mod tests {
 
     fn judged(events: &[TraceEvent], done: Option<(String, Option<Value>)>, exit: Exit) -> Judged {
         judge(
-            events,
+            crate::prediction::replay::replay(events, 0, Backend::Native),
             done.as_ref(),
             &exit,
             &["boom".into()],
             60,
-            0,
-            Backend::Native,
-            None,
         )
     }
 
