@@ -68,14 +68,28 @@ pub struct FromEventsArgs {
 pub struct ExplainArgs {
     /// A measure result (iteragpu.measure/1), or a prediction (iteragpu.prediction/1): its
     /// ledger by storage category at the predicted peak.
-    pub result: PathBuf,
+    #[arg(required_unless_present = "snapshot", conflicts_with = "snapshot")]
+    pub result: Option<PathBuf>,
     /// The output of `iteragpu estimate --json` for the estimate's side.
-    #[arg(long, value_name = "EST.json")]
+    #[arg(long, value_name = "EST.json", conflicts_with = "snapshot")]
     pub estimate: Option<PathBuf>,
     /// A prediction (iteragpu.prediction/1); default: the one stored in the result.
-    #[arg(long, value_name = "PRED.json")]
+    #[arg(long, value_name = "PRED.json", conflicts_with = "snapshot")]
     pub prediction: Option<PathBuf>,
-    /// Print JSON (schema iteragpu.explain/1) instead of the table.
+    /// Summarise any PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, torch 2.1+)
+    /// instead of a result: per device the state at dump time, the peak, what was alive there,
+    /// the segments and their free blocks, the phases or time windows.
+    #[arg(long, value_name = "FILE.pickle")]
+    pub snapshot: Option<PathBuf>,
+    /// With --snapshot: write it to a new file, .html (with the timeline chart), .md, or .json
+    /// (schema iteragpu.snapshot/1); an existing file is never overwritten.
+    #[arg(long, value_name = "PATH", requires = "snapshot")]
+    pub output: Option<PathBuf>,
+    /// With --snapshot: the language of the text and of the file.
+    #[arg(long, value_enum, default_value = "en", requires = "snapshot")]
+    pub lang: crate::report::format::Lang,
+    /// Print JSON (schema iteragpu.explain/1; with --snapshot, iteragpu.snapshot/1) instead of
+    /// the table.
     #[arg(long)]
     pub json: bool,
 }

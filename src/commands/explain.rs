@@ -1,4 +1,5 @@
-//! `iteragpu explain`: a result (with an estimate and a prediction) → the gap ledger → table or JSON.
+//! `iteragpu explain`: a result (with an estimate and a prediction) → the gap ledger → table or JSON;
+//! `--snapshot FILE`: any PyTorch memory snapshot → `iteragpu.snapshot/1` → text, JSON or a file.
 
 use std::io::Write;
 
@@ -8,11 +9,15 @@ use crate::ledger::{self, render};
 use crate::schema::load::{self, InputFile};
 
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let result = load::load(&args.result)?;
+    if let Some(file) = &args.snapshot {
+        return snapshot(args, file, out);
+    }
+    let result_path = args.result.as_deref().expect("clap requires a result without --snapshot");
+    let result = load::load(result_path)?;
     let estimate = args.estimate.as_deref().map(load::load).transpose()?;
     let r = match &result.doc {
         InputFile::Measure(r) => r,
-        InputFile::Prediction(p) => return prediction(args, p, estimate.as_ref(), out),
+        InputFile::Prediction(p) => return prediction(args, result_path, p, estimate.as_ref(), out),
         _ => {
             return Err(result
                 .wrong(&format!("{} or {}", load::MEASURE, load::PREDICTION), "explain reads a measure result or a prediction; give the estimate with --estimate and a prediction with --prediction")
@@ -33,7 +38,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     }))?;
     let ledger = match ledger::of_result(r, estimate, prediction) {
         Ok(l) => l,
-        Err(why) => refuse!("{}: {why}", args.result.display()),
+        Err(why) => refuse!("{}: {why}", result_path.display()),
     };
     let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
     out.write_all(text.as_bytes())?;
@@ -43,6 +48,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
 /// `explain PRED.json`: the prediction's ledger, by storage category, beside the estimate.
 fn prediction(
     args: &ExplainArgs,
+    result_path: &std::path::Path,
     p: &crate::schema::prediction::PredictionDoc,
     estimate: Option<&load::Loaded>,
     out: &mut dyn Write,
@@ -51,7 +57,7 @@ fn prediction(
         refuse!(
             "--prediction {}: {} is already a prediction; give one or the other",
             other.display(),
-            args.result.display()
+            result_path.display()
         );
     }
     let estimate = Option::transpose(estimate.map(|l| -> Result<_, CliError> {
@@ -61,9 +67,75 @@ fn prediction(
     }))?;
     let ledger = match ledger::of_prediction(p, estimate) {
         Ok(l) => l,
-        Err(why) => refuse!("{}: {why}", args.result.display()),
+        Err(why) => refuse!("{}: {why}", result_path.display()),
     };
     let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
     out.write_all(text.as_bytes())?;
+    Ok(ExitStatus::Ok)
+}
+
+/// `explain --snapshot FILE`: any PyTorch memory snapshot → `iteragpu.snapshot/1` → terminal
+/// text, JSON, or a new .html/.md/.json file.
+fn snapshot(
+    args: &ExplainArgs,
+    file: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<ExitStatus, CliError> {
+    use crate::explain::snapshot::{self, view::SnapshotDoc};
+    use crate::report::{export, format::Style, format::Units, snapshot as page};
+    let json_file = args.output.as_deref().filter(|p| {
+        p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    });
+    let exporter = match &args.output {
+        Some(path) if json_file.is_none() => match export::for_path(path) {
+            Some(e) => Some(e),
+            None => refuse!(
+                "--output {}: give a .html (with the timeline chart), .md or .json file name",
+                path.display()
+            ),
+        },
+        _ => None,
+    };
+    if let Some(path) = &args.output {
+        crate::output::check_new(path)?;
+    }
+    let summary = snapshot::summarize_file(file, &Default::default()).map_err(|e| {
+        CliError::bad_input(format!(
+            "{}: {e}; expected a PyTorch memory snapshot, as torch.cuda.memory._dump_snapshot() writes it (a pickle, torch 2.1+)",
+            file.display()
+        ))
+    })?;
+    let file_bytes = std::fs::metadata(file).ok().map(|m| m.len());
+    let doc = SnapshotDoc::of(summary, file.display().to_string(), file_bytes);
+    let style = Style::new(args.lang, Units::Gib);
+    let page = page::document(&doc, style);
+    let Some(path) = &args.output else {
+        let text = super::json_or(args.json, &doc, || page::terminal(&page))?;
+        out.write_all(text.as_bytes())?;
+        return Ok(ExitStatus::Ok);
+    };
+    let bytes = match exporter {
+        Some(e) => e.render(&page),
+        None => serde_json::to_string_pretty(&doc)? + "\n",
+    };
+    // Staged, announced, then moved into place, as `report` writes a fiche.
+    let staged = crate::output::stage(path, bytes.as_bytes())?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&doc)? + "\n"
+    } else {
+        page::terminal(&page)
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|()| writeln!(out, "written: {}", path.display()))
+        .and_then(|()| out.flush())
+        .map_err(|e| {
+            CliError::bad_input(format!(
+                "cannot write to standard output: {}; {} was not written",
+                crate::output::reason(&e),
+                path.display()
+            ))
+        })?;
+    staged.commit()?;
     Ok(ExitStatus::Ok)
 }

@@ -51,6 +51,7 @@ mod bound;
 mod fold;
 mod pickle;
 mod stored;
+pub mod view;
 /// Writes pickles for the tests; `benches/snapshot_summary.rs` compiles it in by path and uses
 /// what the tests do not, hence `dead_code` allowed.
 #[cfg(test)]
@@ -147,6 +148,26 @@ pub struct SnapshotSummary {
     /// reached, details dropped to stay under `MAX_SUMMARY_BYTES`), one sentence each; empty for
     /// a snapshot PyTorch wrote.
     pub notes: Vec<String>,
+    /// `external_annotations` as PyTorch wrote them (`record_function` scopes recorded with
+    /// `_record_memory_history(global_record_annotations=True)`, PyTorch 2.6+), in file order,
+    /// at most `MAX_ANNOTATIONS`; absent from files without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotations: Vec<Annotation>,
+}
+
+/// At most this many `external_annotations` are kept (the others are counted in a note).
+pub const MAX_ANNOTATIONS: usize = 20_000;
+
+/// One entry of `external_annotations`: a `record_function` scope starting or ending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotation {
+    pub device: i64,
+    /// `START` or `END`, as PyTorch wrote it.
+    pub stage: String,
+    /// The scope's name (`record_function("name")`).
+    pub name: String,
+    /// The same Unix clock in microseconds as the trace entries' `time_us`.
+    pub time_us: Option<i64>,
 }
 
 impl Serialize for SnapshotSummary {
@@ -269,6 +290,36 @@ pub struct SegmentMap {
     pub largest_inactive_block_bytes: u64,
     /// Per pool (private pool id and small/large), in pool order.
     pub pools: Vec<PoolSummary>,
+    /// The largest segments (at most `SEGMENTS_KEPT`, largest first), each with the numbers
+    /// the file states and the free blocks inside it; absent from summaries written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub largest_segments: Vec<SegmentInfo>,
+}
+
+/// This many segments are listed per device (the largest); all are counted in the totals.
+pub const SEGMENTS_KEPT: usize = 32;
+
+/// One segment as the file states it, with its free (inactive) blocks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub address: Option<u64>,
+    /// `total_size`: what cudaMalloc (or the mapping) gave.
+    pub total_size_bytes: u64,
+    /// `allocated_size`, `active_size` and `requested_size` as the file states them (`None`
+    /// when absent).
+    pub allocated_size_bytes: Option<u64>,
+    pub active_size_bytes: Option<u64>,
+    pub requested_size_bytes: Option<u64>,
+    /// "small", "large" or "unknown".
+    pub segment_type: String,
+    pub pool_id: Option<[i64; 2]>,
+    pub is_expandable: bool,
+    /// Its blocks, and how many of them are inactive (free, cached), their bytes and the
+    /// largest (each the `size` the file states).
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub free_bytes: u64,
+    pub largest_free_block_bytes: u64,
 }
 
 /// The segments of one pool.

@@ -10,3 +10,4 @@ pub mod export;
 pub mod fiche;
 pub mod format;
 pub mod need;
+pub mod snapshot;

@@ -297,6 +297,7 @@ mod tests {
             devices: vec![device(0, 1 << 20), device(1, 3 << 20)],
             allocator_settings: None,
             notes: Vec::new(),
+            annotations: Vec::new(),
         };
         let live = LiveSummary::of_device(&summary, 1);
         assert_eq!(

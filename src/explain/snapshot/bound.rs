@@ -120,6 +120,15 @@ pub(super) fn bound(
         return Ok(summary);
     }
     let before = Counts::of(&summary);
+    let annotations = summary.annotations.len();
+    let dropped = |s: &mut SnapshotSummary| {
+        if annotations > 0 && s.annotations.is_empty() {
+            s.notes.push(format!(
+                "{} external annotations were dropped to stay under the bound",
+                Bytes(annotations as u64).grouped()
+            ));
+        }
+    };
     let measured: HashSet<(u64, String)> = options
         .phase_bounds
         .iter()
@@ -131,6 +140,7 @@ pub(super) fn bound(
         if stored_len(&summary).saturating_add(NOTE_ROOM) <= MAX_SUMMARY_BYTES {
             let note = note(full, level, &before, &Counts::of(&summary), 0);
             summary.notes.push(note);
+            dropped(&mut summary);
             return Ok(summary);
         }
     }
@@ -161,6 +171,7 @@ pub(super) fn bound(
         let last = LEVELS[LEVELS.len() - 1];
         let note = note(full, last, &before, &Counts::of(&summary), all - kept);
         summary.notes.push(note);
+        dropped(&mut summary);
         return Ok(summary);
     }
     Err(SnapshotError::SummaryTooLarge { bytes: full })
@@ -183,6 +194,7 @@ impl std::io::Write for Counter<'_> {
 fn apply(s: &mut SnapshotSummary, level: Level, measured: &HashSet<(u64, String)>) {
     if !level.settings {
         s.allocator_settings = None;
+        s.annotations.clear();
     }
     for d in &mut s.devices {
         d.largest_blocks_at_end.truncate(level.largest);
@@ -190,6 +202,7 @@ fn apply(s: &mut SnapshotSummary, level: Level, measured: &HashSet<(u64, String)
             a.stack_top.truncate(level.stack);
         }
         keep_largest_pools(&mut d.segments.pools, level.pools);
+        d.segments.largest_segments.truncate(level.pools);
         if !level.traces {
             d.trace = None;
         }

@@ -3,9 +3,9 @@
 
 use super::pickle::{Kind, Place, Role, Run, Schema, Strings, Value};
 use super::{
-    Allocation, BEFORE_FIRST_PHASE, BETWEEN_PHASES, DeviceSummary, Frame, HistoryCoverage,
-    LARGEST_KEPT, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary, PoolSummary, SERIES_MAX_POINTS,
-    STACK_TOP_FRAMES, SegmentMap, SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions,
+    Allocation, Annotation, BEFORE_FIRST_PHASE, BETWEEN_PHASES, DeviceSummary, Frame,
+    HistoryCoverage, LARGEST_KEPT, MAX_ANNOTATIONS, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary, PoolSummary, SERIES_MAX_POINTS,
+    SEGMENTS_KEPT, STACK_TOP_FRAMES, SegmentInfo, SegmentMap, SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions,
     TracePoint, TraceSummary, cut,
 };
 mod finish;
@@ -50,6 +50,8 @@ enum Word {
     Segments,
     DeviceTraces,
     AllocatorSettings,
+    ExternalAnnotations,
+    Stage,
     Device,
     Address,
     TotalSize,
@@ -124,6 +126,8 @@ pub(crate) enum Ctx {
     Entry(u32),
     Frames,
     Frame,
+    Annotations,
+    Annotation,
 }
 
 pub(crate) enum Acc {
@@ -134,11 +138,21 @@ pub(crate) enum Acc {
     Entry(EntryAcc),
     Frames(StackRec),
     Frame(FrameAcc),
+    Annotation(AnnotationAcc),
+}
+
+#[derive(Default)]
+pub(crate) struct AnnotationAcc {
+    device: Option<i64>,
+    stage: Option<String>,
+    name: Option<String>,
+    time_us: Option<i64>,
 }
 
 #[derive(Default)]
 pub(crate) struct SegmentAcc {
     device: Option<i64>,
+    address: Option<u64>,
     total_size: Option<u64>,
     allocated_size: Option<u64>,
     active_size: Option<u64>,
@@ -162,6 +176,7 @@ pub(crate) struct BlockStats {
     allocated: u64,
     pending: u64,
     inactive: u64,
+    inactive_count: u64,
     largest_inactive: u64,
     requested: u64,
     top: Vec<BlockTop>,
@@ -243,6 +258,8 @@ struct DeviceAcc {
     requested: u64,
     pools: BTreeMap<(Option<[i64; 2]>, u8), PoolAcc>,
     top_blocks: Vec<BlockTop>,
+    /// The largest segments, at most `SEGMENTS_KEPT` once sorted.
+    largest_segments: Vec<SegmentInfo>,
     replay: Option<Box<Replay>>,
 }
 
@@ -275,6 +292,7 @@ pub(crate) struct Folder {
     root: Option<Kind>,
     saw_segments: bool,
     saw_traces: bool,
+    annotations: Vec<Annotation>,
     counts: BTreeMap<&'static str, u64>,
 }
 
@@ -491,7 +509,7 @@ impl Folder {
         };
         dev.seen_segments = true;
         let total = s.total_size.unwrap_or(0);
-        let (allocated, active, requested, inactive, largest, blocks, top) = match s.blocks {
+        let (allocated, active, requested, inactive, largest, blocks, top) = match &s.blocks {
             Some(b) => (
                 b.allocated,
                 b.allocated.saturating_add(b.pending),
@@ -499,7 +517,7 @@ impl Folder {
                 b.inactive,
                 b.largest_inactive,
                 b.count,
-                b.top,
+                b.top.clone(),
             ),
             None => {
                 let allocated = s.allocated_size.unwrap_or(0);
@@ -519,6 +537,20 @@ impl Folder {
             }
         };
         let split = if blocks >= 2 { inactive } else { 0 };
+        let info = SegmentInfo {
+            address: s.address,
+            total_size_bytes: total,
+            allocated_size_bytes: s.allocated_size,
+            active_size_bytes: s.active_size,
+            requested_size_bytes: s.requested_size,
+            segment_type: segment_type_word(s.segment_type).to_string(),
+            pool_id: s.pool,
+            is_expandable: s.expandable,
+            blocks,
+            free_blocks: s.blocks.as_ref().map_or(0, |b| b.inactive_count),
+            free_bytes: inactive,
+            largest_free_block_bytes: largest,
+        };
         let key = (s.pool, s.segment_type);
         let pool_kept = dev.pools.len() < MAX_POOLS || dev.pools.contains_key(&key);
         let pools = [
@@ -538,9 +570,30 @@ impl Folder {
         dev.requested = dev.requested.saturating_add(requested);
         dev.top_blocks.extend(top);
         keep_largest(&mut dev.top_blocks);
+        dev.largest_segments.push(info);
+        if dev.largest_segments.len() > 4 * SEGMENTS_KEPT {
+            keep_largest_segments(&mut dev.largest_segments);
+        }
         if !pool_kept {
             self.count("segments of pools beyond the 256th of their device were counted in the device's totals only");
         }
+    }
+
+    fn fold_annotation(&mut self, a: AnnotationAcc) {
+        let (Some(stage), Some(name)) = (a.stage, a.name) else {
+            self.count("external annotations without a stage or a name were ignored");
+            return;
+        };
+        if self.annotations.len() >= MAX_ANNOTATIONS {
+            self.count("external annotations beyond the 20,000th were not kept");
+            return;
+        }
+        self.annotations.push(Annotation {
+            device: a.device.unwrap_or(0),
+            stage,
+            name,
+            time_us: a.time_us,
+        });
     }
 
     fn fold_entry(&mut self, device: u32, entry: EntryAcc) {
@@ -585,6 +638,25 @@ fn keep_largest(tops: &mut Vec<BlockTop>) {
         tops.truncate(LARGEST_KEPT);
     } else {
         tops.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+    }
+}
+
+/// Largest first, then by address: the same order whatever the file's order.
+pub(super) fn keep_largest_segments(segments: &mut Vec<SegmentInfo>) {
+    segments.sort_by(|a, b| {
+        b.total_size_bytes
+            .cmp(&a.total_size_bytes)
+            .then(a.address.cmp(&b.address))
+    });
+    segments.truncate(SEGMENTS_KEPT);
+}
+
+/// The word of a segment's `segment_type` as kept (1 small, 2 large).
+pub(super) fn segment_type_word(kind: u8) -> &'static str {
+    match kind {
+        1 => "small",
+        2 => "large",
+        _ => "unknown",
     }
 }
 
@@ -679,6 +751,10 @@ impl Schema for Folder {
             (Some(Ctx::Root), Kind::List) if key == Word::Segments => Role::Stream(Ctx::Segments),
             (Some(Ctx::Root), Kind::List) if key == Word::DeviceTraces => Role::Stream(Ctx::Traces),
             (Some(Ctx::Root), Kind::Dict) if key == Word::AllocatorSettings => Role::Build,
+            (Some(Ctx::Root), Kind::List) if key == Word::ExternalAnnotations => {
+                Role::Stream(Ctx::Annotations)
+            }
+            (Some(Ctx::Annotations), Kind::Dict) => Role::Stream(Ctx::Annotation),
             (Some(Ctx::Segments), Kind::Dict) => Role::Stream(Ctx::Segment),
             (Some(Ctx::Segment), Kind::List) if key == Word::Blocks => Role::Stream(Ctx::Blocks),
             (Some(Ctx::Blocks), Kind::Dict) => Role::Stream(Ctx::Block),
@@ -704,7 +780,7 @@ impl Schema for Folder {
         matches!(
             (parent, kind),
             (
-                Ctx::Segments | Ctx::Blocks | Ctx::Trace(_) | Ctx::Frames,
+                Ctx::Segments | Ctx::Blocks | Ctx::Trace(_) | Ctx::Frames | Ctx::Annotations,
                 Kind::Dict
             ) | (Ctx::Traces, Kind::List)
         )
@@ -718,7 +794,10 @@ impl Schema for Folder {
             Ctx::Entry(_) => Acc::Entry(EntryAcc::default()),
             Ctx::Frames => Acc::Frames(StackRec::default()),
             Ctx::Frame => Acc::Frame(FrameAcc::default()),
-            Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) => Acc::None,
+            Ctx::Annotation => Acc::Annotation(AnnotationAcc::default()),
+            Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) | Ctx::Annotations => {
+                Acc::None
+            }
         }
     }
 
@@ -752,6 +831,7 @@ impl Schema for Folder {
             },
             (Ctx::Segment, Acc::Segment(s)) => match self.key_word(key, strings) {
                 Word::Device => s.device = value.as_i64(),
+                Word::Address => s.address = value.as_u64(),
                 Word::TotalSize => s.total_size = value.as_u64(),
                 Word::AllocatedSize => s.allocated_size = value.as_u64(),
                 Word::ActiveSize => s.active_size = value.as_u64(),
@@ -795,6 +875,7 @@ impl Schema for Folder {
                         }
                         _ => {
                             stats.inactive = stats.inactive.saturating_add(size);
+                            stats.inactive_count += 1;
                             stats.largest_inactive = stats.largest_inactive.max(size);
                         }
                     }
@@ -848,6 +929,13 @@ impl Schema for Folder {
                     }
                 }
             }
+            (Ctx::Annotation, Acc::Annotation(a)) => match self.key_word(key, strings) {
+                Word::Device => a.device = value.as_i64(),
+                Word::Stage => a.stage = strings.text(value).map(|t| cut(t).into_owned()),
+                Word::Name => a.name = strings.text(value).map(|t| cut(t).into_owned()),
+                Word::TimeUs => a.time_us = value.as_i64(),
+                _ => {}
+            },
             (Ctx::Frame, Acc::Frame(f)) => match self.key_word(key, strings) {
                 Word::Filename => {
                     if let Value::Str(id) = *value {
@@ -880,6 +968,10 @@ impl Schema for Folder {
             }
             (Ctx::Frames, Acc::Frames(rec)) => self.intern_stack(rec),
             (Ctx::Frame, Acc::Frame(f)) => self.intern_frame(f, strings),
+            (Ctx::Annotation, Acc::Annotation(a)) => {
+                self.fold_annotation(a);
+                Value::Skipped
+            }
             _ => Value::Skipped,
         }
     }

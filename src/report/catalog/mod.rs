@@ -56,6 +56,7 @@ pub mod observed;
 pub mod predicted;
 pub mod ranks;
 pub mod series;
+pub mod snapshot;
 pub mod timeline;
 pub mod verdict;
 
@@ -80,6 +81,7 @@ mod tests {
             of(super::predicted::PredictedText::ALL),
             of(super::ranks::RanksText::ALL),
             of(super::series::SeriesText::ALL),
+            of(super::snapshot::SnapshotText::ALL),
             of(super::timeline::TimelineText::ALL),
             of(super::verdict::VerdictText::ALL),
         ]

@@ -41,17 +41,17 @@ impl Folder {
                 inactive_bytes: t.inactive,
                 inactive_split_bytes: t.inactive_split,
                 largest_inactive_block_bytes: t.largest_inactive,
+                largest_segments: {
+                    let mut kept = acc.largest_segments.clone();
+                    keep_largest_segments(&mut kept);
+                    kept
+                },
                 pools: acc
                     .pools
                     .iter()
                     .map(|((pool_id, kind), p)| PoolSummary {
                         pool_id: *pool_id,
-                        segment_type: match kind {
-                            1 => "small",
-                            2 => "large",
-                            _ => "unknown",
-                        }
-                        .to_string(),
+                        segment_type: segment_type_word(*kind).to_string(),
                         segments: p.segments,
                         expandable_segments: p.expandable,
                         reserved_bytes: p.reserved,
@@ -136,6 +136,7 @@ impl Folder {
             devices,
             allocator_settings: self.settings.take(),
             notes,
+            annotations: std::mem::take(&mut self.annotations),
         };
         summary.index_frames();
         Ok(summary)
