@@ -32,6 +32,8 @@ mod report;
 mod signals;
 #[path = "integration/snapshot.rs"]
 mod snapshot;
+#[path = "integration/snapshot_explain.rs"]
+mod snapshot_explain;
 #[path = "integration/sweep.rs"]
 mod sweep;
 #[path = "integration/torchrun.rs"]

@@ -100,9 +100,20 @@ fn snapshot(
     if let Some(path) = &args.output {
         crate::output::check_new(path)?;
     }
+    let expected = "expected a PyTorch memory snapshot, as torch.cuda.memory._dump_snapshot() writes it (a pickle, torch 2.1+)";
+    // pickle.dump writes PROTO first from protocol 2 on; torch never writes protocols 0 and 1.
+    let mut first = [0u8; 1];
+    let start = std::fs::File::open(file).and_then(|mut f| std::io::Read::read(&mut f, &mut first));
+    if matches!(start, Ok(1)) && first[0] != 0x80 {
+        refuse!(
+            "{}: it does not start with pickle's PROTO opcode (0x80) but with byte {:#04x}: it is not a pickle, or one of protocol 0 or 1; {expected}",
+            file.display(),
+            first[0]
+        );
+    }
     let summary = snapshot::summarize_file(file, &Default::default()).map_err(|e| {
         CliError::bad_input(format!(
-            "{}: {e}; expected a PyTorch memory snapshot, as torch.cuda.memory._dump_snapshot() writes it (a pickle, torch 2.1+)",
+            "{}: {e}; {expected}",
             file.display()
         ))
     })?;
