@@ -12,6 +12,9 @@
 //! the end hold exactly what the history leaves, so the summary must find the history complete
 //! and the simulated peaks; the reading process checks that, then prints its figures.
 //!
+//! Then `iteragpu explain --snapshot FILE --json` runs on the same file, end to end, with its time
+//! and peak resident set.
+//!
 //! Run with `cargo bench --bench snapshot_summary`; `SNAPSHOT_BENCH_MIB=256` makes a smaller
 //! file, `SNAPSHOT_BENCH_OUT=PATH` keeps it. Targets: a few seconds, a peak resident set well below the file size.
 
@@ -960,4 +963,42 @@ fn main() {
     print!("{}", String::from_utf8_lossy(&out.stdout));
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the reading process failed");
+    explain_snapshot(&path, &truth);
+}
+
+/// The command a user runs on such a file, end to end: `iteragpu explain --snapshot PATH
+/// --json` (read, summary, the `iteragpu.snapshot/1` document), its time and the peak resident
+/// set of its process (the largest child's, from getrusage).
+fn explain_snapshot(path: &Path, truth: &Truth) {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
+        .args(["explain", "--json", "--snapshot"])
+        .arg(path)
+        .output()
+        .expect("iteragpu runs");
+    let elapsed = start.elapsed();
+    assert!(
+        out.status.success(),
+        "explain --snapshot failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
+    let rss = match unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } {
+        0 => usage.ru_maxrss as u64 * 1024,
+        _ => 0,
+    };
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["schema"], "iteragpu.snapshot/1");
+    for (d, dev) in doc["devices"].as_array().expect("devices").iter().enumerate() {
+        assert_eq!(dev["peak"]["allocated_bytes"], truth.peak_allocated[d], "peak allocated");
+        assert_eq!(dev["peak"]["reserved_bytes"], truth.peak_reserved[d], "peak reserved");
+    }
+    println!(
+        "explain --snapshot --json: {:.2} s end to end, peak RSS {:.1} MiB (the largest child's), {:.1} KiB of JSON, phases from {}",
+        elapsed.as_secs_f64(),
+        rss as f64 / MIB as f64,
+        out.stdout.len() as f64 / 1024.0,
+        doc["phases_from"]
+    );
 }

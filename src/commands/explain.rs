@@ -12,12 +12,17 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     if let Some(file) = &args.snapshot {
         return snapshot(args, file, out);
     }
-    let result_path = args.result.as_deref().expect("clap requires a result without --snapshot");
+    let result_path = args
+        .result
+        .as_deref()
+        .expect("clap requires a result without --snapshot");
     let result = load::load(result_path)?;
     let estimate = args.estimate.as_deref().map(load::load).transpose()?;
     let r = match &result.doc {
         InputFile::Measure(r) => r,
-        InputFile::Prediction(p) => return prediction(args, result_path, p, estimate.as_ref(), out),
+        InputFile::Prediction(p) => {
+            return prediction(args, result_path, p, estimate.as_ref(), out);
+        }
         _ => {
             return Err(result
                 .wrong(&format!("{} or {}", load::MEASURE, load::PREDICTION), "explain reads a measure result or a prediction; give the estimate with --estimate and a prediction with --prediction")
@@ -111,12 +116,8 @@ fn snapshot(
             first[0]
         );
     }
-    let summary = snapshot::summarize_file(file, &Default::default()).map_err(|e| {
-        CliError::bad_input(format!(
-            "{}: {e}; {expected}",
-            file.display()
-        ))
-    })?;
+    let summary = snapshot::summarize_file(file, &Default::default())
+        .map_err(|e| CliError::bad_input(format!("{}: {e}; {expected}", file.display())))?;
     let file_bytes = std::fs::metadata(file).ok().map(|m| m.len());
     let doc = SnapshotDoc::of(summary, file.display().to_string(), file_bytes);
     let style = Style::new(args.lang, Units::Gib);

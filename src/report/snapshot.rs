@@ -16,7 +16,11 @@ const PHASES_SHOWN: usize = 40;
 /// The document of a snapshot, in `lang`.
 pub fn document(doc: &SnapshotDoc, lang: Style) -> Document {
     let mut b = vec![
-        Block::Para(format!("`{}` ({})", doc.file, lang.mebibytes(doc.file_bytes))),
+        Block::Para(format!(
+            "`{}` ({})",
+            doc.file,
+            lang.mebibytes(doc.file_bytes)
+        )),
         Block::Para(snapshot::phases_from(doc.phases_from, lang).into()),
     ];
     for d in &doc.devices {
@@ -79,7 +83,12 @@ fn device(b: &mut Vec<Block>, d: &DeviceView, lang: Style) {
     b.push(Block::Heading(format!("cuda:{}", d.device)));
     let a = &d.at_dump;
     b.push(Block::Para(format!("**{}**", lang.say(T::AtDump))));
-    let row = |what: T, bytes: u64| vec![Cell::from(lang.say(what)), Cell::size_with_unit(Some(bytes))];
+    let row = |what: T, bytes: u64| {
+        vec![
+            Cell::from(lang.say(what)),
+            Cell::size_with_unit(Some(bytes)),
+        ]
+    };
     b.push(Block::Table {
         header: vec![lang.say(T::Quantity).into(), lang.say(T::Value).into()],
         rows: vec![
@@ -226,7 +235,11 @@ fn chart(b: &mut Vec<Block>, d: &DeviceView, lang: Style) {
     b.push(Block::Chart(Chart::Timeline {
         title: format!("cuda:{} — {}", d.device, lang.say(T::OverTime)),
         x_label: lang
-            .say(if origin.is_some() { T::Seconds } else { T::Entries })
+            .say(if origin.is_some() {
+                T::Seconds
+            } else {
+                T::Entries
+            })
             .into(),
         points,
         marks,
@@ -258,7 +271,8 @@ pub fn terminal(doc: &Document) -> String {
                 }
             }
             Block::Table { header, rows } => {
-                let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(text).collect()).collect();
+                let rows: Vec<Vec<String>> =
+                    rows.iter().map(|r| r.iter().map(text).collect()).collect();
                 let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
                 for r in &rows {
                     for (i, c) in r.iter().enumerate() {

@@ -53,7 +53,10 @@ fn a_users_snapshot_gives_each_devices_peak_what_was_alive_and_its_fragmentation
         .iter()
         .map(|a| {
             let f = &a["user_frame"];
-            (u(&a["size_bytes"]), format!("{}:{}", f["filename"].as_str().unwrap(), f["line"]))
+            (
+                u(&a["size_bytes"]),
+                format!("{}:{}", f["filename"].as_str().unwrap(), f["line"]),
+            )
         })
         .collect();
     assert_eq!(
@@ -66,9 +69,15 @@ fn a_users_snapshot_gives_each_devices_peak_what_was_alive_and_its_fragmentation
     );
     // Fragmentation from the file's own numbers.
     let at = &d0["at_dump"];
-    assert_eq!(u(&at["reserved_minus_allocated_bytes"]), 22 * MIB - 8 * MIB - 512 * KIB);
+    assert_eq!(
+        u(&at["reserved_minus_allocated_bytes"]),
+        22 * MIB - 8 * MIB - 512 * KIB
+    );
     assert_eq!(u(&at["largest_free_block_bytes"]), 12 * MIB);
-    assert_eq!(u(&at["free_in_split_segments_bytes"]), 12 * MIB + 2 * MIB - 512 * KIB);
+    assert_eq!(
+        u(&at["free_in_split_segments_bytes"]),
+        12 * MIB + 2 * MIB - 512 * KIB
+    );
     let segments = at["largest_segments"].as_array().unwrap();
     assert_eq!(segments.len(), 2);
     assert_eq!(u(&segments[0]["total_size_bytes"]), 20 * MIB);
@@ -110,10 +119,15 @@ fn the_committed_fixture_is_what_its_script_writes() {
             if let Some(m) = doc.as_object_mut() {
                 m.remove("file");
                 m.remove("file_bytes");
-                m.get_mut("summary").and_then(|s| s.as_object_mut()).map(|s| s.remove("bytes_read"));
+                m.get_mut("summary")
+                    .and_then(|s| s.as_object_mut())
+                    .map(|s| s.remove("bytes_read"));
             }
         }
-        assert_eq!(made, committed, "{name}: rerun tests/fixtures/snapshots/user_snapshot.py");
+        assert_eq!(
+            made, committed,
+            "{name}: rerun tests/fixtures/snapshots/user_snapshot.py"
+        );
     }
 }
 
@@ -131,7 +145,12 @@ fn a_snapshot_without_a_trace_gives_the_state_at_dump_time_and_says_the_timeline
     assert_eq!(doc["phases_from"], "no_trace");
     let d0 = &doc["devices"][0];
     assert!(d0["peak"].is_null());
-    assert!(d0["timeline_missing"].as_str().unwrap().contains("max_entries=0"));
+    assert!(
+        d0["timeline_missing"]
+            .as_str()
+            .unwrap()
+            .contains("max_entries=0")
+    );
     assert_eq!(u(&d0["at_dump"]["reserved_bytes"]), 22 * MIB);
     assert_eq!(u(&d0["at_dump"]["allocated_bytes"]), 8 * MIB + 512 * KIB);
     let largest = &d0["at_dump"]["largest_allocations"][0];
@@ -178,7 +197,11 @@ fn html_markdown_and_json_files_are_written_once_never_overwritten() {
     assert!(page.contains("<svg"), "the timeline is drawn");
     assert!(page.contains("/home/alice/model.py:88"));
     run().expect_status(1).stderr_has("already exists");
-    assert_eq!(std::fs::read_to_string(&html).unwrap(), page, "left as it was");
+    assert_eq!(
+        std::fs::read_to_string(&html).unwrap(),
+        page,
+        "left as it was"
+    );
     let md = dir.path().join("snap.md");
     Run::command("explain")
         .arg("--snapshot")
@@ -209,9 +232,21 @@ fn each_bad_input_is_refused_with_the_file_and_what_was_expected() {
     let dir = tempfile::tempdir().unwrap();
     let whole = std::fs::read(user("user-trace.pickle")).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("text.pickle", b"hello, world\n".to_vec(), "not a pickle, or one of protocol 0 or 1"),
-        ("truncated.pickle", whole[..whole.len() / 2].to_vec(), "the file is truncated"),
-        ("protocol6.pickle", b"\x80\x06}.".to_vec(), "unsupported pickle protocol 6"),
+        (
+            "text.pickle",
+            b"hello, world\n".to_vec(),
+            "not a pickle, or one of protocol 0 or 1",
+        ),
+        (
+            "truncated.pickle",
+            whole[..whole.len() / 2].to_vec(),
+            "the file is truncated",
+        ),
+        (
+            "protocol6.pickle",
+            b"\x80\x06}.".to_vec(),
+            "unsupported pickle protocol 6",
+        ),
         (
             "other.pickle",
             std::fs::read(user("not-a-snapshot.pickle")).unwrap(),

@@ -4,9 +4,9 @@
 use super::pickle::{Kind, Place, Role, Run, Schema, Strings, Value};
 use super::{
     Allocation, Annotation, BEFORE_FIRST_PHASE, BETWEEN_PHASES, DeviceSummary, Frame,
-    HistoryCoverage, LARGEST_KEPT, MAX_ANNOTATIONS, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary, PoolSummary, SERIES_MAX_POINTS,
-    SEGMENTS_KEPT, STACK_TOP_FRAMES, SegmentInfo, SegmentMap, SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions,
-    TracePoint, TraceSummary, cut,
+    HistoryCoverage, LARGEST_KEPT, MAX_ANNOTATIONS, OomEvent, PHASE_MARKER_PREFIX, PhaseSummary,
+    PoolSummary, SEGMENTS_KEPT, SERIES_MAX_POINTS, STACK_TOP_FRAMES, SegmentInfo, SegmentMap,
+    SeriesPoint, SnapshotError, SnapshotSummary, SummaryOptions, TracePoint, TraceSummary, cut,
 };
 mod finish;
 mod replay;
@@ -795,9 +795,7 @@ impl Schema for Folder {
             Ctx::Frames => Acc::Frames(StackRec::default()),
             Ctx::Frame => Acc::Frame(FrameAcc::default()),
             Ctx::Annotation => Acc::Annotation(AnnotationAcc::default()),
-            Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) | Ctx::Annotations => {
-                Acc::None
-            }
+            Ctx::Root | Ctx::Segments | Ctx::Traces | Ctx::Trace(_) | Ctx::Annotations => Acc::None,
         }
     }
 

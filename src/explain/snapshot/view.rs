@@ -328,7 +328,10 @@ fn entry_windows(t: &TraceSummary) -> Vec<PhaseView> {
     (0..n)
         .map(|k| {
             let (start, end) = (t.entries * k / n, t.entries * (k + 1) / n);
-            let inside = t.series.iter().filter(|p| start <= p.event && p.event < end);
+            let inside = t
+                .series
+                .iter()
+                .filter(|p| start <= p.event && p.event < end);
             let allocated = inside.clone().map(|p| p.allocated_bytes).max();
             let reserved = inside.map(|p| p.reserved_bytes).max();
             PhaseView {
@@ -341,4 +344,3 @@ fn entry_windows(t: &TraceSummary) -> Vec<PhaseView> {
         })
         .collect()
 }
-

@@ -118,7 +118,9 @@ catalog! {
 pub fn phases_from(from: PhasesFrom, lang: Style) -> &'static str {
     match (from, lang.fr()) {
         (PhasesFrom::Markers, false) => "Phases: the iteragpu phase markers the trace carries.",
-        (PhasesFrom::Markers, true) => "Phases\u{a0}: les marqueurs de phase d’iteragpu que porte la trace.",
+        (PhasesFrom::Markers, true) => {
+            "Phases\u{a0}: les marqueurs de phase d’iteragpu que porte la trace."
+        }
         (PhasesFrom::RecordFunction, false) => {
             "Phases: torch's record_function scopes (external_annotations), the outermost ones."
         }
