@@ -990,9 +990,20 @@ fn explain_snapshot(path: &Path, truth: &Truth) {
     };
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(doc["schema"], "iteragpu.snapshot/1");
-    for (d, dev) in doc["devices"].as_array().expect("devices").iter().enumerate() {
-        assert_eq!(dev["peak"]["allocated_bytes"], truth.peak_allocated[d], "peak allocated");
-        assert_eq!(dev["peak"]["reserved_bytes"], truth.peak_reserved[d], "peak reserved");
+    for (d, dev) in doc["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            dev["peak"]["allocated_bytes"], truth.peak_allocated[d],
+            "peak allocated"
+        );
+        assert_eq!(
+            dev["peak"]["reserved_bytes"], truth.peak_reserved[d],
+            "peak reserved"
+        );
     }
     println!(
         "explain --snapshot --json: {:.2} s end to end, peak RSS {:.1} MiB (the largest child's), {:.1} KiB of JSON, phases from {}",

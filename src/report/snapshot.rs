@@ -5,6 +5,7 @@
 use crate::explain::snapshot::view::{DeviceView, SnapshotDoc};
 use crate::explain::snapshot::{Allocation, Frame};
 use crate::ledger::render::frame;
+use crate::report::catalog::common::CommonText;
 use crate::report::catalog::snapshot::{self, SnapshotText as T};
 use crate::report::catalog::timeline::TimelineText;
 use crate::report::document::{Block, Cell, Chart, Document};
@@ -123,13 +124,13 @@ fn device(b: &mut Vec<Block>, d: &DeviceView, lang: Style) {
                 ],
                 rows: vec![
                     vec![
-                        lang.say(T::PeakAllocated).into(),
+                        lang.say(CommonText::PeakAllocated).into(),
                         Cell::size_with_unit(Some(p.allocated_bytes)),
                         seconds(p.allocated_at.time_us, trace_origin, lang).into(),
                         phase,
                     ],
                     vec![
-                        lang.say(T::PeakReserved).into(),
+                        lang.say(CommonText::PeakReserved).into(),
                         Cell::size_with_unit(Some(p.reserved_bytes)),
                         seconds(p.reserved_at.time_us, trace_origin, lang).into(),
                         "—".into(),
@@ -151,8 +152,8 @@ fn device(b: &mut Vec<Block>, d: &DeviceView, lang: Style) {
                 header: vec![
                     lang.say(TimelineText::Phase).into(),
                     lang.say(T::Start).into(),
-                    lang.say(T::PeakAllocated).into(),
-                    lang.say(T::PeakReserved).into(),
+                    lang.say(CommonText::PeakAllocated).into(),
+                    lang.say(CommonText::PeakReserved).into(),
                 ],
                 rows: d
                     .phases

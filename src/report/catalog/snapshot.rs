@@ -16,8 +16,8 @@ catalog! {
             "quantity",
             "grandeur";
         Value =>
-            "value",
-            "valeur";
+            "figure",
+            "chiffre";
         Segments =>
             "segments",
             "segments";
@@ -42,12 +42,6 @@ catalog! {
         Peak =>
             "Peak (derived by replaying the trace)",
             "Pic (déduit en rejouant la trace)";
-        PeakAllocated =>
-            "peak allocated",
-            "pic alloué";
-        PeakReserved =>
-            "peak reserved",
-            "pic réservé";
         When =>
             "when (s since the first entry)",
             "quand (s depuis la première entrée)";
@@ -70,8 +64,8 @@ catalog! {
             "Largest allocations alive at the peak",
             "Plus grandes allocations vivantes au pic";
         Size =>
-            "size",
-            "taille";
+            "block size",
+            "taille du bloc";
         UserFrame =>
             "allocated at (user code)",
             "allouée à (code de l’utilisateur)";
