@@ -270,6 +270,9 @@ pub enum OomRule {
     MissingFigures,
     /// 8: no rule holds.
     NoRuleFits,
+    /// A prediction only: the whole run's live tensors, replayed without a limit, exceed what the
+    /// allocator may hold, whatever the cache held at the refused request.
+    WholeRunOverCapacity,
 }
 
 /// What the figures in a diagnosis are measured against.

@@ -5,7 +5,8 @@
 //! (`explain::oom::classify`).
 
 use crate::explain::oom::{
-    AllocatorHint, OomFormat, OomReport, Platform, PostMortem, PrintedSize, classify,
+    AllocatorHint, Diagnosis, LimitKind, OomClass, OomFormat, OomReport, OomRule, Platform,
+    PostMortem, PrintedSize, classify,
 };
 use crate::prediction::replay::Refused;
 use crate::schema::prediction::{Capacity, PhaseStatus, PredictedOom, PredictedPhase};
@@ -147,6 +148,13 @@ pub fn predicted(
             .iter()
             .filter(|p| p.status == PhaseStatus::Predicted)
     };
+    let mut post_mortem = post_mortem(r, capacity, target);
+    let run_peak = predicted()
+        .filter_map(|p| p.peak_allocated_bytes.map(|b| (b, p.name.as_str())))
+        .max_by_key(|(b, _)| *b);
+    if let Some((peak, phase)) = run_peak {
+        whole_run(&mut post_mortem.diagnosis, peak, phase, capacity);
+    }
     PredictedOom {
         phase: r.phase.as_ref().map(|(name, _)| name.clone()),
         phase_index: r.phase.as_ref().map(|(_, index)| *index),
@@ -169,8 +177,43 @@ pub fn predicted(
         alive: r.alive.clone(),
         unlimited_peak_reserved_bytes: predicted().filter_map(|p| p.peak_reserved_bytes).max(),
         unlimited_driver_view_bytes: predicted().filter_map(|p| p.driver_view_bytes).max(),
-        post_mortem: post_mortem(r, capacity, target),
+        post_mortem,
     }
+}
+
+/// What a message cannot know and a prediction does: the whole run's peak of live tensors with
+/// unlimited memory. When it exceeds what the allocator may hold, the run cannot fit whatever
+/// the cache held at the refused request: a fragmentation (or unknown) verdict from that moment
+/// alone would send the user to allocator settings that cannot help, so it becomes capacity.
+fn whole_run(d: &mut Diagnosis, peak_allocated: u64, phase: &str, capacity: &Capacity) {
+    let limit = capacity.allocator_bytes;
+    if d.class == OomClass::Capacity || peak_allocated <= limit {
+        return;
+    }
+    let moment = format!("{} ({})", d.class.label(), d.reason);
+    d.class = OomClass::Capacity;
+    d.rule = OomRule::WholeRunOverCapacity;
+    d.reason = format!(
+        "with unlimited memory the run's live tensors would peak at {} (phase {phase}), more than the {} PyTorch's allocator may hold here ({}): no allocator setting makes it fit; at the refused request alone it read as {moment}",
+        Bytes(peak_allocated).both(),
+        Bytes(limit).both(),
+        capacity.source
+    );
+    d.figures.need = Some(Bytes(peak_allocated));
+    d.figures.limit = Some(Bytes(limit));
+    d.figures.limit_kind = Some(if capacity.memory_fraction {
+        LimitKind::MemoryFraction
+    } else {
+        LimitKind::Card
+    });
+    d.advice = vec![
+        "Find the frontier at a smaller load without a GPU: `iteragpu sweep --predict --card NAME --vary DIM=LO..HI --search frontier` gives the largest batch, context or other dimension predicted to fit.".to_string(),
+        format!(
+            "Reduce the dimension that drives the peak (batch, context or sequence length, width), or its bytes per element (dtype, quantization, activation checkpointing), until the live tensors fall under {}.",
+            Bytes(limit).both()
+        ),
+        "Or a larger card: `iteragpu cards --from PRED.json` ranks the cards for the peak with unlimited memory.".to_string(),
+    ];
 }
 
 #[cfg(test)]
@@ -327,6 +370,58 @@ mod tests {
         let d = &oom.post_mortem.diagnosis;
         assert_eq!(d.class, OomClass::Fragmentation, "{}", d.reason);
         assert_eq!(d.rule, OomRule::CacheCoversRequest);
+    }
+
+    /// The same refused request in pieces is fragmentation only while the whole run would fit:
+    /// when the run's live tensors, replayed without a limit, exceed what the allocator may hold
+    /// (64 MiB here), no allocator setting saves it, and the prediction says capacity.
+    #[test]
+    fn pieces_are_capacity_when_the_whole_run_exceeds_the_card() {
+        let (target, cap) = card(65 * MIB);
+        let mut events = vec![
+            start("load", 0),
+            alloc(0, 40 * MIB, Category::Parameter, "m"),
+            end(0),
+            start("forward", 1),
+            alloc(1, 24 * MIB, Category::Temporary, "m.x"),
+            TraceEvent::Free(1),
+            alloc(2, 12 * MIB, Category::Activation, "m.a"),
+            alloc(3, 10 * MIB, Category::Activation, "m.b"),
+            TraceEvent::Free(2),
+            alloc(4, 13 * MIB, Category::Temporary, "m.c"),
+            end(1),
+        ];
+        let refused = replay_within(&events, MIB, Backend::Native, Some(cap.allocator_bytes))
+            .refused
+            .expect("refused");
+        // 63 MiB live at most without a limit: it would fit unfragmented.
+        let fits = replay(&events, MIB, Backend::Native).phases;
+        let d = predicted(&refused, &cap, &target, &fits)
+            .post_mortem
+            .diagnosis;
+        assert_eq!(d.class, OomClass::Fragmentation, "{}", d.reason);
+        // A later phase holding 20 MiB more: over the 64 MiB the card allows.
+        events.extend([
+            start("backward", 2),
+            alloc(5, 20 * MIB, Category::Gradient, "m"),
+            end(2),
+        ]);
+        let over = replay(&events, MIB, Backend::Native).phases;
+        let d = predicted(&refused, &cap, &target, &over)
+            .post_mortem
+            .diagnosis;
+        assert_eq!(
+            (d.class, d.rule),
+            (OomClass::Capacity, OomRule::WholeRunOverCapacity),
+            "{}",
+            d.reason
+        );
+        let run_peak = over.iter().filter_map(|p| p.peak_allocated_bytes).max();
+        assert!(run_peak > Some(64 * MIB));
+        assert_eq!(d.figures.need.map(|b| b.0), run_peak);
+        assert_eq!(d.figures.limit, Some(Bytes(64 * MIB)));
+        assert!(d.reason.contains("phase backward"), "{}", d.reason);
+        assert!(d.reason.contains("read as fragmentation"), "{}", d.reason);
     }
 
     /// Above the peak nothing changes: the same phases, byte for byte, as without a capacity.
