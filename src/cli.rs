@@ -81,9 +81,11 @@ pub struct ExplainArgs {
     /// the segments and their free blocks, the phases or time windows.
     #[arg(long, value_name = "FILE.pickle")]
     pub snapshot: Option<PathBuf>,
-    /// With --snapshot: write it to a new file, .html (with the timeline chart), .md, or .json
-    /// (schema iteragpu.snapshot/1); an existing file is never overwritten.
-    #[arg(long, value_name = "PATH", requires = "snapshot")]
+    /// Write to a new file (an existing one is never overwritten): the ledger as .json
+    /// (iteragpu.explain/1) or as its table; with --snapshot, .html (with the timeline chart),
+    /// .md or .json (iteragpu.snapshot/1). `-`: the JSON document alone on standard output.
+    /// Without it, the table (or --json) goes to standard output.
+    #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// With --snapshot: the language of the text and of the file.
     #[arg(long, value_enum, default_value = "en", requires = "snapshot")]

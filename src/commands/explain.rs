@@ -45,9 +45,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         Ok(l) => l,
         Err(why) => refuse!("{}: {why}", result_path.display()),
     };
-    let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
-    out.write_all(text.as_bytes())?;
-    Ok(ExitStatus::Ok)
+    write_ledger(args, &ledger, out)
 }
 
 /// `explain PRED.json`: the prediction's ledger, by storage category, beside the estimate.
@@ -74,8 +72,41 @@ fn prediction(
         Ok(l) => l,
         Err(why) => refuse!("{}: {why}", result_path.display()),
     };
-    let text = super::json_or(args.json, &ledger, || render::table(&ledger))?;
-    out.write_all(text.as_bytes())?;
+    write_ledger(args, &ledger, out)
+}
+
+/// The ledger on standard output (the table, or JSON with `--json`), or with `--output`: `-` for
+/// the JSON document alone on standard output, else a new file (JSON for `.json` or `--json`,
+/// the table otherwise), staged and never overwriting, with the table shown as well.
+fn write_ledger(
+    args: &ExplainArgs,
+    ledger: &ledger::Ledger,
+    out: &mut dyn Write,
+) -> Result<ExitStatus, CliError> {
+    let json = || -> Result<String, CliError> { Ok(serde_json::to_string_pretty(ledger)? + "\n") };
+    let Some(path) = &args.output else {
+        let text = super::json_or(args.json, ledger, || render::table(ledger))?;
+        out.write_all(text.as_bytes())?;
+        return Ok(ExitStatus::Ok);
+    };
+    if path.as_os_str() == "-" {
+        out.write_all(json()?.as_bytes())?;
+        return Ok(ExitStatus::Ok);
+    }
+    crate::output::check_new(path)?;
+    let as_json = args.json
+        || path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let bytes = if as_json {
+        json()?
+    } else {
+        render::table(ledger)
+    };
+    let staged = crate::output::stage(path, bytes.as_bytes())?;
+    staged.commit()?;
+    let text = render::table(ledger) + &format!("written: {}\n", path.display());
+    super::print_saved(out, &text, "ledger", path);
     Ok(ExitStatus::Ok)
 }
 
@@ -88,11 +119,14 @@ fn snapshot(
 ) -> Result<ExitStatus, CliError> {
     use crate::explain::snapshot::{self, view::SnapshotDoc};
     use crate::report::{export, format::Style, format::Units, snapshot as page};
-    let json_file = args.output.as_deref().filter(|p| {
+    // `-`: the document alone on standard output, as for the ledger.
+    let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let output = args.output.as_deref().filter(|_| !to_stdout);
+    let json_file = output.filter(|p| {
         p.extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"))
     });
-    let exporter = match &args.output {
+    let exporter = match output {
         Some(path) if json_file.is_none() => match export::for_path(path) {
             Some(e) => Some(e),
             None => refuse!(
@@ -102,7 +136,7 @@ fn snapshot(
         },
         _ => None,
     };
-    if let Some(path) = &args.output {
+    if let Some(path) = output {
         crate::output::check_new(path)?;
     }
     let expected = "expected a PyTorch memory snapshot, as torch.cuda.memory._dump_snapshot() writes it (a pickle, torch 2.1+)";
@@ -122,8 +156,8 @@ fn snapshot(
     let doc = SnapshotDoc::of(summary, file.display().to_string(), file_bytes);
     let style = Style::new(args.lang, Units::Gib);
     let page = page::document(&doc, style);
-    let Some(path) = &args.output else {
-        let text = super::json_or(args.json, &doc, || page::terminal(&page))?;
+    let Some(path) = output else {
+        let text = super::json_or(args.json || to_stdout, &doc, || page::terminal(&page))?;
         out.write_all(text.as_bytes())?;
         return Ok(ExitStatus::Ok);
     };

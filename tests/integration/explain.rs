@@ -464,3 +464,39 @@ fn a_crash_before_any_phase_has_nothing_to_explain() {
         .code(1)
         .stderr(predicate::str::contains("nothing to reconcile"));
 }
+
+/// `--output`: a new file (JSON for `.json`, the table otherwise), never overwritten; `-` puts
+/// the JSON document alone on standard output; without it, the table goes to standard output.
+#[test]
+fn the_ledger_goes_to_a_new_file_or_to_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let prediction = fixture("fiche/prediction_train.json");
+    let json = dir.path().join("ledger.json");
+    Run::command("explain")
+        .arg(&prediction)
+        .output(&json)
+        .succeeds()
+        .stdout_has("estimate vs prediction")
+        .stdout_has(&format!("written: {}", json.display()));
+    let written = read_json(&json);
+    assert_eq!(written["schema"], "iteragpu.explain/1");
+    assert_eq!(written["explained"], "prediction");
+    // Never overwritten: the same name again is refused, the file unchanged.
+    let before = std::fs::read(&json).unwrap();
+    Run::command("explain")
+        .arg(&prediction)
+        .output(&json)
+        .expect_status(1)
+        .stderr_has("never overwrites");
+    assert_eq!(std::fs::read(&json).unwrap(), before);
+    // `-`: the same document, and nothing else, on standard output.
+    let piped = Run::command("explain").arg(&prediction).output("-").succeeds();
+    let doc: Value = serde_json::from_str(&piped.stdout()).expect("only JSON on stdout");
+    assert_eq!(doc, written);
+    // Another extension: the table, as the terminal shows it.
+    let text = dir.path().join("ledger.txt");
+    Run::command("explain").arg(&prediction).output(&text).succeeds();
+    let table = std::fs::read_to_string(&text).unwrap();
+    assert!(table.contains("estimate vs prediction"), "{table}");
+    assert!(!table.trim_start().starts_with('{'), "{table}");
+}
