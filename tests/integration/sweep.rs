@@ -27,7 +27,7 @@ fn a_list_sweep_runs_one_fresh_trial_per_value() {
         &dir.path().join("series.json"),
     )
     .succeeds()
-    .stdout_has("fit of peak reserved against batch");
+    .stdout_has("fit of measured peak reserved against batch");
     let doc = run.series();
     assert_eq!(doc.schema, "iteragpu.series/1");
     assert_eq!(doc.status, SeriesStatus::Complete);

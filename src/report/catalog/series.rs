@@ -37,6 +37,48 @@ catalog! {
         NotRun =>
             "not run",
             "non exécuté";
+        Unpredictable =>
+            "unpredictable (a gap, no figure)",
+            "imprévisible (une lacune, aucun chiffre)";
+        PredictedToFit =>
+            "predicted to fit",
+            "tient selon la prédiction";
+        PredictedNotToFit =>
+            "predicted not to fit",
+            "ne tient pas selon la prédiction";
+        PredictedSeries =>
+            "Predicted, not measured: each trial of this series ran on data-less tensors on the CPU, for the card below; no GPU was involved.",
+            "Prédit, pas mesuré : chaque essai de cette série a tourné sur des tenseurs sans données, sur le CPU, pour la carte ci-dessous ; aucun GPU n’a servi.";
+        PredictedFor =>
+            "Predicted for",
+            "Prédit pour";
+        CapacityPredicted =>
+            "Capacity the predictions are held against",
+            "Capacité à laquelle les prédictions sont confrontées";
+        PeakReservedPredicted =>
+            "Predicted peak reserved against",
+            "Pic réservé prédit en fonction de";
+        Capacity =>
+            "capacity",
+            "capacité";
+        Frontiers =>
+            "Measured and predicted frontiers",
+            "Frontières mesurée et prédite";
+        Measured =>
+            "measured",
+            "mesurée";
+        Predicted =>
+            "predicted",
+            "prédite";
+        LargestFits =>
+            "largest value that fits",
+            "plus grande valeur qui tient";
+        FirstNotFits =>
+            "first value that does not",
+            "première valeur qui ne tient pas";
+        OutsideAllocator =>
+            "memory outside PyTorch's allocator counted",
+            "mémoire hors de l’allocateur de PyTorch comptée";
     }
 }
 
