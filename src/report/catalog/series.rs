@@ -133,39 +133,6 @@ pub fn alloc_confs_compared(first: impl std::fmt::Display, lang: Style) -> Strin
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::format::{Lang, Units};
-
-    #[test]
-    fn the_series_sentences_in_each_language() {
-        let en = Style::new(Lang::En, Units::Gib);
-        let fr = Style::new(Lang::Fr, Units::Gib);
-        let f: FrontierRecord = serde_json::from_value(serde_json::json!({
-            "variable": "batch", "last_success": 1536, "first_failure": null, "resolution": 8,
-            "trials": 9, "strategy": "grow-then-bisect", "hint": null, "budget_exhausted": true
-        }))
-        .unwrap();
-        assert_eq!(
-            frontier(&f, en),
-            "Frontier of `batch`: last success 1,536, first failure none (9 trials, resolution 8)"
-        );
-        assert_eq!(
-            frontier(&f, fr),
-            "Frontière de `batch`\u{a0}: dernier succès 1\u{202f}536, premier échec aucun (9 essais, résolution 8)"
-        );
-        assert_eq!(
-            largest_tested("batch", 1536, fr),
-            "Plus grande charge testée avec succès\u{a0}: `batch` = 1\u{202f}536"
-        );
-        assert_eq!(
-            alloc_confs_compared("default", en),
-            "Allocator settings compared in fresh processes; the change is against default (complete trials only: a partial peak compares nothing)."
-        );
-    }
-}
-
 /// A predicted frontier: the largest value predicted to fit, the first predicted not to, and
 /// the phase that decides.
 pub fn predicted_frontier(f: &FrontierRecord, lang: Style) -> String {
@@ -243,5 +210,38 @@ pub fn frontiers_differ(
         format!(
             "The two frontiers differ.{peaks} Outside PyTorch's allocator, the measurement counts {measured} and the prediction {predicted}."
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    #[test]
+    fn the_series_sentences_in_each_language() {
+        let en = Style::new(Lang::En, Units::Gib);
+        let fr = Style::new(Lang::Fr, Units::Gib);
+        let f: FrontierRecord = serde_json::from_value(serde_json::json!({
+            "variable": "batch", "last_success": 1536, "first_failure": null, "resolution": 8,
+            "trials": 9, "strategy": "grow-then-bisect", "hint": null, "budget_exhausted": true
+        }))
+        .unwrap();
+        assert_eq!(
+            frontier(&f, en),
+            "Frontier of `batch`: last success 1,536, first failure none (9 trials, resolution 8)"
+        );
+        assert_eq!(
+            frontier(&f, fr),
+            "Frontière de `batch`\u{a0}: dernier succès 1\u{202f}536, premier échec aucun (9 essais, résolution 8)"
+        );
+        assert_eq!(
+            largest_tested("batch", 1536, fr),
+            "Plus grande charge testée avec succès\u{a0}: `batch` = 1\u{202f}536"
+        );
+        assert_eq!(
+            alloc_confs_compared("default", en),
+            "Allocator settings compared in fresh processes; the change is against default (complete trials only: a partial peak compares nothing)."
+        );
     }
 }
