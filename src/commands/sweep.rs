@@ -25,8 +25,8 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let display = progress::trials(m.json);
     let finish = match &plan.target {
         // `--predict`: each trial predicted on the CPU, for the target card.
-        Some(target) => {
-            let predictor = WorkerPredictor::new(target.clone(), stop);
+        Some((target, capacity)) => {
+            let predictor = WorkerPredictor::new(target.clone(), capacity.clone(), stop);
             predicted::run(&plan, &predictor, writer, &*display)
         }
         None => {

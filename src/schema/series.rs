@@ -182,16 +182,34 @@ pub struct FrontierRecord {
 pub struct Deciding {
     /// The value of the varied dimension (the frontier's first failure).
     pub value: u64,
-    /// The first phase whose predicted driver's view exceeds the capacity.
+    /// The phase of the simulated card's out-of-memory, else the first phase whose predicted
+    /// driver's view exceeds the capacity.
     pub phase: String,
-    /// That phase's predicted driver's view (peak reserved + memory outside the allocator).
-    pub driver_view_bytes: u64,
+    /// The predicted driver's view (peak reserved + memory outside the allocator): of the whole
+    /// run with unlimited memory after an out-of-memory, else of that phase.
+    pub driver_view_bytes: Option<u64>,
     /// The capacity it is held against.
     pub capacity_bytes: u64,
+    /// The allocation that did not fit on the simulated card (its out-of-memory).
+    #[serde(default)]
+    pub allocation: Option<DecidingAllocation>,
     /// The largest storage alive at that phase's peak allocated, when the prediction has it:
     /// the largest allocation there, not necessarily the one that crossed the capacity.
     #[serde(default)]
     pub largest_at_peak: Option<crate::schema::prediction::TensorAtPeak>,
+}
+
+/// The allocation the simulated card could not serve: its size, the storage, and the user's line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DecidingAllocation {
+    /// Bytes as the program asked for them.
+    pub bytes: u64,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    pub category: String,
+    pub module: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u64>,
 }
 
 /// The predicted frontier of one card from the fit.

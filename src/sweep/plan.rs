@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::cards;
 use crate::schema::dimensions::Variable;
+use crate::schema::prediction::Capacity;
 use crate::schema::series::{Limit, SweepMode};
 use crate::schema::target::Target;
 use crate::sweep::search::Bounds;
@@ -62,8 +63,9 @@ pub struct SweepPlan {
     /// `--predict`: the trials are predictions held against `limit`, which is then the card's
     /// capacity (or `--memory-limit`), not an emulated one.
     pub predict: bool,
-    /// `--predict`: the card the predictions are made for (its `total_memory` is the capacity).
-    pub target: Option<Target>,
+    /// `--predict`: the card the predictions are made for, and the capacity they apply (the
+    /// card's `total_memory`, or `--memory-limit`).
+    pub target: Option<(Target, Capacity)>,
 }
 
 impl SweepPlan {
@@ -320,26 +322,14 @@ fn predicted_capacity(args: &SweepOptions) -> Result<Limit> {
     })
 }
 
-/// The card `--predict` predicts for: the catalog's `--card`, or for `--memory-limit` the default
-/// card (its compute capability, context and workspaces, said assumed) with the limit as its
-/// `total_memory`.
-fn prediction_target(args: &SweepOptions, base: &MeasurePlan) -> Result<Target> {
+/// The card `--predict` predicts for (the catalog's `--card`, else the default card) and the
+/// capacity each prediction applies (`prediction::oom::capacity`, as `predict --memory-limit`
+/// applies it: a memory fraction of that card).
+fn prediction_target(args: &SweepOptions, base: &MeasurePlan) -> Result<(Target, Capacity)> {
     let backend = base.allocator_backend();
-    match (&args.memory_limit, &args.card) {
-        (Some(b), _) => {
-            let mut t = Target::named(None, &backend)?;
-            t.name = format!("{} with --memory-limit {}", t.name, b.grouped());
-            t.total_memory = b.get();
-            t.total_memory_source = format!(
-                "--memory-limit {}; compute capability, memory outside the allocator and workspaces are the {}'s",
-                b.grouped(),
-                crate::schema::target::DEFAULT_CARD
-            );
-            Ok(t)
-        }
-        (None, Some(name)) => Ok(Target::named(Some(name), &backend)?),
-        (None, None) => bail!("internal: a predicted sweep without a card"),
-    }
+    let target = Target::named(args.card.as_deref(), &backend)?;
+    let capacity = crate::prediction::oom::capacity(&target, args.memory_limit)?;
+    Ok((target, capacity))
 }
 
 /// `{"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}`.

@@ -17,10 +17,12 @@ use std::time::Instant;
 
 use crate::prediction::run::Outcome;
 use crate::progress::{NoProgress, Progress};
-use crate::schema::prediction::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
+use crate::schema::prediction::{
+    Capacity, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
+};
 use crate::schema::series::{
-    Deciding, FrontierRecord, PointKind, Series, SeriesStatus, SweepMode, TrialRecord, TrialStatus,
-    Writer,
+    Deciding, DecidingAllocation, FrontierRecord, PointKind, Series, SeriesStatus, SweepMode,
+    TrialRecord, TrialStatus, Writer,
 };
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
@@ -53,18 +55,31 @@ pub trait Predictor: Sync {
 /// The predicting worker, for a target card.
 pub struct WorkerPredictor {
     target: Target,
+    capacity: Capacity,
     stop: &'static StopRequest,
 }
 
 impl WorkerPredictor {
-    pub fn new(target: Target, stop: &'static StopRequest) -> WorkerPredictor {
-        WorkerPredictor { target, stop }
+    pub fn new(target: Target, capacity: Capacity, stop: &'static StopRequest) -> WorkerPredictor {
+        WorkerPredictor {
+            target,
+            capacity,
+            stop,
+        }
     }
 }
 
 impl Predictor for WorkerPredictor {
     fn predict(&self, plan: &MeasurePlan, progress: &dyn Progress) -> Result<Outcome, StartError> {
-        crate::prediction::run::predict(plan, &self.target, self.stop, progress)
+        // The simulated card: the first allocation over the capacity is a predicted
+        // out-of-memory, later phases not reached.
+        crate::prediction::run::predict_within(
+            plan,
+            &self.target,
+            &self.capacity,
+            self.stop,
+            progress,
+        )
     }
 
     fn stop_requested(&self) -> Option<Stop> {
@@ -98,7 +113,7 @@ pub fn run(
     writer: Writer,
     progress: &dyn Progress,
 ) -> Result<Finish> {
-    let (Some(target), Some(limit)) = (&plan.target, &plan.limit) else {
+    let (Some((target, _)), Some(limit)) = (&plan.target, &plan.limit) else {
         bail!("internal: a predicted sweep without a target card and a capacity");
     };
     let mut series = new_series(plan);
@@ -327,7 +342,7 @@ impl Sweep<'_> {
         let Some((variable, bounds)) = plan.bounds() else {
             bail!("internal: a frontier without a range")
         };
-        let outside = plan.target.as_ref().map_or(0, |t| t.context_bytes);
+        let outside = plan.target.as_ref().map_or(0, |(t, _)| t.context_bytes);
         let for_peaks = self.capacity.saturating_sub(outside);
         self.progress.set_length(bounds.max_trials.min(64) as u64);
         let mut stop: Option<Result<Option<String>>> = None;
@@ -552,10 +567,38 @@ fn summarize(index: usize, cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) 
         .filter(|p| p.status == PhaseStatus::Predicted)
         .collect();
     let over = first_over(&doc, capacity);
+    if let Some(oom) = &doc.out_of_memory {
+        // The simulated card's out-of-memory: the allocation that did not fit decides; the
+        // figures are the whole run's need (the same events replayed without the capacity).
+        let mut t = blank(index, cell, TrialStatus::Failed);
+        t.out_of_memory = true;
+        t.failed_phase = oom.phase.clone();
+        t.peak_reserved_bytes = oom.unlimited_peak_reserved_bytes;
+        t.error = Some(format!(
+            "predicted not to fit: out of memory in {} at an allocation of {} ({}{}{}); the whole run needs {} (driver's view) against {}",
+            oom.phase.as_deref().unwrap_or("no phase"),
+            Bytes(oom.requested_bytes).both(),
+            oom.category,
+            oom.module
+                .as_deref()
+                .map_or(String::new(), |m| format!(", {m}")),
+            match (&oom.file, oom.line) {
+                (Some(f), Some(l)) => format!(", {f}:{l}"),
+                _ => String::new(),
+            },
+            oom.unlimited_driver_view_bytes
+                .map_or("an unknown amount".into(), |b| Bytes(b).both()),
+            Bytes(capacity).both()
+        ));
+        t.prediction = Some(doc);
+        return t;
+    }
     let status = match (doc.status, &over) {
         (PredictionStatus::Timeout, _) => TrialStatus::Timeout,
         (PredictionStatus::Interrupted, _) => TrialStatus::Interrupted,
         (PredictionStatus::Terminated, _) => TrialStatus::Terminated,
+        // An out-of-memory without its record (not written by this CLI): it does not fit.
+        (PredictionStatus::OutOfMemory, _) => TrialStatus::Failed,
         // A phase over the capacity decides, whatever came after it.
         (_, Some(_)) => TrialStatus::Failed,
         (PredictionStatus::Failed, None) => TrialStatus::Failed,
@@ -645,14 +688,34 @@ fn first_over(doc: &PredictionDoc, capacity: u64) -> Option<&PredictedPhase> {
     Some(chosen)
 }
 
-/// What decides at `value`, the first value predicted not to fit.
+/// What decides at `value`, the first value predicted not to fit: the simulated card's
+/// out-of-memory (its phase and allocation), else the first phase over the capacity.
 fn deciding(doc: &PredictionDoc, value: u64, capacity: u64) -> Option<Deciding> {
+    if let Some(oom) = &doc.out_of_memory {
+        return Some(Deciding {
+            value,
+            phase: oom.phase.clone().unwrap_or_default(),
+            driver_view_bytes: oom.unlimited_driver_view_bytes,
+            capacity_bytes: capacity,
+            allocation: Some(DecidingAllocation {
+                bytes: oom.requested_bytes,
+                shape: oom.shape.clone(),
+                dtype: oom.dtype.clone(),
+                category: oom.category.to_string(),
+                module: oom.module.clone(),
+                file: oom.file.clone(),
+                line: oom.line,
+            }),
+            largest_at_peak: None,
+        });
+    }
     let p = first_over(doc, capacity)?;
     Some(Deciding {
         value,
         phase: p.name.clone(),
-        driver_view_bytes: p.driver_view_bytes?,
+        driver_view_bytes: p.driver_view_bytes,
         capacity_bytes: capacity,
+        allocation: None,
         largest_at_peak: p
             .at_peak
             .as_ref()
@@ -788,7 +851,7 @@ mod tests {
         let d = f.deciding.as_ref().expect("what decides");
         assert_eq!(d.value, fits + 1);
         assert_eq!(d.phase, "model_load", "the first phase over the capacity");
-        assert_eq!(d.driver_view_bytes, 10_000_000 * (fits + 1) + CONTEXT);
+        assert_eq!(d.driver_view_bytes, Some(10_000_000 * (fits + 1) + CONTEXT));
         assert_eq!(d.capacity_bytes, 2_000_000_000);
         assert!(d.largest_at_peak.is_some());
         assert_eq!(series.kind, PointKind::Predicted);
@@ -820,7 +883,7 @@ mod tests {
             )),
             "{table}"
         );
-        assert!(table.contains("by model_load"), "{table}");
+        assert!(table.contains("in model_load"), "{table}");
     }
 
     #[test]

@@ -126,24 +126,42 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             }
         );
         if let Some(d) = &f.deciding {
+            let need = d
+                .driver_view_bytes
+                .map_or("null".into(), |b| Bytes(b).both());
+            let what = match &d.allocation {
+                Some(a) => format!(
+                    "out of memory at an allocation of {} {} {:?} {} ({}{}); the whole run needs {need} (driver's view) against {}",
+                    Bytes(a.bytes).both(),
+                    a.dtype,
+                    a.shape,
+                    a.category,
+                    a.module.as_deref().unwrap_or("no module"),
+                    match (&a.file, a.line) {
+                        (Some(f), Some(l)) => format!(", {f}:{l}"),
+                        _ => String::new(),
+                    },
+                    Bytes(d.capacity_bytes).both()
+                ),
+                None => format!(
+                    "driver's view {need} > capacity {}{}",
+                    Bytes(d.capacity_bytes).both(),
+                    d.largest_at_peak
+                        .as_ref()
+                        .map_or(String::new(), |a| format!(
+                            "; largest allocation alive at its peak: {} {} {:?} {} ({})",
+                            Bytes(a.bytes).both(),
+                            a.dtype,
+                            a.shape,
+                            a.category,
+                            a.module.as_deref().unwrap_or("no module")
+                        ))
+                ),
+            };
             let _ = writeln!(
                 o,
-                "  decided at {}={} by {}: driver's view {} > capacity {}{}",
-                f.variable,
-                d.value,
-                d.phase,
-                Bytes(d.driver_view_bytes).both(),
-                Bytes(d.capacity_bytes).both(),
-                d.largest_at_peak
-                    .as_ref()
-                    .map_or(String::new(), |a| format!(
-                        "; largest allocation alive at its peak: {} {} {:?} {} ({})",
-                        Bytes(a.bytes).both(),
-                        a.dtype,
-                        a.shape,
-                        a.category,
-                        a.module.as_deref().unwrap_or("no module")
-                    ))
+                "  decided at {}={} in {}: {what}",
+                f.variable, d.value, d.phase
             );
         }
     }

@@ -526,8 +526,25 @@ fn a_predicted_frontier_beside_a_measured_one() {
     assert!(fail > ok && fail - ok <= 1024, "{ok}..{fail}");
     let d = p.deciding.as_ref().expect("the phase that decides");
     assert_eq!(d.value, fail);
-    assert!(d.driver_view_bytes > d.capacity_bytes);
-    assert!(d.largest_at_peak.is_some());
+    // The simulated card ran out of memory: the allocation that did not fit decides.
+    assert!(d.driver_view_bytes.unwrap() > d.capacity_bytes);
+    let a = d
+        .allocation
+        .as_ref()
+        .expect("the allocation that did not fit");
+    assert!(a.bytes > 0 && !a.shape.is_empty());
+    let no = predicted
+        .trials
+        .iter()
+        .find(|t| t.values["context"] == fail)
+        .unwrap();
+    assert!(no.out_of_memory && no.status == TrialStatus::Failed);
+    assert!(
+        no.error
+            .as_ref()
+            .unwrap()
+            .contains("predicted not to fit: out of memory in")
+    );
     // Real PyTorch holds more than the fake at every context: its frontier is lower, never
     // higher, and within a factor of two.
     let m_ok = m.last_success.unwrap();

@@ -146,20 +146,30 @@ pub fn predicted_frontier(f: &FrontierRecord, lang: Style) -> String {
     let (variable, trials) = (&f.variable, lang.integer(f.trials as u128));
     let resolution = lang.integer(u128::from(f.resolution));
     let deciding = f.deciding.as_ref().map_or(String::new(), |d| {
-        let (view, cap) = (
-            lang.size(Some(d.driver_view_bytes)),
-            lang.size(Some(d.capacity_bytes)),
-        );
-        if fr {
-            format!(
+        let (view, cap) = (lang.size(d.driver_view_bytes), lang.size(Some(d.capacity_bytes)));
+        match (&d.allocation, fr) {
+            (Some(a), true) => format!(
+                " ; décidée dans la phase `{}` par une allocation de {} ({}, `{}`) qui ne tient pas dans {cap} ; l’exécution entière demande {view} (vue du pilote)",
+                d.phase,
+                lang.size(Some(a.bytes)),
+                a.category,
+                a.module.as_deref().unwrap_or("—")
+            ),
+            (Some(a), false) => format!(
+                "; decided in phase `{}` by an allocation of {} ({}, `{}`) that does not fit in {cap}; the whole run needs {view} (driver's view)",
+                d.phase,
+                lang.size(Some(a.bytes)),
+                a.category,
+                a.module.as_deref().unwrap_or("—")
+            ),
+            (None, true) => format!(
                 " ; décidée par la phase `{}` (vue du pilote {view} > capacité {cap})",
                 d.phase
-            )
-        } else {
-            format!(
+            ),
+            (None, false) => format!(
                 "; decided by phase `{}` (driver's view {view} > capacity {cap})",
                 d.phase
-            )
+            ),
         }
     });
     if fr {
