@@ -212,10 +212,12 @@ pub struct SweepArgs {
     /// Most trials a frontier search may run.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "24", value_parser = positive_u64, help_heading = "Sweep")]
     pub max_trials: u64,
-    /// Emulate a smaller card: cap PyTorch at SIZE (e.g. 8GiB) minus the non-PyTorch memory of the process.
+    /// Emulate a smaller card: cap PyTorch at SIZE (e.g. 8GiB) minus the non-PyTorch memory of the process
+    /// (with --predict: the capacity the predictions are held against).
     #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = positive_size, conflicts_with = "card", help_heading = "Sweep")]
     pub memory_limit: Option<Bytes>,
-    /// Emulate a card of the catalog (`iteragpu cards`), e.g. L4 or "RTX 4090".
+    /// Emulate a card of the catalog (`iteragpu cards`), e.g. L4 or "RTX 4090" (with --predict: the
+    /// card predicted for).
     #[arg(long, value_name = "NAME", help_heading = "Sweep")]
     pub card: Option<String>,
     /// A JSON file of reference loads: {"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}.
@@ -228,6 +230,10 @@ pub struct SweepArgs {
     /// measured, not predicted).
     #[arg(long, help_heading = "Sweep")]
     pub no_prediction: bool,
+    /// Predict every trial on data-less CUDA tensors (CPU, no GPU) instead of measuring it, held
+    /// against --card NAME or --memory-limit SIZE: a predicted frontier, labelled as predicted.
+    #[arg(long, help_heading = "Sweep")]
+    pub predict: bool,
     #[command(flatten)]
     pub workload: WorkloadGroups,
     #[command(flatten)]

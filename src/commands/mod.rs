@@ -37,8 +37,13 @@ fn print_saved(out: &mut dyn std::io::Write, text: &str, what: &str, path: &std:
 
 /// A measurement or a sweep that found no PyTorch or no GPU: nothing written, and what to try.
 fn nothing_measured(reason: &str, file: &str) -> crate::exit::CliError {
+    let instead = if file == "series" {
+        "`iteragpu sweep --predict --card NAME` with the same options predicts every trial on the CPU, for the card you name"
+    } else {
+        "`iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
+    };
     crate::exit::CliError::missing_runtime(format!(
-        "nothing measured: {reason}\n(no {file} file was written; run `iteragpu environment` for details)\nwithout a GPU: `iteragpu predict` with the same options predicts every phase on the CPU, for the card you name with --card"
+        "nothing measured: {reason}\n(no {file} file was written; run `iteragpu environment` for details)\nwithout a GPU: {instead}"
     ))
 }
 

@@ -45,6 +45,7 @@ pub fn sweep(args: &SweepArgs) -> (SweepOptions, MeasureOptions) {
         loads: args.loads.clone(),
         processes: args.processes,
         no_prediction: args.no_prediction,
+        predict: args.predict,
     };
     (
         sweep,

@@ -23,17 +23,18 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
         .collect::<Result<Vec<_>, _>>()?;
     let mut files = load::gather_nodes(loaded, args.allow_mismatch)?.into_iter();
     let result = files.next().expect("clap requires one file");
-    let series = files.next();
+    let series: Vec<_> = files.by_ref().take(2).collect();
     if let Some(extra) = files.next() {
         refuse!(
-            "{}: a fiche is made of one run and at most one series; the node files of one multi-node job are merged only when they share a run id",
+            "{}: a fiche is made of one run and at most two series (one measured, one predicted); the node files of one multi-node job are merged only when they share a run id",
             extra.path.display()
         );
     }
     let estimate = args.estimate.as_deref().map(load::load).transpose()?;
+    let series: Vec<&load::Loaded> = series.iter().collect();
     let fiche = fiche::build(
         &result,
-        series.as_ref(),
+        &series,
         estimate.as_ref(),
         crate::report::format::Style::new(args.lang, args.units),
     )?;

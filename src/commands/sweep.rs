@@ -1,4 +1,5 @@
-//! `iteragpu sweep`: arguments → a validated sweep plan → trials in fresh workers → the series
+//! `iteragpu sweep`: arguments → a validated sweep plan → trials in fresh workers (measured, or
+//! with `--predict` predicted on the CPU for a card) → the series
 //! (rewritten after each trial, never overwriting a file) → the table or the JSON.
 
 use std::io::Write;
@@ -10,6 +11,7 @@ use crate::schema::series::Writer;
 use crate::signals;
 use crate::sweep::driver::{self, Finish};
 use crate::sweep::plan::SweepPlan;
+use crate::sweep::predicted::{self, WorkerPredictor};
 use crate::sweep::predicting::PredictingRunner;
 use crate::sweep::render;
 
@@ -21,10 +23,24 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let output_path = super::required_output(m)?;
     let writer = Writer::new(output_path)?;
     let display = progress::trials(m.json);
-    let mut runner = PredictingRunner::new(stop);
-    let finish = driver::run(&plan, &mut runner, writer, &*display);
+    let finish = match &plan.target {
+        // `--predict`: each trial predicted on the CPU, for the target card.
+        Some((target, capacity)) => {
+            let predictor = WorkerPredictor::new(target.clone(), capacity.clone(), stop);
+            predicted::run(&plan, &predictor, writer, &*display)
+        }
+        None => {
+            let mut runner = PredictingRunner::new(stop);
+            driver::run(&plan, &mut runner, writer, &*display)
+        }
+    };
     display.finish();
     let (series, moved) = match finish? {
+        Finish::Unavailable(reason) if plan.predict => {
+            return Err(CliError::missing_runtime(format!(
+                "nothing predicted: {reason}"
+            )));
+        }
         Finish::Unavailable(reason) => {
             return Err(super::nothing_measured(&reason, "series"));
         }

@@ -11,6 +11,7 @@ use crate::output::OutputError;
 use crate::schema::dimensions::Variable;
 use crate::schema::fit::Fit;
 use crate::schema::measure::{MeasureResult, RunStatus};
+use crate::schema::prediction::PredictionDoc;
 
 pub const SCHEMA: &str = "iteragpu.series/1";
 
@@ -29,6 +30,22 @@ pub enum TrialStatus {
     Terminated,
     /// PyTorch or a GPU went missing after the first trial.
     Unavailable,
+    /// A predicted trial whose prediction cannot say whether it fits (a phase depends on data,
+    /// or an op has no fake implementation): a gap in the series, with its reason in `error`,
+    /// never a figure.
+    Unpredictable,
+}
+
+/// Whether a figure was measured on a GPU or predicted on data-less tensors (`sweep --predict`).
+/// Files written before predicted series have no such field: they were measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[derive(strum::Display, strum::AsRefStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum PointKind {
+    #[default]
+    Measured,
+    Predicted,
 }
 
 impl TrialStatus {
@@ -94,6 +111,9 @@ pub enum SweepMode {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrialRecord {
     pub index: usize,
+    /// `measured` or `predicted`: what the figures of this trial are (absent: measured).
+    #[serde(default)]
+    pub kind: PointKind,
     /// The varied values of this trial (`{"batch": 4}`).
     pub values: Map<String, Value>,
     /// The name of the reference load (`--loads`), if any.
@@ -101,6 +121,8 @@ pub struct TrialRecord {
     /// `ok`, `failed` (out-of-memory or another exception: a finding), `crashed`, `timeout`,
     /// `interrupted`, or `unavailable`.
     pub status: TrialStatus,
+    /// Measured: the trial ran out of memory. Predicted: it is predicted not to fit
+    /// (`failed_phase` is the first phase whose driver's view exceeds the capacity).
     pub out_of_memory: bool,
     /// Highest peak allocated over phases and devices.
     pub peak_allocated_bytes: Option<u64>,
@@ -112,8 +134,11 @@ pub struct TrialRecord {
     pub failed_phase: Option<String>,
     pub error: Option<String>,
     pub duration_s: f64,
-    /// The trial's full result.
+    /// The trial's full result (measured trials).
     pub result: Option<MeasureResult>,
+    /// The trial's full prediction (predicted trials): never in `result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Box<PredictionDoc>>,
 }
 
 impl TrialRecord {
@@ -122,6 +147,8 @@ impl TrialRecord {
         match self.status {
             TrialStatus::Ok => false,
             TrialStatus::Failed => !self.out_of_memory,
+            // A gap said with its reason: the prediction cannot answer, nothing broke.
+            TrialStatus::Unpredictable => false,
             _ => true,
         }
     }
@@ -144,6 +171,45 @@ pub struct FrontierRecord {
     #[serde(default)]
     pub predictions: usize,
     pub budget_exhausted: bool,
+    /// Predicted series: what decides at the first value predicted not to fit (absent for a
+    /// measured frontier, or when no value was predicted not to fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deciding: Option<Deciding>,
+}
+
+/// Why the first value predicted not to fit does not: its first phase over the capacity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Deciding {
+    /// The value of the varied dimension (the frontier's first failure).
+    pub value: u64,
+    /// The phase of the simulated card's out-of-memory, else the first phase whose predicted
+    /// driver's view exceeds the capacity.
+    pub phase: String,
+    /// The predicted driver's view (peak reserved + memory outside the allocator): of the whole
+    /// run with unlimited memory after an out-of-memory, else of that phase.
+    pub driver_view_bytes: Option<u64>,
+    /// The capacity it is held against.
+    pub capacity_bytes: u64,
+    /// The allocation that did not fit on the simulated card (its out-of-memory).
+    #[serde(default)]
+    pub allocation: Option<DecidingAllocation>,
+    /// The largest storage alive at that phase's peak allocated, when the prediction has it:
+    /// the largest allocation there, not necessarily the one that crossed the capacity.
+    #[serde(default)]
+    pub largest_at_peak: Option<crate::schema::prediction::TensorAtPeak>,
+}
+
+/// The allocation the simulated card could not serve: its size, the storage, and the user's line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DecidingAllocation {
+    /// Bytes as the program asked for them.
+    pub bytes: u64,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    pub category: String,
+    pub module: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u64>,
 }
 
 /// The predicted frontier of one card from the fit.
@@ -176,13 +242,14 @@ pub struct FitRecord {
     pub cards: Vec<CardFrontier>,
 }
 
-/// The emulated capacity of a smaller card.
+/// The emulated capacity of a smaller card, or the capacity predictions are held against.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Limit {
     pub bytes: u64,
     /// `--memory-limit` or `--card NAME`.
     pub source: String,
-    /// Always true: the limit is emulated on a larger GPU, not a real card.
+    /// True: the limit is emulated on a larger GPU, not a real card. False: the capacity a
+    /// predicted series is held against (`sweep --predict`), no GPU involved.
     pub emulated: bool,
     pub method: String,
 }
@@ -197,6 +264,14 @@ pub struct Series {
     pub status: SeriesStatus,
     /// `list`, `frontier`, `grid`, `loads`, `processes` or `alloc-conf`.
     pub mode: SweepMode,
+    /// `measured` or `predicted` (`sweep --predict`): what every trial of the series is (absent
+    /// in files written before predicted series: measured).
+    #[serde(default)]
+    pub kind: PointKind,
+    /// The card the predictions were made for, with the provenance of each figure no tensor
+    /// shows (predicted series only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<crate::schema::target::Target>,
     pub varied: Vec<Variable>,
     /// The allocator settings compared (mode `alloc-conf`), in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -274,6 +349,10 @@ impl Series {
             .filter_map(|t| t.result.as_ref())
             .filter_map(MeasureResult::max_outside_allocator)
             .max()
+    }
+
+    pub fn predicted(&self) -> bool {
+        self.kind == PointKind::Predicted
     }
 }
 
@@ -361,6 +440,19 @@ mod tests {
         TrialStatus::VARIANTS.iter().for_each(check);
         SeriesStatus::VARIANTS.iter().for_each(check);
         SweepMode::VARIANTS.iter().for_each(check);
+        PointKind::VARIANTS.iter().for_each(check);
         assert_eq!(SweepMode::AllocConf.to_string(), "alloc-conf");
+    }
+
+    /// A series written before predicted series has no `kind`: it and its trials were measured.
+    #[test]
+    fn an_old_series_reads_as_measured() {
+        let text = std::fs::read_to_string("tests/fixtures/fiche/series.json").unwrap();
+        assert!(!text.contains("\"kind\""), "the fixture predates the field");
+        let s: Series = serde_json::from_str(&text).unwrap();
+        assert_eq!(s.kind, PointKind::Measured);
+        assert!(!s.predicted());
+        assert!(s.trials.iter().all(|t| t.kind == PointKind::Measured));
+        assert!(s.trials.iter().all(|t| t.prediction.is_none()));
     }
 }

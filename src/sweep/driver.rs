@@ -17,8 +17,8 @@ use crate::schema::dimensions::Variable;
 use crate::schema::fit;
 use crate::schema::measure::MeasureResult;
 use crate::schema::series::{
-    CardFrontier, FitRecord, FrontierRecord, Series, SeriesStatus, SweepMode, TrialRecord,
-    TrialStatus, Writer,
+    CardFrontier, FitRecord, FrontierRecord, PointKind, Series, SeriesStatus, SweepMode,
+    TrialRecord, TrialStatus, Writer,
 };
 use crate::signals::Stop;
 use crate::sweep::plan::SweepPlan;
@@ -64,35 +64,10 @@ pub fn run(
     writer: Writer,
     progress: &dyn Progress,
 ) -> Result<Finish> {
-    let now = chrono::Utc::now().to_rfc3339();
     let mut sweep = Sweep {
         plan,
         runner,
-        series: Series {
-            schema: crate::schema::series::SCHEMA.into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            started_at: now.clone(),
-            updated_at: now,
-            status: SeriesStatus::Running,
-            mode: plan.mode,
-            varied: plan.vary.iter().map(|v| v.variable).collect(),
-            alloc_confs: plan.alloc_confs.clone(),
-            base: Map::new(),
-            identical_across_trials: true,
-            protocol: if plan.mode == SweepMode::Processes {
-                format!(
-                    "the same configuration in {} fresh processes (not {} repeats in one process)",
-                    plan.processes, plan.processes
-                )
-            } else {
-                "fresh process per trial".into()
-            },
-            limit: plan.limit.clone(),
-            trials: Vec::new(),
-            frontier: None,
-            fit: None,
-            notes: Vec::new(),
-        },
+        series: new_series(plan),
         writer,
         progress,
         base_spec: None,
@@ -148,6 +123,38 @@ pub fn run(
     })
 }
 
+/// A series about to run `plan`: its header, no trial yet.
+pub(crate) fn new_series(plan: &SweepPlan) -> Series {
+    let now = chrono::Utc::now().to_rfc3339();
+    Series {
+        schema: crate::schema::series::SCHEMA.into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: now.clone(),
+        updated_at: now,
+        status: SeriesStatus::Running,
+        mode: plan.mode,
+        kind: PointKind::Measured,
+        target: None,
+        varied: plan.vary.iter().map(|v| v.variable).collect(),
+        alloc_confs: plan.alloc_confs.clone(),
+        base: Map::new(),
+        identical_across_trials: true,
+        protocol: if plan.mode == SweepMode::Processes {
+            format!(
+                "the same configuration in {} fresh processes (not {} repeats in one process)",
+                plan.processes, plan.processes
+            )
+        } else {
+            "fresh process per trial".into()
+        },
+        limit: plan.limit.clone(),
+        trials: Vec::new(),
+        frontier: None,
+        fit: None,
+        notes: Vec::new(),
+    }
+}
+
 /// Whether the series failed as a workload: a trial crashed, timed out, was stopped, found PyTorch
 /// missing, or failed for a reason other than out-of-memory (only an out-of-memory at a known load
 /// is a finding). The command turns it into exit status 3.
@@ -159,7 +166,7 @@ pub fn failed(series: &Series) -> bool {
     stopped || series.trials.iter().any(TrialRecord::is_broken)
 }
 
-fn one_value(variable: Variable, v: u64) -> Map<String, Value> {
+pub(crate) fn one_value(variable: Variable, v: u64) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(variable.name().to_string(), json!(v));
     m
@@ -337,6 +344,7 @@ impl Sweep<'_> {
             hint,
             predictions,
             budget_exhausted: found.budget_exhausted,
+            deciding: None,
         });
         Ok(None)
     }
@@ -388,6 +396,7 @@ impl Sweep<'_> {
                 }
                 TrialRecord {
                     index,
+                    kind: PointKind::Measured,
                     values,
                     load,
                     status: TrialStatus::Unavailable,
@@ -400,6 +409,7 @@ impl Sweep<'_> {
                     error: Some(reason),
                     duration_s,
                     result: None,
+                    prediction: None,
                 }
             }
             TrialOutcome::Measured(mut result) => {
@@ -469,6 +479,7 @@ fn summarize(
     let last = r.phases.iter().rev().find(|p| !p.devices.is_empty());
     TrialRecord {
         index,
+        kind: PointKind::Measured,
         values,
         load,
         status: r.status.into(),
@@ -489,6 +500,7 @@ fn summarize(
         }),
         duration_s,
         result: Some(r),
+        prediction: None,
     }
 }
 
@@ -533,7 +545,7 @@ fn hint(
     (hint, count)
 }
 
-fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
+pub(crate) fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
     let points: Vec<(u64, u64)> = series
         .trials
         .iter()
@@ -546,7 +558,12 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
         })
         .collect();
     let f = fit::fit(&points)?;
-    let overhead = series.max_outside_allocator();
+    // Predicted peaks are held against the target's memory outside the allocator, as assumed by
+    // the prediction; measured ones against NVML's reading.
+    let (overhead, predicted_outside) = match &series.target {
+        Some(t) => (Some(t.context_bytes), Some(t.context_source.clone())),
+        None => (series.max_outside_allocator(), None),
+    };
     let cards = cards::catalog()
         .into_iter()
         .map(|card| {
@@ -572,9 +589,10 @@ fn fit_record(series: &Series, variable: Variable) -> Option<FitRecord> {
         variable,
         fit: f,
         overhead_bytes: overhead,
-        overhead_source: match overhead {
-            Some(_) => "largest memory outside PyTorch's allocator seen by NVML in these trials".into(),
-            None => "not measured (no NVML view): the card capacities are not reduced; add the CUDA context and libraries yourself".into(),
+        overhead_source: match (overhead, predicted_outside) {
+            (_, Some(source)) => format!("memory outside PyTorch's allocator of the predicted card ({source})"),
+            (Some(_), None) => "largest memory outside PyTorch's allocator seen by NVML in these trials".into(),
+            (None, None) => "not measured (no NVML view): the card capacities are not reduced; add the CUDA context and libraries yourself".into(),
         },
         cards,
     })

@@ -3,11 +3,12 @@
 //! a fit of the peak against the varied dimension.
 //!
 //! `vary` parses what varies; `plan` validates a whole sweep; `driver` runs it through a trial
-//! runner; `search` picks the frontier's next trial; `fit` models the peak; `series` is the file;
+//! runner; `predicted` predicts each trial instead (`--predict`, no GPU); `search` picks the frontier's next trial; `fit` models the peak; `series` is the file;
 //! `render` the terminal table.
 
 pub(crate) mod driver;
 pub(crate) mod plan;
+pub(crate) mod predicted;
 pub(crate) mod predicting;
 pub(crate) mod render;
 pub mod search;

@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use crate::cards;
 use crate::schema::dimensions::Variable;
+use crate::schema::prediction::Capacity;
 use crate::schema::series::{Limit, SweepMode};
+use crate::schema::target::Target;
 use crate::sweep::search::Bounds;
 use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg};
 use crate::units::Bytes;
@@ -26,6 +28,9 @@ pub struct SweepOptions {
     pub processes: Option<u64>,
     /// Skip the frontier search's prediction hint.
     pub no_prediction: bool,
+    /// `--predict`: every trial a prediction on data-less tensors, held against `card` or
+    /// `memory_limit`.
+    pub predict: bool,
 }
 
 /// A named reference load (`--loads`): the dimensions it sets.
@@ -55,6 +60,12 @@ pub struct SweepPlan {
     pub script_args_template: Vec<String>,
     /// `--no-prediction`: the frontier search takes no prediction hint.
     pub no_prediction: bool,
+    /// `--predict`: the trials are predictions held against `limit`, which is then the card's
+    /// capacity (or `--memory-limit`), not an emulated one.
+    pub predict: bool,
+    /// `--predict`: the card the predictions are made for, and the capacity they apply (the
+    /// card's `total_memory`, or `--memory-limit`).
+    pub target: Option<(Target, Capacity)>,
 }
 
 impl SweepPlan {
@@ -142,6 +153,9 @@ impl SweepPlan {
                 }
             }
         }
+        if args.predict {
+            refuse_for_prediction(args, m, mode)?;
+        }
         if args.no_prediction && mode != SweepMode::Frontier {
             bail!(
                 "--no-prediction applies to --search frontier (its hint); drop it (sweep trials are measured, not predicted)"
@@ -156,6 +170,11 @@ impl SweepPlan {
         // Validate the base configuration before anything runs (bad input exits 1).
         let base = MeasurePlan::new(m)?;
         crate::prediction::kv_estimates(&base)?;
+        let target = if args.predict {
+            Some(prediction_target(args, &base)?)
+        } else {
+            None
+        };
         let loads = match &args.loads {
             Some(path) => read_loads(path)?,
             None => Vec::new(),
@@ -192,6 +211,8 @@ impl SweepPlan {
             max_trials: args.max_trials as usize,
             script_args_template: m.script_args.clone(),
             no_prediction: args.no_prediction,
+            predict: args.predict,
+            target,
         })
     }
 
@@ -213,7 +234,46 @@ impl SweepPlan {
     }
 }
 
+/// What `--predict` cannot do, refused with the fix before anything runs.
+fn refuse_for_prediction(args: &SweepOptions, m: &MeasureOptions, mode: SweepMode) -> Result<()> {
+    if args.card.is_none() && args.memory_limit.is_none() {
+        bail!(
+            "sweep --predict needs the capacity its predictions are held against: give --card NAME (a card of `iteragpu cards`, e.g. --card \"A100 40GB\") or --memory-limit BYTES (a custom capacity, e.g. 24GB)"
+        );
+    }
+    match mode {
+        SweepMode::Processes => bail!(
+            "--processes with --predict: a prediction is deterministic, N processes would predict the same figures N times; run `iteragpu predict` once"
+        ),
+        SweepMode::AllocConf => bail!(
+            "--vary alloc_conf with --predict is not supported: predict each setting with `iteragpu sweep --predict … --alloc-conf SETTING`, one sweep each"
+        ),
+        _ => {}
+    }
+    if args.no_prediction {
+        bail!(
+            "--no-prediction with --predict: every trial is a prediction; drop --no-prediction (or --predict, to measure)"
+        );
+    }
+    if m.nproc_per_node.is_some() {
+        bail!(
+            "sweep --predict runs no torchrun job: drop --nproc-per-node (predict one rank's job with `iteragpu predict --world-size N`)"
+        );
+    }
+    if m.device.len() > 1 {
+        bail!(
+            "sweep --predict follows one device; --device {} lists {}: give one",
+            m.device.join(","),
+            m.device.len()
+        );
+    }
+    Ok(())
+}
+
 fn limit(args: &SweepOptions) -> Result<Option<Limit>> {
+    if args.predict {
+        return predicted_capacity(args).map(Some);
+    }
     let method = "torch.cuda.set_per_process_memory_fraction((limit − memory outside PyTorch's allocator measured in the same process) ÷ total_memory)".to_string();
     Ok(match (&args.memory_limit, &args.card) {
         (Some(b), _) => Some(Limit {
@@ -234,6 +294,42 @@ fn limit(args: &SweepOptions) -> Result<Option<Limit>> {
         }
         (None, None) => None,
     })
+}
+
+/// The capacity a predicted series is held against: the card's `total_memory` or
+/// `--memory-limit`, against the predicted driver's view (peak reserved + memory outside the
+/// allocator).
+fn predicted_capacity(args: &SweepOptions) -> Result<Limit> {
+    let method = "predicted to fit when the highest predicted driver's view (peak reserved + the target's memory outside PyTorch's allocator) is at most the capacity; no GPU involved".to_string();
+    Ok(match (&args.memory_limit, &args.card) {
+        (Some(b), _) => Limit {
+            bytes: b.get(),
+            source: format!("--memory-limit {}", b.grouped()),
+            emulated: false,
+            method,
+        },
+        (None, Some(name)) => {
+            let card = cards::find(name).map_err(anyhow::Error::msg)?;
+            let (cap, source) = card.device_capacity();
+            Limit {
+                bytes: cap.get(),
+                source: format!("--card {} ({})", card.name, source.label()),
+                emulated: false,
+                method,
+            }
+        }
+        (None, None) => bail!("internal: a predicted sweep without a capacity"),
+    })
+}
+
+/// The card `--predict` predicts for (the catalog's `--card`, else the default card) and the
+/// capacity each prediction applies (`prediction::oom::capacity`, as `predict --memory-limit`
+/// applies it: a memory fraction of that card).
+fn prediction_target(args: &SweepOptions, base: &MeasurePlan) -> Result<(Target, Capacity)> {
+    let backend = base.allocator_backend();
+    let target = Target::named(args.card.as_deref(), &backend)?;
+    let capacity = crate::prediction::oom::capacity(&target, args.memory_limit)?;
+    Ok((target, capacity))
 }
 
 /// `{"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}`.

@@ -2,15 +2,16 @@
 
 use std::fmt::Write as _;
 
-use crate::schema::series::{Series, TrialRecord};
+use crate::schema::series::{PointKind, Series, TrialRecord, TrialStatus};
 use crate::units::Bytes;
 
 /// `out-of-memory` for a trial that ran out of memory, else its status.
 pub fn status_label(t: &TrialRecord) -> &'static str {
-    if t.out_of_memory {
-        "out-of-memory"
-    } else {
-        t.status.into()
+    match (t.kind, t.out_of_memory, t.status) {
+        (PointKind::Predicted, true, _) => "predicted not to fit",
+        (PointKind::Predicted, false, TrialStatus::Ok) => "predicted to fit",
+        (PointKind::Measured, true, _) => "out-of-memory",
+        (_, false, status) => status.into(),
     }
 }
 
@@ -24,7 +25,27 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
         s.trials.len(),
         s.status
     );
-    if let Some(l) = &s.limit {
+    if let Some(t) = &s.target {
+        let _ = writeln!(
+            o,
+            "PREDICTED for {} (compute capability {}.{}), not measured: each trial ran on data-less tensors on the CPU; outside PyTorch's allocator {} ({})",
+            t.name,
+            t.capability.0,
+            t.capability.1,
+            Bytes(t.context_bytes).both(),
+            t.context_source
+        );
+    }
+    if let Some(l) = s.limit.as_ref().filter(|l| !l.emulated) {
+        let _ = writeln!(
+            o,
+            "capacity: {} ({}); {}",
+            Bytes(l.bytes).both(),
+            l.source,
+            l.method
+        );
+    }
+    if let Some(l) = s.limit.as_ref().filter(|l| l.emulated) {
         let _ = writeln!(
             o,
             "emulated limit: {} ({}), {} — not a real card",
@@ -51,11 +72,15 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             t.peak_reserved_bytes
                 .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib())),
             t.duration_s,
-            t.failed_phase.as_ref().map_or(String::new(), |p| format!(
-                "  (in {p}; a partial peak is not the need of a complete run)"
-            ))
+            match (&t.failed_phase, t.kind) {
+                (None, _) => String::new(),
+                (Some(p), PointKind::Predicted) if t.out_of_memory =>
+                    format!("  (decided in {p}; the whole run's predicted peak)"),
+                (Some(p), _) =>
+                    format!("  (in {p}; a partial peak is not the need of a complete run)"),
+            }
         );
-        if t.is_broken()
+        if (t.is_broken() || t.status == TrialStatus::Unpredictable)
             && let Some(e) = &t.error
         {
             let _ = writeln!(o, "       {e}");
@@ -84,7 +109,63 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
     if !s.alloc_confs.is_empty() {
         alloc_conf_table(&mut o, s);
     }
-    if let Some(f) = &s.frontier {
+    if let Some(f) = s.frontier.as_ref().filter(|_| s.predicted()) {
+        let _ = writeln!(
+            o,
+            "\npredicted frontier of {}: largest predicted to fit {}, first predicted not to fit {} (resolution {}, {} predictions, {}{})",
+            f.variable,
+            f.last_success.map_or("none".into(), |v| v.to_string()),
+            f.first_failure.map_or("none".into(), |v| v.to_string()),
+            f.resolution,
+            f.trials,
+            f.strategy,
+            if f.budget_exhausted {
+                ", trial budget exhausted"
+            } else {
+                ""
+            }
+        );
+        if let Some(d) = &f.deciding {
+            let need = d
+                .driver_view_bytes
+                .map_or("null".into(), |b| Bytes(b).both());
+            let what = match &d.allocation {
+                Some(a) => format!(
+                    "out of memory at an allocation of {} {} {:?} {} ({}{}); the whole run needs {need} (driver's view) against {}",
+                    Bytes(a.bytes).both(),
+                    a.dtype,
+                    a.shape,
+                    a.category,
+                    a.module.as_deref().unwrap_or("no module"),
+                    match (&a.file, a.line) {
+                        (Some(f), Some(l)) => format!(", {f}:{l}"),
+                        _ => String::new(),
+                    },
+                    Bytes(d.capacity_bytes).both()
+                ),
+                None => format!(
+                    "driver's view {need} > capacity {}{}",
+                    Bytes(d.capacity_bytes).both(),
+                    d.largest_at_peak
+                        .as_ref()
+                        .map_or(String::new(), |a| format!(
+                            "; largest allocation alive at its peak: {} {} {:?} {} ({})",
+                            Bytes(a.bytes).both(),
+                            a.dtype,
+                            a.shape,
+                            a.category,
+                            a.module.as_deref().unwrap_or("no module")
+                        ))
+                ),
+            };
+            let _ = writeln!(
+                o,
+                "  decided at {}={} in {}: {what}",
+                f.variable, d.value, d.phase
+            );
+        }
+    }
+    if let Some(f) = s.frontier.as_ref().filter(|_| !s.predicted()) {
         let _ = writeln!(
             o,
             "\nfrontier of {}: last success {}, first failure {} (resolution {}, {} trials, {}{})",
@@ -104,7 +185,8 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
     if let Some(fr) = &s.fit {
         let _ = writeln!(
             o,
-            "\nfit of peak reserved against {}: {} over {} points (residual σ {:.3} GiB); {}",
+            "\nfit of {} peak reserved against {}: {} over {} points (residual σ {:.3} GiB); {}",
+            s.kind,
             fr.variable,
             fr.fit.model,
             fr.fit.points,
@@ -124,9 +206,9 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
                 ),
                 match (c.range, c.extrapolation) {
                     (Some((a, b)), true) =>
-                        format!(" (range {a:.0}..{b:.0}; extrapolation, not measured)"),
+                        format!(" (range {a:.0}..{b:.0}; extrapolation, not {})", s.kind),
                     (Some((a, b)), false) => format!(" (range {a:.0}..{b:.0})"),
-                    (None, true) => " (extrapolation, not measured)".into(),
+                    (None, true) => format!(" (extrapolation, not {})", s.kind),
                     (None, false) => String::new(),
                 }
             );

@@ -181,10 +181,20 @@ fn become_subreaper() {
     });
 }
 
-/// The processes this process adopted (their parent is us) other than `except`: what the
-/// workload left running after the worker ended. Each is killed with its group, then reaped.
+/// The workers running now (`sweep --predict` runs several at once, one per thread): never
+/// mistaken for what another worker's workload left running.
+static LIVE_WORKERS: Mutex<std::collections::BTreeSet<u32>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// The processes this process adopted (their parent is us) other than `except` and the workers
+/// still running: what the workload left running after the worker ended. Each is killed with its
+/// group, then reaped.
 fn end_adopted(except: u32, ranks: &[u32], keep: bool) -> Vec<String> {
     let me = std::process::id();
+    let live = LIVE_WORKERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let mut left = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return left;
@@ -197,7 +207,7 @@ fn end_adopted(except: u32, ranks: &[u32], keep: bool) -> Vec<String> {
         else {
             continue;
         };
-        if pid == except || pid == me {
+        if pid == except || pid == me || live.contains(&pid) {
             continue;
         }
         // Ranks under torchrun were ended on purpose: reaped, not reported.
@@ -393,11 +403,16 @@ pub fn run(
         };
     }
     crate::signals::die_with_parent(&mut command);
+    // Registered while spawned, so that a worker ending meanwhile on another thread never takes
+    // this one for something its workload left running.
+    let mut live = LIVE_WORKERS.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = command.spawn().map_err(|e| StartError::Interpreter {
         python: cmd.python.display().to_string(),
         reason: crate::output::reason(&e),
     })?;
     let pid = child.id();
+    live.insert(pid);
+    drop(live);
     let (tx, rx) = mpsc::channel();
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -507,6 +522,10 @@ pub fn run(
     finished.store(true, Ordering::Relaxed);
     // What the workload left running (adopted by this process now that the worker is gone) is
     // named and ended first: a detached child holding the pipes would delay the drain.
+    LIVE_WORKERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&pid);
     let left_running = end_adopted(pid, &ch.rank_groups, cmd.keep_children);
     let drain_until = Instant::now() + Duration::from_secs(5);
     while !ch.drained() && Instant::now() < drain_until {

@@ -13,7 +13,7 @@ pub use iteragpu::schema::prediction::{
     DocumentKind, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
 };
 pub use iteragpu::schema::run::RunStatus;
-pub use iteragpu::schema::series::{Series, SeriesStatus, SweepMode, TrialStatus};
+pub use iteragpu::schema::series::{PointKind, Series, SeriesStatus, SweepMode, TrialStatus};
 pub use iteragpu::schema::spec::EmptyCache;
 
 pub fn iteragpu() -> Command {

@@ -2,7 +2,7 @@
 //! limits, interruption, missing PyTorch.
 
 use crate::common::{
-    Run, Series, SeriesStatus, SweepMode, TrialStatus, fixture, read_json, read_typed,
+    PointKind, Run, Series, SeriesStatus, SweepMode, TrialStatus, fixture, read_json, read_typed,
 };
 use std::path::Path;
 
@@ -27,7 +27,7 @@ fn a_list_sweep_runs_one_fresh_trial_per_value() {
         &dir.path().join("series.json"),
     )
     .succeeds()
-    .stdout_has("fit of peak reserved against batch");
+    .stdout_has("fit of measured peak reserved against batch");
     let doc = run.series();
     assert_eq!(doc.schema, "iteragpu.series/1");
     assert_eq!(doc.status, SeriesStatus::Complete);
@@ -464,4 +464,220 @@ fn an_allocator_a_b_gives_each_worker_its_setting() {
         .expect_status(1)
         .stderr_has("max_split_size_mb:64")
         .wrote_nothing();
+}
+
+/// `sweep --predict` without a GPU: a predicted frontier of a small dense network (real torch on
+/// the CPU), against the frontier the fake torch measures for the same workload. The prediction
+/// counts the H200's 641,728,512 bytes outside the allocator, the fake torch none: the predicted
+/// card is given that much more, so that both hold the allocator to 1 GiB. The fake torch's
+/// network allocates less than real PyTorch's, so the frontiers differ: the report says where
+/// (both peaks at a value both tried) and what each counts outside the allocator.
+#[test]
+#[ignore = "needs torch"]
+fn a_predicted_frontier_beside_a_measured_one() {
+    let python = crate::common::torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = [
+        "--width",
+        "1024",
+        "--resolution",
+        "1024",
+        "--search",
+        "frontier",
+    ];
+    let measured = sweep(
+        &[
+            &workload[..],
+            &["--vary", "context=1024..32768", "--memory-limit", "1GiB"],
+        ]
+        .concat(),
+        &dir.path().join("measured.json"),
+    )
+    .succeeds()
+    .series();
+    let predicted_run = Run::sweep()
+        .args([
+            "--predict",
+            "--python",
+            &python,
+            "--memory-limit",
+            "1715470336",
+        ])
+        .args(workload)
+        .args(["--vary", "context=1024..32768"])
+        .output(dir.path().join("predicted.json"))
+        .succeeds()
+        .stdout_has("PREDICTED for H200")
+        .stdout_has("predicted frontier of context");
+    let predicted = predicted_run.series();
+    assert_eq!(predicted.kind, PointKind::Predicted);
+    assert_eq!(measured.kind, PointKind::Measured);
+    assert!(
+        predicted
+            .trials
+            .iter()
+            .all(|t| t.result.is_none() && t.prediction.is_some())
+    );
+    let (m, p) = (
+        measured.frontier.as_ref().unwrap(),
+        predicted.frontier.as_ref().unwrap(),
+    );
+    let (ok, fail) = (p.last_success.unwrap(), p.first_failure.unwrap());
+    assert!(fail > ok && fail - ok <= 1024, "{ok}..{fail}");
+    let d = p.deciding.as_ref().expect("the phase that decides");
+    assert_eq!(d.value, fail);
+    // The simulated card ran out of memory: the allocation that did not fit decides.
+    assert!(d.driver_view_bytes.unwrap() > d.capacity_bytes);
+    let a = d
+        .allocation
+        .as_ref()
+        .expect("the allocation that did not fit");
+    assert!(a.bytes > 0 && !a.shape.is_empty());
+    let no = predicted
+        .trials
+        .iter()
+        .find(|t| t.values["context"] == fail)
+        .unwrap();
+    assert!(no.out_of_memory && no.status == TrialStatus::Failed);
+    assert!(
+        no.error
+            .as_ref()
+            .unwrap()
+            .contains("predicted not to fit: out of memory in")
+    );
+    // Real PyTorch holds more than the fake at every context: its frontier is lower, never
+    // higher, and within a factor of two.
+    let m_ok = m.last_success.unwrap();
+    assert!(
+        ok <= m_ok && ok * 2 >= m_ok,
+        "predicted {ok}, measured {m_ok}"
+    );
+
+    // The fiche draws both, labelled, and says why they differ.
+    let result = dir.path().join("result.json");
+    Run::measure()
+        .fake_torch()
+        .args(["--width", "1024", "--context", "1024"])
+        .output(&result)
+        .succeeds();
+    for (lang, words) in [
+        (
+            "en",
+            [
+                "Predicted series",
+                "Measured and predicted frontiers",
+                "The two frontiers differ",
+            ],
+        ),
+        (
+            "fr",
+            [
+                "Série prédite",
+                "Frontières mesurée et prédite",
+                "Les deux frontières diffèrent",
+            ],
+        ),
+    ] {
+        let fiche = dir.path().join(format!("fiche-{lang}.md"));
+        Run::command("report")
+            .arg(&result)
+            .arg(dir.path().join("measured.json"))
+            .arg(dir.path().join("predicted.json"))
+            .args(["--lang", lang])
+            .output(&fiche)
+            .succeeds();
+        let text = std::fs::read_to_string(&fiche).unwrap();
+        for w in words {
+            assert!(text.contains(w), "{lang}: {w}\n{text}");
+        }
+    }
+}
+
+/// `sweep --predict` over a list and a grid: every trial predicted, recorded in order; and its
+/// refusals, each naming the fix.
+#[test]
+#[ignore = "needs torch"]
+fn a_predicted_list_and_grid() {
+    let python = crate::common::torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let series = Run::sweep()
+        .args([
+            "--predict",
+            "--python",
+            &python,
+            "--card",
+            "L4",
+            "--width",
+            "64",
+        ])
+        .args(["--vary", "batch=1,2,4", "--vary", "context=8,16"])
+        .output(dir.path().join("grid.json"))
+        .succeeds()
+        .series();
+    assert_eq!(series.mode, SweepMode::Grid);
+    assert_eq!(series.trials.len(), 6);
+    assert!(series.trials.iter().all(|t| t.status == TrialStatus::Ok));
+    assert!(series.trials.iter().all(|t| t.kind == PointKind::Predicted));
+    assert!(series.target.as_ref().unwrap().name.starts_with("L4"));
+    let list = Run::sweep()
+        .args([
+            "--predict",
+            "--python",
+            &python,
+            "--card",
+            "L4",
+            "--width",
+            "64",
+        ])
+        .args(["--vary", "batch=1,2,4,8"])
+        .output(dir.path().join("list.json"))
+        .succeeds()
+        .stdout_has("fit of predicted peak reserved against batch")
+        .series();
+    let peaks: Vec<u64> = list
+        .trials
+        .iter()
+        .map(|t| t.peak_reserved_bytes.unwrap())
+        .collect();
+    assert!(peaks.windows(2).all(|w| w[0] <= w[1]), "{peaks:?}");
+}
+
+#[test]
+fn sweep_predict_refuses_without_a_capacity_and_what_it_cannot_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never.json");
+    for (args, says) in [
+        (vec!["--predict", "--vary", "batch=1,2"], "--card NAME"),
+        (
+            vec!["--predict", "--processes", "2", "--card", "L4"],
+            "deterministic",
+        ),
+        (
+            vec!["--predict", "--vary", "batch=1,2", "--card", "MI300X"],
+            "CUDA",
+        ),
+    ] {
+        Run::sweep()
+            .args(&args)
+            .output(&out)
+            .expect_status(1)
+            .stderr_has(says);
+        assert!(!out.exists());
+    }
+    // Without PyTorch: exit 2, nothing written.
+    Run::sweep()
+        .args([
+            "--predict",
+            "--vary",
+            "batch=1,2",
+            "--card",
+            "L4",
+            "--python",
+            "python3",
+        ])
+        .env("PYTHONPATH", fixture("no_torch"))
+        .output(&out)
+        .expect_status(2)
+        .stderr_has("nothing predicted");
+    assert!(!out.exists());
 }

@@ -59,17 +59,23 @@ impl std::fmt::Display for Warning {
     }
 }
 
-/// Builds the fiche from a result, an optional series and an optional estimate.
+/// Builds the fiche from a result, up to two series (a measured one and a predicted one of the
+/// same workload: both frontiers are shown then) and an optional estimate.
 pub fn build(
     result: &Loaded,
-    series: Option<&Loaded>,
+    all_series: &[&Loaded],
     estimate: Option<&Loaded>,
     lang: Style,
 ) -> Result<Fiche, InputError> {
+    // A predicted series is drawn apart, labelled predicted: it never validates a measurement.
+    let (predicted_series, series) = series::split(all_series)?;
+    let series = series.first().copied();
     let r = match &result.doc {
         Input::Measure(r) => r,
         // The one place a prediction's fiche parts from a measurement's.
-        Input::Prediction(p) => return predicted::build(result, p, series, estimate, lang),
+        Input::Prediction(p) => {
+            return predicted::build(result, p, series.or(predicted_series), estimate, lang);
+        }
         _ => {
             return Err(result.wrong(
                 &format!("{} or {}", load::MEASURE, load::PREDICTION),
@@ -95,6 +101,13 @@ pub fn build(
     if let (Some(e), Some(l)) = (e, estimate) {
         load::check_estimate_of(r, e, l)?;
     }
+    let ps: Option<&Series> = match predicted_series.map(|l| (&l.doc, l)) {
+        Some((Input::Series(ps), l)) => {
+            series::check_predicted_matches(r, ps, l)?;
+            Some(ps)
+        }
+        _ => None,
+    };
     let facts = Facts::new(r, s, e);
     let mut b = Vec::new();
     let mut warnings = Vec::new();
@@ -113,12 +126,15 @@ pub fn build(
     identity::environment(&mut b, r, lang);
     calculated::calculated(&mut b, e, lang);
     observed::observed(&mut b, &facts, lang);
+    if let Some(ps) = ps {
+        series::series_predicted(&mut b, ps, s, lang);
+    }
     ranks::ranks(&mut b, r, lang);
     gap::gap(&mut b, &facts, lang);
     timeline::timeline(&mut b, r, lang);
     assumed::assumed(&mut b, &facts, lang);
     assumed::chosen(&mut b, &facts, lang);
-    let attachments = attach(&mut b, result, series, estimate, lang);
+    let attachments = attach(&mut b, result, all_series, estimate, lang);
     Ok(Fiche {
         document: Document {
             title: format!("{} — {}", lang.say(FicheText::Title), facts.workload),
@@ -135,16 +151,16 @@ pub fn build(
 fn attach(
     b: &mut Vec<Block>,
     result: &Loaded,
-    series: Option<&Loaded>,
+    series: &[&Loaded],
     estimate: Option<&Loaded>,
     lang: Style,
 ) -> Vec<Attachment> {
     let mut attachments = Vec::new();
     let mut listed = Vec::new();
     let nodes = result.merged_from.iter();
-    for l in [Some(result), series, estimate]
-        .into_iter()
-        .flatten()
+    for l in std::iter::once(result)
+        .chain(series.iter().copied())
+        .chain(estimate)
         .chain(nodes)
     {
         listed.push(format!("`{}` — SHA-256 `{}`", l.path.display(), l.sha256));

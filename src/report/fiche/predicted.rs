@@ -90,7 +90,7 @@ pub(super) fn build(
         gap(&mut b, &l, lang);
     }
     assumed(&mut b, p, e, lang);
-    let attachments = attach(&mut b, result, None, estimate, lang);
+    let attachments = attach(&mut b, result, &[], estimate, lang);
     Ok(Fiche {
         document: Document {
             title: format!(

@@ -1,5 +1,7 @@
 //! A sweep series as observed: its trials, the largest load, the frontier, the emulated limit,
-//! and the peak against the varied value (or the allocator settings side by side).
+//! and the peak against the varied value (or the allocator settings side by side); a predicted
+//! series (`sweep --predict`) drawn the same way, labelled predicted, and beside a measured one
+//! both frontiers.
 
 use super::facts::Validated;
 use super::words::{in_unit, labelled, text, trial_status};
@@ -7,7 +9,9 @@ use crate::report::catalog::common::CommonText;
 use crate::report::catalog::series::{self, SeriesText};
 use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
-use crate::schema::series::Series;
+use crate::schema::load::{self, InputError, InputFile as Input, Loaded};
+use crate::schema::measure::MeasureResult;
+use crate::schema::series::{FrontierRecord, Series, TrialStatus};
 
 pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lang: Style) {
     let var = v.variable;
@@ -145,4 +149,245 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
         })
         .collect();
     b.push(Block::Table { header, rows });
+}
+
+/// The series given to `report`, predicted apart: at most one measured and one predicted.
+pub(super) fn split<'a>(
+    all: &[&'a Loaded],
+) -> Result<(Option<&'a Loaded>, Vec<&'a Loaded>), InputError> {
+    let mut predicted = None;
+    let mut others = Vec::new();
+    for &l in all {
+        match &l.doc {
+            Input::Series(s) if s.predicted() => {
+                if predicted.is_some() {
+                    return Err(l.wrong(
+                        load::SERIES,
+                        "a fiche takes one predicted series (and one measured series of the same workload)",
+                    ));
+                }
+                predicted = Some(l);
+            }
+            _ => others.push(l),
+        }
+    }
+    if let Some(second) = others.get(1) {
+        return Err(second.wrong(
+            load::SERIES,
+            "a fiche takes one measured series (and one predicted series, `sweep --predict`, of the same workload)",
+        ));
+    }
+    Ok((predicted, others))
+}
+
+/// A predicted series belongs with a result when it predicted the same workload, every
+/// dimension but the varied ones the same.
+pub(super) fn check_predicted_matches(
+    r: &MeasureResult,
+    s: &Series,
+    l: &Loaded,
+) -> Result<(), InputError> {
+    let refuse = |message: String| InputError::Content {
+        path: l.path.clone(),
+        schema: load::SERIES.into(),
+        message,
+    };
+    for t in &s.trials {
+        let Some(p) = &t.prediction else { continue };
+        if p.identity.workload != r.identity.workload {
+            return Err(refuse(format!(
+                "the result measured the `{}` workload and the predicted series `{}`",
+                r.identity.workload, p.identity.workload
+            )));
+        }
+        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
+        for (key, value) in &r.dimensions {
+            if varied.contains(key) {
+                continue;
+            }
+            let theirs = p.dimensions.get(key);
+            if theirs != Some(value) {
+                return Err(refuse(format!(
+                    "the result has {key} = {} and trial {} of the predicted series has {key} = {}: not the same workload besides the varied dimension",
+                    text(value),
+                    t.index + 1,
+                    theirs.map_or("null".into(), text)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A predicted series (`sweep --predict`), drawn like a measured one and labelled predicted; with
+/// the measured series of the same workload, both frontiers side by side and why they differ.
+pub(super) fn series_predicted(
+    b: &mut Vec<Block>,
+    s: &Series,
+    measured: Option<&Series>,
+    lang: Style,
+) {
+    b.push(Block::Heading(
+        lang.say(SeriesText::PredictedSeriesHeading).into(),
+    ));
+    b.push(Block::Para(lang.say(SeriesText::PredictedSeries).into()));
+    if let Some(t) = &s.target {
+        b.push(Block::Para(labelled(
+            lang.say(SeriesText::PredictedFor),
+            lang,
+            format!("`{}`", t.name),
+        )));
+    }
+    if let Some(l) = &s.limit {
+        let capacity = format!("{} (`{}`)", lang.size(Some(l.bytes)), l.source);
+        b.push(Block::Para(labelled(
+            lang.say(SeriesText::CapacityPredicted),
+            lang,
+            capacity,
+        )));
+    }
+    let rows: Vec<Vec<Cell>> = s
+        .trials
+        .iter()
+        .map(|t| {
+            let values: Vec<String> = t
+                .values
+                .iter()
+                .map(|(k, v)| format!("{k}={}", text(v)))
+                .chain(t.load.clone())
+                .collect();
+            let status = match (t.out_of_memory, t.status) {
+                (true, _) => lang.say(SeriesText::PredictedNotToFit),
+                (false, TrialStatus::Ok) => lang.say(SeriesText::PredictedToFit),
+                (false, status) => trial_status(status, lang),
+            };
+            let why = match (&t.failed_phase, t.status) {
+                (Some(p), _) if t.out_of_memory => Cell::Code(p.clone()),
+                (_, TrialStatus::Ok) => "".into(),
+                _ => Cell::Code(t.error.clone().unwrap_or_default()),
+            };
+            vec![
+                Cell::Code(values.join(" ")),
+                status.into(),
+                Cell::size(t.peak_reserved_bytes),
+                why,
+            ]
+        })
+        .collect();
+    b.push(Block::Table {
+        header: vec![
+            lang.say(SeriesText::Trial).into(),
+            lang.say(CommonText::Status).into(),
+            in_unit(lang.say(CommonText::PeakReserved), lang),
+            String::new(),
+        ],
+        rows,
+    });
+    if let Some(f) = &s.frontier {
+        b.push(Block::Para(series::predicted_frontier(f, lang)));
+    }
+    if let Some(var) = s.varied.first().map(|v| v.name()) {
+        let points: Vec<(u64, Option<u64>, bool)> = s
+            .trials
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.values.get(var)?.as_u64()?,
+                    t.peak_reserved_bytes,
+                    t.status.is_ok(),
+                ))
+            })
+            .collect();
+        if !points.is_empty() {
+            // The peaks are held against the capacity less the memory outside the allocator.
+            let outside = s.target.as_ref().map_or(0, |t| t.context_bytes);
+            let lines = s
+                .limit
+                .iter()
+                .map(|l| {
+                    (
+                        lang.say(SeriesText::Capacity).to_string(),
+                        l.bytes.saturating_sub(outside),
+                    )
+                })
+                .collect();
+            b.push(Block::Chart(Chart::Scatter {
+                title: format!("{} {var}", lang.say(SeriesText::PeakReservedPredicted)),
+                x_label: var.to_string(),
+                points,
+                lines,
+            }));
+        }
+    }
+    if let (Some(m), Some(pf)) = (measured, &s.frontier)
+        && let Some(mf) = m.frontier.as_ref().filter(|mf| mf.variable == pf.variable)
+    {
+        frontiers(b, m, mf, s, pf, lang);
+    }
+}
+
+/// A measured and a predicted frontier of one workload side by side, and, when they differ, why.
+fn frontiers(
+    b: &mut Vec<Block>,
+    m: &Series,
+    mf: &FrontierRecord,
+    p: &Series,
+    pf: &FrontierRecord,
+    lang: Style,
+) {
+    let bound =
+        |n: Option<u64>| -> Cell { n.map_or("—".into(), |n| lang.integer(u128::from(n)).into()) };
+    let outside_p = p.target.as_ref().map_or(0, |t| t.context_bytes);
+    let outside_m = m.max_outside_allocator();
+    b.push(Block::Heading(lang.say(SeriesText::Frontiers).into()));
+    b.push(Block::Table {
+        header: vec![
+            format!("`{}`", mf.variable),
+            lang.say(SeriesText::LargestFits).into(),
+            lang.say(SeriesText::FirstNotFits).into(),
+            in_unit(lang.say(SeriesText::Capacity), lang),
+            in_unit(lang.say(SeriesText::OutsideAllocator), lang),
+        ],
+        rows: vec![
+            vec![
+                lang.say(SeriesText::Measured).into(),
+                bound(mf.last_success),
+                bound(mf.first_failure),
+                Cell::size(m.limit.as_ref().map(|l| l.bytes)),
+                Cell::size(outside_m),
+            ],
+            vec![
+                lang.say(SeriesText::Predicted).into(),
+                bound(pf.last_success),
+                bound(pf.first_failure),
+                Cell::size(p.limit.as_ref().map(|l| l.bytes)),
+                Cell::size(Some(outside_p)),
+            ],
+        ],
+    });
+    if (mf.last_success, mf.first_failure) == (pf.last_success, pf.first_failure) {
+        b.push(Block::Para(lang.say(SeriesText::SameFrontier).into()));
+        return;
+    }
+    // The largest value both series completed: their peaks there say where they part.
+    let var = mf.variable.name();
+    let peak_at = |s: &Series, v: u64| {
+        s.trials
+            .iter()
+            .filter(|t| t.status.is_ok())
+            .find(|t| t.values.get(var).and_then(serde_json::Value::as_u64) == Some(v))
+            .and_then(|t| t.peak_reserved_bytes)
+    };
+    let common = m
+        .trials
+        .iter()
+        .filter_map(|t| t.values.get(var)?.as_u64())
+        .filter_map(|v| Some((v, peak_at(m, v)?, peak_at(p, v)?)))
+        .max_by_key(|(v, _, _)| *v);
+    b.push(Block::Para(series::frontiers_differ(
+        var,
+        common,
+        (outside_m, outside_p),
+        lang,
+    )));
 }

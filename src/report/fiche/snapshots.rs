@@ -51,7 +51,7 @@ fn snapshot(result: &str, series: Option<&str>, estimate: Option<&str>, lang: La
     let (result, series, estimate) = (fixture(result), series.map(fixture), estimate.map(fixture));
     let fiche = build(
         &result,
-        series.as_ref(),
+        series.as_ref().as_slice(),
         estimate.as_ref(),
         Style::new(lang, Units::Gib),
     )

@@ -56,6 +56,9 @@ pub(super) fn trial_status(
     use crate::schema::series::TrialStatus as T;
     let run = match status {
         T::Unavailable => return lang.say(CommonText::PytorchOrGpuMissing),
+        T::Unpredictable => {
+            return lang.say(crate::report::catalog::series::SeriesText::Unpredictable);
+        }
         T::Ok => S::Ok,
         T::Failed => S::Failed,
         T::Crashed => S::Crashed,
