@@ -108,7 +108,11 @@ pub fn of_prediction(
 /// The ledger at a predicted out-of-memory: the categories alive when the allocation failed,
 /// PyTorch's allocated and reserved then (after it released its cache), the post-mortem, and
 /// what the whole workload needs with unlimited memory.
-fn at_out_of_memory(p: &PredictionDoc, oom: &PredictedOom, estimate: Option<&EstimateDoc>) -> Ledger {
+fn at_out_of_memory(
+    p: &PredictionDoc,
+    oom: &PredictedOom,
+    estimate: Option<&EstimateDoc>,
+) -> Ledger {
     let name = oom
         .phase
         .clone()
@@ -121,7 +125,13 @@ fn at_out_of_memory(p: &PredictionDoc, oom: &PredictedOom, estimate: Option<&Est
         at_oom,
         "the allocation that did not fit",
     );
-    let replay = |b: u64| Some(figure(b, Provenance::Predicted, "allocator replay, after it released its cached segments"));
+    let replay = |b: u64| {
+        Some(figure(
+            b,
+            Provenance::Predicted,
+            "allocator replay, after it released its cached segments",
+        ))
+    };
     lines.push(Line {
         predicted: replay(oom.allocated_bytes),
         ..Line::new(LineId::PeakAllocated, at_oom())

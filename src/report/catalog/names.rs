@@ -151,12 +151,8 @@ pub fn line_at_oom(id: LineId, lang: Style) -> &'static str {
     match id {
         LineId::Gradients => "gradients (vivants au manque de mémoire prédit)",
         LineId::OptimizerStates => "états de l’optimiseur (vivants au manque de mémoire prédit)",
-        LineId::Activations => {
-            "activations et temporaires (vivants au manque de mémoire prédit)"
-        }
-        LineId::OtherTensors => {
-            "entrées et autres stockages (vivants au manque de mémoire prédit)"
-        }
+        LineId::Activations => "activations et temporaires (vivants au manque de mémoire prédit)",
+        LineId::OtherTensors => "entrées et autres stockages (vivants au manque de mémoire prédit)",
         LineId::Weights => "poids (vivants au manque de mémoire prédit)",
         LineId::PeakAllocated => "alloué quand l’allocation a échoué",
         LineId::PeakReserved => "réservé quand l’allocation a échoué",

@@ -254,7 +254,12 @@ pub fn out_of_memory(w: &OomWords, lang: Style) -> String {
     let fr = lang.fr();
     let phase = w.phase.map_or_else(
         || {
-            if fr { "hors de toute phase" } else { "outside any phase" }.to_string()
+            if fr {
+                "hors de toute phase"
+            } else {
+                "outside any phase"
+            }
+            .to_string()
         },
         |p| {
             if fr {
@@ -266,7 +271,12 @@ pub fn out_of_memory(w: &OomWords, lang: Style) -> String {
     );
     let module = w.module.map_or_else(
         || {
-            if fr { "hors de tout module" } else { "outside any module" }.to_string()
+            if fr {
+                "hors de tout module"
+            } else {
+                "outside any module"
+            }
+            .to_string()
         },
         |m| format!("`{m}`"),
     );
@@ -340,9 +350,15 @@ pub fn larger_card(
         let t = lang.size(Some(total));
         match (driver_view <= total, fr) {
             (true, false) => format!("; {name}'s whole total_memory ({t}) would hold it"),
-            (false, false) => format!("; {name}'s whole total_memory ({t}) would not hold it either"),
-            (true, true) => format!(" ; toute la mémoire de {name} (total_memory {t}) la tiendrait"),
-            (false, true) => format!(" ; toute la mémoire de {name} (total_memory {t}) ne la tiendrait pas non plus"),
+            (false, false) => {
+                format!("; {name}'s whole total_memory ({t}) would not hold it either")
+            }
+            (true, true) => {
+                format!(" ; toute la mémoire de {name} (total_memory {t}) la tiendrait")
+            }
+            (false, true) => format!(
+                " ; toute la mémoire de {name} (total_memory {t}) ne la tiendrait pas non plus"
+            ),
         }
     });
     if fr {

@@ -541,7 +541,11 @@ fn gap(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
     } else {
         catalog::ledger::phase_explained(l, lang)
     }));
-    let name = if at_oom { names::line_at_oom } else { names::line };
+    let name = if at_oom {
+        names::line_at_oom
+    } else {
+        names::line
+    };
     let cell =
         |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
     b.push(Block::Table {
