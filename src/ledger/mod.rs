@@ -114,6 +114,27 @@ impl LineId {
         }
     }
 
+    /// The line's English name when its figures are read at a prediction's out-of-memory (what
+    /// was alive at the allocation that did not fit, not at a peak).
+    pub fn english_at_oom(self) -> &'static str {
+        match self {
+            LineId::Gradients => "gradients (alive at the predicted out-of-memory)",
+            LineId::OptimizerStates => "optimizer states (alive at the predicted out-of-memory)",
+            LineId::Activations => {
+                "activations and temporaries (alive at the predicted out-of-memory)"
+            }
+            LineId::OtherTensors => {
+                "inputs and other storages (alive at the predicted out-of-memory)"
+            }
+            LineId::Weights => "weights (alive at the predicted out-of-memory)",
+            LineId::PeakAllocated => "allocated when the allocation failed",
+            LineId::PeakReserved => "reserved when the allocation failed",
+            LineId::AllocatorSlack => "reserved but unallocated (reserved − allocated)",
+            LineId::DriverView => "the driver's view when the allocation failed",
+            _ => self.english(),
+        }
+    }
+
     pub fn kind(self) -> LineKind {
         match self {
             LineId::KvCache | LineId::Workspaces => LineKind::Part,
@@ -203,6 +224,8 @@ pub enum Checkpoint {
     /// The peak less the phase's start.
     PeakMinusStart(String),
     PredictedPeak(String),
+    /// When a prediction's allocation did not fit the simulated card, in this phase.
+    PredictedOom(String),
     /// Reserved and allocated both read at the phase's end.
     EndOneCheckpoint(String),
     /// NVML's sampled peak.
@@ -220,6 +243,7 @@ impl Checkpoint {
             | Checkpoint::Peak(p)
             | Checkpoint::PeakMinusStart(p)
             | Checkpoint::PredictedPeak(p)
+            | Checkpoint::PredictedOom(p)
             | Checkpoint::EndOneCheckpoint(p)
             | Checkpoint::PeakSampled(p) => Some(p),
             Checkpoint::Stated => None,
@@ -227,8 +251,9 @@ impl Checkpoint {
     }
 
     /// The forms of the English words, `PREFIX phase SUFFIX`, the longer ones first.
-    const FORMS: [(&str, &str, MakeCheckpoint); 7] = [
+    const FORMS: [(&str, &str, MakeCheckpoint); 8] = [
         ("predicted peak of ", "", Checkpoint::PredictedPeak),
+        ("predicted out of memory in ", "", Checkpoint::PredictedOom),
         ("peak of ", " − its start", Checkpoint::PeakMinusStart),
         ("peak of ", " (sampled)", Checkpoint::PeakSampled),
         ("end of ", " (one checkpoint)", Checkpoint::EndOneCheckpoint),
@@ -378,12 +403,30 @@ pub enum Explained {
     Prediction,
 }
 
+/// The moment a ledger's lines are read at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltOn {
+    /// The explained phase's highest peak (measured, or predicted).
+    Peak,
+    /// A prediction that ran out of the simulated card's memory: what was alive at the
+    /// allocation that did not fit. That moment explains the failure; the peaks of the phases
+    /// that ran before it do not.
+    OutOfMemory,
+}
+
 /// The whole ledger, written by `explain --json` (never read back: its diagnostics are words).
 #[derive(Clone, Debug, Serialize)]
 pub struct Ledger {
     pub schema: String,
     /// A measurement or a prediction: a prediction's figures are never called observed.
     pub explained: Explained,
+    /// At the peak, or at a prediction's out-of-memory.
+    pub built_on: BuiltOn,
+    /// A prediction's out-of-memory as its file holds it (the allocation that did not fit,
+    /// where, and what a card needs with unlimited memory); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_memory: Option<crate::schema::prediction::PredictedOom>,
     /// The phase explained (the highest observed peak reserved; predicted when nothing was
     /// observed), its index and device.
     pub phase: String,
@@ -512,6 +555,8 @@ pub fn of_result(
         return Ok(Ledger {
             schema: SCHEMA.into(),
             explained: Explained::Measurement,
+            built_on: BuiltOn::Peak,
+            out_of_memory: None,
             phase: failed.map_or("(before any phase)".into(), |p| p.name.clone()),
             phase_index: failed.map_or(0, |p| p.index),
             capacities: capacities(
@@ -765,6 +810,8 @@ pub fn of_result(
     Ok(Ledger {
         schema: SCHEMA.into(),
         explained: Explained::Measurement,
+        built_on: BuiltOn::Peak,
+        out_of_memory: None,
         phase: name.clone(),
         phase_index: peak_phase.index,
         device,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::explain::oom::PostMortem;
 use crate::explain::snapshot::Allocation;
-use crate::ledger::{Explained, Figure, Ledger, LineKind, Provenance};
+use crate::ledger::{BuiltOn, Explained, Figure, Ledger, LineKind, Provenance};
 use crate::schema::history::OomSnapshot;
 use crate::schema::measure::Timeline;
 use crate::units::Bytes;
@@ -36,11 +36,19 @@ pub fn table(l: &Ledger) -> String {
             l.phase, l.phase_index, l.device
         );
     } else if l.explained == Explained::Prediction {
-        let _ = writeln!(
-            o,
-            "iteragpu explain: {} #{}, the highest predicted peak — predicted, not measured: estimate vs prediction, by storage category at the peak (GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
-            l.phase, l.phase_index
-        );
+        if l.built_on == BuiltOn::OutOfMemory {
+            let _ = writeln!(
+                o,
+                "iteragpu explain: the prediction stopped at an out-of-memory in {} #{} — predicted, not measured: estimate vs what was alive at the allocation that did not fit, by storage category (built on the out-of-memory, not on a peak: it explains the failure; GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
+                l.phase, l.phase_index
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "iteragpu explain: {} #{}, the highest predicted peak — predicted, not measured: estimate vs prediction, by storage category at the peak (GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
+                l.phase, l.phase_index
+            );
+        }
         let _ = writeln!(
             o,
             "  {:<60} {:>14} {:>14}  checkpoint",

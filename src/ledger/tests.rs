@@ -119,6 +119,10 @@ fn checkpoints_are_words_read_back() {
             "predicted peak of warm_forward",
         ),
         (
+            Checkpoint::PredictedOom(p()),
+            "predicted out of memory in warm_forward",
+        ),
+        (
             Checkpoint::EndOneCheckpoint(p()),
             "end of warm_forward (one checkpoint)",
         ),

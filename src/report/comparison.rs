@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use crate::schema::load::{self, InputError, Loaded, MEASURE, PREDICTION};
 use crate::schema::measure::{MeasureResult, PhaseCheck};
-use crate::schema::prediction::PredictionDoc;
+use crate::schema::prediction::{PhaseStatus, PredictionDoc};
 use crate::schema::view::{Origin, RunDoc};
 use crate::units::Bytes;
 
@@ -45,6 +45,34 @@ pub struct PredictionErrors {
     pub predicted_for: String,
     pub measured_on: Option<String>,
     pub phases: Vec<PhaseError>,
+    /// The measured phases the prediction has no figure to set against: not reached after a
+    /// predicted out-of-memory, the out-of-memory's own phase (its figures stop before the
+    /// failing allocation), unpredictable or failed. A gap with its reason, never an error.
+    pub gaps: Vec<PhaseGap>,
+}
+
+/// A measured phase without a predicted figure to compare, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseGap {
+    pub phase: String,
+    /// The measured phase's index.
+    pub index: u64,
+    /// The predicted phase's status (`out_of_memory`, `not_reached`, `unpredictable`, `failed`).
+    pub predicted_status: PhaseStatus,
+    pub measured_peak_reserved_bytes: Option<u64>,
+    pub reason: String,
+}
+
+/// A prediction that ran out of the simulated card's memory: where, and the phases it never
+/// reached (their rows have no figure: a gap, not 0).
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictedStop {
+    pub run: String,
+    pub phase: Option<String>,
+    pub phase_index: Option<u64>,
+    pub requested_bytes: u64,
+    pub module: Option<String>,
+    pub not_reached: Vec<String>,
 }
 
 /// One phase predicted and measured; errors are measured − predicted (positive: the prediction
@@ -94,6 +122,8 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Each prediction against each measurement of the same workload given with it.
     pub prediction_errors: Vec<PredictionErrors>,
+    /// Each prediction that ran out of the simulated card's memory.
+    pub out_of_memory: Vec<PredictedStop>,
     /// The one dimension that differs, when exactly one does.
     pub variable: Option<String>,
     pub warnings: Vec<String>,
@@ -268,10 +298,33 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
             });
         }
     }
+    let out_of_memory = results
+        .iter()
+        .filter_map(|(l, run)| {
+            let RunDoc::Predicted(p) = run else {
+                return None;
+            };
+            let oom = p.out_of_memory.as_ref()?;
+            Some(PredictedStop {
+                run: name(l),
+                phase: oom.phase.clone(),
+                phase_index: oom.phase_index,
+                requested_bytes: oom.requested_bytes,
+                module: oom.module.clone(),
+                not_reached: p
+                    .phases
+                    .iter()
+                    .filter(|ph| ph.status == PhaseStatus::NotReached)
+                    .map(|ph| ph.name.clone())
+                    .collect(),
+            })
+        })
+        .collect();
     Ok(Comparison {
         runs: results.iter().map(|(l, _)| name(l)).collect(),
         rows,
         prediction_errors,
+        out_of_memory,
         variable,
         comparable: warnings.is_empty(),
         warnings,
@@ -335,8 +388,57 @@ fn prediction_errors(
                     .into_iter()
                     .map(PhaseError::of)
                     .collect(),
+                gaps: gaps(m, p),
             });
         }
+    }
+    out
+}
+
+/// The measured phases whose predicted twin (matched as `schema::check` matches them: the n-th
+/// of a name) has no figure to set against them, each with its reason.
+fn gaps(m: &MeasureResult, p: &PredictionDoc) -> Vec<PhaseGap> {
+    let mut used = vec![false; p.phases.len()];
+    let mut out = Vec::new();
+    for phase in &m.phases {
+        let Some(k) = (0..p.phases.len()).find(|k| !used[*k] && p.phases[*k].name == phase.name)
+        else {
+            continue;
+        };
+        used[k] = true;
+        let status = p.phases[k].status;
+        let oom = p.out_of_memory.as_ref();
+        let oom_phase = oom
+            .and_then(|o| o.phase.as_deref())
+            .unwrap_or("(outside any phase)");
+        let reason = match status {
+            PhaseStatus::Predicted => continue,
+            PhaseStatus::NotReached => format!(
+                "not reached: the prediction ran out of memory in {oom_phase} before it — no predicted figure, a gap, not an error"
+            ),
+            PhaseStatus::OutOfMemory => format!(
+                "predicted out of memory here{}: the predicted figures stop before the allocation that did not fit — not a peak, no error computed",
+                oom.map_or(String::new(), |o| format!(
+                    " (a {} allocation, module {})",
+                    Bytes(o.requested_bytes).both(),
+                    o.module.as_deref().unwrap_or("(outside any module)")
+                ))
+            ),
+            PhaseStatus::Unpredictable => {
+                "unpredictable: something in it depends on data — no predicted figure".into()
+            }
+            PhaseStatus::Failed => {
+                "the workload failed in it in the prediction: its figures stop there, no error computed"
+                    .into()
+            }
+        };
+        out.push(PhaseGap {
+            phase: phase.name.clone(),
+            index: phase.index,
+            predicted_status: status,
+            measured_peak_reserved_bytes: phase.devices.first().and_then(|d| d.peak_reserved_bytes),
+            reason,
+        });
     }
     out
 }
@@ -420,6 +522,24 @@ pub fn table(c: &Comparison) -> String {
                 .map_or("—".into(), |b| format!("{:.3}", Bytes(b).gib()))
         );
     }
+    for stop in &c.out_of_memory {
+        let _ = writeln!(
+            o,
+            "\n{}: predicted out of memory in {} (a {} allocation, module {}); {}",
+            stop.run,
+            stop.phase.as_deref().unwrap_or("(outside any phase)"),
+            Bytes(stop.requested_bytes).both(),
+            stop.module.as_deref().unwrap_or("(outside any module)"),
+            if stop.not_reached.is_empty() {
+                "no later phase".to_string()
+            } else {
+                format!(
+                    "not reached: {} — no figure (a gap, not 0)",
+                    stop.not_reached.join(", ")
+                )
+            }
+        );
+    }
     for e in &c.prediction_errors {
         errors_table(&mut o, e);
     }
@@ -456,11 +576,17 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
         e.measured_run,
         e.measured_on.as_deref().unwrap_or("an unnamed GPU")
     );
+    let gaps = |o: &mut String| {
+        for g in &e.gaps {
+            let _ = writeln!(o, "  {:<16} {}", g.phase, g.reason);
+        }
+    };
     if e.phases.is_empty() {
         let _ = writeln!(
             o,
             "  no phase is both predicted and measured: nothing to set side by side"
         );
+        gaps(o);
         return;
     }
     let _ = writeln!(
@@ -492,6 +618,7 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
             error(p.error_reserved_bytes, p.error_reserved_pct),
         );
     }
+    gaps(o);
 }
 
 /// Bytes with their sign and thousands grouped (`+1,048,576`, `−2,097,152`).

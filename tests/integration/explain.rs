@@ -490,12 +490,18 @@ fn the_ledger_goes_to_a_new_file_or_to_standard_output() {
         .stderr_has("never overwrites");
     assert_eq!(std::fs::read(&json).unwrap(), before);
     // `-`: the same document, and nothing else, on standard output.
-    let piped = Run::command("explain").arg(&prediction).output("-").succeeds();
+    let piped = Run::command("explain")
+        .arg(&prediction)
+        .output("-")
+        .succeeds();
     let doc: Value = serde_json::from_str(&piped.stdout()).expect("only JSON on stdout");
     assert_eq!(doc, written);
     // Another extension: the table, as the terminal shows it.
     let text = dir.path().join("ledger.txt");
-    Run::command("explain").arg(&prediction).output(&text).succeeds();
+    Run::command("explain")
+        .arg(&prediction)
+        .output(&text)
+        .succeeds();
     let table = std::fs::read_to_string(&text).unwrap();
     assert!(table.contains("estimate vs prediction"), "{table}");
     assert!(!table.trim_start().starts_with('{'), "{table}");

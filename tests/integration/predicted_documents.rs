@@ -354,3 +354,289 @@ fn cards_rank_the_cards_for_a_predicted_peak() {
             "highest peak reserved of one device",
         ));
 }
+
+/// `predict --script tests/fixtures/scripts/predict_oom.py --card "A100 40GB" --memory-limit
+/// 765460479` with real torch on the CPU: the simulated card runs out of memory in `forward`.
+fn oom_prediction() -> PathBuf {
+    fiche("prediction_oom.json")
+}
+
+#[test]
+fn report_words_a_predicted_out_of_memory_in_both_languages_and_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = json(&oom_prediction());
+    let unlimited = doc["out_of_memory"]["unlimited_driver_view_bytes"]
+        .as_u64()
+        .unwrap();
+    let class = doc["out_of_memory"]["post_mortem"]["diagnosis"]["class"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let fiche = |lang: &str, ext: &str| {
+        let out = dir.path().join(format!("fiche-{lang}.{ext}"));
+        iteragpu()
+            .arg("report")
+            .arg(oom_prediction())
+            .args(["--lang", lang, "--output"])
+            .arg(&out)
+            .assert()
+            .success();
+        std::fs::read_to_string(&out).unwrap()
+    };
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    for ext in ["md", "html"] {
+        let en = fiche("en", ext);
+        for words in [
+            "predicted, not measured",
+            "predicted out of memory on A100 40GB (0.71 GiB, --memory-limit 765,460,479 on A100 40GB) in phase `forward`",
+            "allocation (module `Sequential.1`, category activation, `tests/fixtures/scripts/predict_oom.py:11`)",
+            "free — later phases not reached (`backward`)",
+            &format!("{class}: "),
+            &format!("a driver's view of {}", gib(unlimited)),
+            "whole total_memory (40.00 GiB) would hold it",
+            "not reached",
+            "Out-of-memory post-mortem",
+            "allocated when the allocation failed",
+        ] {
+            let words = if ext == "html" {
+                words.replace('`', "").replace('\'', "&#39;")
+            } else {
+                words.to_string()
+            };
+            // Sizes are joined to their unit by a no-break space.
+            let plain = en
+                .replace("<code>", "")
+                .replace("</code>", "")
+                .replace('\u{a0}', " ");
+            assert!(plain.contains(&words), "{ext}: `{words}` missing:\n{en}");
+        }
+        // Neither a complete prediction's verdict nor a zero for the phase never reached.
+        assert!(!en.contains("predicted to fit A100"), "{en}");
+        assert!(!en.to_lowercase().contains("observed"), "{en}");
+        let fr = fiche("fr", ext)
+            .replace("<code>", "")
+            .replace("</code>", "")
+            .replace('\u{a0}', " ");
+        for words in [
+            "prédit, pas mesuré",
+            "prédit en manque de mémoire sur A100 40GB",
+            "dans la phase",
+            "phases suivantes non atteintes",
+            "non atteinte",
+            "avec une mémoire illimitée",
+            "Autopsie du manque de mémoire",
+        ] {
+            assert!(fr.contains(words), "{ext}: `{words}` missing:\n{fr}");
+        }
+    }
+    // The Markdown row of the phase never reached says so in every figure, never 0.
+    let md = std::fs::read_to_string(dir.path().join("fiche-en.md")).unwrap();
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| `  backward`"))
+        .expect("the backward row");
+    assert_eq!(row.matches("| not reached ").count(), 5, "{row}");
+}
+
+#[test]
+fn explain_builds_the_ledger_of_a_predicted_out_of_memory_on_what_was_alive() {
+    let pred = oom_prediction();
+    let doc = json(&pred);
+    iteragpu()
+        .arg("explain")
+        .arg(&pred)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "the prediction stopped at an out-of-memory in forward #2 — predicted, not measured",
+        ))
+        .stdout(predicate::str::contains(
+            "built on the out-of-memory, not on a peak",
+        ))
+        .stdout(predicate::str::contains(
+            "predicted out of memory in forward",
+        ))
+        .stdout(predicate::str::contains("out-of-memory post-mortem: "))
+        .stdout(predicate::str::contains(
+            "the phases after it were not reached",
+        ))
+        .stdout(predicate::str::contains("observed").not());
+    let out = iteragpu()
+        .arg("explain")
+        .arg(&pred)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ledger: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ledger["explained"], "prediction");
+    assert_eq!(ledger["built_on"], "out_of_memory");
+    assert_eq!(ledger["phase"], "forward");
+    assert_eq!(ledger["out_of_memory"], doc["out_of_memory"]);
+    assert_eq!(ledger["post_mortem"], doc["out_of_memory"]["post_mortem"]);
+    let oom = &doc["out_of_memory"];
+    let line = |id: &str| {
+        ledger["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} line"))
+            .clone()
+    };
+    // The categories alive at the failing allocation add up to what was allocated then.
+    let sum: u64 = ledger["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["kind"] == "term" && l["id"] != "allocator_slack" && l["id"] != "outside_allocator"
+        })
+        .map(|l| l["predicted"]["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(sum), oom["allocated_bytes"].as_u64());
+    assert_eq!(
+        line("peak_allocated")["predicted"]["bytes"],
+        oom["allocated_bytes"]
+    );
+    assert_eq!(
+        line("peak_reserved")["predicted"]["bytes"],
+        oom["reserved_bytes"]
+    );
+    assert_eq!(
+        line("weights")["predicted"]["bytes"],
+        oom["alive"]["by_category"]["parameter"]
+    );
+    assert_eq!(
+        line("weights")["checkpoint"],
+        "predicted out of memory in forward"
+    );
+    // A complete prediction's ledger stays on its peak.
+    let out = iteragpu()
+        .arg("explain")
+        .arg(fiche("prediction_train.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let ledger: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ledger["built_on"], "peak");
+    assert!(ledger.get("out_of_memory").is_none());
+}
+
+/// `prediction.json` (the workload of `result.json`) as if the card had run out of memory in
+/// `cold_forward`: that phase `out_of_memory`, the later ones `not_reached` with null figures.
+fn ran_out_in_cold_forward(dir: &Path) -> PathBuf {
+    let mut doc = json(&fiche("prediction.json"));
+    let oom = json(&oom_prediction());
+    doc["status"] = "out_of_memory".into();
+    let mut record = oom["out_of_memory"].clone();
+    record["phase"] = "cold_forward".into();
+    record["phase_index"] = 2.into();
+    doc["out_of_memory"] = record;
+    doc["capacity"] = oom["capacity"].clone();
+    for (k, phase) in doc["phases"].as_array_mut().unwrap().iter_mut().enumerate() {
+        if k == 2 {
+            phase["status"] = "out_of_memory".into();
+        } else if k > 2 {
+            phase["status"] = "not_reached".into();
+            for f in [
+                "start_allocated_bytes",
+                "start_reserved_bytes",
+                "peak_allocated_bytes",
+                "peak_reserved_bytes",
+                "peak_tensor_bytes",
+                "end_allocated_bytes",
+                "end_reserved_bytes",
+                "driver_view_bytes",
+                "at_peak",
+            ] {
+                phase[f] = Value::Null;
+            }
+        }
+    }
+    let path = dir.join("oom.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn compare_leaves_phases_not_reached_as_gaps_and_marks_the_out_of_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let pred = ran_out_in_cold_forward(dir.path());
+    let measured = fiche("result.json");
+    let out = iteragpu()
+        .arg("compare")
+        .arg(&pred)
+        .arg(&measured)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = &c["prediction_errors"][0];
+    // Only the phases predicted whole have an error.
+    let phases: Vec<&str> = errors["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["model_load", "inputs"]);
+    let gaps = errors["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 7, "{gaps:?}");
+    assert_eq!(gaps[0]["phase"], "cold_forward");
+    assert_eq!(gaps[0]["predicted_status"], "out_of_memory");
+    assert!(
+        gaps[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("predicted out of memory here")
+    );
+    assert!(gaps[0]["measured_peak_reserved_bytes"].as_u64().is_some());
+    for g in &gaps[1..] {
+        assert_eq!(g["predicted_status"], "not_reached");
+        assert!(
+            g["reason"]
+                .as_str()
+                .unwrap()
+                .contains("ran out of memory in cold_forward before it"),
+            "{g}"
+        );
+        assert!(g.get("error_reserved_bytes").is_none());
+    }
+    assert_eq!(c["out_of_memory"][0]["phase"], "cold_forward");
+    assert_eq!(
+        c["out_of_memory"][0]["not_reached"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    // The rows of the phases never reached hold no figure: null, never 0.
+    let rows = c["rows"].as_array().unwrap();
+    let not_reached: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["status"] == "not_reached")
+        .collect();
+    assert_eq!(not_reached.len(), 6);
+    assert!(
+        not_reached
+            .iter()
+            .all(|r| r["peak_reserved_bytes"].is_null())
+    );
+    iteragpu()
+        .arg("compare")
+        .arg(&pred)
+        .arg(&measured)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "predicted out of memory in cold_forward (a ",
+        ))
+        .stdout(predicate::str::contains("no figure (a gap, not 0)"))
+        .stdout(predicate::str::contains("warmup           not reached: the prediction ran out of memory in cold_forward before it"));
+}

@@ -3,7 +3,7 @@
 //! those of its file and of `explain` (`Display`, `ledger::render`), said as they are; French is
 //! worded here from the values, never by rewriting the English.
 
-use crate::explain::oom::OomClass;
+use crate::explain::oom::{Diagnosis, OomClass};
 use crate::ledger::{CapacityName, Diagnostic, Ledger};
 use crate::report::catalog::common::CommonText;
 use crate::report::format::{Style, Units};
@@ -87,6 +87,52 @@ pub fn oom_class(class: OomClass, lang: Style) -> &'static str {
     }
 }
 
+/// Why an out-of-memory of this class happens, in a few words.
+pub fn oom_why(class: OomClass, lang: Style) -> &'static str {
+    match (class, lang.fr()) {
+        (OomClass::Capacity, false) => "the load does not fit what this process may use",
+        (OomClass::Capacity, true) => {
+            "la charge ne tient pas dans ce que ce processus peut utiliser"
+        }
+        (OomClass::Fragmentation, false) => "the memory is there, held by PyTorch, but in pieces",
+        (OomClass::Fragmentation, true) => {
+            "la mémoire est là, gardée par PyTorch, mais en morceaux"
+        }
+        (OomClass::AnotherProcess, false) => "the missing memory is held elsewhere",
+        (OomClass::AnotherProcess, true) => "la mémoire manquante est tenue ailleurs",
+        (OomClass::Unknown, false) => "the message's figures do not decide",
+        (OomClass::Unknown, true) => "les chiffres du message ne tranchent pas",
+    }
+}
+
+/// What to try after an out-of-memory, most useful first: the diagnosis's own advice in
+/// English, said again from its class in French.
+pub fn oom_advice(d: &Diagnosis, lang: Style) -> Vec<String> {
+    if !lang.fr() {
+        return d.advice.clone();
+    }
+    match d.class {
+        OomClass::Capacity => vec![
+            "Chercher la frontière à une charge plus petite : `iteragpu sweep --vary DIM=MIN..MAX --search frontier`.",
+            "Réduire la dimension qui porte le pic (batch, contexte, largeur) ou ses octets par élément (type, quantification, recalcul des activations).",
+            "Ou une carte plus grande : `iteragpu cards --need TAILLE`.",
+        ],
+        OomClass::Fragmentation => vec![
+            "Essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, comparé dans des processus neufs : `iteragpu sweep --vary alloc_conf=default,expandable_segments`.",
+            "Ou libérer le cache entre les phases (`torch.cuda.empty_cache()`).",
+        ],
+        OomClass::AnotherProcess => vec![
+            "Libérer le périphérique (les processus sont nommés dans le message joint) ; vérifier avec `iteragpu environment`.",
+        ],
+        OomClass::Unknown => vec![
+            "Relire le message de PyTorch dans le résultat joint ; mesurer à nouveau avec `--timeline`.",
+        ],
+    }
+    .into_iter()
+    .map(String::from)
+    .collect()
+}
+
 /// The out-of-memory post-mortem, when the run ended in one. In English it is the explain
 /// command's own text; in French it is said again from the classification's figures (PyTorch's
 /// message itself stays in the attached result).
@@ -97,17 +143,7 @@ pub fn post_mortem(l: &Ledger, lang: Style) -> Vec<String> {
         if let Some(pm) = &l.post_mortem {
             let d = &pm.diagnosis;
             let f = &d.figures;
-            let why = match d.class {
-                OomClass::Capacity => {
-                    "la charge ne tient pas dans ce que ce processus peut utiliser"
-                }
-                OomClass::Fragmentation => {
-                    "la mémoire est là, gardée par PyTorch, mais en morceaux"
-                }
-                OomClass::AnotherProcess => "la mémoire manquante est tenue ailleurs",
-                OomClass::Unknown => "les chiffres du message ne tranchent pas",
-            };
-            let class = format!("{} : {why}", oom_class(d.class, lang));
+            let class = format!("{} : {}", oom_class(d.class, lang), oom_why(d.class, lang));
             out.push(format!("Classe{} {class}", colon));
             let request = Some(pm.report.tried_to_allocate.bytes.0);
             out.push(format!(
@@ -120,25 +156,9 @@ pub fn post_mortem(l: &Ledger, lang: Style) -> Vec<String> {
                 lang.size(f.limit.map(|b| b.0))
             ));
             out.extend(
-                match d.class {
-                    OomClass::Capacity => vec![
-                        "Chercher la frontière à une charge plus petite : `iteragpu sweep --vary DIM=MIN..MAX --search frontier`.",
-                        "Réduire la dimension qui porte le pic (batch, contexte, largeur) ou ses octets par élément (type, quantification, recalcul des activations).",
-                        "Ou une carte plus grande : `iteragpu cards --need TAILLE`.",
-                    ],
-                    OomClass::Fragmentation => vec![
-                        "Essayer `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, comparé dans des processus neufs : `iteragpu sweep --vary alloc_conf=default,expandable_segments`.",
-                        "Ou libérer le cache entre les phases (`torch.cuda.empty_cache()`).",
-                    ],
-                    OomClass::AnotherProcess => vec![
-                        "Libérer le périphérique (les processus sont nommés dans le message joint) ; vérifier avec `iteragpu environment`.",
-                    ],
-                    OomClass::Unknown => vec![
-                        "Relire le message de PyTorch dans le résultat joint ; mesurer à nouveau avec `--timeline`.",
-                    ],
-                }
-                .into_iter()
-                .map(|a| format!("À essayer{} {a}", colon)),
+                oom_advice(d, lang)
+                    .into_iter()
+                    .map(|a| format!("À essayer{} {a}", colon)),
             );
         }
         if let Some(s) = &l.live_at_oom

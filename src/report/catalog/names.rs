@@ -142,6 +142,26 @@ pub fn line(id: LineId, lang: Style) -> &'static str {
     }
 }
 
+/// A ledger line's name when it is read at a prediction's out-of-memory
+/// (`LineId::english_at_oom`).
+pub fn line_at_oom(id: LineId, lang: Style) -> &'static str {
+    if !lang.fr() {
+        return id.english_at_oom();
+    }
+    match id {
+        LineId::Gradients => "gradients (vivants au manque de mémoire prédit)",
+        LineId::OptimizerStates => "états de l’optimiseur (vivants au manque de mémoire prédit)",
+        LineId::Activations => "activations et temporaires (vivants au manque de mémoire prédit)",
+        LineId::OtherTensors => "entrées et autres stockages (vivants au manque de mémoire prédit)",
+        LineId::Weights => "poids (vivants au manque de mémoire prédit)",
+        LineId::PeakAllocated => "alloué quand l’allocation a échoué",
+        LineId::PeakReserved => "réservé quand l’allocation a échoué",
+        LineId::AllocatorSlack => "réservé mais non alloué (réservé − alloué)",
+        LineId::DriverView => "vue du pilote quand l’allocation a échoué",
+        _ => line(id, lang),
+    }
+}
+
 /// Where a ledger line was read; phase names stay as they are (identifiers).
 pub fn checkpoint(c: &Checkpoint, lang: Style) -> String {
     if !lang.fr() {
@@ -153,6 +173,7 @@ pub fn checkpoint(c: &Checkpoint, lang: Style) -> String {
         Checkpoint::Peak(p) => format!("pic de {p}"),
         Checkpoint::PeakMinusStart(p) => format!("pic de {p} − son début"),
         Checkpoint::PredictedPeak(p) => format!("pic prédit de {p}"),
+        Checkpoint::PredictedOom(p) => format!("manque de mémoire prédit dans {p}"),
         Checkpoint::EndOneCheckpoint(p) => format!("fin de {p} (un seul point de contrôle)"),
         Checkpoint::PeakSampled(p) => format!("pic de {p} (échantillonné)"),
         Checkpoint::Stated => "déclaré".into(),

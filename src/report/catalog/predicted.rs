@@ -69,6 +69,27 @@ catalog! {
         CodeHash =>
             "code (SHA-256)",
             "code (SHA-256)";
+        OutOfMemory =>
+            "Predicted out of memory",
+            "Manque de mémoire prédit";
+        OomClass =>
+            "Out-of-memory class",
+            "Classe du manque de mémoire";
+        LargerCard =>
+            "What a card needs",
+            "Ce qu’il faut à une carte";
+        AtOom =>
+            "At the predicted out-of-memory",
+            "Au manque de mémoire prédit";
+        StatusNote =>
+            "`out_of_memory`: the figures stop before the allocation that did not fit (not a peak of the whole phase); `not_reached`: the phase would start after the out-of-memory, so it has no figure (not 0).",
+            "`out_of_memory` : les chiffres s’arrêtent avant l’allocation qui n’a pas tenu (ce n’est pas le pic de toute la phase) ; `not_reached` : la phase commencerait après le manque de mémoire, elle n’a donc aucun chiffre (pas 0).";
+        AliveAtOom =>
+            "alive at the out-of-memory",
+            "vivants au manque de mémoire";
+        NotReached =>
+            "not reached",
+            "non atteinte";
     }
 }
 
@@ -204,5 +225,162 @@ pub fn still_assumed(
         (Lang::Fr, Some(t)) => format!(
             "le modèle de l’allocateur, {n} élément(s) non modélisé(s), {r} valeur(s) lue(s) dans les données ; {t} poste(s) de l’estimation"
         ),
+    }
+}
+
+/// A predicted out-of-memory: on which card and capacity, in which phase, the allocation that did
+/// not fit (its size, module, category and the user's line), the memory still free, and the
+/// phases after it not reached.
+pub struct OomWords<'a> {
+    pub card: &'a str,
+    pub capacity: u64,
+    pub capacity_source: &'a str,
+    pub phase: Option<&'a str>,
+    pub requested: u64,
+    pub module: Option<&'a str>,
+    /// Already worded in the fiche's language.
+    pub category: &'a str,
+    pub at: Option<String>,
+    pub free: u64,
+    pub not_reached: &'a [&'a str],
+}
+
+pub fn out_of_memory(w: &OomWords, lang: Style) -> String {
+    let (cap, req, free) = (
+        lang.size(Some(w.capacity)),
+        lang.size(Some(w.requested)),
+        lang.size(Some(w.free)),
+    );
+    let fr = lang.fr();
+    let phase = w.phase.map_or_else(
+        || {
+            if fr {
+                "hors de toute phase"
+            } else {
+                "outside any phase"
+            }
+            .to_string()
+        },
+        |p| {
+            if fr {
+                format!("dans la phase `{p}`")
+            } else {
+                format!("in phase `{p}`")
+            }
+        },
+    );
+    let module = w.module.map_or_else(
+        || {
+            if fr {
+                "hors de tout module"
+            } else {
+                "outside any module"
+            }
+            .to_string()
+        },
+        |m| format!("`{m}`"),
+    );
+    let at = w.at.as_ref().map_or(String::new(), |a| format!(", `{a}`"));
+    let later = if w.not_reached.is_empty() {
+        String::new()
+    } else {
+        let names = w
+            .not_reached
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if fr {
+            format!(" — phases suivantes non atteintes ({names})")
+        } else {
+            format!(" — later phases not reached ({names})")
+        }
+    };
+    let (card, source) = (w.card, w.capacity_source);
+    if fr {
+        format!(
+            "prédit en manque de mémoire sur {card} ({cap}, {source}) {phase} : une allocation de {req} (module {module}, catégorie {}{at}) avec {free} libres{later}",
+            w.category
+        )
+    } else {
+        format!(
+            "predicted out of memory on {card} ({cap}, {source}) {phase}: a {req} allocation (module {module}, category {}{at}) with {free} free{later}",
+            w.category
+        )
+    }
+}
+
+/// The post-mortem's class, why, and the first thing to try.
+pub fn oom_class(d: &crate::explain::oom::Diagnosis, lang: Style) -> String {
+    let class = super::ledger::oom_class(d.class, lang);
+    let why = super::ledger::oom_why(d.class, lang);
+    let first = super::ledger::oom_advice(d, lang).into_iter().next();
+    match (first, lang.fr()) {
+        (Some(a), true) => format!("{class} : {why} — {a}"),
+        (Some(a), false) => format!("{class}: {why} — try: {a}"),
+        (None, true) => format!("{class} : {why}"),
+        (None, false) => format!("{class}: {why}"),
+    }
+}
+
+/// What a card needs to hold the whole workload: the peak with unlimited memory, against the
+/// capacity the prediction applied and, under `--memory-limit`, the whole card's.
+pub fn larger_card(
+    reserved: u64,
+    driver_view: u64,
+    capacity: u64,
+    card: Option<(&str, u64)>,
+    lang: Style,
+) -> String {
+    let (r, d) = (lang.size(Some(reserved)), lang.size(Some(driver_view)));
+    let fr = lang.fr();
+    let against = if driver_view > capacity {
+        let short = lang.size(Some(driver_view - capacity));
+        if fr {
+            format!("manque {short} à la capacité appliquée")
+        } else {
+            format!("short by {short} of the capacity applied")
+        }
+    } else if fr {
+        "dans la capacité appliquée : c’est le découpage du cache, pas le total, qui échoue".into()
+    } else {
+        "within the capacity applied: the cache's pieces fail, not the total".into()
+    };
+    let whole = card.map_or(String::new(), |(name, total)| {
+        let t = lang.size(Some(total));
+        match (driver_view <= total, fr) {
+            (true, false) => format!("; {name}'s whole total_memory ({t}) would hold it"),
+            (false, false) => {
+                format!("; {name}'s whole total_memory ({t}) would not hold it either")
+            }
+            (true, true) => {
+                format!(" ; toute la mémoire de {name} (total_memory {t}) la tiendrait")
+            }
+            (false, true) => format!(
+                " ; toute la mémoire de {name} (total_memory {t}) ne la tiendrait pas non plus"
+            ),
+        }
+    });
+    if fr {
+        format!(
+            "avec une mémoire illimitée, pic prédit de {r} réservés, vue du pilote {d} : {against}{whole} (`iteragpu cards --from` lit ce besoin)"
+        )
+    } else {
+        format!(
+            "with unlimited memory the predicted peak is {r} reserved, a driver's view of {d}: {against}{whole} (`iteragpu cards --from` reads this need)"
+        )
+    }
+}
+
+/// The ledger of a predicted out-of-memory: what it is built on, and how to read it.
+pub fn oom_explained(phase: &str, index: u64, device: &str, lang: Style) -> String {
+    if lang.fr() {
+        format!(
+            "La prédiction s’arrête sur un manque de mémoire dans `{phase}` #{index} (`{device}`)\u{a0}: ce tableau est ce qui était vivant quand l’allocation n’a pas tenu — c’est ce moment qui explique l’échec, pas le pic des phases qui ont tourné avant. L’allocation elle-même n’y figure pas : elle n’a jamais été faite."
+        )
+    } else {
+        format!(
+            "The prediction stops at an out-of-memory in `{phase}` #{index} (`{device}`): this table is what was alive when the allocation did not fit — that moment explains the failure, not the peak of the phases that ran before it. The allocation itself is not in it: it was never made."
+        )
     }
 }

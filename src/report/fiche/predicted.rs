@@ -19,7 +19,9 @@ use crate::report::catalog::{self as catalog, names};
 use crate::report::document::{Block, Cell, Chart, Document, Tone, Verdict};
 use crate::report::format::Style;
 use crate::schema::load::{self, EstimateDoc, InputError, Loaded};
-use crate::schema::prediction::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
+use crate::schema::prediction::{
+    AtPeak, PhaseStatus, PredictedOom, PredictedPhase, PredictionDoc, PredictionStatus,
+};
 
 /// What the prediction's fiche asserts, read once: the deciding phase, the target's capacity, the
 /// need compared with it and the margin.
@@ -140,7 +142,9 @@ fn verdict(
         section: Some(lang.say(CommonText::Dimensions).into()),
         tone: Tone::Neutral,
     });
-    if p.status != PredictionStatus::Complete {
+    if let Some(oom) = &p.out_of_memory {
+        out_of_memory(&mut lines, p, oom, &heading, lang);
+    } else if p.status != PredictionStatus::Complete {
         lines.push(Verdict {
             label: lang.say(PredictedText::Prediction).into(),
             value: predicted::incomplete(p.status.as_ref(), p.failure.as_deref(), lang),
@@ -148,7 +152,7 @@ fn verdict(
             tone: Tone::Bad,
         });
     }
-    if let (Some((_, driver_view)), Some(margin)) = (f.need, f.margin) {
+    if let (None, Some((_, driver_view)), Some(margin)) = (&p.out_of_memory, f.need, f.margin) {
         lines.push(Verdict {
             label: lang.say(VerdictText::CapacityMargin).into(),
             value: predicted::fit(
@@ -162,7 +166,8 @@ fn verdict(
             tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
         });
     }
-    if let Some(d) = f.deciding
+    if p.out_of_memory.is_none()
+        && let Some(d) = f.deciding
         && let Some(reserved) = d.peak_reserved_bytes
     {
         lines.push(Verdict {
@@ -213,11 +218,97 @@ fn verdict(
     ));
 }
 
+/// A predicted out-of-memory in the verdict: where and which allocation, the post-mortem's class
+/// and advice, what was alive then, and what a card needs with unlimited memory.
+fn out_of_memory(
+    lines: &mut Vec<Verdict>,
+    p: &PredictionDoc,
+    oom: &PredictedOom,
+    heading: &str,
+    lang: Style,
+) {
+    let (capacity, source) = p.capacity.as_ref().map_or(
+        (p.target.total_memory, p.target.total_memory_source.as_str()),
+        |c| (c.device_bytes, c.source.as_str()),
+    );
+    let not_reached: Vec<&str> = p
+        .phases
+        .iter()
+        .filter(|ph| ph.status == PhaseStatus::NotReached)
+        .map(|ph| ph.name.as_str())
+        .collect();
+    let category = oom.category.to_string();
+    lines.push(Verdict {
+        label: lang.say(PredictedText::OutOfMemory).into(),
+        value: predicted::out_of_memory(
+            &predicted::OomWords {
+                card: &p.target.name,
+                capacity,
+                capacity_source: source,
+                phase: oom.phase.as_deref(),
+                requested: oom.requested_bytes,
+                module: oom.module.as_deref(),
+                category: &storage_category(&category, lang),
+                at: site(oom),
+                free: oom.free_bytes,
+                not_reached: &not_reached,
+            },
+            lang,
+        ),
+        section: Some(heading.into()),
+        tone: Tone::Bad,
+    });
+    lines.push(Verdict {
+        label: lang.say(PredictedText::OomClass).into(),
+        value: predicted::oom_class(&oom.post_mortem.diagnosis, lang),
+        section: Some(lang.say(GapText::PostMortemHeading).into()),
+        tone: Tone::Bad,
+    });
+    let (categories, modules) = largest(&oom.alive, lang);
+    if !categories.is_empty() || !modules.is_empty() {
+        lines.push(Verdict {
+            label: lang.say(PredictedText::AtOom).into(),
+            value: predicted::at_peak(&categories, &modules, lang),
+            section: Some(heading.into()),
+            tone: Tone::Neutral,
+        });
+    }
+    if let (Some(reserved), Some(driver)) = (
+        oom.unlimited_peak_reserved_bytes,
+        oom.unlimited_driver_view_bytes,
+    ) {
+        let whole = p
+            .capacity
+            .as_ref()
+            .filter(|c| c.memory_fraction)
+            .map(|_| (p.target.name.as_str(), p.target.total_memory));
+        lines.push(Verdict {
+            label: lang.say(PredictedText::LargerCard).into(),
+            value: predicted::larger_card(reserved, driver, capacity, whole, lang),
+            section: Some(lang.say(PredictedText::Target).into()),
+            tone: Tone::Neutral,
+        });
+    }
+}
+
+/// The user's line that asked for the allocation, as `FILE:LINE`.
+fn site(oom: &PredictedOom) -> Option<String> {
+    match (&oom.file, oom.line) {
+        (Some(f), Some(l)) => Some(format!("{f}:{l}")),
+        (Some(f), None) => Some(f.clone()),
+        _ => None,
+    }
+}
+
 /// The three largest categories and modules alive at the phase's peak, worded with their sizes.
 fn largest_at_peak(d: &PredictedPhase, lang: Style) -> (Vec<String>, Vec<String>) {
-    let Some(at) = &d.at_peak else {
-        return (Vec::new(), Vec::new());
-    };
+    d.at_peak
+        .as_ref()
+        .map_or((Vec::new(), Vec::new()), |at| largest(at, lang))
+}
+
+/// The three largest categories and modules of the storages alive at one moment, worded.
+fn largest(at: &AtPeak, lang: Style) -> (Vec<String>, Vec<String>) {
     let mut categories: Vec<(&String, &u64)> = at.by_category.iter().collect();
     categories.sort_by(|a, b| b.1.cmp(a.1));
     let categories = categories
@@ -328,31 +419,71 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
             .phases
             .iter()
             .map(|ph| {
+                // A phase never reached has no figure: said so, never an empty or 0 cell.
+                let figure = |v: Option<u64>| {
+                    if ph.status == PhaseStatus::NotReached {
+                        Cell::Text(lang.say(PredictedText::NotReached).into())
+                    } else {
+                        Cell::size(v)
+                    }
+                };
                 vec![
                     Cell::Code(format!("{}{}", "  ".repeat(p.depth(ph)), ph.name)),
                     Cell::Code(ph.status.to_string()),
-                    Cell::size(ph.peak_allocated_bytes),
-                    Cell::size(ph.peak_reserved_bytes),
-                    Cell::size(ph.end_allocated_bytes),
-                    Cell::size(ph.end_reserved_bytes),
-                    Cell::size(ph.driver_view_bytes),
+                    figure(ph.peak_allocated_bytes),
+                    figure(ph.peak_reserved_bytes),
+                    figure(ph.end_allocated_bytes),
+                    figure(ph.end_reserved_bytes),
+                    figure(ph.driver_view_bytes),
                 ]
             })
             .collect(),
     });
-    if let Some(at) = f.deciding.and_then(|d| Some((d, d.at_peak.as_ref()?))) {
-        let (d, at) = at;
+    if p.phases.iter().any(|ph| {
+        matches!(
+            ph.status,
+            PhaseStatus::OutOfMemory | PhaseStatus::NotReached
+        )
+    }) {
+        b.push(Block::Para(lang.say(PredictedText::StatusNote).into()));
+    }
+    // What was alive when the card ran out explains an out-of-memory; else the deciding peak.
+    let alive = match &p.out_of_memory {
+        Some(oom) => Some((
+            PredictedText::AtOom,
+            oom.phase.as_deref().unwrap_or("?"),
+            oom.phase_index,
+            &oom.alive,
+        )),
+        None => f.deciding.and_then(|d| {
+            Some((
+                PredictedText::AtPeak,
+                d.name.as_str(),
+                Some(d.index),
+                d.at_peak.as_ref()?,
+            ))
+        }),
+    };
+    if let Some((label, name, index, at)) = alive {
+        let bytes = if p.out_of_memory.is_some() {
+            PredictedText::AliveAtOom
+        } else {
+            PredictedText::Bytes
+        };
+        let index = index.map_or(String::new(), |i| {
+            format!(" #{}", lang.integer(u128::from(i)))
+        });
         b.push(Block::Para(labelled(
-            lang.say(PredictedText::AtPeak),
+            lang.say(label),
             lang,
-            format!("`{}` #{}", d.name, lang.integer(u128::from(d.index))),
+            format!("`{name}`{index}"),
         )));
         let mut categories: Vec<(&String, &u64)> = at.by_category.iter().collect();
         categories.sort_by(|a, b| b.1.cmp(a.1));
         b.push(Block::Table {
             header: vec![
                 lang.say(PredictedText::Category).into(),
-                in_unit(lang.say(PredictedText::Bytes), lang),
+                in_unit(lang.say(bytes), lang),
             ],
             rows: categories
                 .into_iter()
@@ -362,7 +493,7 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
         b.push(Block::Table {
             header: vec![
                 lang.say(PredictedText::Module).into(),
-                in_unit(lang.say(PredictedText::Bytes), lang),
+                in_unit(lang.say(bytes), lang),
             ],
             rows: at
                 .top_modules
@@ -404,7 +535,17 @@ fn gap(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
     b.push(Block::Heading(
         lang.say(CommonText::WhyPeakExceedsEstimate).into(),
     ));
-    b.push(Block::Para(catalog::ledger::phase_explained(l, lang)));
+    let at_oom = l.built_on == ledger::BuiltOn::OutOfMemory;
+    b.push(Block::Para(if at_oom {
+        predicted::oom_explained(&l.phase, l.phase_index, &l.device, lang)
+    } else {
+        catalog::ledger::phase_explained(l, lang)
+    }));
+    let name = if at_oom {
+        names::line_at_oom
+    } else {
+        names::line
+    };
     let cell =
         |f: &Option<ledger::Figure>| f.as_ref().map_or("—".into(), |f| Cell::size(Some(f.bytes)));
     b.push(Block::Table {
@@ -419,7 +560,7 @@ fn gap(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
             .iter()
             .map(|x| {
                 vec![
-                    names::line(x.id, lang).into(),
+                    name(x.id, lang).into(),
                     cell(&x.estimate),
                     cell(&x.predicted),
                     names::checkpoint(&x.checkpoint, lang).into(),
@@ -427,6 +568,12 @@ fn gap(b: &mut Vec<Block>, l: &Ledger, lang: Style) {
             })
             .collect(),
     });
+    // The predicted out-of-memory's post-mortem, worded as a measured one's.
+    let post_mortem = catalog::ledger::post_mortem(l, lang);
+    if !post_mortem.is_empty() {
+        b.push(Block::Heading(lang.say(GapText::PostMortemHeading).into()));
+        b.push(Block::List(post_mortem));
+    }
 }
 
 /// What the prediction rests on: the allocator model, what it does not model, the values read

@@ -113,3 +113,17 @@ fn a_prediction_without_a_gpu() {
         snapshot("prediction_train.json", None, None, Lang::Fr)
     );
 }
+
+/// A prediction that ran out of the simulated card's memory: where, the allocation, the class,
+/// the phases not reached and what a card needs.
+#[test]
+fn a_prediction_that_runs_out_of_memory() {
+    insta::assert_snapshot!(
+        "prediction_oom_en",
+        snapshot("prediction_oom.json", None, None, Lang::En)
+    );
+    insta::assert_snapshot!(
+        "prediction_oom_fr",
+        snapshot("prediction_oom.json", None, None, Lang::Fr)
+    );
+}
