@@ -24,7 +24,7 @@ const CATEGORY_LINES: [(LineId, &[&str]); 6] = [
 ];
 
 /// Builds the ledger of a prediction, with the estimate's terms beside it when given: at its
-/// deciding phase (the highest predicted peak reserved), or, when the simulated card ran out of
+/// deciding phase (the highest predicted peak allocated), or, when the simulated card ran out of
 /// memory, at the allocation that did not fit: what was alive then explains the failure, where
 /// the peaks of the phases that ran before it do not.
 pub fn of_prediction(

@@ -45,7 +45,7 @@ pub fn table(l: &Ledger) -> String {
         } else {
             let _ = writeln!(
                 o,
-                "iteragpu explain: {} #{}, the highest predicted peak — predicted, not measured: estimate vs prediction, by storage category at the peak (GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
+                "iteragpu explain: {} #{}, the highest predicted peak allocated — predicted, not measured: estimate vs prediction, by storage category at the peak (GiB; calc = calculated, assum = assumed, pred = predicted; bytes in --json)\n",
                 l.phase, l.phase_index
             );
         }

@@ -271,16 +271,20 @@ impl PredictionDoc {
         self.predicted().filter_map(|p| p.peak_reserved_bytes).max()
     }
 
-    /// Among predicted phases, the highest peak reserved, the first to reach it on a tie: the
-    /// rule of `MeasureResult::peak_phase`, so a prediction and a measurement name the same
-    /// deciding phase. Its position in `phases` comes with it.
+    /// Among predicted phases, the highest peak allocated, the first to reach it on a tie: the
+    /// phase whose live tensors make the run's need. Not the highest peak reserved, as for a
+    /// measurement (`MeasureResult::peak_phase`), which reads no categories: the cache keeps
+    /// what it reserved, so a later phase that adds one small segment (an optimizer step after
+    /// the backward pass) tops the reserved peak by a few MiB while holding a fraction of the
+    /// tensors, and the categories the prediction records at that phase's peak would explain
+    /// nothing. Its position in `phases` comes with it.
     pub fn peak_phase(&self) -> Option<(usize, &PredictedPhase)> {
         self.phases
             .iter()
             .enumerate()
             .filter(|(_, p)| p.status == PhaseStatus::Predicted)
-            .filter_map(|(k, p)| Some((k, p, p.peak_reserved_bytes?)))
-            .max_by_key(|(k, _, reserved)| (*reserved, std::cmp::Reverse(*k)))
+            .filter_map(|(k, p)| Some((k, p, p.peak_allocated_bytes?)))
+            .max_by_key(|(k, _, allocated)| (*allocated, std::cmp::Reverse(*k)))
             .map(|(k, p, _)| (k, p))
     }
 

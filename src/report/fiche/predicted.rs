@@ -26,7 +26,7 @@ use crate::schema::prediction::{
 /// What the prediction's fiche asserts, read once: the deciding phase, the target's capacity, the
 /// need compared with it and the margin.
 struct PredictedFacts<'a> {
-    /// The highest predicted peak reserved (`PredictionDoc::peak_phase`).
+    /// The highest predicted peak allocated (`PredictionDoc::peak_phase`).
     deciding: Option<&'a PredictedPhase>,
     /// The predicted driver's view (peak reserved + outside the allocator), else the peak
     /// reserved; `true` when it is the driver's view.
