@@ -445,9 +445,14 @@ mod tests {
         }
         assert!(fr[0].contains("sweep --predict --card NOM"), "{}", fr[0]);
         assert!(fr[2].contains("cards --from PRED.json"), "{}", fr[2]);
-        assert!(fr[1].contains("64\u{a0}Mio") || fr[1].contains("0,06\u{a0}Gio"), "{}", fr[1]);
         assert!(
-            !fr.iter().any(|a| a.contains("--need") || a.contains("sweep --vary")),
+            fr[1].contains("64\u{a0}Mio") || fr[1].contains("0,06\u{a0}Gio"),
+            "{}",
+            fr[1]
+        );
+        assert!(
+            !fr.iter()
+                .any(|a| a.contains("--need") || a.contains("sweep --vary")),
             "{fr:?}"
         );
     }

@@ -656,8 +656,7 @@ fn with_frontier() -> (PathBuf, PathBuf) {
 fn plain(text: &str) -> String {
     text.replace("<code>", "")
         .replace("</code>", "")
-        .replace('\u{a0}', " ")
-        .replace('\u{202f}', " ")
+        .replace(['\u{a0}', '\u{202f}'], " ")
 }
 
 #[test]
@@ -667,12 +666,22 @@ fn report_gives_a_prediction_its_predicted_frontier_in_both_languages_and_format
     let frontier = &json(&series)["frontier"];
     // The committed files decide inside the range searched, as the sentence below says.
     assert_eq!(
-        (frontier["last_success"].as_u64(), frontier["first_failure"].as_u64()),
+        (
+            frontier["last_success"].as_u64(),
+            frontier["first_failure"].as_u64()
+        ),
         (Some(8), Some(9))
     );
     let estimate = dir.path().join("estimate.json");
     let out = iteragpu()
-        .args(["estimate", "--parameters", "8402944", "--bits", "32", "--json"])
+        .args([
+            "estimate",
+            "--parameters",
+            "8402944",
+            "--bits",
+            "32",
+            "--json",
+        ])
         .output()
         .unwrap();
     std::fs::write(&estimate, &out.stdout).unwrap();
@@ -760,7 +769,11 @@ fn a_predicted_series_alone_makes_the_fiche_of_its_largest_fitting_trial() {
         }
         assert!(text.contains("`batch=8 · context=1024"), "{text}");
         // The series is the one file attached.
-        assert_eq!(text.matches("predicted_series.json` — SHA-256").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("predicted_series.json` — SHA-256").count(),
+            1,
+            "{text}"
+        );
     }
 }
 
@@ -800,7 +813,10 @@ fn a_predicted_series_of_another_workload_card_or_capacity_is_refused() {
     std::fs::write(&other_card, doc.to_string()).unwrap();
     refused(
         &[&prediction, &other_card],
-        &["is for `H200 141GB` and the predicted series", "for `A100 40GB`"],
+        &[
+            "is for `H200 141GB` and the predicted series",
+            "for `A100 40GB`",
+        ],
     );
     // The same card at its whole total_memory, not at the series' --memory-limit.
     refused(
@@ -810,7 +826,10 @@ fn a_predicted_series_of_another_workload_card_or_capacity_is_refused() {
     // A measured series beside a prediction: its frontier is drawn with its measurement.
     refused(
         &[&prediction, &fiche("series.json")],
-        &["a measured series is reported with a measurement", "shows both frontiers"],
+        &[
+            "a measured series is reported with a measurement",
+            "shows both frontiers",
+        ],
     );
     // A measured series alone, and a series before its run.
     refused(

@@ -247,18 +247,18 @@ pub fn fit(
         (false, true) => "face au pic réservé prédit ; le contexte CUDA n’est pas compté",
     };
     match (margin >= 0, fr) {
-        (true, false) => format!(
-            "predicted to fit {card} ({cap}) — margin {abs} ({pct}, {against})"
-        ),
-        (false, false) => format!(
-            "predicted NOT to fit {card} ({cap}) — short by {abs} ({pct}, {against})"
-        ),
-        (true, true) => format!(
-            "prédit pour tenir sur {card} ({cap}) — marge {abs} ({pct}, {against})"
-        ),
-        (false, true) => format!(
-            "prédit pour NE PAS tenir sur {card} ({cap}) — manque {abs} ({pct}, {against})"
-        ),
+        (true, false) => {
+            format!("predicted to fit {card} ({cap}) — margin {abs} ({pct}, {against})")
+        }
+        (false, false) => {
+            format!("predicted NOT to fit {card} ({cap}) — short by {abs} ({pct}, {against})")
+        }
+        (true, true) => {
+            format!("prédit pour tenir sur {card} ({cap}) — marge {abs} ({pct}, {against})")
+        }
+        (false, true) => {
+            format!("prédit pour NE PAS tenir sur {card} ({cap}) — manque {abs} ({pct}, {against})")
+        }
     }
 }
 

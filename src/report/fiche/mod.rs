@@ -100,10 +100,7 @@ pub fn build(
             } else {
                 "the run comes first, its series after it: iteragpu report RESULT.json|PRED.json SERIES.json"
             };
-            return Err(result.wrong(
-                &format!("{} or {}", load::MEASURE, load::PREDICTION),
-                hint,
-            ));
+            return Err(result.wrong(&format!("{} or {}", load::MEASURE, load::PREDICTION), hint));
         }
         _ => {
             return Err(result.wrong(

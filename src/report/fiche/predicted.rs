@@ -4,8 +4,8 @@
 //! and the torch it was predicted with. No figure here is called measured or observed: the
 //! observed section is a predicted one, and the ledger has no observed column.
 
-use super::words::{in_unit, labelled, text, value_cell};
 use super::series::PredictedSeries;
+use super::words::{in_unit, labelled, text, value_cell};
 use super::{Fiche, attach, calculated};
 use crate::estimate::Kind;
 use crate::ledger::{self, Ledger};
@@ -53,9 +53,12 @@ impl<'a> PredictedFacts<'a> {
             (None, Some(r)) => Some((r, false)),
             (None, None) => None,
         };
-        let (capacity, limited) = p.capacity.as_ref().map_or((p.target.total_memory, false), |c| {
-            (c.device_bytes, c.memory_fraction)
-        });
+        let (capacity, limited) = p
+            .capacity
+            .as_ref()
+            .map_or((p.target.total_memory, false), |c| {
+                (c.device_bytes, c.memory_fraction)
+            });
         PredictedFacts {
             deciding,
             need,
@@ -101,7 +104,14 @@ pub(super) fn of_series(
             .map(|t| (t, true))
             .or_else(|| at(f.first_failure).map(|t| (t, false))),
         // A list or a grid: its largest trial predicted to fit.
-        None => s.trials.iter().filter(fits).last().map(|t| (t, true)),
+        None => {
+            let var = s.varied.first().map(|v| v.name());
+            s.trials
+                .iter()
+                .filter(fits)
+                .max_by_key(|t| var.and_then(|v| t.values.get(v)?.as_u64()))
+                .map(|t| (t, true))
+        }
     };
     let Some((trial, fitting)) = shown else {
         return Err(InputError::Apart {
@@ -110,7 +120,10 @@ pub(super) fn of_series(
             message: "no trial of this predicted series holds a prediction that fits or decides its frontier: give a prediction of one value first (iteragpu predict … --output PRED.json), then iteragpu report PRED.json SERIES.json".into(),
         });
     };
-    let p = trial.prediction.as_deref().expect("chosen with a prediction");
+    let p = trial
+        .prediction
+        .as_deref()
+        .expect("chosen with a prediction");
     let values = trial
         .values
         .iter()
@@ -264,7 +277,10 @@ fn verdict(
     if let Some(s) = series
         && let Some(fr) = &s.frontier
     {
-        let card = s.target.as_ref().map_or(p.target.name.as_str(), |t| t.name.as_str());
+        let card = s
+            .target
+            .as_ref()
+            .map_or(p.target.name.as_str(), |t| t.name.as_str());
         lines.push(Verdict {
             label: lang.say(PredictedText::Frontier).into(),
             value: predicted::frontier(fr, card, s.limit.as_ref(), lang),
