@@ -422,6 +422,39 @@ mod tests {
         assert_eq!(d.figures.limit, Some(Bytes(64 * MIB)));
         assert!(d.reason.contains("phase backward"), "{}", d.reason);
         assert!(d.reason.contains("read as fragmentation"), "{}", d.reason);
+        french_advice_follows_the_english(&d);
+    }
+
+    /// The fiche's French advice for a predicted whole run over the capacity is the English
+    /// one's: the same commands (a predicted sweep, cards from the prediction), never a
+    /// measured sweep or `cards --need`, and the same limit.
+    fn french_advice_follows_the_english(d: &Diagnosis) {
+        use crate::report::catalog::ledger::oom_advice;
+        use crate::report::format::{Lang, Style, Units};
+        let en = oom_advice(d, Style::new(Lang::En, Units::Gib));
+        let fr = oom_advice(d, Style::new(Lang::Fr, Units::Gib));
+        assert_eq!(en, d.advice);
+        assert_eq!(fr.len(), en.len(), "{fr:?}");
+        let command = |line: &str| line.split('`').nth(1).map(str::to_owned);
+        for (e, f) in en.iter().zip(&fr) {
+            assert_eq!(
+                command(e).map(|c| c.replace("NAME", "NOM").replace("LO..HI", "MIN..MAX")),
+                command(f),
+                "{e} / {f}"
+            );
+        }
+        assert!(fr[0].contains("sweep --predict --card NOM"), "{}", fr[0]);
+        assert!(fr[2].contains("cards --from PRED.json"), "{}", fr[2]);
+        assert!(
+            fr[1].contains("64\u{a0}Mio") || fr[1].contains("0,06\u{a0}Gio"),
+            "{}",
+            fr[1]
+        );
+        assert!(
+            !fr.iter()
+                .any(|a| a.contains("--need") || a.contains("sweep --vary")),
+            "{fr:?}"
+        );
     }
 
     /// Above the peak nothing changes: the same phases, byte for byte, as without a capacity.

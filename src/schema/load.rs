@@ -43,6 +43,14 @@ pub enum InputError {
         schema: String,
         message: String,
     },
+    /// A valid file refused for what it says beside the others (another workload, another card),
+    /// or with nothing a report can be made of: the message says which and what to give instead.
+    #[error("{path} ({schema}): {message}")]
+    Apart {
+        path: PathBuf,
+        schema: String,
+        message: String,
+    },
 }
 
 /// One `estimate --json` line, as the report needs it.
@@ -296,7 +304,7 @@ fn check_estimate_parameters(
     if let (Some(estimated), Some(measured)) = (e.parameters(), parameters)
         && estimated != measured
     {
-        return Err(InputError::Content {
+        return Err(InputError::Apart {
             path: l.path.clone(),
             schema: ESTIMATE.into(),
             message: format!(
@@ -315,7 +323,7 @@ pub fn check_prediction_of(
     p: &crate::schema::prediction::PredictionDoc,
     l: &Loaded,
 ) -> Result<(), InputError> {
-    let refuse = |message: String| InputError::Content {
+    let refuse = |message: String| InputError::Apart {
         path: l.path.clone(),
         schema: PREDICTION.into(),
         message,

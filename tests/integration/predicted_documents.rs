@@ -122,7 +122,9 @@ fn a_prediction_with_a_series_or_the_estimate_of_another_model_is_refused() {
         .arg(&md)
         .assert()
         .code(1)
-        .stderr(predicate::str::contains("takes no series yet"));
+        .stderr(predicate::str::contains(
+            "a measured series is reported with a measurement of the same workload",
+        ));
     assert!(!md.exists());
     let other = dir.path().join("other.json");
     let out = iteragpu()
@@ -639,4 +641,200 @@ fn compare_leaves_phases_not_reached_as_gaps_and_marks_the_out_of_memory() {
         ))
         .stdout(predicate::str::contains("no figure (a gap, not 0)"))
         .stdout(predicate::str::contains("warmup           not reached: the prediction ran out of memory in cold_forward before it"));
+}
+
+/// The prediction of batch 4 and the predicted frontier of the same workload at the same
+/// capacity (`tests/fixtures/fiche/README.md`).
+fn with_frontier() -> (PathBuf, PathBuf) {
+    (
+        fiche("prediction_batch.json"),
+        fiche("predicted_series.json"),
+    )
+}
+
+/// A fiche's text with HTML's code tags and no-break spaces taken out, to match sentences.
+fn plain(text: &str) -> String {
+    text.replace("<code>", "")
+        .replace("</code>", "")
+        .replace(['\u{a0}', '\u{202f}'], " ")
+}
+
+#[test]
+fn report_gives_a_prediction_its_predicted_frontier_in_both_languages_and_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prediction, series) = with_frontier();
+    let frontier = &json(&series)["frontier"];
+    // The committed files decide inside the range searched, as the sentence below says.
+    assert_eq!(
+        (
+            frontier["last_success"].as_u64(),
+            frontier["first_failure"].as_u64()
+        ),
+        (Some(8), Some(9))
+    );
+    let estimate = dir.path().join("estimate.json");
+    let out = iteragpu()
+        .args([
+            "estimate",
+            "--parameters",
+            "8402944",
+            "--bits",
+            "32",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    std::fs::write(&estimate, &out.stdout).unwrap();
+    let fiche = |lang: &str, ext: &str| {
+        let out = dir.path().join(format!("fiche-{lang}.{ext}"));
+        iteragpu()
+            .arg("report")
+            .arg(&prediction)
+            .arg(&series)
+            .arg("--estimate")
+            .arg(&estimate)
+            .args(["--lang", lang, "--output"])
+            .arg(&out)
+            .assert()
+            .success();
+        plain(&std::fs::read_to_string(&out).unwrap())
+    };
+    let code = |words: &str, ext: &str| {
+        if ext == "html" {
+            words.replace('`', "")
+        } else {
+            words.to_string()
+        }
+    };
+    for ext in ["md", "html"] {
+        let en = fiche("en", ext);
+        for words in [
+            "predicted: `batch` up to 8 fits H200 141GB (0.88 GiB, `--memory-limit 950,000,000`); 9 does not (phase `cold_forward`, allocation of 0.07 GiB float32 [9, 1024, 2048] temporary in `Sequential.2`, `iteragpu/workloads/dense.py:55`)",
+            "Predicted series",
+            "Predicted frontier of `batch`: largest predicted to fit 8, first predicted not to fit 9",
+            "predicted to fit H200 141GB (--memory-limit 0.88 GiB)",
+            "predicted_series.json",
+        ] {
+            let words = code(words, ext);
+            assert!(en.contains(&words), "{ext}: `{words}` missing:\n{en}");
+        }
+        assert!(!en.to_lowercase().contains("observed"), "{en}");
+        let fr = fiche("fr", ext);
+        for words in [
+            "prédit : `batch` jusqu’à 8 tient sur H200 141GB (0,88 Gio, `--memory-limit 950,000,000`) ; 9 ne tient pas (phase `cold_forward`, allocation de 0,07 Gio float32 [9, 1024, 2048] temporaires dans `Sequential.2`, `iteragpu/workloads/dense.py:55`)",
+            "Série prédite",
+            "Frontière prédite de `batch` : plus grande valeur qui tient 8, première qui ne tient pas 9",
+        ] {
+            let words = code(words, ext);
+            assert!(fr.contains(&words), "{ext}: `{words}` missing:\n{fr}");
+        }
+        if ext == "html" {
+            // The series' chart against the capacity is drawn.
+            assert!(en.matches("<svg").count() >= 2, "{en}");
+        }
+    }
+}
+
+#[test]
+fn a_predicted_series_alone_makes_the_fiche_of_its_largest_fitting_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, series) = with_frontier();
+    for (lang, words) in [
+        (
+            "en",
+            [
+                "the prediction shown is its trial at `batch` = 8, the largest predicted to fit",
+                "predicted: `batch` up to 8 fits H200 141GB",
+            ],
+        ),
+        (
+            "fr",
+            [
+                "la prédiction montrée est son essai à `batch` = 8",
+                "prédit : `batch` jusqu’à 8 tient sur H200 141GB",
+            ],
+        ),
+    ] {
+        let md = dir.path().join(format!("alone-{lang}.md"));
+        iteragpu()
+            .arg("report")
+            .arg(&series)
+            .args(["--lang", lang, "--output"])
+            .arg(&md)
+            .assert()
+            .success();
+        let text = plain(&std::fs::read_to_string(&md).unwrap());
+        for w in words {
+            assert!(text.contains(w), "`{w}` missing:\n{text}");
+        }
+        assert!(text.contains("`batch=8 · context=1024"), "{text}");
+        // The series is the one file attached.
+        assert_eq!(
+            text.matches("predicted_series.json` — SHA-256").count(),
+            1,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_predicted_series_of_another_workload_card_or_capacity_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prediction, series) = with_frontier();
+    let md = dir.path().join("fiche.md");
+    let refused = |files: &[&Path], words: &[&str]| {
+        let mut cmd = iteragpu();
+        cmd.arg("report").args(files).arg("--output").arg(&md);
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        for w in words {
+            assert!(stderr.contains(w), "`{w}` missing: {stderr}");
+        }
+        assert!(!md.exists());
+    };
+    // Another dimension besides the varied one.
+    let mut doc = json(&prediction);
+    doc["dimensions"]["context"] = 512.into();
+    let other_context = dir.path().join("context512.json");
+    std::fs::write(&other_context, doc.to_string()).unwrap();
+    refused(
+        &[&other_context, &series],
+        &[
+            "context512.json has context = 512 and trial 1 of the predicted series",
+            "predicted_series.json has context = 1024",
+            "make both with the same options",
+        ],
+    );
+    // Another card.
+    let mut doc = json(&series);
+    doc["target"]["name"] = "A100 40GB".into();
+    let other_card = dir.path().join("a100.json");
+    std::fs::write(&other_card, doc.to_string()).unwrap();
+    refused(
+        &[&prediction, &other_card],
+        &[
+            "is for `H200 141GB` and the predicted series",
+            "for `A100 40GB`",
+        ],
+    );
+    // The same card at its whole total_memory, not at the series' --memory-limit.
+    refused(
+        &[&fiche("prediction.json"), &series],
+        &["is held against 150.11 GB", "against 0.95 GB = 0.88 GiB"],
+    );
+    // A measured series beside a prediction: its frontier is drawn with its measurement.
+    refused(
+        &[&prediction, &fiche("series.json")],
+        &[
+            "a measured series is reported with a measurement",
+            "shows both frontiers",
+        ],
+    );
+    // A measured series alone, and a series before its run.
+    refused(
+        &[&fiche("series.json")],
+        &["a measured series alone makes no fiche yet: give the measurement of one value first"],
+    );
+    refused(&[&series, &prediction], &["the run comes first"]);
 }

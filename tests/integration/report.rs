@@ -608,7 +608,10 @@ fn bad_report_input_is_refused_and_nothing_is_written() {
         (vec![truncated], "line"),
         (vec![edited], "phases"),
         (vec![foreign], "schema"),
-        (vec![i.path("series.json")], "first file of a report"),
+        (
+            vec![i.path("series.json")],
+            "a measured series alone makes no fiche yet",
+        ),
         (
             vec![i.path("result.json"), i.path("result-b4.json")],
             "second file",

@@ -3,7 +3,7 @@
 //! those of its file and of `explain` (`Display`, `ledger::render`), said as they are; French is
 //! worded here from the values, never by rewriting the English.
 
-use crate::explain::oom::{Diagnosis, OomClass};
+use crate::explain::oom::{Diagnosis, OomClass, OomRule};
 use crate::ledger::{CapacityName, Diagnostic, Ledger};
 use crate::report::catalog::common::CommonText;
 use crate::report::format::{Style, Units};
@@ -110,6 +110,18 @@ pub fn oom_why(class: OomClass, lang: Style) -> &'static str {
 pub fn oom_advice(d: &Diagnosis, lang: Style) -> Vec<String> {
     if !lang.fr() {
         return d.advice.clone();
+    }
+    // A prediction's whole run over the capacity (`prediction::oom::whole_run`): no GPU to
+    // measure on, so the advice stays on predictions, as the English one does.
+    if d.rule == OomRule::WholeRunOverCapacity {
+        let limit = lang.size(d.figures.limit.map(|b| b.0));
+        return vec![
+            "Chercher la frontière à une charge plus petite, sans GPU : `iteragpu sweep --predict --card NOM --vary DIM=MIN..MAX --search frontier` donne le plus grand batch, contexte ou autre dimension qui tient selon la prédiction.".to_string(),
+            format!(
+                "Réduire la dimension qui porte le pic (batch, contexte ou longueur de séquence, largeur) ou ses octets par élément (type, quantification, recalcul des activations), jusqu’à ce que les tenseurs vivants tiennent sous {limit}."
+            ),
+            "Ou une carte plus grande : `iteragpu cards --from PRED.json` classe les cartes pour le pic avec une mémoire illimitée.".to_string(),
+        ];
     }
     match d.class {
         OomClass::Capacity => vec![

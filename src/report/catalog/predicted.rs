@@ -90,6 +90,117 @@ catalog! {
         NotReached =>
             "not reached",
             "non atteinte";
+        Frontier =>
+            "Predicted frontier",
+            "Frontière prédite";
+    }
+}
+
+/// The verdict's predicted frontier (`sweep --predict --search frontier`): the largest value
+/// predicted to fit the card at the series' capacity, the first predicted not to, and the phase
+/// and allocation that decide.
+pub fn frontier(
+    f: &crate::schema::series::FrontierRecord,
+    card: &str,
+    capacity: Option<&crate::schema::series::Limit>,
+    lang: Style,
+) -> String {
+    let fr = lang.fr();
+    let n = |v: u64| lang.integer(u128::from(v));
+    let variable = f.variable.name();
+    let on = capacity.map_or(card.to_string(), |l| {
+        format!("{card} ({}, `{}`)", lang.size(Some(l.bytes)), l.source)
+    });
+    let why = f.deciding.as_ref().map_or(String::new(), |d| {
+        let phase = &d.phase;
+        match &d.allocation {
+            Some(a) => {
+                let category = super::observed::storage_category(&a.category, lang);
+                let shape = a
+                    .shape
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let module = a.module.as_deref().unwrap_or("?");
+                let at = match (&a.file, a.line) {
+                    (Some(f), Some(l)) => format!(", `{f}:{l}`"),
+                    (Some(f), None) => format!(", `{f}`"),
+                    _ => String::new(),
+                };
+                let size = lang.size(Some(a.bytes));
+                let dtype = &a.dtype;
+                if fr {
+                    format!(
+                        " (phase `{phase}`, allocation de {size} {dtype} [{shape}] {category} dans `{module}`{at})"
+                    )
+                } else {
+                    format!(
+                        " (phase `{phase}`, allocation of {size} {dtype} [{shape}] {category} in `{module}`{at})"
+                    )
+                }
+            }
+            None => {
+                let view = lang.size(d.driver_view_bytes);
+                if fr {
+                    format!(" (phase `{phase}`, vue du pilote {view} au-delà de la capacité)")
+                } else {
+                    format!(" (phase `{phase}`, driver's view {view} over the capacity)")
+                }
+            }
+        }
+    });
+    match (f.last_success, f.first_failure, fr) {
+        (Some(last), Some(first), false) => format!(
+            "predicted: `{variable}` up to {} fits {on}; {} does not{why}",
+            n(last),
+            n(first)
+        ),
+        (Some(last), Some(first), true) => format!(
+            "prédit : `{variable}` jusqu’à {} tient sur {on} ; {} ne tient pas{why}",
+            n(last),
+            n(first)
+        ),
+        (Some(last), None, false) => format!(
+            "predicted: `{variable}` up to {} fits {on}, the whole range searched: no value predicted not to fit",
+            n(last)
+        ),
+        (Some(last), None, true) => format!(
+            "prédit : `{variable}` jusqu’à {} tient sur {on}, toute la plage cherchée : aucune valeur prédite hors capacité",
+            n(last)
+        ),
+        (None, Some(first), false) => format!(
+            "predicted: not even `{variable}` = {} fits {on}{why}",
+            n(first)
+        ),
+        (None, Some(first), true) => format!(
+            "prédit : même `{variable}` = {} ne tient pas sur {on}{why}",
+            n(first)
+        ),
+        (None, None, false) => format!(
+            "predicted: no value of `{variable}` decided on {on} (every prediction a gap; see the series)"
+        ),
+        (None, None, true) => format!(
+            "prédit : aucune valeur de `{variable}` tranchée sur {on} (chaque prédiction est une lacune ; voir la série)"
+        ),
+    }
+}
+
+/// A fiche made of a predicted series alone: the run shown is one of its trials.
+pub fn trial_shown(variable: &str, value: &str, fits: bool, lang: Style) -> String {
+    match (lang.fr(), fits) {
+        (false, true) => format!(
+            "Made of a predicted series alone: the prediction shown is its trial at `{variable}` = {value}, the largest predicted to fit."
+        ),
+        (false, false) => format!(
+            "Made of a predicted series alone: the prediction shown is its trial at `{variable}` = {value}, the first predicted not to fit (none fits)."
+        ),
+        (true, true) => format!(
+            "Faite d’une série prédite seule : la prédiction montrée est son essai à `{variable}` = {value}, la plus grande valeur qui tient selon la prédiction."
+        ),
+        (true, false) => format!(
+            "Faite d’une série prédite seule : la prédiction montrée est son essai à `{variable}` = {value}, la première valeur qui ne tient pas selon la prédiction (aucune ne tient)."
+        ),
     }
 }
 
@@ -106,15 +217,25 @@ pub fn source(card: &str, torch: Option<&str>, lang: Style) -> String {
     }
 }
 
-/// Whether the need fits the target: `margin` = capacity − need (negative: short by).
+/// Whether the need fits the target: `margin` = capacity − need (negative: short by); `limited`
+/// when the capacity is a `--memory-limit` on the card, not its whole `total_memory`.
 pub fn fit(
     card: &str,
     capacity: u64,
+    limited: bool,
     need_is_driver_view: bool,
     margin: i128,
     lang: Style,
 ) -> String {
-    let cap = lang.size(Some(capacity));
+    let cap = format!(
+        "{} {}",
+        if limited {
+            "--memory-limit"
+        } else {
+            "total_memory"
+        },
+        lang.size(Some(capacity))
+    );
     let abs = lang.size(Some(margin.unsigned_abs() as u64));
     let pct = lang.percent(Some(100.0 * margin as f64 / capacity as f64));
     let pct = pct.trim_start_matches('+');
@@ -126,18 +247,18 @@ pub fn fit(
         (false, true) => "face au pic réservé prédit ; le contexte CUDA n’est pas compté",
     };
     match (margin >= 0, fr) {
-        (true, false) => format!(
-            "predicted to fit {card} (total_memory {cap}) — margin {abs} ({pct}, {against})"
-        ),
-        (false, false) => format!(
-            "predicted NOT to fit {card} (total_memory {cap}) — short by {abs} ({pct}, {against})"
-        ),
-        (true, true) => format!(
-            "prédit pour tenir sur {card} (total_memory {cap}) — marge {abs} ({pct}, {against})"
-        ),
-        (false, true) => format!(
-            "prédit pour NE PAS tenir sur {card} (total_memory {cap}) — manque {abs} ({pct}, {against})"
-        ),
+        (true, false) => {
+            format!("predicted to fit {card} ({cap}) — margin {abs} ({pct}, {against})")
+        }
+        (false, false) => {
+            format!("predicted NOT to fit {card} ({cap}) — short by {abs} ({pct}, {against})")
+        }
+        (true, true) => {
+            format!("prédit pour tenir sur {card} ({cap}) — marge {abs} ({pct}, {against})")
+        }
+        (false, true) => {
+            format!("prédit pour NE PAS tenir sur {card} ({cap}) — manque {abs} ({pct}, {against})")
+        }
     }
 }
 

@@ -147,19 +147,22 @@ pub fn predicted_frontier(f: &FrontierRecord, lang: Style) -> String {
     let resolution = lang.integer(u128::from(f.resolution));
     let deciding = f.deciding.as_ref().map_or(String::new(), |d| {
         let (view, cap) = (lang.size(d.driver_view_bytes), lang.size(Some(d.capacity_bytes)));
+        let category = |a: &crate::schema::series::DecidingAllocation| {
+            super::observed::storage_category(&a.category, lang)
+        };
         match (&d.allocation, fr) {
             (Some(a), true) => format!(
                 " ; décidée dans la phase `{}` par une allocation de {} ({}, `{}`) qui ne tient pas dans {cap} ; l’exécution entière demande {view} (vue du pilote)",
                 d.phase,
                 lang.size(Some(a.bytes)),
-                a.category,
+                category(a),
                 a.module.as_deref().unwrap_or("—")
             ),
             (Some(a), false) => format!(
                 "; decided in phase `{}` by an allocation of {} ({}, `{}`) that does not fit in {cap}; the whole run needs {view} (driver's view)",
                 d.phase,
                 lang.size(Some(a.bytes)),
-                a.category,
+                category(a),
                 a.module.as_deref().unwrap_or("—")
             ),
             (None, true) => format!(

@@ -74,7 +74,33 @@ pub fn build(
         Input::Measure(r) => r,
         // The one place a prediction's fiche parts from a measurement's.
         Input::Prediction(p) => {
-            return predicted::build(result, p, series.or(predicted_series), estimate, lang);
+            if let Some(m) = series {
+                // Its frontier needs the measurement it was validated against; both frontiers
+                // are drawn in the measurement's fiche.
+                return Err(InputError::Apart {
+                    path: m.path.clone(),
+                    schema: load::SERIES.into(),
+                    message: format!(
+                        "a measured series is reported with a measurement of the same workload, not beside the prediction {}: iteragpu report RESULT.json {} [PSERIES.json] shows both frontiers; beside a prediction, give a predicted series (sweep --predict)",
+                        result.path.display(),
+                        m.path.display()
+                    ),
+                });
+            }
+            return predicted::build(result, p, predicted_series, estimate, lang);
+        }
+        // A predicted series alone: the fiche of one of its trials' predictions, with the series.
+        Input::Series(s) if s.predicted() && all_series.is_empty() => {
+            return predicted::of_series(result, s, estimate, lang);
+        }
+        Input::Series(s) => {
+            // A predicted series alone took the branch above.
+            let hint = if all_series.is_empty() && !s.predicted() {
+                "a measured series alone makes no fiche yet: give the measurement of one value first (iteragpu measure … --output RESULT.json), then iteragpu report RESULT.json SERIES.json"
+            } else {
+                "the run comes first, its series after it: iteragpu report RESULT.json|PRED.json SERIES.json"
+            };
+            return Err(result.wrong(&format!("{} or {}", load::MEASURE, load::PREDICTION), hint));
         }
         _ => {
             return Err(result.wrong(
@@ -101,12 +127,12 @@ pub fn build(
     if let (Some(e), Some(l)) = (e, estimate) {
         load::check_estimate_of(r, e, l)?;
     }
-    let ps: Option<&Series> = match predicted_series.map(|l| (&l.doc, l)) {
-        Some((Input::Series(ps), l)) => {
+    let ps: Option<&Series> = match predicted_series {
+        Some((l, ps)) => {
             series::check_predicted_matches(r, ps, l)?;
             Some(ps)
         }
-        _ => None,
+        None => None,
     };
     let facts = Facts::new(r, s, e);
     let mut b = Vec::new();
@@ -187,7 +213,7 @@ fn check_same_gpu(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), Input
     if let (Some(a), Some(b)) = (gpu_name(r), first)
         && a != b
     {
-        return Err(InputError::Content {
+        return Err(InputError::Apart {
             path: l.path.clone(),
             schema: load::SERIES.into(),
             message: format!(
@@ -209,7 +235,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
             }
             let theirs = tr.dimensions.get(key);
             if theirs != Some(value) {
-                return Err(InputError::Content {
+                return Err(InputError::Apart {
                     path: l.path.clone(),
                     schema: load::SERIES.into(),
                     message: format!(
@@ -222,7 +248,7 @@ fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(),
             }
         }
         if tr.identity.workload != r.identity.workload {
-            return Err(InputError::Content {
+            return Err(InputError::Apart {
                 path: l.path.clone(),
                 schema: load::SERIES.into(),
                 message: format!(

@@ -4,6 +4,7 @@
 //! and the torch it was predicted with. No figure here is called measured or observed: the
 //! observed section is a predicted one, and the ledger has no observed column.
 
+use super::series::PredictedSeries;
 use super::words::{in_unit, labelled, text, value_cell};
 use super::{Fiche, attach, calculated};
 use crate::estimate::Kind;
@@ -14,6 +15,7 @@ use crate::report::catalog::gap::GapText;
 use crate::report::catalog::identity::IdentityText;
 use crate::report::catalog::observed::storage_category;
 use crate::report::catalog::predicted::{self, PredictedText};
+use crate::report::catalog::series::SeriesText;
 use crate::report::catalog::verdict::VerdictText;
 use crate::report::catalog::{self as catalog, names};
 use crate::report::document::{Block, Cell, Chart, Document, Tone, Verdict};
@@ -22,6 +24,7 @@ use crate::schema::load::{self, EstimateDoc, InputError, Loaded};
 use crate::schema::prediction::{
     AtPeak, PhaseStatus, PredictedOom, PredictedPhase, PredictionDoc, PredictionStatus,
 };
+use crate::schema::series::{Series, TrialRecord, TrialStatus};
 
 /// What the prediction's fiche asserts, read once: the deciding phase, the target's capacity, the
 /// need compared with it and the margin.
@@ -31,7 +34,11 @@ struct PredictedFacts<'a> {
     /// The predicted driver's view (peak reserved + outside the allocator), else the peak
     /// reserved; `true` when it is the driver's view.
     need: Option<(u64, bool)>,
-    /// `target.total_memory` − need: negative when the card is short.
+    /// The capacity applied: `--memory-limit` when given (`limited`), else the card's
+    /// `total_memory`.
+    capacity: u64,
+    limited: bool,
+    /// `capacity` − need: negative when the card is short.
     margin: Option<i128>,
 }
 
@@ -46,32 +53,98 @@ impl<'a> PredictedFacts<'a> {
             (None, Some(r)) => Some((r, false)),
             (None, None) => None,
         };
+        let (capacity, limited) = p
+            .capacity
+            .as_ref()
+            .map_or((p.target.total_memory, false), |c| {
+                (c.device_bytes, c.memory_fraction)
+            });
         PredictedFacts {
             deciding,
             need,
-            margin: need.map(|(n, _)| i128::from(p.target.total_memory) - i128::from(n)),
+            capacity,
+            limited,
+            margin: need.map(|(n, _)| i128::from(capacity) - i128::from(n)),
         }
     }
 }
 
-/// The fiche of a prediction, with the estimate beside it when given.
+/// The fiche of a prediction, with the predicted series of the same workload (its frontier in
+/// the verdict, its trials and chart in their own section) and the estimate beside it when given.
 pub(super) fn build(
     result: &Loaded,
     p: &PredictionDoc,
-    series: Option<&Loaded>,
+    series: Option<PredictedSeries>,
     estimate: Option<&Loaded>,
     lang: Style,
 ) -> Result<Fiche, InputError> {
-    if let Some(s) = series {
-        return Err(InputError::Content {
-            path: s.path.clone(),
-            schema: s.schema().into(),
-            message: format!(
-                "a fiche of a prediction ({}) takes no series yet: report the series with a measurement of the same workload (iteragpu report RESULT.json SERIES.json)",
-                result.path.display()
-            ),
-        });
+    if let Some((l, s)) = series {
+        super::series::check_series_of_prediction(p, result, s, l)?;
     }
+    made(result, p, series, None, estimate, lang)
+}
+
+/// The fiche of a predicted series alone (`report PSERIES.json`): the prediction of its trial at
+/// the largest value predicted to fit (else the first predicted not to), with the series.
+pub(super) fn of_series(
+    file: &Loaded,
+    s: &Series,
+    estimate: Option<&Loaded>,
+    lang: Style,
+) -> Result<Fiche, InputError> {
+    let at = |v: Option<u64>| {
+        let var = s.varied.first()?.name();
+        s.trials.iter().find(|t| {
+            t.prediction.is_some() && t.values.get(var).and_then(serde_json::Value::as_u64) == v
+        })
+    };
+    let fits = |t: &&TrialRecord| t.status == TrialStatus::Ok && t.prediction.is_some();
+    let shown = match &s.frontier {
+        Some(f) => at(f.last_success)
+            .map(|t| (t, true))
+            .or_else(|| at(f.first_failure).map(|t| (t, false))),
+        // A list or a grid: its largest trial predicted to fit.
+        None => {
+            let var = s.varied.first().map(|v| v.name());
+            s.trials
+                .iter()
+                .filter(fits)
+                .max_by_key(|t| var.and_then(|v| t.values.get(v)?.as_u64()))
+                .map(|t| (t, true))
+        }
+    };
+    let Some((trial, fitting)) = shown else {
+        return Err(InputError::Apart {
+            path: file.path.clone(),
+            schema: load::SERIES.into(),
+            message: "no trial of this predicted series holds a prediction that fits or decides its frontier: give a prediction of one value first (iteragpu predict … --output PRED.json), then iteragpu report PRED.json SERIES.json".into(),
+        });
+    };
+    let p = trial
+        .prediction
+        .as_deref()
+        .expect("chosen with a prediction");
+    let values = trial
+        .values
+        .iter()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (var, value) = values.split_once('=').unwrap_or((values.as_str(), ""));
+    let note = predicted::trial_shown(var, value, fitting, lang);
+    made(file, p, Some((file, s)), Some(note), estimate, lang)
+}
+
+/// The fiche itself; `note` says which trial of a series alone is shown (the series is then the
+/// one file attached).
+fn made(
+    result: &Loaded,
+    p: &PredictionDoc,
+    with: Option<PredictedSeries>,
+    note: Option<String>,
+    estimate: Option<&Loaded>,
+    lang: Style,
+) -> Result<Fiche, InputError> {
     let e: Option<&EstimateDoc> = estimate.map(Loaded::as_estimate).transpose()?;
     if let (Some(e), Some(l)) = (e, estimate) {
         load::check_estimate_of_prediction(p, e, l)?;
@@ -83,16 +156,28 @@ pub(super) fn build(
         .get("model")
         .map(text)
         .unwrap_or_else(|| p.identity.workload.clone());
+    let series = with.map(|(_, s)| s);
     let mut b = Vec::new();
-    verdict(&mut b, p, &facts, &workload, e, lang);
+    if let Some(note) = &note {
+        b.push(Block::Para(note.clone()));
+    }
+    verdict(&mut b, p, &facts, &workload, series, e, lang);
     identity(&mut b, p, lang);
     calculated::calculated(&mut b, e, lang);
     predicted_section(&mut b, p, &facts, lang);
+    if let Some(s) = series {
+        super::series::series_predicted(&mut b, s, None, lang);
+    }
     if let Ok(l) = ledger::of_prediction(p, e) {
         gap(&mut b, &l, lang);
     }
     assumed(&mut b, p, e, lang);
-    let attachments = attach(&mut b, result, &[], estimate, lang);
+    // A series alone is the result file itself: attached once.
+    let attached: Vec<&Loaded> = match (with, note) {
+        (Some((l, _)), None) => vec![l],
+        _ => Vec::new(),
+    };
+    let attachments = attach(&mut b, result, &attached, estimate, lang);
     Ok(Fiche {
         document: Document {
             title: format!(
@@ -114,6 +199,7 @@ fn verdict(
     p: &PredictionDoc,
     f: &PredictedFacts,
     workload: &str,
+    series: Option<&Series>,
     e: Option<&EstimateDoc>,
     lang: Style,
 ) {
@@ -157,7 +243,8 @@ fn verdict(
             label: lang.say(VerdictText::CapacityMargin).into(),
             value: predicted::fit(
                 &p.target.name,
-                p.target.total_memory,
+                f.capacity,
+                f.limited,
                 driver_view,
                 margin,
                 lang,
@@ -185,6 +272,21 @@ fn verdict(
                 tone: Tone::Neutral,
             });
         }
+    }
+    // The series' frontier: which value of the varied dimension the card takes, and why not more.
+    if let Some(s) = series
+        && let Some(fr) = &s.frontier
+    {
+        let card = s
+            .target
+            .as_ref()
+            .map_or(p.target.name.as_str(), |t| t.name.as_str());
+        lines.push(Verdict {
+            label: lang.say(PredictedText::Frontier).into(),
+            value: predicted::frontier(fr, card, s.limit.as_ref(), lang),
+            section: Some(lang.say(SeriesText::PredictedSeriesHeading).into()),
+            tone: Tone::Neutral,
+        });
     }
     lines.push(Verdict {
         label: lang.say(PredictedText::Target).into(),

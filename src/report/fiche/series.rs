@@ -11,6 +11,7 @@ use crate::report::document::{Block, Cell, Chart};
 use crate::report::format::Style;
 use crate::schema::load::{self, InputError, InputFile as Input, Loaded};
 use crate::schema::measure::MeasureResult;
+use crate::schema::prediction::PredictionDoc;
 use crate::schema::series::{FrontierRecord, Series, TrialStatus};
 
 pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lang: Style) {
@@ -151,10 +152,13 @@ fn alloc_conf_comparison(b: &mut Vec<Block>, s: &Series, lang: Style) {
     b.push(Block::Table { header, rows });
 }
 
+/// The file of a predicted series, and the series it holds.
+pub(super) type PredictedSeries<'a> = (&'a Loaded, &'a Series);
+
 /// The series given to `report`, predicted apart: at most one measured and one predicted.
 pub(super) fn split<'a>(
     all: &[&'a Loaded],
-) -> Result<(Option<&'a Loaded>, Vec<&'a Loaded>), InputError> {
+) -> Result<(Option<PredictedSeries<'a>>, Vec<&'a Loaded>), InputError> {
     let mut predicted = None;
     let mut others = Vec::new();
     for &l in all {
@@ -166,7 +170,7 @@ pub(super) fn split<'a>(
                         "a fiche takes one predicted series (and one measured series of the same workload)",
                     ));
                 }
-                predicted = Some(l);
+                predicted = Some((l, &**s));
             }
             _ => others.push(l),
         }
@@ -187,7 +191,7 @@ pub(super) fn check_predicted_matches(
     s: &Series,
     l: &Loaded,
 ) -> Result<(), InputError> {
-    let refuse = |message: String| InputError::Content {
+    let refuse = |message: String| InputError::Apart {
         path: l.path.clone(),
         schema: load::SERIES.into(),
         message,
@@ -209,6 +213,71 @@ pub(super) fn check_predicted_matches(
             if theirs != Some(value) {
                 return Err(refuse(format!(
                     "the result has {key} = {} and trial {} of the predicted series has {key} = {}: not the same workload besides the varied dimension",
+                    text(value),
+                    t.index + 1,
+                    theirs.map_or("null".into(), text)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A predicted series belongs with a prediction when it predicted the same workload, every
+/// dimension but the varied ones the same, for the same card at the same capacity: its frontier
+/// then answers the prediction's question at other values.
+pub(super) fn check_series_of_prediction(
+    p: &PredictionDoc,
+    run: &Loaded,
+    s: &Series,
+    l: &Loaded,
+) -> Result<(), InputError> {
+    let refuse = |message: String| InputError::Apart {
+        path: l.path.clone(),
+        schema: load::SERIES.into(),
+        message,
+    };
+    let (pred, series) = (run.path.display(), l.path.display());
+    let fix = "make both with the same options and --card or --memory-limit (sweep --predict varying one dimension)";
+    if let Some(t) = &s.target
+        && t.name != p.target.name
+    {
+        return Err(refuse(format!(
+            "the prediction {pred} is for `{}` and the predicted series {series} for `{}`: {fix}",
+            p.target.name, t.name
+        )));
+    }
+    let capacity = p
+        .capacity
+        .as_ref()
+        .map_or(p.target.total_memory, |c| c.device_bytes);
+    if let Some(limit) = &s.limit
+        && limit.bytes != capacity
+    {
+        return Err(refuse(format!(
+            "the prediction {pred} is held against {} and the predicted series {series} against {} ({}): {fix}",
+            crate::units::Bytes(capacity).both(),
+            crate::units::Bytes(limit.bytes).both(),
+            limit.source
+        )));
+    }
+    for t in &s.trials {
+        let Some(tp) = &t.prediction else { continue };
+        if tp.identity.workload != p.identity.workload {
+            return Err(refuse(format!(
+                "the prediction {pred} predicted the `{}` workload and the predicted series {series} `{}`: {fix}",
+                p.identity.workload, tp.identity.workload
+            )));
+        }
+        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
+        for (key, value) in &p.dimensions {
+            if varied.contains(key) {
+                continue;
+            }
+            let theirs = tp.dimensions.get(key);
+            if theirs != Some(value) {
+                return Err(refuse(format!(
+                    "the prediction {pred} has {key} = {} and trial {} of the predicted series {series} has {key} = {}: not the same workload besides the varied dimension; {fix}",
                     text(value),
                     t.index + 1,
                     theirs.map_or("null".into(), text)

@@ -127,3 +127,18 @@ fn a_prediction_that_runs_out_of_memory() {
         snapshot("prediction_oom.json", None, None, Lang::Fr)
     );
 }
+
+/// A prediction with the predicted frontier of the same workload: the frontier in the verdict,
+/// the predicted series' trials and chart.
+#[test]
+fn a_prediction_with_its_predicted_series() {
+    let args = (Some("predicted_series.json"), None);
+    insta::assert_snapshot!(
+        "prediction_series_en",
+        snapshot("prediction_batch.json", args.0, args.1, Lang::En)
+    );
+    insta::assert_snapshot!(
+        "prediction_series_fr",
+        snapshot("prediction_batch.json", args.0, args.1, Lang::Fr)
+    );
+}
