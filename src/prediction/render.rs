@@ -85,17 +85,25 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
     if let Some(oom) = &p.out_of_memory {
         out_of_memory(&mut o, p, oom);
     } else if let Some(max) = p.max_driver_view() {
+        // The capacity the prediction applied (`--memory-limit` included); the card's whole
+        // memory for files written before predictions applied one.
+        let (limit, of) = match &p.capacity {
+            Some(c) => (c.device_bytes, c.source.clone()),
+            None => (
+                p.target.total_memory,
+                format!("{} ({})", p.target.name, p.target.total_memory_source),
+            ),
+        };
         let _ = writeln!(
             o,
-            "\n  highest driver's view {} ({} bytes) against {} of {} ({}): {}",
+            "\n  highest driver's view {} ({} bytes) against {} ({}): {}",
             Bytes(max).both(),
             Bytes(max).grouped(),
-            Bytes(p.target.total_memory).both(),
-            p.target.name,
-            p.target.total_memory_source,
-            if max <= p.target.total_memory && p.status != PredictionStatus::Complete {
+            Bytes(limit).both(),
+            of,
+            if max <= limit && p.status != PredictionStatus::Complete {
                 "the phases predicted fit, but not every phase was predicted (a measurement on the card is the proof)"
-            } else if max <= p.target.total_memory {
+            } else if max <= limit {
                 "predicted to fit (a measurement on the card is the proof)"
             } else {
                 "predicted NOT to fit"

@@ -122,7 +122,12 @@ pub fn frontier(
                     .map(|x| x.to_string())
                     .collect::<Vec<_>>()
                     .join(", ");
-                let module = a.module.as_deref().unwrap_or("?");
+                let module = match (a.module.as_deref(), fr) {
+                    (Some(m), true) => format!("dans `{m}`"),
+                    (Some(m), false) => format!("in `{m}`"),
+                    (None, true) => "hors de tout module".to_string(),
+                    (None, false) => "outside any module".to_string(),
+                };
                 let at = match (&a.file, a.line) {
                     (Some(f), Some(l)) => format!(", `{f}:{l}`"),
                     (Some(f), None) => format!(", `{f}`"),
@@ -132,11 +137,11 @@ pub fn frontier(
                 let dtype = &a.dtype;
                 if fr {
                     format!(
-                        " (phase `{phase}`, allocation de {size} {dtype} [{shape}] {category} dans `{module}`{at})"
+                        " (phase `{phase}`, allocation de {size} {dtype} [{shape}] {category} {module}{at})"
                     )
                 } else {
                     format!(
-                        " (phase `{phase}`, allocation of {size} {dtype} [{shape}] {category} in `{module}`{at})"
+                        " (phase `{phase}`, allocation of {size} {dtype} [{shape}] {category} {module}{at})"
                     )
                 }
             }
