@@ -206,9 +206,10 @@ pub struct SweepArgs {
     /// Search the success / out-of-memory frontier over a --vary range.
     #[arg(long, value_enum, help_heading = "Sweep")]
     pub search: Option<Search>,
-    /// Stop the frontier search when success and failure are this close.
+    /// Stop the frontier search when success and failure are this close (`--resolution` is the
+    /// vision workload's image size).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64, help_heading = "Sweep")]
-    pub resolution: u64,
+    pub frontier_step: u64,
     /// Most trials a frontier search may run.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "24", value_parser = positive_u64, help_heading = "Sweep")]
     pub max_trials: u64,
@@ -301,6 +302,8 @@ pub struct WorkloadGroups {
     #[command(flatten)]
     pub lm_training: LmTrainingArgs,
     #[command(flatten)]
+    pub vision: VisionArgs,
+    #[command(flatten)]
     pub allocator: AllocatorArgs,
 }
 
@@ -319,7 +322,8 @@ pub struct WorkloadArgs {
     /// Arguments for --script (after `--`).
     #[arg(last = true, value_name = "ARGS")]
     pub script_args: Vec<String>,
-    /// causal-lm: a config.json, or a folder holding one (weights are random; nothing is downloaded).
+    /// causal-lm, vision: a config.json, or a folder holding one (weights are random; nothing is
+    /// downloaded); vision also takes `timm:NAME` (a timm model, where timm is installed).
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
@@ -389,6 +393,19 @@ pub struct GenerationArgs {
     /// causal-lm generation: KV-cache strategy [default: dynamic].
     #[arg(long, value_enum)]
     pub cache: Option<CacheKind>,
+}
+
+/// The vision workload's images (dimensions: a sweep may vary them).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Vision")]
+pub struct VisionArgs {
+    /// Vision: the images' size in pixels, N (square) or HxW [default: the config's image_size,
+    /// else 224].
+    #[arg(long, value_name = "N|HxW", value_parser = image_size)]
+    pub resolution: Option<(u64, Option<u64>)>,
+    /// Vision: images processed together (a forward's batch) [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub images: Option<u64>,
 }
 
 /// The window of a sliding KV cache (its own group: it acts only with `--cache sliding`).
@@ -841,6 +858,25 @@ fn kv_quant_bits(text: &str) -> Result<u64, String> {
         ));
     }
     Ok(n)
+}
+
+/// An image size in pixels: `N` (square) or `HxW`, each side from 1 to 65,536.
+fn image_size(text: &str) -> Result<(u64, Option<u64>), String> {
+    let side = |t: &str| -> Result<u64, String> {
+        let n = t.trim().parse::<u64>().map_err(|_| {
+            format!("`{text}` is not an image size; give N (square, e.g. 224) or HxW (e.g. 384x512)")
+        })?;
+        if !(1..=65_536).contains(&n) {
+            return Err(format!(
+                "{n} pixels is not an image side; give a side from 1 to 65,536 (e.g. 224 or 384x512)"
+            ));
+        }
+        Ok(n)
+    };
+    match text.split_once(['x', 'X']) {
+        Some((h, w)) => Ok((side(h)?, Some(side(w)?))),
+        None => Ok((side(text)?, None)),
+    }
 }
 
 /// A layer count, bounded like a config's before anything per layer is allocated.

@@ -81,6 +81,25 @@ class CausalLm:
 
 
 @dataclass(frozen=True)
+class Vision:
+    workload: ClassVar[str] = "vision"
+    devices: Tuple[str, ...]
+    seed: int
+    images: int
+    height: int
+    width: int
+    dtype: str
+    model_config: Optional[str] = None
+    timm_model: Optional[str] = None
+    whole_loop: bool = False
+    training: Optional[Training] = None
+    memory_limit_bytes: Optional[int] = None
+    predict: Optional[dict] = None
+    history: Optional[dict] = None
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Script:
     workload: ClassVar[str] = "script"
     devices: Tuple[str, ...]
@@ -94,9 +113,9 @@ class Script:
 
 
 # What one worker runs: the record `parse` returns.
-WorkerSpec = Union[Dense, CausalLm, Script]
+WorkerSpec = Union[Dense, CausalLm, Vision, Script]
 
-WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Script)}
+WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Vision, Script)}
 _NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {"training": (Training, ("task",)), "quantized_cache": (QuantizedCache, ())}
 
 

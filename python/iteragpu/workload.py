@@ -12,7 +12,7 @@ from typing import Any, Callable, ContextManager, NoReturn
 
 from . import recorder
 from .recorder import Emit, Recorder
-from .spec import CausalLm, Dense, Script, WorkerSpec
+from .spec import CausalLm, Dense, Script, Vision, WorkerSpec
 
 
 def run_workload(
@@ -32,6 +32,14 @@ def run_workload(
             try:
                 causal_lm.run(rec, torch, spec)
             except causal_lm.Missing as exc:
+                emit("unavailable", {"reason": str(exc)})
+                return 2
+        elif isinstance(spec, Vision):
+            from .workloads import vision
+
+            try:
+                vision.run(rec, torch, spec)
+            except vision.Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif isinstance(spec, Script):

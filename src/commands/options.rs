@@ -7,7 +7,7 @@ use clap::Args;
 use crate::cli::{
     BuiltInArgs, DenseArgs, DistributedArgs, GenerationArgs, Given, HistoryArgs, LmTrainingArgs,
     MeasureArgs, PredictArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
-    WorkloadArgs, WorkloadGroups,
+    VisionArgs, WorkloadArgs, WorkloadGroups,
 };
 use crate::schema::dimensions::Variable;
 use crate::sweep::plan::SweepOptions;
@@ -38,7 +38,7 @@ pub fn sweep(args: &SweepArgs) -> (SweepOptions, MeasureOptions) {
     let sweep = SweepOptions {
         vary: args.vary.clone(),
         search: args.search,
-        resolution: args.resolution,
+        resolution: args.frontier_step,
         max_trials: args.max_trials,
         memory_limit: args.memory_limit,
         card: args.card.clone(),
@@ -85,6 +85,8 @@ fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> M
         prompt_tokens: generation.prompt_tokens,
         new_tokens: generation.new_tokens,
         cache: generation.cache,
+        resolution: w.vision.resolution,
+        images: w.vision.images,
         window: w.sliding.window,
         steps: training.steps,
         optimizer: training.optimizer,
@@ -124,6 +126,7 @@ fn written(given: &Given) -> Vec<Written> {
         }
     };
     add(written_in::<WorkloadArgs>(given), None);
+    add(written_in::<VisionArgs>(given), None);
     add(written_in::<BuiltInArgs>(given), Some(Scope::BuiltIn));
     add(written_in::<DenseArgs>(given), Some(Scope::DenseInference));
     add(written_in::<GenerationArgs>(given), Some(Scope::Generation));

@@ -15,6 +15,11 @@ pub enum Variable {
     PromptTokens,
     NewTokens,
     Steps,
+    /// Vision: the images' side in pixels (a sweep varies square images; `--resolution HxW` for
+    /// others).
+    Resolution,
+    /// Vision: the images processed together.
+    Images,
 }
 
 impl Variable {
@@ -57,6 +62,11 @@ pub struct Dimensions {
     pub prompt_tokens: u64,
     pub new_tokens: u64,
     pub steps: u64,
+    /// Vision: the images' height in pixels (what `--vary resolution` varies).
+    pub resolution: u64,
+    /// Vision: the images' width when not square (`--resolution HxW`); `None`: square.
+    pub resolution_width: Option<u64>,
+    pub images: u64,
 }
 
 impl Dimensions {
@@ -64,8 +74,20 @@ impl Dimensions {
         *self.clone().slot(v)
     }
 
+    /// Sets one dimension; a resolution set this way is square (what a sweep varies).
     pub fn set(&mut self, v: Variable, value: u64) {
+        if v == Variable::Resolution {
+            self.resolution_width = None;
+        }
         *self.slot(v) = value;
+    }
+
+    /// Vision: (height, width) of the images in pixels.
+    pub fn image_size(&self) -> (u64, u64) {
+        (
+            self.resolution,
+            self.resolution_width.unwrap_or(self.resolution),
+        )
     }
 
     /// The one place a variable names its field.
@@ -78,6 +100,8 @@ impl Dimensions {
             Variable::PromptTokens => &mut self.prompt_tokens,
             Variable::NewTokens => &mut self.new_tokens,
             Variable::Steps => &mut self.steps,
+            Variable::Resolution => &mut self.resolution,
+            Variable::Images => &mut self.images,
         }
     }
 
@@ -120,7 +144,13 @@ mod tests {
             prompt_tokens: 5,
             new_tokens: 6,
             steps: 7,
+            resolution: 384,
+            resolution_width: Some(512),
+            images: 8,
         };
+        assert_eq!(d.image_size(), (384, 512));
+        d.set(Variable::Resolution, 224);
+        assert_eq!(d.image_size(), (224, 224), "a set resolution is square");
         d.set(Variable::PromptTokens, 50);
         assert_eq!(
             d.substitute("--b {batch} --p {prompt-tokens}"),

@@ -6,6 +6,7 @@
 //! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 3, "repeats": 5, "empty_cache": "never", "whole_loop": false}
 //! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 0, "repeats": 2, "empty_cache": "never", "whole_loop": false, "task": "train", "steps": 2, "optimizer": "adamw", "precision": "bf16-mixed", "gradient_checkpointing": false}
 //! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
+//! {"workload": "vision", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "timm_model": null, "images": 8, "height": 224, "width": 224, "dtype": "float32", "whole_loop": false}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": [], "history": {"mode": "timeline", "max_entries": 100000, "snapshot": "/out/.r.json.snapshot-1a2b"}}
 //! ```
@@ -53,6 +54,7 @@ pub struct WorkerSpec {
 pub enum WorkloadSpec {
     Dense(DenseSpec),
     CausalLm(CausalLmSpec),
+    Vision(VisionSpec),
     Script(ScriptSpec),
 }
 
@@ -92,6 +94,23 @@ pub struct CausalLmSpec {
     /// `--cache quantized`: transformers' QuantizedCache settings.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub quantized_cache: Option<QuantizedCacheSpec>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingSpec>,
+}
+
+/// An image model with random weights on a batch of random images: a transformers config
+/// (`model_config`) or a timm model's name (`timm_model`), exactly one of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VisionSpec {
+    pub model_config: Option<PathBuf>,
+    pub timm_model: Option<String>,
+    /// Images processed together.
+    pub images: u64,
+    /// The images' height and width in pixels.
+    pub height: u64,
+    pub width: u64,
+    pub dtype: String,
+    pub whole_loop: bool,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub training: Option<TrainingSpec>,
 }
@@ -195,6 +214,9 @@ pub enum Workload {
     Dense,
     /// A language model built from a Hugging Face config with random weights (needs transformers).
     CausalLm,
+    /// An image model (ViT, DeiT, ConvNeXt, Swin, a CLIP/SigLIP vision tower) from a Hugging Face
+    /// config with random weights, or `timm:NAME` (needs transformers, or timm).
+    Vision,
 }
 
 /// Inference or training.
@@ -257,6 +279,7 @@ impl WorkerSpec {
         match self.workload {
             WorkloadSpec::Dense(_) => "dense",
             WorkloadSpec::CausalLm(_) => "causal-lm",
+            WorkloadSpec::Vision(_) => "vision",
             WorkloadSpec::Script(_) => "script",
         }
     }
@@ -322,7 +345,7 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("//! {"))
             .collect();
-        assert_eq!(examples.len(), 5);
+        assert_eq!(examples.len(), 6);
         for rest in examples {
             let text = format!("{{{rest}");
             let original: Value = serde_json::from_str(&text).expect(&text);

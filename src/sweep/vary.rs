@@ -11,7 +11,7 @@ pub use crate::schema::dimensions::Variable;
 /// How a sweep chooses its values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Search {
-    /// The largest value that succeeds, to --resolution.
+    /// The largest value that succeeds, to --frontier-step.
     Frontier,
 }
 

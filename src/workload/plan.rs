@@ -17,7 +17,7 @@ use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
-    TrainPrecision, TrainShard, TrainingSpec, WorkerSpec, Workload, WorkloadSpec,
+    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, WorkerSpec, Workload, WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
@@ -47,6 +47,9 @@ pub struct MeasureOptions {
     pub prompt_tokens: Option<u64>,
     pub new_tokens: Option<u64>,
     pub cache: Option<CacheKind>,
+    /// Vision: `--resolution` (height, and the width when not square).
+    pub resolution: Option<(u64, Option<u64>)>,
+    pub images: Option<u64>,
     pub window: Option<u64>,
     pub steps: Option<u64>,
     pub optimizer: Option<TrainOptimizer>,
@@ -143,7 +146,28 @@ pub struct MeasurePlan {
 pub enum WorkloadPlan {
     Dense(DensePlan),
     CausalLm(Box<CausalLmPlan>),
+    Vision(VisionPlan),
     Script(ScriptPlan),
+}
+
+/// An image model on a batch of random images.
+#[derive(Clone, Debug)]
+pub struct VisionPlan {
+    /// What the user named: the config.json, or `timm:NAME` (recorded in the dimensions).
+    pub model: String,
+    pub source: VisionSource,
+    pub dtype: Dtype,
+    pub whole_loop: bool,
+    pub training: Option<TrainingPlan>,
+}
+
+/// Where a vision model comes from.
+#[derive(Clone, Debug)]
+pub enum VisionSource {
+    /// A transformers config (absolute path, what the worker opens).
+    Config(PathBuf),
+    /// A timm model's name (built by `timm.create_model`, where timm is installed).
+    Timm(String),
 }
 
 #[derive(Clone, Debug)]
@@ -257,6 +281,9 @@ impl MeasurePlan {
             prompt_tokens: args.prompt_tokens.unwrap_or(DEFAULTS.prompt_tokens),
             new_tokens: args.new_tokens.unwrap_or(DEFAULTS.new_tokens),
             steps: args.steps.unwrap_or(DEFAULTS.steps),
+            resolution: args.resolution.map_or(DEFAULTS.resolution, |r| r.0),
+            resolution_width: args.resolution.and_then(|r| r.1),
+            images: args.images.unwrap_or(DEFAULTS.images),
         };
         let workload = if let Some(script) = &args.script {
             if !script.is_file() {
@@ -276,8 +303,16 @@ impl MeasurePlan {
             match args.workload {
                 Workload::Dense => WorkloadPlan::Dense(dense(args)?),
                 Workload::CausalLm => WorkloadPlan::CausalLm(Box::new(causal_lm(args)?)),
+                Workload::Vision => WorkloadPlan::Vision(vision(args)?),
             }
         };
+        let mut dims = dims;
+        if let (WorkloadPlan::Vision(v), None) = (&workload, args.resolution) {
+            // Unstated, the images are the size the model was built for.
+            if let VisionSource::Config(path) = &v.source {
+                dims.resolution = config_image_size(path).unwrap_or(DEFAULTS.resolution);
+            }
+        }
         let plan = MeasurePlan {
             workload,
             dims,
@@ -317,13 +352,23 @@ impl MeasurePlan {
             WorkloadPlan::Dense(_) => match variable {
                 Variable::Batch | Variable::Context | Variable::Width | Variable::Depth => true,
                 Variable::Steps => train,
-                Variable::PromptTokens | Variable::NewTokens => false,
+                Variable::PromptTokens
+                | Variable::NewTokens
+                | Variable::Resolution
+                | Variable::Images => false,
             },
             WorkloadPlan::CausalLm(_) => match variable {
                 Variable::Batch => true,
                 Variable::Context | Variable::Steps => train,
                 Variable::PromptTokens | Variable::NewTokens => !train,
-                Variable::Width | Variable::Depth => false,
+                Variable::Width | Variable::Depth | Variable::Resolution | Variable::Images => {
+                    false
+                }
+            },
+            WorkloadPlan::Vision(_) => match variable {
+                Variable::Resolution | Variable::Images => true,
+                Variable::Steps => train,
+                _ => false,
             },
         }
     }
@@ -348,6 +393,8 @@ impl MeasurePlan {
             (WorkloadPlan::Script(_), _) => "a script",
             (WorkloadPlan::Dense(_), false) => "dense inference",
             (WorkloadPlan::Dense(_), true) => "dense training",
+            (WorkloadPlan::Vision(_), false) => "vision inference",
+            (WorkloadPlan::Vision(_), true) => "vision training",
             (WorkloadPlan::CausalLm(_), false) => "causal-lm generation",
             (WorkloadPlan::CausalLm(_), true) => "causal-lm training",
         }
@@ -385,6 +432,7 @@ impl MeasurePlan {
         match &self.workload {
             WorkloadPlan::Dense(d) => d.training.as_ref(),
             WorkloadPlan::CausalLm(c) => c.training.as_ref(),
+            WorkloadPlan::Vision(v) => v.training.as_ref(),
             WorkloadPlan::Script(_) => None,
         }
     }
@@ -413,6 +461,7 @@ impl MeasurePlan {
         match &self.workload {
             WorkloadPlan::Dense(d) => d.whole_loop,
             WorkloadPlan::CausalLm(c) => c.whole_loop,
+            WorkloadPlan::Vision(v) => v.whole_loop,
             WorkloadPlan::Script(_) => false,
         }
     }
@@ -466,6 +515,25 @@ impl MeasurePlan {
                 }),
                 training: training(&p.training),
             }),
+            WorkloadPlan::Vision(p) => {
+                let (height, width) = d.image_size();
+                WorkloadSpec::Vision(VisionSpec {
+                    model_config: match &p.source {
+                        VisionSource::Config(path) => Some(path.clone()),
+                        VisionSource::Timm(_) => None,
+                    },
+                    timm_model: match &p.source {
+                        VisionSource::Timm(name) => Some(name.clone()),
+                        VisionSource::Config(_) => None,
+                    },
+                    images: d.images,
+                    height,
+                    width,
+                    dtype: p.dtype.torch_name().into(),
+                    whole_loop: p.whole_loop,
+                    training: training(&p.training),
+                })
+            }
             WorkloadPlan::Script(p) => WorkloadSpec::Script(ScriptSpec {
                 script: p.path.clone(),
                 script_args: p
@@ -536,6 +604,19 @@ impl MeasurePlan {
                 dims.insert("model".into(), json!(p.config.display().to_string()));
                 dims.extend(pick(&training_keys));
                 let first = if train { "forward (step 0)" } else { "prefill" };
+                let repeats = if train { self.dims.steps } else { 1 };
+                (dims, Some(self.seed), first.to_string(), 0, repeats)
+            }
+            WorkloadPlan::Vision(p) => {
+                let mut dims = pick(&["images", "height", "width", "dtype"]);
+                dims.insert("model".into(), json!(p.model));
+                dims.insert("resolution".into(), json!(self.dims.resolution));
+                dims.extend(pick(&training_keys));
+                let first = if train {
+                    "forward (step 0)"
+                } else {
+                    "cold_forward"
+                };
                 let repeats = if train { self.dims.steps } else { 1 };
                 (dims, Some(self.seed), first.to_string(), 0, repeats)
             }
@@ -610,6 +691,11 @@ pub fn scope_phases(spec: &WorkerSpec) -> Vec<String> {
                 c.whole_loop,
                 c.training.as_ref(),
             ),
+            WorkloadSpec::Vision(v) => (
+                &["cold_forward", "warm_forward"],
+                v.whole_loop,
+                v.training.as_ref(),
+            ),
         };
     let mut phases = Vec::new();
     if training.is_some_and(|t| t.shard.is_some()) {
@@ -640,6 +726,9 @@ const DEFAULTS: Dimensions = Dimensions {
     prompt_tokens: 128,
     new_tokens: 32,
     steps: 2,
+    resolution: 224,
+    resolution_width: None,
+    images: 1,
 };
 
 /// `--nproc-per-node` and the multi-node options, validated.
@@ -724,7 +813,8 @@ fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
                 Variable::PromptTokens | Variable::NewTokens => "causal-lm generation",
                 Variable::Steps => "--task train",
                 Variable::Context => "dense inputs and causal-lm training",
-                Variable::Batch => "every built-in workload",
+                Variable::Batch => "the dense and causal-lm workloads (vision: --images)",
+                Variable::Resolution | Variable::Images => "--workload vision",
             }
         );
     }
@@ -818,7 +908,7 @@ fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
 
 fn dense(args: &MeasureOptions) -> Result<DensePlan> {
     if args.model.is_some() {
-        bail!("--model applies to --workload causal-lm");
+        bail!("--model applies to --workload causal-lm or vision");
     }
     if args.lora_rank.is_some() {
         bail!(
@@ -888,6 +978,94 @@ fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
         }),
         training,
     })
+}
+
+/// `--workload vision --model CONFIG_OR_DIR|timm:NAME`, validated: a transformers config must
+/// describe an image model (its own `image_size`, `num_channels` or `patch_size`, or a
+/// `vision_config` whose tower is run), so a language model's config is refused here by name.
+fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
+    let Some(model) = &args.model else {
+        bail!(
+            "--workload vision needs --model PATH (a config.json or a folder holding one) or --model timm:NAME"
+        );
+    };
+    if args.device.len() > 1 {
+        bail!(
+            "--workload vision runs on one device; splitting an image model over several GPUs is for you to measure with --script"
+        );
+    }
+    if args.shard.is_some() || args.lora_rank.is_some() {
+        bail!(
+            "--shard and --lora-rank apply to causal-lm training; the vision workload trains the whole model on one device"
+        );
+    }
+    let text = model.display().to_string();
+    let (source, default) = if let Some(name) = text.strip_prefix("timm:") {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            bail!(
+                "--model {text}: give timm's model name after `timm:` (e.g. timm:vit_base_patch16_224)"
+            );
+        }
+        (VisionSource::Timm(name.to_string()), Dtype::Float32)
+    } else {
+        let path = if model.is_dir() {
+            model.join("config.json")
+        } else {
+            model.clone()
+        };
+        if !path.is_file() {
+            bail!(
+                "--model {}: no such file; give an image model's config.json, a folder holding one, or timm:NAME",
+                path.display()
+            );
+        }
+        let raw: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
+            .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", path.display()))?;
+        let image = |v: &Value| {
+            ["image_size", "num_channels", "patch_size"]
+                .iter()
+                .any(|k| v.get(k).is_some())
+        };
+        if !image(&raw) && !raw.get("vision_config").is_some_and(image) {
+            bail!(
+                "--model {}: `{}` is not an image model (its config has no image_size, num_channels, patch_size or vision_config); give a vision config (ViT, DeiT, ConvNeXt, Swin, CLIP, SigLIP), or run a language model with --workload causal-lm",
+                path.display(),
+                raw.get("model_type").and_then(Value::as_str).unwrap_or("?")
+            );
+        }
+        let dtype = ["torch_dtype", "dtype"]
+            .iter()
+            .find_map(|k| raw.get(k).and_then(Value::as_str))
+            .and_then(|d| d.parse::<Dtype>().ok())
+            .unwrap_or(Dtype::Float32);
+        (
+            VisionSource::Config(std::fs::canonicalize(&path)?),
+            dtype,
+        )
+    };
+    Ok(VisionPlan {
+        model: text,
+        source,
+        dtype: weights_dtype(args, default)?,
+        whole_loop: args.whole_loop,
+        training: training(args)?,
+    })
+}
+
+/// The side a vision config was built for: its `image_size` (the tower's, for a multimodal
+/// config), a number or `[h, w]` (the height).
+fn config_image_size(path: &std::path::Path) -> Option<u64> {
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let size = raw
+        .get("image_size")
+        .or_else(|| raw.get("vision_config")?.get("image_size"))?;
+    size.as_u64()
+        .or_else(|| size.as_array()?.first()?.as_u64())
+        .filter(|&n| n > 0)
 }
 
 /// Everything needed to run one trial.

@@ -85,7 +85,7 @@ fn the_frontier_search_finds_the_boundary() {
             "context=1024..65536",
             "--search",
             "frontier",
-            "--resolution",
+            "--frontier-step",
             "256",
             "--width",
             "1024",
@@ -480,7 +480,7 @@ fn a_predicted_frontier_beside_a_measured_one() {
     let workload = [
         "--width",
         "1024",
-        "--resolution",
+        "--frontier-step",
         "1024",
         "--search",
         "frontier",

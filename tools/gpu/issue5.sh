@@ -6,7 +6,7 @@ set -u
 BIN=${BIN:-.device-bin/iteragpu}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-"$BIN" sweep --vary context=1024..262144 --search frontier --resolution 256 --batch 2 --width 1024 \
+"$BIN" sweep --vary context=1024..262144 --search frontier --frontier-step 256 --batch 2 --width 1024 \
   --memory-limit 8GiB --output "$OUT/dense-frontier-8gib.json" | tee "$OUT/dense-frontier-8gib.txt"
 echo "frontier: exit ${PIPESTATUS[0]}"
 "$BIN" sweep --vary batch=1,2,4,8,16 --context 2048 --width 4096 --dtype bfloat16 \

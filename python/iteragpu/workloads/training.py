@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, ContextManager
 
 from ..recorder import Recorder
-from ..spec import CausalLm, Dense
+from ..spec import CausalLm, Dense, Vision
 
 
 def make_optimizer(torch: Any, params: list[Any], name: str) -> Any:
@@ -54,7 +54,7 @@ def scaler_for(torch: Any, precision: str) -> Any:
 def run(
     rec: Recorder,
     torch: Any,
-    spec: Dense | CausalLm,
+    spec: Dense | CausalLm | Vision,
     model: Any,
     forward: Callable[[Any], Any],
     loss_fn: Callable[[Any], Any],
