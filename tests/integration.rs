@@ -38,6 +38,8 @@ mod snapshot_explain;
 mod sweep;
 #[path = "integration/torchrun.rs"]
 mod torchrun;
+#[path = "integration/vision.rs"]
+mod vision;
 #[path = "integration/wheel.rs"]
 mod wheel;
 #[path = "integration/workloads.rs"]
