@@ -864,7 +864,9 @@ fn kv_quant_bits(text: &str) -> Result<u64, String> {
 fn image_size(text: &str) -> Result<(u64, Option<u64>), String> {
     let side = |t: &str| -> Result<u64, String> {
         let n = t.trim().parse::<u64>().map_err(|_| {
-            format!("`{text}` is not an image size; give N (square, e.g. 224) or HxW (e.g. 384x512)")
+            format!(
+                "`{text}` is not an image size; give N (square, e.g. 224) or HxW (e.g. 384x512)"
+            )
         })?;
         if !(1..=65_536).contains(&n) {
             return Err(format!(

@@ -1042,10 +1042,7 @@ fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
             .find_map(|k| raw.get(k).and_then(Value::as_str))
             .and_then(|d| d.parse::<Dtype>().ok())
             .unwrap_or(Dtype::Float32);
-        (
-            VisionSource::Config(std::fs::canonicalize(&path)?),
-            dtype,
-        )
+        (VisionSource::Config(std::fs::canonicalize(&path)?), dtype)
     };
     Ok(VisionPlan {
         model: text,

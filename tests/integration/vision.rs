@@ -137,7 +137,13 @@ fn a_predicted_sweep_varies_the_resolution() {
     let dir = tempfile::tempdir().unwrap();
     let vit = model("vit-base-defaults");
     let series = Run::sweep()
-        .args(["--predict", "--python", &python, "--memory-limit", "1792MiB"])
+        .args([
+            "--predict",
+            "--python",
+            &python,
+            "--memory-limit",
+            "1792MiB",
+        ])
         .args(["--workload", "vision", "--model", &vit, "--images", "16"])
         .args(["--vary", "resolution=224,384,512"])
         .output(dir.path().join("series.json"))
