@@ -100,8 +100,9 @@ fn spec_py_follows_the_spec_schema() {
         [
             "workload dense: spec.py's keys are the schema's",
             "workload causal-lm: spec.py's keys are the schema's",
+            "workload vision: spec.py's keys are the schema's",
             "workload script: spec.py's keys are the schema's",
-            "5 examples valid",
+            "6 examples valid",
         ],
         "{out}"
     );
