@@ -527,9 +527,12 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         None => (d.num_kv_heads, d.head_dim, false),
     };
     let tp = s.tensor_parallel_size.unwrap_or(1);
-    if !mla && d.num_kv_heads >= tp && d.num_kv_heads % tp != 0
-        || d.num_kv_heads < tp && tp % d.num_kv_heads != 0
-    {
+    let divides = if d.num_kv_heads >= tp {
+        d.num_kv_heads.is_multiple_of(tp)
+    } else {
+        tp.is_multiple_of(d.num_kv_heads)
+    };
+    if !mla && !divides {
         refuse!(
             "--tensor-parallel-size {tp} does not divide the model's {} KV heads (nor do they divide it): vLLM refuses it (models/llama.py asserts); choose a divisor or multiple",
             d.num_kv_heads

@@ -199,7 +199,7 @@ pub fn json(est: &Estimate) -> String {
 
 /// The serving plan's header: settings, then the figures as the engine's log prints them.
 fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
-    let opt = |v: Option<u64>| v.map_or("—".to_string(), |n| g(n));
+    let opt = |v: Option<u64>| v.map_or("—".to_string(), g);
     let _ = writeln!(
         out,
         "serving plan, ONE GPU: {} on {} ({} bytes = {}, {}); rules of {}: {}",

@@ -537,7 +537,7 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     };
     let mut lengths = vec![len];
     for l in &r.lengths {
-        if *l != len && *l <= len && !lengths.contains(l) {
+        if *l < len && !lengths.contains(l) {
             lengths.push(*l);
         }
     }

@@ -259,6 +259,15 @@ impl TermId {
             TermId::KvCacheHost,
             TermId::KvPrefillSurplus,
             TermId::KvDecompressed,
+            TermId::ServeActivationPeak,
+            TermId::NonTorchMemory,
+            TermId::CudaGraphs,
+            TermId::PagedKvCache {
+                engine: super::serving::Engine::Vllm,
+            },
+            TermId::PagedKvCache {
+                engine: super::serving::Engine::Sglang,
+            },
             TermId::Reserve,
             TermId::NcclBuffers,
             TermId::HostOffloadedStates,
@@ -448,6 +457,15 @@ mod tests {
             TermId::KvCacheHost,
             TermId::KvPrefillSurplus,
             TermId::KvDecompressed,
+            TermId::ServeActivationPeak,
+            TermId::NonTorchMemory,
+            TermId::CudaGraphs,
+            TermId::PagedKvCache {
+                engine: crate::estimate::serving::Engine::Vllm,
+            },
+            TermId::PagedKvCache {
+                engine: crate::estimate::serving::Engine::Sglang,
+            },
             TermId::Reserve,
             TermId::NcclBuffers,
             TermId::HostOffloadedStates,
