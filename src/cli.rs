@@ -665,6 +665,9 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub shard_options: ShardOptionsArgs,
 
+    #[command(flatten)]
+    pub serve: ServeArgs,
+
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
@@ -747,6 +750,86 @@ pub struct ActivationArgs {
     /// Attention that does not store the s×s score matrix (flash / memory-efficient SDPA).
     #[arg(long, requires = "train")]
     pub flash_attention: bool,
+}
+
+/// The options of --serve: a serving engine's settings and, when read from its log, the figures
+/// it measures at start-up.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Serving (--serve)")]
+pub struct ServeArgs {
+    /// Plan one GPU of a serving engine's KV pool by its own rules (with --model and --card).
+    #[arg(long, value_enum, value_name = "ENGINE", requires_all = ["model", "card"])]
+    pub serve: Option<crate::estimate::serving::Engine>,
+    /// The GPU, by its catalog name (iteragpu cards).
+    #[arg(long, value_name = "NAME", requires = "serve")]
+    pub card: Option<String>,
+    /// vLLM's gpu_memory_utilization (SGLang: mem_fraction_static), in (0, 1] [default: the engine's].
+    #[arg(long, value_name = "F", value_parser = fraction, requires = "serve")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Longest request in tokens [default: the config's max_position_embeddings].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "serve")]
+    pub max_model_len: Option<u64>,
+    /// vLLM's max_num_seqs [default: the release's for the device].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "serve")]
+    pub max_num_seqs: Option<u64>,
+    /// vLLM's max_num_batched_tokens: the profile run's size [default: the release's].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "serve")]
+    pub max_num_batched_tokens: Option<u64>,
+    /// GPUs the model is split over by tensor parallelism [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "serve")]
+    pub tensor_parallel_size: Option<u64>,
+    /// The KV cache's dtype: auto (the model's) or fp8 (1 byte).
+    #[arg(long, value_enum, value_name = "DTYPE", requires = "serve")]
+    pub kv_cache_dtype: Option<ServeKvDtype>,
+    /// vLLM's tokens per block [default: 16; 64 for MLA from 0.9].
+    #[arg(long, value_name = "N", value_parser = block_size, requires = "serve")]
+    pub block_size: Option<u64>,
+    /// No CUDA graph capture.
+    #[arg(long, requires = "serve")]
+    pub enforce_eager: bool,
+    /// The engine's release whose rules apply (0.6.3, 0.11) [default: vLLM 0.11.0, SGLang 0.5.5].
+    #[arg(long, value_name = "X.Y", requires = "serve")]
+    pub engine_version: Option<String>,
+    /// The device total the engine reads (the log's total_gpu_memory) [default: the catalog's].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub device_total: Option<Bytes>,
+    /// Weights per GPU as the engine's log prints them [default: from --model ÷ TP].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub weights_memory: Option<Bytes>,
+    /// The profile run's activation peak from the log [default: an assumed rule, stated].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub activation_peak: Option<Bytes>,
+    /// Memory outside PyTorch from the log [default: assumed 0.5 GiB, 1.5 GiB with TP].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub non_torch: Option<Bytes>,
+    /// Request lengths at which the concurrency is also given [default: 2048,8192].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "serve")]
+    pub concurrency_at: Vec<u64>,
+}
+
+/// `--kv-cache-dtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServeKvDtype {
+    Auto,
+    Fp8,
+}
+
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "{text} is not a fraction in (0, 1]; vLLM's default is 0.9"
+        )),
+    }
+}
+
+fn block_size(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(b) if [1, 8, 16, 32, 64, 128, 256].contains(&b) => Ok(b),
+        _ => Err(format!(
+            "{text} is not a vLLM block size: 1, 8, 16, 32, 64, 128 or 256"
+        )),
+    }
 }
 
 /// The options of --shard.

@@ -5,10 +5,11 @@ use std::path::Path;
 
 use crate::cli::{
     ActivationArgs, EstimateArgs, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs,
-    ShardOptionsArgs,
+    ServeArgs, ServeKvDtype, ShardOptionsArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
+use crate::estimate::serving::Engine;
 use crate::estimate::training::Lora;
 use crate::estimate::weights::ModelWeights;
 use crate::estimate::{
@@ -18,8 +19,10 @@ use crate::exit::{CliError, ExitStatus};
 use crate::model::{Architecture, Config, KvLayout, safetensors};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let request = plan(args)?;
-    let est = estimate::estimate(&request)?;
+    let est = match args.serve.serve {
+        Some(engine) => serve(args, engine)?,
+        None => estimate::estimate(&plan(args)?)?,
+    };
     let text = if args.json {
         estimate::render::json(&est)
     } else {
@@ -441,4 +444,171 @@ fn kv_request(
         strategy,
         prompt_tokens: args.kv_cache.prompt_tokens,
     }))
+}
+
+/// `estimate --serve`: one GPU of a serving engine, by the engine's rules.
+pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, CliError> {
+    const SERVE_ALSO: [&str; 3] = ["model", "dtype", "json"];
+    let serve_ids: Vec<(String, String)> = super::options::written_in::<ServeArgs>(&args.given);
+    let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
+        .into_iter()
+        .filter(|(id, _)| {
+            !SERVE_ALSO.contains(&id.as_str()) && !serve_ids.iter().any(|(s, _)| s == id)
+        })
+        .map(|(_, name)| name)
+        .collect();
+    if !others.is_empty() {
+        refuse!(
+            "{} {} not part of a --serve plan (the engine sets its own KV cache, batch and reserve): drop {}",
+            others.join(", "),
+            verb(&others, "is", "are"),
+            pronoun(&others)
+        );
+    }
+    let s = &args.serve;
+    let (Some(path), Some(card_name)) = (&args.model, &s.card) else {
+        refuse!(
+            "--serve needs --model DIR (a Hugging Face config.json) and --card NAME (iteragpu cards)"
+        );
+    };
+    let card = crate::cards::find(card_name).map_err(|e| CliError::bad_input(e.to_string()))?;
+    let m = load_model(path, args.dtype, None)?;
+    let config = Config::load(path)?;
+    let fields = config.fields();
+    let text = fields.section("text_config")?;
+    let position_limit = match fields.opt_u64("max_position_embeddings")? {
+        Some(n) => Some(n),
+        None => match &text {
+            Some(t) => t.opt_u64("max_position_embeddings")?,
+            None => None,
+        },
+    };
+    let rope = fields.raw("rope_scaling").filter(|v| !v.is_null());
+    let rope_type = rope
+        .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
+        .and_then(|t| t.as_str())
+        .unwrap_or("default");
+    let (max_model_len, max_model_len_source) = match (s.max_model_len, position_limit) {
+        (Some(n), _) => (n, "--max-model-len".to_string()),
+        (None, Some(n))
+            if rope.is_none() || ["llama3", "su", "longrope", "default"].contains(&rope_type) =>
+        {
+            (
+                n,
+                format!(
+                    "the config's max_position_embeddings (config/model.py _get_and_verify_max_len; rope_scaling {rope_type} does not scale it)"
+                ),
+            )
+        }
+        (None, Some(_)) => refuse!(
+            "the config's rope_scaling ({rope_type}) changes vLLM's derived max_model_len in a way this planner does not model: give --max-model-len N"
+        ),
+        (None, None) => {
+            refuse!("the config names no max_position_embeddings: give --max-model-len N")
+        }
+    };
+    let version = s
+        .engine_version
+        .as_deref()
+        .map(estimate::serving::Version::parse)
+        .transpose()
+        .map_err(CliError::bad_input)?;
+    let (device_total, device_total_source) = match s.device_total {
+        Some(b) => (b, "--device-total".to_string()),
+        None => {
+            let (b, src) = card.device_capacity();
+            (b, format!("{}, {}", card.name, src.label()))
+        }
+    };
+    let arch = &m.architecture;
+    let d = arch.dims;
+    let (kv_heads, head_size, mla) = match arch.kv.latent {
+        Some(l) => (1, l.kv_lora_rank + l.rope_dim, true),
+        None => (d.num_kv_heads, d.head_dim, false),
+    };
+    let tp = s.tensor_parallel_size.unwrap_or(1);
+    let divides = if d.num_kv_heads >= tp {
+        d.num_kv_heads.is_multiple_of(tp)
+    } else {
+        tp.is_multiple_of(d.num_kv_heads)
+    };
+    if !mla && !divides {
+        refuse!(
+            "--tensor-parallel-size {tp} does not divide the model's {} KV heads (nor do they divide it): vLLM refuses it (models/llama.py asserts); choose a divisor or multiple",
+            d.num_kv_heads
+        );
+    }
+    let mut notes = Vec::new();
+    let weights: u64 =
+        estimate::weights::terms(&WeightsSource::Model(Box::new(m.clone())), &mut notes)?
+            .iter()
+            .filter(|t| t.in_total && t.id != estimate::TermId::AllocatorSegments)
+            .map(|t| t.bytes.get())
+            .sum();
+    let model = estimate::serving::ServeModel {
+        kv_heads,
+        head_size,
+        mla,
+        layers: arch.kv.layers.iter().map(|l| l.window).collect(),
+        hidden: d.hidden_size,
+        q_width: d.num_heads * d.head_dim,
+        intermediate: arch.moe.map_or(d.intermediate_size, |x| {
+            x.active * x.expert_intermediate + x.shared_intermediate
+        }),
+        vocab: d.vocab_size,
+        dtype_bytes: m.compute_dtype.bytes(),
+        weights: crate::units::Bytes(weights),
+    };
+    let request = estimate::serving::ServeRequest {
+        engine,
+        version,
+        card: card.name.clone(),
+        device_total,
+        device_total_source,
+        compute_major: card.compute_capability().map(|c| c.0),
+        gpu_memory_utilization: s.gpu_memory_utilization,
+        max_model_len,
+        max_model_len_source,
+        max_num_seqs: s.max_num_seqs,
+        max_num_batched_tokens: s.max_num_batched_tokens,
+        tensor_parallel_size: tp,
+        kv_fp8: s.kv_cache_dtype == Some(ServeKvDtype::Fp8),
+        block_size: s.block_size,
+        enforce_eager: s.enforce_eager,
+        weights: s.weights_memory,
+        activation_peak: s.activation_peak,
+        non_torch: s.non_torch,
+        lengths: if s.concurrency_at.is_empty() {
+            vec![2048, 8192]
+        } else {
+            s.concurrency_at.clone()
+        },
+    };
+    let p = estimate::serving::plan(&model, &request)?;
+    notes.extend(p.notes);
+    let total_bytes =
+        crate::units::checked_sum(p.terms.iter().filter(|t| t.in_total).map(|t| t.bytes))
+            .map_err(estimate::EstimateError::overflow("the total", "the inputs"))?;
+    Ok(estimate::Estimate {
+        schema: estimate::SCHEMA,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        terms: p.terms,
+        total_bytes,
+        left_out: vec![
+            "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization)".into(),
+            "the sampler's and CUDA graphs' buffers created after the KV pool".into(),
+            "allocator fragmentation beyond what the engine's own profile measures".into(),
+        ],
+        notes,
+        model: Some(estimate::ModelSummary {
+            path: m.path.clone(),
+            parameters: u64::try_from(arch.parameters()).unwrap_or(u64::MAX),
+            kv_bytes_per_token: None,
+            architecture: arch.clone(),
+        }),
+        stored: m.stored.clone(),
+        sharding: None,
+        training: None,
+        serving: Some(p.summary),
+    })
 }

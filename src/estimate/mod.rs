@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod kv_cache;
 pub mod render;
 pub mod reserve;
+pub mod serving;
 pub mod sharding;
 pub mod states;
 pub mod term_id;
@@ -124,6 +125,9 @@ pub struct Estimate {
     /// tensor. Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub training: Option<training::TrainingSummary>,
+    /// With `--serve`: the engine's settings and figures (blocks, tokens, concurrency), ONE GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving: Option<serving::ServingSummary>,
 }
 
 /// Why an estimate cannot be made from valid-looking inputs.
@@ -258,6 +262,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         stored,
         sharding,
         training: training_summary,
+        serving: None,
     })
 }
 

@@ -76,10 +76,15 @@ pub fn table(est: &Estimate) -> String {
             )),
         );
     }
+    if let Some(sv) = &est.serving {
+        serving(&mut out, sv);
+    }
     let _ = writeln!(out);
     let counted: Vec<&Term> = est.terms.iter().filter(|t| t.in_total).collect();
     let info: Vec<&Term> = est.terms.iter().filter(|t| !t.in_total).collect();
-    let total_name = if est.sharding.is_some() {
+    let total_name = if est.serving.is_some() {
+        "the instance's memory, ONE GPU"
+    } else if est.sharding.is_some() {
         "preparation hypothesis, per rank"
     } else {
         "preparation hypothesis"
@@ -190,4 +195,50 @@ pub fn table(est: &Estimate) -> String {
 /// The `--json` document.
 pub fn json(est: &Estimate) -> String {
     serde_json::to_string_pretty(est).expect("an estimate always serializes") + "\n"
+}
+
+/// The serving plan's header: settings, then the figures as the engine's log prints them.
+fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
+    let opt = |v: Option<u64>| v.map_or("—".to_string(), g);
+    let _ = writeln!(
+        out,
+        "serving plan, ONE GPU: {} on {} ({} bytes = {}, {}); rules of {}: {}",
+        sv.engine,
+        sv.card,
+        sv.device_total_bytes.grouped(),
+        sv.device_total_bytes.both(),
+        sv.device_total_source,
+        sv.rules_of,
+        sv.generation
+    );
+    let _ = writeln!(
+        out,
+        "settings: memory fraction {}, max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}, TP {}, block_size {}, KV element {} byte(s)",
+        sv.gpu_memory_utilization,
+        g(sv.max_model_len),
+        opt(sv.max_num_seqs),
+        opt(sv.max_num_batched_tokens),
+        sv.tensor_parallel_size,
+        sv.block_size,
+        sv.kv_dtype_bytes
+    );
+    for d in &sv.defaults {
+        let _ = writeln!(out, "  default applied: {d}");
+    }
+    let _ = writeln!(
+        out,
+        "KV budget {} bytes ({:.2} GiB); {}KV cache size {} tokens",
+        g(sv.kv_budget_bytes.max(0) as u128),
+        sv.kv_budget_bytes as f64 / crate::units::GIB as f64,
+        sv.num_blocks
+            .map_or(String::new(), |b| format!("GPU blocks {}; ", g(b))),
+        g(sv.kv_tokens)
+    );
+    for (len, x) in &sv.concurrency {
+        let _ = writeln!(
+            out,
+            "  maximum concurrency for {} tokens per request: {x:.2}x",
+            g(*len)
+        );
+    }
 }

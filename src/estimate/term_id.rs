@@ -121,6 +121,16 @@ pub enum TermId {
     KvPrefillSurplus,
     /// MLA's decompressed K and V, as older transformers kept them (information).
     KvDecompressed,
+    /// A serving engine's profile-run activation peak (`estimate --serve`).
+    ServeActivationPeak,
+    /// Memory outside PyTorch's allocator a serving engine charges (NCCL, cuBLAS).
+    NonTorchMemory,
+    /// A serving engine's CUDA graphs.
+    CudaGraphs,
+    /// A serving engine's paged KV pool on one GPU.
+    PagedKvCache {
+        engine: super::serving::Engine,
+    },
     /// The margin the user states.
     Reserve,
     /// NCCL's communicators, outside PyTorch's allocator.
@@ -203,6 +213,10 @@ impl TermId {
             TermId::KvDecompressed => {
                 "KV cache, decompressed K and V (not what transformers 5 keeps)".into()
             }
+            TermId::ServeActivationPeak => "profile run's activation peak".into(),
+            TermId::NonTorchMemory => "memory outside PyTorch (non-torch)".into(),
+            TermId::CudaGraphs => "CUDA graphs".into(),
+            TermId::PagedKvCache { engine } => p("KV cache pool", &engine.to_string()),
             TermId::Reserve => "reserve".into(),
             TermId::NcclBuffers => "NCCL communicator buffers (outside PyTorch's allocator)".into(),
             TermId::HostOffloadedStates => {
@@ -245,6 +259,15 @@ impl TermId {
             TermId::KvCacheHost,
             TermId::KvPrefillSurplus,
             TermId::KvDecompressed,
+            TermId::ServeActivationPeak,
+            TermId::NonTorchMemory,
+            TermId::CudaGraphs,
+            TermId::PagedKvCache {
+                engine: super::serving::Engine::Vllm,
+            },
+            TermId::PagedKvCache {
+                engine: super::serving::Engine::Sglang,
+            },
             TermId::Reserve,
             TermId::NcclBuffers,
             TermId::HostOffloadedStates,
@@ -434,6 +457,15 @@ mod tests {
             TermId::KvCacheHost,
             TermId::KvPrefillSurplus,
             TermId::KvDecompressed,
+            TermId::ServeActivationPeak,
+            TermId::NonTorchMemory,
+            TermId::CudaGraphs,
+            TermId::PagedKvCache {
+                engine: crate::estimate::serving::Engine::Vllm,
+            },
+            TermId::PagedKvCache {
+                engine: crate::estimate::serving::Engine::Sglang,
+            },
             TermId::Reserve,
             TermId::NcclBuffers,
             TermId::HostOffloadedStates,

@@ -158,6 +158,7 @@ impl LineId {
             | TermId::FsdpRootGroup { .. }
             | TermId::FsdpGatheredBlocks { .. } => Some(LineId::Weights),
             TermId::KvCache { .. }
+            | TermId::PagedKvCache { .. }
             | TermId::KvCacheHost
             | TermId::KvPrefillSurplus
             | TermId::KvDecompressed => Some(LineId::KvCache),
@@ -172,10 +173,13 @@ impl LineId {
             TermId::Activations
             | TermId::LogitsAndLoss
             | TermId::PrefillTransient
+            | TermId::ServeActivationPeak
             | TermId::OptimizerStepTemporaries { .. } => Some(LineId::Growth),
             TermId::Reserve => Some(LineId::Reserve),
             TermId::DequantizedWeight { .. }
             | TermId::NcclBuffers
+            | TermId::NonTorchMemory
+            | TermId::CudaGraphs
             | TermId::HostOffloadedStates
             | TermId::DeepspeedGpu
             | TermId::DeepspeedHost

@@ -95,6 +95,10 @@ fn term_fr(id: &TermId) -> Option<String> {
         TermId::KvDecompressed => {
             "cache KV, K et V décompressés (ce que transformers 5 ne garde pas)".into()
         }
+        TermId::ServeActivationPeak => "pic d’activations du passage de profilage".into(),
+        TermId::NonTorchMemory => "mémoire hors de PyTorch".into(),
+        TermId::CudaGraphs => "graphes CUDA".into(),
+        TermId::PagedKvCache { engine } => p("réserve de blocs du cache KV", &engine.to_string()),
         TermId::Reserve => "réserve".into(),
         TermId::NcclBuffers => {
             "tampons des communicateurs NCCL (hors de l’allocateur de PyTorch)".into()

@@ -1,0 +1,731 @@
+//! `estimate --serve vllm|sglang`: the KV pool a serving engine allocates on ONE GPU, by the
+//! engine's own rules (vLLM V0 `worker/worker.py`, V1 `v1/worker/gpu_worker.py` and
+//! `v1/core/kv_cache_utils.py`; SGLang `model_executor/model_runner.py`), each cited by file and
+//! release in the term's formula. What the engine measures at start-up (weights, the profile run's
+//! activation peak, memory outside PyTorch) is either given from a log or assumed, and said so.
+
+use serde::Serialize;
+
+use super::{EstimateError, Kind, Term, TermId, g};
+use crate::units::{Bytes, GIB};
+
+/// The serving engine whose rules apply.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+    strum::Display,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Engine {
+    Vllm,
+    Sglang,
+}
+
+/// A release as `major.minor.patch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Version(pub u32, pub u32, pub u32);
+
+impl Version {
+    /// `0.6.3`, `0.11` or `0.24.0`; anything else is refused with the form expected.
+    pub fn parse(text: &str) -> Result<Version, String> {
+        let parts: Vec<&str> = text.trim().trim_start_matches('v').split('.').collect();
+        let bad = || format!("--engine-version {text:?} is not a release such as 0.6.3 or 0.11");
+        if !(2..=3).contains(&parts.len()) {
+            return Err(bad());
+        }
+        let n = |i: usize| -> Result<u32, String> {
+            parts.get(i).map_or(Ok(0), |p| p.parse().map_err(|_| bad()))
+        };
+        Ok(Version(n(0)?, n(1)?, n(2)?))
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// What each model layer keeps per token, as the engine counts it.
+#[derive(Clone, Debug)]
+pub struct ServeModel {
+    /// KV heads of the whole model (MLA: 1 latent "head").
+    pub kv_heads: u64,
+    /// Elements per head: head_dim (MLA: kv_lora_rank + qk_rope_head_dim).
+    pub head_size: u64,
+    pub mla: bool,
+    /// Attention layers with a cache; `Some(w)` for a sliding-window layer.
+    pub layers: Vec<Option<u64>>,
+    pub hidden: u64,
+    /// Query heads × head_dim (the q projection's width).
+    pub q_width: u64,
+    /// MLP intermediate per token (MoE: active experts' + shared).
+    pub intermediate: u64,
+    pub vocab: u64,
+    /// Bytes of the model's compute dtype (the KV cache's with `--kv-cache-dtype auto`).
+    pub dtype_bytes: u64,
+    /// Weight bytes of the whole model, as the estimate's weight terms count them.
+    pub weights: Bytes,
+}
+
+/// A start-up figure: read from the engine's log, or assumed by the stated rule.
+#[derive(Clone, Debug)]
+pub struct Given {
+    pub bytes: Bytes,
+    pub from_log: bool,
+}
+
+/// Everything `estimate --serve` was asked.
+#[derive(Clone, Debug)]
+pub struct ServeRequest {
+    pub engine: Engine,
+    /// `None`: the rules of the latest release read (vLLM 0.11.0, SGLang 0.5.5).
+    pub version: Option<Version>,
+    pub card: String,
+    /// `torch.cuda.mem_get_info()[1]` of one device.
+    pub device_total: Bytes,
+    pub device_total_source: String,
+    /// Compute capability major (Blackwell MLA block size), when known.
+    pub compute_major: Option<u32>,
+    pub gpu_memory_utilization: Option<f64>,
+    pub max_model_len: u64,
+    pub max_model_len_source: String,
+    pub max_num_seqs: Option<u64>,
+    pub max_num_batched_tokens: Option<u64>,
+    pub tensor_parallel_size: u64,
+    pub kv_fp8: bool,
+    pub block_size: Option<u64>,
+    pub enforce_eager: bool,
+    pub weights: Option<Bytes>,
+    pub activation_peak: Option<Bytes>,
+    pub non_torch: Option<Bytes>,
+    /// Extra lengths at which the concurrency is given.
+    pub lengths: Vec<u64>,
+}
+
+/// The engine's figures, as its start-up log prints them.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServingSummary {
+    pub engine: Engine,
+    /// The release whose rules were applied (stated, or the default).
+    pub rules_of: String,
+    pub generation: String,
+    pub card: String,
+    pub device_total_bytes: Bytes,
+    pub device_total_source: String,
+    pub gpu_memory_utilization: f64,
+    pub max_model_len: u64,
+    /// vLLM's; null for SGLang (it derives max_running_requests).
+    pub max_num_seqs: Option<u64>,
+    /// vLLM's profile-run size; null for SGLang unless given.
+    pub max_num_batched_tokens: Option<u64>,
+    pub tensor_parallel_size: u64,
+    pub block_size: u64,
+    pub kv_dtype_bytes: u64,
+    /// vLLM: one block of one layer (`page_size_bytes`); SGLang: one token over all layers.
+    pub page_bytes: Bytes,
+    pub kv_budget_bytes: i128,
+    /// vLLM's `# GPU blocks`; null for SGLang (no blocks: page size 1).
+    pub num_blocks: Option<u64>,
+    /// vLLM's "GPU KV cache size: N tokens", SGLang's `max_total_num_tokens`.
+    pub kv_tokens: u64,
+    /// (length, requests of that length at once), first at max_model_len.
+    pub concurrency: Vec<(u64, f64)>,
+    /// Settings not given, with the default applied and its source.
+    pub defaults: Vec<String>,
+}
+
+/// The terms, the summary and the notes of a serving plan.
+pub struct Plan {
+    pub terms: Vec<Term>,
+    pub summary: ServingSummary,
+    pub notes: Vec<String>,
+}
+
+const MIB: u64 = 1 << 20;
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / GIB as f64)
+}
+
+fn cdiv(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// The plan for one GPU.
+pub fn plan(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
+    if m.layers.is_empty() {
+        return Err(EstimateError::Input(
+            "the model has no attention layer with a KV cache: a serving engine allocates no KV pool for it".into(),
+        ));
+    }
+    match r.engine {
+        Engine::Vllm => vllm(m, r),
+        Engine::Sglang => sglang(m, r),
+    }
+}
+
+fn input_err(text: String) -> EstimateError {
+    EstimateError::Input(text)
+}
+
+/// The weights per GPU: the log's figure, else the model's weights ÷ TP.
+fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
+    let (bytes, kind, formula) = match r.weights {
+        Some(b) => (
+            b,
+            Kind::Calculated,
+            format!("given (--weights-memory), as the engine's log prints it: {engine_line}"),
+        ),
+        None => {
+            let tp = r.tensor_parallel_size;
+            (
+                Bytes(m.weights.get().div_ceil(tp)),
+                if tp == 1 {
+                    Kind::Calculated
+                } else {
+                    Kind::Assumed
+                },
+                if tp == 1 {
+                    format!(
+                        "{} bytes: the model's weights (estimate's weight terms); the engine measures the torch bytes load_model allocates",
+                        g(m.weights.get())
+                    )
+                } else {
+                    format!(
+                        "{} bytes ÷ TP {tp}: column/row-parallel linears and vocab-parallel embeddings split evenly (norms, replicated, counted split: a few MB low)",
+                        g(m.weights.get())
+                    )
+                },
+            )
+        }
+    };
+    Term::new(
+        TermId::Weights {
+            dtype: None,
+            shard: None,
+        },
+        bytes,
+        kind,
+        formula,
+    )
+    .input("from_log", r.weights.is_some())
+}
+
+/// The profile run's activation peak. ASSUMED: one layer's transient at max_num_batched_tokens
+/// and the sampler's fp32 logits for min(max_num_seqs, tokens) rows.
+fn activation_term(m: &ServeModel, r: &ServeRequest, tokens: u64, seqs: u64, cite: &str) -> Term {
+    if let Some(b) = r.activation_peak {
+        return Term::new(
+            TermId::ServeActivationPeak,
+            b,
+            Kind::Calculated,
+            format!("given (--activation-peak), as the engine's log prints it ({cite})"),
+        )
+        .input("from_log", true);
+    }
+    let tp = r.tensor_parallel_size;
+    let e = m.dtype_bytes;
+    let kv_w = 2 * m.kv_heads.max(1) * m.head_size;
+    let width = 2 * m.hidden + (m.q_width + kv_w).div_ceil(tp) + 3 * m.intermediate.div_ceil(tp);
+    let rows = seqs.min(tokens);
+    let layer = tokens as u128 * width as u128 * e as u128;
+    let logits = rows as u128 * m.vocab as u128 * 4 * 2;
+    let bytes = Bytes(u64::try_from(layer + logits).unwrap_or(u64::MAX));
+    Term::new(
+        TermId::ServeActivationPeak,
+        bytes,
+        Kind::Assumed,
+        format!(
+            "ASSUMED rule: profile run over max_num_batched_tokens={} tokens ({cite}): one layer's (2·h + (q+k+v)/TP + 3·I/TP) × {e} bytes = {} × {} + fp32 logits and probabilities for min(max_num_seqs, tokens)={} rows × vocab {} × 8 bytes; attention workspaces, torch.compile and the sampler's sort not modelled (pass the log's figure with --activation-peak)",
+            g(tokens), g(width), g(tokens), g(rows), g(m.vocab)
+        ),
+    )
+    .input("from_log", false)
+}
+
+fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
+    match r.non_torch {
+        Some(b) => Term::new(
+            TermId::NonTorchMemory,
+            b,
+            Kind::Calculated,
+            format!("given (--non-torch), as the engine's log prints it ({cite})"),
+        ),
+        None => {
+            let tp = r.tensor_parallel_size;
+            let bytes = if tp > 1 { 1536 * MIB } else { 512 * MIB };
+            Term::new(
+                TermId::NonTorchMemory,
+                Bytes(bytes),
+                Kind::Assumed,
+                format!(
+                    "ASSUMED: {} (cuBLAS workspaces{}) for TP {tp}; the logs in tests/fixtures/serving show 0.16–1.79 GiB at TP 1 ({cite}); pass the log's figure with --non-torch",
+                    gib(bytes),
+                    if tp > 1 { ", NCCL and custom all-reduce buffers" } else { "" }
+                ),
+            )
+        }
+    }
+    .input("from_log", r.non_torch.is_some())
+}
+
+fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
+    let mut notes = Vec::new();
+    let mut defaults = Vec::new();
+    let version = r.version.unwrap_or(Version(0, 11, 0));
+    if r.version.is_none() {
+        defaults.push(
+            "--engine-version: the rules of vLLM 0.11.0 (the latest release read in full)".into(),
+        );
+    }
+    let v0 = version < Version(0, 8, 0);
+    let grouped = version >= Version(0, 9, 0);
+    let generation = if v0 {
+        "V0 (vllm/worker/worker.py); V1 was opt-in before 0.8 (VLLM_USE_V1=1) and is not modelled for those releases".to_string()
+    } else {
+        "V1 (vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py)".to_string()
+    };
+    let tp = r.tensor_parallel_size;
+    let total = r.device_total.get();
+    let big = total >= 70 * GIB;
+    let a100 = r.card.to_ascii_lowercase().contains("a100");
+
+    let u = match r.gpu_memory_utilization {
+        Some(u) => u,
+        None => {
+            defaults.push(
+                "--gpu-memory-utilization 0.9 (engine/arg_utils.py default, 0.5.5–0.11.0)".into(),
+            );
+            0.9
+        }
+    };
+    let len = r.max_model_len;
+    let sliding = m.layers.iter().any(Option::is_some);
+    // max_num_batched_tokens and max_num_seqs as the release's `vllm serve` resolves them.
+    let (mnbt, mnbt_rule) = match r.max_num_batched_tokens {
+        Some(n) => (n, "--max-num-batched-tokens".to_string()),
+        None if v0 => {
+            if len > 32768 && !sliding {
+                let n = if version < Version(0, 6, 6) {
+                    512
+                } else {
+                    2048
+                };
+                (
+                    n,
+                    format!(
+                        "{n}: chunked prefill auto-enabled above 32,768 tokens (engine/arg_utils.py, config.py SchedulerConfig {version})"
+                    ),
+                )
+            } else {
+                let n = len.max(2048);
+                (
+                    n,
+                    format!(
+                        "max(max_model_len, 2048) = {n} (config.py SchedulerConfig, V0 without chunked prefill)"
+                    ),
+                )
+            }
+        }
+        None => {
+            let large = big && !(grouped && a100);
+            let n = if large { 8192 } else { 2048 };
+            (
+                n,
+                format!(
+                    "{n}: `vllm serve` default for a {} device (engine/arg_utils.py _set_default_args{}, OPENAI_API_SERVER)",
+                    if large {
+                        "≥ 70 GiB"
+                    } else {
+                        "< 70 GiB (or A100)"
+                    },
+                    if v0 { "" } else { "_v1" }
+                ),
+            )
+        }
+    };
+    if r.max_num_batched_tokens.is_none() {
+        defaults.push(format!("--max-num-batched-tokens {mnbt_rule}"));
+    }
+    let seqs = match r.max_num_seqs {
+        Some(n) => n,
+        None => {
+            let n = if v0 {
+                256
+            } else if big && !(grouped && a100) {
+                1024
+            } else {
+                256
+            };
+            let n = if version >= Version(0, 10, 0) {
+                n.min(mnbt)
+            } else {
+                n
+            };
+            defaults.push(format!(
+                "--max-num-seqs {n} (engine/arg_utils.py default of {version} for this device)"
+            ));
+            n
+        }
+    };
+    let block_size = match r.block_size {
+        Some(b) => b,
+        None => {
+            let (b, why) = if m.mla && grouped {
+                if version >= Version(0, 11, 0) && r.compute_major.is_some_and(|c| c >= 10) {
+                    (
+                        128,
+                        "CUTLASS_MLA on Blackwell (platforms/cuda.py 0.11.0:130-185)",
+                    )
+                } else {
+                    (64, "FlashMLA (platforms/cuda.py 0.9.2/0.11.0)")
+                }
+            } else {
+                (
+                    16,
+                    "CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81)",
+                )
+            };
+            defaults.push(format!("--block-size {b}: {why}"));
+            b
+        }
+    };
+    let kv_bytes = if r.kv_fp8 { 1 } else { m.dtype_bytes };
+    let kv_heads = if m.mla { 1 } else { (m.kv_heads / tp).max(1) };
+    let coef = if m.mla && version >= Version(0, 7, 0) {
+        1
+    } else {
+        2
+    };
+    let page = coef * block_size * kv_heads * m.head_size * kv_bytes;
+    let layers = m.layers.len() as u64;
+
+    let profile_cite = if v0 {
+        "worker/model_runner.py profile_run, V0"
+    } else {
+        "v1/worker/gpu_model_runner.py profile_run → _dummy_run(max_num_tokens) + _dummy_sampler_run"
+    };
+    let weights = weights_term(
+        m,
+        r,
+        if v0 {
+            "\"Loading model weights took X GB\""
+        } else {
+            "\"Model loading took X GiB\""
+        },
+    );
+    let act = activation_term(m, r, mnbt, seqs, profile_cite);
+    let non_torch = non_torch_term(r, "memory_profiling in vllm/utils.py: non_torch_increase");
+    let graphs_charged = version >= Version(0, 21, 0) && !r.enforce_eager;
+    let graphs = if r.enforce_eager {
+        Term::new(
+            TermId::CudaGraphs,
+            Bytes(0),
+            Kind::Calculated,
+            "--enforce-eager: no CUDA graph is captured",
+        )
+    } else {
+        Term::new(
+            TermId::CudaGraphs,
+            Bytes(GIB),
+            Kind::Assumed,
+            format!(
+                "ASSUMED 1 GiB (vLLM 0.5.5 worker/model_runner.py:1185: \"CUDA graphs can take additional 1~3 GiB memory per GPU\"); {}",
+                if graphs_charged {
+                    "from 0.21.0 profiled and charged to the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default on per a v0.21 log; not read in source)"
+                } else {
+                    "captured AFTER the KV pool is sized (initialize_cache/compile_or_warm_up_model): not in the KV budget, it must fit in the (1 − gpu_memory_utilization) headroom"
+                }
+            ),
+        )
+    };
+    let graphs = if graphs_charged {
+        graphs
+    } else {
+        graphs.info()
+    };
+
+    let requested = (total as f64 * u) as i128;
+    let mut budget = requested
+        - weights.bytes.get() as i128
+        - act.bytes.get() as i128
+        - non_torch.bytes.get() as i128;
+    if graphs_charged {
+        budget -= graphs.bytes.get() as i128;
+    }
+    let budget_rule = if v0 {
+        "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
+    } else if version < Version(0, 9, 0) {
+        "total × gpu_memory_utilization − (torch peak + non-torch) (v1/worker/gpu_worker.py determine_available_memory 0.8.5:165-212; other processes' memory is charged too)"
+    } else {
+        "requested_memory − non_kv_cache_memory = total × gpu_memory_utilization − (weights + activation peak + non-torch) (v1/worker/gpu_worker.py 0.11.0:254-300)"
+    };
+    if budget <= 0 {
+        notes.push(format!(
+            "the KV budget is {} bytes: vLLM refuses to start (\"No available memory for the cache blocks\"); raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or use more GPUs (--tensor-parallel-size)",
+            budget
+        ));
+    }
+    let avail = budget.max(0) as u64;
+
+    // Layer groups and blocks.
+    let n_sw = m.layers.iter().filter(|l| l.is_some()).count() as u64;
+    let n_full = layers - n_sw;
+    let window = m.layers.iter().flatten().copied().max();
+    let hybrid = grouped && n_sw > 0 && n_full > 0;
+    let (num_blocks, tokens, per_request_blocks, block_rule): (
+        u64,
+        u64,
+        Box<dyn Fn(u64) -> u64>,
+        String,
+    );
+    if hybrid {
+        let gs = n_sw.min(n_full);
+        let groups_full = cdiv(n_full, gs);
+        let groups_sw = cdiv(n_sw, gs);
+        let groups = groups_full + groups_sw;
+        num_blocks = avail / page / gs;
+        tokens = num_blocks / groups * block_size;
+        let w = window.unwrap_or(0);
+        per_request_blocks = Box::new(move |l| {
+            groups_full * cdiv(l, block_size)
+                + groups_sw * (cdiv((w - 1 + mnbt).min(l), block_size) + 1)
+        });
+        block_rule = format!(
+            "hybrid groups (kv_cache_utils.py _get_kv_cache_groups_uniform_page_size 0.11.0:894-1002): {n_full} full + {n_sw} sliding layers, group_size {gs}, {groups} groups; blocks = budget // page // {gs}; tokens = blocks // {groups} × {block_size}"
+        );
+    } else {
+        num_blocks = avail / page / layers;
+        tokens = num_blocks * block_size;
+        let sw_only = !v0 && n_full == 0 && grouped;
+        let w = window.unwrap_or(0);
+        per_request_blocks = if sw_only {
+            Box::new(move |l| cdiv((w - 1 + mnbt).min(l), block_size) + 1)
+        } else {
+            Box::new(move |l| cdiv(l, block_size))
+        };
+        block_rule = if v0 {
+            format!(
+                "V0: budget // (layers {layers} × page) (worker/worker.py; cache_engine.py get_cache_block_size — no sliding-window reduction)"
+            )
+        } else {
+            format!(
+                "budget // page // layers {layers} (kv_cache_utils.py get_num_blocks 0.11.0:824){}",
+                if n_sw > 0 && !grouped {
+                    "; 0.8.x turns sliding layers into full attention (unify_hybrid_kv_cache_specs 0.8.5:657-681)"
+                } else {
+                    ""
+                }
+            )
+        };
+    }
+    let concurrency_at = |l: u64| -> f64 {
+        if v0 || !grouped {
+            // V0 executor_base.py 0.7.3:114-117; V1 0.8.5 kv_cache_utils.py:633-636.
+            num_blocks as f64 * block_size as f64 / l as f64
+        } else {
+            num_blocks as f64 / per_request_blocks(l) as f64
+        }
+    };
+    let mut lengths = vec![len];
+    for l in &r.lengths {
+        if *l < len && !lengths.contains(l) {
+            lengths.push(*l);
+        }
+    }
+    let concurrency: Vec<(u64, f64)> = lengths.iter().map(|&l| (l, concurrency_at(l))).collect();
+
+    let kv_pool = Bytes(num_blocks * page * if hybrid { n_sw.min(n_full) } else { layers });
+    let kv = Term::new(
+        TermId::PagedKvCache { engine: Engine::Vllm },
+        kv_pool,
+        Kind::Calculated,
+        format!(
+            "{} blocks × {} bytes per block and layer ({}{} × block_size {block_size} × {kv_heads} KV head(s) per GPU × head size {} × {kv_bytes} bytes{}) × {} layer(s); budget {} bytes = {budget_rule}; {block_rule}",
+            g(num_blocks),
+            g(page),
+            if coef == 1 { "MLA: one latent, " } else { "2 (K and V)" },
+            if coef == 1 { "1" } else { "" },
+            m.head_size,
+            if m.mla { ", not split by TP" } else { ", max(1, KV heads ÷ TP)" },
+            if hybrid { n_sw.min(n_full) } else { layers },
+            g(avail),
+        ),
+    )
+    .input("budget_bytes", budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+    .input("num_blocks", num_blocks)
+    .input("page_size_bytes", page);
+    notes.push(format!(
+        "the engine's own figures: \"# GPU blocks: {}\", \"GPU KV cache size: {} tokens\", \"Maximum concurrency for {} tokens per request: {:.2}x\"",
+        num_blocks,
+        g(tokens),
+        len,
+        concurrency[0].1
+    ));
+    notes.push("the activation peak is a stated rule or the log's figure, not yet predicted by running the forward at max_num_batched_tokens on data-less tensors (a later step)".into());
+    notes.push(format!(
+        "the device total is {} ({}); vLLM reads torch.cuda.mem_get_info()[1], a little below the driver's figure: pass the log's total_gpu_memory with --device-total",
+        Bytes(total).both(),
+        r.device_total_source
+    ));
+    if !graphs_charged && !r.enforce_eager {
+        let headroom = total as i128 - requested;
+        notes.push(format!(
+            "CUDA graphs and anything else outside the instance must fit in the headroom total × (1 − {u}) = {} bytes",
+            g(headroom.max(0) as u128)
+        ));
+    }
+    Ok(Plan {
+        terms: vec![weights, act, non_torch, kv, graphs],
+        summary: ServingSummary {
+            engine: Engine::Vllm,
+            rules_of: format!("vLLM {version}"),
+            generation,
+            card: r.card.clone(),
+            device_total_bytes: Bytes(total),
+            device_total_source: r.device_total_source.clone(),
+            gpu_memory_utilization: u,
+            max_model_len: len,
+            max_num_seqs: Some(seqs),
+            max_num_batched_tokens: Some(mnbt),
+            tensor_parallel_size: tp,
+            block_size,
+            kv_dtype_bytes: kv_bytes,
+            page_bytes: Bytes(page),
+            kv_budget_bytes: budget,
+            num_blocks: Some(num_blocks),
+            kv_tokens: tokens,
+            concurrency,
+            defaults,
+        },
+        notes,
+    })
+}
+
+/// SGLang 0.5.5 `_handle_gpu_memory_settings` (server_args.py 0.5.5:665-830): the default
+/// mem_fraction_static from the device's MiB, TP and the chunked-prefill size.
+fn sglang_default_fraction(total: u64, tp: u64) -> (f64, String) {
+    let mib = (total / MIB) as f64;
+    let (chunk, bs) = match total / GIB {
+        0..20 => (2048.0, 8.0),
+        20..35 => (2048.0, if tp < 4 { 24.0 } else { 80.0 }),
+        35..60 => (4096.0, if tp < 4 { 32.0 } else { 160.0 }),
+        _ => (8192.0, if tp < 4 { 256.0 } else { 512.0 }),
+    };
+    let chunk = if total >= 160 * GIB { 16384.0 } else { chunk };
+    let mut reserved = 512.0 + f64::max(chunk, 2048.0) * 1.5 + bs * 2.0 + tp as f64 / 8.0 * 1024.0;
+    if mib > 60.0 * 1024.0 {
+        reserved = reserved.max(10.0 * 1024.0);
+    }
+    let m = ((mib - reserved) / mib * 1000.0).round() / 1000.0;
+    (
+        m,
+        format!(
+            "round((device MiB {mib} − reserved {reserved} MiB) / device MiB, 3) (server_args.py 0.5.5 _handle_gpu_memory_settings: chunked_prefill_size {chunk}, cuda_graph_max_bs {bs})"
+        ),
+    )
+}
+
+fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
+    let mut notes = Vec::new();
+    let mut defaults = Vec::new();
+    let version = r.version.unwrap_or(Version(0, 5, 5));
+    if r.version.is_none() {
+        defaults
+            .push("--engine-version: the rules of SGLang 0.5.5 (the latest release read)".into());
+    }
+    if r.block_size.is_some() || r.max_num_seqs.is_some() || r.activation_peak.is_some() {
+        return Err(input_err(
+            "--block-size, --max-num-seqs and --activation-peak are vLLM's: SGLang has page size 1, sizes its pool without a profile run and derives max_running_requests; drop them with --serve sglang".into(),
+        ));
+    }
+    let tp = r.tensor_parallel_size;
+    let total = r.device_total.get();
+    let frac = match r.gpu_memory_utilization {
+        Some(f) => f,
+        None => {
+            let (f, why) = sglang_default_fraction(total, tp);
+            defaults.push(format!("mem_fraction_static {f}: {why}"));
+            f
+        }
+    };
+    let kv_bytes = if r.kv_fp8 { 1 } else { m.dtype_bytes };
+    let layers = m.layers.len() as u64;
+    let cell = if m.mla {
+        m.head_size * layers * kv_bytes
+    } else {
+        (m.kv_heads / tp).max(1) * m.head_size * layers * 2 * kv_bytes
+    };
+    let weights = weights_term(m, r, "\"Load weight end. … mem usage=X GB\"");
+    let non_torch = non_torch_term(
+        r,
+        "free memory before the weights minus after them, less the weights: CUDA context, NCCL",
+    );
+    let requested = (total as f64 * frac) as i128;
+    let budget = requested - weights.bytes.get() as i128 - non_torch.bytes.get() as i128;
+    let tokens = (budget.max(0) as u64) / cell;
+    if budget <= 0 {
+        notes.push(format!("the KV budget is {budget} bytes: SGLang refuses to start; raise --gpu-memory-utilization (mem_fraction_static) or add GPUs"));
+    }
+    let mut lengths = vec![r.max_model_len];
+    for l in &r.lengths {
+        if *l < r.max_model_len && !lengths.contains(l) {
+            lengths.push(*l);
+        }
+    }
+    let concurrency = lengths
+        .iter()
+        .map(|&l| (l, tokens as f64 / l as f64))
+        .collect();
+    let kv = Term::new(
+        TermId::PagedKvCache { engine: Engine::Sglang },
+        Bytes(tokens * cell),
+        Kind::Calculated,
+        format!(
+            "{} tokens × cell {} bytes ({}); budget = free memory at start × mem_fraction_static {frac} − (weights + non-torch) with the free memory taken as the device total (model_executor/model_runner.py profile_max_num_token {version})",
+            g(tokens),
+            g(cell),
+            if m.mla {
+                format!("MLA: (kv_lora_rank + qk_rope_head_dim) {} × {layers} layers × {kv_bytes} bytes, not split by TP", m.head_size)
+            } else {
+                format!("max(1, KV heads ÷ TP) {} × head_dim {} × {layers} layers × 2 × {kv_bytes} bytes", (m.kv_heads / tp).max(1), m.head_size)
+            }
+        ),
+    )
+    .input("budget_bytes", budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+    notes.push(format!("the engine's own figure: \"KV Cache is allocated. #tokens: {tokens}\" (max_total_num_tokens)"));
+    notes.push("SGLang runs no activation profile: activations and CUDA graphs must fit in (1 − mem_fraction_static) of the free memory".into());
+    Ok(Plan {
+        terms: vec![weights, non_torch, kv],
+        summary: ServingSummary {
+            engine: Engine::Sglang,
+            rules_of: format!("SGLang {version}"),
+            generation: "model_executor/model_runner.py profile_max_num_token".into(),
+            card: r.card.clone(),
+            device_total_bytes: Bytes(total),
+            device_total_source: r.device_total_source.clone(),
+            gpu_memory_utilization: frac,
+            max_model_len: r.max_model_len,
+            max_num_seqs: None,
+            max_num_batched_tokens: r.max_num_batched_tokens,
+            tensor_parallel_size: tp,
+            block_size: 1,
+            kv_dtype_bytes: kv_bytes,
+            page_bytes: Bytes(cell),
+            kv_budget_bytes: budget,
+            num_blocks: None,
+            kv_tokens: tokens,
+            concurrency,
+            defaults,
+        },
+        notes,
+    })
+}

@@ -1,0 +1,215 @@
+//! `estimate --serve` against public vLLM start-up logs (tests/fixtures/serving/logs, each with
+//! its source URL and what it does not state). Where a log prints the figures the engine measured
+//! (weights, activation peak, non-torch, device total), they are fed in and the blocks or the KV
+//! budget must land within 5%; the logs' own blocks/concurrency pairs are checked against the
+//! engine's concurrency rule. Every row is printed as the README's table shows it.
+
+use crate::common::{estimate_json, fixture, iteragpu};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn log(name: &str) -> serde_json::Value {
+    let path = fixture("serving/logs").join(format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn err(planner: f64, log: f64) -> f64 {
+    (planner - log) / log * 100.0
+}
+
+/// `--flag` values from a log's own figures, each as the engine printed it.
+fn serve(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--serve", "vllm"];
+    all.extend_from_slice(args);
+    estimate_json(&all)
+}
+
+fn model(name: &str) -> String {
+    fixture("models").join(name).display().to_string()
+}
+
+#[test]
+fn serving_planner_lands_on_the_logs_blocks_when_fed_their_measured_figures() {
+    let llama3 = model("llama-3-8b");
+    let mut rows = Vec::new();
+    // 01 and 02: Llama-3.1-8B on an RTX 3090, v0.6.4.x log format (one-line profiling result).
+    // The KV layout is Llama-3-8B's (32 layers × 8 KV heads × 128, bf16): Llama-3.1 differs only
+    // in rope_scaling and max_position_embeddings, which --max-model-len replaces.
+    for (name, len, peak) in [
+        ("01-llama31-8b-rtx3090-20k", "20000", "17.06GiB"),
+        ("02-llama31-8b-rtx3090-29k-fail", "29000", "17.98GiB"),
+    ] {
+        let l = log(name);
+        // "Loading model weights took 14.9888 GB": vLLM divides by 2^30 (worker/model_runner.py
+        // `model_memory_usage / float(2**30)`), so its "GB" is GiB.
+        let weights = 14.9888 * GIB;
+        let peak_bytes = peak.trim_end_matches("GiB").parse::<f64>().unwrap() * GIB;
+        let activation = format!("{}", (peak_bytes - weights).round() as u64);
+        let doc = serve(&[
+            "--model",
+            &llama3,
+            "--card",
+            "RTX 3090",
+            "--engine-version",
+            "0.6.4",
+            "--max-model-len",
+            len,
+            "--device-total",
+            "23.58GiB",
+            "--weights-memory",
+            "14.9888GiB",
+            "--activation-peak",
+            &activation,
+            "--non-torch",
+            "0.35GiB",
+        ]);
+        let sv = &doc["serving"];
+        let blocks = sv["num_blocks"].as_u64().unwrap() as f64;
+        let logged = l["figures"]["gpu_blocks"].as_f64().unwrap();
+        let e = err(blocks, logged);
+        assert!(
+            e.abs() < 5.0,
+            "{name}: {blocks} blocks vs the log's {logged} ({e:.2}%)"
+        );
+        let conc = sv["concurrency"][0][1].as_f64().unwrap();
+        let logged_conc = l["figures"]["max_concurrency"]["x"].as_f64().unwrap();
+        assert!(
+            (conc - logged_conc).abs() / logged_conc < 0.05,
+            "{name}: {conc} vs {logged_conc}"
+        );
+        rows.push(format!("{name}: blocks {blocks} vs {logged} ({e:+.2}%), concurrency {conc:.2}x vs {logged_conc}x"));
+    }
+    // 04: Meta-Llama-3-8B on a 79.22 GiB card, defaults; the log prints the KV budget, no blocks.
+    let doc = serve(&[
+        "--model",
+        &llama3,
+        "--card",
+        "H100 80GB",
+        "--engine-version",
+        "0.6.5",
+        "--device-total",
+        "79.22GiB",
+        "--weights-memory",
+        "14.96GiB",
+        "--activation-peak",
+        "1.26GiB",
+        "--non-torch",
+        "1.79GiB",
+    ]);
+    let budget = doc["serving"]["kv_budget_bytes"].as_f64().unwrap() / GIB;
+    let e = err(budget, 53.29);
+    assert!(
+        e.abs() < 1.0,
+        "04: KV budget {budget:.2} GiB vs the log's 53.29 GiB"
+    );
+    rows.push(format!(
+        "04-llama3-8b-h100-tp1-profiling: KV budget {budget:.2} GiB vs 53.29 GiB ({e:+.2}%)"
+    ));
+    println!("{}", rows.join("\n"));
+}
+
+#[test]
+fn serving_planner_weights_match_the_logs_from_the_config_alone() {
+    // 01 prints "Loading model weights took 14.9888 GB" (GiB: vLLM divides by 2^30) and 07
+    // "14.9889 GiB" for Llama-3.1-8B (the same tensors as Meta-Llama-3-8B). The planner's figure
+    // comes from config.json alone: vLLM also allocates the rotary cos/sin cache and such, ~0.2%.
+    let doc = serve(&["--model", &model("llama-3-8b"), "--card", "H100 80GB"]);
+    let weights = crate::common::id_bytes(&doc, "weights") as f64;
+    let e = err(weights, 14.9888 * GIB);
+    assert!(
+        e.abs() < 0.5,
+        "weights {weights} vs the logs' 14.9888 GiB ({e:.3}%)"
+    );
+    println!(
+        "weights from config.json: {:.4} GiB vs the logs' 14.9888 GiB ({e:+.2}%)",
+        weights / GIB
+    );
+    // Without the log's figures the activation and non-torch terms are assumed, and say so.
+    for id in ["serve_activation_peak", "non_torch_memory"] {
+        assert_eq!(
+            crate::common::term_by_id(&doc, id)["kind"],
+            "assumed",
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn logs_blocks_and_concurrency_follow_the_engines_rule() {
+    // V0 and V1 ≤ 0.8: concurrency = blocks × block_size / max_model_len (executor_base.py
+    // 0.7.3:114-117; kv_cache_utils.py 0.8.5:633-636); "KV cache size" = blocks × block_size.
+    for name in [
+        "01-llama31-8b-rtx3090-20k",
+        "02-llama31-8b-rtx3090-29k-fail",
+        "06-llama31-70b-w8a8-gmu098-v1",
+    ] {
+        let l = log(name);
+        let f = &l["figures"];
+        let blocks = f["gpu_blocks"].as_f64().unwrap();
+        let len = f["max_concurrency"]["tokens"].as_f64().unwrap();
+        let x = f["max_concurrency"]["x"].as_f64().unwrap();
+        assert!(
+            (blocks * 16.0 / len - x).abs() < 0.006,
+            "{name}: {blocks} × 16 / {len} ≠ {x}"
+        );
+    }
+    let l = log("07-llama31-8b-l40s-v1");
+    let f = &l["figures"];
+    let x =
+        f["kv_cache_tokens"].as_f64().unwrap() / f["max_concurrency"]["tokens"].as_f64().unwrap();
+    assert!((x - f["max_concurrency"]["x"].as_f64().unwrap()).abs() < 0.006);
+    // Every log keeps its source and says what it lacks.
+    for entry in std::fs::read_dir(fixture("serving/logs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert!(
+                doc["source_url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("http")),
+                "{path:?}"
+            );
+            assert!(
+                doc["completeness"].as_str().is_some_and(|c| !c.is_empty()),
+                "{path:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn serving_refuses_what_it_cannot_plan() {
+    let out = iteragpu()
+        .args([
+            "estimate",
+            "--serve",
+            "vllm",
+            "--model",
+            &model("llama-3-8b"),
+            "--card",
+            "H100 80GB",
+            "--tensor-parallel-size",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tensor-parallel-size 3"));
+    let out = iteragpu()
+        .args([
+            "estimate",
+            "--serve",
+            "vllm",
+            "--model",
+            &model("llama-3-8b"),
+            "--card",
+            "H100 80GB",
+            "--context",
+            "4096",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not part of a --serve plan"));
+}
