@@ -84,13 +84,26 @@ pub fn run(
             Bytes(total).both()
         );
     }
-    let unavailable = match sweep.drive() {
+    let driven = sweep.drive();
+    conclude(driven, sweep.series, sweep.writer, sweep.stopped_between)
+}
+
+/// How a sweep ends, measured or predicted: a failure saves what was already written as aborted;
+/// otherwise the status from the stop (between trials, or inside one), the fit of a list or
+/// frontier, and the series saved a last time.
+pub(crate) fn conclude(
+    driven: Result<Option<String>>,
+    mut series: Series,
+    mut writer: Writer,
+    stopped_between: Option<Stop>,
+) -> Result<Finish> {
+    let unavailable = match driven {
         Ok(u) => u,
         Err(e) => {
-            if sweep.writer.written() {
-                sweep.series.status = SeriesStatus::Aborted;
-                sweep.series.notes.push(format!("aborted: {e:#}"));
-                let _ = sweep.writer.save(&sweep.series);
+            if writer.written() {
+                series.status = SeriesStatus::Aborted;
+                series.notes.push(format!("aborted: {e:#}"));
+                let _ = writer.save(&series);
             }
             return Err(e);
         }
@@ -98,28 +111,28 @@ pub fn run(
     if let Some(reason) = unavailable {
         return Ok(Finish::Unavailable(reason));
     }
-    let stopped = sweep.stopped_between.or_else(|| {
-        sweep.series.trials.iter().find_map(|t| match t.status {
+    let stopped = stopped_between.or_else(|| {
+        series.trials.iter().find_map(|t| match t.status {
             TrialStatus::Interrupted => Some(Stop::Interrupt),
             TrialStatus::Terminated => Some(Stop::Terminate(libc::SIGTERM)),
             _ => None,
         })
     });
-    let s = &mut sweep.series;
-    s.status = match stopped {
+    series.status = match stopped {
         Some(Stop::Interrupt) => SeriesStatus::Interrupted,
         Some(Stop::Terminate(_)) => SeriesStatus::Terminated,
         None => SeriesStatus::Complete,
     };
-    if let (Some(var), SweepMode::List | SweepMode::Frontier) = (s.varied.first().copied(), s.mode)
+    if let (Some(var), SweepMode::List | SweepMode::Frontier) =
+        (series.varied.first().copied(), series.mode)
     {
-        s.fit = fit_record(s, var);
+        series.fit = fit_record(&series, var);
     }
-    s.updated_at = chrono::Utc::now().to_rfc3339();
-    sweep.writer.save(&sweep.series)?;
+    series.updated_at = chrono::Utc::now().to_rfc3339();
+    writer.save(&series)?;
     Ok(Finish::Done {
-        moved: sweep.writer.take_moved(),
-        series: Box::new(sweep.series),
+        moved: writer.take_moved(),
+        series: Box::new(series),
     })
 }
 

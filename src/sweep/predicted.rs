@@ -21,12 +21,12 @@ use crate::schema::prediction::{
     Capacity, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
 };
 use crate::schema::series::{
-    Deciding, DecidingAllocation, FrontierRecord, PointKind, Series, SeriesStatus, SweepMode,
-    TrialRecord, TrialStatus, Writer,
+    Deciding, DecidingAllocation, FrontierRecord, PointKind, Series, SweepMode, TrialRecord,
+    TrialStatus, Writer,
 };
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
-use crate::sweep::driver::{Finish, fit_record, new_series, one_value};
+use crate::sweep::driver::{Finish, conclude, new_series, one_value};
 use crate::sweep::plan::SweepPlan;
 use crate::sweep::search;
 use crate::sweep::vary::{Values, grid_order};
@@ -135,43 +135,8 @@ pub fn run(
         capacity: limit.bytes,
         stopped: None,
     };
-    let unavailable = match sweep.drive() {
-        Ok(u) => u,
-        Err(e) => {
-            if sweep.writer.written() {
-                sweep.series.status = SeriesStatus::Aborted;
-                sweep.series.notes.push(format!("aborted: {e:#}"));
-                let _ = sweep.writer.save(&sweep.series);
-            }
-            return Err(e);
-        }
-    };
-    if let Some(reason) = unavailable {
-        return Ok(Finish::Unavailable(reason));
-    }
-    let stopped = sweep.stopped.or_else(|| {
-        sweep.series.trials.iter().find_map(|t| match t.status {
-            TrialStatus::Interrupted => Some(Stop::Interrupt),
-            TrialStatus::Terminated => Some(Stop::Terminate(libc::SIGTERM)),
-            _ => None,
-        })
-    });
-    let s = &mut sweep.series;
-    s.status = match stopped {
-        Some(Stop::Interrupt) => SeriesStatus::Interrupted,
-        Some(Stop::Terminate(_)) => SeriesStatus::Terminated,
-        None => SeriesStatus::Complete,
-    };
-    if let (Some(var), SweepMode::List | SweepMode::Frontier) = (s.varied.first().copied(), s.mode)
-    {
-        s.fit = fit_record(s, var);
-    }
-    s.updated_at = chrono::Utc::now().to_rfc3339();
-    sweep.writer.save(&sweep.series)?;
-    Ok(Finish::Done {
-        moved: sweep.writer.take_moved(),
-        series: Box::new(sweep.series),
-    })
+    let driven = sweep.drive();
+    conclude(driven, sweep.series, sweep.writer, sweep.stopped)
 }
 
 impl Sweep<'_> {
