@@ -393,6 +393,19 @@ pub struct GenerationArgs {
     /// causal-lm generation: KV-cache strategy [default: dynamic].
     #[arg(long, value_enum)]
     pub cache: Option<CacheKind>,
+    /// causal-lm generation: N requests alive together, each with its own KV cache, prefilled one
+    /// after another then decoded in turn (not one padded batch) [default: one generation;
+    /// with length lists, their longest list's size].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub requests: Option<u64>,
+    /// causal-lm generation: the requests' prompt lengths, cycled over them
+    /// (--prompt-lengths 128,512,2048) [default: --prompt-tokens for all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, conflicts_with = "prompt_tokens")]
+    pub prompt_lengths: Vec<u64>,
+    /// causal-lm generation: the requests' output lengths, cycled over them
+    /// (--output-lengths 64,256) [default: --new-tokens for all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, conflicts_with = "new_tokens")]
+    pub output_lengths: Vec<u64>,
 }
 
 /// The vision workload's images (dimensions: a sweep may vary them).
@@ -698,6 +711,16 @@ pub struct KvLoadArgs {
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
     #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64)]
     pub sequences: Option<u64>,
+    /// Concurrent requests, each with its own cache of its own length (instead of --tokens and
+    /// --sequences): the KV cache is Σ (prompt + output) over them, beside the padded batch.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with_all = ["tokens", "sequences", "prompt_tokens"], requires_all = ["prompt_lengths", "output_lengths"])]
+    pub requests: Option<u64>,
+    /// With --requests: the prompts' lengths, cycled over the requests (128,512,2048).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
+    pub prompt_lengths: Vec<u64>,
+    /// With --requests: the tokens each request generates, cycled over the requests (64,256).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
+    pub output_lengths: Vec<u64>,
 }
 
 /// How the KV cache keeps its values (inference only).

@@ -28,6 +28,8 @@ mod predicted_documents;
 mod properties;
 #[path = "integration/report.rs"]
 mod report;
+#[path = "integration/requests.rs"]
+mod requests;
 #[path = "integration/serving.rs"]
 mod serving;
 #[path = "integration/signals.rs"]

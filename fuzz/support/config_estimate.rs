@@ -126,6 +126,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             element_bytes: dtype.bytes(),
             strategy,
             prompt_tokens: (knobs.flags & 16 != 0).then_some(tokens / 2 + 1),
+            requests: Vec::new(),
         }),
         Err(e) => {
             outcome.refusals.push(e.to_string());

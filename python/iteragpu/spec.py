@@ -36,6 +36,15 @@ class QuantizedCache:
 
 
 @dataclass(frozen=True)
+class Requests:
+    """Concurrent generation requests, each with its own cache: one prompt and one output length per request."""
+
+    requests: int
+    prompt_lengths: Tuple[int, ...]
+    output_lengths: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Dense:
     workload: ClassVar[str] = "dense"
     devices: Tuple[str, ...]
@@ -74,6 +83,7 @@ class CausalLm:
     lora_targets: Tuple[str, ...] = ()
     quantized_cache: Optional[QuantizedCache] = None
     training: Optional[Training] = None
+    concurrent: Optional[Requests] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
@@ -116,7 +126,11 @@ class Script:
 WorkerSpec = Union[Dense, CausalLm, Vision, Script]
 
 WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Vision, Script)}
-_NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {"training": (Training, ("task",)), "quantized_cache": (QuantizedCache, ())}
+_NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {
+    "training": (Training, ("task",)),
+    "quantized_cache": (QuantizedCache, ()),
+    "concurrent": (Requests, ()),
+}
 
 
 def _required(f: Field[Any]) -> bool:

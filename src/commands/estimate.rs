@@ -8,7 +8,7 @@ use crate::cli::{
     ServeArgs, ServeKvDtype, ShardOptionsArgs,
 };
 use crate::dtype::Dtype;
-use crate::estimate::kv_cache::{CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
+use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
 use crate::estimate::serving::Engine;
 use crate::estimate::training::Lora;
 use crate::estimate::weights::ModelWeights;
@@ -349,7 +349,7 @@ fn kv_request(
 ) -> Result<Option<KvRequest>, CliError> {
     let layout = match model {
         Some((arch, _)) => {
-            if args.load.tokens.is_none() {
+            if args.load.tokens.is_none() && args.load.requests.is_none() {
                 return Ok(None);
             }
             arch.kv.clone()
@@ -359,7 +359,10 @@ fn kv_request(
                 ("--kv-layers", args.kv_shape.kv_layers),
                 ("--kv-heads", args.kv_shape.kv_heads),
                 ("--head-dim", args.kv_shape.head_dim),
-                ("--tokens", args.load.tokens),
+                (
+                    "--tokens",
+                    args.load.tokens.or(args.load.requests.map(|_| 1)),
+                ),
             ];
             if given.iter().all(|(_, v)| v.is_none()) {
                 return Ok(None);
@@ -383,7 +386,33 @@ fn kv_request(
             KvLayout::uniform(l, h, d, None)
         }
     };
-    let tokens = args.load.tokens.unwrap_or(1);
+    let requests = match args.load.requests {
+        Some(n) => {
+            let (prompts, outputs) = (&args.load.prompt_lengths, &args.load.output_lengths);
+            for (flag, list) in [("--prompt-lengths", prompts), ("--output-lengths", outputs)] {
+                if list.len() as u64 > n {
+                    refuse!(
+                        "{flag} lists {} lengths for --requests {n}: give at most one length per request, or raise --requests",
+                        list.len()
+                    );
+                }
+            }
+            let lengths =
+                kv_cache::cycle_lengths(n, prompts, outputs).map_err(CliError::bad_input)?;
+            // The layout given by hand has no positions to check against.
+            let max_positions = match (&args.model, model) {
+                (Some(path), Some(_)) => Config::load(path)?.max_positions()?,
+                _ => None,
+            };
+            kv_cache::check_positions(&lengths, max_positions).map_err(CliError::bad_input)?;
+            lengths
+        }
+        None => Vec::new(),
+    };
+    let tokens = match requests.iter().map(|r| r.tokens()).max() {
+        Some(longest) => longest,
+        None => args.load.tokens.unwrap_or(1),
+    };
     let element_bytes = match (
         args.kv_cache.kv_dtype,
         args.kv_cache.kv_bytes,
@@ -443,6 +472,7 @@ fn kv_request(
         element_bytes,
         strategy,
         prompt_tokens: args.kv_cache.prompt_tokens,
+        requests,
     }))
 }
 

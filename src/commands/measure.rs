@@ -49,6 +49,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     };
     check::kv_cache(&mut result, &kv_estimates);
     result.notes.extend(plan.precision_note());
+    result.notes.extend(plan.requests_note());
     if let Some(staged) = snapshot {
         timeline::keep(staged, &mut result);
     }

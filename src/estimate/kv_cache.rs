@@ -177,6 +177,84 @@ pub struct KvRequest {
     /// Tokens of the prompt, when known. A sliding layer holds the whole prompt from the prefill
     /// until the first decoding step; without this, the prompt is assumed to be all the tokens.
     pub prompt_tokens: Option<u64>,
+    /// Concurrent requests, each with its own cache of its own length (`--requests`): empty for
+    /// one batch of `sequences` × `tokens`. When given, `tokens` is the longest request's.
+    pub requests: Vec<RequestLengths>,
+}
+
+/// One live request: its prompt and the tokens it generates after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestLengths {
+    pub prompt: u64,
+    pub output: u64,
+}
+
+impl RequestLengths {
+    /// Tokens its cache holds after decoding: the prompt and every generated token.
+    pub fn tokens(self) -> u64 {
+        self.prompt.saturating_add(self.output)
+    }
+}
+
+/// The lengths of `n` requests: each list cycled over them (one value: the same for all). Lists
+/// longer than `n` are refused by the callers that know `n` was written (a sweep that varies the
+/// requests takes the first `n`).
+pub fn cycle_lengths(
+    n: u64,
+    prompts: &[u64],
+    outputs: &[u64],
+) -> Result<Vec<RequestLengths>, String> {
+    if n == 0 {
+        return Err(
+            "--requests 0: give at least one request (--requests 1 is one generation)".into(),
+        );
+    }
+    for (flag, list) in [("--prompt-lengths", prompts), ("--output-lengths", outputs)] {
+        if list.is_empty() {
+            return Err(format!(
+                "{flag} is empty: give one length, or a comma-separated list"
+            ));
+        }
+        if let Some(zero) = list.iter().find(|&&l| l == 0) {
+            return Err(format!(
+                "{flag} holds {zero}: every length is at least 1 token"
+            ));
+        }
+    }
+    // A request's cache lives on the device: more requests than 2^20 is never a real question.
+    if n > MAX_REQUESTS {
+        return Err(format!(
+            "--requests {n} is above {MAX_REQUESTS}; give the requests alive at once"
+        ));
+    }
+    Ok((0..n as usize)
+        .map(|i| RequestLengths {
+            prompt: prompts[i % prompts.len()],
+            output: outputs[i % outputs.len()],
+        })
+        .collect())
+}
+
+/// The most concurrent requests followed (each is its own cache and its own Python objects).
+pub const MAX_REQUESTS: u64 = 1 << 20;
+
+/// Refuses a request longer than the model's positions (`max_position_embeddings`).
+pub fn check_positions(
+    lengths: &[RequestLengths],
+    max_positions: Option<u64>,
+) -> Result<(), String> {
+    let Some(max) = max_positions else {
+        return Ok(());
+    };
+    match lengths.iter().find(|r| r.tokens() > max) {
+        Some(r) => Err(format!(
+            "a request of {} prompt + {} output tokens = {} is beyond the model's {max} positions (max_position_embeddings); shorten --prompt-lengths or --output-lengths",
+            r.prompt,
+            r.output,
+            r.tokens()
+        )),
+        None => Ok(()),
+    }
 }
 
 impl KvRequest {
@@ -214,6 +292,124 @@ impl KvRequest {
         };
         self.layout.layers.iter().map(layer_bytes).collect()
     }
+}
+
+/// The KV-cache terms of N live requests, each its own cache (`req.requests`): the caches'
+/// bytes summed, request by request, and beside it what one padded batch of the same requests
+/// would hold (a note). Only one request prefills at a time, so a prefill surplus is the largest
+/// request's, not their sum.
+pub fn requests_terms(
+    req: &KvRequest,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Term>, EstimateError> {
+    let overflow = || EstimateError::overflow("the KV cache", "--requests and their lengths");
+    if !matches!(req.strategy, CacheStrategy::Dynamic) {
+        return Err(EstimateError::Input(format!(
+            "--requests gives each request its own dynamic cache; --cache {} with --requests is not supported yet: drop --cache",
+            req.strategy.kind()
+        )));
+    }
+    let n = req.requests.len() as u64;
+    let mut total: u128 = 0;
+    let mut surplus: Option<Term> = None;
+    let mut scratch = Vec::new();
+    for r in &req.requests {
+        let one = KvRequest {
+            tokens: r.tokens(),
+            sequences: 1,
+            prompt_tokens: Some(r.prompt),
+            requests: Vec::new(),
+            ..req.clone()
+        };
+        for term in terms(&one, &mut scratch)? {
+            match term.id {
+                TermId::KvCache { .. } => total += term.bytes.get() as u128,
+                TermId::KvPrefillSurplus
+                    if surplus.as_ref().is_none_or(|s| s.bytes < term.bytes) =>
+                {
+                    surplus = Some(term)
+                }
+                _ => {}
+            }
+        }
+    }
+    notes.extend(
+        scratch
+            .into_iter()
+            .filter(|n| !notes.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    let tokens: u64 = req.requests.iter().map(|r| r.tokens()).sum();
+    let longest = req.requests.iter().map(|r| r.tokens()).max().unwrap_or(0);
+    let list = |f: fn(&RequestLengths) -> u64| {
+        req.requests
+            .iter()
+            .map(|r| f(r).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let sum_words = req
+        .requests
+        .iter()
+        .map(|r| format!("({}+{})", r.prompt, r.output))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let per_token = req.bytes_per_token().map_err(overflow())?;
+    let bytes = Bytes::from_u128(total).map_err(overflow())?;
+    let mut out = vec![
+        Term::new(
+            TermId::KvCache {
+                cache: CacheKind::Dynamic,
+                bits: None,
+            },
+            bytes,
+            Kind::Calculated,
+            format!(
+                "Σ over {} of its own cache: {} = {} tokens × {} bytes per token ({} × 2 (K and V) × {} bytes), each request's cache counted as the dynamic cache of one sequence",
+                plural(n, "request"),
+                if req.requests.len() <= 8 { sum_words } else { "Σ (prompt + output)".to_string() },
+                g(tokens),
+                g(per_token),
+                req.layout.description,
+                req.element_bytes
+            ),
+        )
+        .input("requests", n)
+        .input("prompt_lengths", list(|r| r.prompt))
+        .input("output_lengths", list(|r| r.output))
+        .input("tokens", tokens)
+        .input("element_bytes", req.element_bytes)
+        .input("strategy", CacheKind::Dynamic.as_ref()),
+    ];
+    if let Some(s) = surplus {
+        out.push(s);
+    }
+    // The batch beside it: one cache of n sequences, each padded to the longest request.
+    let batch = KvRequest {
+        tokens: longest,
+        sequences: n,
+        prompt_tokens: None,
+        requests: Vec::new(),
+        ..req.clone()
+    };
+    let padded = terms(&batch, &mut Vec::new())?[0].bytes;
+    if padded != bytes {
+        notes.push(format!(
+            "--requests {n}: each request holds its own length, Σ = {} tokens; a --batch {n} of the same requests pads each to the longest ({}) and holds one cache of {n} × {} = {} tokens: {} ({} more than the live requests)",
+            g(tokens),
+            g(longest),
+            g(longest),
+            g(n.saturating_mul(longest)),
+            words(padded),
+            words(Bytes(padded.get().saturating_sub(bytes.get()))),
+        ));
+    }
+    Ok(out)
+}
+
+/// `1,234 bytes (0.00 GB = 0.00 GiB)`: exact, and readable for a large cache.
+fn words(b: Bytes) -> String {
+    format!("{} bytes ({})", b.grouped(), b.both())
 }
 
 /// The KV-cache terms of a request.
@@ -495,6 +691,7 @@ mod tests {
             element_bytes: 2,
             strategy,
             prompt_tokens: None,
+            requests: Vec::new(),
         }
     }
 

@@ -208,6 +208,9 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         terms.push(prefill_transient(&m.architecture, m.compute_dtype, kv)?);
     }
     match &req.kv {
+        Some(kv) if !kv.requests.is_empty() => {
+            terms.extend(kv_cache::requests_terms(kv, &mut notes)?)
+        }
         Some(kv) => terms.extend(kv_cache::terms(kv, &mut notes)?),
         None if req.training.is_none() => left_out.push("KV cache".into()),
         None => {}

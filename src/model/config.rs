@@ -98,6 +98,19 @@ impl Config {
         })
     }
 
+    /// The positions the model's text part was built for (`max_position_embeddings`, GPT-2's
+    /// `n_positions`), when the config states one: the longest request it can take.
+    pub fn max_positions(&self) -> Result<Option<u64>, ModelError> {
+        let root = self.fields();
+        let text = root.section("text_config")?.unwrap_or(root);
+        for key in ["max_position_embeddings", "n_positions"] {
+            if let Some(n) = text.opt_u64(key)? {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    }
+
     /// Field access on the root object.
     pub fn fields(&self) -> Fields<'_> {
         Fields {

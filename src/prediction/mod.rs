@@ -32,6 +32,13 @@ pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
     if p.training.is_some() || p.whole_loop {
         return Ok(Vec::new());
     }
+    if let Some(lengths) = plan.request_lengths() {
+        return requests_estimates(
+            &arch.kv,
+            p.dtype.bytes(),
+            &lengths.map_err(anyhow::Error::msg)?,
+        );
+    }
     let d = &plan.dims;
     let total = d.prompt_tokens + d.new_tokens;
     let options = CacheOptions {
@@ -61,6 +68,7 @@ pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
             element_bytes: p.dtype.bytes(),
             strategy,
             prompt_tokens: Some(d.prompt_tokens),
+            requests: Vec::new(),
         };
         Ok(kv_cache::terms(&req, &mut Vec::new())?[0].bytes.get())
     };
@@ -94,6 +102,69 @@ pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
         })
         .collect();
     Ok(caches)
+}
+
+/// The estimate's Σ over concurrent requests, each its own dynamic cache: after the prefills
+/// every request holds its prompt (a sliding layer all of it, its window not yet applied), after
+/// decoding its prompt and output.
+fn requests_estimates(
+    layout: &crate::model::KvLayout,
+    element_bytes: u64,
+    lengths: &[kv_cache::RequestLengths],
+) -> Result<Vec<CacheEstimate>> {
+    let sum = |lengths: Vec<kv_cache::RequestLengths>, windows: bool| -> Result<(u64, u64)> {
+        let mut layout = layout.clone();
+        if !windows {
+            for l in &mut layout.layers {
+                l.window = None;
+            }
+        }
+        let req = KvRequest {
+            layout,
+            tokens: lengths.iter().map(|r| r.tokens()).max().unwrap_or(1),
+            sequences: 1,
+            element_bytes,
+            strategy: CacheStrategy::Dynamic,
+            prompt_tokens: None,
+            requests: lengths.clone(),
+        };
+        let bytes = kv_cache::requests_terms(&req, &mut Vec::new())?[0]
+            .bytes
+            .get();
+        Ok((lengths.iter().map(|r| r.tokens()).sum(), bytes))
+    };
+    let prompts = lengths
+        .iter()
+        .map(|r| kv_cache::RequestLengths {
+            prompt: r.prompt,
+            output: 0,
+        })
+        .collect();
+    let (prefill_tokens, after_prefill) = sum(prompts, false)?;
+    let (decode_tokens, after_decode) = sum(lengths.to_vec(), true)?;
+    let basis = format!(
+        "estimate's KV term, Σ over {} requests each with its own dynamic cache, {element_bytes} bytes per value",
+        lengths.len()
+    );
+    Ok(["", "_warm"]
+        .iter()
+        .flat_map(|suffix| {
+            [
+                CacheEstimate {
+                    phase: format!("prefill{suffix}"),
+                    tokens: prefill_tokens,
+                    bytes: after_prefill,
+                    basis: basis.clone(),
+                },
+                CacheEstimate {
+                    phase: format!("decode{suffix}"),
+                    tokens: decode_tokens,
+                    bytes: after_decode,
+                    basis: basis.clone(),
+                },
+            ]
+        })
+        .collect())
 }
 
 /// The card a measurement ran on, as its PyTorch declared it, for the prediction stored next to it.

@@ -20,6 +20,8 @@ pub enum Variable {
     Resolution,
     /// Vision: the images processed together.
     Images,
+    /// Concurrent generation requests, each with its own KV cache (`--requests`).
+    Requests,
 }
 
 impl Variable {
@@ -67,6 +69,7 @@ pub struct Dimensions {
     /// Vision: the images' width when not square (`--resolution HxW`); `None`: square.
     pub resolution_width: Option<u64>,
     pub images: u64,
+    pub requests: u64,
 }
 
 impl Dimensions {
@@ -102,11 +105,12 @@ impl Dimensions {
             Variable::Steps => &mut self.steps,
             Variable::Resolution => &mut self.resolution,
             Variable::Images => &mut self.images,
+            Variable::Requests => &mut self.requests,
         }
     }
 
-    /// Replaces `{batch}`, `{context}`, `{width}`, `{depth}`, `{prompt-tokens}`, `{new-tokens}`
-    /// and `{steps}` in a script argument with these values.
+    /// Replaces `{batch}`, `{context}`, `{width}`, `{depth}`, `{prompt-tokens}`, `{new-tokens}`,
+    /// `{steps}` and `{requests}` in a script argument with these values.
     pub fn substitute(&self, arg: &str) -> String {
         Variable::ALL.iter().fold(arg.to_string(), |acc, v| {
             acc.replace(&format!("{{{}}}", v.name()), &self.get(*v).to_string())
@@ -147,6 +151,7 @@ mod tests {
             resolution: 384,
             resolution_width: Some(512),
             images: 8,
+            requests: 8,
         };
         assert_eq!(d.image_size(), (384, 512));
         d.set(Variable::Resolution, 224);

@@ -96,6 +96,18 @@ pub struct CausalLmSpec {
     pub quantized_cache: Option<QuantizedCacheSpec>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub training: Option<TrainingSpec>,
+    /// `--requests`: concurrent requests, each with its own cache (absent: one batch).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestsSpec>,
+}
+
+/// N generation requests alive together, each with its own dynamic cache: prefilled one after
+/// another, then decoded in turn. Both lists hold one length per request (already cycled).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestsSpec {
+    pub requests: u64,
+    pub prompt_lengths: Vec<u64>,
+    pub output_lengths: Vec<u64>,
 }
 
 /// An image model with random weights on a batch of random images: a transformers config

@@ -9,15 +9,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::dtype::Dtype;
-use crate::estimate::kv_cache::{CacheKind, QuantizedSettings};
+use crate::estimate::kv_cache::{self, CacheKind, QuantizedSettings, RequestLengths};
 use crate::model::{Architecture, Config, ModelError};
 use crate::schema::alloc_conf::AllocConf;
 use crate::schema::dimensions::{Dimensions, Variable};
 use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
-    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, ScriptSpec, Task, TrainOptimizer,
-    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, WorkerSpec, Workload, WorkloadSpec,
+    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, RequestsSpec, ScriptSpec, Task,
+    TrainOptimizer, TrainPrecision, TrainShard, TrainingSpec, VisionSpec, WorkerSpec, Workload,
+    WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
@@ -50,6 +51,10 @@ pub struct MeasureOptions {
     /// Vision: `--resolution` (height, and the width when not square).
     pub resolution: Option<(u64, Option<u64>)>,
     pub images: Option<u64>,
+    /// `--requests`, `--prompt-lengths`, `--output-lengths` (empty lists: one length for all).
+    pub requests: Option<u64>,
+    pub prompt_lengths: Vec<u64>,
+    pub output_lengths: Vec<u64>,
     pub window: Option<u64>,
     pub steps: Option<u64>,
     pub optimizer: Option<TrainOptimizer>,
@@ -194,6 +199,19 @@ pub struct CausalLmPlan {
     pub whole_loop: bool,
     pub lora: Option<LoraPlan>,
     pub training: Option<TrainingPlan>,
+    /// Concurrent requests, each with its own cache (`None`: one batch of `--batch` sequences);
+    /// how many is the dimension `requests`.
+    pub requests: Option<RequestsPlan>,
+    /// The model's positions (`max_position_embeddings`), when its config states them.
+    pub max_positions: Option<u64>,
+}
+
+/// The lengths of concurrent requests, cycled over them; an empty list takes the one value of
+/// `--prompt-tokens` / `--new-tokens` for every request.
+#[derive(Clone, Debug, Default)]
+pub struct RequestsPlan {
+    pub prompt_lengths: Vec<u64>,
+    pub output_lengths: Vec<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -284,6 +302,10 @@ impl MeasurePlan {
             resolution: args.resolution.map_or(DEFAULTS.resolution, |r| r.0),
             resolution_width: args.resolution.and_then(|r| r.1),
             images: args.images.unwrap_or(DEFAULTS.images),
+            // Length lists alone are that many requests.
+            requests: args.requests.unwrap_or(
+                (args.prompt_lengths.len().max(args.output_lengths.len()) as u64).max(1),
+            ),
         };
         let workload = if let Some(script) = &args.script {
             if !script.is_file() {
@@ -355,15 +377,22 @@ impl MeasurePlan {
                 Variable::PromptTokens
                 | Variable::NewTokens
                 | Variable::Resolution
-                | Variable::Images => false,
+                | Variable::Images
+                | Variable::Requests => false,
             },
-            WorkloadPlan::CausalLm(_) => match variable {
-                Variable::Batch => true,
-                Variable::Context | Variable::Steps => train,
-                Variable::PromptTokens | Variable::NewTokens => !train,
-                Variable::Width | Variable::Depth | Variable::Resolution | Variable::Images => {
-                    false
-                }
+            WorkloadPlan::CausalLm(c) => match (variable, &c.requests) {
+                // Each request is one sequence: --batch is refused with --requests.
+                (Variable::Batch, requests) => requests.is_none(),
+                (Variable::Context | Variable::Steps, _) => train,
+                (Variable::Requests, _) => !train,
+                // A length list replaces the one value.
+                (Variable::PromptTokens, Some(r)) => !train && r.prompt_lengths.is_empty(),
+                (Variable::NewTokens, Some(r)) => !train && r.output_lengths.is_empty(),
+                (Variable::PromptTokens | Variable::NewTokens, None) => !train,
+                (
+                    Variable::Width | Variable::Depth | Variable::Resolution | Variable::Images,
+                    _,
+                ) => false,
             },
             WorkloadPlan::Vision(_) => match variable {
                 Variable::Resolution | Variable::Images => true,
@@ -400,10 +429,17 @@ impl MeasurePlan {
         }
     }
 
-    /// The same plan with one dimension changed, validated again.
+    /// The same plan with one dimension changed, validated again (varying `requests` makes a
+    /// generation one of concurrent requests).
     pub fn with(&self, variable: Variable, value: u64) -> Result<MeasurePlan> {
         let mut plan = self.clone();
         plan.dims.set(variable, value);
+        if variable == Variable::Requests
+            && let WorkloadPlan::CausalLm(c) = &mut plan.workload
+            && c.training.is_none()
+        {
+            c.requests.get_or_insert_with(RequestsPlan::default);
+        }
         plan.check_dimensions()?;
         Ok(plan)
     }
@@ -421,7 +457,45 @@ impl MeasurePlan {
                 self.devices.len()
             );
         }
+        if let Some(lengths) = self.request_lengths() {
+            let lengths = lengths.map_err(anyhow::Error::msg)?;
+            kv_cache::check_positions(&lengths, self.max_positions())
+                .map_err(anyhow::Error::msg)?;
+            if self.dims.batch != 1 {
+                bail!(
+                    "--batch {} with --requests: each request is one sequence with its own cache; drop --batch (or drop --requests for one padded batch)",
+                    self.dims.batch
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// The concurrent requests' lengths, one per request (`None`: no `--requests`).
+    pub fn request_lengths(&self) -> Option<Result<Vec<RequestLengths>, String>> {
+        let WorkloadPlan::CausalLm(c) = &self.workload else {
+            return None;
+        };
+        let r = c.requests.as_ref()?;
+        let one = |list: &[u64], value: u64| {
+            if list.is_empty() {
+                vec![value]
+            } else {
+                list.to_vec()
+            }
+        };
+        Some(kv_cache::cycle_lengths(
+            self.dims.requests,
+            &one(&r.prompt_lengths, self.dims.prompt_tokens),
+            &one(&r.output_lengths, self.dims.new_tokens),
+        ))
+    }
+
+    fn max_positions(&self) -> Option<u64> {
+        match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.max_positions,
+            _ => None,
+        }
     }
 
     pub fn is_training(&self) -> bool {
@@ -455,6 +529,44 @@ impl MeasurePlan {
                 " (the default, as estimate's; --precision bf16-mixed, fp16-mixed or bf16 to choose)"
             }
         ))
+    }
+
+    /// With `--requests`: how the live requests differ from one padded batch of the same
+    /// requests (which holds batch × the longest length), with the estimate's bytes when the
+    /// model's layout is known; `None` without `--requests` or when both hold the same.
+    pub fn requests_note(&self) -> Option<String> {
+        let lengths = self.request_lengths()?.ok()?;
+        let n = lengths.len() as u64;
+        let held: u64 = lengths.iter().map(|r| r.tokens()).sum();
+        let longest = lengths.iter().map(|r| r.tokens()).max()?;
+        let padded = n.saturating_mul(longest);
+        let bytes = match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.architecture.as_ref().and_then(|a| {
+                let per_token =
+                    a.kv.elements_per_token()
+                        .checked_mul(c.dtype.bytes() as u128)?;
+                Some((per_token * held as u128, per_token * padded as u128))
+            }),
+            _ => None,
+        };
+        let mut note = format!(
+            "--requests {n}: each request is prefilled alone into its own dynamic cache, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} tokens of KV cache"
+        );
+        if padded == held {
+            note.push_str(&format!(
+                "; every request has the same length, so --batch {n} would hold as many"
+            ));
+        } else {
+            note.push_str(&format!(
+                "; --batch {n} pads every sequence to the longest ({longest}) and holds one cache of {n} × {longest} = {padded} tokens"
+            ));
+        }
+        if let Some((live, batch)) = bytes {
+            note.push_str(&format!(
+                " (estimate, every layer keeping every token: {live} bytes live vs {batch} bytes batched)"
+            ));
+        }
+        Some(note)
     }
 
     pub fn whole_loop(&self) -> bool {
@@ -514,6 +626,14 @@ impl MeasurePlan {
                     kv_residual: QuantizedSettings::DEFAULT.residual,
                 }),
                 training: training(&p.training),
+                requests: self
+                    .request_lengths()
+                    .and_then(Result::ok)
+                    .map(|lengths| RequestsSpec {
+                        requests: lengths.len() as u64,
+                        prompt_lengths: lengths.iter().map(|r| r.prompt).collect(),
+                        output_lengths: lengths.iter().map(|r| r.output).collect(),
+                    }),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();
@@ -598,6 +718,14 @@ impl MeasurePlan {
             WorkloadPlan::CausalLm(p) => {
                 let mut dims = if train {
                     pick(&["batch", "context", "dtype"])
+                } else if p.requests.is_some() {
+                    pick(&[
+                        "requests",
+                        "prompt_lengths",
+                        "output_lengths",
+                        "cache",
+                        "dtype",
+                    ])
                 } else {
                     pick(&["batch", "prompt_tokens", "new_tokens", "cache", "dtype"])
                 };
@@ -729,6 +857,7 @@ const DEFAULTS: Dimensions = Dimensions {
     resolution: 224,
     resolution_width: None,
     images: 1,
+    requests: 1,
 };
 
 /// `--nproc-per-node` and the multi-node options, validated.
@@ -815,6 +944,7 @@ fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
                 Variable::Context => "dense inputs and causal-lm training",
                 Variable::Batch => "the dense and causal-lm workloads (vision: --images)",
                 Variable::Resolution | Variable::Images => "--workload vision",
+                Variable::Requests => "causal-lm generation",
             }
         );
     }
@@ -964,7 +1094,39 @@ fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     let training = training(args)?;
+    let requests = (args.requests.is_some()
+        || !args.prompt_lengths.is_empty()
+        || !args.output_lengths.is_empty())
+    .then(|| RequestsPlan {
+        prompt_lengths: args.prompt_lengths.clone(),
+        output_lengths: args.output_lengths.clone(),
+    });
+    if requests.is_some() && training.is_none() {
+        if let Some(n) = args.requests {
+            for (flag, list) in [
+                ("--prompt-lengths", &args.prompt_lengths),
+                ("--output-lengths", &args.output_lengths),
+            ] {
+                if list.len() as u64 > n {
+                    bail!(
+                        "{flag} lists {} lengths for --requests {n}: give at most one length per request, or raise --requests",
+                        list.len()
+                    );
+                }
+            }
+        }
+        if cache != CacheKind::Dynamic {
+            bail!(
+                "--cache {cache} with --requests is not supported yet: each request gets its own dynamic cache; drop --cache"
+            );
+        }
+        if args.whole_loop {
+            bail!("--whole-loop with --requests is not supported yet: drop --whole-loop");
+        }
+    }
     Ok(CausalLmPlan {
+        max_positions: config.max_positions()?,
+        requests: requests.filter(|_| training.is_none()),
         config_absolute: std::fs::canonicalize(&config_path)?,
         config: config_path,
         architecture,

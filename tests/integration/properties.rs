@@ -24,6 +24,7 @@ fn kv_bytes(
         element_bytes: 2,
         strategy,
         prompt_tokens: None,
+        requests: Vec::new(),
     };
     kv_cache::terms(&req, &mut Vec::new()).expect("small inputs never overflow")[0]
         .bytes

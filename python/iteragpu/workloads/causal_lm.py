@@ -6,6 +6,13 @@ Generation phases: model_load, inputs, prefill (the prompt's first pass, cold), 
 tokens one by one, cold), then prefill_warm and decode_warm (the same generation again, with a
 new cache). Greedy decoding with `logits_to_keep=1`, as `generate()` does. The cache object's real
 size (the storage of every tensor it holds, counted once) is recorded after prefill and decode.
+
+With `--requests N` (`spec.concurrent`), the same phases hold N requests alive together, each with
+its own DynamicCache: `prefill` prefills them one after another (one phase for all: a server admits
+them in turn while every earlier cache stays alive, so the phase's peak is the last prefill's
+transient on top of every cache held; a phase per request would make the phase list depend on N),
+then `decode` decodes them round-robin, one token per request per turn, as a server interleaves
+them. A request that has finished keeps its cache until all have (the Σ the estimate counts).
 """
 
 from __future__ import annotations
@@ -125,6 +132,38 @@ def _generate(rec: Recorder, torch: Any, transformers: Any, model: Any, ids: Any
     del cache, token
 
 
+def _serve(rec: Recorder, torch: Any, transformers: Any, model: Any, prompts: list[Any], spec: CausalLm, suffix: str) -> None:
+    """N live requests, each its own cache: prefilled one after another, then decoded in turn."""
+    concurrent = spec.concurrent
+    assert concurrent is not None  # the CLI sends the lengths with --requests
+    outputs = list(concurrent.output_lengths)
+    caches: list[Any] = []
+    tokens: list[Any] = []
+    device_type = model.device.type
+    with rec.phase("prefill" + suffix, requests=len(prompts), prompt_lengths=list(concurrent.prompt_lengths), cache="dynamic") as info:
+        for ids in prompts:
+            cache = transformers.cache_utils.DynamicCache(config=model.config)
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            tokens.append(out.logits[:, -1:].argmax(-1))
+            del out
+            caches.append(cache)
+        per_request = [cache_bytes(c, device_type) for c in caches]
+        info["cache_bytes_per_request"] = per_request
+        info["cache_bytes"] = sum(per_request)
+    with rec.phase("decode" + suffix, requests=len(prompts), output_lengths=outputs, schedule="round-robin") as info:
+        for step in range(max(outputs)):
+            for r, cache in enumerate(caches):
+                if step < outputs[r]:
+                    out = model(input_ids=tokens[r], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    tokens[r] = out.logits[:, -1:].argmax(-1)
+                    del out
+        per_request = [cache_bytes(c, device_type) for c in caches]
+        info["cache_bytes_per_request"] = per_request
+        info["cache_bytes"] = sum(per_request)
+        info["cache_tokens"] = sum(int(c.get_seq_length()) for c in caches)
+    del caches, tokens
+
+
 def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
     transformers, config = _config(spec)
     dtype = getattr(torch, spec.dtype)
@@ -179,6 +218,16 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
             info["shard"] = "ddp"
         info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     vocab = config.get_text_config(decoder=True).vocab_size
+    if spec.concurrent is not None and not train:
+        lengths = list(spec.concurrent.prompt_lengths)
+        with rec.phase("inputs", requested_shape=[[1, n] for n in lengths]) as info:
+            prompts = [torch.randint(0, vocab, (1, n), device=device) for n in lengths]
+            info["processed_shape"] = [list(p.shape) for p in prompts]
+        model.eval()
+        with torch.no_grad():
+            _serve(rec, torch, transformers, model, prompts, spec, "")
+            _serve(rec, torch, transformers, model, prompts, spec, "_warm")
+        return
     length = spec.context if train else spec.prompt_tokens
     with rec.phase("inputs", requested_shape=[spec.batch, length]) as info:
         ids = torch.randint(0, vocab, (spec.batch, length), device=device)
