@@ -3,5 +3,7 @@
 //! The plan (validated once) and the worker process (its group, timeout, signals and event
 //! stream) are shared here, so neither runner imports the other.
 
+mod kinds;
+mod options;
 pub mod plan;
 pub mod process;

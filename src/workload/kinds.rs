@@ -1,0 +1,351 @@
+//! Each workload's validated settings (dense, causal-lm, vision, a user's script), and the
+//! checks that build them from the options: the plan assembles them.
+
+use anyhow::{Result, bail};
+use serde_json::Value;
+use std::path::PathBuf;
+
+use crate::dtype::Dtype;
+use crate::estimate::kv_cache::CacheKind;
+use crate::model::{Architecture, Config, ModelError};
+use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard};
+use crate::workload::options::MeasureOptions;
+
+/// The workload and its validated settings.
+#[derive(Clone, Debug)]
+pub enum WorkloadPlan {
+    Dense(DensePlan),
+    CausalLm(Box<CausalLmPlan>),
+    Vision(VisionPlan),
+    Script(ScriptPlan),
+}
+
+/// An image model on a batch of random images.
+#[derive(Clone, Debug)]
+pub struct VisionPlan {
+    /// What the user named: the config.json, or `timm:NAME` (recorded in the dimensions).
+    pub model: String,
+    pub source: VisionSource,
+    pub dtype: Dtype,
+    pub whole_loop: bool,
+    pub training: Option<TrainingPlan>,
+}
+
+/// Where a vision model comes from.
+#[derive(Clone, Debug)]
+pub enum VisionSource {
+    /// A transformers config (absolute path, what the worker opens).
+    Config(PathBuf),
+    /// A timm model's name (built by `timm.create_model`, where timm is installed).
+    Timm(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct DensePlan {
+    pub dtype: Dtype,
+    pub warmup: u64,
+    pub repeats: u64,
+    pub empty_cache: EmptyCache,
+    pub whole_loop: bool,
+    pub training: Option<TrainingPlan>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CausalLmPlan {
+    /// The config.json as the user named it (recorded in the result's dimensions).
+    pub config: PathBuf,
+    /// The same, absolute (what the worker opens).
+    pub config_absolute: PathBuf,
+    /// The model's architecture, when its family is known to the estimator (for predictions).
+    pub architecture: Option<Architecture>,
+    pub cache: CacheKind,
+    pub window: Option<u64>,
+    pub dtype: Dtype,
+    pub whole_loop: bool,
+    pub lora: Option<LoraPlan>,
+    pub training: Option<TrainingPlan>,
+    /// Concurrent requests, each with its own cache (`None`: one batch of `--batch` sequences);
+    /// how many is the dimension `requests`.
+    pub requests: Option<RequestsPlan>,
+    /// The model's positions (`max_position_embeddings`), when its config states them.
+    pub max_positions: Option<u64>,
+}
+
+/// The lengths of concurrent requests, cycled over them; an empty list takes the one value of
+/// `--prompt-tokens` / `--new-tokens` for every request.
+#[derive(Clone, Debug, Default)]
+pub struct RequestsPlan {
+    pub prompt_lengths: Vec<u64>,
+    pub output_lengths: Vec<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ScriptPlan {
+    /// Absolute path of the script.
+    pub path: PathBuf,
+    /// Its arguments, with `{batch}`, `{context}`, … still to be replaced by each trial's values.
+    pub args_template: Vec<String>,
+}
+
+/// The training loop (measured with AdamW or SGD, in fp32, bf16-mixed, fp16-mixed or bf16).
+#[derive(Clone, Copy, Debug)]
+pub struct TrainingPlan {
+    pub optimizer: TrainOptimizer,
+    pub precision: TrainPrecision,
+    /// `--precision` was given; else fp32, estimate's default too.
+    pub precision_stated: bool,
+    pub gradient_checkpointing: bool,
+    pub shard: Option<TrainShard>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LoraPlan {
+    pub rank: u64,
+    pub targets: Vec<String>,
+}
+
+/// The dtype of the weights: training precision decides; else --dtype; else the default.
+pub(super) fn weights_dtype(args: &MeasureOptions, default: Dtype) -> Result<Dtype> {
+    if args.task == Task::Train {
+        let precision = args.precision.unwrap_or(TrainPrecision::Fp32);
+        // A frozen LoRA base is kept in the compute dtype (as `estimate` counts it, and as people
+        // load it); full fine-tuning in bf16-mixed keeps fp32 weights (the master copy).
+        let by_precision = match precision {
+            TrainPrecision::Bf16Mixed if args.lora_rank.is_some() => Dtype::Bfloat16,
+            TrainPrecision::Fp16Mixed if args.lora_rank.is_some() => Dtype::Float16,
+            TrainPrecision::Fp32 | TrainPrecision::Bf16Mixed | TrainPrecision::Fp16Mixed => {
+                Dtype::Float32
+            }
+            TrainPrecision::Bf16 => Dtype::Bfloat16,
+        };
+        if let Some(d) = args.dtype
+            && d != by_precision
+        {
+            bail!(
+                "--dtype {d} contradicts --precision {}, which keeps the weights in {by_precision}; drop --dtype",
+                precision
+            );
+        }
+        return Ok(by_precision);
+    }
+    let d = args.dtype.unwrap_or(default);
+    if !matches!(
+        d,
+        Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float64
+    ) {
+        bail!(
+            "--dtype {d} is not a floating-point dtype for weights; use float32, float16 or bfloat16"
+        );
+    }
+    Ok(d)
+}
+
+/// The training loop's settings, or `None` for inference (where training options are refused).
+pub(super) fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
+    if args.task != Task::Train {
+        if args.gradient_checkpointing || args.lora_rank.is_some() {
+            bail!(
+                "--gradient-checkpointing and --lora-rank apply to --task train; add --task train"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(TrainingPlan {
+        optimizer: args.optimizer.unwrap_or(TrainOptimizer::Adamw),
+        precision: args.precision.unwrap_or(TrainPrecision::Fp32),
+        precision_stated: args.precision.is_some(),
+        gradient_checkpointing: args.gradient_checkpointing,
+        shard: args.shard,
+    }))
+}
+
+pub(super) fn dense(args: &MeasureOptions) -> Result<DensePlan> {
+    if args.model.is_some() {
+        bail!("--model applies to --workload causal-lm or vision");
+    }
+    if args.lora_rank.is_some() {
+        bail!(
+            "--lora-rank applies to --workload causal-lm (the dense network has no LoRA targets)"
+        );
+    }
+    let dtype = weights_dtype(args, Dtype::Float32)?;
+    Ok(DensePlan {
+        dtype,
+        warmup: args.warmup.unwrap_or(3),
+        repeats: args.repeats.unwrap_or(5),
+        empty_cache: args.empty_cache.unwrap_or(EmptyCache::Never),
+        whole_loop: args.whole_loop,
+        training: training(args)?,
+    })
+}
+
+pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
+    let Some(model) = &args.model else {
+        bail!("--workload causal-lm needs --model PATH (a config.json or a folder holding one)");
+    };
+    if args.device.len() > 1 {
+        bail!(
+            "--workload causal-lm runs on one device; splitting a language model over several GPUs is for you to measure with --script"
+        );
+    }
+    let config_path = if model.is_dir() {
+        model.join("config.json")
+    } else {
+        model.clone()
+    };
+    let config = Config::load(&config_path)?;
+    let architecture = match Architecture::from_config(&config) {
+        Ok(a) => Some(a),
+        Err(ModelError::UnknownFamily { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let default = architecture
+        .as_ref()
+        .and_then(|a| a.config_dtype)
+        .unwrap_or(Dtype::Bfloat16);
+    let dtype = weights_dtype(args, default)?;
+    if let Some(rank) = args.lora_rank
+        && rank > crate::model::config::MAX_DIMENSION
+    {
+        bail!(
+            "--lora-rank {rank} is larger than any layer ({} at most); give the adapters' rank, e.g. 16",
+            crate::model::config::MAX_DIMENSION
+        );
+    }
+    let cache = args.cache.unwrap_or(CacheKind::Dynamic);
+    if args.window.is_some() && cache != CacheKind::Sliding {
+        bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
+    }
+    let training = training(args)?;
+    let requests = (args.requests.is_some()
+        || !args.prompt_lengths.is_empty()
+        || !args.output_lengths.is_empty())
+    .then(|| RequestsPlan {
+        prompt_lengths: args.prompt_lengths.clone(),
+        output_lengths: args.output_lengths.clone(),
+    });
+    if requests.is_some() && training.is_none() {
+        if let Some(n) = args.requests {
+            for (flag, list) in [
+                ("--prompt-lengths", &args.prompt_lengths),
+                ("--output-lengths", &args.output_lengths),
+            ] {
+                if list.len() as u64 > n {
+                    bail!(
+                        "{flag} lists {} lengths for --requests {n}: give at most one length per request, or raise --requests",
+                        list.len()
+                    );
+                }
+            }
+        }
+        if cache != CacheKind::Dynamic {
+            bail!(
+                "--cache {cache} with --requests is not supported yet: each request gets its own dynamic cache; drop --cache"
+            );
+        }
+        if args.whole_loop {
+            bail!("--whole-loop with --requests is not supported yet: drop --whole-loop");
+        }
+    }
+    Ok(CausalLmPlan {
+        max_positions: config.max_positions()?,
+        requests: requests.filter(|_| training.is_none()),
+        config_absolute: std::fs::canonicalize(&config_path)?,
+        config: config_path,
+        architecture,
+        cache,
+        window: args.window,
+        dtype,
+        whole_loop: args.whole_loop,
+        lora: args.lora_rank.map(|rank| LoraPlan {
+            rank,
+            targets: args.lora_targets.clone(),
+        }),
+        training,
+    })
+}
+
+/// `--workload vision --model CONFIG_OR_DIR|timm:NAME`, validated: a transformers config must
+/// describe an image model (its own `image_size`, `num_channels` or `patch_size`, or a
+/// `vision_config` whose tower is run), so a language model's config is refused here by name.
+pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
+    let Some(model) = &args.model else {
+        bail!(
+            "--workload vision needs --model PATH (a config.json or a folder holding one) or --model timm:NAME"
+        );
+    };
+    if args.device.len() > 1 {
+        bail!(
+            "--workload vision runs on one device; splitting an image model over several GPUs is for you to measure with --script"
+        );
+    }
+    if args.shard.is_some() || args.lora_rank.is_some() {
+        bail!(
+            "--shard and --lora-rank apply to causal-lm training; the vision workload trains the whole model on one device"
+        );
+    }
+    let text = model.display().to_string();
+    let (source, default) = if let Some(name) = text.strip_prefix("timm:") {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            bail!(
+                "--model {text}: give timm's model name after `timm:` (e.g. timm:vit_base_patch16_224)"
+            );
+        }
+        (VisionSource::Timm(name.to_string()), Dtype::Float32)
+    } else {
+        let path = if model.is_dir() {
+            model.join("config.json")
+        } else {
+            model.clone()
+        };
+        if !path.is_file() {
+            bail!(
+                "--model {}: no such file; give an image model's config.json, a folder holding one, or timm:NAME",
+                path.display()
+            );
+        }
+        let raw: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
+            .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", path.display()))?;
+        let image = |v: &Value| {
+            ["image_size", "num_channels", "patch_size"]
+                .iter()
+                .any(|k| v.get(k).is_some())
+        };
+        if !image(&raw) && !raw.get("vision_config").is_some_and(image) {
+            bail!(
+                "--model {}: `{}` is not an image model (its config has no image_size, num_channels, patch_size or vision_config); give a vision config (ViT, DeiT, ConvNeXt, Swin, CLIP, SigLIP), or run a language model with --workload causal-lm",
+                path.display(),
+                raw.get("model_type").and_then(Value::as_str).unwrap_or("?")
+            );
+        }
+        let dtype = ["torch_dtype", "dtype"]
+            .iter()
+            .find_map(|k| raw.get(k).and_then(Value::as_str))
+            .and_then(|d| d.parse::<Dtype>().ok())
+            .unwrap_or(Dtype::Float32);
+        (VisionSource::Config(std::fs::canonicalize(&path)?), dtype)
+    };
+    Ok(VisionPlan {
+        model: text,
+        source,
+        dtype: weights_dtype(args, default)?,
+        whole_loop: args.whole_loop,
+        training: training(args)?,
+    })
+}
+
+/// The side a vision config was built for: its `image_size` (the tower's, for a multimodal
+/// config), a number or `[h, w]` (the height).
+pub(super) fn config_image_size(path: &std::path::Path) -> Option<u64> {
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let size = raw
+        .get("image_size")
+        .or_else(|| raw.get("vision_config")?.get("image_size"))?;
+    size.as_u64()
+        .or_else(|| size.as_array()?.first()?.as_u64())
+        .filter(|&n| n > 0)
+}
