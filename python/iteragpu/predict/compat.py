@@ -12,6 +12,7 @@ def install(torch: Any) -> None:
 
     _swap_fake_parameters(torch)
     _collectives_on_fake_tensors(torch)
+    _conv_backend_without_a_driver(torch)
     after_import("torch.distributed.tensor._random", _dtensor_rng)
 
 
@@ -96,6 +97,29 @@ def _collectives_on_fake_tensors(torch: Any) -> None:
             lib = torch.library.Library("c10d", "IMPL")  # noqa: TOR901
             _LIBRARIES.append(lib)
         lib.impl(name, _meta_collective(returns, work), "Meta")
+
+
+def _conv_backend_without_a_driver(torch: Any) -> None:
+    """torch 2.6's fake convolution asks `torch._C._select_conv_backend` for the backend, only to
+    choose the output's memory format; for a CUDA tensor that query reaches cuDNN through the
+    driver and raises "CUDA driver version is insufficient" on a machine without one (newer torch
+    no longer asks). The format sets the output's strides, never its bytes: when the query raises
+    a CUDA error, the slow backend's answer (the input's own, contiguous, format) is given."""
+    select = getattr(torch._C, "_select_conv_backend", None)
+    slow = getattr(getattr(torch._C, "_ConvBackend", None), "Slow2d", None)
+    if select is None or slow is None or getattr(select, "_iteragpu_guarded", False):
+        return
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return select(*args, **kwargs)
+        except RuntimeError as e:
+            if "CUDA" not in str(e):
+                raise
+            return slow
+
+    guarded._iteragpu_guarded = True  # type: ignore[attr-defined]
+    torch._C._select_conv_backend = guarded
 
 
 def _meta_collective(returns: list[str], work: Callable[[], Any]) -> Callable[..., Any]:
