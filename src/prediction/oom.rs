@@ -221,42 +221,11 @@ mod tests {
     use super::*;
     use crate::estimate::allocator::Backend;
     use crate::explain::oom::{OomClass, OomRule};
+    use crate::prediction::replay::tests::{alloc, end, start};
     use crate::prediction::replay::{TraceEvent, replay, replay_within};
     use crate::schema::trace::{Alloc, Category};
 
     const MIB: u64 = 1 << 20;
-
-    fn alloc(id: u64, bytes: u64, category: Category, module: &str) -> TraceEvent {
-        TraceEvent::Alloc(Box::new(Alloc {
-            id,
-            bytes,
-            category,
-            module: Some(module.into()),
-            shape: vec![bytes],
-            dtype: "uint8".into(),
-            tainted: false,
-            file: Some("train.py".into()),
-            line: Some(id + 10),
-        }))
-    }
-
-    fn start(name: &str, index: u64) -> TraceEvent {
-        TraceEvent::PhaseStart {
-            name: name.into(),
-            index,
-            parent: None,
-            automatic: false,
-            inputs: Default::default(),
-        }
-    }
-
-    fn end(index: u64) -> TraceEvent {
-        TraceEvent::PhaseEnd {
-            index,
-            failed: false,
-            inputs: Default::default(),
-        }
-    }
 
     /// A card of `device` bytes with 1 MiB outside the allocator.
     fn card(device: u64) -> (Target, Capacity) {

@@ -556,10 +556,11 @@ fn at_peak(live: &HashMap<u64, Live>, allocated: u64) -> AtPeak {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn alloc(id: u64, bytes: u64, category: Category, module: &str) -> TraceEvent {
+    /// An allocation of `bytes` made at `train.py` line `id + 10` (shared with `oom`'s tests).
+    pub(crate) fn alloc(id: u64, bytes: u64, category: Category, module: &str) -> TraceEvent {
         TraceEvent::Alloc(Box::new(Alloc {
             id,
             bytes,
@@ -568,12 +569,12 @@ mod tests {
             shape: vec![bytes],
             dtype: "uint8".into(),
             tainted: false,
-            file: None,
-            line: None,
+            file: Some("train.py".into()),
+            line: Some(id + 10),
         }))
     }
 
-    fn start(name: &str, index: u64) -> TraceEvent {
+    pub(crate) fn start(name: &str, index: u64) -> TraceEvent {
         TraceEvent::PhaseStart {
             name: name.into(),
             index,
@@ -583,7 +584,7 @@ mod tests {
         }
     }
 
-    fn end(index: u64) -> TraceEvent {
+    pub(crate) fn end(index: u64) -> TraceEvent {
         TraceEvent::PhaseEnd {
             index,
             failed: false,

@@ -69,14 +69,22 @@ pub(super) fn identity(b: &mut Vec<Block>, r: &MeasureResult, lang: Style) {
         header: vec![String::new(), String::new()],
         rows,
     });
+    dimensions_table(b, &r.dimensions, lang);
+}
+
+/// The "Dimensions" heading and its table, a row per recorded dimension (measured or predicted).
+pub(super) fn dimensions_table(
+    b: &mut Vec<Block>,
+    dimensions: &serde_json::Map<String, serde_json::Value>,
+    lang: Style,
+) {
     b.push(Block::Heading(lang.say(CommonText::Dimensions).into()));
     b.push(Block::Table {
         header: vec![
             lang.say(IdentityText::Dimension).into(),
             lang.say(IdentityText::Value).into(),
         ],
-        rows: r
-            .dimensions
+        rows: dimensions
             .iter()
             .map(|(k, v)| vec![Cell::Code(k.clone()), value_cell(v, lang)])
             .collect(),

@@ -5,7 +5,7 @@
 //! observed section is a predicted one, and the ledger has no observed column.
 
 use super::series::PredictedSeries;
-use super::words::{in_unit, labelled, text, value_cell};
+use super::words::{in_unit, labelled, text};
 use super::{Fiche, attach, calculated};
 use crate::estimate::Kind;
 use crate::ledger::{self, Ledger};
@@ -487,18 +487,7 @@ fn identity(b: &mut Vec<Block>, p: &PredictionDoc, lang: Style) {
         header: vec![String::new(), String::new()],
         rows,
     });
-    b.push(Block::Heading(lang.say(CommonText::Dimensions).into()));
-    b.push(Block::Table {
-        header: vec![
-            lang.say(IdentityText::Dimension).into(),
-            lang.say(IdentityText::Value).into(),
-        ],
-        rows: p
-            .dimensions
-            .iter()
-            .map(|(k, v)| vec![Cell::Code(k.clone()), value_cell(v, lang)])
-            .collect(),
-    });
+    super::identity::dimensions_table(b, &p.dimensions, lang);
 }
 
 /// The predicted phases (in place of the observed ones), what is alive at the deciding peak, and

@@ -12,7 +12,8 @@ use crate::report::format::Style;
 use crate::schema::load::{self, InputError, InputFile as Input, Loaded};
 use crate::schema::measure::MeasureResult;
 use crate::schema::prediction::PredictionDoc;
-use crate::schema::series::{FrontierRecord, Series, TrialStatus};
+use crate::schema::series::{FrontierRecord, Series, TrialRecord, TrialStatus};
+use serde_json::{Map, Value};
 
 pub(super) fn series_observed(b: &mut Vec<Block>, s: &Series, v: &Validated, lang: Style) {
     let var = v.variable;
@@ -184,6 +185,23 @@ pub(super) fn split<'a>(
     Ok((predicted, others))
 }
 
+/// The first of `ours` dimensions that trial `t` did not vary and `theirs` holds otherwise:
+/// (name, our value, their value or "null"), the values as text.
+fn first_mismatch(
+    ours: &Map<String, Value>,
+    t: &TrialRecord,
+    theirs: &Map<String, Value>,
+) -> Option<(String, String, String)> {
+    let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
+    ours.iter()
+        .filter(|(key, _)| !varied.contains(key))
+        .find(|(key, value)| theirs.get(key.as_str()) != Some(value))
+        .map(|(key, value)| {
+            let other = theirs.get(key.as_str()).map_or("null".into(), text);
+            (key.clone(), text(value), other)
+        })
+}
+
 /// A predicted series belongs with a result when it predicted the same workload, every
 /// dimension but the varied ones the same.
 pub(super) fn check_predicted_matches(
@@ -204,20 +222,11 @@ pub(super) fn check_predicted_matches(
                 r.identity.workload, p.identity.workload
             )));
         }
-        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
-        for (key, value) in &r.dimensions {
-            if varied.contains(key) {
-                continue;
-            }
-            let theirs = p.dimensions.get(key);
-            if theirs != Some(value) {
-                return Err(refuse(format!(
-                    "the result has {key} = {} and trial {} of the predicted series has {key} = {}: not the same workload besides the varied dimension",
-                    text(value),
-                    t.index + 1,
-                    theirs.map_or("null".into(), text)
-                )));
-            }
+        if let Some((key, ours, theirs)) = first_mismatch(&r.dimensions, t, &p.dimensions) {
+            return Err(refuse(format!(
+                "the result has {key} = {ours} and trial {} of the predicted series has {key} = {theirs}: not the same workload besides the varied dimension",
+                t.index + 1
+            )));
         }
     }
     Ok(())
@@ -269,20 +278,11 @@ pub(super) fn check_series_of_prediction(
                 p.identity.workload, tp.identity.workload
             )));
         }
-        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
-        for (key, value) in &p.dimensions {
-            if varied.contains(key) {
-                continue;
-            }
-            let theirs = tp.dimensions.get(key);
-            if theirs != Some(value) {
-                return Err(refuse(format!(
-                    "the prediction {pred} has {key} = {} and trial {} of the predicted series {series} has {key} = {}: not the same workload besides the varied dimension; {fix}",
-                    text(value),
-                    t.index + 1,
-                    theirs.map_or("null".into(), text)
-                )));
-            }
+        if let Some((key, ours, theirs)) = first_mismatch(&p.dimensions, t, &tp.dimensions) {
+            return Err(refuse(format!(
+                "the prediction {pred} has {key} = {ours} and trial {} of the predicted series {series} has {key} = {theirs}: not the same workload besides the varied dimension; {fix}",
+                t.index + 1
+            )));
         }
     }
     Ok(())
