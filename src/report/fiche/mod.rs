@@ -30,7 +30,6 @@ mod words;
 mod snapshots;
 
 use self::facts::{Facts, gpu_name};
-use self::words::text;
 use super::document::{Attachment, Block, Document};
 use super::format::Style;
 use crate::report::catalog::fiche::FicheText;
@@ -228,24 +227,16 @@ fn check_same_gpu(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), Input
 fn check_series_matches(r: &MeasureResult, s: &Series, l: &Loaded) -> Result<(), InputError> {
     for t in &s.trials {
         let Some(tr) = &t.result else { continue };
-        let varied: Vec<String> = t.values.keys().map(|k| k.replace('-', "_")).collect();
-        for (key, value) in &r.dimensions {
-            if varied.contains(key) {
-                continue;
-            }
-            let theirs = tr.dimensions.get(key);
-            if theirs != Some(value) {
-                return Err(InputError::Apart {
-                    path: l.path.clone(),
-                    schema: load::SERIES.into(),
-                    message: format!(
-                        "the result has {key} = {} and trial {} of the series has {key} = {}: they are not the same workload besides the varied dimension; report a series of this configuration",
-                        text(value),
-                        t.index + 1,
-                        theirs.map_or("null".into(), text)
-                    ),
-                });
-            }
+        if let Some((key, ours, theirs)) = series::first_mismatch(&r.dimensions, t, &tr.dimensions)
+        {
+            return Err(InputError::Apart {
+                path: l.path.clone(),
+                schema: load::SERIES.into(),
+                message: format!(
+                    "the result has {key} = {ours} and trial {} of the series has {key} = {theirs}: they are not the same workload besides the varied dimension; report a series of this configuration",
+                    t.index + 1
+                ),
+            });
         }
         if tr.identity.workload != r.identity.workload {
             return Err(InputError::Apart {

@@ -187,7 +187,7 @@ pub(super) fn split<'a>(
 
 /// The first of `ours` dimensions that trial `t` did not vary and `theirs` holds otherwise:
 /// (name, our value, their value or "null"), the values as text.
-fn first_mismatch(
+pub(super) fn first_mismatch(
     ours: &Map<String, Value>,
     t: &TrialRecord,
     theirs: &Map<String, Value>,
