@@ -220,8 +220,8 @@ pub struct SweepArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "24", value_parser = positive_u64, help_heading = "Sweep")]
     pub max_trials: u64,
     /// Emulate a smaller card: cap PyTorch at SIZE (e.g. 8GiB) minus the non-PyTorch memory of the process
-    /// (with --predict: the capacity the predictions are held against).
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = positive_size, conflicts_with = "card", help_heading = "Sweep")]
+    /// (with --predict: the capacity the predictions are held against, on --card's allocator if given).
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = positive_size, help_heading = "Sweep")]
     pub memory_limit: Option<Bytes>,
     /// Emulate a card of the catalog (`iteragpu cards`), e.g. L4 or "RTX 4090" (with --predict: the
     /// card predicted for).

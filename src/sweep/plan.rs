@@ -274,6 +274,12 @@ fn limit(args: &SweepOptions) -> Result<Option<Limit>> {
     if args.predict {
         return predicted_capacity(args).map(Some);
     }
+    if let (Some(b), Some(name)) = (&args.memory_limit, &args.card) {
+        bail!(
+            "--memory-limit {} and --card {name} both set the emulated capacity of a measured sweep: give one (with --predict, --card names the card and --memory-limit its capacity)",
+            b.grouped()
+        );
+    }
     let method = "torch.cuda.set_per_process_memory_fraction((limit − memory outside PyTorch's allocator measured in the same process) ÷ total_memory)".to_string();
     Ok(match (&args.memory_limit, &args.card) {
         (Some(b), _) => Some(Limit {
@@ -302,9 +308,12 @@ fn limit(args: &SweepOptions) -> Result<Option<Limit>> {
 fn predicted_capacity(args: &SweepOptions) -> Result<Limit> {
     let method = "predicted to fit when the highest predicted driver's view (peak reserved + the target's memory outside PyTorch's allocator) is at most the capacity; no GPU involved".to_string();
     Ok(match (&args.memory_limit, &args.card) {
-        (Some(b), _) => Limit {
+        (Some(b), card) => Limit {
             bytes: b.get(),
-            source: format!("--memory-limit {}", b.grouped()),
+            source: match card {
+                Some(name) => format!("--memory-limit {} on --card {name}", b.grouped()),
+                None => format!("--memory-limit {}", b.grouped()),
+            },
             emulated: false,
             method,
         },

@@ -634,6 +634,25 @@ fn a_predicted_list_and_grid() {
         .succeeds()
         .stdout_has("fit of predicted peak reserved against batch")
         .series();
+    // The card's allocator held against a smaller capacity: both are said.
+    let capped = Run::sweep()
+        .args([
+            "--predict",
+            "--python",
+            &python,
+            "--card",
+            "L4",
+            "--width",
+            "64",
+        ])
+        .args(["--memory-limit", "8GiB", "--vary", "batch=1,2"])
+        .output(dir.path().join("capped.json"))
+        .succeeds()
+        .series();
+    let limit = capped.limit.as_ref().unwrap();
+    assert_eq!(limit.bytes, 8 << 30);
+    assert!(limit.source.contains("on --card L4"), "{}", limit.source);
+    assert!(capped.target.as_ref().unwrap().name.starts_with("L4"));
     let peaks: Vec<u64> = list
         .trials
         .iter()
@@ -655,6 +674,18 @@ fn sweep_predict_refuses_without_a_capacity_and_what_it_cannot_predict() {
         (
             vec!["--predict", "--vary", "batch=1,2", "--card", "MI300X"],
             "CUDA",
+        ),
+        // Measured, both would set the emulated capacity; predicted, they are card and capacity.
+        (
+            vec![
+                "--vary",
+                "batch=1,2",
+                "--card",
+                "L4",
+                "--memory-limit",
+                "8GiB",
+            ],
+            "both set the emulated capacity of a measured sweep",
         ),
     ] {
         Run::sweep()
