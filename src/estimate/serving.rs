@@ -106,6 +106,9 @@ pub struct ServeRequest {
     pub weights: Option<Bytes>,
     pub activation_peak: Option<Bytes>,
     pub non_torch: Option<Bytes>,
+    /// The KV budget given (vLLM's `--kv-cache-memory`, a log's "Available KV cache memory"):
+    /// the start-up terms are then shown for information, not charged.
+    pub kv_cache_memory: Option<Bytes>,
     /// Extra lengths at which the concurrency is given.
     pub lengths: Vec<u64>,
 }
@@ -461,7 +464,15 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     if graphs_charged {
         budget -= graphs.bytes.get() as i128;
     }
-    let budget_rule = if v0 {
+    let (weights, act, non_torch, graphs) = if let Some(given) = r.kv_cache_memory {
+        budget = given.get() as i128;
+        (weights.info(), act.info(), non_torch.info(), graphs.info())
+    } else {
+        (weights, act, non_torch, graphs)
+    };
+    let budget_rule = if r.kv_cache_memory.is_some() {
+        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information"
+    } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
     } else if version < Version(0, 9, 0) {
         "total × gpu_memory_utilization − (torch peak + non-torch) (v1/worker/gpu_worker.py determine_available_memory 0.8.5:165-212; other processes' memory is charged too)"
@@ -670,7 +681,15 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         "free memory before the weights minus after them, less the weights: CUDA context, NCCL",
     );
     let requested = (total as f64 * frac) as i128;
-    let budget = requested - weights.bytes.get() as i128 - non_torch.bytes.get() as i128;
+    let budget = match r.kv_cache_memory {
+        Some(given) => given.get() as i128,
+        None => requested - weights.bytes.get() as i128 - non_torch.bytes.get() as i128,
+    };
+    let (weights, non_torch) = if r.kv_cache_memory.is_some() {
+        (weights.info(), non_torch.info())
+    } else {
+        (weights, non_torch)
+    };
     let tokens = (budget.max(0) as u64) / cell;
     if budget <= 0 {
         notes.push(format!("the KV budget is {budget} bytes: SGLang refuses to start; raise --gpu-memory-utilization (mem_fraction_static) or add GPUs"));
@@ -690,13 +709,18 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         Bytes(tokens * cell),
         Kind::Calculated,
         format!(
-            "{} tokens × cell {} bytes ({}); budget = free memory at start × mem_fraction_static {frac} − (weights + non-torch) with the free memory taken as the device total (model_executor/model_runner.py profile_max_num_token {version})",
+            "{} tokens × cell {} bytes ({}); budget {}",
             g(tokens),
             g(cell),
             if m.mla {
                 format!("MLA: (kv_lora_rank + qk_rope_head_dim) {} × {layers} layers × {kv_bytes} bytes, not split by TP", m.head_size)
             } else {
                 format!("max(1, KV heads ÷ TP) {} × head_dim {} × {layers} layers × 2 × {kv_bytes} bytes", (m.kv_heads / tp).max(1), m.head_size)
+            },
+            if r.kv_cache_memory.is_some() {
+                "given (--kv-cache-memory: a log's K size + V size)".to_string()
+            } else {
+                format!("= free memory at start × mem_fraction_static {frac} − (weights + non-torch) with the free memory taken as the device total (model_executor/model_runner.py profile_max_num_token {version})")
             }
         ),
     )
