@@ -815,7 +815,10 @@ mod tests {
         let mut blackwell = request("0.11.0");
         blackwell.compute_major = Some(10);
         assert_eq!(plan(&mla, &blackwell).unwrap().summary.block_size, 128);
-        assert_eq!(plan(&mla, &request("0.8.5")).unwrap().summary.block_size, 16);
+        assert_eq!(
+            plan(&mla, &request("0.8.5")).unwrap().summary.block_size,
+            16
+        );
         let mut r = request("0.9.2");
         r.tensor_parallel_size = 8;
         assert_eq!(
@@ -834,9 +837,15 @@ mod tests {
         // 8 KV heads over TP 16: one head per GPU (max(1, 8 // 16)), as models/llama.py keeps it.
         let mut r = request("0.11.0");
         r.tensor_parallel_size = 16;
-        assert_eq!(plan(&m, &r).unwrap().summary.page_bytes.get(), 2 * 16 * 128 * 2);
+        assert_eq!(
+            plan(&m, &r).unwrap().summary.page_bytes.get(),
+            2 * 16 * 128 * 2
+        );
         r.tensor_parallel_size = 4;
-        assert_eq!(plan(&m, &r).unwrap().summary.page_bytes.get(), 2 * 16 * 2 * 128 * 2);
+        assert_eq!(
+            plan(&m, &r).unwrap().summary.page_bytes.get(),
+            2 * 16 * 2 * 128 * 2
+        );
     }
 
     #[test]
@@ -883,7 +892,10 @@ mod tests {
         assert!(!graphs(&before) && graphs(&after));
         r.enforce_eager = true;
         let eager = plan(&m, &r).unwrap();
-        assert_eq!(eager.summary.kv_budget_bytes, before.summary.kv_budget_bytes);
+        assert_eq!(
+            eager.summary.kv_budget_bytes,
+            before.summary.kv_budget_bytes
+        );
     }
 
     #[test]
@@ -891,8 +903,18 @@ mod tests {
         let m = llama(vec![None; 32]);
         let p = plan(&m, &request("0.11.0")).unwrap();
         assert_eq!(p.summary.kv_budget_bytes, 32 * GIB as i128);
-        let charged: Vec<_> = p.terms.iter().filter(|t| t.in_total).map(|t| t.id.clone()).collect();
-        assert_eq!(charged, vec![TermId::PagedKvCache { engine: Engine::Vllm }]);
+        let charged: Vec<_> = p
+            .terms
+            .iter()
+            .filter(|t| t.in_total)
+            .map(|t| t.id.clone())
+            .collect();
+        assert_eq!(
+            charged,
+            vec![TermId::PagedKvCache {
+                engine: Engine::Vllm
+            }]
+        );
     }
 
     #[test]

@@ -241,7 +241,10 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
         "2",
     ]);
     let w = crate::common::id_bytes(&doc, "weights") as f64 / GIB;
-    assert!((w - 7.48).abs() < 0.005 + 1e-9, "05: weights {w:.4} GiB vs 7.48 GiB");
+    assert!(
+        (w - 7.48).abs() < 0.005 + 1e-9,
+        "05: weights {w:.4} GiB vs 7.48 GiB"
+    );
     rows.push(format!("05: weights per rank {w:.4} GiB vs 7.48 GiB"));
 
     // 08: Qwen3-235B-A22B-FP8 at TP 4; the log prints "Available KV cache memory: 8.11 GiB" and
@@ -264,7 +267,10 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
     let (_, tokens, _, _) = figures(&doc);
     let e = err(tokens, 178_880.0);
     assert!(e.abs() < 5.0, "08: {tokens} tokens vs 178,880 ({e:.2}%)");
-    assert_eq!(crate::common::term_by_id(&doc, "weights")["in_total"], false);
+    assert_eq!(
+        crate::common::term_by_id(&doc, "weights")["in_total"],
+        false
+    );
     rows.push(format!("08: {tokens} tokens vs 178880 ({e:+.2}%)"));
 
     // 09: the same model on SGLang prints "#tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
@@ -314,7 +320,10 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
     ]);
     let (blocks, _, budget, conc) = figures(&doc);
     assert_eq!((blocks, conc), (0.0, 0.0), "11");
-    assert!((budget + 1.05).abs() < 0.01, "11: budget {budget:.3} GiB vs -1.05");
+    assert!(
+        (budget + 1.05).abs() < 0.01,
+        "11: budget {budget:.3} GiB vs -1.05"
+    );
     assert!(doc["notes"].to_string().contains("refuses to start"));
     rows.push(format!(
         "11: budget {budget:.3} GiB vs -1.05 GiB, 0 blocks, 0.00x"
@@ -415,9 +424,15 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
             "{name}"
         );
         if within {
-            assert!(e.abs() < 5.0, "{name}: {blocks} blocks vs {logged} ({e:.2}%)");
+            assert!(
+                e.abs() < 5.0,
+                "{name}: {blocks} blocks vs {logged} ({e:.2}%)"
+            );
         } else {
-            assert!(e > 5.0 && e < 60.0, "{name}: {blocks} blocks vs {logged} ({e:.2}%): the gap changed, update the README table");
+            assert!(
+                e > 5.0 && e < 60.0,
+                "{name}: {blocks} blocks vs {logged} ({e:.2}%): the gap changed, update the README table"
+            );
         }
         rows.push(format!("{name}: {blocks} blocks vs {logged} ({e:+.2}%)"));
     }
