@@ -831,6 +831,10 @@ pub struct ServeArgs {
     /// Memory outside PyTorch from the log [default: assumed 0.5 GiB, 1.5 GiB with TP].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
     pub non_torch: Option<Bytes>,
+    /// The KV budget itself: vLLM's --kv-cache-memory (0.10+, profiling skipped), or a log's
+    /// "Available KV cache memory" [default: total × utilization − the terms above].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub kv_cache_memory: Option<Bytes>,
     /// Request lengths at which the concurrency is also given [default: 2048,8192].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "serve")]
     pub concurrency_at: Vec<u64>,

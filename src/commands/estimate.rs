@@ -608,6 +608,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         weights: s.weights_memory,
         activation_peak: s.activation_peak,
         non_torch: s.non_torch,
+        kv_cache_memory: s.kv_cache_memory,
         lengths: if s.concurrency_at.is_empty() {
             vec![2048, 8192]
         } else {

@@ -106,6 +106,9 @@ pub struct ServeRequest {
     pub weights: Option<Bytes>,
     pub activation_peak: Option<Bytes>,
     pub non_torch: Option<Bytes>,
+    /// The KV budget given (vLLM's `--kv-cache-memory`, a log's "Available KV cache memory"):
+    /// the start-up terms are then shown for information, not charged.
+    pub kv_cache_memory: Option<Bytes>,
     /// Extra lengths at which the concurrency is given.
     pub lengths: Vec<u64>,
 }
@@ -461,7 +464,15 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     if graphs_charged {
         budget -= graphs.bytes.get() as i128;
     }
-    let budget_rule = if v0 {
+    let (weights, act, non_torch, graphs) = if let Some(given) = r.kv_cache_memory {
+        budget = given.get() as i128;
+        (weights.info(), act.info(), non_torch.info(), graphs.info())
+    } else {
+        (weights, act, non_torch, graphs)
+    };
+    let budget_rule = if r.kv_cache_memory.is_some() {
+        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information"
+    } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
     } else if version < Version(0, 9, 0) {
         "total × gpu_memory_utilization − (torch peak + non-torch) (v1/worker/gpu_worker.py determine_available_memory 0.8.5:165-212; other processes' memory is charged too)"
@@ -670,7 +681,15 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         "free memory before the weights minus after them, less the weights: CUDA context, NCCL",
     );
     let requested = (total as f64 * frac) as i128;
-    let budget = requested - weights.bytes.get() as i128 - non_torch.bytes.get() as i128;
+    let budget = match r.kv_cache_memory {
+        Some(given) => given.get() as i128,
+        None => requested - weights.bytes.get() as i128 - non_torch.bytes.get() as i128,
+    };
+    let (weights, non_torch) = if r.kv_cache_memory.is_some() {
+        (weights.info(), non_torch.info())
+    } else {
+        (weights, non_torch)
+    };
     let tokens = (budget.max(0) as u64) / cell;
     if budget <= 0 {
         notes.push(format!("the KV budget is {budget} bytes: SGLang refuses to start; raise --gpu-memory-utilization (mem_fraction_static) or add GPUs"));
@@ -690,13 +709,18 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         Bytes(tokens * cell),
         Kind::Calculated,
         format!(
-            "{} tokens × cell {} bytes ({}); budget = free memory at start × mem_fraction_static {frac} − (weights + non-torch) with the free memory taken as the device total (model_executor/model_runner.py profile_max_num_token {version})",
+            "{} tokens × cell {} bytes ({}); budget {}",
             g(tokens),
             g(cell),
             if m.mla {
                 format!("MLA: (kv_lora_rank + qk_rope_head_dim) {} × {layers} layers × {kv_bytes} bytes, not split by TP", m.head_size)
             } else {
                 format!("max(1, KV heads ÷ TP) {} × head_dim {} × {layers} layers × 2 × {kv_bytes} bytes", (m.kv_heads / tp).max(1), m.head_size)
+            },
+            if r.kv_cache_memory.is_some() {
+                "given (--kv-cache-memory: a log's K size + V size)".to_string()
+            } else {
+                format!("= free memory at start × mem_fraction_static {frac} − (weights + non-torch) with the free memory taken as the device total (model_executor/model_runner.py profile_max_num_token {version})")
             }
         ),
     )
@@ -728,4 +752,176 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         },
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Llama-3-8B's KV layout (32 × 8 KV heads × 128, bf16).
+    fn llama(layers: Vec<Option<u64>>) -> ServeModel {
+        ServeModel {
+            kv_heads: 8,
+            head_size: 128,
+            mla: false,
+            layers,
+            hidden: 4096,
+            q_width: 4096,
+            intermediate: 14336,
+            vocab: 128_256,
+            dtype_bytes: 2,
+            weights: Bytes(16 * GIB),
+        }
+    }
+
+    fn request(version: &str) -> ServeRequest {
+        ServeRequest {
+            engine: Engine::Vllm,
+            version: Some(Version::parse(version).unwrap()),
+            card: "H100 80GB".into(),
+            device_total: Bytes(80 * GIB),
+            device_total_source: "test".into(),
+            compute_major: Some(9),
+            gpu_memory_utilization: Some(0.9),
+            max_model_len: 8192,
+            max_model_len_source: "test".into(),
+            max_num_seqs: Some(256),
+            max_num_batched_tokens: Some(8192),
+            tensor_parallel_size: 1,
+            kv_fp8: false,
+            block_size: None,
+            enforce_eager: false,
+            weights: None,
+            activation_peak: None,
+            non_torch: None,
+            kv_cache_memory: Some(Bytes(32 * GIB)),
+            lengths: vec![],
+        }
+    }
+
+    #[test]
+    fn block_size_defaults_to_16_and_to_64_for_mla_from_0_9() {
+        let dense = plan(&llama(vec![None; 32]), &request("0.11.0")).unwrap();
+        assert_eq!(dense.summary.block_size, 16);
+        // 2 × 16 × 8 × 128 × 2 bytes per block and layer.
+        assert_eq!(dense.summary.page_bytes.get(), 65_536);
+        assert_eq!(dense.summary.num_blocks, Some(32 * GIB / 65_536 / 32));
+        let mut mla = llama(vec![None; 27]);
+        (mla.mla, mla.kv_heads, mla.head_size) = (true, 1, 512 + 64);
+        let p = plan(&mla, &request("0.9.2")).unwrap();
+        assert_eq!(p.summary.block_size, 64);
+        // One latent (no K/V pair), not split by TP: 64 × 576 × 2 bytes.
+        assert_eq!(p.summary.page_bytes.get(), 64 * 576 * 2);
+        let mut blackwell = request("0.11.0");
+        blackwell.compute_major = Some(10);
+        assert_eq!(plan(&mla, &blackwell).unwrap().summary.block_size, 128);
+        assert_eq!(
+            plan(&mla, &request("0.8.5")).unwrap().summary.block_size,
+            16
+        );
+        let mut r = request("0.9.2");
+        r.tensor_parallel_size = 8;
+        assert_eq!(
+            plan(&mla, &r).unwrap().summary.page_bytes.get(),
+            64 * 576 * 2
+        );
+    }
+
+    #[test]
+    fn fp8_kv_halves_the_page_and_kv_heads_below_tp_are_replicated() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.11.0");
+        r.kv_fp8 = true;
+        assert_eq!(plan(&m, &r).unwrap().summary.page_bytes.get(), 32_768);
+        assert_eq!(plan(&m, &r).unwrap().summary.kv_dtype_bytes, 1);
+        // 8 KV heads over TP 16: one head per GPU (max(1, 8 // 16)), as models/llama.py keeps it.
+        let mut r = request("0.11.0");
+        r.tensor_parallel_size = 16;
+        assert_eq!(
+            plan(&m, &r).unwrap().summary.page_bytes.get(),
+            2 * 16 * 128 * 2
+        );
+        r.tensor_parallel_size = 4;
+        assert_eq!(
+            plan(&m, &r).unwrap().summary.page_bytes.get(),
+            2 * 16 * 2 * 128 * 2
+        );
+    }
+
+    #[test]
+    fn sliding_and_full_layers_are_grouped_from_0_9_and_unified_before() {
+        // gpt-oss-20b's pattern: 12 sliding (window 128) and 12 full layers.
+        let layers: Vec<Option<u64>> = (0..24)
+            .map(|i| if i % 2 == 0 { Some(128) } else { None })
+            .collect();
+        let m = llama(layers);
+        let p = plan(&m, &request("0.11.0")).unwrap();
+        let page = p.summary.page_bytes.get();
+        // group_size 12, two groups; blocks = budget // page // 12; tokens = blocks // 2 × 16.
+        let blocks = 32 * GIB / page / 12;
+        assert_eq!(p.summary.num_blocks, Some(blocks));
+        assert_eq!(p.summary.kv_tokens, blocks / 2 * 16);
+        // Per request: cdiv(8192, 16) full blocks + cdiv(min(127 + 8192, 8192), 16) + 1 sliding.
+        let per_request = (512 + 512 + 1) as f64;
+        assert!((p.summary.concurrency[0].1 - blocks as f64 / per_request).abs() < 1e-9);
+        // 0.8.5 turns the sliding layers into full attention: one group of 24 layers.
+        let old = plan(&m, &request("0.8.5")).unwrap();
+        assert_eq!(old.summary.num_blocks, Some(32 * GIB / page / 24));
+        assert_eq!(old.summary.kv_tokens, 32 * GIB / page / 24 * 16);
+    }
+
+    #[test]
+    fn cuda_graphs_are_charged_to_the_budget_from_0_21_only() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.20.0");
+        r.kv_cache_memory = None;
+        let before = plan(&m, &r).unwrap();
+        r.version = Some(Version(0, 21, 0));
+        let after = plan(&m, &r).unwrap();
+        assert_eq!(
+            before.summary.kv_budget_bytes - after.summary.kv_budget_bytes,
+            GIB as i128
+        );
+        let graphs = |p: &Plan| {
+            p.terms
+                .iter()
+                .find(|t| t.id == TermId::CudaGraphs)
+                .unwrap()
+                .in_total
+        };
+        assert!(!graphs(&before) && graphs(&after));
+        r.enforce_eager = true;
+        let eager = plan(&m, &r).unwrap();
+        assert_eq!(
+            eager.summary.kv_budget_bytes,
+            before.summary.kv_budget_bytes
+        );
+    }
+
+    #[test]
+    fn a_given_kv_budget_replaces_the_start_up_terms() {
+        let m = llama(vec![None; 32]);
+        let p = plan(&m, &request("0.11.0")).unwrap();
+        assert_eq!(p.summary.kv_budget_bytes, 32 * GIB as i128);
+        let charged: Vec<_> = p
+            .terms
+            .iter()
+            .filter(|t| t.in_total)
+            .map(|t| t.id.clone())
+            .collect();
+        assert_eq!(
+            charged,
+            vec![TermId::PagedKvCache {
+                engine: Engine::Vllm
+            }]
+        );
+    }
+
+    #[test]
+    fn versions_parse_and_refuse_with_the_form_expected() {
+        assert_eq!(Version::parse("v0.6.3").unwrap(), Version(0, 6, 3));
+        assert_eq!(Version::parse("0.11").unwrap(), Version(0, 11, 0));
+        let e = Version::parse("latest").unwrap_err();
+        assert!(e.contains("\"latest\"") && e.contains("0.6.3"), "{e}");
+    }
 }

@@ -213,3 +213,228 @@ fn serving_refuses_what_it_cannot_plan() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not part of a --serve plan"));
 }
+
+/// One planner run's figures: (blocks, tokens, KV budget in GiB, concurrency at max_model_len).
+fn figures(doc: &serde_json::Value) -> (f64, f64, f64, f64) {
+    let sv = &doc["serving"];
+    (
+        sv["num_blocks"].as_f64().unwrap_or(f64::NAN),
+        sv["kv_tokens"].as_f64().unwrap(),
+        sv["kv_budget_bytes"].as_f64().unwrap() / GIB,
+        sv["concurrency"][0][1].as_f64().unwrap(),
+    )
+}
+
+#[test]
+fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
+    let mut rows = Vec::new();
+    // 05: Meta-Llama-3-8B at TP 2 prints "model weights take 7.48GiB" per rank: the config's
+    // weights ÷ 2 must land on it (its KV figure is cut off in the source).
+    let doc = serve(&[
+        "--model",
+        &model("llama-3-8b"),
+        "--card",
+        "H100 80GB",
+        "--engine-version",
+        "0.6.5",
+        "--tensor-parallel-size",
+        "2",
+    ]);
+    let w = crate::common::id_bytes(&doc, "weights") as f64 / GIB;
+    assert!(
+        (w - 7.48).abs() < 0.005 + 1e-9,
+        "05: weights {w:.4} GiB vs 7.48 GiB"
+    );
+    rows.push(format!("05: weights per rank {w:.4} GiB vs 7.48 GiB"));
+
+    // 08: Qwen3-235B-A22B-FP8 at TP 4; the log prints "Available KV cache memory: 8.11 GiB" and
+    // "GPU KV cache size: 178,880 tokens". The KV layout (94 layers × 4 KV heads × 128, bf16) is
+    // that of the Instruct-2507 config in the fixtures; the FP8 weights do not enter the pool.
+    let doc = serve(&[
+        "--model",
+        &model("qwen3-235b-a22b-instruct-2507"),
+        "--card",
+        "H100 80GB",
+        "--engine-version",
+        "0.9.2",
+        "--tensor-parallel-size",
+        "4",
+        "--max-model-len",
+        "40960",
+        "--kv-cache-memory",
+        "8.11GiB",
+    ]);
+    let (_, tokens, _, _) = figures(&doc);
+    let e = err(tokens, 178_880.0);
+    assert!(e.abs() < 5.0, "08: {tokens} tokens vs 178,880 ({e:.2}%)");
+    assert_eq!(
+        crate::common::term_by_id(&doc, "weights")["in_total"],
+        false
+    );
+    rows.push(format!("08: {tokens} tokens vs 178880 ({e:+.2}%)"));
+
+    // 09: the same model on SGLang prints "#tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+    // (SGLang's GB is 2^30): the K + V bytes over the cell (1 KV head per rank × 128 × 94 × 2 × 2)
+    // must give its max_total_num_tokens.
+    let doc = estimate_json(&[
+        "--serve",
+        "sglang",
+        "--model",
+        &model("qwen3-235b-a22b-instruct-2507"),
+        "--card",
+        "H100 80GB",
+        "--tensor-parallel-size",
+        "4",
+        "--max-model-len",
+        "40960",
+        "--kv-cache-memory",
+        "16.46GiB",
+    ]);
+    assert_eq!(doc["serving"]["page_bytes"].as_u64(), Some(48_128));
+    let (_, tokens, _, _) = figures(&doc);
+    let e = err(tokens, 367_404.0);
+    assert!(e.abs() < 0.5, "09: {tokens} tokens vs 367,404 ({e:.2}%)");
+    rows.push(format!("09 (SGLang): {tokens} tokens vs 367404 ({e:+.2}%)"));
+
+    // 11: Qwen2.5-7B (4-bit, id not stated; the KV layout is Qwen2-7B's: 28 × 4 × 128) on an
+    // 8 GiB card at 0.7: the log's figures give a negative budget, 0 blocks and 0.00x.
+    let doc = serve(&[
+        "--model",
+        &model("qwen2-7b"),
+        "--card",
+        "L4",
+        "--engine-version",
+        "0.7.3",
+        "--device-total",
+        "8.00GiB",
+        "--gpu-memory-utilization",
+        "0.7",
+        "--max-model-len",
+        "4096",
+        "--weights-memory",
+        "5.2032GiB",
+        "--activation-peak",
+        "1.42GiB",
+        "--non-torch",
+        "0.03GiB",
+    ]);
+    let (blocks, _, budget, conc) = figures(&doc);
+    assert_eq!((blocks, conc), (0.0, 0.0), "11");
+    assert!(
+        (budget + 1.05).abs() < 0.01,
+        "11: budget {budget:.3} GiB vs -1.05"
+    );
+    assert!(doc["notes"].to_string().contains("refuses to start"));
+    rows.push(format!(
+        "11: budget {budget:.3} GiB vs -1.05 GiB, 0 blocks, 0.00x"
+    ));
+
+    // Logs that do not state their activation peak or non-torch memory: the planner's assumed
+    // rules, the difference printed, never tuned. Only 12 is asserted within 5%; 06, 07 and 13
+    // pin the planner's own figures and the gap (V1's torch.compile peak, 0.8's device-wide
+    // charge, and 2023's TP profiling bug are what the logs show and the rules do not model).
+    let cases: [(&str, Vec<&str>, f64, bool); 4] = [
+        (
+            "06",
+            vec![
+                "--model",
+                "llama-3-70b",
+                "--card",
+                "H100 80GB",
+                "--engine-version",
+                "0.7.1",
+                "--device-total",
+                "79.22GiB",
+                "--gpu-memory-utilization",
+                "0.98",
+                "--max-model-len",
+                "2048",
+                "--weights-memory",
+                "67.7229GiB",
+            ],
+            1381.0,
+            false,
+        ),
+        (
+            "07",
+            vec![
+                "--model",
+                "llama-3-8b",
+                "--card",
+                "L40S",
+                "--engine-version",
+                "0.8.4",
+                "--max-model-len",
+                "32768",
+                "--weights-memory",
+                "14.9889GiB",
+            ],
+            158_656.0 / 16.0,
+            false,
+        ),
+        (
+            "12",
+            vec![
+                "--model",
+                "llama-2-7b-gptq",
+                "--card",
+                "A100 80GB",
+                "--engine-version",
+                "0.2.5",
+                "--max-model-len",
+                "4096",
+                // Llama-2-7B's 6,738,415,616 parameters (REFERENCE.md) × 2 bytes (fp16).
+                "--weights-memory",
+                "13476831232",
+            ],
+            7351.0,
+            true,
+        ),
+        (
+            "13",
+            vec![
+                "--model",
+                "llama-3-70b",
+                "--card",
+                "A100 80GB",
+                "--engine-version",
+                "0.2.5",
+                "--max-model-len",
+                "4096",
+                "--tensor-parallel-size",
+                "4",
+                // Llama-2-70B: Llama-3-70B's 70,553,706,496 less 2 × (128,256 − 32,000) × 8,192
+                // vocabulary rows = 68,976,648,192 parameters × 2 bytes ÷ 4 ranks.
+                "--weights-memory",
+                "34488324096",
+            ],
+            20865.0,
+            false,
+        ),
+    ];
+    for (name, mut args, logged, within) in cases {
+        let path = model(args[1]);
+        args[1] = &path;
+        let doc = serve(&args);
+        let (blocks, _, _, _) = figures(&doc);
+        let e = err(blocks, logged);
+        assert_eq!(
+            crate::common::term_by_id(&doc, "serve_activation_peak")["kind"],
+            "assumed",
+            "{name}"
+        );
+        if within {
+            assert!(
+                e.abs() < 5.0,
+                "{name}: {blocks} blocks vs {logged} ({e:.2}%)"
+            );
+        } else {
+            assert!(
+                e > 5.0 && e < 60.0,
+                "{name}: {blocks} blocks vs {logged} ({e:.2}%): the gap changed, update the README table"
+            );
+        }
+        rows.push(format!("{name}: {blocks} blocks vs {logged} ({e:+.2}%)"));
+    }
+    println!("{}", rows.join("\n"));
+}
