@@ -379,12 +379,13 @@ pub fn terms(
         );
     }
     let b = req.images as u128;
+    // The images are made in the model's dtype: float32 under autocast.
     let pixels = product(&[
         b,
         m.channels as u128,
         req.height as u128,
         req.width as u128,
-        e,
+        residual,
     ])
     .and_then(Bytes::from_u128)
     .map_err(overflow())?;
@@ -393,7 +394,7 @@ pub fn terms(
         pixels,
         Kind::Calculated,
         format!(
-            "images × channels × H × W × {e} bytes = {} × {} × {} × {}",
+            "images × channels × H × W × {residual} bytes = {} × {} × {} × {}",
             g(b),
             m.channels,
             g(req.height),
