@@ -334,7 +334,7 @@ pub fn terms(
     let s = patches + m.extra_tokens();
     let (parameters, breakdown) = m.parameters();
     let overflow = || EstimateError::overflow("the vision terms", "--resolution and --images");
-    if req.height % m.patch != 0 || req.width % m.patch != 0 {
+    if !req.height.is_multiple_of(m.patch) || !req.width.is_multiple_of(m.patch) {
         notes.push(format!(
             "--resolution {}x{} is not a multiple of the {p}-pixel patch: the patch convolution drops the last {} × {} pixels",
             req.height,
@@ -505,6 +505,9 @@ pub fn terms(
     })
 }
 
+/// Bytes per image and the formula that gives them.
+type Figure = (u128, String);
+
 /// The per-row statistics a fused SDPA kernel keeps (fp32 log-sum-exp): the memory-efficient
 /// kernel pads the rows to 32 (fp32 activations), flash does not (16-bit), as predict's
 /// `sdpa.choose` picks them on an sm80+ card.
@@ -525,7 +528,7 @@ fn training_activations(
     s: u128,
     e: u128,
     residual: u128,
-) -> Result<((u128, String), (u128, String)), Overflow> {
+) -> Result<(Figure, Figure), Overflow> {
     let (h, i, l) = (m.hidden as u128, m.intermediate as u128, m.layers as u128);
     let mlp_kept: u128 = if m.hidden_act == "quick_gelu" { 3 } else { 2 };
     let per_layer = sum([
@@ -603,11 +606,7 @@ fn training_activations(
 /// output and the layer's input (both referenced by the callers), and either the MLP (its
 /// residual, its norm's output, fc1's and the activation's outputs) or the attention (the norm's
 /// output, q, k, v, its output; eager: the scores and their softmax at once).
-fn inference_transient(
-    m: &VisionModel,
-    s: u128,
-    e: u128,
-) -> Result<((u128, String), (u128, String)), Overflow> {
+fn inference_transient(m: &VisionModel, s: u128, e: u128) -> Result<(Figure, Figure), Overflow> {
     let (h, i) = (m.hidden as u128, m.intermediate as u128);
     let mlp_live: u128 = if m.hidden_act == "quick_gelu" { 3 } else { 2 };
     let mlp = sum([product(&[4, s, h, e])?, product(&[mlp_live, s, i, e])?])?;
