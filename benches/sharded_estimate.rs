@@ -48,6 +48,7 @@ fn request(arch: &Architecture, world_size: u64) -> Request {
             }),
         }),
         reserve: None,
+        vision: None,
     }
 }
 

@@ -687,9 +687,29 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub serve: ServeArgs,
 
+    /// What --model runs: causal-lm (a language model) or vision (an image encoder: ViT, DeiT,
+    /// a CLIP or SigLIP vision tower; with --resolution and --images) [default: causal-lm].
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WORKLOAD",
+        requires = "model",
+        help_heading = "Vision"
+    )]
+    pub workload: Option<EstimateWorkload>,
+    #[command(flatten)]
+    pub vision: VisionArgs,
+
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
+}
+
+/// The workloads `estimate` models from a config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EstimateWorkload {
+    CausalLm,
+    Vision,
 }
 
 /// The KV cache's layout given by hand (without --model).

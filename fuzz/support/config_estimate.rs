@@ -185,6 +185,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             kv: None,
             training: None,
             reserve: None,
+            vision: None,
         },
         // The KV cache alone too: with the weights, the prefill transient may refuse first.
         Request {
@@ -192,24 +193,28 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             kv: kv.clone(),
             training: None,
             reserve: None,
+            vision: None,
         },
         Request {
             weights: Some(model(dtype)),
             kv,
             training: None,
             reserve: None,
+            vision: None,
         },
         Request {
             weights: Some(model(dtype)),
             kv: None,
             training: Some(training(None)),
             reserve: None,
+            vision: None,
         },
         Request {
             weights: Some(model(dtype)),
             kv: None,
             training: Some(training(Some(lora))),
             reserve: None,
+            vision: None,
         },
     ];
     let requests = requests.into_iter().chain(
@@ -225,6 +230,7 @@ pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
             kv: None,
             training: Some(training_with(None, Some(sharded(strategy)))),
             reserve: None,
+            vision: None,
         }),
     );
     for request in &requests.collect::<Vec<_>>() {

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationArgs, EstimateArgs, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs,
-    ServeArgs, ServeKvDtype, ShardOptionsArgs,
+    ActivationArgs, EstimateArgs, EstimateWorkload, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs,
+    QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs, VisionArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -36,6 +36,18 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
+    if args.workload == Some(EstimateWorkload::Vision) {
+        return vision_plan(args);
+    }
+    let images = written::<VisionArgs>(&args.given);
+    if !images.is_empty() {
+        refuse!(
+            "{} {} images, which a language model's estimate does not have: add --workload vision (with an image model's --model), or drop {}",
+            images.join(", "),
+            verb(&images, "describes", "describe"),
+            pronoun(&images)
+        );
+    }
     refuse_sharding_without_shard(args)?;
     refuse_ignored(args)?;
     let weights = match (args.parameters, args.bits, &args.model) {
@@ -144,6 +156,102 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         kv,
         training,
         reserve,
+        vision: None,
+    })
+}
+
+/// `estimate --workload vision`: the config's encoder at --resolution (default: the config's
+/// image_size, as the workload's) for --images, inference or --train. The options of a language
+/// model (KV cache, --context, LoRA, sharding) are refused by name.
+fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
+    const VISION: [&str; 12] = [
+        "model",
+        "dtype",
+        "reserve_gib",
+        "reserve",
+        "train",
+        "optimizer",
+        "precision",
+        "gradient_checkpointing",
+        "workload",
+        "resolution",
+        "images",
+        "json",
+    ];
+    let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
+        .into_iter()
+        .filter(|(id, _)| !VISION.contains(&id.as_str()))
+        .map(|(_, name)| name)
+        .collect();
+    if !others.is_empty() {
+        refuse!(
+            "{} {} not part of a vision estimate (an image encoder has no KV cache, context, LoRA or sharding here; its load is --resolution and --images; its attention kernel is the config's attn_implementation): drop {}",
+            others.join(", "),
+            verb(&others, "is", "are"),
+            pronoun(&others)
+        );
+    }
+    let Some(path) = &args.model else {
+        refuse!("--workload vision needs --model PATH (an image model's config.json)");
+    };
+    if let (Some(dtype), true) = (args.dtype, args.train) {
+        refuse!(
+            "--dtype {dtype} with --train: the trained widths follow --precision (here {}): drop --dtype, or choose --precision",
+            args.precision
+        );
+    }
+    let config = Config::load(path)?;
+    let model = estimate::vision::VisionModel::read(&config)?;
+    let (height, width, resolution_source) = match args.vision.resolution {
+        Some((h, w)) => (h, w.unwrap_or(h), "--resolution".to_string()),
+        None => (
+            model.trained.0,
+            model.trained.0,
+            "the config's image_size, as the workload".to_string(),
+        ),
+    };
+    let config_dtype = ["torch_dtype", "dtype"]
+        .iter()
+        .find_map(|k| config.fields().raw(k).and_then(|v| v.as_str()))
+        .and_then(|d| d.parse::<Dtype>().ok());
+    let dtype = args.dtype.or(config_dtype).unwrap_or(Dtype::Float32);
+    let training = args.train.then(|| TrainingRequest {
+        optimizer: args.optimizer,
+        precision: args.precision,
+        precision_stated: args.given.contains("precision"),
+        lora: None,
+        gradient_checkpointing: args.activations.gradient_checkpointing,
+        flash_attention: false,
+        batch: None,
+        context: None,
+        sharding: None,
+    });
+    let reserve = match (&args.reserve_gib, args.reserve) {
+        (Some((bytes, stated)), _) => Some(Reserve {
+            bytes: *bytes,
+            stated_as: stated.clone(),
+        }),
+        (None, Some(bytes)) => Some(Reserve {
+            bytes,
+            stated_as: format!("--reserve {}", bytes.grouped()),
+        }),
+        (None, None) => None,
+    };
+    Ok(Request {
+        weights: None,
+        kv: None,
+        training: None,
+        reserve,
+        vision: Some(estimate::vision::VisionRequest {
+            path: path.display().to_string(),
+            model,
+            height,
+            width,
+            resolution_source,
+            images: args.vision.images.unwrap_or(1),
+            dtype,
+            training,
+        }),
     })
 }
 
@@ -641,5 +749,6 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         sharding: None,
         training: None,
         serving: Some(p.summary),
+        vision: None,
     })
 }

@@ -10,6 +10,7 @@ pub mod sharding;
 pub mod states;
 pub mod term_id;
 pub mod training;
+pub mod vision;
 pub mod weights;
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +91,8 @@ pub struct Request {
     pub kv: Option<KvRequest>,
     pub training: Option<TrainingRequest>,
     pub reserve: Option<Reserve>,
+    /// `--workload vision`: the image encoder's terms instead of a language model's.
+    pub vision: Option<vision::VisionRequest>,
 }
 
 /// The model summary shown with an estimate from `--model`.
@@ -128,6 +131,9 @@ pub struct Estimate {
     /// With `--serve`: the engine's settings and figures (blocks, tokens, concurrency), ONE GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serving: Option<serving::ServingSummary>,
+    /// With `--workload vision`: the images, patches, sequence and attention kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<vision::VisionSummary>,
 }
 
 /// Why an estimate cannot be made from valid-looking inputs.
@@ -143,6 +149,9 @@ pub enum EstimateError {
     },
     #[error("{0}")]
     Input(String),
+    /// A config field this estimate reads is wrong (the vision families').
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
 }
 
 impl EstimateError {
@@ -176,8 +185,16 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
     let mut left_out = Vec::new();
     let mut sharding = None;
     let mut training_summary = None;
+    let mut vision_summary = None;
 
+    if let Some(v) = &req.vision {
+        let found = vision::terms(v, &mut notes, &mut left_out)?;
+        terms.extend(found.terms);
+        training_summary = found.training;
+        vision_summary = Some(found.summary);
+    }
     match (&req.training, &req.weights) {
+        _ if req.vision.is_some() => {}
         (Some(training), Some(source)) => {
             let trained = training::terms(source, training, &mut notes, &mut left_out)?;
             terms.extend(trained.terms);
@@ -212,7 +229,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
             terms.extend(kv_cache::requests_terms(kv, &mut notes)?)
         }
         Some(kv) => terms.extend(kv_cache::terms(kv, &mut notes)?),
-        None if req.training.is_none() => left_out.push("KV cache".into()),
+        None if req.training.is_none() && req.vision.is_none() => left_out.push("KV cache".into()),
         None => {}
     }
     left_out.push("temporary buffers of each operation (workspaces, intermediate tensors)".into());
@@ -266,6 +283,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         sharding,
         training: training_summary,
         serving: None,
+        vision: vision_summary,
     })
 }
 

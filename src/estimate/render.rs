@@ -39,6 +39,31 @@ pub fn table(est: &Estimate) -> String {
             );
         }
     }
+    if let Some(v) = &est.vision {
+        let _ = writeln!(
+            out,
+            "vision: {} ({}), {} parameters from config.json; {}×{} ({}) → {}×{} = {} patches of {} px{} = {} tokens; {} image(s); attention {} ({})",
+            v.model_type,
+            v.family,
+            g(v.parameters),
+            v.resolution[0],
+            v.resolution[1],
+            v.resolution_source,
+            v.grid[0],
+            v.grid[1],
+            g(v.patches),
+            v.patch_size,
+            match v.sequence - v.patches {
+                0 => "",
+                1 => " + CLS",
+                _ => " + CLS + distillation",
+            },
+            g(v.sequence),
+            g(v.images),
+            v.attention,
+            v.attention_source,
+        );
+    }
     if let Some(t) = &est.training {
         let _ = writeln!(
             out,

@@ -109,6 +109,15 @@ pub enum TermId {
     LogitsAndLoss,
     /// Inference: the prefill's largest layer and the last position's logits.
     PrefillTransient,
+    /// The batch of images given to a vision model.
+    ImageInputs,
+    /// Inference: the largest set of tensors alive inside one layer of a forward (vision).
+    ForwardTransient,
+    /// What the attention keeps per its kernel: eager's s×s scores, a fused kernel's row
+    /// statistics (vision).
+    AttentionScores {
+        kernel: super::vision::AttentionKernel,
+    },
     /// The KV cache on the GPU; `bits` for a quantized cache.
     KvCache {
         cache: CacheKind,
@@ -203,6 +212,14 @@ impl TermId {
             TermId::Activations => "activations".into(),
             TermId::LogitsAndLoss => "logits and loss".into(),
             TermId::PrefillTransient => "prefill transient (largest layer + logits)".into(),
+            TermId::ImageInputs => "image inputs (pixels)".into(),
+            TermId::ForwardTransient => "forward transient (largest layer)".into(),
+            TermId::AttentionScores { kernel } => match kernel {
+                super::vision::AttentionKernel::Eager => {
+                    "attention scores (eager: s×s per head)".into()
+                }
+                k => format!("attention row statistics ({k}: no s×s scores)"),
+            },
             TermId::KvCache { cache, bits } => match (cache, bits) {
                 (CacheKind::Quantized, Some(b)) => format!("KV cache (quantized, {b}-bit)"),
                 (CacheKind::Offloaded, _) => "KV cache (offloaded: on the GPU)".into(),
@@ -252,6 +269,17 @@ impl TermId {
             TermId::Activations,
             TermId::LogitsAndLoss,
             TermId::PrefillTransient,
+            TermId::ImageInputs,
+            TermId::ForwardTransient,
+            TermId::AttentionScores {
+                kernel: super::vision::AttentionKernel::Eager,
+            },
+            TermId::AttentionScores {
+                kernel: super::vision::AttentionKernel::Sdpa,
+            },
+            TermId::AttentionScores {
+                kernel: super::vision::AttentionKernel::FlashAttention2,
+            },
             TermId::KvCache {
                 cache: CacheKind::Offloaded,
                 bits: None,
@@ -450,6 +478,14 @@ mod tests {
             TermId::Activations,
             TermId::LogitsAndLoss,
             TermId::PrefillTransient,
+            TermId::ImageInputs,
+            TermId::ForwardTransient,
+            TermId::AttentionScores {
+                kernel: crate::estimate::vision::AttentionKernel::Eager,
+            },
+            TermId::AttentionScores {
+                kernel: crate::estimate::vision::AttentionKernel::Sdpa,
+            },
             TermId::KvCache {
                 cache: CacheKind::Quantized,
                 bits: Some(4),

@@ -254,6 +254,26 @@ pub fn terms(
     })
 }
 
+/// Full fine-tuning of a model whose parameters another module counted (the vision encoders):
+/// the same weights, gradients, optimizer states and step temporaries as a language model's.
+pub(crate) fn full_training_states(
+    parameters: u128,
+    req: &TrainingRequest,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<Term>, TrainingSummary), EstimateError> {
+    let source = WeightsSource::Numbers {
+        parameters: u64::try_from(parameters)
+            .map_err(|_| EstimateError::overflow("the parameter count", "the config")(Overflow))?,
+        bits: crate::units::Decimal::parse("32")
+            .map_err(|e| EstimateError::Input(e.to_string()))?,
+    };
+    let trainable = Trainable::Count(parameters);
+    let mut out = state_terms(&source, req, &trainable, notes)?;
+    out.extend(step_temporaries(req, &trainable, notes)?);
+    notes.push("optimizer states appear during the first optimizer step, not at model load: measure a full first step".into());
+    Ok((out, TrainingSummary::new(&source, req)))
+}
+
 /// The optimizer step's own temporaries. PyTorch's Adam and AdamW take the foreach path by default
 /// for CUDA parameters (`_default_to_fused_or_foreach`), whose `_foreach_sqrt(exp_avg_sqs)`
 /// allocates one value per trainable parameter, alive until the step ends; predict's replay shows

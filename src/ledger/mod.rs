@@ -173,6 +173,9 @@ impl LineId {
             TermId::Activations
             | TermId::LogitsAndLoss
             | TermId::PrefillTransient
+            | TermId::ImageInputs
+            | TermId::ForwardTransient
+            | TermId::AttentionScores { .. }
             | TermId::ServeActivationPeak
             | TermId::OptimizerStepTemporaries { .. } => Some(LineId::Growth),
             TermId::Reserve => Some(LineId::Reserve),
@@ -209,6 +212,9 @@ impl LineId {
             TermId::Activations
             | TermId::LogitsAndLoss
             | TermId::PrefillTransient
+            | TermId::ImageInputs
+            | TermId::ForwardTransient
+            | TermId::AttentionScores { .. }
             | TermId::OptimizerStepTemporaries { .. } => Some(LineId::Activations),
             other => LineId::of_term(other),
         }

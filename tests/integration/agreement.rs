@@ -258,3 +258,129 @@ fn term_dtype<'a>(doc: &'a serde_json::Value, id: &str) -> &'a str {
         .as_str()
         .expect("a dtype")
 }
+
+/// `estimate --workload vision` against `predict` of the same images (issue 22): a ViT-base from
+/// its config, with transformers' default SDPA and with eager attention (the config's
+/// `attn_implementation`). The weights are held to the allocator's rounding of each tensor (512
+/// bytes); the activation terms, the estimate's model of what the layers keep, to 1% of the
+/// prediction's bytes of that category at the phase's peak.
+mod vision {
+    use super::{at_peak, fixture, id_bytes, torch_python};
+    use crate::common::{PredictionDoc, Run, estimate_json};
+
+    fn config(dir: &std::path::Path, attention: Option<&str>) -> String {
+        let path = fixture("models/vit-base-defaults/config.json");
+        let mut raw: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        if let Some(kernel) = attention {
+            raw["attn_implementation"] = kernel.into();
+        }
+        let out = dir.join(format!("vit-{}.json", attention.unwrap_or("default")));
+        std::fs::write(&out, raw.to_string()).unwrap();
+        out.display().to_string()
+    }
+
+    /// The same images asked of both; `train`: `--train` to estimate, `--task train` to predict.
+    fn both(
+        dir: &std::path::Path,
+        model: &str,
+        args: &[&str],
+        train: bool,
+    ) -> (serde_json::Value, PredictionDoc) {
+        let estimate_train: &[&str] = if train { &["--train"] } else { &[] };
+        let predict_train: &[&str] = if train { &["--task", "train"] } else { &[] };
+        let est = estimate_json(
+            &[
+                &["--workload", "vision", "--model", model][..],
+                args,
+                estimate_train,
+            ]
+            .concat(),
+        );
+        let name = format!("{}-{train}.json", model.replace('/', "_"));
+        let doc = Run::predict()
+            .args([
+                "--python",
+                &torch_python(),
+                "--workload",
+                "vision",
+                "--model",
+                model,
+            ])
+            .args(args)
+            .args(predict_train)
+            .output(dir.join(name))
+            .succeeds()
+            .prediction();
+        (est, doc)
+    }
+
+    fn within(what: &str, estimated: u64, predicted: u64, percent: u64) {
+        println!("{what}: estimate {estimated} bytes, predict {predicted} bytes");
+        assert!(
+            estimated.abs_diff(predicted) * 100 <= predicted * percent,
+            "{what}: estimate {estimated} vs predicted {predicted}, beyond {percent}%"
+        );
+    }
+
+    fn weights_agree(est: &serde_json::Value, doc: &PredictionDoc, phase: &str) {
+        let (estimated, predicted) = (id_bytes(est, "weights"), at_peak(doc, phase, "parameter"));
+        // 200 tensors, each rounded up to 512 bytes by the allocator.
+        assert!(
+            predicted >= estimated && predicted - estimated <= 200 * 512,
+            "weights {estimated} vs parameters {predicted}"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs torch and transformers"]
+    fn inference_agrees() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = config(dir.path(), None);
+        let (est, doc) = both(dir.path(), &model, &["--images", "8"], false);
+        assert_eq!(est["vision"]["sequence"], 197);
+        assert_eq!(est["vision"]["attention"], "sdpa");
+        weights_agree(&est, &doc, "warm_forward");
+        within(
+            "inference transient",
+            id_bytes(&est, "forward_transient") + id_bytes(&est, "attention_scores"),
+            at_peak(&doc, "cold_forward", "temporary"),
+            1,
+        );
+    }
+
+    #[test]
+    #[ignore = "needs torch and transformers"]
+    fn training_agrees_with_sdpa_and_with_eager() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kept = Vec::new();
+        for attention in [None, Some("eager")] {
+            let model = config(dir.path(), attention);
+            let (est, doc) = both(
+                dir.path(),
+                &model,
+                &["--images", "4", "--resolution", "256"],
+                true,
+            );
+            assert_eq!(est["vision"]["sequence"], 257);
+            weights_agree(&est, &doc, "forward");
+            let activations = ["image_inputs", "activations", "attention_scores"]
+                .iter()
+                .map(|id| id_bytes(&est, id))
+                .sum();
+            within(
+                &format!("training activations ({})", attention.unwrap_or("sdpa")),
+                activations,
+                at_peak(&doc, "forward", "activation"),
+                1,
+            );
+            kept.push((
+                id_bytes(&est, "attention_scores"),
+                at_peak(&doc, "forward", "activation"),
+            ));
+        }
+        // Eager's s² term is what the prediction adds to SDPA's, to 1%.
+        let ((sdpa_est, sdpa), (eager_est, eager)) = (kept[0], kept[1]);
+        within("eager's scores", eager_est - sdpa_est, eager - sdpa, 1);
+    }
+}

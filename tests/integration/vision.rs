@@ -212,3 +212,52 @@ fn measuring_vision_with_the_fake_torch_says_transformers_is_missing() {
         .stderr_has("the vision workload needs transformers")
         .wrote_nothing();
 }
+
+/// `estimate --workload vision` needs no torch: the config's figures, and refusals that name the
+/// value and the fix.
+#[test]
+fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
+    let vit = fixture("models/vit-base-defaults").display().to_string();
+    let est = estimate_json(&[
+        "--workload",
+        "vision",
+        "--model",
+        &vit,
+        "--resolution",
+        "384",
+        "--images",
+        "2",
+        "--train",
+    ]);
+    assert_eq!(est["vision"]["patches"], 576);
+    assert_eq!(est["vision"]["sequence"], 577);
+    assert_eq!(id_bytes(&est, "weights"), 85_800_194 * 4);
+    assert!(est["left_out"].to_string().contains("logits"), "{est}");
+    let siglip = fixture("models/siglip-base-defaults").display().to_string();
+    let est = estimate_json(&["--workload", "vision", "--model", &siglip]);
+    assert_eq!(est["vision"]["sequence"], 196, "SigLIP has no CLS token");
+    let convnext = fixture("models/convnext-tiny-defaults")
+        .display()
+        .to_string();
+    for (args, words) in [
+        (
+            vec!["--workload", "vision", "--model", &convnext],
+            "`convnext` is not one of them",
+        ),
+        (
+            vec!["--workload", "vision", "--model", &vit, "--context", "128"],
+            "--tokens/--context is not part of a vision estimate",
+        ),
+        (
+            vec!["--model", &vit, "--images", "4"],
+            "add --workload vision",
+        ),
+    ] {
+        iteragpu()
+            .arg("estimate")
+            .args(&args)
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains(words));
+    }
+}

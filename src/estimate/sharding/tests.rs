@@ -172,6 +172,7 @@ fn numbers(
         kv: None,
         training: Some(training(sh, optimizer, precision)),
         reserve: None,
+        vision: None,
     })
 }
 
@@ -216,6 +217,7 @@ fn model(
         kv: None,
         training: Some(training(sh, optimizer, precision)),
         reserve: None,
+        vision: None,
     })
 }
 
@@ -604,6 +606,7 @@ fn refusals_name_the_fix() {
         kv: None,
         training: Some(training(Some(sharding(Strategy::Fsdp, 8)), a, m)),
         reserve: None,
+        vision: None,
     })
     .unwrap_err()
     .to_string();

@@ -79,6 +79,14 @@ fn term_fr(id: &TermId) -> Option<String> {
         TermId::PrefillTransient => {
             "transitoire du préremplissage (plus grande couche + logits)".into()
         }
+        TermId::ImageInputs => "images en entrée (pixels)".into(),
+        TermId::ForwardTransient => "transitoire de la passe avant (plus grande couche)".into(),
+        TermId::AttentionScores { kernel } => match kernel {
+            crate::estimate::vision::AttentionKernel::Eager => {
+                "scores d’attention (eager\u{a0}: s×s par tête)".into()
+            }
+            k => format!("statistiques par ligne de l’attention ({k}\u{a0}: pas de scores s×s)"),
+        },
         TermId::KvCache { cache, bits } => match (cache, bits) {
             (crate::estimate::kv_cache::CacheKind::Quantized, Some(b)) => {
                 format!("cache KV (quantifié, {b}\u{a0}bits)")
