@@ -104,4 +104,28 @@ def finish(code: int) -> NoReturn:
     """Ends the predicting process without interpreter finalization (see native.py)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    remove_temporary_directories()
     _EXIT(code)
+
+
+def remove_temporary_directories() -> None:
+    """Removes every `tempfile.TemporaryDirectory` still open, as a normal exit would.
+
+    os._exit skips the interpreter's exit, and with it these folders' removal: on torch 2.6,
+    `import torch._dynamo` makes one (torch/distributed/nn/jit/instantiator.py), which would be
+    left in the user's temporary folder by every prediction. Only those finalizers run; nothing
+    else registered at exit (a script's own handlers) is called.
+    """
+    import tempfile
+    import weakref
+
+    cleanup = getattr(getattr(tempfile.TemporaryDirectory, "_cleanup", None), "__func__", None)
+    registry = getattr(weakref.finalize, "_registry", None)
+    if cleanup is None or not isinstance(registry, dict):
+        return
+    for finalizer, info in list(registry.items()):
+        if getattr(info.func, "__func__", None) is cleanup:
+            try:
+                finalizer()
+            except Exception:  # a folder already gone or unremovable: exiting regardless
+                pass
