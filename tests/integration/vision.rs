@@ -128,6 +128,43 @@ fn a_multimodal_configs_vision_tower_runs_alone() {
     );
 }
 
+/// `--model timm:NAME` builds timm's own model (no weights downloaded): its feature map is the
+/// image over 32 for a ResNet, and the forward's peak grows with the resolution. The name has no
+/// "predict" in it: the CI's torch-2.6 pass has no timm.
+#[test]
+#[ignore = "needs torch and timm"]
+fn timm_models_run_by_name() {
+    let python = python_with(&["torch", "timm"]);
+    let dir = tempfile::tempdir().unwrap();
+    let peaks: Vec<u64> = [224u64, 448]
+        .iter()
+        .map(|&r| {
+            let doc = predict_vision(
+                &python,
+                dir.path(),
+                &format!("timm{r}"),
+                &[
+                    "--model",
+                    "timm:resnet18",
+                    "--resolution",
+                    &r.to_string(),
+                    "--images",
+                    "2",
+                ],
+            );
+            let built = phase(&doc, "model_load")["inputs"]["built"].to_string();
+            assert!(built.contains("timm resnet18"), "{built}");
+            let forward = phase(&doc, "cold_forward");
+            assert_eq!(
+                forward["inputs"]["hidden_shape"],
+                serde_json::json!([2, 512, r / 32, r / 32])
+            );
+            forward["peak_allocated_bytes"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
 /// `sweep --predict --vary resolution=…`: every trial predicted, the peaks growing, and the
 /// largest resolution predicted not to fit a limit between the last two.
 #[test]
