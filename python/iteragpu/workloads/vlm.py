@@ -191,8 +191,12 @@ def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
         extra: dict = {"pixel_values": processed["pixel_values"].to(device=device, dtype=dtype)}
         if "image_grid_thw" in processed:
             extra["image_grid_thw"] = processed["image_grid_thw"].to(device)
-        if model_type == "gemma3":
-            # The processor's token_type_ids: 1 on image tokens (Gemma 3's bidirectional image attention).
+        # The processor's modality ids (processing_utils.py::create_mm_token_type_ids: 1 on image
+        # tokens): Qwen2-VL's M-RoPE reads them as `mm_token_type_ids`, Gemma 3's bidirectional
+        # image attention as `token_type_ids`.
+        if model_type in ("qwen2_vl", "qwen2_5_vl"):
+            extra["mm_token_type_ids"] = (prompt == config.image_token_id).long().to(device)
+        elif model_type == "gemma3":
             extra["token_type_ids"] = (prompt == config.image_token_index).long().to(device)
     cache = transformers.cache_utils.DynamicCache(config=model.config)
     with torch.no_grad():
@@ -205,8 +209,7 @@ def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
         del extra
         with rec.phase("decode", new_tokens=spec.new_tokens) as info:
             for _ in range(spec.new_tokens):
-                mask = torch.cat([mask, torch.ones_like(token)], dim=1)
-                out = model(input_ids=token, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 token = out.logits[:, -1:].argmax(-1)
                 del out
             info["cache_bytes"] = cache_bytes(cache, model.device.type)
