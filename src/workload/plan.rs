@@ -15,7 +15,8 @@ use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, RequestsSpec, ScriptSpec, Task,
-    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec, Workload, WorkloadSpec,
+    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec, Workload,
+    WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 

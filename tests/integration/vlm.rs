@@ -72,7 +72,10 @@ fn predicted_llava_counts_576_tokens_per_image_at_the_processed_size() {
         let inputs = &phase(&doc, "inputs")["inputs"];
         assert_eq!(inputs["requested_resolution"], json!([480, 640]));
         assert_eq!(inputs["processed_pixel_shape"], json!([n, 3, 336, 336]));
-        assert_eq!(inputs["image_tokens_per_image"], json!(vec![576; n as usize]));
+        assert_eq!(
+            inputs["image_tokens_per_image"],
+            json!(vec![576; n as usize])
+        );
         assert_eq!(inputs["prompt_tokens_per_request"], 576 * n + 16);
         assert_eq!(doc["dimensions"]["images_per_request"], n);
         peaks.push(prefill_peak(&doc));
@@ -121,7 +124,10 @@ fn predicted_gemma3_makes_256_tokens_per_image() {
     assert_eq!(inputs["image_tokens_per_image"], json!([256]));
     assert_eq!(inputs["prompt_tokens_per_request"], 256 + 2 + 16);
     // The cache holds the prompt and the two tokens fed back while decoding.
-    assert_eq!(phase(&doc, "decode")["inputs"]["cache_tokens"], 256 + 2 + 16 + 2);
+    assert_eq!(
+        phase(&doc, "decode")["inputs"]["cache_tokens"],
+        256 + 2 + 16 + 2
+    );
 }
 
 /// `sweep --predict --vary images-per-request=1,2,4`: every trial predicted, the prefill's peak
@@ -131,8 +137,19 @@ fn predicted_gemma3_makes_256_tokens_per_image() {
 fn a_predicted_sweep_varies_the_images_per_request() {
     let dir = tempfile::tempdir().unwrap();
     let series = Run::sweep()
-        .args(["--predict", "--python", &torch_python(), "--card", "H100 80GB"])
-        .args(["--workload", "vlm", "--model", &model("qwen2-vl-2b-instruct")])
+        .args([
+            "--predict",
+            "--python",
+            &torch_python(),
+            "--card",
+            "H100 80GB",
+        ])
+        .args([
+            "--workload",
+            "vlm",
+            "--model",
+            &model("qwen2-vl-2b-instruct"),
+        ])
         .args(["--resolution", "896", "--batch", "4"])
         .args(["--prompt-tokens", "16", "--new-tokens", "2"])
         .args(["--vary", "images-per-request=1,2,4"])
@@ -147,7 +164,11 @@ fn a_predicted_sweep_varies_the_images_per_request() {
         .map(|t| t["peak_allocated_bytes"].as_u64().unwrap_or(u64::MAX))
         .collect();
     assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
-    assert_eq!(trials[2]["values"]["images-per-request"], 4, "{}", trials[2]);
+    assert_eq!(
+        trials[2]["values"]["images-per-request"], 4,
+        "{}",
+        trials[2]
+    );
 }
 
 /// Bad input is refused with the value and the fix, before any worker starts.
