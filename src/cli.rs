@@ -329,7 +329,8 @@ pub struct WorkloadArgs {
     #[arg(last = true, value_name = "ARGS")]
     pub script_args: Vec<String>,
     /// causal-lm, vision: a config.json, or a folder holding one (weights are random; nothing is
-    /// downloaded); vision also takes `timm:NAME` (a timm model, where timm is installed).
+    /// downloaded); vision also takes `timm:NAME` (a timm model, where timm is installed); vlm: a
+    /// folder holding config.json and preprocessor_config.json.
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
@@ -418,13 +419,17 @@ pub struct GenerationArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Vision")]
 pub struct VisionArgs {
-    /// Vision: the images' size in pixels, N (square) or HxW [default: the config's image_size,
-    /// else 224].
+    /// vision, vlm: the images' size in pixels, N (square) or HxW, before the model's processor
+    /// [default: the config's image_size, else 224].
     #[arg(long, value_name = "N|HxW", value_parser = image_size)]
     pub resolution: Option<(u64, Option<u64>)>,
     /// Vision: images processed together (a forward's batch) [default: 1].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub images: Option<u64>,
+    /// vlm: images in each request's prompt, each processed into image tokens by the model's own
+    /// processor [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub images_per_request: Option<u64>,
 }
 
 /// The window of a sliding KV cache (its own group: it acts only with `--cache sliding`).

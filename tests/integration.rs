@@ -44,6 +44,8 @@ mod sweep;
 mod torchrun;
 #[path = "integration/vision.rs"]
 mod vision;
+#[path = "integration/vlm.rs"]
+mod vlm;
 #[path = "integration/wheel.rs"]
 mod wheel;
 #[path = "integration/workloads.rs"]

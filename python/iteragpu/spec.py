@@ -110,6 +110,29 @@ class Vision:
 
 
 @dataclass(frozen=True)
+class Vlm:
+    """A vision-language model from a folder's config.json and preprocessor_config.json: `batch`
+    requests of `images_per_request` images of height × width and `prompt_tokens` text tokens each."""
+
+    workload: ClassVar[str] = "vlm"
+    devices: Tuple[str, ...]
+    seed: int
+    model_config: str
+    processor_config: str
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+    images_per_request: int
+    height: int
+    width: int
+    dtype: str
+    memory_limit_bytes: Optional[int] = None
+    predict: Optional[dict] = None
+    history: Optional[dict] = None
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Script:
     workload: ClassVar[str] = "script"
     devices: Tuple[str, ...]
@@ -123,9 +146,9 @@ class Script:
 
 
 # What one worker runs: the record `parse` returns.
-WorkerSpec = Union[Dense, CausalLm, Vision, Script]
+WorkerSpec = Union[Dense, CausalLm, Vision, Vlm, Script]
 
-WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Vision, Script)}
+WORKLOADS: Dict[str, Type[WorkerSpec]] = {cls.workload: cls for cls in (Dense, CausalLm, Vision, Vlm, Script)}
 _NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {
     "training": (Training, ("task",)),
     "quantized_cache": (QuantizedCache, ()),

@@ -12,7 +12,7 @@ from typing import Any, Callable, ContextManager, NoReturn
 
 from . import recorder
 from .recorder import Emit, Recorder
-from .spec import CausalLm, Dense, Script, Vision, WorkerSpec
+from .spec import CausalLm, Dense, Script, Vision, Vlm, WorkerSpec
 
 
 def run_workload(
@@ -40,6 +40,14 @@ def run_workload(
             try:
                 vision.run(rec, torch, spec)
             except vision.Missing as exc:
+                emit("unavailable", {"reason": str(exc)})
+                return 2
+        elif isinstance(spec, Vlm):
+            from .workloads import vlm
+
+            try:
+                vlm.run(rec, torch, spec)
+            except vlm.Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif isinstance(spec, Script):

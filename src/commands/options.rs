@@ -87,6 +87,7 @@ fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> M
         cache: generation.cache,
         resolution: w.vision.resolution,
         images: w.vision.images,
+        images_per_request: w.vision.images_per_request,
         requests: generation.requests,
         prompt_lengths: generation.prompt_lengths.clone(),
         output_lengths: generation.output_lengths.clone(),

@@ -22,6 +22,8 @@ pub enum Variable {
     Images,
     /// Concurrent generation requests, each with its own KV cache (`--requests`).
     Requests,
+    /// vlm: the images in each request's prompt.
+    ImagesPerRequest,
 }
 
 impl Variable {
@@ -70,6 +72,7 @@ pub struct Dimensions {
     pub resolution_width: Option<u64>,
     pub images: u64,
     pub requests: u64,
+    pub images_per_request: u64,
 }
 
 impl Dimensions {
@@ -106,6 +109,7 @@ impl Dimensions {
             Variable::Resolution => &mut self.resolution,
             Variable::Images => &mut self.images,
             Variable::Requests => &mut self.requests,
+            Variable::ImagesPerRequest => &mut self.images_per_request,
         }
     }
 
@@ -152,6 +156,7 @@ mod tests {
             resolution_width: Some(512),
             images: 8,
             requests: 8,
+            images_per_request: 9,
         };
         assert_eq!(d.image_size(), (384, 512));
         d.set(Variable::Resolution, 224);

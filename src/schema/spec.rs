@@ -7,6 +7,7 @@
 //! {"workload": "dense", "devices": ["cuda:0"], "seed": 0, "batch": 2, "context": 128, "width": 1024, "depth": 4, "dtype": "float32", "warmup": 0, "repeats": 2, "empty_cache": "never", "whole_loop": false, "task": "train", "steps": 2, "optimizer": "adamw", "precision": "bf16-mixed", "gradient_checkpointing": false}
 //! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
 //! {"workload": "vision", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "timm_model": null, "images": 8, "height": 224, "width": 224, "dtype": "float32", "whole_loop": false}
+//! {"workload": "vlm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "processor_config": "/abs/preprocessor_config.json", "batch": 1, "prompt_tokens": 128, "new_tokens": 32, "images_per_request": 2, "height": 336, "width": 336, "dtype": "float16"}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": [], "history": {"mode": "timeline", "max_entries": 100000, "snapshot": "/out/.r.json.snapshot-1a2b"}}
 //! ```
@@ -55,6 +56,7 @@ pub enum WorkloadSpec {
     Dense(DenseSpec),
     CausalLm(CausalLmSpec),
     Vision(VisionSpec),
+    Vlm(VlmSpec),
     Script(ScriptSpec),
 }
 
@@ -125,6 +127,26 @@ pub struct VisionSpec {
     pub whole_loop: bool,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub training: Option<TrainingSpec>,
+}
+
+/// A vision-language model with random weights (its folder's config.json), prompted with
+/// `images_per_request` random images of height × width processed by its own image processor
+/// (the folder's preprocessor_config.json) and `prompt_tokens` text tokens, per request of the
+/// batch; then `new_tokens` generated with the KV cache. Inference only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VlmSpec {
+    pub model_config: PathBuf,
+    pub processor_config: PathBuf,
+    /// Requests prompted together (a batch).
+    pub batch: u64,
+    /// Text tokens per request, beside the image tokens.
+    pub prompt_tokens: u64,
+    pub new_tokens: u64,
+    pub images_per_request: u64,
+    /// The images' height and width in pixels, before the processor.
+    pub height: u64,
+    pub width: u64,
+    pub dtype: String,
 }
 
 /// A user's script run as `__main__` with its arguments.
@@ -229,6 +251,10 @@ pub enum Workload {
     /// An image model (ViT, DeiT, ConvNeXt, Swin, a CLIP/SigLIP vision tower) from a Hugging Face
     /// config with random weights, or `timm:NAME` (needs transformers, or timm).
     Vision,
+    /// A vision-language model (LLaVA-1.5, Qwen2-VL, Gemma 3) from a folder holding its
+    /// config.json and preprocessor_config.json, prompted with images and text, then generating
+    /// (needs transformers and pillow).
+    Vlm,
 }
 
 /// Inference or training.
@@ -292,6 +318,7 @@ impl WorkerSpec {
             WorkloadSpec::Dense(_) => "dense",
             WorkloadSpec::CausalLm(_) => "causal-lm",
             WorkloadSpec::Vision(_) => "vision",
+            WorkloadSpec::Vlm(_) => "vlm",
             WorkloadSpec::Script(_) => "script",
         }
     }
@@ -357,7 +384,7 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("//! {"))
             .collect();
-        assert_eq!(examples.len(), 6);
+        assert_eq!(examples.len(), 7);
         for rest in examples {
             let text = format!("{{{rest}");
             let original: Value = serde_json::from_str(&text).expect(&text);

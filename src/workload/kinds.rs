@@ -17,7 +17,19 @@ pub enum WorkloadPlan {
     Dense(DensePlan),
     CausalLm(Box<CausalLmPlan>),
     Vision(VisionPlan),
+    Vlm(VlmPlan),
     Script(ScriptPlan),
+}
+
+/// A vision-language model prompted with images and text, then generating (inference only).
+#[derive(Clone, Debug)]
+pub struct VlmPlan {
+    /// The folder as the user named it (recorded in the dimensions).
+    pub model: PathBuf,
+    /// Its config.json and preprocessor_config.json, absolute (what the worker opens).
+    pub config: PathBuf,
+    pub processor: PathBuf,
+    pub dtype: Dtype,
 }
 
 /// An image model on a batch of random images.
@@ -335,6 +347,80 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
         dtype: weights_dtype(args, default)?,
         whole_loop: args.whole_loop,
         training: training(args)?,
+    })
+}
+
+/// The families whose image-token rule the vlm worker follows (`workloads/vlm.py::RULES`).
+pub const VLM_FAMILIES: [&str; 4] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3"];
+
+/// `--workload vlm --model DIR`, validated: the folder holds the model's config.json, a
+/// multimodal one (a `vision_config` of a family the worker follows), and the image processor's
+/// preprocessor_config.json (the image tokens come from it); training is refused.
+pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
+    let Some(model) = &args.model else {
+        bail!(
+            "--workload vlm needs --model DIR, a folder holding the model's config.json and preprocessor_config.json"
+        );
+    };
+    if args.task == Task::Train {
+        bail!(
+            "--workload vlm runs inference only (images and text prefilled, then generation); drop --task train, or measure training with --script"
+        );
+    }
+    if args.whole_loop {
+        bail!("--whole-loop with --workload vlm is not supported yet: drop --whole-loop");
+    }
+    if args.device.len() > 1 {
+        bail!(
+            "--workload vlm runs on one device; splitting a model over several GPUs is for you to measure with --script"
+        );
+    }
+    if !model.is_dir() {
+        bail!(
+            "--model {}: give the model's folder (holding config.json and preprocessor_config.json), not a file",
+            model.display()
+        );
+    }
+    let config = model.join("config.json");
+    let processor = model.join("preprocessor_config.json");
+    if !config.is_file() {
+        bail!(
+            "--model {}: no config.json there; give the folder of a vision-language model (config.json and preprocessor_config.json, as published with it)",
+            model.display()
+        );
+    }
+    if !processor.is_file() {
+        bail!(
+            "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
+            model.display()
+        );
+    }
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
+        .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", config.display()))?;
+    let kind = raw.get("model_type").and_then(Value::as_str).unwrap_or("?");
+    if raw.get("vision_config").is_none() {
+        bail!(
+            "--model {}: `{kind}` is not a vision-language model (its config has no vision_config); run a text model with --workload causal-lm",
+            config.display()
+        );
+    }
+    if !VLM_FAMILIES.contains(&kind) {
+        bail!(
+            "--model {}: model_type `{kind}` is not followed by --workload vlm (its image tokens are counted by the processors of {}); measure it with --script",
+            config.display(),
+            VLM_FAMILIES.join(", ")
+        );
+    }
+    let dtype = ["torch_dtype", "dtype"]
+        .iter()
+        .find_map(|k| raw.get(k).and_then(Value::as_str))
+        .and_then(|d| d.parse::<Dtype>().ok())
+        .unwrap_or(Dtype::Bfloat16);
+    Ok(VlmPlan {
+        model: model.clone(),
+        config: std::fs::canonicalize(&config)?,
+        processor: std::fs::canonicalize(&processor)?,
+        dtype: weights_dtype(args, dtype)?,
     })
 }
 

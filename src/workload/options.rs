@@ -34,6 +34,8 @@ pub struct MeasureOptions {
     /// Vision: `--resolution` (height, and the width when not square).
     pub resolution: Option<(u64, Option<u64>)>,
     pub images: Option<u64>,
+    /// vlm: `--images-per-request`.
+    pub images_per_request: Option<u64>,
     /// `--requests`, `--prompt-lengths`, `--output-lengths` (empty lists: one length for all).
     pub requests: Option<u64>,
     pub prompt_lengths: Vec<u64>,

@@ -15,15 +15,16 @@ use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
     CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, RequestsSpec, ScriptSpec, Task,
-    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, WorkerSpec, Workload, WorkloadSpec,
+    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec, Workload,
+    WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
 pub use crate::workload::kinds::{
     CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VisionPlan,
-    VisionSource, WorkloadPlan,
+    VisionSource, VlmPlan, WorkloadPlan,
 };
-use crate::workload::kinds::{causal_lm, config_image_size, dense, vision};
+use crate::workload::kinds::{causal_lm, config_image_size, dense, vision, vlm};
 pub use crate::workload::options::{Acts, MeasureOptions, Scope, Written};
 
 /// The largest world size `predict` follows: the fake process group's cost grows with the ranks
@@ -115,6 +116,9 @@ impl MeasurePlan {
             resolution: args.resolution.map_or(DEFAULTS.resolution, |r| r.0),
             resolution_width: args.resolution.and_then(|r| r.1),
             images: args.images.unwrap_or(DEFAULTS.images),
+            images_per_request: args
+                .images_per_request
+                .unwrap_or(DEFAULTS.images_per_request),
             // Length lists alone are that many requests.
             requests: args.requests.unwrap_or(
                 (args.prompt_lengths.len().max(args.output_lengths.len()) as u64).max(1),
@@ -139,6 +143,7 @@ impl MeasurePlan {
                 Workload::Dense => WorkloadPlan::Dense(dense(args)?),
                 Workload::CausalLm => WorkloadPlan::CausalLm(Box::new(causal_lm(args)?)),
                 Workload::Vision => WorkloadPlan::Vision(vision(args)?),
+                Workload::Vlm => WorkloadPlan::Vlm(vlm(args)?),
             }
         };
         let mut dims = dims;
@@ -147,6 +152,10 @@ impl MeasurePlan {
             if let VisionSource::Config(path) = &v.source {
                 dims.resolution = config_image_size(path).unwrap_or(DEFAULTS.resolution);
             }
+        }
+        if let (WorkloadPlan::Vlm(v), None) = (&workload, args.resolution) {
+            // Unstated, the images are the size its vision tower was built for.
+            dims.resolution = config_image_size(&v.config).unwrap_or(DEFAULTS.resolution);
         }
         let plan = MeasurePlan {
             workload,
@@ -191,7 +200,8 @@ impl MeasurePlan {
                 | Variable::NewTokens
                 | Variable::Resolution
                 | Variable::Images
-                | Variable::Requests => false,
+                | Variable::Requests
+                | Variable::ImagesPerRequest => false,
             },
             WorkloadPlan::CausalLm(c) => match (variable, &c.requests) {
                 // Each request is one sequence: --batch is refused with --requests.
@@ -203,7 +213,11 @@ impl MeasurePlan {
                 (Variable::NewTokens, Some(r)) => !train && r.output_lengths.is_empty(),
                 (Variable::PromptTokens | Variable::NewTokens, None) => !train,
                 (
-                    Variable::Width | Variable::Depth | Variable::Resolution | Variable::Images,
+                    Variable::Width
+                    | Variable::Depth
+                    | Variable::Resolution
+                    | Variable::Images
+                    | Variable::ImagesPerRequest,
                     _,
                 ) => false,
             },
@@ -212,6 +226,14 @@ impl MeasurePlan {
                 Variable::Steps => train,
                 _ => false,
             },
+            WorkloadPlan::Vlm(_) => matches!(
+                variable,
+                Variable::Batch
+                    | Variable::PromptTokens
+                    | Variable::NewTokens
+                    | Variable::Resolution
+                    | Variable::ImagesPerRequest
+            ),
         }
     }
 
@@ -237,6 +259,7 @@ impl MeasurePlan {
             (WorkloadPlan::Dense(_), true) => "dense training",
             (WorkloadPlan::Vision(_), false) => "vision inference",
             (WorkloadPlan::Vision(_), true) => "vision training",
+            (WorkloadPlan::Vlm(_), _) => "vlm generation",
             (WorkloadPlan::CausalLm(_), false) => "causal-lm generation",
             (WorkloadPlan::CausalLm(_), true) => "causal-lm training",
         }
@@ -320,7 +343,7 @@ impl MeasurePlan {
             WorkloadPlan::Dense(d) => d.training.as_ref(),
             WorkloadPlan::CausalLm(c) => c.training.as_ref(),
             WorkloadPlan::Vision(v) => v.training.as_ref(),
-            WorkloadPlan::Script(_) => None,
+            WorkloadPlan::Vlm(_) | WorkloadPlan::Script(_) => None,
         }
     }
 
@@ -387,7 +410,7 @@ impl MeasurePlan {
             WorkloadPlan::Dense(d) => d.whole_loop,
             WorkloadPlan::CausalLm(c) => c.whole_loop,
             WorkloadPlan::Vision(v) => v.whole_loop,
-            WorkloadPlan::Script(_) => false,
+            WorkloadPlan::Vlm(_) | WorkloadPlan::Script(_) => false,
         }
     }
 
@@ -465,6 +488,20 @@ impl MeasurePlan {
                     dtype: p.dtype.torch_name().into(),
                     whole_loop: p.whole_loop,
                     training: training(&p.training),
+                })
+            }
+            WorkloadPlan::Vlm(p) => {
+                let (height, width) = d.image_size();
+                WorkloadSpec::Vlm(VlmSpec {
+                    model_config: p.config.clone(),
+                    processor_config: p.processor.clone(),
+                    batch: d.batch,
+                    prompt_tokens: d.prompt_tokens,
+                    new_tokens: d.new_tokens,
+                    images_per_request: d.images_per_request,
+                    height,
+                    width,
+                    dtype: p.dtype.torch_name().into(),
                 })
             }
             WorkloadPlan::Script(p) => WorkloadSpec::Script(ScriptSpec {
@@ -561,6 +598,20 @@ impl MeasurePlan {
                 let repeats = if train { self.dims.steps } else { 1 };
                 (dims, Some(self.seed), first.to_string(), 0, repeats)
             }
+            WorkloadPlan::Vlm(p) => {
+                let mut dims = pick(&[
+                    "batch",
+                    "prompt_tokens",
+                    "new_tokens",
+                    "images_per_request",
+                    "height",
+                    "width",
+                    "dtype",
+                ]);
+                dims.insert("model".into(), json!(p.model.display().to_string()));
+                dims.insert("resolution".into(), json!(self.dims.resolution));
+                (dims, Some(self.seed), "prefill".to_string(), 0, 1)
+            }
         };
         let empty_cache = match &self.workload {
             WorkloadPlan::Dense(p) => p.empty_cache,
@@ -637,6 +688,7 @@ pub fn scope_phases(spec: &WorkerSpec) -> Vec<String> {
                 v.whole_loop,
                 v.training.as_ref(),
             ),
+            WorkloadSpec::Vlm(_) => (&["prefill", "decode"], false, None),
         };
     let mut phases = Vec::new();
     if training.is_some_and(|t| t.shard.is_some()) {
@@ -671,6 +723,7 @@ const DEFAULTS: Dimensions = Dimensions {
     resolution_width: None,
     images: 1,
     requests: 1,
+    images_per_request: 1,
 };
 
 /// `--nproc-per-node` and the multi-node options, validated.
@@ -752,11 +805,13 @@ fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
             plan.describe(),
             match variable {
                 Variable::Width | Variable::Depth => "the dense workload",
-                Variable::PromptTokens | Variable::NewTokens => "causal-lm generation",
+                Variable::PromptTokens | Variable::NewTokens => "causal-lm and vlm generation",
                 Variable::Steps => "--task train",
                 Variable::Context => "dense inputs and causal-lm training",
-                Variable::Batch => "the dense and causal-lm workloads (vision: --images)",
-                Variable::Resolution | Variable::Images => "--workload vision",
+                Variable::Batch => "the dense, causal-lm and vlm workloads (vision: --images)",
+                Variable::Resolution => "--workload vision and vlm",
+                Variable::Images => "--workload vision (vlm: --images-per-request)",
+                Variable::ImagesPerRequest => "--workload vlm (vision: --images)",
                 Variable::Requests => "causal-lm generation",
             }
         );

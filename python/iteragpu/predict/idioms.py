@@ -153,6 +153,24 @@ class Idioms:
             return original_tolist(t)
 
         torch.Tensor.tolist = tolist
+        original_tensor = torch.tensor
+
+        def scalars(data: Any) -> Any:
+            if isinstance(data, FakeTensor):
+                return tolist(data)
+            if isinstance(data, (list, tuple)) and any(isinstance(d, (FakeTensor, list, tuple)) for d in data):
+                return [scalars(d) for d in data]
+            return data
+
+        def tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+            # `torch.tensor([t0, t1], device=…)` over data-less tensors (Qwen2-VL's rope deltas)
+            # reads each one below the dispatch modes, where a fake CUDA tensor needs a driver:
+            # their values (known, or the placeholder) are read first, as a CUDA tensor's are.
+            if isinstance(data, (list, tuple, FakeTensor)):
+                data = scalars(data)
+            return original_tensor(data, *args, **kwargs)
+
+        torch.tensor = tensor
 
     def _compile(self) -> None:
         torch = self.torch

@@ -397,8 +397,10 @@ class Tracker(TorchDispatchMode):
             with self.fake_lock, self.fake_mode:
                 out = func(*args, **kwargs)
         except fake_tensor.DynamicOutputShapeException:
-            out = self._upper_bound(func, name, args, kwargs)
-            tainted = True
+            out = self._known_shape(func, args, kwargs, flat, spec)
+            if out is None:
+                out = self._upper_bound(func, name, args, kwargs)
+                tainted = True
         except fake_tensor.UnsupportedOperatorException:
             out = self._unsupported(func, args, kwargs)
             tainted = True
@@ -623,6 +625,29 @@ class Tracker(TorchDispatchMode):
         if self.placeholders[site] == 1:
             kind = _placeholder_kind(dtype)
             self._emit("placeholder", {"op": "item", "file": file, "line": line, "dtype": str(dtype).replace("torch.", ""), "answer": str(PLACEHOLDER[kind])})
+
+    def _known_shape(self, func: Any, args: Any, kwargs: Any, flat: list[Any], spec: Any) -> Any:
+        """A data-dependent output size whose inputs' values are all known (Qwen2-VL's
+        `repeat_interleave` over `image_grid_thw`): the op run on the CPU over those values gives
+        the output's real size; the output is a data-less tensor of that size on the inputs'
+        device, its values known (`_follow_values` runs the same op). None when any value is unknown."""
+        fakes = [a for a in flat if isinstance(a, FakeTensor)]
+        if not fakes or getattr(func, "namespace", None) != "aten":
+            return None
+        known = {id(a): self.values.known(a) for a in fakes}
+        if any(v is None for v in known.values()):
+            return None
+        with _disable_current_modes():
+            filled = [known[id(a)] if isinstance(a, FakeTensor) else (torch.device("cpu") if isinstance(a, torch.device) else a) for a in flat]
+            cargs, ckwargs = tree_unflatten(filled, spec)
+            try:
+                result = func(*cargs, **ckwargs)
+            except Exception:  # any op may fail on the CPU where CUDA would not: the upper bound then
+                return None
+        if not isinstance(result, torch.Tensor) or result.numel() > known_values.SMALL:
+            return None
+        with self.fake_lock, self.fake_mode:
+            return torch.empty(result.shape, dtype=result.dtype, device=fakes[0].device)
 
     def _upper_bound(self, func: Any, name: str, args: Any, kwargs: Any) -> Any:
         """A data-dependent output size: marked unpredictable, then the largest possible output

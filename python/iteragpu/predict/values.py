@@ -117,7 +117,14 @@ class Values:
             if view is None:
                 self.bases.pop(key, None)
                 return
-            view.copy_(values.to(t.dtype).expand(t.shape))
+            # An expanded tensor (a stride 0: every element of that dimension is one location) is
+            # written once per location; any other overlap is not followed.
+            once = tuple(0 if (st == 0 and n > 1) else slice(None) for st, n in zip(view.stride(), view.shape))
+            try:
+                view[once].copy_(values.to(t.dtype).expand(t.shape)[once])
+            except RuntimeError:  # memory overlap beyond an expansion: values unknown, never wrong
+                self.bases.pop(key, None)
+                return
             if mask is None:
                 if entry[1] is not None:
                     known = self._view(entry[1], t)
@@ -127,7 +134,7 @@ class Values:
             else:
                 if entry[1] is None:
                     entry[1] = torch.ones(entry[0].shape, dtype=torch.bool)
-                self._view(entry[1], t).copy_(mask.expand(t.shape))
+                self._view(entry[1], t)[once].copy_(mask.expand(t.shape)[once])
 
     def drop(self, t: Any) -> None:
         """`t`'s storage was written with values nobody knows."""

@@ -1,0 +1,246 @@
+//! The multimodal-prompt workload (`--workload vlm`): LLaVA-1.5, Qwen2-VL and Gemma 3 predicted
+//! with real torch and transformers on the CPU from their hub config.json and
+//! preprocessor_config.json (the image tokens each processor makes, the shapes it really
+//! processed, the prefill growing with the images), a predicted sweep over
+//! `images-per-request`, the refusals, and the fake torch's measure path.
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+fn model(name: &str) -> String {
+    fixture(&format!("models/{name}")).display().to_string()
+}
+
+fn phase<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no phase {name}: {doc}"))
+}
+
+fn predict_vlm(dir: &std::path::Path, tag: &str, args: &[&str]) -> Value {
+    let doc = Run::predict()
+        .args(["--python", &torch_python(), "--workload", "vlm"])
+        .args(["--prompt-tokens", "16", "--new-tokens", "2"])
+        .args(args)
+        .output(dir.join(format!("{tag}.json")))
+        .succeeds()
+        .stdout_has("a PREDICTION, not a measurement")
+        .json();
+    let phases: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["model_load", "inputs", "prefill", "decode"]);
+    assert_eq!(doc["status"], "complete", "{}", doc["failure"]);
+    doc
+}
+
+fn prefill_peak(doc: &Value) -> u64 {
+    phase(doc, "prefill")["peak_allocated_bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+/// LLaVA-1.5's CLIP processor resizes and crops any image to 336×336, and its processor rule
+/// gives (336/14)² = 576 image tokens (the CLS dropped by the "default" feature strategy): a
+/// 480×640 request is processed at 336×336, and a second image adds 576 tokens and prefill memory.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_llava_counts_576_tokens_per_image_at_the_processed_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let llava = model("llava-1.5-7b-hf");
+    let mut peaks = Vec::new();
+    for n in [1u64, 2] {
+        let images = n.to_string();
+        let doc = predict_vlm(
+            dir.path(),
+            &format!("llava-{n}"),
+            &[
+                "--model",
+                &llava,
+                "--resolution",
+                "480x640",
+                "--images-per-request",
+                &images,
+            ],
+        );
+        let inputs = &phase(&doc, "inputs")["inputs"];
+        assert_eq!(inputs["requested_resolution"], json!([480, 640]));
+        assert_eq!(inputs["processed_pixel_shape"], json!([n, 3, 336, 336]));
+        assert_eq!(
+            inputs["image_tokens_per_image"],
+            json!(vec![576; n as usize])
+        );
+        assert_eq!(inputs["prompt_tokens_per_request"], 576 * n + 16);
+        assert_eq!(doc["dimensions"]["images_per_request"], n);
+        peaks.push(prefill_peak(&doc));
+    }
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
+/// Qwen2-VL keeps the image's size (dynamic resolution): 448×448 is a 32×32 grid of 14-pixel
+/// patches, merged 2×2 into 256 tokens; 224×224 gives 64. The prompt holds each image between
+/// vision_start and vision_end.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_qwen2_vl_tokens_follow_the_resolution() {
+    let dir = tempfile::tempdir().unwrap();
+    let qwen = model("qwen2-vl-2b-instruct");
+    let mut peaks = Vec::new();
+    for (side, grid, tokens) in [(224u64, 16u64, 64u64), (448, 32, 256)] {
+        let r = side.to_string();
+        let doc = predict_vlm(
+            dir.path(),
+            &format!("qwen-{side}"),
+            &["--model", &qwen, "--resolution", &r],
+        );
+        let inputs = &phase(&doc, "inputs")["inputs"];
+        assert_eq!(inputs["image_grid_thw"], json!([[1, grid, grid]]));
+        assert_eq!(inputs["processed_pixel_shape"], json!([grid * grid, 1176]));
+        assert_eq!(inputs["image_tokens_per_image"], json!([tokens]));
+        assert_eq!(inputs["prompt_tokens_per_request"], tokens + 2 + 16);
+        peaks.push(prefill_peak(&doc));
+    }
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
+/// Gemma 3's processor resizes to 896×896 and each image is mm_tokens_per_image = 256 tokens.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_gemma3_makes_256_tokens_per_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = predict_vlm(
+        dir.path(),
+        "gemma",
+        &["--model", &model("gemma-3-4b-it"), "--resolution", "512"],
+    );
+    let inputs = &phase(&doc, "inputs")["inputs"];
+    assert_eq!(inputs["processed_pixel_shape"], json!([1, 3, 896, 896]));
+    assert_eq!(inputs["image_tokens_per_image"], json!([256]));
+    assert_eq!(inputs["prompt_tokens_per_request"], 256 + 2 + 16);
+    // The cache holds the prompt and the two tokens fed back while decoding.
+    assert_eq!(
+        phase(&doc, "decode")["inputs"]["cache_tokens"],
+        256 + 2 + 16 + 2
+    );
+}
+
+/// `sweep --predict --vary images-per-request=1,2,4`: every trial predicted, the prefill's peak
+/// growing with the images.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_predicted_sweep_varies_the_images_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let series = Run::sweep()
+        .args([
+            "--predict",
+            "--python",
+            &torch_python(),
+            "--card",
+            "H100 80GB",
+        ])
+        .args([
+            "--workload",
+            "vlm",
+            "--model",
+            &model("qwen2-vl-2b-instruct"),
+        ])
+        .args(["--resolution", "896", "--batch", "4"])
+        .args(["--prompt-tokens", "16", "--new-tokens", "2"])
+        .args(["--vary", "images-per-request=1,2,4"])
+        .output(dir.path().join("series.json"))
+        .succeeds()
+        .stdout_has("PREDICTED")
+        .json();
+    let trials = series["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 3);
+    let peaks: Vec<u64> = trials
+        .iter()
+        .map(|t| t["peak_allocated_bytes"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    assert!(peaks.windows(2).all(|w| w[0] < w[1]), "{peaks:?}");
+    assert_eq!(
+        trials[2]["values"]["images-per-request"], 4,
+        "{}",
+        trials[2]
+    );
+}
+
+/// Bad input is refused with the value and the fix, before any worker starts.
+#[test]
+fn vlm_refusals_name_the_value_and_the_fix() {
+    let qwen = model("qwen2-vl-2b-instruct");
+    let text_only = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("models/llama-3-8b/config.json"),
+        text_only.path().join("config.json"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture("models/qwen2-vl-2b-instruct/preprocessor_config.json"),
+        text_only.path().join("preprocessor_config.json"),
+    )
+    .unwrap();
+    let text_only = text_only.path().display().to_string();
+    let config_file = format!("{qwen}/config.json");
+    for (args, says) in [
+        (
+            vec!["--model", &model("gemma-3-1b-it")],
+            "no preprocessor_config.json there",
+        ),
+        (
+            vec!["--model", &text_only],
+            "`llama` is not a vision-language model",
+        ),
+        (vec!["--model", &config_file], "give the model's folder"),
+        (vec![], "--workload vlm needs --model DIR"),
+        (
+            vec!["--model", &qwen, "--task", "train"],
+            "--workload vlm runs inference only",
+        ),
+        (
+            vec!["--model", &qwen, "--requests", "2"],
+            "--requests has no effect on vlm generation",
+        ),
+        (
+            vec!["--model", &qwen, "--images", "2"],
+            "(vlm: --images-per-request)",
+        ),
+        (
+            vec!["--model", &qwen, "--images-per-request", "0"],
+            "images-per-request",
+        ),
+    ] {
+        Run::predict()
+            .args(["--workload", "vlm"])
+            .args(&args)
+            .expect_status(1)
+            .stderr_has(says);
+    }
+    Run::predict()
+        .args(["--workload", "causal-lm", "--model", &model("gpt2")])
+        .args(["--images-per-request", "2"])
+        .expect_status(1)
+        .stderr_has("--images-per-request has no effect on causal-lm generation");
+}
+
+/// The fake torch has no transformers beside it: the measure path says what is missing (exit
+/// 2), never an empty result.
+#[test]
+fn measuring_vlm_with_the_fake_torch_says_transformers_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    Run::measure()
+        .fake_torch()
+        .args(["--workload", "vlm", "--model"])
+        .arg(model("qwen2-vl-2b-instruct"))
+        .args(["--no-prediction"])
+        .output(dir.path().join("r.json"))
+        .expect_status(2)
+        .stderr_has("the vlm workload needs transformers")
+        .wrote_nothing();
+}
