@@ -436,3 +436,20 @@ fn a_grad_scaler_steps_as_on_a_gpu_without_overflow() {
     let grew = step.end_allocated_bytes.unwrap() - step.start_allocated_bytes.unwrap();
     assert!(grew >= 2 * (256 * 256 + 256) * 4, "{grew}");
 }
+
+/// A model built under `with torch.device("cuda"):` with BatchNorm's integer buffers: the
+/// prediction's own CPU bookkeeping of their values is not sent to the (absent) GPU by the
+/// context, and the script's read of `num_batches_tracked` gets its real value.
+#[test]
+#[ignore = "needs torch"]
+fn a_model_built_under_a_device_context_is_predicted() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "device_context.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
+    assert!(p.stderr.contains("batches tracked 1"), "{}", p.stderr);
+    let run = p.phase("run device_context.py");
+    // Parameters, the batch and the activations of a 64×64 convolution over 8 images.
+    assert!(run.peak_allocated_bytes.unwrap() > 8 * 32 * 64 * 64 * 4);
+}

@@ -478,7 +478,7 @@ class Tracker(TorchDispatchMode):
             return None
         answer = self._placeholder_value(t)
         with _disable_current_modes():
-            return torch.full(t.shape, answer, dtype=t.dtype) if t.numel() <= known_values.SMALL else None
+            return torch.full(t.shape, answer, dtype=t.dtype, device="cpu") if t.numel() <= known_values.SMALL else None
 
     def _placeholder_value(self, t: Any) -> bool | int | float:
         file, line = user_frame()
@@ -537,7 +537,7 @@ class Tracker(TorchDispatchMode):
             for a in flat:
                 if isinstance(a, FakeTensor):
                     g = got[id(a)]
-                    a = g[0] if g is not None else torch.zeros(a.shape, dtype=a.dtype)
+                    a = g[0] if g is not None else torch.zeros(a.shape, dtype=a.dtype, device="cpu")
                 elif isinstance(a, torch.device) and a.type != "cpu":
                     a = torch.device("cpu")
                 filled.append(a)
@@ -553,12 +553,12 @@ class Tracker(TorchDispatchMode):
                 for a, f in zip(flat, filled):
                     if isinstance(a, FakeTensor):
                         g = got[id(a)]
-                        m = torch.zeros(a.shape, dtype=torch.bool) if g is None else (torch.ones(a.shape, dtype=torch.bool) if g[1] is None else g[1])
+                        m = torch.zeros(a.shape, dtype=torch.bool, device="cpu") if g is None else (torch.ones(a.shape, dtype=torch.bool, device="cpu") if g[1] is None else g[1])
                         pairs.append((f, m))
                     elif isinstance(a, torch.Tensor):
-                        pairs.append((a, torch.ones(a.shape, dtype=torch.bool)))
+                        pairs.append((a, torch.ones(a.shape, dtype=torch.bool, device="cpu")))
                     elif isinstance(a, (bool, int)):
-                        pairs.append((torch.tensor(a), torch.tensor(True)))
+                        pairs.append((torch.tensor(a, device="cpu"), torch.tensor(True, device="cpu")))
                 shape = outs[0].shape if outs else mutated[0].shape
                 try:
                     mask = known_values.known_mask(name, pairs, shape)

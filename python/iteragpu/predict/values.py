@@ -109,8 +109,8 @@ class Values:
         with _disable_current_modes():
             entry = self.bases.get(key)
             if entry is None or entry[0].dtype != t.dtype or entry[0].numel() != nbytes // itemsize:
-                base = torch.zeros(nbytes // itemsize, dtype=t.dtype)
-                entry = [base, torch.zeros(base.shape, dtype=torch.bool)]
+                base = torch.zeros(nbytes // itemsize, dtype=t.dtype, device="cpu")
+                entry = [base, torch.zeros(base.shape, dtype=torch.bool, device="cpu")]
                 self.bases[key] = entry
                 weakref.finalize(st, self.bases.pop, key, None)
             view = self._view(entry[0], t)
@@ -133,7 +133,7 @@ class Values:
                         entry[1] = None
             else:
                 if entry[1] is None:
-                    entry[1] = torch.ones(entry[0].shape, dtype=torch.bool)
+                    entry[1] = torch.ones(entry[0].shape, dtype=torch.bool, device="cpu")
                 self._view(entry[1], t)[once].copy_(mask.expand(t.shape)[once])
 
     def drop(self, t: Any) -> None:
