@@ -801,7 +801,8 @@ pub struct ActivationArgs {
     /// Recompute activations in the backward pass (keep only each layer's input).
     #[arg(long, requires = "train")]
     pub gradient_checkpointing: bool,
-    /// Attention that does not store the s×s score matrix (flash / memory-efficient SDPA).
+    /// Count attention without the s×s scores even if the config names eager (by default the
+    /// config's attn_implementation decides, else transformers' default SDPA).
     #[arg(long, requires = "train")]
     pub flash_attention: bool,
 }

@@ -8,7 +8,7 @@ use super::states::{Strategy, Trainable, optimizer_bytes, trainable_bytes};
 use super::weights::{self, WeightsSource};
 use super::{EstimateError, Kind, Term, TermId, g, product, sum};
 use crate::model::inventory::TensorGroup;
-use crate::model::{Architecture, Role};
+use crate::model::{Architecture, AttentionKernel, Role};
 use crate::units::{Bytes, Overflow};
 use serde::Serialize;
 
@@ -403,13 +403,32 @@ fn state_terms(
     Ok(out)
 }
 
+/// The attention the activations count, and why: `--flash-attention` overrides the model's own
+/// (the config's `attn_implementation`, else transformers' default SDPA).
+fn attention_of(arch: &Architecture, req: &TrainingRequest) -> (AttentionKernel, String) {
+    if req.flash_attention {
+        (
+            AttentionKernel::FlashAttention2,
+            format!(
+                "--flash-attention, over the model's {} from {}",
+                arch.attention, arch.attention_source
+            ),
+        )
+    } else {
+        (arch.attention, arch.attention_source.clone())
+    }
+}
+
 /// Activations per Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 /// Transformer Models", §4.1): per layer `s·b·h·(34 + 5·a·s/h)` bytes with 16-bit activations,
 /// of which attention 11·sbh + 5·a·s²·b, MLP 19·sbh, norms 4·sbh. Adapted here: the MLP part uses
 /// the model's real width (2·sbh + 4·sbI plain, 2·sbh + 6·sbI gated, + sbh dropout mask; equal to
-/// 19·sbh for I = 4h), MoE layers count the routed experts' width per token, flash attention
-/// drops the 5·a·s²·b score term, and gradient checkpointing keeps only each layer's input
-/// (2·sbh) plus one layer recomputed at a time.
+/// 19·sbh for I = 4h), MoE layers count the routed experts' width per token, and gradient
+/// checkpointing keeps only each layer's input (2·sbh) plus one layer recomputed at a time. The
+/// 5·a·s²·b score term is eager attention's: the kernel the model runs (`attention_of`) decides
+/// it. SDPA's fused kernels and flash attention keep instead the softmax's fp32 log-sum-exp per
+/// row (`a·b·s`; the memory-efficient kernel, SDPA's choice for fp32, pads s to 32), as predict
+/// sees them and as the vision estimate counts them.
 fn activation_terms(
     arch: &Architecture,
     req: &TrainingRequest,
@@ -418,6 +437,8 @@ fn activation_terms(
 ) -> Result<Vec<Term>, Overflow> {
     let d = arch.dims;
     let (b128, s128, h) = (b as u128, s as u128, d.hidden_size as u128);
+    let e = req.precision.activation_bytes() as u128;
+    let (kernel, kernel_source) = attention_of(arch, req);
     // --context and --batch are only bounded by u64: every product is checked.
     let sbh = product(&[s128, b128, h])?;
     let mlp = |inter: u128| -> Result<u128, Overflow> {
@@ -428,10 +449,18 @@ fn activation_terms(
     let moe_inter = arch
         .moe
         .map(|m| m.active as u128 * m.expert_intermediate as u128 + m.shared_intermediate as u128);
-    let scores = if req.flash_attention {
+    let scores = if kernel.materializes_scores() {
+        product(&[5, d.num_heads as u128, s128, s128, b128])?
+    } else {
+        0
+    };
+    // The fused kernels' log-sum-exp, fp32 whatever the precision: bytes per layer, unscaled.
+    let padded = kernel == AttentionKernel::Sdpa && e == 4;
+    let rows = if padded { s128.div_ceil(32) * 32 } else { s128 };
+    let lse = if kernel.materializes_scores() {
         0
     } else {
-        product(&[5, d.num_heads as u128, s128, s128, b128])?
+        product(&[d.num_heads as u128, b128, rows, 4])?
     };
     let layer = |inter: u128| -> Result<u128, Overflow> {
         sum([product(&[15, sbh])?, scores, mlp(inter)?])
@@ -442,32 +471,45 @@ fn activation_terms(
         product(&[dense_layers, layer(dense_inter)?])?,
         product(&[moe_layers, layer(moe_inter.unwrap_or(dense_inter))?])?,
     ])?;
-    let scale = |v: u128| -> Result<u128, Overflow> {
-        Ok(product(&[v, req.precision.activation_bytes() as u128])? / 2)
+    let scale = |v: u128| -> Result<u128, Overflow> { Ok(product(&[v, e])? / 2) };
+    let per_layer = if kernel.materializes_scores() {
+        "s·b·h·(34 + 5·a·s/h)".to_string()
+    } else {
+        format!(
+            "(s·b·h·34 + a·b·{} × 4 bytes of log-sum-exp, no s² term)",
+            if padded { "⌈s/32⌉·32" } else { "s" }
+        )
     };
+    let attention_text = format!(
+        "attention {kernel} ({kernel_source}){}",
+        if kernel.materializes_scores() {
+            ": its s×s scores kept for backward"
+        } else {
+            ""
+        }
+    );
     let (bytes, formula) = if req.gradient_checkpointing {
         let largest = layer(moe_inter.unwrap_or(0).max(dense_inter))?;
         (
-            scale(sum([product(&[d.num_layers as u128, 2, sbh])?, largest])?)?,
+            sum([
+                scale(sum([product(&[d.num_layers as u128, 2, sbh])?, largest])?)?,
+                lse,
+            ])?,
             format!(
-                "gradient checkpointing: {} layers × 2·s·b·h (layer inputs) + one layer recomputed (s·b·h·(34 + 5·a·s/h) adapted); s={}, b={}, h={}",
+                "gradient checkpointing: {} layers × 2·s·b·h (layer inputs) + one layer recomputed ({per_layer} adapted); s={}, b={}, h={}, a={}; {attention_text}",
                 d.num_layers,
                 g(s),
                 g(b),
-                g(d.hidden_size)
+                g(d.hidden_size),
+                d.num_heads
             ),
         )
     } else {
         (
-            scale(full)?,
+            sum([scale(full)?, product(&[d.num_layers as u128, lse])?])?,
             format!(
-                "{} layers × s·b·h·(34{} ) adapted to the MLP width (Korthikanti et al. 2022); s={}, b={}, h={}, a={}",
+                "{} layers × {per_layer} adapted to the MLP width (Korthikanti et al. 2022); s={}, b={}, h={}, a={}; {attention_text}",
                 d.num_layers,
-                if req.flash_attention {
-                    ", flash attention: no s² term"
-                } else {
-                    " + 5·a·s/h"
-                },
                 g(s),
                 g(b),
                 g(d.hidden_size),
@@ -485,12 +527,12 @@ fn activation_terms(
         .input("batch", b)
         .input("context", s)
         .input("gradient_checkpointing", req.gradient_checkpointing)
-        .input("flash_attention", req.flash_attention),
+        .input("flash_attention", req.flash_attention)
+        .input("attention", kernel.to_string()),
     ];
     // transformers' causal-LM loss upcasts the logits to float32; cross-entropy keeps the fp32
     // log-softmax for the backward pass.
     let logits = product(&[b128, s128, d.vocab_size as u128])?;
-    let e = req.precision.activation_bytes() as u128;
     let per = if e < 4 { e + 4 + 4 } else { 4 + 4 };
     out.push(Term::new(
         TermId::LogitsAndLoss,
@@ -597,6 +639,55 @@ mod tests {
                 "{optimizer} {precision}"
             );
         }
+    }
+
+    fn activations(source: &WeightsSource, req: &TrainingRequest) -> (u64, String) {
+        let t = run(source, req);
+        let term = t
+            .terms
+            .iter()
+            .find(|t| t.id.key() == "activations")
+            .unwrap();
+        (term.bytes.get(), term.formula.clone())
+    }
+
+    /// The s² term follows the kernel the model runs: transformers' default SDPA keeps a
+    /// log-sum-exp per row, a config naming eager keeps the scores, `--flash-attention` overrides.
+    #[test]
+    fn the_s_squared_term_follows_the_models_attention() {
+        let mut req = request(Optimizer::Adamw, Precision::Bf16Mixed, true);
+        (req.batch, req.context) = (Some(2), Some(100));
+        let sdpa_source = llama(Dtype::Bfloat16);
+        let (sdpa, formula) = activations(&sdpa_source, &req);
+        assert!(
+            formula.contains("attention sdpa (transformers' default (the config names none))"),
+            "{formula}"
+        );
+        let mut eager_source = llama(Dtype::Bfloat16);
+        if let WeightsSource::Model(m) = &mut eager_source {
+            m.architecture.attention = AttentionKernel::Eager;
+            m.architecture.attention_source = "the config's _attn_implementation".into();
+        }
+        let (eager, formula) = activations(&eager_source, &req);
+        assert!(
+            formula.contains("attention eager (the config's _attn_implementation)"),
+            "{formula}"
+        );
+        // 8 layers × (5·a·s²·b bf16 units − the log-sum-exp: a·b·s × 4 bytes), a = 16.
+        let (layers, a, s, b) = (8, 16, 100, 2);
+        assert_eq!(eager - sdpa, layers * (5 * a * s * s * b - a * b * s * 4));
+        req.flash_attention = true;
+        let (flash, formula) = activations(&eager_source, &req);
+        assert_eq!(flash, sdpa);
+        assert!(
+            formula.contains("--flash-attention, over the model's eager"),
+            "{formula}"
+        );
+        // fp32 runs SDPA's memory-efficient kernel, whose rows are padded to 32.
+        let mut fp32 = request(Optimizer::Adamw, Precision::Fp32, true);
+        (fp32.batch, fp32.context) = (Some(2), Some(100));
+        let (_, formula) = activations(&sdpa_source, &fp32);
+        assert!(formula.contains("a·b·⌈s/32⌉·32 × 4 bytes"), "{formula}");
     }
 
     #[test]

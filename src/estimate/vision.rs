@@ -8,13 +8,14 @@
 //! command that predicts them instead. The activations count the tensors transformers' layers
 //! keep (checked against `predict` in `tests/integration/agreement.rs`): assumed, not calculated.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::states::TrainingRequest;
 use super::training::{self, TrainingSummary};
 use super::{EstimateError, Kind, Term, TermId, g, product, sum};
 use crate::dtype::Dtype;
-use crate::model::{Config, ModelError};
+pub use crate::model::AttentionKernel;
+use crate::model::Config;
 
 use crate::units::{Bytes, Overflow};
 
@@ -31,56 +32,6 @@ pub enum Family {
     Clip,
     /// `SiglipVisionModel`: no CLS token, a final norm and an attention-pooling head.
     Siglip,
-}
-
-/// Which attention the layers run, and why that one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum AttentionKernel {
-    /// transformers' eager attention: the s×s scores materialized per head.
-    Eager,
-    /// `F.scaled_dot_product_attention`: on a CUDA card a fused kernel (flash or memory-efficient)
-    /// that keeps only the softmax's log-sum-exp per row.
-    Sdpa,
-    /// `flash_attention_2`: the log-sum-exp per row as well.
-    FlashAttention2,
-}
-
-impl AttentionKernel {
-    /// The kernel a transformers config names (`_attn_implementation`, `attn_implementation`),
-    /// else transformers' default for these families, SDPA; with where the choice comes from.
-    pub fn of_config(
-        fields: &crate::model::config::Fields<'_>,
-    ) -> Result<(AttentionKernel, String), ModelError> {
-        for key in ["_attn_implementation", "attn_implementation"] {
-            if let Some(name) = fields.opt_str(key)? {
-                let kernel = match name {
-                    "eager" => AttentionKernel::Eager,
-                    "sdpa" => AttentionKernel::Sdpa,
-                    "flash_attention_2" | "flash_attention_3" => AttentionKernel::FlashAttention2,
-                    other => {
-                        return Err(fields.invalid(
-                            key,
-                            &format!(
-                                "is `{other}`, an attention iteragpu's estimate does not model; use eager, sdpa or flash_attention_2 (or predict the workload)"
-                            ),
-                        ));
-                    }
-                };
-                return Ok((kernel, format!("the config's {key}")));
-            }
-        }
-        Ok((
-            AttentionKernel::Sdpa,
-            "transformers' default (the config names none)".into(),
-        ))
-    }
-
-    /// Whether the s×s scores are materialized.
-    pub fn materializes_scores(self) -> bool {
-        self == AttentionKernel::Eager
-    }
 }
 
 /// What the estimate reads from a vision config.
@@ -162,10 +113,10 @@ impl VisionModel {
             Family::Siglip => (16, "gelu_pytorch_tanh"),
             _ => (16, "gelu"),
         };
-        let (attention, attention_source) = match AttentionKernel::of_config(&f)? {
-            // A top-level choice applies to the tower too.
-            (AttentionKernel::Sdpa, _) if tower.is_some() => AttentionKernel::of_config(&top)?,
-            found => found,
+        // The tower's own choice, else the top level's (which applies to the tower too).
+        let (attention, attention_source) = match &tower {
+            Some(t) => AttentionKernel::of_sections(&[t.clone(), top.clone()])?,
+            None => AttentionKernel::of_config(&top)?,
         };
         let probability = |key: &str| f.raw(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
         let dropout = [

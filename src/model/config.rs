@@ -130,7 +130,7 @@ pub struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    fn name(&self, key: &str) -> String {
+    pub(crate) fn name(&self, key: &str) -> String {
         if self.section.is_empty() {
             key.to_string()
         } else {

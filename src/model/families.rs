@@ -11,6 +11,7 @@ use serde::Serialize;
 use strum::VariantArray;
 
 use super::ModelError;
+use super::attention::AttentionKernel;
 use super::config::{Config, Fields, MAX_PARAMETERS};
 use super::inventory::{Builder, Role, TensorGroup, total_parameters};
 use super::kv_layout::{KvLayer, KvLayout, LatentLayout};
@@ -111,6 +112,10 @@ pub struct Architecture {
     /// `torch_dtype` (or `dtype`) recorded in the config: the format the weights were saved in.
     pub config_dtype: Option<Dtype>,
     pub quantization: Option<Quantization>,
+    /// The attention the layers run (the config's `attn_implementation`, else transformers'
+    /// default), and where that choice comes from: it decides the s² term of the activations.
+    pub attention: AttentionKernel,
+    pub attention_source: String,
     /// Facts worth telling the user about how the count was made.
     pub notes: Vec<String>,
 }
@@ -163,6 +168,8 @@ impl Architecture {
         arch.model_type = config.model_type.clone();
         arch.config_dtype = config_dtype(&root, &text)?;
         arch.quantization = Quantization::from_config(&root)?;
+        (arch.attention, arch.attention_source) =
+            AttentionKernel::of_sections(&[text.clone(), root.clone()])?;
         arch.notes.splice(0..0, notes);
         Ok(arch)
     }
@@ -641,6 +648,8 @@ fn simple(
         tied_embeddings: tied,
         config_dtype: None,
         quantization: None,
+        attention: AttentionKernel::Sdpa,
+        attention_source: String::new(),
         notes: Vec::new(),
     }
 }

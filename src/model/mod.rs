@@ -1,6 +1,7 @@
 //! What a model is, read from its files: `config.json` families turned into a parameter inventory
 //! and a KV-cache layout, its quantization settings, and the stored format from safetensors headers.
 
+pub mod attention;
 pub mod config;
 pub mod families;
 pub mod files;
@@ -11,6 +12,7 @@ pub mod safetensors;
 
 use std::path::PathBuf;
 
+pub use attention::AttentionKernel;
 pub use config::Config;
 pub use families::{Architecture, Family};
 pub use inventory::{Role, TensorGroup};

@@ -269,13 +269,20 @@ mod vision {
     use crate::common::{PredictionDoc, Run, estimate_json};
 
     fn config(dir: &std::path::Path, attention: Option<&str>) -> String {
-        let path = fixture("models/vit-base-defaults/config.json");
+        config_of(dir, "vit-base-defaults", attention)
+    }
+
+    fn config_of(dir: &std::path::Path, fixture_name: &str, attention: Option<&str>) -> String {
+        let path = fixture(&format!("models/{fixture_name}/config.json"));
         let mut raw: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         if let Some(kernel) = attention {
             raw["attn_implementation"] = kernel.into();
         }
-        let out = dir.join(format!("vit-{}.json", attention.unwrap_or("default")));
+        let out = dir.join(format!(
+            "{fixture_name}-{}.json",
+            attention.unwrap_or("default")
+        ));
         std::fs::write(&out, raw.to_string()).unwrap();
         out.display().to_string()
     }
@@ -336,17 +343,20 @@ mod vision {
     #[ignore = "needs torch and transformers"]
     fn inference_agrees() {
         let dir = tempfile::tempdir().unwrap();
-        let model = config(dir.path(), None);
-        let (est, doc) = both(dir.path(), &model, &["--images", "8"], false);
-        assert_eq!(est["vision"]["sequence"], 197);
-        assert_eq!(est["vision"]["attention"], "sdpa");
-        weights_agree(&est, &doc, "warm_forward");
-        within(
-            "inference transient",
-            id_bytes(&est, "forward_transient") + id_bytes(&est, "attention_scores"),
-            at_peak(&doc, "cold_forward", "temporary"),
-            1,
-        );
+        // DeiT: CLS and distillation tokens, and a config whose `architectures` is null.
+        for (name, sequence) in [("vit-base-defaults", 197), ("deit-base-defaults", 198)] {
+            let model = config_of(dir.path(), name, None);
+            let (est, doc) = both(dir.path(), &model, &["--images", "8"], false);
+            assert_eq!(est["vision"]["sequence"], sequence, "{name}");
+            assert_eq!(est["vision"]["attention"], "sdpa", "{name}");
+            weights_agree(&est, &doc, "warm_forward");
+            within(
+                &format!("{name}: inference transient"),
+                id_bytes(&est, "forward_transient") + id_bytes(&est, "attention_scores"),
+                at_peak(&doc, "cold_forward", "temporary"),
+                1,
+            );
+        }
     }
 
     #[test]

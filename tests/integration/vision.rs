@@ -1,5 +1,5 @@
 //! The vision workload (`--workload vision`): predicted with real torch and transformers on the
-//! CPU (ViT and ConvNeXt at two resolutions, training against inference, a predicted sweep over
+//! CPU (ViT and ConvNeXt at two resolutions, DeiT's config without `architectures`, training against inference, a predicted sweep over
 //! `resolution`), the refusals, and the fake torch's measure path (which cannot build a
 //! transformers model: it says so, exit 2).
 
@@ -100,6 +100,27 @@ fn vision_training_predicts_above_inference() {
     );
     phase(&train, "optimizer_step");
     assert_eq!(train["dimensions"]["precision"], "bf16-mixed");
+}
+
+/// DeiT's default config says `"architectures": null`, and DeiT maps to two classifiers in
+/// transformers' auto classes, which iterate over it: the workload builds the first,
+/// `DeiTForImageClassification`, whose sequence is the patches plus CLS and distillation tokens
+/// and whose parameters are the estimate's count.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_deit_config_without_architectures_is_predicted() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let deit = model("deit-base-defaults");
+    let doc = predict_vision(&python, dir.path(), "deit", &["--model", &deit]);
+    assert_eq!(doc["status"], "complete", "{}", doc["failure"]);
+    let load = &phase(&doc, "model_load")["inputs"];
+    assert_eq!(load["built"], "DeiTForImageClassification");
+    assert_eq!(load["parameters"], 85_801_730);
+    assert_eq!(
+        phase(&doc, "cold_forward")["inputs"]["hidden_shape"][1],
+        14 * 14 + 2
+    );
 }
 
 /// A CLIP/SigLIP-like tower: the SigLIP vision tower of Gemma 3's real config runs alone, its

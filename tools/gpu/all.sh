@@ -9,7 +9,9 @@
 # what is left of the budget); a check that cannot fit is skipped, and the skip is in the summary:
 #   1. environment --json, nvidia-smi
 #   2. each built-in workload once: dense (the guide's case, bf16 8×2048×4096), causal-lm on the
-#      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step)
+#      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step), vision on
+#      ViT-base's config (bf16 inference of 64 images at 224, a bf16-mixed training step of 32 at
+#      384: the interpolated position embeddings, a longer sequence)
 #   3. user scripts with `measure --script`: tests/fixtures/scripts/{h200_sequential,train_loop}.py
 #      and tools/gpu/scripts/*.py (no markers unless ITERAGPU_MARK=1: measured with them)
 #   4. the out-of-memory classes of issue12.sh: capacity, fragmentation (and its A/B against
@@ -30,6 +32,7 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SELF=$ROOT/tools/gpu/all.sh
 MODEL=tests/fixtures/models/llama-style-8l
+VIT=tests/fixtures/models/vit-base-defaults
 FIXTURES=tests/fixtures/scripts
 SCRIPTS=tools/gpu/scripts
 cd "$ROOT" || exit 1
@@ -248,6 +251,9 @@ measure workloads llama8l-generate-dynamic 30 150 - --workload causal-lm --model
   --batch 4 --prompt-tokens 1024 --new-tokens 128 --cache dynamic
 measure workloads llama8l-train-bf16-mixed 30 150 - --workload causal-lm --model "$MODEL" --task train \
   --precision bf16-mixed --steps 2 --batch 4 --context 512
+measure workloads vit-base-infer-bf16 20 90 - --workload vision --model "$VIT" --dtype bfloat16 --images 64
+measure workloads vit-base-train-bf16-mixed 30 120 - --workload vision --model "$VIT" --task train \
+  --precision bf16-mixed --steps 2 --images 32 --resolution 384
 
 # ------------------------------------------------------------------ 3. user scripts
 measure scripts script-h200-sequential 20 90 - --script "$FIXTURES/h200_sequential.py" -- \

@@ -44,6 +44,11 @@ def _transformers_model(torch: Any, spec: Vision, dtype: Any, device: Any, info:
     if model_type is None:
         raise ValueError(f"{spec.model_config} has no model_type: transformers cannot tell which model it describes")
     config = transformers.AutoConfig.for_model(model_type, **raw)
+    if getattr(config, "architectures", ()) is None:
+        # A config that names no head class (`"architectures": null`, transformers' default) is
+        # iterated over by the auto classes where a model type maps to several (DeiT's two
+        # classifiers): empty, they take the first, as for a config that names none they know.
+        config.architectures = []
     tower = getattr(config, "vision_config", None)
     info["transformers_version"] = transformers.__version__
     info["model_type"] = model_type
