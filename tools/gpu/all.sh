@@ -11,7 +11,9 @@
 #   2. each built-in workload once: dense (the guide's case, bf16 8×2048×4096), causal-lm on the
 #      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step), vision on
 #      ViT-base's config (bf16 inference of 64 images at 224, a bf16-mixed training step of 32 at
-#      384: the interpolated position embeddings, a longer sequence)
+#      384: the interpolated position embeddings, a longer sequence), 4 concurrent requests of
+#      mixed lengths on the 8-layer Llama, and Qwen2-VL-2B with 2 images of 448 per request (vlm:
+#      the processor's shapes and image tokens recorded; needs pillow on the device)
 #   3. user scripts with `measure --script`: tests/fixtures/scripts/{h200_sequential,train_loop}.py
 #      and tools/gpu/scripts/*.py (no markers unless ITERAGPU_MARK=1: measured with them)
 #   4. the out-of-memory classes of issue12.sh: capacity, fragmentation (and its A/B against
@@ -33,6 +35,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SELF=$ROOT/tools/gpu/all.sh
 MODEL=tests/fixtures/models/llama-style-8l
 VIT=tests/fixtures/models/vit-base-defaults
+QWEN2VL=tests/fixtures/models/qwen2-vl-2b-instruct
 FIXTURES=tests/fixtures/scripts
 SCRIPTS=tools/gpu/scripts
 cd "$ROOT" || exit 1
@@ -254,6 +257,10 @@ measure workloads llama8l-train-bf16-mixed 30 150 - --workload causal-lm --model
 measure workloads vit-base-infer-bf16 20 90 - --workload vision --model "$VIT" --dtype bfloat16 --images 64
 measure workloads vit-base-train-bf16-mixed 30 120 - --workload vision --model "$VIT" --task train \
   --precision bf16-mixed --steps 2 --images 32 --resolution 384
+measure workloads llama8l-requests-4 30 120 - --workload causal-lm --model "$MODEL" --dtype bfloat16 \
+  --requests 4 --prompt-lengths 128,512,1024,2048 --output-lengths 64
+measure workloads qwen2vl-2b-2images 30 150 - --workload vlm --model "$QWEN2VL" --dtype bfloat16 \
+  --resolution 448 --images-per-request 2 --batch 2 --prompt-tokens 64 --new-tokens 32
 
 # ------------------------------------------------------------------ 3. user scripts
 measure scripts script-h200-sequential 20 90 - --script "$FIXTURES/h200_sequential.py" -- \
