@@ -9,6 +9,9 @@ use serde::Serialize;
 use super::{EstimateError, Kind, Term, TermId, g};
 use crate::units::{Bytes, GIB};
 
+mod profile;
+use profile::activation_term;
+
 /// The serving engine whose rules apply.
 #[derive(
     Clone,
@@ -82,6 +85,16 @@ pub struct Given {
     pub from_log: bool,
 }
 
+/// The profile run's activation peak when it is not assumed by the stated rule.
+#[derive(Clone, Debug)]
+pub enum ActivationPeak {
+    /// Read from the engine's log (`--activation-peak SIZE`).
+    FromLog(Bytes),
+    /// Predicted by running transformers' forward at the profile run's shapes on data-less
+    /// tensors (`--activation-peak predict`); `how` says what ran.
+    Predicted { bytes: Bytes, how: String },
+}
+
 /// Everything `estimate --serve` was asked.
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
@@ -104,7 +117,7 @@ pub struct ServeRequest {
     pub block_size: Option<u64>,
     pub enforce_eager: bool,
     pub weights: Option<Bytes>,
-    pub activation_peak: Option<Bytes>,
+    pub activation_peak: Option<ActivationPeak>,
     pub non_torch: Option<Bytes>,
     /// The KV budget given (vLLM's `--kv-cache-memory`, a log's "Available KV cache memory"):
     /// the start-up terms are then shown for information, not charged.
@@ -220,38 +233,6 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
         formula,
     )
     .input("from_log", r.weights.is_some())
-}
-
-/// The profile run's activation peak. ASSUMED: one layer's transient at max_num_batched_tokens
-/// and the sampler's fp32 logits for min(max_num_seqs, tokens) rows.
-fn activation_term(m: &ServeModel, r: &ServeRequest, tokens: u64, seqs: u64, cite: &str) -> Term {
-    if let Some(b) = r.activation_peak {
-        return Term::new(
-            TermId::ServeActivationPeak,
-            b,
-            Kind::Calculated,
-            format!("given (--activation-peak), as the engine's log prints it ({cite})"),
-        )
-        .input("from_log", true);
-    }
-    let tp = r.tensor_parallel_size;
-    let e = m.dtype_bytes;
-    let kv_w = 2 * m.kv_heads.max(1) * m.head_size;
-    let width = 2 * m.hidden + (m.q_width + kv_w).div_ceil(tp) + 3 * m.intermediate.div_ceil(tp);
-    let rows = seqs.min(tokens);
-    let layer = tokens as u128 * width as u128 * e as u128;
-    let logits = rows as u128 * m.vocab as u128 * 4 * 2;
-    let bytes = Bytes(u64::try_from(layer + logits).unwrap_or(u64::MAX));
-    Term::new(
-        TermId::ServeActivationPeak,
-        bytes,
-        Kind::Assumed,
-        format!(
-            "ASSUMED rule: profile run over max_num_batched_tokens={} tokens ({cite}): one layer's (2·h + (q+k+v)/TP + 3·I/TP) × {e} bytes = {} × {} + fp32 logits and probabilities for min(max_num_seqs, tokens)={} rows × vocab {} × 8 bytes; attention workspaces, torch.compile and the sampler's sort not modelled (pass the log's figure with --activation-peak)",
-            g(tokens), g(width), g(tokens), g(rows), g(m.vocab)
-        ),
-    )
-    .input("from_log", false)
 }
 
 fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
@@ -581,7 +562,9 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         len,
         concurrency[0].1
     ));
-    notes.push("the activation peak is a stated rule or the log's figure, not yet predicted by running the forward at max_num_batched_tokens on data-less tensors (a later step)".into());
+    if r.activation_peak.is_none() {
+        notes.push("the activation peak is a stated rule: read it from the engine's log (--activation-peak SIZE) or predict it by running the model's forward at max_num_batched_tokens on data-less tensors (--activation-peak predict)".into());
+    }
     notes.push(format!(
         "the device total is {} ({}); vLLM reads torch.cuda.mem_get_info()[1], a little below the driver's figure: pass the log's total_gpu_memory with --device-total",
         Bytes(total).both(),
