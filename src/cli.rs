@@ -16,8 +16,8 @@ use crate::units::{self, Bytes, Decimal};
 mod parse;
 pub use parse::device;
 use parse::{
-    activation_peak, bits, block_size, dimension, element_bytes, fraction, gib, image_size, kv_quant_bits,
-    layer_count, positive_size, train_optimizer, train_precision, whole,
+    activation_peak, bits, block_size, dimension, element_bytes, fraction, gib, image_size,
+    kv_quant_bits, layer_count, positive_size, train_optimizer, train_precision, whole,
 };
 
 pub use crate::units::parse_count as positive_u64;

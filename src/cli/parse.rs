@@ -33,7 +33,9 @@ pub(super) fn activation_peak(text: &str) -> Result<super::ActivationPeakArg, St
     }
     units::parse_size(text)
         .map(super::ActivationPeakArg::Size)
-        .map_err(|e| format!("{e}; or `predict` to run the profile run's forward on data-less tensors"))
+        .map_err(|e| {
+            format!("{e}; or `predict` to run the profile run's forward on data-less tensors")
+        })
 }
 
 pub(super) fn bits(text: &str) -> Result<Decimal, String> {

@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationPeakArg,
-    ActivationArgs, EstimateArgs, EstimateWorkload, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs,
-    QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs, VisionArgs,
+    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateWorkload, Given, KvCacheArgs,
+    KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs,
+    VisionArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};

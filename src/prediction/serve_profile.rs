@@ -35,10 +35,14 @@ pub struct PredictedPeak {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// torch or transformers cannot be imported (exit 2).
-    #[error("the activation peak cannot be predicted: {0}; install torch and transformers in the interpreter (ITERAGPU_PYTHON), or give the log's figure with --activation-peak SIZE")]
+    #[error(
+        "the activation peak cannot be predicted: {0}; install torch and transformers in the interpreter (ITERAGPU_PYTHON), or give the log's figure with --activation-peak SIZE"
+    )]
     Unavailable(String),
     /// The forward raised or stopped (the model's config is not one transformers runs).
-    #[error("the profile run's forward did not run to its end: {0}; give the log's figure with --activation-peak SIZE")]
+    #[error(
+        "the profile run's forward did not run to its end: {0}; give the log's figure with --activation-peak SIZE"
+    )]
     Failed(String),
 }
 
@@ -72,7 +76,10 @@ pub fn predict_peak(
         super::run::Outcome::Unavailable(why) => return Err(ProfileError::Unavailable(why)),
     };
     if doc.status != PredictionStatus::Complete {
-        let why = doc.failure.clone().unwrap_or_else(|| doc.status.to_string());
+        let why = doc
+            .failure
+            .clone()
+            .unwrap_or_else(|| doc.status.to_string());
         // A missing transformers is the script's ImportError: a missing package, not a failure.
         if why.contains("ModuleNotFoundError") || why.contains("ImportError") {
             return Err(ProfileError::Unavailable(why));

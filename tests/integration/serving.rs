@@ -472,16 +472,27 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
         "--non-torch",
         "0.35GiB",
     ];
-    let cases: [(&str, Vec<&str>, f64, (f64, f64)); 5] = [
+    // (log, arguments, the log's activation peak in GiB, the band of the error in %)
+    type Case<'a> = (&'a str, Vec<&'a str>, f64, (f64, f64));
+    let cases: [Case; 5] = [
         (
             "04",
-            [&["--model", &llama3][..], &h100, &["--weights-memory", "14.96GiB", "--non-torch", "1.79GiB"]].concat(),
+            [
+                &["--model", &llama3][..],
+                &h100,
+                &["--weights-memory", "14.96GiB", "--non-torch", "1.79GiB"],
+            ]
+            .concat(),
             1.26,
             (-35.0, -20.0),
         ),
         (
             "05",
-            [&["--model", &llama3, "--tensor-parallel-size", "2"][..], &h100].concat(),
+            [
+                &["--model", &llama3, "--tensor-parallel-size", "2"][..],
+                &h100,
+            ]
+            .concat(),
             1.26,
             (-35.0, -20.0),
         ),
@@ -500,9 +511,22 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
         (
             "11",
             vec![
-                "--model", &qwen2, "--card", "L4", "--engine-version", "0.7.3", "--device-total",
-                "8.00GiB", "--gpu-memory-utilization", "0.7", "--max-model-len", "4096",
-                "--weights-memory", "5.2032GiB", "--non-torch", "0.03GiB",
+                "--model",
+                &qwen2,
+                "--card",
+                "L4",
+                "--engine-version",
+                "0.7.3",
+                "--device-total",
+                "8.00GiB",
+                "--gpu-memory-utilization",
+                "0.7",
+                "--max-model-len",
+                "4096",
+                "--weights-memory",
+                "5.2032GiB",
+                "--non-torch",
+                "0.03GiB",
             ],
             1.42,
             (-35.0, -20.0),
@@ -519,11 +543,16 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
             .stdout();
         let doc: serde_json::Value = serde_json::from_str(&out).expect("estimate --json");
         let term = crate::common::term_by_id(&doc, "serve_activation_peak");
-        assert_eq!(term["kind"], "assumed", "{name}: a prediction is not a calculation");
+        assert_eq!(
+            term["kind"], "assumed",
+            "{name}: a prediction is not a calculation"
+        );
         assert_eq!(term["inputs"]["predicted"], true, "{name}");
         let formula = term["formula"].as_str().unwrap();
         assert!(
-            formula.starts_with("PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"),
+            formula.starts_with(
+                "PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"
+            ),
             "{name}: {formula}"
         );
         let gib = term["bytes"].as_f64().unwrap() / GIB;
@@ -543,12 +572,14 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
         ));
     }
     // The 9,000 tokens between 01 and 02: what each token adds.
-    let slope = (predicted["02"] - predicted["01"]) / ((17.98 - 17.06) as f64);
+    let slope = (predicted["02"] - predicted["01"]) / (17.98 - 17.06);
     assert!(
         (slope - 1.0).abs() < 0.10,
         "01 → 02: the prediction grows {slope:.3}× as fast as the logs"
     );
-    rows.push(format!("01 → 02: the prediction grows {slope:.3}× as fast as the logs"));
+    rows.push(format!(
+        "01 → 02: the prediction grows {slope:.3}× as fast as the logs"
+    ));
     println!("{}", rows.join("\n"));
 }
 
