@@ -452,13 +452,16 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         (weights, act, non_torch, graphs)
     };
     let budget_rule = if r.kv_cache_memory.is_some() {
-        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information"
+        given_budget_rule(version)
     } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
+            .into()
     } else if version < Version(0, 9, 0) {
         "total × gpu_memory_utilization − (torch peak + non-torch) (v1/worker/gpu_worker.py determine_available_memory 0.8.5:165-212; other processes' memory is charged too)"
+            .into()
     } else {
         "requested_memory − non_kv_cache_memory = total × gpu_memory_utilization − (weights + activation peak + non-torch) (v1/worker/gpu_worker.py 0.11.0:254-300)"
+            .into()
     };
     if budget <= 0 {
         notes.push(format!(
@@ -562,7 +565,7 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         len,
         concurrency[0].1
     ));
-    if r.activation_peak.is_none() {
+    if r.activation_peak.is_none() && r.kv_cache_memory.is_none() {
         notes.push("the activation peak is a stated rule: read it from the engine's log (--activation-peak SIZE) or predict it by running the model's forward at max_num_batched_tokens on data-less tensors (--activation-peak predict)".into());
     }
     notes.push(format!(
@@ -570,7 +573,8 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         Bytes(total).both(),
         r.device_total_source
     ));
-    if !graphs_charged && !r.enforce_eager {
+    // A given budget is not carved out of total × gpu_memory_utilization: no headroom to state.
+    if !graphs_charged && !r.enforce_eager && r.kv_cache_memory.is_none() {
         let headroom = total as i128 - requested;
         notes.push(format!(
             "CUDA graphs and anything else outside the instance must fit in the headroom total × (1 − {u}) = {} bytes",
@@ -737,6 +741,18 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     })
 }
 
+/// What a given budget is, by release: vLLM's own `--kv-cache-memory` exists from 0.10 (it skips
+/// the profile: `v1/worker/gpu_worker.py` 0.11.0:235-251); before, only a log's figure.
+fn given_budget_rule(version: Version) -> String {
+    if version >= Version(0, 10, 0) {
+        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information".into()
+    } else {
+        format!(
+            "given (--kv-cache-memory): a log's \"Available KV cache memory\" (vLLM {version} has no --kv-cache-memory of its own: it came in 0.10); the start-up terms are shown for information"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -851,6 +867,83 @@ mod tests {
         let old = plan(&m, &request("0.8.5")).unwrap();
         assert_eq!(old.summary.num_blocks, Some(32 * GIB / page / 24));
         assert_eq!(old.summary.kv_tokens, 32 * GIB / page / 24 * 16);
+    }
+
+    #[test]
+    fn a_given_budget_cites_the_release_and_states_no_headroom() {
+        let m = llama(vec![None; 32]);
+        let kv = |p: &Plan| {
+            p.terms
+                .iter()
+                .find(|t| matches!(t.id, TermId::PagedKvCache { .. }))
+                .unwrap()
+                .formula
+                .clone()
+        };
+        let new = plan(&m, &request("0.11.0")).unwrap();
+        assert!(kv(&new).contains(
+            "vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0"
+        ));
+        let old = plan(&m, &request("0.6.5")).unwrap();
+        assert!(!kv(&old).contains("gpu_worker.py"), "{}", kv(&old));
+        assert!(kv(&old).contains("vLLM 0.6.5 has no --kv-cache-memory of its own"));
+        // total × (1 − u) sizes nothing when the budget is given, nor is the activation rule used.
+        for p in [&new, &old] {
+            assert!(
+                !p.notes.iter().any(|n| n.contains("headroom")),
+                "{:?}",
+                p.notes
+            );
+            assert!(
+                !p.notes
+                    .iter()
+                    .any(|n| n.contains("activation peak is a stated rule"))
+            );
+        }
+        let mut profiled = request("0.6.5");
+        profiled.kv_cache_memory = None;
+        let p = plan(&m, &profiled).unwrap();
+        assert!(
+            p.notes.iter().any(|n| n.contains("headroom")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn a_predicted_activation_peak_is_charged_labelled_and_assumed() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.6.5");
+        r.kv_cache_memory = None;
+        let assumed = plan(&m, &r).unwrap();
+        r.activation_peak = Some(ActivationPeak::Predicted {
+            bytes: Bytes(GIB),
+            how: "a test ran".into(),
+        });
+        let predicted = plan(&m, &r).unwrap();
+        let act = predicted
+            .terms
+            .iter()
+            .find(|t| t.id == TermId::ServeActivationPeak)
+            .unwrap();
+        assert_eq!(
+            (act.bytes, act.kind, act.in_total),
+            (Bytes(GIB), Kind::Assumed, true)
+        );
+        assert!(act.formula.starts_with(
+            "PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"
+        ));
+        assert!(act.formula.contains(profile::PREDICTED_ERROR));
+        let a = assumed
+            .terms
+            .iter()
+            .find(|t| t.id == TermId::ServeActivationPeak)
+            .unwrap()
+            .bytes;
+        assert_eq!(
+            assumed.summary.kv_budget_bytes - predicted.summary.kv_budget_bytes,
+            GIB as i128 - a.get() as i128
+        );
     }
 
     #[test]

@@ -592,4 +592,10 @@ fn serving_profile_run_without_torch_exits_2() {
         .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
         .expect_status(2)
         .stderr_has("install torch and transformers");
+    // SGLang runs no profile run: refused before any worker starts.
+    crate::common::Run::command("estimate")
+        .args(["--serve", "sglang", "--activation-peak", "predict"])
+        .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
+        .expect_status(1)
+        .stderr_has("SGLang runs none");
 }
