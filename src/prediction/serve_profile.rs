@@ -156,6 +156,7 @@ fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> Meas
         cache: None,
         resolution: None,
         images: None,
+        images_per_request: None,
         requests: None,
         prompt_lengths: Vec::new(),
         output_lengths: Vec::new(),
