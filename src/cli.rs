@@ -16,8 +16,8 @@ use crate::units::{self, Bytes, Decimal};
 mod parse;
 pub use parse::device;
 use parse::{
-    bits, block_size, dimension, element_bytes, fraction, gib, image_size, kv_quant_bits,
-    layer_count, positive_size, train_optimizer, train_precision, whole,
+    activation_peak, bits, block_size, dimension, element_bytes, fraction, gib, image_size,
+    kv_quant_bits, layer_count, positive_size, train_optimizer, train_precision, whole,
 };
 
 pub use crate::units::parse_count as positive_u64;
@@ -851,9 +851,11 @@ pub struct ServeArgs {
     /// Weights per GPU as the engine's log prints them [default: from --model ÷ TP].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
     pub weights_memory: Option<Bytes>,
-    /// The profile run's activation peak from the log [default: an assumed rule, stated].
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
-    pub activation_peak: Option<Bytes>,
+    /// The profile run's activation peak: SIZE from the log, or `predict` (the model's forward
+    /// at max_num_batched_tokens on data-less tensors; needs torch and transformers) [default: an
+    /// assumed rule, stated].
+    #[arg(long, value_name = "SIZE|predict", value_parser = activation_peak, requires = "serve")]
+    pub activation_peak: Option<ActivationPeakArg>,
     /// Memory outside PyTorch from the log [default: assumed 0.5 GiB, 1.5 GiB with TP].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
     pub non_torch: Option<Bytes>,
@@ -864,6 +866,13 @@ pub struct ServeArgs {
     /// Request lengths at which the concurrency is also given [default: 2048,8192].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "serve")]
     pub concurrency_at: Vec<u64>,
+}
+
+/// `--activation-peak`: the log's figure, or predicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActivationPeakArg {
+    Size(Bytes),
+    Predict,
 }
 
 /// `--kv-cache-dtype`.

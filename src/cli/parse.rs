@@ -26,6 +26,18 @@ pub(super) fn block_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// `--activation-peak`: the log's figure as a size, or `predict`.
+pub(super) fn activation_peak(text: &str) -> Result<super::ActivationPeakArg, String> {
+    if text.trim().eq_ignore_ascii_case("predict") {
+        return Ok(super::ActivationPeakArg::Predict);
+    }
+    units::parse_size(text)
+        .map(super::ActivationPeakArg::Size)
+        .map_err(|e| {
+            format!("{e}; or `predict` to run the profile run's forward on data-less tensors")
+        })
+}
+
 pub(super) fn bits(text: &str) -> Result<Decimal, String> {
     let d = Decimal::parse(text).map_err(|e| e.to_string())?;
     if d.is_zero() {

@@ -4,8 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationArgs, EstimateArgs, EstimateWorkload, Given, KvCacheArgs, KvLoadArgs, KvShapeArgs,
-    QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs, VisionArgs,
+    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateWorkload, Given, KvCacheArgs,
+    KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs,
+    VisionArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -584,6 +585,54 @@ fn kv_request(
     }))
 }
 
+/// `--activation-peak predict`: the profile run at the shapes the first plan resolved, predicted
+/// on data-less tensors, then the plan again with that figure.
+fn predicted_profile(
+    path: &Path,
+    card: &str,
+    m: &ModelWeights,
+    model: &estimate::serving::ServeModel,
+    mut request: estimate::serving::ServeRequest,
+    summary: &estimate::serving::ServingSummary,
+) -> Result<estimate::serving::Plan, CliError> {
+    let (Some(tokens), Some(seqs)) = (summary.max_num_batched_tokens, summary.max_num_seqs) else {
+        refuse!(
+            "--activation-peak predict runs vLLM's profile run; SGLang runs none (it sizes its pool without one): drop it with --serve sglang"
+        );
+    };
+    let shape = crate::prediction::serve_profile::ProfileShape {
+        config: if path.is_dir() {
+            path.join("config.json")
+        } else {
+            path.to_path_buf()
+        },
+        tokens,
+        seqs,
+        dtype: m.compute_dtype.torch_name().to_string(),
+        tensor_parallel_size: request.tensor_parallel_size,
+    };
+    let display = super::progress::spinner(false, "predicting the profile run");
+    let peak = crate::prediction::serve_profile::predict_peak(
+        &shape,
+        card,
+        None,
+        crate::signals::stop_request(),
+        &*display,
+    );
+    display.finish();
+    let peak = peak.map_err(|e| match e {
+        crate::prediction::serve_profile::ProfileError::Unavailable(_) => {
+            CliError::missing_runtime(e)
+        }
+        crate::prediction::serve_profile::ProfileError::Failed(_) => CliError::bad_input(e),
+    })?;
+    request.activation_peak = Some(estimate::serving::ActivationPeak::Predicted {
+        bytes: peak.bytes,
+        how: peak.how,
+    });
+    Ok(estimate::serving::plan(model, &request)?)
+}
+
 /// `estimate --serve`: one GPU of a serving engine, by the engine's rules.
 pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, CliError> {
     const SERVE_ALSO: [&str; 3] = ["model", "dtype", "json"];
@@ -714,7 +763,10 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         block_size: s.block_size,
         enforce_eager: s.enforce_eager,
         weights: s.weights_memory,
-        activation_peak: s.activation_peak,
+        activation_peak: match s.activation_peak {
+            Some(ActivationPeakArg::Size(b)) => Some(estimate::serving::ActivationPeak::FromLog(b)),
+            _ => None,
+        },
         non_torch: s.non_torch,
         kv_cache_memory: s.kv_cache_memory,
         lengths: if s.concurrency_at.is_empty() {
@@ -723,7 +775,10 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             s.concurrency_at.clone()
         },
     };
-    let p = estimate::serving::plan(&model, &request)?;
+    let mut p = estimate::serving::plan(&model, &request)?;
+    if s.activation_peak == Some(ActivationPeakArg::Predict) {
+        p = predicted_profile(path, &card.name, &m, &model, request, &p.summary)?;
+    }
     notes.extend(p.notes);
     let total_bytes =
         crate::units::checked_sum(p.terms.iter().filter(|t| t.in_total).map(|t| t.bytes))

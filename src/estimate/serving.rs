@@ -9,6 +9,9 @@ use serde::Serialize;
 use super::{EstimateError, Kind, Term, TermId, g};
 use crate::units::{Bytes, GIB};
 
+mod profile;
+use profile::activation_term;
+
 /// The serving engine whose rules apply.
 #[derive(
     Clone,
@@ -82,6 +85,16 @@ pub struct Given {
     pub from_log: bool,
 }
 
+/// The profile run's activation peak when it is not assumed by the stated rule.
+#[derive(Clone, Debug)]
+pub enum ActivationPeak {
+    /// Read from the engine's log (`--activation-peak SIZE`).
+    FromLog(Bytes),
+    /// Predicted by running transformers' forward at the profile run's shapes on data-less
+    /// tensors (`--activation-peak predict`); `how` says what ran.
+    Predicted { bytes: Bytes, how: String },
+}
+
 /// Everything `estimate --serve` was asked.
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
@@ -104,7 +117,7 @@ pub struct ServeRequest {
     pub block_size: Option<u64>,
     pub enforce_eager: bool,
     pub weights: Option<Bytes>,
-    pub activation_peak: Option<Bytes>,
+    pub activation_peak: Option<ActivationPeak>,
     pub non_torch: Option<Bytes>,
     /// The KV budget given (vLLM's `--kv-cache-memory`, a log's "Available KV cache memory"):
     /// the start-up terms are then shown for information, not charged.
@@ -220,38 +233,6 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
         formula,
     )
     .input("from_log", r.weights.is_some())
-}
-
-/// The profile run's activation peak. ASSUMED: one layer's transient at max_num_batched_tokens
-/// and the sampler's fp32 logits for min(max_num_seqs, tokens) rows.
-fn activation_term(m: &ServeModel, r: &ServeRequest, tokens: u64, seqs: u64, cite: &str) -> Term {
-    if let Some(b) = r.activation_peak {
-        return Term::new(
-            TermId::ServeActivationPeak,
-            b,
-            Kind::Calculated,
-            format!("given (--activation-peak), as the engine's log prints it ({cite})"),
-        )
-        .input("from_log", true);
-    }
-    let tp = r.tensor_parallel_size;
-    let e = m.dtype_bytes;
-    let kv_w = 2 * m.kv_heads.max(1) * m.head_size;
-    let width = 2 * m.hidden + (m.q_width + kv_w).div_ceil(tp) + 3 * m.intermediate.div_ceil(tp);
-    let rows = seqs.min(tokens);
-    let layer = tokens as u128 * width as u128 * e as u128;
-    let logits = rows as u128 * m.vocab as u128 * 4 * 2;
-    let bytes = Bytes(u64::try_from(layer + logits).unwrap_or(u64::MAX));
-    Term::new(
-        TermId::ServeActivationPeak,
-        bytes,
-        Kind::Assumed,
-        format!(
-            "ASSUMED rule: profile run over max_num_batched_tokens={} tokens ({cite}): one layer's (2·h + (q+k+v)/TP + 3·I/TP) × {e} bytes = {} × {} + fp32 logits and probabilities for min(max_num_seqs, tokens)={} rows × vocab {} × 8 bytes; attention workspaces, torch.compile and the sampler's sort not modelled (pass the log's figure with --activation-peak)",
-            g(tokens), g(width), g(tokens), g(rows), g(m.vocab)
-        ),
-    )
-    .input("from_log", false)
 }
 
 fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
@@ -471,13 +452,16 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         (weights, act, non_torch, graphs)
     };
     let budget_rule = if r.kv_cache_memory.is_some() {
-        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information"
+        given_budget_rule(version)
     } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
+            .into()
     } else if version < Version(0, 9, 0) {
         "total × gpu_memory_utilization − (torch peak + non-torch) (v1/worker/gpu_worker.py determine_available_memory 0.8.5:165-212; other processes' memory is charged too)"
+            .into()
     } else {
         "requested_memory − non_kv_cache_memory = total × gpu_memory_utilization − (weights + activation peak + non-torch) (v1/worker/gpu_worker.py 0.11.0:254-300)"
+            .into()
     };
     if budget <= 0 {
         notes.push(format!(
@@ -581,13 +565,16 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         len,
         concurrency[0].1
     ));
-    notes.push("the activation peak is a stated rule or the log's figure, not yet predicted by running the forward at max_num_batched_tokens on data-less tensors (a later step)".into());
+    if r.activation_peak.is_none() && r.kv_cache_memory.is_none() {
+        notes.push("the activation peak is a stated rule: read it from the engine's log (--activation-peak SIZE) or predict it by running the model's forward at max_num_batched_tokens on data-less tensors (--activation-peak predict)".into());
+    }
     notes.push(format!(
         "the device total is {} ({}); vLLM reads torch.cuda.mem_get_info()[1], a little below the driver's figure: pass the log's total_gpu_memory with --device-total",
         Bytes(total).both(),
         r.device_total_source
     ));
-    if !graphs_charged && !r.enforce_eager {
+    // A given budget is not carved out of total × gpu_memory_utilization: no headroom to state.
+    if !graphs_charged && !r.enforce_eager && r.kv_cache_memory.is_none() {
         let headroom = total as i128 - requested;
         notes.push(format!(
             "CUDA graphs and anything else outside the instance must fit in the headroom total × (1 − {u}) = {} bytes",
@@ -754,6 +741,18 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     })
 }
 
+/// What a given budget is, by release: vLLM's own `--kv-cache-memory` exists from 0.10 (it skips
+/// the profile: `v1/worker/gpu_worker.py` 0.11.0:235-251); before, only a log's figure.
+fn given_budget_rule(version: Version) -> String {
+    if version >= Version(0, 10, 0) {
+        "given (--kv-cache-memory): vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0:235-251), or a log's \"Available KV cache memory\"; the start-up terms are shown for information".into()
+    } else {
+        format!(
+            "given (--kv-cache-memory): a log's \"Available KV cache memory\" (vLLM {version} has no --kv-cache-memory of its own: it came in 0.10); the start-up terms are shown for information"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -868,6 +867,83 @@ mod tests {
         let old = plan(&m, &request("0.8.5")).unwrap();
         assert_eq!(old.summary.num_blocks, Some(32 * GIB / page / 24));
         assert_eq!(old.summary.kv_tokens, 32 * GIB / page / 24 * 16);
+    }
+
+    #[test]
+    fn a_given_budget_cites_the_release_and_states_no_headroom() {
+        let m = llama(vec![None; 32]);
+        let kv = |p: &Plan| {
+            p.terms
+                .iter()
+                .find(|t| matches!(t.id, TermId::PagedKvCache { .. }))
+                .unwrap()
+                .formula
+                .clone()
+        };
+        let new = plan(&m, &request("0.11.0")).unwrap();
+        assert!(kv(&new).contains(
+            "vLLM's own --kv-cache-memory skips the profile (v1/worker/gpu_worker.py 0.11.0"
+        ));
+        let old = plan(&m, &request("0.6.5")).unwrap();
+        assert!(!kv(&old).contains("gpu_worker.py"), "{}", kv(&old));
+        assert!(kv(&old).contains("vLLM 0.6.5 has no --kv-cache-memory of its own"));
+        // total × (1 − u) sizes nothing when the budget is given, nor is the activation rule used.
+        for p in [&new, &old] {
+            assert!(
+                !p.notes.iter().any(|n| n.contains("headroom")),
+                "{:?}",
+                p.notes
+            );
+            assert!(
+                !p.notes
+                    .iter()
+                    .any(|n| n.contains("activation peak is a stated rule"))
+            );
+        }
+        let mut profiled = request("0.6.5");
+        profiled.kv_cache_memory = None;
+        let p = plan(&m, &profiled).unwrap();
+        assert!(
+            p.notes.iter().any(|n| n.contains("headroom")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn a_predicted_activation_peak_is_charged_labelled_and_assumed() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.6.5");
+        r.kv_cache_memory = None;
+        let assumed = plan(&m, &r).unwrap();
+        r.activation_peak = Some(ActivationPeak::Predicted {
+            bytes: Bytes(GIB),
+            how: "a test ran".into(),
+        });
+        let predicted = plan(&m, &r).unwrap();
+        let act = predicted
+            .terms
+            .iter()
+            .find(|t| t.id == TermId::ServeActivationPeak)
+            .unwrap();
+        assert_eq!(
+            (act.bytes, act.kind, act.in_total),
+            (Bytes(GIB), Kind::Assumed, true)
+        );
+        assert!(act.formula.starts_with(
+            "PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"
+        ));
+        assert!(act.formula.contains(profile::PREDICTED_ERROR));
+        let a = assumed
+            .terms
+            .iter()
+            .find(|t| t.id == TermId::ServeActivationPeak)
+            .unwrap()
+            .bytes;
+        assert_eq!(
+            assumed.summary.kv_budget_bytes - predicted.summary.kv_budget_bytes,
+            GIB as i128 - a.get() as i128
+        );
     }
 
     #[test]

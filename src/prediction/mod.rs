@@ -10,6 +10,7 @@ pub mod oom;
 pub mod render;
 pub mod replay;
 pub mod run;
+pub mod serve_profile;
 
 use anyhow::Result;
 

@@ -438,3 +438,164 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
     }
     println!("{}", rows.join("\n"));
 }
+
+/// `--activation-peak predict` against the 5 logs that print the profile run's activation peak
+/// (04, 05: "PyTorch activation peak memory", 0.6.5; 01, 02: peak_torch_memory − the weights,
+/// 0.6.4; 11: 0.7.3). Each log's other figures are fed in, so only the activation term is
+/// predicted. The bands are the errors observed (README, "Serving planner"), never tuned: the two
+/// RTX 3090 logs land within 10% and their slope between 20,000 and 29,000 tokens within 10%;
+/// the prediction stays 20–35% below the H100 (04, 05) and the 4-bit Qwen (11) logs, a gap the
+/// README states (causes not isolated). A change of either shows.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn serving_profile_run_activation_peak_beside_the_logs() {
+    let python = crate::common::torch_python();
+    let llama3 = model("llama-3-8b");
+    let qwen2 = model("qwen2-7b");
+    let h100 = [
+        "--card",
+        "H100 80GB",
+        "--engine-version",
+        "0.6.5",
+        "--device-total",
+        "79.22GiB",
+    ];
+    let rtx = [
+        "--card",
+        "RTX 3090",
+        "--engine-version",
+        "0.6.4",
+        "--device-total",
+        "23.58GiB",
+        "--weights-memory",
+        "14.9888GiB",
+        "--non-torch",
+        "0.35GiB",
+    ];
+    // (log, arguments, the log's activation peak in GiB, the band of the error in %)
+    type Case<'a> = (&'a str, Vec<&'a str>, f64, (f64, f64));
+    let cases: [Case; 5] = [
+        (
+            "04",
+            [
+                &["--model", &llama3][..],
+                &h100,
+                &["--weights-memory", "14.96GiB", "--non-torch", "1.79GiB"],
+            ]
+            .concat(),
+            1.26,
+            (-35.0, -20.0),
+        ),
+        (
+            "05",
+            [
+                &["--model", &llama3, "--tensor-parallel-size", "2"][..],
+                &h100,
+            ]
+            .concat(),
+            1.26,
+            (-35.0, -20.0),
+        ),
+        (
+            "01",
+            [&["--model", &llama3, "--max-model-len", "20000"][..], &rtx].concat(),
+            17.06 - 14.9888,
+            (-10.0, 10.0),
+        ),
+        (
+            "02",
+            [&["--model", &llama3, "--max-model-len", "29000"][..], &rtx].concat(),
+            17.98 - 14.9888,
+            (-10.0, 10.0),
+        ),
+        (
+            "11",
+            vec![
+                "--model",
+                &qwen2,
+                "--card",
+                "L4",
+                "--engine-version",
+                "0.7.3",
+                "--device-total",
+                "8.00GiB",
+                "--gpu-memory-utilization",
+                "0.7",
+                "--max-model-len",
+                "4096",
+                "--weights-memory",
+                "5.2032GiB",
+                "--non-torch",
+                "0.03GiB",
+            ],
+            1.42,
+            (-35.0, -20.0),
+        ),
+    ];
+    let mut rows = Vec::new();
+    let mut predicted = std::collections::BTreeMap::new();
+    for (name, args, logged, (low, high)) in cases {
+        let out = crate::common::Run::command("estimate")
+            .env("ITERAGPU_PYTHON", &python)
+            .args(["--serve", "vllm", "--activation-peak", "predict", "--json"])
+            .args(&args)
+            .succeeds()
+            .stdout();
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("estimate --json");
+        let term = crate::common::term_by_id(&doc, "serve_activation_peak");
+        assert_eq!(
+            term["kind"], "assumed",
+            "{name}: a prediction is not a calculation"
+        );
+        assert_eq!(term["inputs"]["predicted"], true, "{name}");
+        let formula = term["formula"].as_str().unwrap();
+        assert!(
+            formula.starts_with(
+                "PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"
+            ),
+            "{name}: {formula}"
+        );
+        let gib = term["bytes"].as_f64().unwrap() / GIB;
+        let e = err(gib, logged);
+        assert!(
+            e > low && e < high,
+            "{name}: predicted {gib:.3} GiB vs the log's {logged:.3} GiB ({e:+.1}%), outside ({low}, {high})%: the gap changed, update the README table"
+        );
+        predicted.insert(name, gib);
+        let sv = &doc["serving"];
+        rows.push(format!(
+            "{name}: {} tokens over {} seqs: predicted {gib:.3} GiB vs the log's {logged:.3} GiB ({e:+.1}%); blocks {}, budget {:.2} GiB",
+            sv["max_num_batched_tokens"],
+            sv["max_num_seqs"],
+            sv["num_blocks"],
+            sv["kv_budget_bytes"].as_f64().unwrap() / GIB
+        ));
+    }
+    // The 9,000 tokens between 01 and 02: what each token adds.
+    let slope = (predicted["02"] - predicted["01"]) / (17.98 - 17.06);
+    assert!(
+        (slope - 1.0).abs() < 0.10,
+        "01 → 02: the prediction grows {slope:.3}× as fast as the logs"
+    );
+    rows.push(format!(
+        "01 → 02: the prediction grows {slope:.3}× as fast as the logs"
+    ));
+    println!("{}", rows.join("\n"));
+}
+
+#[test]
+fn serving_profile_run_without_torch_exits_2() {
+    crate::common::Run::command("estimate")
+        .env("ITERAGPU_PYTHON", "python3")
+        .env("PYTHONPATH", fixture("no_torch"))
+        .args(["--serve", "vllm", "--activation-peak", "predict"])
+        .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
+        .expect_status(2)
+        .stderr_has("install torch and transformers");
+    // SGLang runs no profile run: refused before any worker starts.
+    crate::common::Run::command("estimate")
+        .args(["--serve", "sglang", "--activation-peak", "predict"])
+        .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
+        .expect_status(1)
+        .stderr_has("SGLang runs none");
+}

@@ -1,0 +1,185 @@
+//! `estimate --serve vllm --activation-peak predict`: vLLM's profile run predicted. The bundled
+//! `serve_profile.py` runs as a script workload in the predicting worker: transformers' model
+//! from the config with random weights on data-less CUDA tensors, one forward of
+//! max_num_batched_tokens tokens over max_num_seqs requests with no KV cache, then V0's sampler on
+//! each request's last token. The peak allocated above the weights is the activation peak.
+
+use std::path::{Path, PathBuf};
+
+use crate::progress::Progress;
+use crate::schema::prediction::PredictionStatus;
+use crate::schema::spec::{Task, Workload};
+use crate::schema::target::Target;
+use crate::signals::StopRequest;
+use crate::units::Bytes;
+use crate::workload::plan::{MeasureOptions, MeasurePlan};
+
+/// The profile run's shapes, as the planner resolved them.
+#[derive(Clone, Debug)]
+pub struct ProfileShape {
+    pub config: PathBuf,
+    pub tokens: u64,
+    pub seqs: u64,
+    /// `bfloat16`, `float16` or `float32`: the engine's compute dtype.
+    pub dtype: String,
+    pub tensor_parallel_size: u64,
+}
+
+/// The predicted peak above the weights, and what ran.
+#[derive(Clone, Debug)]
+pub struct PredictedPeak {
+    pub bytes: Bytes,
+    pub how: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// torch or transformers cannot be imported (exit 2).
+    #[error(
+        "the activation peak cannot be predicted: {0}; install torch and transformers in the interpreter (ITERAGPU_PYTHON), or give the log's figure with --activation-peak SIZE"
+    )]
+    Unavailable(String),
+    /// The forward raised or stopped (the model's config is not one transformers runs).
+    #[error(
+        "the profile run's forward did not run to its end: {0}; give the log's figure with --activation-peak SIZE"
+    )]
+    Failed(String),
+}
+
+/// Runs the profile run in a predicting worker for `card`.
+pub fn predict_peak(
+    shape: &ProfileShape,
+    card: &str,
+    python: Option<PathBuf>,
+    stop: &StopRequest,
+    progress: &dyn Progress,
+) -> Result<PredictedPeak, ProfileError> {
+    let dir = crate::python_side::private_dir("serve-profile")
+        .map_err(|e| ProfileError::Failed(format!("no private folder for the script: {e}")))?;
+    let script = dir.path().join("serve_profile.py");
+    let text = crate::python_side::FILES
+        .iter()
+        .find(|(path, _)| path.ends_with("serve_profile.py"))
+        .map(|(_, text)| *text)
+        .expect("build.rs bundles python/iteragpu/serve_profile.py");
+    std::fs::write(&script, text)
+        .map_err(|e| ProfileError::Failed(format!("{}: {e}", script.display())))?;
+    let options = options(shape, &script, python);
+    let plan = MeasurePlan::for_prediction(&options, None)
+        .map_err(|e| ProfileError::Failed(e.to_string()))?;
+    let target = Target::named(Some(card), &plan.allocator_backend())
+        .map_err(|e| ProfileError::Failed(e.to_string()))?;
+    let outcome = super::run::predict(&plan, &target, stop, progress)
+        .map_err(|e| ProfileError::Unavailable(e.to_string()))?;
+    let doc = match outcome {
+        super::run::Outcome::Predicted(doc) => doc,
+        super::run::Outcome::Unavailable(why) => return Err(ProfileError::Unavailable(why)),
+    };
+    if doc.status != PredictionStatus::Complete {
+        let why = doc
+            .failure
+            .clone()
+            .unwrap_or_else(|| doc.status.to_string());
+        // A missing transformers is the script's ImportError: a missing package, not a failure.
+        if why.contains("ModuleNotFoundError") || why.contains("ImportError") {
+            return Err(ProfileError::Unavailable(why));
+        }
+        return Err(ProfileError::Failed(why));
+    }
+    let phase = doc
+        .phases
+        .iter()
+        .find(|p| p.name == "profile_run")
+        .ok_or_else(|| ProfileError::Failed("no profile_run phase was predicted".into()))?;
+    let (Some(start), Some(peak)) = (phase.start_allocated_bytes, phase.peak_allocated_bytes)
+    else {
+        return Err(ProfileError::Failed(
+            "the profile_run phase has no allocated figures".into(),
+        ));
+    };
+    let attention = phase
+        .inputs
+        .get("attention_implementation")
+        .and_then(|v| v.as_str())
+        .unwrap_or("unknown");
+    let requests = shape.seqs.min(shape.tokens).max(1);
+    let length = shape.tokens.div_ceil(requests);
+    let torch = doc.assumptions.torch_version.as_deref().unwrap_or("?");
+    Ok(PredictedPeak {
+        bytes: Bytes(peak.saturating_sub(start)),
+        how: format!(
+            "transformers ran {requests} requests × {length} tokens (the split padded to equal lengths) with no KV cache, attention `{attention}`, {} weights{}, then V0's sampler (model_executor/layers/sampler.py 0.6.x: fp32 logits, top-k/top-p sort, probabilities and log-probabilities) on {requests} last tokens, on torch {torch}'s data-less CUDA tensors for {card}",
+            shape.dtype,
+            if shape.tensor_parallel_size > 1 {
+                format!(
+                    " of one rank (heads, KV heads and MLP width ÷ {}; vocabulary whole)",
+                    shape.tensor_parallel_size
+                )
+            } else {
+                String::new()
+            }
+        ),
+    })
+}
+
+fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> MeasureOptions {
+    MeasureOptions {
+        workload: Workload::Dense,
+        script: Some(script.to_path_buf()),
+        script_args: vec![
+            "--config".into(),
+            shape.config.display().to_string(),
+            "--tokens".into(),
+            shape.tokens.to_string(),
+            "--seqs".into(),
+            shape.seqs.to_string(),
+            "--dtype".into(),
+            shape.dtype.clone(),
+            "--tp".into(),
+            shape.tensor_parallel_size.to_string(),
+        ],
+        model: None,
+        task: Task::Infer,
+        device: Vec::new(),
+        batch: None,
+        context: None,
+        seed: 0,
+        dtype: None,
+        whole_loop: false,
+        width: None,
+        depth: None,
+        warmup: None,
+        repeats: None,
+        empty_cache: None,
+        prompt_tokens: None,
+        new_tokens: None,
+        cache: None,
+        resolution: None,
+        images: None,
+        images_per_request: None,
+        requests: None,
+        prompt_lengths: Vec::new(),
+        output_lengths: Vec::new(),
+        window: None,
+        steps: None,
+        optimizer: None,
+        precision: None,
+        gradient_checkpointing: false,
+        shard: None,
+        lora_rank: None,
+        lora_targets: Vec::new(),
+        alloc_conf: None,
+        nproc_per_node: None,
+        nnodes: None,
+        node_rank: None,
+        rdzv_endpoint: None,
+        rdzv_id: None,
+        timeline: false,
+        timeline_entries: 0,
+        no_history: true,
+        keep_children: false,
+        python,
+        timeout_s: 600,
+        written: Vec::new(),
+    }
+}
