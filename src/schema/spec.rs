@@ -147,6 +147,10 @@ pub struct VlmSpec {
     pub height: u64,
     pub width: u64,
     pub dtype: String,
+    /// `--requests`: concurrent requests, each with its images and its own cache (absent: one
+    /// batch).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestsSpec>,
 }
 
 /// A user's script run as `__main__` with its arguments.
