@@ -338,8 +338,7 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
 /// alone is that many requests); `None` when none is given. A list longer than `--requests` is
 /// refused.
 fn requests(args: &MeasureOptions) -> Result<Option<RequestsPlan>> {
-    if args.requests.is_none() && args.prompt_lengths.is_empty() && args.output_lengths.is_empty()
-    {
+    if args.requests.is_none() && args.prompt_lengths.is_empty() && args.output_lengths.is_empty() {
         return Ok(None);
     }
     if let Some(n) = args.requests {

@@ -634,12 +634,7 @@ impl MeasurePlan {
                     &["batch", "prompt_tokens", "new_tokens"]
                 };
                 let mut dims = pick(generation);
-                dims.extend(pick(&[
-                    "images_per_request",
-                    "height",
-                    "width",
-                    "dtype",
-                ]));
+                dims.extend(pick(&["images_per_request", "height", "width", "dtype"]));
                 dims.insert("model".into(), json!(p.model.display().to_string()));
                 dims.insert("resolution".into(), json!(self.dims.resolution));
                 (dims, Some(self.seed), "prefill".to_string(), 0, 1)
