@@ -1,5 +1,5 @@
 """A multimodal prompt: images and text into a vision-language model (LLaVA-1.5, Qwen2-VL,
-Gemma 3) built from its config with random weights directly on the device, which then generates
+Gemma 3, Llama-3.2-Vision) built from its config with random weights directly on the device, which then generates
 with its KV cache. Inference only.
 
 The images are processed by the model's own image processor, built from the folder's
@@ -10,7 +10,9 @@ what a configuration says is not the shape really processed: LLaVA-1.5 resizes a
 image to 336×336, Qwen2-VL keeps the size (to multiples of 28) and so its token count with it.
 
 Phases: model_load, inputs (the processing, the pixels moved to the device), prefill (the forward
-with the images, cold), decode (the new tokens one by one with the cache).
+with the images, cold), decode (the new tokens one by one with the cache). With `--requests N`
+(`spec.concurrent`) the same phases hold N requests alive together, each with its own images and
+cache, prefilled one after another and decoded round-robin, as causal_lm.py::_serve does.
 """
 
 from __future__ import annotations
