@@ -400,16 +400,16 @@ pub struct GenerationArgs {
     /// causal-lm generation: KV-cache strategy [default: dynamic].
     #[arg(long, value_enum)]
     pub cache: Option<CacheKind>,
-    /// causal-lm generation: N requests alive together, each with its own KV cache, prefilled one
-    /// after another then decoded in turn (not one padded batch) [default: one generation;
-    /// with length lists, their longest list's size].
+    /// causal-lm and vlm generation: N requests alive together, each with its own KV cache (and
+    /// its images), prefilled one after another then decoded in turn (not one padded batch)
+    /// [default: one generation; with length lists, their longest list's size].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub requests: Option<u64>,
-    /// causal-lm generation: the requests' prompt lengths, cycled over them
+    /// causal-lm and vlm generation: the requests' prompt lengths, cycled over them
     /// (--prompt-lengths 128,512,2048) [default: --prompt-tokens for all].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, conflicts_with = "prompt_tokens")]
     pub prompt_lengths: Vec<u64>,
-    /// causal-lm generation: the requests' output lengths, cycled over them
+    /// causal-lm and vlm generation: the requests' output lengths, cycled over them
     /// (--output-lengths 64,256) [default: --new-tokens for all].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, conflicts_with = "new_tokens")]
     pub output_lengths: Vec<u64>,

@@ -112,7 +112,8 @@ class Vision:
 @dataclass(frozen=True)
 class Vlm:
     """A vision-language model from a folder's config.json and preprocessor_config.json: `batch`
-    requests of `images_per_request` images of height × width and `prompt_tokens` text tokens each."""
+    requests of `images_per_request` images of height × width and `prompt_tokens` text tokens each
+    (with `concurrent`: that many requests alive together instead, each with its images and cache)."""
 
     workload: ClassVar[str] = "vlm"
     devices: Tuple[str, ...]
@@ -126,6 +127,7 @@ class Vlm:
     height: int
     width: int
     dtype: str
+    concurrent: Optional[Requests] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None

@@ -133,7 +133,12 @@ fn written(given: &Given) -> Vec<Written> {
     add(written_in::<VisionArgs>(given), None);
     add(written_in::<BuiltInArgs>(given), Some(Scope::BuiltIn));
     add(written_in::<DenseArgs>(given), Some(Scope::DenseInference));
-    add(written_in::<GenerationArgs>(given), Some(Scope::Generation));
+    // The requests' lengths apply to vlm generation too, unlike the rest of the group (--cache).
+    let (lengths, generation): (Vec<_>, Vec<_>) = written_in::<GenerationArgs>(given)
+        .into_iter()
+        .partition(|(id, _)| id == "prompt_lengths" || id == "output_lengths");
+    add(generation, Some(Scope::Generation));
+    add(lengths, Some(Scope::Requests));
     add(
         written_in::<SlidingWindowArgs>(given),
         Some(Scope::SlidingWindow),

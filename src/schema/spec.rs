@@ -8,6 +8,7 @@
 //! {"workload": "causal-lm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "batch": 1, "context": 16, "prompt_tokens": 128, "new_tokens": 32, "cache": "dynamic", "window": null, "dtype": "bfloat16", "whole_loop": false, "lora_rank": null, "lora_targets": []}
 //! {"workload": "vision", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "timm_model": null, "images": 8, "height": 224, "width": 224, "dtype": "float32", "whole_loop": false}
 //! {"workload": "vlm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "processor_config": "/abs/preprocessor_config.json", "batch": 1, "prompt_tokens": 128, "new_tokens": 32, "images_per_request": 2, "height": 336, "width": 336, "dtype": "float16"}
+//! {"workload": "vlm", "devices": ["cuda:0"], "seed": 0, "model_config": "/abs/config.json", "processor_config": "/abs/preprocessor_config.json", "batch": 1, "prompt_tokens": 128, "new_tokens": 32, "images_per_request": 1, "height": 560, "width": 560, "dtype": "bfloat16", "requests": 2, "prompt_lengths": [128, 512], "output_lengths": [32, 64]}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": ["--batch", "8"]}
 //! {"workload": "script", "devices": ["cuda:0"], "seed": 0, "script": "/abs/train.py", "script_args": [], "history": {"mode": "timeline", "max_entries": 100000, "snapshot": "/out/.r.json.snapshot-1a2b"}}
 //! ```
@@ -147,6 +148,10 @@ pub struct VlmSpec {
     pub height: u64,
     pub width: u64,
     pub dtype: String,
+    /// `--requests`: concurrent requests, each with its images and its own cache (absent: one
+    /// batch).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestsSpec>,
 }
 
 /// A user's script run as `__main__` with its arguments.
@@ -384,7 +389,7 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("//! {"))
             .collect();
-        assert_eq!(examples.len(), 7);
+        assert_eq!(examples.len(), 8);
         for rest in examples {
             let text = format!("{{{rest}");
             let original: Value = serde_json::from_str(&text).expect(&text);

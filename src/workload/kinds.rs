@@ -30,6 +30,9 @@ pub struct VlmPlan {
     pub config: PathBuf,
     pub processor: PathBuf,
     pub dtype: Dtype,
+    /// Concurrent requests, each with its images and its own cache (`None`: one batch of
+    /// `--batch` requests); how many is the dimension `requests`.
+    pub requests: Option<RequestsPlan>,
 }
 
 /// An image model on a batch of random images.
@@ -229,27 +232,8 @@ pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     let training = training(args)?;
-    let requests = (args.requests.is_some()
-        || !args.prompt_lengths.is_empty()
-        || !args.output_lengths.is_empty())
-    .then(|| RequestsPlan {
-        prompt_lengths: args.prompt_lengths.clone(),
-        output_lengths: args.output_lengths.clone(),
-    });
+    let requests = requests(args)?;
     if requests.is_some() && training.is_none() {
-        if let Some(n) = args.requests {
-            for (flag, list) in [
-                ("--prompt-lengths", &args.prompt_lengths),
-                ("--output-lengths", &args.output_lengths),
-            ] {
-                if list.len() as u64 > n {
-                    bail!(
-                        "{flag} lists {} lengths for --requests {n}: give at most one length per request, or raise --requests",
-                        list.len()
-                    );
-                }
-            }
-        }
         if cache != CacheKind::Dynamic {
             bail!(
                 "--cache {cache} with --requests is not supported yet: each request gets its own dynamic cache; drop --cache"
@@ -350,8 +334,34 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
     })
 }
 
+/// `--requests`, `--prompt-lengths`, `--output-lengths` as concurrent requests (a length list
+/// alone is that many requests); `None` when none is given. A list longer than `--requests` is
+/// refused.
+fn requests(args: &MeasureOptions) -> Result<Option<RequestsPlan>> {
+    if args.requests.is_none() && args.prompt_lengths.is_empty() && args.output_lengths.is_empty() {
+        return Ok(None);
+    }
+    if let Some(n) = args.requests {
+        for (flag, list) in [
+            ("--prompt-lengths", &args.prompt_lengths),
+            ("--output-lengths", &args.output_lengths),
+        ] {
+            if list.len() as u64 > n {
+                bail!(
+                    "{flag} lists {} lengths for --requests {n}: give at most one length per request, or raise --requests",
+                    list.len()
+                );
+            }
+        }
+    }
+    Ok(Some(RequestsPlan {
+        prompt_lengths: args.prompt_lengths.clone(),
+        output_lengths: args.output_lengths.clone(),
+    }))
+}
+
 /// The families whose image-token rule the vlm worker follows (`workloads/vlm.py::RULES`).
-pub const VLM_FAMILIES: [&str; 4] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3"];
+pub const VLM_FAMILIES: [&str; 5] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3", "mllama"];
 
 /// `--workload vlm --model DIR`, validated: the folder holds the model's config.json, a
 /// multimodal one (a `vision_config` of a family the worker follows), and the image processor's
@@ -421,6 +431,7 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
         config: std::fs::canonicalize(&config)?,
         processor: std::fs::canonicalize(&processor)?,
         dtype: weights_dtype(args, dtype)?,
+        requests: requests(args)?,
     })
 }
 

@@ -93,6 +93,8 @@ pub enum Scope {
     SlidingWindow,
     Training,
     CausalLmTraining,
+    /// `--prompt-lengths`, `--output-lengths`: the lengths of concurrent requests.
+    Requests,
 }
 
 impl Scope {
@@ -105,6 +107,7 @@ impl Scope {
             Scope::SlidingWindow => "causal-lm generation with --cache sliding",
             Scope::Training => "--task train",
             Scope::CausalLmTraining => "causal-lm training (--workload causal-lm --task train)",
+            Scope::Requests => "causal-lm and vlm generation",
         }
     }
 }

@@ -226,14 +226,23 @@ impl MeasurePlan {
                 Variable::Steps => train,
                 _ => false,
             },
-            WorkloadPlan::Vlm(_) => matches!(
-                variable,
-                Variable::Batch
-                    | Variable::PromptTokens
-                    | Variable::NewTokens
-                    | Variable::Resolution
-                    | Variable::ImagesPerRequest
-            ),
+            WorkloadPlan::Vlm(v) => match (variable, &v.requests) {
+                // Each request is one sequence: --batch is refused with --requests.
+                (Variable::Batch, requests) => requests.is_none(),
+                (Variable::Requests | Variable::Resolution | Variable::ImagesPerRequest, _) => true,
+                // A length list replaces the one value.
+                (Variable::PromptTokens, Some(r)) => r.prompt_lengths.is_empty(),
+                (Variable::NewTokens, Some(r)) => r.output_lengths.is_empty(),
+                (Variable::PromptTokens | Variable::NewTokens, None) => true,
+                (
+                    Variable::Context
+                    | Variable::Width
+                    | Variable::Depth
+                    | Variable::Steps
+                    | Variable::Images,
+                    _,
+                ) => false,
+            },
         }
     }
 
@@ -247,6 +256,8 @@ impl MeasurePlan {
             (WorkloadPlan::Dense(_), Scope::DenseInference) => !train,
             (WorkloadPlan::CausalLm(_), Scope::Generation | Scope::SlidingWindow) => !train,
             (WorkloadPlan::CausalLm(_), Scope::CausalLmTraining) => train,
+            (WorkloadPlan::CausalLm(_), Scope::Requests) => !train,
+            (WorkloadPlan::Vlm(_), Scope::Requests) => true,
             _ => false,
         }
     }
@@ -270,11 +281,16 @@ impl MeasurePlan {
     pub fn with(&self, variable: Variable, value: u64) -> Result<MeasurePlan> {
         let mut plan = self.clone();
         plan.dims.set(variable, value);
-        if variable == Variable::Requests
-            && let WorkloadPlan::CausalLm(c) = &mut plan.workload
-            && c.training.is_none()
-        {
-            c.requests.get_or_insert_with(RequestsPlan::default);
+        if variable == Variable::Requests {
+            match &mut plan.workload {
+                WorkloadPlan::CausalLm(c) if c.training.is_none() => {
+                    c.requests.get_or_insert_with(RequestsPlan::default);
+                }
+                WorkloadPlan::Vlm(v) => {
+                    v.requests.get_or_insert_with(RequestsPlan::default);
+                }
+                _ => {}
+            }
         }
         plan.check_dimensions()?;
         Ok(plan)
@@ -309,10 +325,11 @@ impl MeasurePlan {
 
     /// The concurrent requests' lengths, one per request (`None`: no `--requests`).
     pub fn request_lengths(&self) -> Option<Result<Vec<RequestLengths>, String>> {
-        let WorkloadPlan::CausalLm(c) = &self.workload else {
-            return None;
+        let r = match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.requests.as_ref()?,
+            WorkloadPlan::Vlm(v) => v.requests.as_ref()?,
+            _ => return None,
         };
-        let r = c.requests.as_ref()?;
         let one = |list: &[u64], value: u64| {
             if list.is_empty() {
                 vec![value]
@@ -385,8 +402,15 @@ impl MeasurePlan {
             }),
             _ => None,
         };
+        let vlm = matches!(self.workload, WorkloadPlan::Vlm(_));
         let mut note = format!(
-            "--requests {n}: each request is prefilled alone into its own dynamic cache, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} tokens of KV cache"
+            "--requests {n}: each request is prefilled alone into its own dynamic cache{}, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} {}tokens of KV cache",
+            if vlm { " with its own images" } else { "" },
+            if vlm {
+                "text tokens, plus each request's image tokens (the inputs phase records them), of "
+            } else {
+                ""
+            }
         );
         if padded == held {
             note.push_str(&format!(
@@ -403,6 +427,17 @@ impl MeasurePlan {
             ));
         }
         Some(note)
+    }
+
+    /// The concurrent requests as the worker receives them, one length per request.
+    fn requests_spec(&self) -> Option<RequestsSpec> {
+        self.request_lengths()
+            .and_then(Result::ok)
+            .map(|lengths| RequestsSpec {
+                requests: lengths.len() as u64,
+                prompt_lengths: lengths.iter().map(|r| r.prompt).collect(),
+                output_lengths: lengths.iter().map(|r| r.output).collect(),
+            })
     }
 
     pub fn whole_loop(&self) -> bool {
@@ -462,14 +497,7 @@ impl MeasurePlan {
                     kv_residual: QuantizedSettings::DEFAULT.residual,
                 }),
                 training: training(&p.training),
-                requests: self
-                    .request_lengths()
-                    .and_then(Result::ok)
-                    .map(|lengths| RequestsSpec {
-                        requests: lengths.len() as u64,
-                        prompt_lengths: lengths.iter().map(|r| r.prompt).collect(),
-                        output_lengths: lengths.iter().map(|r| r.output).collect(),
-                    }),
+                requests: self.requests_spec(),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();
@@ -502,6 +530,7 @@ impl MeasurePlan {
                     height,
                     width,
                     dtype: p.dtype.torch_name().into(),
+                    requests: self.requests_spec(),
                 })
             }
             WorkloadPlan::Script(p) => WorkloadSpec::Script(ScriptSpec {
@@ -599,15 +628,13 @@ impl MeasurePlan {
                 (dims, Some(self.seed), first.to_string(), 0, repeats)
             }
             WorkloadPlan::Vlm(p) => {
-                let mut dims = pick(&[
-                    "batch",
-                    "prompt_tokens",
-                    "new_tokens",
-                    "images_per_request",
-                    "height",
-                    "width",
-                    "dtype",
-                ]);
+                let generation: &[&str] = if p.requests.is_some() {
+                    &["requests", "prompt_lengths", "output_lengths"]
+                } else {
+                    &["batch", "prompt_tokens", "new_tokens"]
+                };
+                let mut dims = pick(generation);
+                dims.extend(pick(&["images_per_request", "height", "width", "dtype"]));
                 dims.insert("model".into(), json!(p.model.display().to_string()));
                 dims.insert("resolution".into(), json!(self.dims.resolution));
                 (dims, Some(self.seed), "prefill".to_string(), 0, 1)
@@ -812,7 +839,7 @@ fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
                 Variable::Resolution => "--workload vision and vlm",
                 Variable::Images => "--workload vision (vlm: --images-per-request)",
                 Variable::ImagesPerRequest => "--workload vlm (vision: --images)",
-                Variable::Requests => "causal-lm generation",
+                Variable::Requests => "causal-lm and vlm generation",
             }
         );
     }

@@ -449,7 +449,7 @@ pub fn documented_specs() -> Vec<String> {
         .collect();
     assert_eq!(
         examples.len(),
-        6,
+        8,
         "the examples documented in src/schema/spec.rs"
     );
     examples

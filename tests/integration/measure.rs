@@ -421,6 +421,8 @@ fn the_worker_reads_the_documented_specs() {
             "Dense cuda:0 True",
             "CausalLm cuda:0 False",
             "Vision cuda:0 False",
+            "Vlm cuda:0 None",
+            "Vlm cuda:0 None",
             "Script cuda:0 None",
             "Script cuda:0 None",
             "refused: the worker's spec has unknown key(s) scirpt_args for workload 'script'",

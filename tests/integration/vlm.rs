@@ -1,8 +1,10 @@
-//! The multimodal-prompt workload (`--workload vlm`): LLaVA-1.5, Qwen2-VL and Gemma 3 predicted
+//! The multimodal-prompt workload (`--workload vlm`): LLaVA-1.5, Qwen2-VL, Gemma 3 and
+//! Llama-3.2-Vision predicted
 //! with real torch and transformers on the CPU from their hub config.json and
 //! preprocessor_config.json (the image tokens each processor makes, the shapes it really
 //! processed, the prefill growing with the images), a predicted sweep over
-//! `images-per-request`, the refusals, and the fake torch's measure path.
+//! `images-per-request`, concurrent requests (`--requests`), the refusals, and the fake torch's
+//! measure path.
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -130,6 +132,139 @@ fn predicted_gemma3_makes_256_tokens_per_image() {
     );
 }
 
+/// Llama-3.2-Vision (mllama, the 11B layout): a 480×1000 image is tiled 1×2 (two 560×560
+/// tiles, padded to max_image_tiles = 4 slots), every slot encoded into (560/14)² + 1 = 1601
+/// states, so the cross-attention layers' keys and values hold 4 × 1601 = 6404 states per image;
+/// the prompt holds one <|image|> token per image. The cache is checked to the byte: 8
+/// cross-attention layers × K and V × the images' states, plus 32 self-attention layers × K and
+/// V × the text, 8 KV heads × 128 in bf16 each. A second image adds its states and prefill memory.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_llama_3_2_vision_tiles_the_image_and_caches_its_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let mllama = model("llama-3.2-11b-vision-defaults");
+    let mut peaks = Vec::new();
+    for n in [1u64, 2] {
+        let images = n.to_string();
+        let doc = predict_vlm(
+            dir.path(),
+            &format!("mllama-{n}"),
+            &[
+                "--model",
+                &mllama,
+                "--resolution",
+                "480x1000",
+                "--images-per-request",
+                &images,
+            ],
+        );
+        let inputs = &phase(&doc, "inputs")["inputs"];
+        assert_eq!(
+            inputs["processed_pixel_shape"],
+            json!([1, n, 4, 3, 560, 560])
+        );
+        assert_eq!(inputs["tiles_per_image"], json!(vec![2; n as usize]));
+        assert_eq!(inputs["vision_tokens_per_tile"], 1601);
+        assert_eq!(inputs["vision_tokens_per_image"], 6404);
+        assert_eq!(inputs["image_tokens_per_image"], json!(vec![1; n as usize]));
+        assert_eq!(inputs["prompt_tokens_per_request"], n + 16);
+        let prefill = &phase(&doc, "prefill")["inputs"];
+        assert_eq!(
+            prefill["cross_attention_states_shape"],
+            json!([[4 * n, 1601, 4096]])
+        );
+        let kv = |tokens: u64| tokens * 8 * 128 * 2 * 2;
+        assert_eq!(
+            prefill["cache_bytes"],
+            8 * kv(6404 * n) + 32 * kv(n + 16),
+            "{prefill}"
+        );
+        assert_eq!(
+            phase(&doc, "model_load")["inputs"]["parameters"],
+            10_670_220_835u64
+        );
+        peaks.push(prefill_peak(&doc));
+    }
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
+/// `--requests N`: N requests alive together, each prefilled with its own images into its own
+/// cache, then decoded in turn: the decode phase holds N caches (its peak grows with N), each
+/// request's cache holding its image tokens, its prompt and its output.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_vlm_requests_keep_a_cache_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let qwen = model("qwen2-vl-2b-instruct");
+    let mut peaks = Vec::new();
+    for n in [1u64, 3] {
+        let texts: Vec<u64> = [16, 40, 16][..n as usize].to_vec();
+        let outputs: Vec<u64> = [2, 4, 2][..n as usize].to_vec();
+        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        let doc = Run::predict()
+            .args(["--python", &torch_python(), "--workload", "vlm"])
+            .args(["--model", &qwen, "--resolution", "224"])
+            .args(["--requests", &n.to_string()])
+            .args(["--prompt-lengths", &list(&texts)])
+            .args(["--output-lengths", &list(&outputs)])
+            .output(dir.path().join(format!("requests-{n}.json")))
+            .succeeds()
+            .stdout_has(
+                "each request is prefilled alone into its own dynamic cache with its own images",
+            )
+            .json();
+        assert_eq!(doc["status"], "complete", "{}", doc["failure"]);
+        assert_eq!(doc["dimensions"]["requests"], n);
+        assert_eq!(doc["dimensions"]["prompt_lengths"], json!(texts));
+        let inputs = &phase(&doc, "inputs")["inputs"];
+        // 64 image tokens between vision_start and vision_end, then the text.
+        let prompts: Vec<u64> = texts.iter().map(|t| t + 64 + 2).collect();
+        assert_eq!(inputs["prompt_tokens_per_request"], json!(prompts));
+        let decode = &phase(&doc, "decode")["inputs"];
+        let held: Vec<u64> = prompts.iter().zip(&outputs).map(|(p, o)| p + o).collect();
+        assert_eq!(decode["cache_tokens"], json!(held), "{decode}");
+        let per_request = decode["cache_bytes_per_request"].as_array().unwrap();
+        assert_eq!(per_request.len() as u64, n);
+        assert!(per_request.iter().all(|b| b.as_u64().unwrap() > 0));
+        peaks.push(
+            phase(&doc, "decode")["peak_allocated_bytes"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
+/// `sweep --predict --workload vlm --vary requests=1,2,4`: each trial a set of live requests.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_predicted_sweep_varies_the_vlm_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let series = Run::sweep()
+        .args(["--predict", "--python", &torch_python()])
+        .args(["--card", "H100 80GB", "--workload", "vlm"])
+        .args(["--model", &model("qwen2-vl-2b-instruct")])
+        .args([
+            "--resolution",
+            "224",
+            "--prompt-tokens",
+            "16",
+            "--new-tokens",
+            "2",
+        ])
+        .args(["--vary", "requests=1,2,4"])
+        .output(dir.path().join("series.json"))
+        .succeeds()
+        .stdout_has("PREDICTED")
+        .json();
+    let trials = series["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 3);
+    for (trial, n) in trials.iter().zip([1, 2, 4]) {
+        assert_eq!(trial["values"]["requests"], n, "{trial}");
+        assert!(trial["peak_allocated_bytes"].as_u64().is_some(), "{trial}");
+    }
+}
+
 /// `sweep --predict --vary images-per-request=1,2,4`: every trial predicted, the prefill's peak
 /// growing with the images.
 #[test]
@@ -204,8 +339,23 @@ fn vlm_refusals_name_the_value_and_the_fix() {
             "--workload vlm runs inference only",
         ),
         (
-            vec!["--model", &qwen, "--requests", "2"],
-            "--requests has no effect on vlm generation",
+            vec!["--model", &qwen, "--requests", "2", "--batch", "2"],
+            "--batch 2 with --requests",
+        ),
+        (
+            vec!["--model", &qwen, "--requests", "2", "--cache", "static"],
+            "--cache has no effect on vlm generation",
+        ),
+        (
+            vec![
+                "--model",
+                &qwen,
+                "--requests",
+                "1",
+                "--prompt-lengths",
+                "8,9",
+            ],
+            "--prompt-lengths lists 2 lengths for --requests 1",
         ),
         (
             vec!["--model", &qwen, "--images", "2"],

@@ -1,5 +1,5 @@
 """A multimodal prompt: images and text into a vision-language model (LLaVA-1.5, Qwen2-VL,
-Gemma 3) built from its config with random weights directly on the device, which then generates
+Gemma 3, Llama-3.2-Vision) built from its config with random weights directly on the device, which then generates
 with its KV cache. Inference only.
 
 The images are processed by the model's own image processor, built from the folder's
@@ -10,12 +10,16 @@ what a configuration says is not the shape really processed: LLaVA-1.5 resizes a
 image to 336×336, Qwen2-VL keeps the size (to multiples of 28) and so its token count with it.
 
 Phases: model_load, inputs (the processing, the pixels moved to the device), prefill (the forward
-with the images, cold), decode (the new tokens one by one with the cache).
+with the images, cold), decode (the new tokens one by one with the cache). With `--requests N`
+(`spec.concurrent`) the same phases hold N requests alive together, each with its own images and
+cache, prefilled one after another and decoded round-robin, as causal_lm.py::_serve does.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 from typing import Any
 
 from ..recorder import Recorder
@@ -39,6 +43,10 @@ RULES = {
     "qwen2_5_vl": "transformers/models/qwen2_5_vl/processing_qwen2_5_vl.py (image_grid_thw.prod() // merge_size**2)",
     "gemma3": "transformers/models/gemma3/processing_gemma3.py (image_seq_length = mm_tokens_per_image per crop,"
     " between boi and eoi)",
+    "mllama": "transformers/models/mllama/processing_mllama.py (one <|image|> token per image in the prompt; the"
+    " image reaches the text through cross-attention: image_processing_mllama.py tiles it into up to max_image_tiles"
+    " tiles of size x size, modeling_mllama.py encodes every tile slot into (image_size // patch_size)**2 + 1 states,"
+    " projected as the cross-attention layers' keys and values)",
 }
 
 
@@ -92,6 +100,8 @@ def _image_tokens(config: Any, processed: dict, images: int) -> list[int]:
     if kind in ("qwen2_vl", "qwen2_5_vl"):
         merge = config.vision_config.spatial_merge_size
         return [int(g.prod()) // merge**2 for g in processed["image_grid_thw"]]
+    if kind == "mllama":
+        return [1] * images
     if kind == "gemma3":
         crops = processed.get("num_crops")
         per_crop = int(config.mm_tokens_per_image)
@@ -109,6 +119,8 @@ def _placeholder(config: Any, tokens: int) -> list[int]:
         return [config.image_token_index] * tokens
     if kind in ("qwen2_vl", "qwen2_5_vl"):
         return [config.vision_start_token_id] + [config.image_token_id] * tokens + [config.vision_end_token_id]
+    if kind == "mllama":
+        return [config.image_token_index] * tokens
     # gemma3: boi, the image tokens, eoi (the processor's "\n\n" around them are text).
     return [config.boi_token_index] + [config.image_token_index] * tokens + [config.eoi_token_index]
 
@@ -122,6 +134,120 @@ def _text_ceiling(config: Any, vocab: int) -> int:
         if isinstance(v, int) and not isinstance(v, bool) and k.endswith(("token_id", "token_index")) and 0 < v < vocab
     ]
     return min(special + [vocab])
+
+
+def _requests(
+    rec: Recorder, torch: Any, numpy: Any, processor: Any, config: Any, spec: Vlm, lengths: list[int], device: Any, dtype: Any
+) -> tuple[list[tuple[Any, dict]], dict]:
+    """Each request's prompt (`lengths[r]` text tokens after its images' placeholders) and the
+    model's image inputs, as one batch when every request has the same length; the inputs phase
+    records the processed shapes. Returns the (input_ids, kwargs) of each forward, and the kwargs
+    each decoding step needs (Llama-3.2-Vision's cross-attention mask, one row per new token)."""
+    model_type = config.model_type
+    per_request = spec.images_per_request
+    batched = spec.concurrent is None
+    units = [list(range(len(lengths)))] if batched else [[r] for r in range(len(lengths))]
+    rng = numpy.random.default_rng(spec.seed)
+    vocab = config.get_text_config(decoder=True).vocab_size
+    ceiling = _text_ceiling(config, vocab)
+    forwards: list[tuple[Any, dict]] = []
+    with rec.phase(
+        "inputs",
+        requested_resolution=[spec.height, spec.width],
+        images_per_request=per_request,
+        requests=len(lengths),
+        image_processor=type(processor).__name__,
+        rule=RULES[model_type],
+    ) as info:
+        for unit in units:
+            pictures = [
+                [rng.integers(0, 256, (spec.height, spec.width, 3), dtype=numpy.uint8) for _ in range(per_request)] for _ in unit
+            ]
+            # Llama-3.2-Vision's processor takes a list of images per request; the others a flat list.
+            flat = [p for row in pictures for p in row]
+            processed = processor(images=pictures if model_type == "mllama" else flat, return_tensors="pt")
+            per_image = _image_tokens(config, processed, len(flat))
+            rows = []
+            for k, r in enumerate(unit):
+                ids: list[int] = []
+                for i in range(per_request):
+                    ids += _placeholder(config, per_image[k * per_request + i])
+                text = torch.randint(0, ceiling, (lengths[r],), generator=torch.Generator().manual_seed(spec.seed + r))
+                rows.append(ids + text.tolist())
+            prompt = torch.tensor(rows, dtype=torch.long)
+            extra: dict = {"pixel_values": processed["pixel_values"].to(device=device, dtype=dtype)}
+            if "image_grid_thw" in processed:
+                extra["image_grid_thw"] = processed["image_grid_thw"].to(device)
+            # The processor's modality ids (processing_utils.py::create_mm_token_type_ids: 1 on image
+            # tokens): Qwen2-VL's M-RoPE reads them as `mm_token_type_ids`, Gemma 3's bidirectional
+            # image attention as `token_type_ids`.
+            if model_type in ("qwen2_vl", "qwen2_5_vl"):
+                extra["mm_token_type_ids"] = (prompt == config.image_token_id).long().to(device)
+            elif model_type == "gemma3":
+                extra["token_type_ids"] = (prompt == config.image_token_index).long().to(device)
+            elif model_type == "mllama":
+                extra.update(_mllama_inputs(torch, processor, config, processed, rows, info))
+                extra = {k: v.to(device) if k != "pixel_values" else v for k, v in extra.items()}
+            if unit[0] == 0:
+                info["processed_pixel_shape"] = list(processed["pixel_values"].shape)
+                if "image_grid_thw" in processed:
+                    info["image_grid_thw"] = processed["image_grid_thw"].tolist()
+                info["image_tokens_per_image"] = per_image[: len(unit) * per_request]
+                info["image_tokens_per_request"] = sum(per_image[:per_request])
+            forwards.append((prompt.to(device), extra))
+        info["text_tokens_per_request"] = lengths if not batched else lengths[0]
+        prompt_lengths = [int(ids.shape[1]) for ids, _ in forwards]
+        info["prompt_tokens_per_request"] = prompt_lengths if not batched else prompt_lengths[0]
+        info["processed_shape"] = [list(ids.shape) for ids, _ in forwards] if not batched else list(forwards[0][0].shape)
+    return forwards, info
+
+
+def _mllama_inputs(torch: Any, processor: Any, config: Any, processed: dict, rows: list[list[int]], info: dict) -> dict:
+    """Llama-3.2-Vision's tiles and cross-attention mask, by transformers' own
+    processing_mllama.py (`get_cross_attention_token_mask`, `convert_sparse_cross_attention_mask_to_dense`):
+    every text token from an image's <|image|> on attends to that image's tiles."""
+    from transformers.models.mllama import processing_mllama as pm
+
+    tiles = processed["num_tiles"]
+    sparse = [pm.get_cross_attention_token_mask(row, config.image_token_index) for row in rows]
+    dense = pm.convert_sparse_cross_attention_mask_to_dense(sparse, tiles, processor.max_image_tiles, len(rows[0]))
+    vision = config.vision_config
+    # modeling_mllama.py: every tile slot (padding tiles too, masked) is encoded into this many states.
+    patches = (vision.image_size // vision.patch_size) ** 2 + 1
+    slots = int(processed["pixel_values"].shape[2])
+    if "tiles_per_image" not in info:
+        info["tiles_per_image"] = [int(t) for row in tiles for t in row]
+        info["aspect_ratio_ids"] = processed["aspect_ratio_ids"].tolist()
+        info["vision_tokens_per_tile"] = patches
+        info["vision_tokens_per_image"] = slots * patches
+    return {
+        "aspect_ratio_ids": processed["aspect_ratio_ids"],
+        "aspect_ratio_mask": processed["aspect_ratio_mask"],
+        "cross_attention_mask": torch.as_tensor(dense),
+    }
+
+
+def _step(extra: dict) -> dict:
+    """What each decoding step passes besides the token: as `generate` does
+    (modeling_mllama.py::_update_model_kwargs_for_generation), Llama-3.2-Vision's new token
+    attends to the images the last prompt token did."""
+    mask = extra.get("cross_attention_mask")
+    return {} if mask is None else {"cross_attention_mask": mask[:, -1:]}
+
+
+def _watch_states(model: Any, info: dict) -> Any:
+    """Records the cross-attention states' shape as modeling_mllama.py passes them to the text
+    (the projector's output as (images × tiles, states per tile, hidden)); a handle to remove."""
+    projector = getattr(getattr(model, "model", None), "multi_modal_projector", None)
+    if projector is None or not hasattr(projector, "out_features"):
+        return None
+
+    def hook(_module: Any, _args: Any, out: Any) -> None:
+        shape = list(out.shape)
+        info.setdefault("cross_attention_states_shape", [])
+        info["cross_attention_states_shape"].append([math.prod(shape[:-2]), shape[-2], shape[-1]])
+
+    return projector.register_forward_hook(hook)
 
 
 def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
@@ -155,63 +281,62 @@ def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
         info["parameters"] = sum(p.numel() for p in model.parameters())
         info["attention_implementation"] = getattr(model.config, "_attn_implementation", None)
     model.eval()
-    images = spec.batch * spec.images_per_request
-    with rec.phase(
-        "inputs",
-        requested_resolution=[spec.height, spec.width],
-        images_per_request=spec.images_per_request,
-        requests=spec.batch,
-        image_processor=type(processor).__name__,
-        rule=RULES[model_type],
-    ) as info:
-        rng = numpy.random.default_rng(spec.seed)
-        pictures = [rng.integers(0, 256, (spec.height, spec.width, 3), dtype=numpy.uint8) for _ in range(images)]
-        processed = processor(images=pictures, return_tensors="pt")
-        per_image = _image_tokens(config, processed, images)
-        info["processed_pixel_shape"] = list(processed["pixel_values"].shape)
-        if "image_grid_thw" in processed:
-            info["image_grid_thw"] = processed["image_grid_thw"].tolist()
-        info["image_tokens_per_image"] = per_image
-        vocab = config.get_text_config(decoder=True).vocab_size
-        ceiling = _text_ceiling(config, vocab)
-        rows = []
-        for r in range(spec.batch):
-            ids: list[int] = []
-            for k in range(spec.images_per_request):
-                ids += _placeholder(config, per_image[r * spec.images_per_request + k])
-            text = torch.randint(0, ceiling, (spec.prompt_tokens,), generator=torch.Generator().manual_seed(spec.seed + r))
-            rows.append(ids + text.tolist())
-        prompt = torch.tensor(rows, dtype=torch.long)
-        info["image_tokens_per_request"] = sum(per_image[: spec.images_per_request])
-        info["text_tokens_per_request"] = spec.prompt_tokens
-        info["prompt_tokens_per_request"] = prompt.shape[1]
-        info["processed_shape"] = list(prompt.shape)
-        ids = prompt.to(device)
-        mask = torch.ones_like(ids)
-        extra: dict = {"pixel_values": processed["pixel_values"].to(device=device, dtype=dtype)}
-        if "image_grid_thw" in processed:
-            extra["image_grid_thw"] = processed["image_grid_thw"].to(device)
-        # The processor's modality ids (processing_utils.py::create_mm_token_type_ids: 1 on image
-        # tokens): Qwen2-VL's M-RoPE reads them as `mm_token_type_ids`, Gemma 3's bidirectional
-        # image attention as `token_type_ids`.
-        if model_type in ("qwen2_vl", "qwen2_5_vl"):
-            extra["mm_token_type_ids"] = (prompt == config.image_token_id).long().to(device)
-        elif model_type == "gemma3":
-            extra["token_type_ids"] = (prompt == config.image_token_index).long().to(device)
-    cache = transformers.cache_utils.DynamicCache(config=model.config)
+    concurrent = spec.concurrent
+    if concurrent is None:
+        lengths = [spec.prompt_tokens] * spec.batch
+        outputs = [spec.new_tokens] * spec.batch
+    else:
+        lengths, outputs = list(concurrent.prompt_lengths), list(concurrent.output_lengths)
+    forwards, _ = _requests(rec, torch, numpy, processor, config, spec, lengths, device, dtype)
+    device_type = model.device.type
+    # transformers 5 renames `past_key_values` to `cache` (deprecated until 5.40): the name the model takes.
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    caches: list[Any] = []
+    tokens: list[Any] = []
+    steps: list[dict] = []
     with torch.no_grad():
-        with rec.phase("prefill", prompt_tokens=int(prompt.shape[1]), cache="dynamic") as info:
-            out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
-            token = out.logits[:, -1:].argmax(-1)
-            info["logits_shape"] = list(out.logits.shape)
-            del out
-            info["cache_bytes"] = cache_bytes(cache, model.device.type)
-        del extra
-        with rec.phase("decode", new_tokens=spec.new_tokens) as info:
-            for _ in range(spec.new_tokens):
-                out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                token = out.logits[:, -1:].argmax(-1)
+        with rec.phase(
+            "prefill",
+            prompt_tokens=[int(ids.shape[1]) for ids, _ in forwards] if concurrent else int(forwards[0][0].shape[1]),
+            requests=len(lengths),
+            cache="dynamic",
+        ) as info:
+            watch = _watch_states(model, info)
+            # With --requests, each request is prefilled alone into its own cache while the earlier
+            # ones stay alive, as a server admits them (causal_lm.py::_serve).
+            while forwards:
+                ids, extra = forwards.pop(0)
+                cache = transformers.cache_utils.DynamicCache(config=model.config)
+                out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1, **{key: cache}, **extra)
+                tokens.append(out.logits[:, -1:].argmax(-1))
+                info["logits_shape"] = list(out.logits.shape)
                 del out
-            info["cache_bytes"] = cache_bytes(cache, model.device.type)
-            info["cache_tokens"] = int(cache.get_seq_length())
-    del cache, token
+                steps.append(_step(extra))
+                del extra, ids
+                caches.append(cache)
+            if watch is not None:
+                watch.remove()
+            per_request = [cache_bytes(c, device_type) for c in caches]
+            if concurrent:
+                info["cache_bytes_per_request"] = per_request
+            info["cache_bytes"] = sum(per_request)
+        with rec.phase(
+            "decode",
+            new_tokens=outputs if concurrent else spec.new_tokens,
+            requests=len(lengths),
+            schedule="round-robin" if concurrent else "batch",
+        ) as info:
+            for step in range(max(outputs)):
+                for r, cache in enumerate(caches):
+                    if step < outputs[r]:
+                        out = model(input_ids=tokens[r], use_cache=True, logits_to_keep=1, **{key: cache}, **steps[r])
+                        tokens[r] = out.logits[:, -1:].argmax(-1)
+                        del out
+            per_request = [cache_bytes(c, device_type) for c in caches]
+            if concurrent:
+                info["cache_bytes_per_request"] = per_request
+                info["cache_tokens"] = [int(c.get_seq_length()) for c in caches]
+            else:
+                info["cache_tokens"] = int(caches[0].get_seq_length())
+            info["cache_bytes"] = sum(per_request)
+    del caches, tokens, steps
