@@ -13,7 +13,8 @@
 #      ViT-base's config (bf16 inference of 64 images at 224, a bf16-mixed training step of 32 at
 #      384: the interpolated position embeddings, a longer sequence), 4 concurrent requests of
 #      mixed lengths on the 8-layer Llama, and Qwen2-VL-2B with 2 images of 448 per request (vlm:
-#      the processor's shapes and image tokens recorded; needs pillow on the device)
+#      the processor's shapes and image tokens recorded; needs pillow on the device), and the
+#      Llama-3.2-11B-Vision layout with 2 images of 480×1000 (tiles, cross-attention states)
 #   3. user scripts with `measure --script`: tests/fixtures/scripts/{h200_sequential,train_loop}.py
 #      and tools/gpu/scripts/*.py (no markers unless ITERAGPU_MARK=1: measured with them)
 #   4. the out-of-memory classes of issue12.sh: capacity, fragmentation (and its A/B against
@@ -36,6 +37,7 @@ SELF=$ROOT/tools/gpu/all.sh
 MODEL=tests/fixtures/models/llama-style-8l
 VIT=tests/fixtures/models/vit-base-defaults
 QWEN2VL=tests/fixtures/models/qwen2-vl-2b-instruct
+MLLAMA=tests/fixtures/models/llama-3.2-11b-vision-defaults
 FIXTURES=tests/fixtures/scripts
 SCRIPTS=tools/gpu/scripts
 cd "$ROOT" || exit 1
@@ -261,6 +263,8 @@ measure workloads llama8l-requests-4 30 120 - --workload causal-lm --model "$MOD
   --requests 4 --prompt-lengths 128,512,1024,2048 --output-lengths 64
 measure workloads qwen2vl-2b-2images 30 150 - --workload vlm --model "$QWEN2VL" --dtype bfloat16 \
   --resolution 448 --images-per-request 2 --batch 2 --prompt-tokens 64 --new-tokens 32
+measure workloads llama32v-11b-2images 40 150 - --workload vlm --model "$MLLAMA" --dtype bfloat16 \
+  --resolution 480x1000 --images-per-request 2 --prompt-tokens 32 --new-tokens 16
 
 # ------------------------------------------------------------------ 3. user scripts
 measure scripts script-h200-sequential 20 90 - --script "$FIXTURES/h200_sequential.py" -- \
