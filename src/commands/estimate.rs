@@ -745,6 +745,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         vocab: d.vocab_size,
         dtype_bytes: m.compute_dtype.bytes(),
         weights: crate::units::Bytes(weights),
+        rotary: rotary_cache(arch, mla, rope_type, rope, position_limit, &text, &fields),
     };
     let request = estimate::serving::ServeRequest {
         engine,
@@ -806,4 +807,63 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         serving: Some(p.summary),
         vision: None,
     })
+}
+
+/// vLLM's rotary cache for `estimate --serve`: the positions it precomputes and the rotary width,
+/// or why it is not counted (a rope whose cache vLLM sizes by another rule, MLA, no rope).
+fn rotary_cache(
+    arch: &crate::model::families::Architecture,
+    mla: bool,
+    rope_type: &str,
+    rope: Option<&serde_json::Value>,
+    positions: Option<u64>,
+    text: &Option<crate::model::config::Fields<'_>>,
+    fields: &crate::model::config::Fields<'_>,
+) -> Result<estimate::serving::Rotary, String> {
+    use crate::model::families::Family;
+    if arch.family == Family::Gpt2 {
+        return Err("GPT-2 has learned positions, no rotary cache".into());
+    }
+    if arch.family == Family::Gemma3 {
+        return Err(
+            "Gemma 3's local and global layers use two rope settings (two caches), not modelled"
+                .into(),
+        );
+    }
+    if mla {
+        return Err(
+            "MLA's DeepseekScalingRotaryEmbedding sizes its cache by the YaRN factor, not modelled"
+                .into(),
+        );
+    }
+    let raw = |key: &str| {
+        text.as_ref()
+            .and_then(|t| t.raw(key))
+            .or_else(|| fields.raw(key))
+    };
+    if raw("alibi").and_then(serde_json::Value::as_bool) == Some(true) {
+        return Err("ALiBi positions, no rotary cache".into());
+    }
+    let positions = positions.ok_or("the config names no max_position_embeddings")?;
+    let fraction = raw("partial_rotary_factor")
+        .or_else(|| raw("rotary_pct"))
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(1.0);
+    let dim = (arch.dims.head_dim as f64 * fraction).round() as u64;
+    let positions = match rope_type {
+        "default" | "llama3" => positions,
+        "linear" => {
+            let factor = rope
+                .and_then(|r| r.get("factor"))
+                .and_then(serde_json::Value::as_f64)
+                .ok_or("rope_scaling linear without a factor")?;
+            (positions as f64 * factor).round() as u64
+        }
+        other => {
+            return Err(format!(
+                "rope_scaling {other} sizes its cache by its own rule, not modelled"
+            ));
+        }
+    };
+    Ok(estimate::serving::Rotary { positions, dim })
 }

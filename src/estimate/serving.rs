@@ -76,6 +76,19 @@ pub struct ServeModel {
     pub dtype_bytes: u64,
     /// Weight bytes of the whole model, as the estimate's weight terms count them.
     pub weights: Bytes,
+    /// vLLM's rotary cos/sin cache, when the config's rope is one it sizes plainly; else why not.
+    pub rotary: Result<Rotary, String>,
+}
+
+/// The `cos_sin_cache` buffer of vLLM's `RotaryEmbedding`: `positions × rotary_dim` elements in
+/// the model's dtype, on every rank (model_executor/layers/rotary_embedding.py
+/// `_compute_cos_sin_cache` then `cache.to(dtype)`). "Loading model weights took" includes it:
+/// Llama-3.1-8B's 131,072 × 128 × 2 bytes are the 0.03 GiB between the log's 14.9888 GiB and the
+/// parameters' 14.9575 GiB.
+#[derive(Clone, Copy, Debug)]
+pub struct Rotary {
+    pub positions: u64,
+    pub dim: u64,
 }
 
 /// A start-up figure: read from the engine's log, or assumed by the stated rule.
@@ -192,8 +205,50 @@ fn input_err(text: String) -> EstimateError {
     EstimateError::Input(text)
 }
 
-/// The weights per GPU: the log's figure, else the model's weights ÷ TP.
+/// The rotary cache's bytes on each rank and how they are counted: one buffer shared by every
+/// layer from 0.3 (`get_rope` keeps one instance per setting in `_ROPE_DICT`), one per attention
+/// layer before (0.2.x's `PagedAttentionWithRoPE`); none for SGLang (not read).
+fn rotary_bytes(m: &ServeModel, r: &ServeRequest) -> (u64, String) {
+    if r.engine != Engine::Vllm {
+        return (0, String::new());
+    }
+    match m.rotary {
+        Ok(rot) => {
+            let version = r.version.unwrap_or(Version(0, 11, 0));
+            let (copies, how) = if version >= Version(0, 3, 0) {
+                (
+                    1,
+                    "one buffer for all layers (get_rope's _ROPE_DICT)".to_string(),
+                )
+            } else {
+                let n = m.layers.len() as u64;
+                (
+                    n,
+                    format!("one per attention layer ({n}: 0.2.x's PagedAttentionWithRoPE)"),
+                )
+            };
+            let bytes = copies * rot.positions * rot.dim * m.dtype_bytes;
+            (
+                bytes,
+                format!(
+                    " + {} bytes of rotary cos/sin cache: {} positions × rotary_dim {} × {} bytes, {how}, whole on each rank (model_executor/layers/rotary_embedding.py)",
+                    g(bytes),
+                    g(rot.positions),
+                    rot.dim,
+                    m.dtype_bytes
+                ),
+            )
+        }
+        Err(ref why) => (
+            0,
+            format!("; vLLM's rotary cos/sin cache not counted: {why}"),
+        ),
+    }
+}
+
+/// The weights per GPU: the log's figure, else the model's weights ÷ TP, plus vLLM's rotary cache.
 fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
+    let (rotary, rotary_text) = rotary_bytes(m, r);
     let (bytes, kind, formula) = match r.weights {
         Some(b) => (
             b,
@@ -203,7 +258,7 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
         None => {
             let tp = r.tensor_parallel_size;
             (
-                Bytes(m.weights.get().div_ceil(tp)),
+                Bytes(m.weights.get().div_ceil(tp) + rotary),
                 if tp == 1 {
                     Kind::Calculated
                 } else {
@@ -211,12 +266,12 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
                 },
                 if tp == 1 {
                     format!(
-                        "{} bytes: the model's weights (estimate's weight terms); the engine measures the torch bytes load_model allocates",
+                        "{} bytes: the model's weights (estimate's weight terms){rotary_text}; the engine measures the torch bytes load_model allocates",
                         g(m.weights.get())
                     )
                 } else {
                     format!(
-                        "{} bytes ÷ TP {tp}: column/row-parallel linears and vocab-parallel embeddings split evenly (norms, replicated, counted split: a few MB low)",
+                        "{} bytes ÷ TP {tp}: column/row-parallel linears and vocab-parallel embeddings split evenly (norms, replicated, counted split: a few MB low){rotary_text}",
                         g(m.weights.get())
                     )
                 },
@@ -770,6 +825,10 @@ mod tests {
             vocab: 128_256,
             dtype_bytes: 2,
             weights: Bytes(16 * GIB),
+            rotary: Ok(Rotary {
+                positions: 8192,
+                dim: 128,
+            }),
         }
     }
 
@@ -796,6 +855,26 @@ mod tests {
             kv_cache_memory: Some(Bytes(32 * GIB)),
             lengths: vec![],
         }
+    }
+
+    #[test]
+    fn the_rotary_cache_is_one_buffer_from_0_3_one_per_layer_before_and_not_sglangs() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.6.4");
+        let one = 8192 * 128 * 2;
+        assert_eq!(rotary_bytes(&m, &r).0, one);
+        r.version = Some(Version(0, 2, 5));
+        assert_eq!(rotary_bytes(&m, &r).0, 32 * one);
+        r.engine = Engine::Sglang;
+        assert_eq!(rotary_bytes(&m, &r).0, 0);
+        r.engine = Engine::Vllm;
+        let not_sized = ServeModel {
+            rotary: Err("rope_scaling yarn sizes its cache by its own rule".into()),
+            ..m
+        };
+        let (bytes, text) = rotary_bytes(&not_sized, &r);
+        assert_eq!(bytes, 0);
+        assert!(text.contains("not counted: rope_scaling yarn"), "{text}");
     }
 
     #[test]
