@@ -4,6 +4,10 @@
 //! and prints its error once, exiting with the command's [`exit::ExitStatus`] (0 ok, 1 bad input,
 //! 2 PyTorch or GPU missing, 3 workload failed, results kept).
 
+// Printing macros panic when the stream is closed (`… | head`): the product writes through
+// `say!` and the commands' writers instead.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+
 pub(crate) mod cards;
 pub(crate) mod cli;
 pub(crate) mod commands;
@@ -72,7 +76,7 @@ where
     match result {
         Ok(status) => status.into(),
         Err(err) => {
-            eprintln!("error: {err}");
+            crate::say!("error: {err}");
             err.status().into()
         }
     }

@@ -11,6 +11,17 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// A line on standard error that never panics: `eprintln!` panics when standard error is closed
+/// (`iteragpu … 2>&1 | head` after `head` exits), and a message nobody can read is no reason to
+/// abort with a panic.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// Text for a terminal: control characters that a file or a workload may carry (an escape that
 /// clears the screen or sets the window title, a carriage return that hides a line) are shown as
 /// `\x1b`-style escapes; line breaks and tabs stay. Every table printed from a document or a

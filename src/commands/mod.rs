@@ -27,7 +27,7 @@ fn json_or<T: serde::Serialize + ?Sized>(
 /// then costs only the text, with a warning that says where the `what` is.
 fn print_saved(out: &mut dyn std::io::Write, text: &str, what: &str, path: &std::path::Path) {
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!(
+        crate::say!(
             "warning: cannot write to standard output ({}); the {what} is in {}",
             crate::output::reason(&e),
             path.display()

@@ -80,7 +80,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         Some(like) => {
             let compared = like.compare(&doc.assumptions);
             for w in compared.warnings() {
-                eprintln!("warning: {w}");
+                crate::say!("warning: {w}");
             }
             doc.like = Some(compared);
         }
@@ -101,7 +101,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         return Ok(status_of(&doc));
     };
     if m.output.is_none() {
-        eprintln!(
+        crate::say!(
             "prediction written to {} (no --output given)",
             path.display()
         );

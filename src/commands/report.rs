@@ -39,7 +39,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErro
         crate::report::format::Style::new(args.lang, args.units),
     )?;
     for warning in &fiche.warnings {
-        eprintln!("warning: {warning}");
+        crate::say!("warning: {warning}");
     }
     let doc = fiche.document;
     // Staged, announced, then moved into place: if standard output fails, nothing is written.

@@ -391,7 +391,7 @@ impl Writer {
                     chrono::Utc::now().format("%Y%m%dT%H%M%S"),
                     std::process::id()
                 ));
-                eprintln!(
+                crate::say!(
                     "warning: {why}; the series continues in {}",
                     elsewhere.display()
                 );

@@ -344,3 +344,22 @@ fn file_borne_text_is_safe_on_the_terminal_and_in_csv() {
     assert!(!csv.contains(",\"=HYPERLINK"), "{csv}");
     assert!(csv.contains(",\"'=HYPERLINK(\"\"http://x\"\""), "{csv}");
 }
+
+/// `iteragpu … 2>&1 | head -1`: once the reader is gone, both standard output and standard error
+/// are closed pipes. The command ends with its own error status, never Rust's panic (101).
+#[test]
+fn closed_standard_output_and_error_end_without_a_panic() {
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .args(["estimate", "--model"])
+        .arg(crate::common::fixture("models/llama-3-8b"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before anything is read: every write fails with EPIPE.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_ne!(status.code(), Some(101), "panicked: {status:?}");
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}
