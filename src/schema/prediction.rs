@@ -293,6 +293,13 @@ impl PredictionDoc {
         self.predicted().filter_map(|p| p.driver_view_bytes).max()
     }
 
+    /// The predicted phase of the highest driver's view: the one the fit is judged on (the first
+    /// of equals).
+    pub fn driver_view_phase(&self) -> Option<&PredictedPhase> {
+        let top = self.max_driver_view()?;
+        self.predicted().find(|p| p.driver_view_bytes == Some(top))
+    }
+
     fn predicted(&self) -> impl Iterator<Item = &PredictedPhase> {
         self.phases
             .iter()

@@ -283,20 +283,35 @@ pub fn deciding(phase: &str, reserved: u64, driver_view: Option<u64>, lang: Styl
     }
 }
 
-/// The largest categories and modules alive at the deciding peak, already worded.
-pub fn at_peak(categories: &[String], modules: &[String], lang: Style) -> String {
+/// The largest categories and modules alive at the deciding peak, already worded; `elsewhere`:
+/// that peak's phase when it is not the phase of the peak that matters.
+pub fn at_peak(
+    categories: &[String],
+    modules: &[String],
+    elsewhere: Option<&str>,
+    lang: Style,
+) -> String {
     let (c, m, sep) = match lang.lang {
         Lang::En => ("categories", "modules", "; "),
         Lang::Fr => ("catégories", "modules", "\u{a0}; "),
     };
     let mut parts = Vec::new();
+    if let Some(phase) = elsewhere {
+        parts.push(match lang.lang {
+            Lang::En => format!("at the highest peak allocated, in `{phase}`:"),
+            Lang::Fr => format!("au plus haut pic alloué, dans `{phase}` :"),
+        });
+    }
     if !categories.is_empty() {
         parts.push(format!("{c} {}", categories.join(sep)));
     }
     if !modules.is_empty() {
         parts.push(format!("{m} {}", modules.join(sep)));
     }
-    parts.join(" — ")
+    match parts.split_first() {
+        Some((head, rest)) if elsewhere.is_some() => format!("{head} {}", rest.join(" — ")),
+        _ => parts.join(" — "),
+    }
 }
 
 /// Where the target's figures come from.

@@ -253,21 +253,26 @@ fn verdict(
             tone: if margin >= 0 { Tone::Good } else { Tone::Bad },
         });
     }
+    // The peak that matters is the one the fit is judged on (the highest driver's view); what is
+    // alive is read at the highest peak allocated, named when it is another phase.
+    let fit_phase = p.driver_view_phase().or(f.deciding);
     if p.out_of_memory.is_none()
         && let Some(d) = f.deciding
-        && let Some(reserved) = d.peak_reserved_bytes
+        && let Some(fit) = fit_phase
+        && let Some(reserved) = fit.peak_reserved_bytes
     {
         lines.push(Verdict {
             label: lang.say(VerdictText::PeakMatters).into(),
-            value: predicted::deciding(&d.name, reserved, d.driver_view_bytes, lang),
+            value: predicted::deciding(&fit.name, reserved, fit.driver_view_bytes, lang),
             section: Some(heading.clone()),
             tone: Tone::Neutral,
         });
         let (categories, modules) = largest_at_peak(d, lang);
         if !categories.is_empty() || !modules.is_empty() {
+            let elsewhere = (d.name != fit.name).then_some(d.name.as_str());
             lines.push(Verdict {
                 label: lang.say(PredictedText::AtPeak).into(),
-                value: predicted::at_peak(&categories, &modules, lang),
+                value: predicted::at_peak(&categories, &modules, elsewhere, lang),
                 section: Some(heading.clone()),
                 tone: Tone::Neutral,
             });
@@ -370,7 +375,7 @@ fn out_of_memory(
     if !categories.is_empty() || !modules.is_empty() {
         lines.push(Verdict {
             label: lang.say(PredictedText::AtOom).into(),
-            value: predicted::at_peak(&categories, &modules, lang),
+            value: predicted::at_peak(&categories, &modules, None, lang),
             section: Some(heading.into()),
             tone: Tone::Neutral,
         });

@@ -142,3 +142,48 @@ fn a_prediction_with_its_predicted_series() {
         snapshot("prediction_batch.json", args.0, args.1, Lang::Fr)
     );
 }
+
+/// The peak that matters is the phase the fit is judged on (the highest driver's view), even when
+/// another phase holds the highest peak allocated; what is alive is read there and named so.
+#[test]
+fn the_peak_that_matters_is_the_fits_and_the_alive_peak_is_named() {
+    let text = std::fs::read_to_string("tests/fixtures/fiche/prediction_train.json").unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let first = &mut doc["phases"][0];
+    assert_eq!(first["name"], "model_load");
+    first["peak_reserved_bytes"] = 400_000_000u64.into();
+    first["driver_view_bytes"] = 999_000_000u64.into();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("prediction.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let loaded = load(&path).unwrap();
+    let fiche = build(&loaded, &[], None, Style::new(Lang::En, Units::Gib)).unwrap();
+    let verdicts: Vec<(String, String)> = fiche
+        .document
+        .blocks
+        .iter()
+        .flat_map(|b| match b {
+            Block::Verdict(lines) => lines
+                .iter()
+                .map(|v| (v.label.clone(), v.value.clone()))
+                .collect(),
+            _ => vec![],
+        })
+        .collect();
+    let said = |label: &str| {
+        verdicts
+            .iter()
+            .find(|(l, _)| l.contains(label))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {label}: {verdicts:?}"))
+    };
+    assert!(
+        said("Peak that matters").contains("in `model_load`"),
+        "{verdicts:?}"
+    );
+    assert!(
+        said("At the predicted peak")
+            .contains("at the highest peak allocated, in `optimizer_step`"),
+        "{verdicts:?}"
+    );
+}
