@@ -667,11 +667,17 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         .map_err(CliError::bad_input)?;
     let config = Config::load(path)?;
     let fields = config.fields();
-    let model_type = fields.opt_str("model_type")?.unwrap_or_default().to_string();
+    let model_type = fields
+        .opt_str("model_type")?
+        .unwrap_or_default()
+        .to_string();
     if let Err(crate::model::ModelError::UnknownFamily { supported, .. }) =
         Architecture::from_config(&config)
     {
-        refuse!("{}", serve_unreadable(path, &model_type, &supported, &fields)?);
+        refuse!(
+            "{}",
+            serve_unreadable(path, &model_type, &supported, &fields)?
+        );
     }
     let m = load_model(path, args.dtype, None)?;
     // `--dtype auto` serves a float32 config in 16 bits; an explicit --dtype is the engine's too.
@@ -723,7 +729,8 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
     if let Some(limit) = position_limit
         && rope.is_none_or(|_| ["llama3", "su", "longrope", "default"].contains(&rope_type))
     {
-        let allowed = std::env::var(estimate::serving::long_len_env(engine)).is_ok_and(|v| v == "1");
+        let allowed =
+            std::env::var(estimate::serving::long_len_env(engine)).is_ok_and(|v| v == "1");
         if let Some(note) =
             estimate::serving::check_max_model_len(engine, max_model_len, limit, allowed)
                 .map_err(CliError::bad_input)?
@@ -853,12 +860,16 @@ fn serve_unreadable(
     if fields.raw("vision_config").is_some() {
         let text = match fields.section("text_config")? {
             Some(t) => match t.opt_str("model_type")? {
+                Some(tt) if supported.split(", ").any(|f| f == tt) => {
+                    format!("its language model is the text_config (model_type `{tt}`)")
+                }
                 Some(tt) => format!(
-                    "its language model is the text_config (model_type `{tt}`)"
+                    "its language model is the text_config, of model_type `{tt}`, itself not one of these families (the planner cannot plan it)"
                 ),
                 None => "its language model is the text_config".to_string(),
             },
-            None => "its language model's settings sit at the top level beside the vision ones".to_string(),
+            None => "its language model's settings sit at the top level beside the vision ones"
+                .to_string(),
         };
         Ok(format!(
             "{config}: model_type `{model_type}` is a vision-language model (the config has a vision_config); `estimate --serve` plans the language models of the families {supported} (Gemma 3's multimodal config through its text_config), and {text}: write that language model's complete config.json (model_type one of the families above, every size it needs stated, not left to transformers' defaults) in a folder of its own and give it with --model; the vision encoder's weights, its activations and the image tokens are then NOT counted, add them yourself (e.g. `iteragpu estimate` of the whole model for the weights)"

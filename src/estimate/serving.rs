@@ -359,7 +359,9 @@ pub fn auto_dtype(
         Engine::Vllm => match compute_major {
             Some(c) if c < 8 => (
                 Float16,
-                format!("float16: the platform's first supported dtype on compute capability {c}.x (vllm/config/model.py _resolve_auto_dtype 0.11.0:1647-1691, platforms/cuda.py 0.11.0:63-72)"),
+                format!(
+                    "float16: the platform's first supported dtype on compute capability {c}.x (vllm/config/model.py _resolve_auto_dtype 0.11.0:1647-1691, platforms/cuda.py 0.11.0:63-72)"
+                ),
             ),
             c => (
                 Bfloat16,
@@ -376,7 +378,9 @@ pub fn auto_dtype(
     };
     (
         dtype,
-        format!("the config's float32 served in {why}: --dtype auto downcasts it; --dtype float32 keeps it"),
+        format!(
+            "the config's float32 served in {why}: --dtype auto downcasts it; --dtype float32 keeps it"
+        ),
     )
 }
 
@@ -481,25 +485,42 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
 }
 
 /// A given budget must fit on the card beside the weights: the engine would fail to allocate more.
-fn check_given_budget(r: &ServeRequest, weights: &Term, engine: &str) -> Result<(), EstimateError> {
+/// Refused when the weights are the log's or calculated from the config at TP 1 (or the budget
+/// alone exceeds the card); with weights ASSUMED split by TP, said in a note instead.
+fn check_given_budget(
+    r: &ServeRequest,
+    weights: &Term,
+    engine: &str,
+    notes: &mut Vec<String>,
+) -> Result<(), EstimateError> {
     let Some(given) = r.kv_cache_memory else {
         return Ok(());
     };
     let total = r.device_total.get();
     let room = total.saturating_sub(weights.bytes.get());
-    if given.get() > room {
-        return Err(input_err(format!(
-            "--kv-cache-memory {} bytes ({}) is more than the card can hold beside the weights: device total {} − weights {} = {} bytes ({}); {engine} would fail to allocate it (CUDA out of memory): give at most {} bytes, or split the model with --tensor-parallel-size",
-            g(given.get()),
-            gib(given.get()),
-            g(total),
-            g(weights.bytes.get()),
-            g(room),
-            gib(room),
-            g(room)
-        )));
+    if given.get() <= room {
+        return Ok(());
     }
-    Ok(())
+    let text = format!(
+        "--kv-cache-memory {} bytes ({}) is more than the card can hold beside the weights: device total {} − weights {} = {} bytes ({}); {engine} would fail to allocate it (CUDA out of memory)",
+        g(given.get()),
+        gib(given.get()),
+        g(total),
+        g(weights.bytes.get()),
+        g(room),
+        gib(room),
+    );
+    if weights.kind != Kind::Assumed || given.get() > total {
+        Err(input_err(format!(
+            "{text}: give at most {} bytes, or split the model with --tensor-parallel-size",
+            g(room)
+        )))
+    } else {
+        notes.push(format!(
+            "{text} if the weights ASSUMED here are the model's: pass the log's --weights-memory to check"
+        ));
+        Ok(())
+    }
 }
 
 fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
@@ -673,7 +694,7 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             "\"Model loading took X GiB\""
         },
     );
-    check_given_budget(r, &weights, "vLLM")?;
+    check_given_budget(r, &weights, "vLLM", &mut notes)?;
     let act = activation_term(m, r, mnbt, seqs, profile_cite);
     let non_torch = non_torch_term(r, "memory_profiling in vllm/utils.py: non_torch_increase");
     let graphs_charged = version >= Version(0, 21, 0) && !r.enforce_eager;
@@ -944,7 +965,7 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         (m.kv_heads / tp).max(1) * m.head_size * layers * 2 * kv_bytes
     };
     let weights = weights_term(m, r, "\"Load weight end. … mem usage=X GB\"");
-    check_given_budget(r, &weights, "SGLang")?;
+    check_given_budget(r, &weights, "SGLang", &mut notes)?;
     let non_torch = non_torch_term(
         r,
         "free memory before the weights minus after them, less the weights: CUDA context, NCCL",
@@ -1302,6 +1323,121 @@ mod tests {
                 engine: Engine::Vllm
             }]
         );
+    }
+
+    #[test]
+    fn a_given_budget_above_the_card_less_the_weights_is_refused() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.11.0");
+        r.kv_cache_memory = Some(Bytes(65 * GIB));
+        let Err(EstimateError::Input(e)) = plan(&m, &r) else {
+            panic!("a 65 GiB budget beside 16 GiB of weights on 80 GiB was planned")
+        };
+        assert!(
+            e.contains("more than the card can hold") && e.contains("64.00 GiB)"),
+            "{e}"
+        );
+        // 16 GiB of weights and 2 MiB of rotary cache: 63 GiB fits.
+        r.kv_cache_memory = Some(Bytes(63 * GIB));
+        assert!(plan(&m, &r).is_ok());
+        // Weights assumed split by TP: a note, not a refusal.
+        r.tensor_parallel_size = 2;
+        r.kv_cache_memory = Some(Bytes(75 * GIB));
+        let p = plan(&m, &r).unwrap();
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("--weights-memory to check")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn release_notes_and_refusals() {
+        assert_eq!(release_note(Engine::Vllm, Some(Version(0, 6, 4))), Ok(None));
+        assert!(release_note(Engine::Vllm, Some(Version(0, 99, 0))).is_err());
+        assert!(
+            release_note(Engine::Vllm, Some(Version(0, 24, 3)))
+                .unwrap()
+                .is_some()
+        );
+        assert!(release_note(Engine::Vllm, Some(Version(0, 1, 7))).is_err());
+        assert!(release_note(Engine::Sglang, Some(Version(0, 11, 0))).is_err());
+        assert!(release_note(Engine::Sglang, Some(Version(0, 5, 4))).is_err());
+        assert_eq!(
+            release_note(Engine::Sglang, Some(Version(0, 5, 5))),
+            Ok(None)
+        );
+        assert!(
+            release_note(Engine::Sglang, Some(Version(0, 5, 6)))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_float32_config_is_served_in_16_bits_by_the_engines_rule() {
+        use crate::dtype::Dtype::{Bfloat16, Float16};
+        let v = |s: &str| Some(Version::parse(s).unwrap());
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.6.4"), "llama", Some(8)).0,
+            Float16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.6.4"), "gemma2", Some(8)).0,
+            Bfloat16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.11.0"), "llama", Some(8)).0,
+            Bfloat16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.11.0"), "llama", Some(7)).0,
+            Float16
+        );
+        assert_eq!(auto_dtype(Engine::Sglang, None, "gemma2", None).0, Bfloat16);
+        assert_eq!(auto_dtype(Engine::Sglang, None, "qwen2", None).0, Float16);
+        assert!(
+            auto_dtype(Engine::Vllm, None, "llama", None)
+                .1
+                .contains("ASSUMED")
+        );
+    }
+
+    #[test]
+    fn a_max_model_len_above_the_models_is_refused_unless_allowed() {
+        assert_eq!(
+            check_max_model_len(Engine::Vllm, 8192, 8192, false),
+            Ok(None)
+        );
+        let e = check_max_model_len(Engine::Vllm, 9000, 8192, false).unwrap_err();
+        assert!(
+            e.contains("9000") && e.contains("8192") && e.contains("VLLM_ALLOW_LONG"),
+            "{e}"
+        );
+        let e = check_max_model_len(Engine::Sglang, 9000, 8192, false).unwrap_err();
+        assert!(
+            e.contains("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+                && e.contains("--context-length")
+        );
+        assert!(
+            check_max_model_len(Engine::Vllm, 9000, 8192, true)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn sglang_refuses_enforce_eager() {
+        let mut r = request("0.5.5");
+        r.engine = Engine::Sglang;
+        r.max_num_seqs = None;
+        r.enforce_eager = true;
+        let Err(EstimateError::Input(e)) = plan(&llama(vec![None; 32]), &r) else {
+            panic!("--enforce-eager planned for SGLang")
+        };
+        assert!(e.contains("--disable-cuda-graph"), "{e}");
     }
 
     #[test]
