@@ -260,14 +260,13 @@ fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
         // The engine stops at start-up: no pool, no block, no request; the figures' note says how.
         let _ = writeln!(
             out,
-            "{} would REFUSE TO START: KV budget {} bytes ({:.2} GiB), no room for one KV block ({})",
+            "{} would REFUSE TO START: KV budget {} bytes ({:.2} GiB), no room for one KV block (see the notes for what to change)",
             match sv.engine {
                 super::serving::Engine::Vllm => "vLLM",
                 super::serving::Engine::Sglang => "SGLang",
             },
             signed(sv.kv_budget_bytes),
-            sv.kv_budget_bytes as f64 / crate::units::GIB as f64,
-            "see the notes for what to change"
+            sv.kv_budget_bytes as f64 / crate::units::GIB as f64
         );
         return;
     }

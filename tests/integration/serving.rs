@@ -358,7 +358,9 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
             "07",
             vec![
                 "--model",
-                "llama-3-8b",
+                // Llama-3.1-8B-Instruct's 131,072 positions: llama-3-8b's 8,192 would refuse
+                // max_model_len 32768 as vLLM does (same KV layout, weights given).
+                "llama-3.1-8b",
                 "--card",
                 "L40S",
                 "--engine-version",
