@@ -659,9 +659,40 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         );
     };
     let card = crate::cards::find(card_name).map_err(|e| CliError::bad_input(e.to_string()))?;
-    let m = load_model(path, args.dtype, None)?;
+    let version = s
+        .engine_version
+        .as_deref()
+        .map(estimate::serving::Version::parse)
+        .transpose()
+        .map_err(CliError::bad_input)?;
     let config = Config::load(path)?;
     let fields = config.fields();
+    let model_type = fields
+        .opt_str("model_type")?
+        .unwrap_or_default()
+        .to_string();
+    if let Err(crate::model::ModelError::UnknownFamily { supported, .. }) =
+        Architecture::from_config(&config)
+    {
+        refuse!(
+            "{}",
+            serve_unreadable(path, &model_type, &supported, &fields)?
+        );
+    }
+    let m = load_model(path, args.dtype, None)?;
+    // `--dtype auto` serves a float32 config in 16 bits; an explicit --dtype is the engine's too.
+    let m = if args.dtype.is_none() && m.compute_dtype == Dtype::Float32 {
+        let (served, why) = estimate::serving::auto_dtype(
+            engine,
+            version,
+            &model_type,
+            card.compute_capability().map(|c| c.0),
+        );
+        load_model(path, None, Some((served, why)))?
+    } else {
+        m
+    };
+    let dtype_rule = format!("{} ({})", m.compute_dtype.torch_name(), m.dtype_source);
     let text = fields.section("text_config")?;
     let position_limit = match fields.opt_u64("max_position_embeddings")? {
         Some(n) => Some(n),
@@ -670,6 +701,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             None => None,
         },
     };
+    let mut notes_early: Vec<String> = Vec::new();
     let rope = fields.raw("rope_scaling").filter(|v| !v.is_null());
     let rope_type = rope
         .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
@@ -694,12 +726,18 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             refuse!("the config names no max_position_embeddings: give --max-model-len N")
         }
     };
-    let version = s
-        .engine_version
-        .as_deref()
-        .map(estimate::serving::Version::parse)
-        .transpose()
-        .map_err(CliError::bad_input)?;
+    if let Some(limit) = position_limit
+        && rope.is_none_or(|_| ["llama3", "su", "longrope", "default"].contains(&rope_type))
+    {
+        let allowed =
+            std::env::var(estimate::serving::long_len_env(engine)).is_ok_and(|v| v == "1");
+        if let Some(note) =
+            estimate::serving::check_max_model_len(engine, max_model_len, limit, allowed)
+                .map_err(CliError::bad_input)?
+        {
+            notes_early.push(note);
+        }
+    }
     let (device_total, device_total_source) = match s.device_total {
         Some(b) => (b, "--device-total".to_string()),
         None => {
@@ -725,7 +763,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             d.num_kv_heads
         );
     }
-    let mut notes = Vec::new();
+    let mut notes = notes_early;
     let weights: u64 =
         estimate::weights::terms(&WeightsSource::Model(Box::new(m.clone())), &mut notes)?
             .iter()
@@ -744,6 +782,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         }),
         vocab: d.vocab_size,
         dtype_bytes: m.compute_dtype.bytes(),
+        dtype_rule,
         weights: crate::units::Bytes(weights),
         rotary: rotary_cache(arch, mla, rope_type, rope, position_limit, &text, &fields),
     };
@@ -807,6 +846,39 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         serving: Some(p.summary),
         vision: None,
     })
+}
+
+/// Why `--serve` cannot read a config of an unknown model_type, and what to give instead: a
+/// vision-language model's language part is its own config (`text_config`), not read here.
+fn serve_unreadable(
+    path: &Path,
+    model_type: &str,
+    supported: &str,
+    fields: &crate::model::config::Fields<'_>,
+) -> Result<String, CliError> {
+    let config = path.display();
+    if fields.raw("vision_config").is_some() {
+        let text = match fields.section("text_config")? {
+            Some(t) => match t.opt_str("model_type")? {
+                Some(tt) if supported.split(", ").any(|f| f == tt) => {
+                    format!("its language model is the text_config (model_type `{tt}`)")
+                }
+                Some(tt) => format!(
+                    "its language model is the text_config, of model_type `{tt}`, itself not one of these families (the planner cannot plan it)"
+                ),
+                None => "its language model is the text_config".to_string(),
+            },
+            None => "its language model's settings sit at the top level beside the vision ones"
+                .to_string(),
+        };
+        Ok(format!(
+            "{config}: model_type `{model_type}` is a vision-language model (the config has a vision_config); `estimate --serve` plans the language models of the families {supported} (Gemma 3's multimodal config through its text_config), and {text}: write that language model's complete config.json (model_type one of the families above, every size it needs stated, not left to transformers' defaults) in a folder of its own and give it with --model; the vision encoder's weights, its activations and the image tokens are then NOT counted, add them yourself (e.g. `iteragpu estimate` of the whole model for the weights)"
+        ))
+    } else {
+        Ok(format!(
+            "{config}: model_type `{model_type}` is not a family `estimate --serve` reads ({supported}); the planner needs the KV layout from such a config, so --parameters/--bits does not apply to --serve: give a config.json of a supported family with the same layers, KV heads and head size"
+        ))
+    }
 }
 
 /// vLLM's rotary cache for `estimate --serve`: the positions it precomputes and the rotary width,

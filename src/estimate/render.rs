@@ -222,6 +222,12 @@ pub fn json(est: &Estimate) -> String {
     serde_json::to_string_pretty(est).expect("an estimate always serializes") + "\n"
 }
 
+/// A signed byte count, grouped in thousands.
+fn signed(b: i128) -> String {
+    let sign = if b < 0 { "−" } else { "" };
+    format!("{sign}{}", g(b.unsigned_abs()))
+}
+
 /// The serving plan's header: settings, then the figures as the engine's log prints them.
 fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
     let opt = |v: Option<u64>| v.map_or("—".to_string(), g);
@@ -249,6 +255,20 @@ fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
     );
     for d in &sv.defaults {
         let _ = writeln!(out, "  default applied: {d}");
+    }
+    if sv.kv_budget_bytes <= 0 || sv.kv_tokens == 0 {
+        // The engine stops at start-up: no pool, no block, no request; the figures' note says how.
+        let _ = writeln!(
+            out,
+            "{} would REFUSE TO START: KV budget {} bytes ({:.2} GiB), no room for one KV block (see the notes for what to change)",
+            match sv.engine {
+                super::serving::Engine::Vllm => "vLLM",
+                super::serving::Engine::Sglang => "SGLang",
+            },
+            signed(sv.kv_budget_bytes),
+            sv.kv_budget_bytes as f64 / crate::units::GIB as f64
+        );
+        return;
     }
     let _ = writeln!(
         out,

@@ -74,6 +74,9 @@ pub struct ServeModel {
     pub vocab: u64,
     /// Bytes of the model's compute dtype (the KV cache's with `--kv-cache-dtype auto`).
     pub dtype_bytes: u64,
+    /// The served dtype and where it comes from (the config's, `--dtype`, or the engine's
+    /// `--dtype auto` downcast of a float32 config, cited).
+    pub dtype_rule: String,
     /// Weight bytes of the whole model, as the estimate's weight terms count them.
     pub weights: Bytes,
     /// vLLM's rotary cos/sin cache, when the config's rope is one it sizes plainly; else why not.
@@ -184,6 +187,10 @@ fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / GIB as f64)
 }
 
+fn signed_gib(b: i128) -> String {
+    format!("{:.2} GiB", b as f64 / GIB as f64)
+}
+
 fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
@@ -195,10 +202,186 @@ pub fn plan(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             "the model has no attention layer with a KV cache: a serving engine allocates no KV pool for it".into(),
         ));
     }
-    match r.engine {
+    let release = release_note(r.engine, r.version).map_err(input_err)?;
+    let mut p = match r.engine {
         Engine::Vllm => vllm(m, r),
         Engine::Sglang => sglang(m, r),
+    }?;
+    if let Some(note) = release {
+        p.notes.insert(0, note);
     }
+    Ok(p)
+}
+
+/// The vLLM releases whose rules the planner holds: 0.2.x through logs 12–13 (the rotary cache
+/// per layer, 2023's budget), the source read from 0.5.5 to 0.11.0, the logs of 0.19.0–0.24.0
+/// (the CUDA-graph charge from 0.21.0).
+const VLLM_OLDEST: Version = Version(0, 2, 0);
+const VLLM_READ_FROM: Version = Version(0, 5, 5);
+const VLLM_READ_TO: Version = Version(0, 11, 0);
+const VLLM_NEWEST: Version = Version(0, 24, 0);
+/// SGLang: 0.5.5's source only.
+const SGLANG_READ: Version = Version(0, 5, 5);
+
+/// Which known release's rules apply to `--engine-version`, said in a note where it is not one
+/// the planner read; a version outside the known range is refused (no rule of its is known).
+pub fn release_note(engine: Engine, version: Option<Version>) -> Result<Option<String>, String> {
+    let Some(v) = version else {
+        return Ok(None);
+    };
+    match engine {
+        Engine::Vllm => {
+            if v < VLLM_OLDEST {
+                Err(format!(
+                    "--engine-version {v} is older than any vLLM release the planner knows (the oldest: 0.2.x, logs 12–13 in tests/fixtures/serving): give --engine-version {VLLM_OLDEST} or later"
+                ))
+            } else if v >= Version(VLLM_NEWEST.0, VLLM_NEWEST.1 + 1, 0) {
+                Err(format!(
+                    "--engine-version {v} is newer than any vLLM release the planner knows (the newest: {VLLM_NEWEST}, from a log; the source read in full up to {VLLM_READ_TO}): its rules are not known; give --engine-version {VLLM_NEWEST} to plan by the newest known rules, and check the result against your engine's log"
+                ))
+            } else if v < VLLM_READ_FROM {
+                Ok(Some(format!(
+                    "vLLM {v} predates the oldest source read ({VLLM_READ_FROM}): {VLLM_READ_FROM}'s defaults and V0 budget rule apply, with 0.2.x's rotary cache per layer before 0.3.0, as logs 12–13 (0.2.x) check them; what changed between is not modelled"
+                )))
+            } else if v >= Version(VLLM_READ_TO.0, VLLM_READ_TO.1 + 1, 0) {
+                Ok(Some(format!(
+                    "vLLM {v} is newer than the latest release read in full ({VLLM_READ_TO}): {VLLM_READ_TO}'s rules apply, with CUDA graphs charged to the budget from 0.21.0 as a v0.21 log shows; other changes up to {VLLM_NEWEST} (the newest log) are not modelled"
+                )))
+            } else {
+                Ok(None)
+            }
+        }
+        Engine::Sglang => {
+            if v.0 == SGLANG_READ.0 && v.1 == SGLANG_READ.1 && v >= SGLANG_READ {
+                Ok((v != SGLANG_READ).then(|| {
+                    format!(
+                        "SGLang {v}: the rules of SGLang {SGLANG_READ} (the only release read) apply; its defaults may have changed since"
+                    )
+                }))
+            } else {
+                Err(format!(
+                    "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} only (later 0.5.x patches are planned by its rules); give --engine-version {SGLANG_READ}, or --serve vllm if {v} is a vLLM release"
+                ))
+            }
+        }
+    }
+}
+
+/// The environment variable with which the engine accepts a max_model_len above the model's.
+pub fn long_len_env(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Vllm => "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        Engine::Sglang => "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+    }
+}
+
+/// `--max-model-len` against the model's own limit (the config's max_position_embeddings, as the
+/// planner derives it): above it the engine refuses to start (vLLM `config.py
+/// _get_and_verify_max_len` 0.5.5, `config/model.py` 0.11.0:1763-; SGLang
+/// `configs/model_config.py` ModelConfig 0.5.5) unless its environment variable is 1 (`allowed`),
+/// when it only warns: a note then.
+pub fn check_max_model_len(
+    engine: Engine,
+    len: u64,
+    limit: u64,
+    allowed: bool,
+) -> Result<Option<String>, String> {
+    if len <= limit {
+        return Ok(None);
+    }
+    let (name, option, cite) = match engine {
+        Engine::Vllm => (
+            "vLLM",
+            "--max-model-len",
+            "config.py _get_and_verify_max_len 0.5.5, config/model.py 0.11.0:1763-",
+        ),
+        Engine::Sglang => (
+            "SGLang",
+            "--context-length",
+            "configs/model_config.py ModelConfig 0.5.5",
+        ),
+    };
+    let env = long_len_env(engine);
+    if allowed {
+        Ok(Some(format!(
+            "max_model_len {len} is above the model's limit of {limit} (the config's max_position_embeddings): {env}=1 is set, so {name} starts with a warning ({cite}); outputs past {limit} positions may be wrong"
+        )))
+    } else {
+        Err(format!(
+            "--max-model-len {len} is above the model's limit of {limit} (the config's max_position_embeddings): {name} refuses it at start-up ({cite}) unless {env}=1 is set; give --max-model-len {limit} or less (the engine's {option}), or set {env}=1 here as for the engine"
+        ))
+    }
+}
+
+/// The dtype `--dtype auto` serves a float32 config in, by the engine's rule, with the rule cited:
+/// vLLM ≤ 0.8 `config.py _get_and_verify_dtype` (0.5.5–0.7.3): float16, Gemma 2 bfloat16; vLLM
+/// ≥ 0.9 `config/model.py _resolve_auto_dtype` (0.11.0:1647-1691): the platform's first supported
+/// dtype, bfloat16 from compute capability 8.0, else float16 (`platforms/cuda.py` 0.11.0:63-72);
+/// SGLang `configs/model_config.py _get_and_verify_dtype` (0.5.5): bfloat16 for a `gemma*`
+/// model_type, else float16.
+pub fn auto_dtype(
+    engine: Engine,
+    version: Option<Version>,
+    model_type: &str,
+    compute_major: Option<u32>,
+) -> (crate::dtype::Dtype, String) {
+    use crate::dtype::Dtype::{Bfloat16, Float16};
+    let (dtype, why) = match engine {
+        Engine::Sglang => {
+            let d = if model_type.starts_with("gemma") {
+                Bfloat16
+            } else {
+                Float16
+            };
+            (
+                d,
+                format!(
+                    "{}, bfloat16 for a gemma* model_type (SGLang configs/model_config.py _get_and_verify_dtype 0.5.5)",
+                    d.torch_name()
+                ),
+            )
+        }
+        Engine::Vllm if version.unwrap_or(VLLM_READ_TO) < Version(0, 9, 0) => {
+            if model_type == "gemma2" {
+                (
+                    Bfloat16,
+                    "bfloat16 for Gemma 2 (vllm/config.py _get_and_verify_dtype 0.5.5–0.8.x)"
+                        .to_string(),
+                )
+            } else {
+                (
+                    Float16,
+                    "float16, Gemma 2 excepted (vllm/config.py _get_and_verify_dtype 0.5.5–0.8.x)"
+                        .to_string(),
+                )
+            }
+        }
+        Engine::Vllm => match compute_major {
+            Some(c) if c < 8 => (
+                Float16,
+                format!(
+                    "float16: the platform's first supported dtype on compute capability {c}.x (vllm/config/model.py _resolve_auto_dtype 0.11.0:1647-1691, platforms/cuda.py 0.11.0:63-72)"
+                ),
+            ),
+            c => (
+                Bfloat16,
+                format!(
+                    "bfloat16: the platform's first supported dtype {} (vllm/config/model.py _resolve_auto_dtype 0.11.0:1647-1691, platforms/cuda.py 0.11.0:63-72)",
+                    if c.is_some() {
+                        "from compute capability 8.0"
+                    } else {
+                        "from compute capability 8.0, ASSUMED (the card's capability is not known)"
+                    }
+                ),
+            ),
+        },
+    };
+    (
+        dtype,
+        format!(
+            "the config's float32 served in {why}: --dtype auto downcasts it; --dtype float32 keeps it"
+        ),
+    )
 }
 
 fn input_err(text: String) -> EstimateError {
@@ -208,6 +391,15 @@ fn input_err(text: String) -> EstimateError {
 /// The rotary cache's bytes on each rank and how they are counted: one buffer shared by every
 /// layer from 0.3 (`get_rope` keeps one instance per setting in `_ROPE_DICT`), one per attention
 /// layer before (0.2.x's `PagedAttentionWithRoPE`); none for SGLang (not read).
+/// Where the KV element's width comes from.
+fn kv_rule(r: &ServeRequest, m: &ServeModel) -> String {
+    if r.kv_fp8 {
+        "--kv-cache-dtype fp8".into()
+    } else {
+        format!("--kv-cache-dtype auto: the model's {}", m.dtype_rule)
+    }
+}
+
 fn rotary_bytes(m: &ServeModel, r: &ServeRequest) -> (u64, String) {
     if r.engine != Engine::Vllm {
         return (0, String::new());
@@ -266,13 +458,15 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
                 },
                 if tp == 1 {
                     format!(
-                        "{} bytes: the model's weights (estimate's weight terms){rotary_text}; the engine measures the torch bytes load_model allocates",
-                        g(m.weights.get())
+                        "{} bytes: the model's weights (estimate's weight terms) in {}{rotary_text}; the engine measures the torch bytes load_model allocates",
+                        g(m.weights.get()),
+                        m.dtype_rule
                     )
                 } else {
                     format!(
-                        "{} bytes ÷ TP {tp}: column/row-parallel linears and vocab-parallel embeddings split evenly (norms, replicated, counted split: a few MB low){rotary_text}",
-                        g(m.weights.get())
+                        "{} bytes in {} ÷ TP {tp}: column/row-parallel linears and vocab-parallel embeddings split evenly (norms, replicated, counted split: a few MB low){rotary_text}",
+                        g(m.weights.get()),
+                        m.dtype_rule
                     )
                 },
             )
@@ -288,6 +482,45 @@ fn weights_term(m: &ServeModel, r: &ServeRequest, engine_line: &str) -> Term {
         formula,
     )
     .input("from_log", r.weights.is_some())
+}
+
+/// A given budget must fit on the card beside the weights: the engine would fail to allocate more.
+/// Refused when the weights are the log's or calculated from the config at TP 1 (or the budget
+/// alone exceeds the card); with weights ASSUMED split by TP, said in a note instead.
+fn check_given_budget(
+    r: &ServeRequest,
+    weights: &Term,
+    engine: &str,
+    notes: &mut Vec<String>,
+) -> Result<(), EstimateError> {
+    let Some(given) = r.kv_cache_memory else {
+        return Ok(());
+    };
+    let total = r.device_total.get();
+    let room = total.saturating_sub(weights.bytes.get());
+    if given.get() <= room {
+        return Ok(());
+    }
+    let text = format!(
+        "--kv-cache-memory {} bytes ({}) is more than the card can hold beside the weights: device total {} − weights {} = {} bytes ({}); {engine} would fail to allocate it (CUDA out of memory)",
+        g(given.get()),
+        gib(given.get()),
+        g(total),
+        g(weights.bytes.get()),
+        g(room),
+        gib(room),
+    );
+    if weights.kind != Kind::Assumed || given.get() > total {
+        Err(input_err(format!(
+            "{text}: give at most {} bytes, or split the model with --tensor-parallel-size",
+            g(room)
+        )))
+    } else {
+        notes.push(format!(
+            "{text} if the weights ASSUMED here are the model's: pass the log's --weights-memory to check"
+        ));
+        Ok(())
+    }
 }
 
 fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
@@ -461,6 +694,7 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             "\"Model loading took X GiB\""
         },
     );
+    check_given_budget(r, &weights, "vLLM", &mut notes)?;
     let act = activation_term(m, r, mnbt, seqs, profile_cite);
     let non_torch = non_torch_term(r, "memory_profiling in vllm/utils.py: non_torch_increase");
     let graphs_charged = version >= Version(0, 21, 0) && !r.enforce_eager;
@@ -520,8 +754,9 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     };
     if budget <= 0 {
         notes.push(format!(
-            "the KV budget is {} bytes: vLLM refuses to start (\"No available memory for the cache blocks\"); raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or use more GPUs (--tensor-parallel-size)",
-            budget
+            "the KV budget is {} bytes ({}): vLLM refuses to start (\"No available memory for the cache blocks\"); raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or use more GPUs (--tensor-parallel-size)",
+            budget,
+            signed_gib(budget)
         ));
     }
     let avail = budget.max(0) as u64;
@@ -599,12 +834,13 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         kv_pool,
         Kind::Calculated,
         format!(
-            "{} blocks × {} bytes per block and layer ({}{} × block_size {block_size} × {kv_heads} KV head(s) per GPU × head size {} × {kv_bytes} bytes{}) × {} layer(s); budget {} bytes = {budget_rule}; {block_rule}",
+            "{} blocks × {} bytes per block and layer ({}{} × block_size {block_size} × {kv_heads} KV head(s) per GPU × head size {} × {kv_bytes} bytes ({}){}) × {} layer(s); budget {} bytes = {budget_rule}; {block_rule}",
             g(num_blocks),
             g(page),
             if coef == 1 { "MLA: one latent, " } else { "2 (K and V)" },
             if coef == 1 { "1" } else { "" },
             m.head_size,
+            kv_rule(r, m),
             if m.mla { ", not split by TP" } else { ", max(1, KV heads ÷ TP)" },
             if hybrid { n_sw.min(n_full) } else { layers },
             g(avail),
@@ -613,13 +849,19 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     .input("budget_bytes", budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
     .input("num_blocks", num_blocks)
     .input("page_size_bytes", page);
-    notes.push(format!(
-        "the engine's own figures: \"# GPU blocks: {}\", \"GPU KV cache size: {} tokens\", \"Maximum concurrency for {} tokens per request: {:.2}x\"",
-        num_blocks,
-        g(tokens),
-        len,
-        concurrency[0].1
-    ));
+    if num_blocks > 0 {
+        notes.push(format!(
+            "the engine's own figures: \"# GPU blocks: {}\", \"GPU KV cache size: {} tokens\", \"Maximum concurrency for {} tokens per request: {:.2}x\"",
+            num_blocks,
+            g(tokens),
+            len,
+            concurrency[0].1
+        ));
+    } else if v0 {
+        notes.push("the engine's own figures: it logs \"# GPU blocks: 0\", then refuses to start (worker/worker.py raise_if_cache_size_invalid, 0.5.5–0.7.3)".into());
+    } else {
+        notes.push("the engine prints no KV figure: it refuses before sizing the pool (v1/core/kv_cache_utils.py check_enough_kv_cache_memory 0.8.5:510-552, 0.11.0:678-724)".into());
+    }
     if r.activation_peak.is_none() && r.kv_cache_memory.is_none() {
         notes.push("the activation peak is a stated rule: read it from the engine's log (--activation-peak SIZE) or predict it by running the model's forward at max_num_batched_tokens on data-less tensors (--activation-peak predict)".into());
     }
@@ -700,6 +942,11 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             "--block-size, --max-num-seqs and --activation-peak are vLLM's: SGLang has page size 1, sizes its pool without a profile run and derives max_running_requests; drop them with --serve sglang".into(),
         ));
     }
+    if r.enforce_eager {
+        return Err(input_err(
+            "--enforce-eager is vLLM's option: SGLang's is --disable-cuda-graph, which this planner does not model (SGLang's pool does not depend on it: its CUDA graphs are captured in the (1 − mem_fraction_static) headroom, and the default mem_fraction_static of 0.5.5 reserves room for them); drop --enforce-eager with --serve sglang".into(),
+        ));
+    }
     let tp = r.tensor_parallel_size;
     let total = r.device_total.get();
     let frac = match r.gpu_memory_utilization {
@@ -718,6 +965,7 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         (m.kv_heads / tp).max(1) * m.head_size * layers * 2 * kv_bytes
     };
     let weights = weights_term(m, r, "\"Load weight end. … mem usage=X GB\"");
+    check_given_budget(r, &weights, "SGLang", &mut notes)?;
     let non_torch = non_torch_term(
         r,
         "free memory before the weights minus after them, less the weights: CUDA context, NCCL",
@@ -734,7 +982,7 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     };
     let tokens = (budget.max(0) as u64) / cell;
     if budget <= 0 {
-        notes.push(format!("the KV budget is {budget} bytes: SGLang refuses to start; raise --gpu-memory-utilization (mem_fraction_static) or add GPUs"));
+        notes.push(format!("the KV budget is {budget} bytes ({}): SGLang refuses to start; raise --gpu-memory-utilization (mem_fraction_static) or add GPUs", signed_gib(budget)));
     }
     let mut lengths = vec![r.max_model_len];
     for l in &r.lengths {
@@ -755,9 +1003,9 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             g(tokens),
             g(cell),
             if m.mla {
-                format!("MLA: (kv_lora_rank + qk_rope_head_dim) {} × {layers} layers × {kv_bytes} bytes, not split by TP", m.head_size)
+                format!("MLA: (kv_lora_rank + qk_rope_head_dim) {} × {layers} layers × {kv_bytes} bytes ({}), not split by TP", m.head_size, kv_rule(r, m))
             } else {
-                format!("max(1, KV heads ÷ TP) {} × head_dim {} × {layers} layers × 2 × {kv_bytes} bytes", (m.kv_heads / tp).max(1), m.head_size)
+                format!("max(1, KV heads ÷ TP) {} × head_dim {} × {layers} layers × 2 × {kv_bytes} bytes ({})", (m.kv_heads / tp).max(1), m.head_size, kv_rule(r, m))
             },
             if r.kv_cache_memory.is_some() {
                 "given (--kv-cache-memory: a log's K size + V size)".to_string()
@@ -767,7 +1015,11 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
         ),
     )
     .input("budget_bytes", budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
-    notes.push(format!("the engine's own figure: \"KV Cache is allocated. #tokens: {tokens}\" (max_total_num_tokens)"));
+    if tokens > 0 {
+        notes.push(format!("the engine's own figure: \"KV Cache is allocated. #tokens: {tokens}\" (max_total_num_tokens)"));
+    } else {
+        notes.push("the engine prints no KV figure: it raises \"Not enough memory. Please try to increase --mem-fraction-static.\" (model_executor/model_runner.py init_memory_pool 0.5.5)".into());
+    }
     notes.push("SGLang runs no activation profile: activations and CUDA graphs must fit in (1 − mem_fraction_static) of the free memory".into());
     Ok(Plan {
         terms: vec![weights, non_torch, kv],
@@ -824,6 +1076,7 @@ mod tests {
             intermediate: 14336,
             vocab: 128_256,
             dtype_bytes: 2,
+            dtype_rule: "bfloat16 from config.json torch_dtype".into(),
             weights: Bytes(16 * GIB),
             rotary: Ok(Rotary {
                 positions: 8192,
@@ -1070,6 +1323,121 @@ mod tests {
                 engine: Engine::Vllm
             }]
         );
+    }
+
+    #[test]
+    fn a_given_budget_above_the_card_less_the_weights_is_refused() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.11.0");
+        r.kv_cache_memory = Some(Bytes(65 * GIB));
+        let Err(EstimateError::Input(e)) = plan(&m, &r) else {
+            panic!("a 65 GiB budget beside 16 GiB of weights on 80 GiB was planned")
+        };
+        assert!(
+            e.contains("more than the card can hold") && e.contains("64.00 GiB)"),
+            "{e}"
+        );
+        // 16 GiB of weights and 2 MiB of rotary cache: 63 GiB fits.
+        r.kv_cache_memory = Some(Bytes(63 * GIB));
+        assert!(plan(&m, &r).is_ok());
+        // Weights assumed split by TP: a note, not a refusal.
+        r.tensor_parallel_size = 2;
+        r.kv_cache_memory = Some(Bytes(75 * GIB));
+        let p = plan(&m, &r).unwrap();
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("--weights-memory to check")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn release_notes_and_refusals() {
+        assert_eq!(release_note(Engine::Vllm, Some(Version(0, 6, 4))), Ok(None));
+        assert!(release_note(Engine::Vllm, Some(Version(0, 99, 0))).is_err());
+        assert!(
+            release_note(Engine::Vllm, Some(Version(0, 24, 3)))
+                .unwrap()
+                .is_some()
+        );
+        assert!(release_note(Engine::Vllm, Some(Version(0, 1, 7))).is_err());
+        assert!(release_note(Engine::Sglang, Some(Version(0, 11, 0))).is_err());
+        assert!(release_note(Engine::Sglang, Some(Version(0, 5, 4))).is_err());
+        assert_eq!(
+            release_note(Engine::Sglang, Some(Version(0, 5, 5))),
+            Ok(None)
+        );
+        assert!(
+            release_note(Engine::Sglang, Some(Version(0, 5, 6)))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_float32_config_is_served_in_16_bits_by_the_engines_rule() {
+        use crate::dtype::Dtype::{Bfloat16, Float16};
+        let v = |s: &str| Some(Version::parse(s).unwrap());
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.6.4"), "llama", Some(8)).0,
+            Float16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.6.4"), "gemma2", Some(8)).0,
+            Bfloat16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.11.0"), "llama", Some(8)).0,
+            Bfloat16
+        );
+        assert_eq!(
+            auto_dtype(Engine::Vllm, v("0.11.0"), "llama", Some(7)).0,
+            Float16
+        );
+        assert_eq!(auto_dtype(Engine::Sglang, None, "gemma2", None).0, Bfloat16);
+        assert_eq!(auto_dtype(Engine::Sglang, None, "qwen2", None).0, Float16);
+        assert!(
+            auto_dtype(Engine::Vllm, None, "llama", None)
+                .1
+                .contains("ASSUMED")
+        );
+    }
+
+    #[test]
+    fn a_max_model_len_above_the_models_is_refused_unless_allowed() {
+        assert_eq!(
+            check_max_model_len(Engine::Vllm, 8192, 8192, false),
+            Ok(None)
+        );
+        let e = check_max_model_len(Engine::Vllm, 9000, 8192, false).unwrap_err();
+        assert!(
+            e.contains("9000") && e.contains("8192") && e.contains("VLLM_ALLOW_LONG"),
+            "{e}"
+        );
+        let e = check_max_model_len(Engine::Sglang, 9000, 8192, false).unwrap_err();
+        assert!(
+            e.contains("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+                && e.contains("--context-length")
+        );
+        assert!(
+            check_max_model_len(Engine::Vllm, 9000, 8192, true)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn sglang_refuses_enforce_eager() {
+        let mut r = request("0.5.5");
+        r.engine = Engine::Sglang;
+        r.max_num_seqs = None;
+        r.enforce_eager = true;
+        let Err(EstimateError::Input(e)) = plan(&llama(vec![None; 32]), &r) else {
+            panic!("--enforce-eager planned for SGLang")
+        };
+        assert!(e.contains("--disable-cuda-graph"), "{e}");
     }
 
     #[test]

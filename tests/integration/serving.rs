@@ -358,7 +358,9 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
             "07",
             vec![
                 "--model",
-                "llama-3-8b",
+                // Llama-3.1-8B-Instruct's 131,072 positions: llama-3-8b's 8,192 would refuse
+                // max_model_len 32768 as vLLM does (same KV layout, weights given).
+                "llama-3.1-8b",
                 "--card",
                 "L40S",
                 "--engine-version",
@@ -597,4 +599,208 @@ fn serving_profile_run_without_torch_exits_2() {
         .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
         .expect_status(1)
         .stderr_has("SGLang runs none");
+}
+
+fn serve_fails(args: &[&str], env: Option<(&str, &str)>) -> String {
+    let mut cmd = iteragpu();
+    cmd.arg("estimate").args(args);
+    cmd.env_remove("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn serving_serves_a_float32_config_in_16_bits_unless_dtype_is_given() {
+    let gemma = model("gemma-2-9b");
+    let auto = serve(&["--model", &gemma, "--card", "A100 80GB"]);
+    let explicit = serve(&[
+        "--model",
+        &gemma,
+        "--card",
+        "A100 80GB",
+        "--dtype",
+        "float32",
+    ]);
+    assert_eq!(auto["serving"]["kv_dtype_bytes"], 2);
+    assert_eq!(explicit["serving"]["kv_dtype_bytes"], 4);
+    let (wa, we) = (
+        crate::common::id_bytes(&auto, "weights"),
+        crate::common::id_bytes(&explicit, "weights"),
+    );
+    // Half the float32 weights (the rotary cache halves too).
+    assert_eq!(wa * 2, we);
+    let f = crate::common::term_by_id(&auto, "weights")["formula"].to_string();
+    assert!(
+        f.contains("_resolve_auto_dtype") && f.contains("bfloat16"),
+        "{f}"
+    );
+    let sglang = estimate_json(&[
+        "--serve",
+        "sglang",
+        "--model",
+        &gemma,
+        "--card",
+        "A100 80GB",
+    ]);
+    assert_eq!(sglang["serving"]["kv_dtype_bytes"], 2);
+}
+
+#[test]
+fn serving_refuses_a_max_model_len_above_the_model_a_budget_above_the_card_and_sglang_eager() {
+    let llama = model("llama-3-8b");
+    let base = ["--serve", "vllm", "--model", &llama, "--card", "A100 80GB"];
+    let e = serve_fails(&[&base[..], &["--max-model-len", "100000"]].concat(), None);
+    assert!(
+        e.contains("100000") && e.contains("8192") && e.contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+        "{e}"
+    );
+    let mut all = vec!["estimate"];
+    all.extend_from_slice(&base);
+    all.extend_from_slice(&["--max-model-len", "100000", "--json"]);
+    let out = iteragpu()
+        .args(&all)
+        .env("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("starts with a warning"));
+    let e = serve_fails(&[&base[..], &["--kv-cache-memory", "70GiB"]].concat(), None);
+    assert!(
+        e.contains("more than the card can hold") && e.contains("69,836,726,272"),
+        "{e}"
+    );
+    let e = serve_fails(
+        &[
+            "--serve",
+            "sglang",
+            "--model",
+            &llama,
+            "--card",
+            "A100 80GB",
+            "--enforce-eager",
+        ],
+        None,
+    );
+    assert!(e.contains("--disable-cuda-graph"), "{e}");
+}
+
+#[test]
+fn serving_states_or_refuses_unknown_engine_versions() {
+    let llama = model("llama-3-8b");
+    let base = [
+        "--serve",
+        "vllm",
+        "--model",
+        &llama,
+        "--card",
+        "A100 80GB",
+        "--engine-version",
+    ];
+    let e = serve_fails(&[&base[..], &["0.99.0"]].concat(), None);
+    assert!(
+        e.contains("newer than any vLLM release") && e.contains("0.24.0"),
+        "{e}"
+    );
+    let e = serve_fails(&[&base[..], &["0.1.0"]].concat(), None);
+    assert!(e.contains("older than any vLLM release"), "{e}");
+    let doc = serve(&[
+        "--model",
+        &llama,
+        "--card",
+        "A100 80GB",
+        "--engine-version",
+        "0.4.0",
+    ]);
+    assert!(
+        doc["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("0.5.5's defaults"),
+        "{}",
+        doc["notes"]
+    );
+    let doc = serve(&[
+        "--model",
+        &llama,
+        "--card",
+        "A100 80GB",
+        "--engine-version",
+        "0.15.0",
+    ]);
+    assert!(
+        doc["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("0.11.0's rules apply")
+    );
+    let e = serve_fails(
+        &[
+            "--serve",
+            "sglang",
+            "--model",
+            &llama,
+            "--card",
+            "A100 80GB",
+            "--engine-version",
+            "0.11.0",
+        ],
+        None,
+    );
+    assert!(e.contains("not an SGLang release"), "{e}");
+}
+
+#[test]
+fn serving_says_what_to_do_with_a_vision_language_model() {
+    for (name, text) in [
+        ("qwen2-vl-2b-instruct", "top level"),
+        ("llava-1.5-7b-hf", "model_type `llama`"),
+        ("llama-3.2-11b-vision-defaults", "not one of these families"),
+    ] {
+        let e = serve_fails(
+            &[
+                "--serve",
+                "vllm",
+                "--model",
+                &model(name),
+                "--card",
+                "A100 80GB",
+            ],
+            None,
+        );
+        assert!(
+            e.contains("vision-language model") && e.contains(text),
+            "{name}: {e}"
+        );
+        assert!(!e.contains("--parameters N --bits B"), "{e}");
+    }
+}
+
+#[test]
+fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
+    let out = iteragpu()
+        .args([
+            "estimate",
+            "--serve",
+            "vllm",
+            "--model",
+            &model("llama-3-8b"),
+            "--card",
+            "T4",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("vLLM would REFUSE TO START: KV budget −2,"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("KV budget 0 bytes") && !text.contains("# GPU blocks: 0"),
+        "{text}"
+    );
 }
