@@ -66,6 +66,9 @@ fn prediction(
     let estimate = Option::transpose(estimate.map(|l| -> Result<_, CliError> {
         let e = l.as_estimate()?;
         load::check_estimate_of_prediction(p, e, l)?;
+        if let Some(warning) = load::estimate_of_another_model(p, e) {
+            crate::say!("warning: {warning}");
+        }
         Ok(e)
     }))?;
     let ledger = match ledger::of_prediction(p, estimate) {

@@ -294,6 +294,30 @@ pub fn check_estimate_of_prediction(
     check_estimate_parameters(e, parameters, "predicted", l)
 }
 
+/// A warning when the estimate counts other parameters than the prediction's model built in
+/// `model_load` (the workloads record the count there, before any adapter): likely the estimate of
+/// another model. A warning, not a refusal: a multimodal config estimated as its language model
+/// counts fewer on purpose.
+pub fn estimate_of_another_model(
+    p: &crate::schema::prediction::PredictionDoc,
+    e: &EstimateDoc,
+) -> Option<String> {
+    let built = p
+        .phases
+        .iter()
+        .find(|ph| ph.name == "model_load")
+        .and_then(|ph| ph.inputs.get("parameters"))
+        .and_then(serde_json::Value::as_u64)?;
+    let estimated = e.parameters()?;
+    (estimated != built).then(|| {
+        format!(
+            "the estimate counts {} parameters and the predicted model was built with {}: it is likely the estimate of another model (iteragpu estimate --model … --json for the predicted one)",
+            crate::units::group_thousands(estimated as u128),
+            crate::units::group_thousands(built as u128)
+        )
+    })
+}
+
 /// `run`'s model (`measured`, `predicted`) has `parameters`: the estimate must count as many.
 fn check_estimate_parameters(
     e: &EstimateDoc,

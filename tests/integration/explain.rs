@@ -506,3 +506,39 @@ fn the_ledger_goes_to_a_new_file_or_to_standard_output() {
     assert!(table.contains("estimate vs prediction"), "{table}");
     assert!(!table.trim_start().starts_with('{'), "{table}");
 }
+
+/// A prediction of a workload that declares no parameter count (causal-lm, vision, vlm record it
+/// in `model_load`) beside the estimate of another model: explained, with a warning naming both
+/// counts; the estimate of the same model: no warning.
+#[test]
+fn an_estimate_of_another_model_is_warned_beside_a_prediction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: Value = read_json(&fixture("fiche/prediction_train.json"));
+    doc["identity"]["declared"]
+        .as_object_mut()
+        .unwrap()
+        .remove("parameters");
+    let pred = dir.path().join("pred.json");
+    std::fs::write(&pred, doc.to_string()).unwrap();
+    let explain = |est: &Path| {
+        iteragpu()
+            .arg("explain")
+            .arg(&pred)
+            .arg("--estimate")
+            .arg(est)
+            .output()
+            .unwrap()
+    };
+    let other = estimate(dir.path(), "7000000000");
+    let out = explain(&other);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("7,000,000,000 parameters") && stderr.contains("built with 8,402,944"),
+        "{stderr}"
+    );
+    let same = estimate(dir.path(), "8402944");
+    let out = explain(&same);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}
