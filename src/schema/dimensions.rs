@@ -76,6 +76,15 @@ pub struct Dimensions {
 }
 
 impl Dimensions {
+    /// The recorded `resolution`: the side of a square image, `"HxW"` otherwise (the height alone
+    /// would pass a 384×256 run for a 384×384 one).
+    pub fn resolution_value(&self) -> serde_json::Value {
+        match self.resolution_width {
+            Some(w) if w != self.resolution => format!("{}x{w}", self.resolution).into(),
+            _ => self.resolution.into(),
+        }
+    }
+
     pub fn get(&self, v: Variable) -> u64 {
         *self.clone().slot(v)
     }
@@ -159,8 +168,10 @@ mod tests {
             images_per_request: 9,
         };
         assert_eq!(d.image_size(), (384, 512));
+        assert_eq!(d.resolution_value(), "384x512");
         d.set(Variable::Resolution, 224);
         assert_eq!(d.image_size(), (224, 224), "a set resolution is square");
+        assert_eq!(d.resolution_value(), 224);
         d.set(Variable::PromptTokens, 50);
         assert_eq!(
             d.substitute("--b {batch} --p {prompt-tokens}"),

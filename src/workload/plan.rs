@@ -617,7 +617,7 @@ impl MeasurePlan {
             WorkloadPlan::Vision(p) => {
                 let mut dims = pick(&["images", "height", "width", "dtype"]);
                 dims.insert("model".into(), json!(p.model));
-                dims.insert("resolution".into(), json!(self.dims.resolution));
+                dims.insert("resolution".into(), self.dims.resolution_value());
                 dims.extend(pick(&training_keys));
                 let first = if train {
                     "forward (step 0)"
@@ -636,7 +636,7 @@ impl MeasurePlan {
                 let mut dims = pick(generation);
                 dims.extend(pick(&["images_per_request", "height", "width", "dtype"]));
                 dims.insert("model".into(), json!(p.model.display().to_string()));
-                dims.insert("resolution".into(), json!(self.dims.resolution));
+                dims.insert("resolution".into(), self.dims.resolution_value());
                 (dims, Some(self.seed), "prefill".to_string(), 0, 1)
             }
         };
