@@ -33,6 +33,12 @@ pub struct VlmPlan {
     /// Concurrent requests, each with its images and its own cache (`None`: one batch of
     /// `--batch` requests); how many is the dimension `requests`.
     pub requests: Option<RequestsPlan>,
+    /// The text model's positions (`max_position_embeddings`, in `text_config` when nested),
+    /// when the config states them: the longest request, image tokens included.
+    pub max_positions: Option<u64>,
+    /// The prompt tokens each image takes at the least, known before processing (its markers,
+    /// Gemma 3's fixed `mm_tokens_per_image`); the rest is counted by the worker.
+    pub min_image_tokens: u64,
 }
 
 /// An image model on a batch of random images.
@@ -427,12 +433,29 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
         .and_then(|d| d.parse::<Dtype>().ok())
         .unwrap_or(Dtype::Bfloat16);
     Ok(VlmPlan {
+        max_positions: Config::load(&config)?.max_positions()?,
+        min_image_tokens: min_image_tokens(kind, &raw),
         model: model.clone(),
         config: std::fs::canonicalize(&config)?,
         processor: std::fs::canonicalize(&processor)?,
         dtype: weights_dtype(args, dtype)?,
         requests: requests(args)?,
     })
+}
+
+/// The prompt tokens one image takes at the least, by the rules of `workloads/vlm.py`
+/// (`_image_tokens`, `_placeholder`): Qwen2-VL's vision_start, at least one image token and
+/// vision_end; Gemma 3's boi, `mm_tokens_per_image` (256 by default) and eoi; one for LLaVA and
+/// Llama-3.2-Vision (LLaVA's real count comes from the processed size, in the worker).
+fn min_image_tokens(kind: &str, raw: &Value) -> u64 {
+    match kind {
+        "qwen2_vl" | "qwen2_5_vl" => 3,
+        "gemma3" => 2 + raw
+            .get("mm_tokens_per_image")
+            .and_then(Value::as_u64)
+            .unwrap_or(256),
+        _ => 1,
+    }
 }
 
 /// The side a vision config was built for: its `image_size` (the tower's, for a multimodal

@@ -320,6 +320,56 @@ impl MeasurePlan {
                 );
             }
         }
+        if let WorkloadPlan::Vlm(v) = &self.workload {
+            self.check_vlm_positions(v)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a multimodal request longer than the text model's positions, counting what is
+    /// known before processing: its text, its output and the least its images take
+    /// (`VlmPlan::min_image_tokens`); the worker checks the total once the images are processed.
+    fn check_vlm_positions(&self, v: &VlmPlan) -> Result<()> {
+        let Some(max) = v.max_positions else {
+            return Ok(());
+        };
+        let (lengths, prompt_flag, output_flag) = match (self.request_lengths(), &v.requests) {
+            (Some(lengths), Some(r)) => (
+                lengths.map_err(anyhow::Error::msg)?,
+                if r.prompt_lengths.is_empty() {
+                    "--prompt-tokens"
+                } else {
+                    "--prompt-lengths"
+                },
+                if r.output_lengths.is_empty() {
+                    "--new-tokens"
+                } else {
+                    "--output-lengths"
+                },
+            ),
+            _ => (
+                vec![RequestLengths {
+                    prompt: self.dims.prompt_tokens,
+                    output: self.dims.new_tokens,
+                }],
+                "--prompt-tokens",
+                "--new-tokens",
+            ),
+        };
+        let images = self.dims.images_per_request;
+        let image_tokens = images.saturating_mul(v.min_image_tokens);
+        if let Some(r) = lengths
+            .iter()
+            .find(|r| r.tokens().saturating_add(image_tokens) > max)
+        {
+            bail!(
+                "a request of {} text tokens + at least {image_tokens} image tokens ({images} image{}) + {} output tokens = {} or more is beyond the model's {max} positions (max_position_embeddings); shorten {prompt_flag} or {output_flag}",
+                r.prompt,
+                if images == 1 { "" } else { "s" },
+                r.output,
+                r.tokens().saturating_add(image_tokens),
+            );
+        }
         Ok(())
     }
 
