@@ -405,19 +405,23 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             model.display()
         );
     }
-    if !processor.is_file() {
-        bail!(
-            "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
-            model.display()
-        );
-    }
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
         .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", config.display()))?;
     let kind = raw.get("model_type").and_then(Value::as_str).unwrap_or("?");
+    // The model comes first: a text or image model is sent to its workload before any word on
+    // the image processor's file.
     if raw.get("vision_config").is_none() {
+        let image_model = ["image_size", "num_channels", "patch_size"]
+            .iter()
+            .any(|k| raw.get(k).is_some());
         bail!(
-            "--model {}: `{kind}` is not a vision-language model (its config has no vision_config); run a text model with --workload causal-lm",
-            config.display()
+            "--model {}: model_type `{kind}` is not a multimodal (image+text) model (its config has no vision_config); {}",
+            config.display(),
+            if image_model {
+                "run an image model with --workload vision"
+            } else {
+                "run a language model with --workload causal-lm"
+            }
         );
     }
     if !VLM_FAMILIES.contains(&kind) {
@@ -425,6 +429,12 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             "--model {}: model_type `{kind}` is not followed by --workload vlm (its image tokens are counted by the processors of {}); measure it with --script",
             config.display(),
             VLM_FAMILIES.join(", ")
+        );
+    }
+    if !processor.is_file() {
+        bail!(
+            "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
+            model.display()
         );
     }
     let dtype = ["torch_dtype", "dtype"]

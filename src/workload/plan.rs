@@ -21,6 +21,7 @@ use crate::schema::spec::{
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
 pub use crate::workload::kinds::{
+    VLM_FAMILIES,
     CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VisionPlan,
     VisionSource, VlmPlan, WorkloadPlan,
 };
@@ -453,22 +454,23 @@ impl MeasurePlan {
             _ => None,
         };
         let vlm = matches!(self.workload, WorkloadPlan::Vlm(_));
-        let mut note = format!(
-            "--requests {n}: each request is prefilled alone into its own dynamic cache{}, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} {}tokens of KV cache",
-            if vlm { " with its own images" } else { "" },
-            if vlm {
-                "text tokens, plus each request's image tokens (the inputs phase records them), of "
-            } else {
-                ""
-            }
-        );
+        let mut note = if vlm {
+            format!(
+                "--requests {n}: each request is prefilled alone, with its own images, into its own dynamic cache, then all are decoded in turn (round-robin); together the caches hold Σ (text prompt + output) = {held} tokens plus every request's image tokens (the inputs phase lists them: image_tokens_per_request)"
+            )
+        } else {
+            format!(
+                "--requests {n}: each request is prefilled alone into its own dynamic cache, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} tokens of KV cache"
+            )
+        };
+        let text = if vlm { " text" } else { "" };
         if padded == held {
             note.push_str(&format!(
-                "; every request has the same length, so --batch {n} would hold as many"
+                "; every request has the same{text} length, so --batch {n} would hold as many"
             ));
         } else {
             note.push_str(&format!(
-                "; --batch {n} pads every sequence to the longest ({longest}) and holds one cache of {n} × {longest} = {padded} tokens"
+                "; --batch {n} pads every sequence to the longest{text} ({longest}) and holds one cache of {n} × {longest} = {padded}{text} tokens"
             ));
         }
         if let Some((live, batch)) = bytes {
