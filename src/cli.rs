@@ -432,6 +432,24 @@ pub struct VisionArgs {
     pub images_per_request: Option<u64>,
 }
 
+/// `estimate --workload vision`'s images: the vision workload's two dimensions and no
+/// `--images-per-request` (estimate has no multimodal terms: `predict --workload vlm` has them).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Vision")]
+pub struct EstimateImageArgs {
+    /// vision: the images' size in pixels, N (square) or HxW [default: the config's image_size,
+    /// else 224].
+    #[arg(long, value_name = "N|HxW", value_parser = image_size)]
+    pub resolution: Option<(u64, Option<u64>)>,
+    /// Vision: images processed together (a forward's batch) [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub images: Option<u64>,
+    /// Not an estimate's option (hidden): refused with the command that has it, `predict
+    /// --workload vlm`, rather than clap's "unexpected argument".
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N")]
+    pub images_per_request: Option<String>,
+}
+
 /// The window of a sliding KV cache (its own group: it acts only with `--cache sliding`).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Language models")]
@@ -703,7 +721,7 @@ pub struct EstimateArgs {
     )]
     pub workload: Option<EstimateWorkload>,
     #[command(flatten)]
-    pub vision: VisionArgs,
+    pub vision: EstimateImageArgs,
 
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]

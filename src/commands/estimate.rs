@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::cli::{
     ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateWorkload, Given, KvCacheArgs,
     KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs,
-    VisionArgs,
+    EstimateImageArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -37,10 +37,15 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
+    if let Some(n) = &args.vision.images_per_request {
+        refuse!(
+            "--images-per-request {n}: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request {n}`"
+        );
+    }
     if args.workload == Some(EstimateWorkload::Vision) {
         return vision_plan(args);
     }
-    let images = written::<VisionArgs>(&args.given);
+    let images = written::<EstimateImageArgs>(&args.given);
     if !images.is_empty() {
         refuse!(
             "{} {} images, which a language model's estimate does not have: add --workload vision (with an image model's --model), or drop {}",
