@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateWorkload, Given, KvCacheArgs,
-    KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs,
-    EstimateImageArgs,
+    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateImageArgs, EstimateWorkload, Given,
+    KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype,
+    ShardOptionsArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};

@@ -460,10 +460,12 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
 fn min_image_tokens(kind: &str, raw: &Value) -> u64 {
     match kind {
         "qwen2_vl" | "qwen2_5_vl" => 3,
-        "gemma3" => 2 + raw
-            .get("mm_tokens_per_image")
-            .and_then(Value::as_u64)
-            .unwrap_or(256),
+        "gemma3" => {
+            2 + raw
+                .get("mm_tokens_per_image")
+                .and_then(Value::as_u64)
+                .unwrap_or(256)
+        }
         _ => 1,
     }
 }

@@ -21,9 +21,8 @@ use crate::schema::spec::{
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
 pub use crate::workload::kinds::{
-    VLM_FAMILIES,
-    CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VisionPlan,
-    VisionSource, VlmPlan, WorkloadPlan,
+    CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VLM_FAMILIES,
+    VisionPlan, VisionSource, VlmPlan, WorkloadPlan,
 };
 use crate::workload::kinds::{causal_lm, config_image_size, dense, vision, vlm};
 pub use crate::workload::options::{Acts, MeasureOptions, Scope, Written};
@@ -479,6 +478,44 @@ impl MeasurePlan {
             ));
         }
         Some(note)
+    }
+
+    /// A sweep's base specification when the varied values reach the requests' lengths
+    /// (`requests`, `prompt-tokens`, `new-tokens`): each trial cycles the lists over its own
+    /// count, so the base records `--prompt-lengths` / `--output-lengths` as given, and drops a
+    /// list that was not given (`prompt_tokens` / `new_tokens` hold its one value).
+    pub fn record_given_lengths(&self, spec: &mut Map<String, Value>, varied: &Map<String, Value>) {
+        let given = match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.requests.as_ref(),
+            WorkloadPlan::Vlm(v) => v.requests.as_ref(),
+            _ => None,
+        };
+        let Some(given) = given else {
+            return;
+        };
+        if ![
+            Variable::Requests,
+            Variable::PromptTokens,
+            Variable::NewTokens,
+        ]
+        .iter()
+        .any(|v| varied.contains_key(v.name()))
+        {
+            return;
+        }
+        for (key, list) in [
+            ("prompt_lengths", &given.prompt_lengths),
+            ("output_lengths", &given.output_lengths),
+        ] {
+            if !spec.contains_key(key) {
+                continue;
+            }
+            if list.is_empty() {
+                spec.remove(key);
+            } else {
+                spec.insert(key.into(), json!(list));
+            }
+        }
     }
 
     /// The concurrent requests as the worker receives them, one length per request.

@@ -312,7 +312,14 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
         ),
         // One message, whichever workload: never a loop between the two refusals.
         (
-            vec!["--workload", "vision", "--model", &vit, "--images-per-request", "2"],
+            vec![
+                "--workload",
+                "vision",
+                "--model",
+                &vit,
+                "--images-per-request",
+                "2",
+            ],
             "--images-per-request 2: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request 2`",
         ),
         (

@@ -219,9 +219,18 @@ fn predicted_vlm_requests_keep_a_cache_each() {
         // 64 image tokens between vision_start and vision_end, then the text.
         let prompts: Vec<u64> = texts.iter().map(|t| t + 64 + 2).collect();
         // Every request's images, not only the first request's.
-        assert_eq!(inputs["image_tokens_per_request"], json!(vec![64; n as usize]));
-        assert_eq!(inputs["image_tokens_per_image"], json!(vec![64; n as usize]));
-        assert_eq!(inputs["image_grid_thw"], json!(vec![[1, 16, 16]; n as usize]));
+        assert_eq!(
+            inputs["image_tokens_per_request"],
+            json!(vec![64; n as usize])
+        );
+        assert_eq!(
+            inputs["image_tokens_per_image"],
+            json!(vec![64; n as usize])
+        );
+        assert_eq!(
+            inputs["image_grid_thw"],
+            json!(vec![[1, 16, 16]; n as usize])
+        );
         assert_eq!(inputs["prompt_tokens_per_request"], json!(prompts));
         let decode = &phase(&doc, "decode")["inputs"];
         let held: Vec<u64> = prompts.iter().zip(&outputs).map(|(p, o)| p + o).collect();
@@ -423,7 +432,14 @@ fn vlm_refusals_name_the_value_and_the_fix() {
             "images-per-request",
         ),
         (
-            vec!["--model", &qwen, "--requests", "1", "--prompt-lengths", "40000"],
+            vec![
+                "--model",
+                &qwen,
+                "--requests",
+                "1",
+                "--prompt-lengths",
+                "40000",
+            ],
             "a request of 40000 text tokens + at least 3 image tokens (1 image) + 32 output tokens = 40035 or more is beyond the model's 32768 positions (max_position_embeddings); shorten --prompt-lengths or --new-tokens",
         ),
         (
