@@ -755,14 +755,21 @@ pub struct KvShapeArgs {
 #[command(next_help_heading = "KV cache")]
 pub struct KvLoadArgs {
     /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub tokens: Option<u64>,
+    /// `--context`, the same as --tokens: its own argument (shown as --tokens' alias) so that a
+    /// refusal names the flag as typed.
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "tokens")]
+    pub context: Option<u64>,
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub sequences: Option<u64>,
+    /// `--batch`, the same as --sequences (its own argument, as --context).
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "sequences")]
+    pub batch: Option<u64>,
     /// Concurrent requests, each with its own cache of its own length (instead of --tokens and
     /// --sequences): the KV cache is Σ (prompt + output) over them, beside the padded batch.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with_all = ["tokens", "sequences", "prompt_tokens"], requires_all = ["prompt_lengths", "output_lengths"])]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with_all = ["tokens", "context", "sequences", "batch", "prompt_tokens"], requires_all = ["prompt_lengths", "output_lengths"])]
     pub requests: Option<u64>,
     /// With --requests: the prompts' lengths, cycled over the requests (128,512,2048).
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
@@ -770,6 +777,18 @@ pub struct KvLoadArgs {
     /// With --requests: the tokens each request generates, cycled over the requests (64,256).
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
     pub output_lengths: Vec<u64>,
+}
+
+impl KvLoadArgs {
+    /// `--tokens` or `--context`.
+    pub fn tokens(&self) -> Option<u64> {
+        self.tokens.or(self.context)
+    }
+
+    /// `--sequences` or `--batch`.
+    pub fn sequences(&self) -> Option<u64> {
+        self.sequences.or(self.batch)
+    }
 }
 
 /// How the KV cache keeps its values (inference only).

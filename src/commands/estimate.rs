@@ -107,8 +107,8 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
             }),
             gradient_checkpointing: args.activations.gradient_checkpointing,
             flash_attention: args.activations.flash_attention,
-            batch: Some(args.load.sequences.unwrap_or(1)),
-            context: args.load.tokens,
+            batch: Some(args.load.sequences().unwrap_or(1)),
+            context: args.load.tokens(),
             sharding: sharding(args)?,
         })
     } else {
@@ -367,7 +367,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
                     pronoun(&for_activations)
                 );
             }
-        } else if args.load.tokens.is_none() && !for_activations.is_empty() {
+        } else if args.load.tokens().is_none() && !for_activations.is_empty() {
             refuse!(
                 "{} {} the activations, which need a sequence length: add --context N, or drop {}",
                 for_activations.join(", "),
@@ -463,7 +463,7 @@ fn kv_request(
 ) -> Result<Option<KvRequest>, CliError> {
     let layout = match model {
         Some((arch, _)) => {
-            if args.load.tokens.is_none() && args.load.requests.is_none() {
+            if args.load.tokens().is_none() && args.load.requests.is_none() {
                 return Ok(None);
             }
             arch.kv.clone()
@@ -475,7 +475,7 @@ fn kv_request(
                 ("--head-dim", args.kv_shape.head_dim),
                 (
                     "--tokens",
-                    args.load.tokens.or(args.load.requests.map(|_| 1)),
+                    args.load.tokens().or(args.load.requests.map(|_| 1)),
                 ),
             ];
             if given.iter().all(|(_, v)| v.is_none()) {
@@ -525,7 +525,7 @@ fn kv_request(
     };
     let tokens = match requests.iter().map(|r| r.tokens()).max() {
         Some(longest) => longest,
-        None => args.load.tokens.unwrap_or(1),
+        None => args.load.tokens().unwrap_or(1),
     };
     let element_bytes = match (
         args.kv_cache.kv_dtype,
@@ -582,7 +582,7 @@ fn kv_request(
     Ok(Some(KvRequest {
         layout,
         tokens,
-        sequences: args.load.sequences.unwrap_or(1),
+        sequences: args.load.sequences().unwrap_or(1),
         element_bytes,
         strategy,
         prompt_tokens: args.kv_cache.prompt_tokens,

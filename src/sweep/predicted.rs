@@ -862,7 +862,11 @@ mod tests {
         assert!(!series.base.contains_key("requests"));
         // The trials themselves cycle the list over their own count.
         let specs = mock.specs.lock().unwrap();
-        assert!(specs.iter().any(|s| requests(s) > 1), "{} trials", specs.len());
+        assert!(
+            specs.iter().any(|s| requests(s) > 1),
+            "{} trials",
+            specs.len()
+        );
         for spec in specs.iter() {
             let WorkloadSpec::CausalLm(c) = &spec.workload else {
                 unreachable!()

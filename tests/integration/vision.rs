@@ -304,7 +304,7 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
         ),
         (
             vec!["--workload", "vision", "--model", &vit, "--context", "128"],
-            "--tokens/--context is not part of a vision estimate",
+            "--context is not part of a vision estimate",
         ),
         (
             vec!["--model", &vit, "--images", "4"],
