@@ -205,15 +205,17 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub given: Given,
     /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
-    /// `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator settings in
-    /// fresh processes, alone or at each value of one listed dimension.
+    /// NAME is one of batch, context, width, depth, prompt-tokens, new-tokens, steps, resolution,
+    /// images, requests, images-per-request (those the workload uses; not one also fixed by its
+    /// own option). `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator
+    /// settings in fresh processes, alone or at each value of one listed dimension.
     #[arg(long, value_name = "NAME=VALUES", value_parser = parse_vary_arg, help_heading = "Sweep")]
     pub vary: Vec<VaryArg>,
     /// Search the success / out-of-memory frontier over a --vary range.
     #[arg(long, value_enum, help_heading = "Sweep")]
     pub search: Option<Search>,
-    /// Stop the frontier search when success and failure are this close (`--resolution` is the
-    /// vision workload's image size).
+    /// The frontier search's step: it stops when the largest value that fits and the smallest
+    /// that does not are this many units of the varied dimension apart.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64, help_heading = "Sweep")]
     pub frontier_step: u64,
     /// Most trials a frontier search may run.
