@@ -77,7 +77,7 @@ impl VisionModel {
             ("deit", false) => Family::Deit,
             ("clip", true) | ("clip_vision_model", false) => Family::Clip,
             ("siglip", true) | ("siglip_vision_model", false) => Family::Siglip,
-            (other, true) if crate::workload::plan::VLM_FAMILIES.contains(&other) => {
+            (other, true) if crate::model::VLM_FAMILIES.contains(&other) => {
                 let folder = config
                     .path
                     .parent()

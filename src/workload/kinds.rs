@@ -366,8 +366,7 @@ fn requests(args: &MeasureOptions) -> Result<Option<RequestsPlan>> {
     }))
 }
 
-/// The families whose image-token rule the vlm worker follows (`workloads/vlm.py::RULES`).
-pub const VLM_FAMILIES: [&str; 5] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3", "mllama"];
+pub use crate::model::VLM_FAMILIES;
 
 /// `--workload vlm --model DIR`, validated: the folder holds the model's config.json, a
 /// multimodal one (a `vision_config` of a family the worker follows), and the image processor's
