@@ -205,15 +205,17 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub given: Given,
     /// NAME=V1,V2,… (a list) or NAME=LO..HI (a range, with --search frontier). Twice for a grid.
-    /// `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator settings in
-    /// fresh processes, alone or at each value of one listed dimension.
+    /// NAME is one of batch, context, width, depth, prompt-tokens, new-tokens, steps, resolution,
+    /// images, requests, images-per-request (those the workload uses; not one also fixed by its
+    /// own option). `alloc_conf=default,expandable_segments[,cudaMallocAsync]` compares allocator
+    /// settings in fresh processes, alone or at each value of one listed dimension.
     #[arg(long, value_name = "NAME=VALUES", value_parser = parse_vary_arg, help_heading = "Sweep")]
     pub vary: Vec<VaryArg>,
     /// Search the success / out-of-memory frontier over a --vary range.
     #[arg(long, value_enum, help_heading = "Sweep")]
     pub search: Option<Search>,
-    /// Stop the frontier search when success and failure are this close (`--resolution` is the
-    /// vision workload's image size).
+    /// The frontier search's step: it stops when the largest value that fits and the smallest
+    /// that does not are this many units of the varied dimension apart.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", value_parser = positive_u64, help_heading = "Sweep")]
     pub frontier_step: u64,
     /// Most trials a frontier search may run.
@@ -430,6 +432,24 @@ pub struct VisionArgs {
     /// processor [default: 1].
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub images_per_request: Option<u64>,
+}
+
+/// `estimate --workload vision`'s images: the vision workload's two dimensions and no
+/// `--images-per-request` (estimate has no multimodal terms: `predict --workload vlm` has them).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Vision")]
+pub struct EstimateImageArgs {
+    /// vision: the images' size in pixels, N (square) or HxW [default: the config's image_size,
+    /// else 224].
+    #[arg(long, value_name = "N|HxW", value_parser = image_size)]
+    pub resolution: Option<(u64, Option<u64>)>,
+    /// Vision: images processed together (a forward's batch) [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
+    pub images: Option<u64>,
+    /// Not an estimate's option (hidden): refused with the command that has it, `predict
+    /// --workload vlm`, rather than clap's "unexpected argument".
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N")]
+    pub images_per_request: Option<String>,
 }
 
 /// The window of a sliding KV cache (its own group: it acts only with `--cache sliding`).
@@ -703,7 +723,7 @@ pub struct EstimateArgs {
     )]
     pub workload: Option<EstimateWorkload>,
     #[command(flatten)]
-    pub vision: VisionArgs,
+    pub vision: EstimateImageArgs,
 
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
@@ -737,14 +757,21 @@ pub struct KvShapeArgs {
 #[command(next_help_heading = "KV cache")]
 pub struct KvLoadArgs {
     /// Tokens per sequence kept in the cache (prompt + generated); alias --context.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "context", value_name = "N", value_parser = positive_u64)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub tokens: Option<u64>,
+    /// `--context`, the same as --tokens: its own argument (shown as --tokens' alias) so that a
+    /// refusal names the flag as typed.
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "tokens")]
+    pub context: Option<u64>,
     /// Sequences held at once (batch, concurrent requests); alias --batch. Default 1.
-    #[arg(long, allow_negative_numbers = true, visible_alias = "batch", value_name = "N", value_parser = positive_u64)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64)]
     pub sequences: Option<u64>,
+    /// `--batch`, the same as --sequences (its own argument, as --context).
+    #[arg(long, hide = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with = "sequences")]
+    pub batch: Option<u64>,
     /// Concurrent requests, each with its own cache of its own length (instead of --tokens and
     /// --sequences): the KV cache is Σ (prompt + output) over them, beside the padded batch.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with_all = ["tokens", "sequences", "prompt_tokens"], requires_all = ["prompt_lengths", "output_lengths"])]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, conflicts_with_all = ["tokens", "context", "sequences", "batch", "prompt_tokens"], requires_all = ["prompt_lengths", "output_lengths"])]
     pub requests: Option<u64>,
     /// With --requests: the prompts' lengths, cycled over the requests (128,512,2048).
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
@@ -752,6 +779,18 @@ pub struct KvLoadArgs {
     /// With --requests: the tokens each request generates, cycled over the requests (64,256).
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = positive_u64, requires = "requests")]
     pub output_lengths: Vec<u64>,
+}
+
+impl KvLoadArgs {
+    /// `--tokens` or `--context`.
+    pub fn tokens(&self) -> Option<u64> {
+        self.tokens.or(self.context)
+    }
+
+    /// `--sequences` or `--batch`.
+    pub fn sequences(&self) -> Option<u64> {
+        self.sequences.or(self.batch)
+    }
 }
 
 /// How the KV cache keeps its values (inference only).

@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateWorkload, Given, KvCacheArgs,
-    KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype, ShardOptionsArgs,
-    VisionArgs,
+    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateImageArgs, EstimateWorkload, Given,
+    KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype,
+    ShardOptionsArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -37,10 +37,15 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
+    if let Some(n) = &args.vision.images_per_request {
+        refuse!(
+            "--images-per-request {n}: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request {n}`"
+        );
+    }
     if args.workload == Some(EstimateWorkload::Vision) {
         return vision_plan(args);
     }
-    let images = written::<VisionArgs>(&args.given);
+    let images = written::<EstimateImageArgs>(&args.given);
     if !images.is_empty() {
         refuse!(
             "{} {} images, which a language model's estimate does not have: add --workload vision (with an image model's --model), or drop {}",
@@ -102,8 +107,8 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
             }),
             gradient_checkpointing: args.activations.gradient_checkpointing,
             flash_attention: args.activations.flash_attention,
-            batch: Some(args.load.sequences.unwrap_or(1)),
-            context: args.load.tokens,
+            batch: Some(args.load.sequences().unwrap_or(1)),
+            context: args.load.tokens(),
             sharding: sharding(args)?,
         })
     } else {
@@ -362,7 +367,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
                     pronoun(&for_activations)
                 );
             }
-        } else if args.load.tokens.is_none() && !for_activations.is_empty() {
+        } else if args.load.tokens().is_none() && !for_activations.is_empty() {
             refuse!(
                 "{} {} the activations, which need a sequence length: add --context N, or drop {}",
                 for_activations.join(", "),
@@ -458,7 +463,7 @@ fn kv_request(
 ) -> Result<Option<KvRequest>, CliError> {
     let layout = match model {
         Some((arch, _)) => {
-            if args.load.tokens.is_none() && args.load.requests.is_none() {
+            if args.load.tokens().is_none() && args.load.requests.is_none() {
                 return Ok(None);
             }
             arch.kv.clone()
@@ -470,7 +475,7 @@ fn kv_request(
                 ("--head-dim", args.kv_shape.head_dim),
                 (
                     "--tokens",
-                    args.load.tokens.or(args.load.requests.map(|_| 1)),
+                    args.load.tokens().or(args.load.requests.map(|_| 1)),
                 ),
             ];
             if given.iter().all(|(_, v)| v.is_none()) {
@@ -520,7 +525,7 @@ fn kv_request(
     };
     let tokens = match requests.iter().map(|r| r.tokens()).max() {
         Some(longest) => longest,
-        None => args.load.tokens.unwrap_or(1),
+        None => args.load.tokens().unwrap_or(1),
     };
     let element_bytes = match (
         args.kv_cache.kv_dtype,
@@ -577,7 +582,7 @@ fn kv_request(
     Ok(Some(KvRequest {
         layout,
         tokens,
-        sequences: args.load.sequences.unwrap_or(1),
+        sequences: args.load.sequences().unwrap_or(1),
         element_bytes,
         strategy,
         prompt_tokens: args.kv_cache.prompt_tokens,

@@ -182,6 +182,62 @@ mod tests {
         measure(&m)
     }
 
+    /// The help stays true: `sweep --vary` names every dimension that can be varied, and the
+    /// vlm workload's help every family the worker follows.
+    #[test]
+    fn the_help_names_every_varied_dimension_and_vlm_family() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let sweep = cli.find_subcommand_mut("sweep").unwrap();
+        let vary = sweep
+            .get_arguments()
+            .find(|a| a.get_id() == "vary")
+            .unwrap();
+        let help = vary
+            .get_long_help()
+            .or(vary.get_help())
+            .unwrap()
+            .to_string()
+            .replace('\n', " ");
+        for v in Variable::ALL {
+            assert!(
+                help.contains(v.name()),
+                "--vary help lacks {}: {help}",
+                v.name()
+            );
+        }
+        let step = sweep
+            .get_arguments()
+            .find(|a| a.get_id() == "frontier_step")
+            .unwrap();
+        let step = step
+            .get_long_help()
+            .or(step.get_help())
+            .unwrap()
+            .to_string();
+        assert!(step.contains("frontier search's step"), "{step}");
+        assert!(!step.contains("--resolution"), "{step}");
+        let predict = Cli::command()
+            .find_subcommand_mut("predict")
+            .unwrap()
+            .render_long_help()
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (family, words) in [
+            ("llava", "LLaVA-1.5"),
+            ("qwen2_vl", "Qwen2-VL"),
+            ("qwen2_5_vl", "Qwen2.5-VL"),
+            ("gemma3", "Gemma 3"),
+            ("mllama", "Llama-3.2-Vision"),
+        ] {
+            assert!(crate::workload::plan::VLM_FAMILIES.contains(&family));
+            assert!(predict.contains(words), "predict --help lacks {words}");
+        }
+        assert_eq!(crate::workload::plan::VLM_FAMILIES.len(), 5);
+    }
+
     #[test]
     fn only_options_written_on_the_command_line_are_written_and_defaults_are_not() {
         let o = measure_options(&[

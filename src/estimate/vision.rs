@@ -77,6 +77,27 @@ impl VisionModel {
             ("deit", false) => Family::Deit,
             ("clip", true) | ("clip_vision_model", false) => Family::Clip,
             ("siglip", true) | ("siglip_vision_model", false) => Family::Siglip,
+            (other, true) if crate::model::VLM_FAMILIES.contains(&other) => {
+                let folder = config
+                    .path
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(std::path::Path::new("."));
+                return Err(EstimateError::Input(format!(
+                    "`{other}` is a multimodal (image+text) model, not an image encoder, and estimate has no multimodal terms: run `iteragpu predict --workload vlm --model {}` for it (the folder with its config.json and preprocessor_config.json)",
+                    folder.display()
+                )));
+            }
+            (other, false)
+                if ["image_size", "num_channels", "patch_size"]
+                    .iter()
+                    .all(|k| top.raw(k).is_none()) =>
+            {
+                return Err(EstimateError::Input(format!(
+                    "`{other}` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --workload causal-lm --model {}` (drop --workload vision)",
+                    config.path.display()
+                )));
+            }
             (other, _) => {
                 return Err(EstimateError::Input(format!(
                     "estimate --workload vision covers ViT-like encoders: {}; `{other}` is not one of them (Swin's windows and ConvNeXt's convolutions are not modelled): run `iteragpu predict --workload vision --model {}` for it",
@@ -634,6 +655,29 @@ mod tests {
         let err = model("convnext-tiny-defaults").unwrap_err().to_string();
         assert!(err.contains("`convnext` is not one of them"), "{err}");
         assert!(err.contains("iteragpu predict --workload vision"), "{err}");
+        // A language model is sent to its own workload, a multimodal one to predict's vlm.
+        let err = model("llama-3-8b").unwrap_err().to_string();
+        assert!(
+            err.contains("`llama` is a language model") && err.contains("--workload causal-lm"),
+            "{err}"
+        );
+        assert!(!err.contains("--workload vision --model"), "{err}");
+        for (name, kind) in [
+            ("llava-1.5-7b-hf", "llava"),
+            ("qwen2-vl-2b-instruct", "qwen2_vl"),
+            ("gemma-3-4b-it", "gemma3"),
+            ("llama-3.2-11b-vision-defaults", "mllama"),
+        ] {
+            let err = model(name).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("`{kind}` is a multimodal (image+text) model")),
+                "{err}"
+            );
+            assert!(
+                err.contains("iteragpu predict --workload vlm --model ") && err.contains(name),
+                "{err}"
+            );
+        }
         let err = model("vit-base-defaults")
             .unwrap()
             .grid(8, 224)

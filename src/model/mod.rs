@@ -76,3 +76,7 @@ pub enum ModelError {
     #[error(transparent)]
     Safetensors(#[from] safetensors::HeaderError),
 }
+
+/// The multimodal families whose image-token rule the vlm worker follows
+/// (`workloads/vlm.py::RULES`), by `model_type`.
+pub const VLM_FAMILIES: [&str; 5] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3", "mllama"];

@@ -256,9 +256,9 @@ pub enum Workload {
     /// An image model (ViT, DeiT, ConvNeXt, Swin, a CLIP/SigLIP vision tower) from a Hugging Face
     /// config with random weights, or `timm:NAME` (needs transformers, or timm).
     Vision,
-    /// A vision-language model (LLaVA-1.5, Qwen2-VL, Gemma 3) from a folder holding its
-    /// config.json and preprocessor_config.json, prompted with images and text, then generating
-    /// (needs transformers and pillow).
+    /// A vision-language model (LLaVA-1.5, Qwen2-VL, Qwen2.5-VL, Gemma 3, Llama-3.2-Vision) from
+    /// a folder holding its config.json and preprocessor_config.json, prompted with images and
+    /// text, then generating (needs transformers and pillow).
     Vlm,
 }
 

@@ -460,6 +460,7 @@ impl Sweep<'_> {
         for k in values.keys() {
             spec.remove(&k.replace('-', "_"));
         }
+        self.plan.base.record_given_lengths(&mut spec, values);
         if spec.remove("script_args").is_some() {
             // The script's arguments carry the varied values: compare their template instead.
             spec.insert(

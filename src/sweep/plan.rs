@@ -13,7 +13,7 @@ use crate::schema::target::Target;
 use crate::sweep::search::Bounds;
 use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg};
 use crate::units::Bytes;
-use crate::workload::plan::{MeasureOptions, MeasurePlan};
+use crate::workload::plan::{Acts, MeasureOptions, MeasurePlan};
 
 /// A sweep as asked for, before validation (`commands/` fills it from the command line).
 #[derive(Clone, Debug)]
@@ -125,6 +125,30 @@ impl SweepPlan {
                 "--vary {} is given twice; a grid needs two different dimensions",
                 vary[0].variable
             );
+        }
+        // A dimension is either fixed or varied: a fixed value the trials would overwrite is
+        // refused, naming both.
+        for v in &vary {
+            if let Some(w) = m
+                .written
+                .iter()
+                .find(|w| w.acts == Acts::Dimension(v.variable))
+            {
+                let values = match &v.values {
+                    Values::List(list) => list
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    Values::Range { lo, hi } => format!("{lo}..{hi}"),
+                };
+                bail!(
+                    "{} is fixed and --vary {}={values} varies it: each trial would take the varied value; drop {} or the --vary",
+                    w.flag,
+                    v.variable,
+                    w.flag
+                );
+            }
         }
         for v in &vary {
             match (&v.values, mode) {

@@ -515,6 +515,7 @@ fn base_of(
     for k in values.keys() {
         spec.remove(&k.replace('-', "_"));
     }
+    plan.record_given_lengths(&mut spec, values);
     if spec.remove("script_args").is_some() {
         spec.insert("script_args_template".into(), json!(template));
     }
@@ -819,6 +820,97 @@ mod tests {
         match finish.unwrap() {
             Finish::Done { series, .. } => series,
             Finish::Unavailable(r) => panic!("unavailable: {r}"),
+        }
+    }
+
+    /// The README's requests frontier: the trials cycle `--prompt-lengths 256,500` over their
+    /// own count, and the series' base records the list as given, not the first trial's `[256]`.
+    #[test]
+    fn a_requests_frontier_records_the_lengths_as_given() {
+        let requests = |s: &WorkerSpec| match &s.workload {
+            WorkloadSpec::CausalLm(c) => c.requests.as_ref().map_or(0, |r| r.requests),
+            _ => panic!("causal-lm expected"),
+        };
+        let mock = MockPredictor::new(|s| Mock::Peak(40_000_000 * requests(s)));
+        let (_d, _out, finish) = sweep(
+            &[
+                "--workload",
+                "causal-lm",
+                "--model",
+                "tests/fixtures/tiny/llama",
+                "--prompt-lengths",
+                "256,500",
+                "--output-lengths",
+                "8",
+                "--vary",
+                "requests=1..16",
+                "--search",
+                "frontier",
+                "--memory-limit",
+                "684720128",
+            ],
+            &mock,
+        );
+        let series = done(finish);
+        assert_eq!(
+            series.base["prompt_lengths"],
+            json!([256, 500]),
+            "{:?}",
+            series.base
+        );
+        assert_eq!(series.base["output_lengths"], json!([8]));
+        assert!(!series.base.contains_key("requests"));
+        // The trials themselves cycle the list over their own count.
+        let specs = mock.specs.lock().unwrap();
+        assert!(
+            specs.iter().any(|s| requests(s) > 1),
+            "{} trials",
+            specs.len()
+        );
+        for spec in specs.iter() {
+            let WorkloadSpec::CausalLm(c) = &spec.workload else {
+                unreachable!()
+            };
+            let cycled: Vec<u64> = (0..requests(spec))
+                .map(|i| [256, 500][i as usize % 2])
+                .collect();
+            assert_eq!(c.requests.as_ref().unwrap().prompt_lengths, cycled);
+        }
+    }
+
+    /// A dimension is fixed or varied, never both: the fixed flag and the --vary are named.
+    #[test]
+    fn a_dimension_fixed_and_varied_is_refused() {
+        for (args, says) in [
+            (
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    "tests/fixtures/tiny/llama",
+                    "--requests",
+                    "2",
+                    "--vary",
+                    "requests=1,2",
+                ],
+                "--requests is fixed and --vary requests=1,2 varies it: each trial would take the varied value; drop --requests or the --vary",
+            ),
+            (
+                vec![
+                    "--batch",
+                    "2",
+                    "--vary",
+                    "batch=1..8",
+                    "--search",
+                    "frontier",
+                ],
+                "--batch is fixed and --vary batch=1..8 varies it",
+            ),
+        ] {
+            let mut argv = vec!["--predict", "--card", "L4", "--output", "x.json"];
+            argv.extend(args);
+            let err = plan_of(&argv).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
         }
     }
 

@@ -33,6 +33,12 @@ pub struct VlmPlan {
     /// Concurrent requests, each with its images and its own cache (`None`: one batch of
     /// `--batch` requests); how many is the dimension `requests`.
     pub requests: Option<RequestsPlan>,
+    /// The text model's positions (`max_position_embeddings`, in `text_config` when nested),
+    /// when the config states them: the longest request, image tokens included.
+    pub max_positions: Option<u64>,
+    /// The prompt tokens each image takes at the least, known before processing (its markers,
+    /// Gemma 3's fixed `mm_tokens_per_image`); the rest is counted by the worker.
+    pub min_image_tokens: u64,
 }
 
 /// An image model on a batch of random images.
@@ -360,8 +366,7 @@ fn requests(args: &MeasureOptions) -> Result<Option<RequestsPlan>> {
     }))
 }
 
-/// The families whose image-token rule the vlm worker follows (`workloads/vlm.py::RULES`).
-pub const VLM_FAMILIES: [&str; 5] = ["llava", "qwen2_vl", "qwen2_5_vl", "gemma3", "mllama"];
+pub use crate::model::VLM_FAMILIES;
 
 /// `--workload vlm --model DIR`, validated: the folder holds the model's config.json, a
 /// multimodal one (a `vision_config` of a family the worker follows), and the image processor's
@@ -399,19 +404,23 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             model.display()
         );
     }
-    if !processor.is_file() {
-        bail!(
-            "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
-            model.display()
-        );
-    }
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
         .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", config.display()))?;
     let kind = raw.get("model_type").and_then(Value::as_str).unwrap_or("?");
+    // The model comes first: a text or image model is sent to its workload before any word on
+    // the image processor's file.
     if raw.get("vision_config").is_none() {
+        let image_model = ["image_size", "num_channels", "patch_size"]
+            .iter()
+            .any(|k| raw.get(k).is_some());
         bail!(
-            "--model {}: `{kind}` is not a vision-language model (its config has no vision_config); run a text model with --workload causal-lm",
-            config.display()
+            "--model {}: model_type `{kind}` is not a multimodal (image+text) model (its config has no vision_config); {}",
+            config.display(),
+            if image_model {
+                "run an image model with --workload vision"
+            } else {
+                "run a language model with --workload causal-lm"
+            }
         );
     }
     if !VLM_FAMILIES.contains(&kind) {
@@ -421,18 +430,43 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             VLM_FAMILIES.join(", ")
         );
     }
+    if !processor.is_file() {
+        bail!(
+            "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
+            model.display()
+        );
+    }
     let dtype = ["torch_dtype", "dtype"]
         .iter()
         .find_map(|k| raw.get(k).and_then(Value::as_str))
         .and_then(|d| d.parse::<Dtype>().ok())
         .unwrap_or(Dtype::Bfloat16);
     Ok(VlmPlan {
+        max_positions: Config::load(&config)?.max_positions()?,
+        min_image_tokens: min_image_tokens(kind, &raw),
         model: model.clone(),
         config: std::fs::canonicalize(&config)?,
         processor: std::fs::canonicalize(&processor)?,
         dtype: weights_dtype(args, dtype)?,
         requests: requests(args)?,
     })
+}
+
+/// The prompt tokens one image takes at the least, by the rules of `workloads/vlm.py`
+/// (`_image_tokens`, `_placeholder`): Qwen2-VL's vision_start, at least one image token and
+/// vision_end; Gemma 3's boi, `mm_tokens_per_image` (256 by default) and eoi; one for LLaVA and
+/// Llama-3.2-Vision (LLaVA's real count comes from the processed size, in the worker).
+fn min_image_tokens(kind: &str, raw: &Value) -> u64 {
+    match kind {
+        "qwen2_vl" | "qwen2_5_vl" => 3,
+        "gemma3" => {
+            2 + raw
+                .get("mm_tokens_per_image")
+                .and_then(Value::as_u64)
+                .unwrap_or(256)
+        }
+        _ => 1,
+    }
 }
 
 /// The side a vision config was built for: its `image_size` (the tower's, for a multimodal

@@ -21,8 +21,8 @@ use crate::schema::spec::{
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
 pub use crate::workload::kinds::{
-    CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VisionPlan,
-    VisionSource, VlmPlan, WorkloadPlan,
+    CausalLmPlan, DensePlan, LoraPlan, RequestsPlan, ScriptPlan, TrainingPlan, VLM_FAMILIES,
+    VisionPlan, VisionSource, VlmPlan, WorkloadPlan,
 };
 use crate::workload::kinds::{causal_lm, config_image_size, dense, vision, vlm};
 pub use crate::workload::options::{Acts, MeasureOptions, Scope, Written};
@@ -320,6 +320,56 @@ impl MeasurePlan {
                 );
             }
         }
+        if let WorkloadPlan::Vlm(v) = &self.workload {
+            self.check_vlm_positions(v)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a multimodal request longer than the text model's positions, counting what is
+    /// known before processing: its text, its output and the least its images take
+    /// (`VlmPlan::min_image_tokens`); the worker checks the total once the images are processed.
+    fn check_vlm_positions(&self, v: &VlmPlan) -> Result<()> {
+        let Some(max) = v.max_positions else {
+            return Ok(());
+        };
+        let (lengths, prompt_flag, output_flag) = match (self.request_lengths(), &v.requests) {
+            (Some(lengths), Some(r)) => (
+                lengths.map_err(anyhow::Error::msg)?,
+                if r.prompt_lengths.is_empty() {
+                    "--prompt-tokens"
+                } else {
+                    "--prompt-lengths"
+                },
+                if r.output_lengths.is_empty() {
+                    "--new-tokens"
+                } else {
+                    "--output-lengths"
+                },
+            ),
+            _ => (
+                vec![RequestLengths {
+                    prompt: self.dims.prompt_tokens,
+                    output: self.dims.new_tokens,
+                }],
+                "--prompt-tokens",
+                "--new-tokens",
+            ),
+        };
+        let images = self.dims.images_per_request;
+        let image_tokens = images.saturating_mul(v.min_image_tokens);
+        if let Some(r) = lengths
+            .iter()
+            .find(|r| r.tokens().saturating_add(image_tokens) > max)
+        {
+            bail!(
+                "a request of {} text tokens + at least {image_tokens} image tokens ({images} image{}) + {} output tokens = {} or more is beyond the model's {max} positions (max_position_embeddings); shorten {prompt_flag} or {output_flag}",
+                r.prompt,
+                if images == 1 { "" } else { "s" },
+                r.output,
+                r.tokens().saturating_add(image_tokens),
+            );
+        }
         Ok(())
     }
 
@@ -403,22 +453,23 @@ impl MeasurePlan {
             _ => None,
         };
         let vlm = matches!(self.workload, WorkloadPlan::Vlm(_));
-        let mut note = format!(
-            "--requests {n}: each request is prefilled alone into its own dynamic cache{}, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} {}tokens of KV cache",
-            if vlm { " with its own images" } else { "" },
-            if vlm {
-                "text tokens, plus each request's image tokens (the inputs phase records them), of "
-            } else {
-                ""
-            }
-        );
+        let mut note = if vlm {
+            format!(
+                "--requests {n}: each request is prefilled alone, with its own images, into its own dynamic cache, then all are decoded in turn (round-robin); together the caches hold Σ (text prompt + output) = {held} tokens plus every request's image tokens (the inputs phase lists them: image_tokens_per_request)"
+            )
+        } else {
+            format!(
+                "--requests {n}: each request is prefilled alone into its own dynamic cache, then all are decoded in turn (round-robin), and together they hold Σ (prompt + output) = {held} tokens of KV cache"
+            )
+        };
+        let text = if vlm { " text" } else { "" };
         if padded == held {
             note.push_str(&format!(
-                "; every request has the same length, so --batch {n} would hold as many"
+                "; every request has the same{text} length, so --batch {n} would hold as many"
             ));
         } else {
             note.push_str(&format!(
-                "; --batch {n} pads every sequence to the longest ({longest}) and holds one cache of {n} × {longest} = {padded} tokens"
+                "; --batch {n} pads every sequence to the longest{text} ({longest}) and holds one cache of {n} × {longest} = {padded}{text} tokens"
             ));
         }
         if let Some((live, batch)) = bytes {
@@ -427,6 +478,44 @@ impl MeasurePlan {
             ));
         }
         Some(note)
+    }
+
+    /// A sweep's base specification when the varied values reach the requests' lengths
+    /// (`requests`, `prompt-tokens`, `new-tokens`): each trial cycles the lists over its own
+    /// count, so the base records `--prompt-lengths` / `--output-lengths` as given, and drops a
+    /// list that was not given (`prompt_tokens` / `new_tokens` hold its one value).
+    pub fn record_given_lengths(&self, spec: &mut Map<String, Value>, varied: &Map<String, Value>) {
+        let given = match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.requests.as_ref(),
+            WorkloadPlan::Vlm(v) => v.requests.as_ref(),
+            _ => None,
+        };
+        let Some(given) = given else {
+            return;
+        };
+        if ![
+            Variable::Requests,
+            Variable::PromptTokens,
+            Variable::NewTokens,
+        ]
+        .iter()
+        .any(|v| varied.contains_key(v.name()))
+        {
+            return;
+        }
+        for (key, list) in [
+            ("prompt_lengths", &given.prompt_lengths),
+            ("output_lengths", &given.output_lengths),
+        ] {
+            if !spec.contains_key(key) {
+                continue;
+            }
+            if list.is_empty() {
+                spec.remove(key);
+            } else {
+                spec.insert(key.into(), json!(list));
+            }
+        }
     }
 
     /// The concurrent requests as the worker receives them, one length per request.

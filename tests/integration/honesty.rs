@@ -168,6 +168,10 @@ fn each_command_lists_only_the_options_it_accepts() {
         assert!(lists(&sweep, option), "sweep --help lists {option}");
     }
     assert!(!lists(&sweep, "--timeline"), "{sweep}");
+    // estimate has no multimodal terms: --images-per-request is refused, never offered.
+    let estimate = help("estimate");
+    assert!(lists(&estimate, "--images"), "{estimate}");
+    assert!(!estimate.contains("--images-per-request"), "{estimate}");
     for (command, help) in [
         ("measure", &measure),
         ("sweep", &sweep),

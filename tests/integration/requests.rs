@@ -85,6 +85,24 @@ fn requests_are_refused_where_they_cannot_run() {
         .args(["--prompt-lengths", "4090", "--output-lengths", "8"])
         .expect_status(1)
         .stderr_has("beyond the model's 4096 positions");
+    // A conflict names the flag as typed: --context and --batch, never their twins.
+    for (flag, twin) in [("--context", "--tokens"), ("--batch", "--sequences")] {
+        let out = Run::command("estimate")
+            .args([
+                "--requests",
+                "3",
+                "--prompt-lengths",
+                "16",
+                "--output-lengths",
+                "8",
+            ])
+            .args([flag, "100"])
+            .expect_status(1)
+            .stderr_has(&format!(
+                "the argument '--requests <N>' cannot be used with '{flag} <N>'"
+            ));
+        assert!(!out.stderr().contains(twin), "{}", out.stderr());
+    }
 }
 
 /// The prediction runs each request with its own DynamicCache: after decoding, the caches'

@@ -304,11 +304,45 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
         ),
         (
             vec!["--workload", "vision", "--model", &vit, "--context", "128"],
-            "--tokens/--context is not part of a vision estimate",
+            "--context is not part of a vision estimate",
         ),
         (
             vec!["--model", &vit, "--images", "4"],
             "add --workload vision",
+        ),
+        // One message, whichever workload: never a loop between the two refusals.
+        (
+            vec![
+                "--workload",
+                "vision",
+                "--model",
+                &vit,
+                "--images-per-request",
+                "2",
+            ],
+            "--images-per-request 2: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request 2`",
+        ),
+        (
+            vec!["--model", &vit, "--images-per-request", "2"],
+            "estimate has no multimodal terms",
+        ),
+        (
+            vec![
+                "--workload",
+                "vision",
+                "--model",
+                &fixture("models/llama-3-8b").display().to_string(),
+            ],
+            "`llama` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --workload causal-lm",
+        ),
+        (
+            vec![
+                "--workload",
+                "vision",
+                "--model",
+                &fixture("models/qwen2-vl-2b-instruct").display().to_string(),
+            ],
+            "`qwen2_vl` is a multimodal (image+text) model, not an image encoder, and estimate has no multimodal terms: run `iteragpu predict --workload vlm --model",
         ),
     ] {
         iteragpu()

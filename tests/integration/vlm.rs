@@ -209,9 +209,8 @@ fn predicted_vlm_requests_keep_a_cache_each() {
             .args(["--output-lengths", &list(&outputs)])
             .output(dir.path().join(format!("requests-{n}.json")))
             .succeeds()
-            .stdout_has(
-                "each request is prefilled alone into its own dynamic cache with its own images",
-            )
+            .stdout_has("each request is prefilled alone, with its own images, into its own dynamic cache")
+            .stdout_has("plus every request's image tokens (the inputs phase lists them: image_tokens_per_request)")
             .json();
         assert_eq!(doc["status"], "complete", "{}", doc["failure"]);
         assert_eq!(doc["dimensions"]["requests"], n);
@@ -219,6 +218,19 @@ fn predicted_vlm_requests_keep_a_cache_each() {
         let inputs = &phase(&doc, "inputs")["inputs"];
         // 64 image tokens between vision_start and vision_end, then the text.
         let prompts: Vec<u64> = texts.iter().map(|t| t + 64 + 2).collect();
+        // Every request's images, not only the first request's.
+        assert_eq!(
+            inputs["image_tokens_per_request"],
+            json!(vec![64; n as usize])
+        );
+        assert_eq!(
+            inputs["image_tokens_per_image"],
+            json!(vec![64; n as usize])
+        );
+        assert_eq!(
+            inputs["image_grid_thw"],
+            json!(vec![[1, 16, 16]; n as usize])
+        );
         assert_eq!(inputs["prompt_tokens_per_request"], json!(prompts));
         let decode = &phase(&doc, "decode")["inputs"];
         let held: Vec<u64> = prompts.iter().zip(&outputs).map(|(p, o)| p + o).collect();
@@ -233,6 +245,40 @@ fn predicted_vlm_requests_keep_a_cache_each() {
         );
     }
     assert!(peaks[1] > peaks[0], "{peaks:?}");
+}
+
+/// A request past the model's positions is refused: before running, by its text, its output
+/// and the least its images take; in the worker, by the total once the images are processed
+/// (here 16 text + 66 image tokens + 30 output = 112 against a config of 100 positions).
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predicted_vlm_refuses_a_request_past_the_positions_once_its_images_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short");
+    std::fs::create_dir(&short).unwrap();
+    let config = std::fs::read_to_string(fixture("models/qwen2-vl-2b-instruct/config.json"))
+        .unwrap()
+        .replace(
+            "\"max_position_embeddings\": 32768",
+            "\"max_position_embeddings\": 100",
+        );
+    assert!(config.contains("\"max_position_embeddings\": 100"));
+    std::fs::write(short.join("config.json"), config).unwrap();
+    std::fs::copy(
+        fixture("models/qwen2-vl-2b-instruct/preprocessor_config.json"),
+        short.join("preprocessor_config.json"),
+    )
+    .unwrap();
+    Run::predict()
+        .args(["--python", &torch_python(), "--workload", "vlm"])
+        .arg("--model")
+        .arg(&short)
+        .args(["--resolution", "224", "--requests", "2"])
+        .args(["--prompt-lengths", "8,16", "--output-lengths", "2,30"])
+        .output(dir.path().join("long.json"))
+        .expect_status(1)
+        .stdout_has("request 1: 82 prompt tokens (16 text + 66 image tokens")
+        .stdout_has("+ 30 output tokens = 112, beyond the model's 100 positions");
 }
 
 /// `sweep --predict --workload vlm --vary requests=1,2,4`: each trial a set of live requests.
@@ -323,14 +369,34 @@ fn vlm_refusals_name_the_value_and_the_fix() {
     .unwrap();
     let text_only = text_only.path().display().to_string();
     let config_file = format!("{qwen}/config.json");
+    // A multimodal config without its image processor's file.
+    let no_processor = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("models/qwen2-vl-2b-instruct/config.json"),
+        no_processor.path().join("config.json"),
+    )
+    .unwrap();
+    let no_processor = no_processor.path().display().to_string();
     for (args, says) in [
         (
-            vec!["--model", &model("gemma-3-1b-it")],
+            vec!["--model", &no_processor],
             "no preprocessor_config.json there",
         ),
         (
+            vec!["--model", &model("gemma-3-1b-it")],
+            "model_type `gemma3_text` is not a multimodal (image+text) model (its config has no vision_config); run a language model with --workload causal-lm",
+        ),
+        (
+            vec!["--model", &model("llama-3-8b")],
+            "model_type `llama` is not a multimodal (image+text) model (its config has no vision_config); run a language model with --workload causal-lm",
+        ),
+        (
+            vec!["--model", &model("vit-base-defaults")],
+            "model_type `vit` is not a multimodal (image+text) model (its config has no vision_config); run an image model with --workload vision",
+        ),
+        (
             vec!["--model", &text_only],
-            "`llama` is not a vision-language model",
+            "model_type `llama` is not a multimodal (image+text) model",
         ),
         (vec!["--model", &config_file], "give the model's folder"),
         (vec![], "--workload vlm needs --model DIR"),
@@ -364,6 +430,35 @@ fn vlm_refusals_name_the_value_and_the_fix() {
         (
             vec!["--model", &qwen, "--images-per-request", "0"],
             "images-per-request",
+        ),
+        (
+            vec![
+                "--model",
+                &qwen,
+                "--requests",
+                "1",
+                "--prompt-lengths",
+                "40000",
+            ],
+            "a request of 40000 text tokens + at least 3 image tokens (1 image) + 32 output tokens = 40035 or more is beyond the model's 32768 positions (max_position_embeddings); shorten --prompt-lengths or --new-tokens",
+        ),
+        (
+            vec!["--model", &qwen, "--prompt-tokens", "40000"],
+            "= 40035 or more is beyond the model's 32768 positions (max_position_embeddings); shorten --prompt-tokens or --new-tokens",
+        ),
+        (
+            // LLaVA's limit is in text_config; two images take at least one token each.
+            vec![
+                "--model",
+                &model("llava-1.5-7b-hf"),
+                "--prompt-tokens",
+                "4000",
+                "--new-tokens",
+                "95",
+                "--images-per-request",
+                "2",
+            ],
+            "= 4097 or more is beyond the model's 4096 positions",
         ),
     ] {
         Run::predict()

@@ -137,12 +137,23 @@ def _text_ceiling(config: Any, vocab: int) -> int:
 
 
 def _requests(
-    rec: Recorder, torch: Any, numpy: Any, processor: Any, config: Any, spec: Vlm, lengths: list[int], device: Any, dtype: Any
+    rec: Recorder,
+    torch: Any,
+    numpy: Any,
+    processor: Any,
+    config: Any,
+    spec: Vlm,
+    lengths: list[int],
+    outputs: list[int],
+    device: Any,
+    dtype: Any,
 ) -> tuple[list[tuple[Any, dict]], dict]:
     """Each request's prompt (`lengths[r]` text tokens after its images' placeholders) and the
     model's image inputs, as one batch when every request has the same length; the inputs phase
-    records the processed shapes. Returns the (input_ids, kwargs) of each forward, and the kwargs
-    each decoding step needs (Llama-3.2-Vision's cross-attention mask, one row per new token)."""
+    records the processed shapes and every request's image tokens, and refuses a request whose
+    prompt and `outputs[r]` new tokens pass the model's positions (`_check_positions`). Returns
+    the (input_ids, kwargs) of each forward, and the kwargs each decoding step needs
+    (Llama-3.2-Vision's cross-attention mask, one row per new token)."""
     model_type = config.model_type
     per_request = spec.images_per_request
     batched = spec.concurrent is None
@@ -151,6 +162,9 @@ def _requests(
     vocab = config.get_text_config(decoder=True).vocab_size
     ceiling = _text_ceiling(config, vocab)
     forwards: list[tuple[Any, dict]] = []
+    image_tokens = [0] * len(lengths)
+    every_image: list[int] = []
+    grids: list[list[int]] = []
     with rec.phase(
         "inputs",
         requested_resolution=[spec.height, spec.width],
@@ -172,6 +186,7 @@ def _requests(
                 ids: list[int] = []
                 for i in range(per_request):
                     ids += _placeholder(config, per_image[k * per_request + i])
+                image_tokens[r] = sum(per_image[k * per_request : (k + 1) * per_request])
                 text = torch.randint(0, ceiling, (lengths[r],), generator=torch.Generator().manual_seed(spec.seed + r))
                 rows.append(ids + text.tolist())
             prompt = torch.tensor(rows, dtype=torch.long)
@@ -190,16 +205,42 @@ def _requests(
                 extra = {k: v.to(device) if k != "pixel_values" else v for k, v in extra.items()}
             if unit[0] == 0:
                 info["processed_pixel_shape"] = list(processed["pixel_values"].shape)
-                if "image_grid_thw" in processed:
-                    info["image_grid_thw"] = processed["image_grid_thw"].tolist()
-                info["image_tokens_per_image"] = per_image[: len(unit) * per_request]
-                info["image_tokens_per_request"] = sum(per_image[:per_request])
+            if "image_grid_thw" in processed:
+                grids += processed["image_grid_thw"].tolist()
+            every_image += per_image[: len(unit) * per_request]
             forwards.append((prompt.to(device), extra))
+        # Every request's images, in request order (with --requests, one entry per request).
+        if grids:
+            info["image_grid_thw"] = grids
+        info["image_tokens_per_image"] = every_image
+        info["image_tokens_per_request"] = image_tokens if not batched else image_tokens[0]
         info["text_tokens_per_request"] = lengths if not batched else lengths[0]
         prompt_lengths = [int(ids.shape[1]) for ids, _ in forwards]
         info["prompt_tokens_per_request"] = prompt_lengths if not batched else prompt_lengths[0]
         info["processed_shape"] = [list(ids.shape) for ids, _ in forwards] if not batched else list(forwards[0][0].shape)
+        per_row = [int(ids.shape[1]) for ids, _ in forwards for _ in range(int(ids.shape[0]))]
+        _check_positions(config, spec, per_row, lengths, outputs)
     return forwards, info
+
+
+class TooLong(ValueError):
+    """A request's prompt (text and image tokens) and output pass the model's positions."""
+
+
+def _check_positions(config: Any, spec: Vlm, prompts: list[int], lengths: list[int], outputs: list[int]) -> None:
+    """Refuses a request longer than the text model's `max_position_embeddings` once its image
+    tokens are known (the command line checked the text, the output and the least the images take)."""
+    limit = getattr(config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return
+    for r, (prompt, output) in enumerate(zip(prompts, outputs)):
+        if prompt + output > limit:
+            raise TooLong(
+                f"request {r}: {prompt} prompt tokens ({lengths[r]} text + {prompt - lengths[r]} image tokens with their "
+                f"markers, {spec.images_per_request} image(s) of {spec.height}x{spec.width}) + {output} output tokens = "
+                f"{prompt + output}, beyond the model's {limit} positions (max_position_embeddings); shorten the prompt "
+                "or the output, or give fewer or smaller images (--images-per-request, --resolution)"
+            )
 
 
 def _mllama_inputs(torch: Any, processor: Any, config: Any, processed: dict, rows: list[list[int]], info: dict) -> dict:
@@ -287,7 +328,7 @@ def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
         outputs = [spec.new_tokens] * spec.batch
     else:
         lengths, outputs = list(concurrent.prompt_lengths), list(concurrent.output_lengths)
-    forwards, _ = _requests(rec, torch, numpy, processor, config, spec, lengths, device, dtype)
+    forwards, _ = _requests(rec, torch, numpy, processor, config, spec, lengths, outputs, device, dtype)
     device_type = model.device.type
     # transformers 5 renames `past_key_values` to `cache` (deprecated until 5.40): the name the model takes.
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
