@@ -323,6 +323,35 @@ impl MeasurePlan {
         if let WorkloadPlan::Vlm(v) = &self.workload {
             self.check_vlm_positions(v)?;
         }
+        if let WorkloadPlan::CausalLm(c) = &self.workload
+            && c.requests.is_none()
+            && let Some(max) = c.max_positions
+        {
+            // On a GPU a sequence past the positions fails (learned positions index out of range)
+            // or runs where the model was never trained; data-less tensors would not notice.
+            let (tokens, what, fix) = if c.training.is_some() {
+                (
+                    self.dims.context,
+                    format!("--context {}", self.dims.context),
+                    "--context",
+                )
+            } else {
+                let total = self.dims.prompt_tokens.saturating_add(self.dims.new_tokens);
+                (
+                    total,
+                    format!(
+                        "{} prompt + {} new tokens = {total}",
+                        self.dims.prompt_tokens, self.dims.new_tokens
+                    ),
+                    "--prompt-tokens or --new-tokens",
+                )
+            };
+            if tokens > max {
+                bail!(
+                    "{what} is beyond the model's {max} positions (max_position_embeddings); shorten {fix}"
+                );
+            }
+        }
         Ok(())
     }
 

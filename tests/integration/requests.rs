@@ -71,6 +71,15 @@ fn requests_are_refused_where_they_cannot_run() {
             &["--requests", "2", "--cache", "static"],
             "--cache static with --requests is not supported yet",
         ),
+        // One batch past the positions, as a training context past them: refused alike.
+        (
+            &["--prompt-tokens", "4000", "--new-tokens", "200"],
+            "4000 prompt + 200 new tokens = 4200 is beyond the model's 4096 positions",
+        ),
+        (
+            &["--task", "train", "--context", "5000"],
+            "--context 5000 is beyond the model's 4096 positions",
+        ),
     ] {
         Run::predict()
             .args(lm)
