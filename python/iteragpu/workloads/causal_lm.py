@@ -117,14 +117,14 @@ def _new_cache(transformers: Any, torch: Any, model: Any, spec: CausalLm) -> Any
 def _generate(rec: Recorder, torch: Any, transformers: Any, model: Any, ids: Any, mask: Any, spec: CausalLm, suffix: str) -> None:
     cache = _new_cache(transformers, torch, model, spec)
     with rec.phase("prefill" + suffix, processed_shape=list(ids.shape), cache=spec.cache) as info:
-        out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, attention_mask=mask, **_cache(model, cache), use_cache=True, logits_to_keep=1)
         token = out.logits[:, -1:].argmax(-1)
         info["logits_shape"] = list(out.logits.shape)
         del out
         info["cache_bytes"] = cache_bytes(cache, model.device.type)
     with rec.phase("decode" + suffix, new_tokens=spec.new_tokens) as info:
         for _ in range(spec.new_tokens):
-            out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=token, **_cache(model, cache), use_cache=True, logits_to_keep=1)
             token = out.logits[:, -1:].argmax(-1)
             del out
         info["cache_bytes"] = cache_bytes(cache, model.device.type)
@@ -143,7 +143,7 @@ def _serve(rec: Recorder, torch: Any, transformers: Any, model: Any, prompts: li
     with rec.phase("prefill" + suffix, requests=len(prompts), prompt_lengths=list(concurrent.prompt_lengths), cache="dynamic") as info:
         for ids in prompts:
             cache = transformers.cache_utils.DynamicCache(config=model.config)
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), **_cache(model, cache), use_cache=True, logits_to_keep=1)
             tokens.append(out.logits[:, -1:].argmax(-1))
             del out
             caches.append(cache)
@@ -154,7 +154,7 @@ def _serve(rec: Recorder, torch: Any, transformers: Any, model: Any, prompts: li
         for step in range(max(outputs)):
             for r, cache in enumerate(caches):
                 if step < outputs[r]:
-                    out = model(input_ids=tokens[r], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    out = model(input_ids=tokens[r], **_cache(model, cache), use_cache=True, logits_to_keep=1)
                     tokens[r] = out.logits[:, -1:].argmax(-1)
                     del out
         per_request = [cache_bytes(c, device_type) for c in caches]
@@ -265,13 +265,23 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
         if spec.whole_loop:
             with rec.phase("whole_loop", protocol="whole-loop") as info:
                 cache = _new_cache(transformers, torch, model, spec)
-                out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=ids, attention_mask=mask, **_cache(model, cache), use_cache=True, logits_to_keep=1)
                 token = out.logits[:, -1:].argmax(-1)
                 for _ in range(spec.new_tokens):
-                    out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    out = model(input_ids=token, **_cache(model, cache), use_cache=True, logits_to_keep=1)
                     token = out.logits[:, -1:].argmax(-1)
                 info["cache_bytes"] = cache_bytes(cache, model.device.type)
                 del out, cache, token
             return
         _generate(rec, torch, transformers, model, ids, mask, spec, "")
         _generate(rec, torch, transformers, model, ids, mask, spec, "_warm")
+
+
+def _cache(model: Any, cache: Any) -> dict[str, Any]:
+    """The cache as the model's forward takes it: transformers 5 renames `past_key_values` to
+    `cache` (the old name warns until it is removed in 5.40); a model that names neither (a
+    wrapper taking **kwargs) gets the old name, which every release reads."""
+    import inspect
+
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {key: cache}
