@@ -834,7 +834,11 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         terms: p.terms,
         total_bytes,
         left_out: vec![
-            "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization)".into(),
+            match engine {
+                Engine::Vllm => "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization)",
+                Engine::Sglang => "memory of other processes on the GPU (SGLang sizes its pool from the memory free at start: another process's memory shrinks it)",
+            }
+            .into(),
             "the sampler's and CUDA graphs' buffers created after the KV pool".into(),
             "allocator fragmentation beyond what the engine's own profile measures".into(),
         ],
