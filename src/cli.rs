@@ -914,10 +914,11 @@ pub enum ActivationPeakArg {
     Predict,
 }
 
-/// `--kv-cache-dtype`.
+/// `--kv-cache-dtype` (the engines' fp8 variants are one byte each: the same figures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServeKvDtype {
     Auto,
+    #[value(alias = "fp8_e4m3", alias = "fp8_e5m2")]
     Fp8,
 }
 

@@ -804,3 +804,26 @@ fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
         "{text}"
     );
 }
+
+/// vLLM's fp8 KV variants (`fp8_e4m3`, `fp8_e5m2`) are one byte per element like `fp8`: the same
+/// blocks, twice those of the 16-bit cache.
+#[test]
+fn serving_planner_takes_the_engines_fp8_kv_spellings() {
+    let blocks = |dtype: &str| {
+        serve(&[
+            "--model",
+            &model("llama-3-8b"),
+            "--card",
+            "H100 80GB",
+            "--kv-cache-dtype",
+            dtype,
+        ])["serving"]["num_blocks"]
+            .as_u64()
+            .unwrap()
+    };
+    let fp8 = blocks("fp8");
+    assert_eq!(blocks("fp8_e4m3"), fp8);
+    assert_eq!(blocks("fp8_e5m2"), fp8);
+    let auto = blocks("auto");
+    assert!(fp8 >= 2 * auto && fp8 <= 2 * auto + 1, "{fp8} vs {auto}");
+}
