@@ -146,17 +146,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
             "nothing to estimate: give --parameters N --bits B (weights), --model PATH (a Hugging Face config), or --kv-layers, --kv-heads, --head-dim and --tokens (KV cache)"
         );
     }
-    let reserve = match (&args.reserve_gib, args.reserve) {
-        (Some((bytes, stated)), _) => Some(Reserve {
-            bytes: *bytes,
-            stated_as: stated.clone(),
-        }),
-        (None, Some(bytes)) => Some(Reserve {
-            bytes,
-            stated_as: format!("--reserve {}", bytes.grouped()),
-        }),
-        (None, None) => None,
-    };
+    let reserve = stated_reserve(args);
     Ok(Request {
         weights,
         kv,
@@ -232,17 +222,7 @@ fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
         context: None,
         sharding: None,
     });
-    let reserve = match (&args.reserve_gib, args.reserve) {
-        (Some((bytes, stated)), _) => Some(Reserve {
-            bytes: *bytes,
-            stated_as: stated.clone(),
-        }),
-        (None, Some(bytes)) => Some(Reserve {
-            bytes,
-            stated_as: format!("--reserve {}", bytes.grouped()),
-        }),
-        (None, None) => None,
-    };
+    let reserve = stated_reserve(args);
     Ok(Request {
         weights: None,
         kv: None,
@@ -947,4 +927,19 @@ fn rotary_cache(
         }
     };
     Ok(estimate::serving::Rotary { positions, dim })
+}
+
+/// The reserve as stated: `--reserve-gib` (its own wording) or `--reserve BYTES`; none without.
+fn stated_reserve(args: &EstimateArgs) -> Option<Reserve> {
+    match (&args.reserve_gib, args.reserve) {
+        (Some((bytes, stated)), _) => Some(Reserve {
+            bytes: *bytes,
+            stated_as: stated.clone(),
+        }),
+        (None, Some(bytes)) => Some(Reserve {
+            bytes,
+            stated_as: format!("--reserve {}", bytes.grouped()),
+        }),
+        (None, None) => None,
+    }
 }

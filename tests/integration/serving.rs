@@ -179,38 +179,20 @@ fn logs_blocks_and_concurrency_follow_the_engines_rule() {
 
 #[test]
 fn serving_refuses_what_it_cannot_plan() {
-    let out = iteragpu()
-        .args([
-            "estimate",
-            "--serve",
-            "vllm",
-            "--model",
-            &model("llama-3-8b"),
-            "--card",
-            "H100 80GB",
-            "--tensor-parallel-size",
-            "3",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--tensor-parallel-size 3"));
-    let out = iteragpu()
-        .args([
-            "estimate",
-            "--serve",
-            "vllm",
-            "--model",
-            &model("llama-3-8b"),
-            "--card",
-            "H100 80GB",
-            "--context",
-            "4096",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not part of a --serve plan"));
+    let llama = model("llama-3-8b");
+    for (extra, says) in [
+        (["--tensor-parallel-size", "3"], "--tensor-parallel-size 3"),
+        (["--context", "4096"], "not part of a --serve plan"),
+    ] {
+        let out = iteragpu()
+            .args(["estimate", "--serve", "vllm", "--model", &llama])
+            .args(["--card", "H100 80GB"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says));
+    }
 }
 
 /// One planner run's figures: (blocks, tokens, KV budget in GiB, concurrency at max_model_len).
