@@ -9,7 +9,7 @@ from typing import Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, idioms
+from . import compat, cuda_api, cudnn_rnn, idioms
 from . import phases as auto_phases
 from . import tracker as tracking
 
@@ -96,6 +96,7 @@ class Session:
         warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
         self._hooks()
         idioms.Idioms(torch, self.tracker, self.notes).install()
+        cudnn_rnn.install(torch, self.tracker, self.notes, self.target)
         _route_sdpa(torch, self.target)
         if self.spec.world_size:
             self._fake_process_group(self.spec.world_size)
