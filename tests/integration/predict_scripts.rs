@@ -453,3 +453,188 @@ fn a_model_built_under_a_device_context_is_predicted() {
     // Parameters, the batch and the activations of a 64×64 convolution over 8 images.
     assert!(run.peak_allocated_bytes.unwrap() > 8 * 32 * 64 * 64 * 4);
 }
+
+/// The bytes a note says after `label` ("reserve space 245,760 bytes"): the bounded cuDNN sizes
+/// the prediction states.
+fn noted_bytes(notes: &str, label: &str) -> u64 {
+    let at = notes
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {notes}"));
+    let digits: String = notes[at + label.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().unwrap()
+}
+
+fn delta(phase: &PredictedPhase) -> u64 {
+    phase.end_allocated_bytes.unwrap() - phase.start_allocated_bytes.unwrap()
+}
+
+/// pytorch/examples' word-level language model (embedding, 2-layer LSTM with dropout, linear
+/// decoder, CrossEntropy, SGD with clip_grad_norm_, truncated BPTT), trained then evaluated on
+/// cuda: every phase predicted through cuDNN's path, the weights one flattened buffer, the LSTM's
+/// gradients views of one dw, the dropout state made once and held.
+#[test]
+#[ignore = "needs torch"]
+fn an_lstm_language_model_trains_through_cudnn() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "lstm_language_model.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
+    assert!(
+        p.doc
+            .phases
+            .iter()
+            .all(|x| x.status == PhaseStatus::Predicted),
+        "{:?}",
+        p.names()
+    );
+    assert_eq!(p.names().len(), 11, "{:?}", p.names());
+    // 2 layers of 4 gates: (200·200 + 200·200 + 2·200) · 4 per layer, fp32.
+    let lstm_bytes = 2 * (4 * 200 * (200 + 200) + 2 * 4 * 200) * 4;
+    assert!(
+        p.stderr.contains(&format!(
+            "flat buffer bytes: {lstm_bytes} parameters bytes: {lstm_bytes}"
+        )),
+        "{}",
+        p.stderr
+    );
+    assert!(p.stderr.contains("flat weights share one storage: True"));
+    assert!(p.stderr.contains("LSTM gradients in one storage: True"));
+    assert!(p.stderr.contains("eval output (700, 1000)"));
+    let notes = p.notes();
+    let state = noted_bytes(&notes, "cuDNN RNN dropout state: ");
+    assert_eq!(state, 2 << 20);
+    assert!(noted_bytes(&notes, "reserve space ") > 0, "{notes}");
+    assert!(notes.contains("upper bounds, not known"), "{notes}");
+    // The first forward also makes the dropout state and the cuBLAS workspaces (held); the second
+    // is otherwise the same step.
+    let cublas = 34_603_008;
+    assert_eq!(
+        delta(p.phase("RNNModel.forward #1")) - delta(p.phase("RNNModel.forward #2")),
+        state + cublas
+    );
+}
+
+/// A bidirectional 2-layer GRU in eval mode under no_grad: the weights flattened into one buffer of
+/// exactly the parameters' bytes; the call keeps its output and hidden state only (no reserve
+/// space), its peak the input's contiguous copy (batch_first), the zero initial state and the
+/// workspace on top.
+#[test]
+#[ignore = "needs torch"]
+fn a_bidirectional_gru_predicts_through_cudnn() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "gru_bidirectional.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
+    // Layer 0: 3·32 × (16 + 32) + 2·3·32, layer 1: 3·32 × (64 + 32) + 2·3·32, both directions.
+    let params = 2 * (96 * 48 + 192 + 96 * 96 + 192) * 4;
+    assert!(
+        p.stderr.contains(&format!("parameter bytes {params}")),
+        "{}",
+        p.stderr
+    );
+    assert!(
+        p.stderr
+            .contains("output (4, 9, 64) contiguous False hidden (4, 4, 32)"),
+        "{}",
+        p.stderr
+    );
+    assert_eq!(p.phase("load").end_allocated_bytes, Some(params));
+    let infer = p.phase("infer");
+    let (output, hidden) = (4 * 9 * 64 * 4, 4 * 4 * 32 * 4);
+    assert_eq!(delta(infer), output + hidden);
+    let workspace = noted_bytes(&p.notes(), "): workspace ");
+    let (input_copy, h0) = (2560, 4 * 4 * 32 * 4);
+    assert_eq!(
+        infer.peak_allocated_bytes.unwrap() - infer.start_allocated_bytes.unwrap(),
+        h0 + input_copy + output + hidden + workspace.div_ceil(512) * 512
+    );
+    assert!(!p.notes().contains("reserve space"), "{}", p.notes());
+    // With cuDNN disabled, PyTorch's native path: no workspace, the same outputs.
+    assert!(
+        p.stderr.contains("native output (4, 9, 64) contiguous True"),
+        "{}",
+        p.stderr
+    );
+    let native = p.phase("native infer");
+    assert_eq!(native.status, PhaseStatus::Predicted);
+    assert_eq!(p.notes().matches("cuDNN RNN (").count(), 1, "{}", p.notes());
+}
+
+/// An RNN with ReLU and no biases: cuDNN's buffer holds both biases anyway; the training
+/// forward keeps the reserve space for backward, the eval forward none; the gradients are separate
+/// tensors (their layout differs from the buffer's without biases).
+#[test]
+#[ignore = "needs torch"]
+fn an_rnn_relu_keeps_its_reserve_space_in_training_only() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "rnn_relu.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
+    let params = (64 * 32 + 64 * 64 + 64 * 64 + 64 * 64) * 4;
+    let biases = 2 * 2 * 64 * 4;
+    assert_eq!(p.phase("load").end_allocated_bytes, Some(params + biases));
+    let reserve = noted_bytes(&p.notes(), "reserve space ");
+    // hx (zeros, saved), the output, hy; the reserve space in training.
+    let kept = 2 * 8 * 64 * 4 + 20 * 8 * 64 * 4 + 2 * 8 * 64 * 4;
+    assert_eq!(delta(p.phase("train forward")), kept + reserve);
+    assert_eq!(delta(p.phase("eval forward")), kept);
+    assert!(p.stderr.contains("gradient storages 4"), "{}", p.stderr);
+}
+
+/// pack_padded_sequence on cuda with CPU lengths (unsorted): its batch sizes are the real ones, the
+/// packed call goes through cuDNN with a bidirectional LSTM with projections, pad_packed_sequence
+/// gives the padded output, and a training step runs.
+#[test]
+#[ignore = "needs torch"]
+fn a_packed_sequence_goes_through_cudnn() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "packed_lstm.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
+    // Per direction: w_ih 80×10, w_hh 80×7, two biases of 80, w_hr 7×20.
+    let params = 2 * (80 * 10 + 80 * 7 + 160 + 7 * 20) * 4;
+    for line in [
+        format!("one buffer True bytes {params} parameters {params}"),
+        "batch sizes [3, 3, 2, 2, 1, 1] data (12, 10)".to_string(),
+        "output (12, 14) padded (6, 3, 14) lengths [2, 6, 4] hn (2, 3, 7) cn (2, 3, 20)"
+            .to_string(),
+        "gradients in one storage True".to_string(),
+    ] {
+        assert!(p.stderr.contains(&line), "{line}: {}", p.stderr);
+    }
+    assert!(
+        p.notes().contains("12 tokens"),
+        "the packed length: {}",
+        p.notes()
+    );
+}
+
+/// cudnn_rnn.py's sizes against PyTorch's own code: the weight layout against the modules' weights,
+/// the outputs against the `_cudnn_rnn` meta kernel and the CPU run, the mode numbers.
+#[test]
+#[ignore = "needs torch"]
+fn cudnn_rnn_sizes_follow_pytorchs() {
+    let python = python_with(&["torch"]);
+    let out = std::process::Command::new(&python)
+        .env(
+            "PYTHONPATH",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture("../python/cudnn_rnn_sizes.py"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

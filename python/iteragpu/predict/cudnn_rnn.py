@@ -157,6 +157,14 @@ class CudnnRNN:
             original = getattr(_VF, name)
             setattr(_VF, name, self._routed(name, original))
         rnn._rnn_impls = {"RNN_TANH": _VF.rnn_tanh, "RNN_RELU": _VF.rnn_relu}
+        original_pack = _VF._pack_padded_sequence
+
+        def pack_padded_sequence(input: Any, lengths: Any, batch_first: bool) -> Any:
+            if not fake(input) or fake(lengths) or not isinstance(lengths, torch.Tensor):
+                return original_pack(input, lengths, batch_first)
+            return _pack_function(torch).apply(input, lengths, batch_first, original_pack)
+
+        _VF._pack_padded_sequence = pack_padded_sequence
         # Seeding the CUDA generator makes the next dropout call re-create the state
         # (CUDAGeneratorImpl::set_current_seed clears no_reset_rnn_state_; RNN.cpp get_dropout_state).
         c = torch.cuda
@@ -300,7 +308,8 @@ class CudnnRNN:
             "dropout": float(dropout), "train": bool(train), "bidirectional": bool(bidirectional), "batch_sizes": sizes,
             "stride0": stride0, "input_size": input_size,
         }
-        if torch.is_autocast_enabled("cuda") and data.dtype != torch.float16:
+        # AutocastRNN.cpp: fp16 (not the autocast dtype) for eligible tensors (floating, not double).
+        if torch.is_autocast_enabled("cuda") and data.dtype not in (torch.float16, torch.float64):
             data, hx, cx, params, weight_buf = self._autocast(spec, data, hx, cx, params, weight_buf)
         output, hy, cy = _function(torch).apply(self, spec, weight_buf, state, data, hx, cx, *params)
         if lstm:
@@ -393,6 +402,58 @@ def _function(torch: Any) -> Any:
     return CudnnRnnFunction
 
 
+_PACK: list[Any] = []
+
+
+def _pack_function(torch: Any) -> Any:
+    """`_pack_padded_sequence` (aten/src/ATen/native/PackedSequence.cpp) over a data-less input
+    and the real CPU lengths: the batch sizes from the lengths (PyTorch's own op on an empty CPU
+    stand-in, with its checks), the data as its loop makes it (each block of steps made
+    contiguous, then one `cat`); backward as `_pack_padded_sequence_backward` (zeros of the
+    input's size, each step's rows copied in)."""
+    if _PACK:
+        return _PACK[0]
+
+    class PackPaddedSequence(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, input: Any, lengths: Any, batch_first: bool, original: Callable[..., Any]) -> Any:  # type: ignore[override]
+            stand_in = torch.empty(tuple(input.shape[:2]) + (1,), dtype=torch.uint8, device="cpu")
+            _, batch_sizes = original(stand_in, lengths, batch_first)
+            x = input.transpose(0, 1) if batch_first else input
+            steps, prev, sizes = [], 0, batch_sizes.tolist()
+            t = 0
+            while t < len(sizes):
+                current = sizes[t]
+                end = t
+                while end < len(sizes) and sizes[end] == current:
+                    end += 1
+                # One block per run of equal batch sizes (the loop over lengths slices the same blocks).
+                steps.append(x[t:end, :current].contiguous().view((-1,) + tuple(x.shape[2:])))
+                t = end
+            data = torch.cat(steps)
+            del steps
+            ctx.input_size, ctx.batch_first, ctx.sizes = tuple(input.shape), batch_first, sizes
+            ctx.mark_non_differentiable(batch_sizes)
+            return data, batch_sizes
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any, _unused: Any) -> Any:  # type: ignore[override]
+            size = list(ctx.input_size)
+            if ctx.batch_first:
+                size[0], size[1] = size[1], size[0]
+            grad_input = torch.zeros(size, dtype=grad.dtype, device=grad.device)
+            offset = 0
+            for i, b in enumerate(ctx.sizes):
+                grad_input[i, :b].copy_(grad[offset : offset + b])
+                offset += b
+            if ctx.batch_first:
+                grad_input = grad_input.transpose(0, 1)
+            return grad_input, None, None, None
+
+    _PACK.append(PackPaddedSequence)
+    return PackPaddedSequence
+
+
 def _sizes(spec: dict[str, Any], data: Any) -> tuple[list[int], list[int], list[int], int, int]:
     """RNN.cpp `_hidden_size`, `_cell_size`, `_output_size` (seq-major), the tokens and the mini-batch."""
     dirs = 2 if spec["bidirectional"] else 1
@@ -412,7 +473,7 @@ def _sizes(spec: dict[str, Any], data: Any) -> tuple[list[int], list[int], list[
 
 def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_batch: int) -> dict[str, int]:
     space = temp_space(spec["mode"], spec["hidden"], spec["proj"], spec["layers"], spec["bidirectional"], tokens, mini_batch, data.element_size(), spec["dropout"] if spec["train"] else 0.0)
-    shape = f"{_NAMES[spec['mode']]} hidden {spec['hidden']}{', proj ' + str(spec['proj']) if spec['proj'] else ''}, {spec['layers']} layer(s){', bidirectional' if spec['bidirectional'] else ''}, {tokens} tokens × batch {mini_batch}, {str(data.dtype).replace('torch.', '')}"
+    shape = f"{_NAMES[spec['mode']]} hidden {spec['hidden']}{', proj ' + str(spec['proj']) if spec['proj'] else ''}, {spec['layers']} layer(s){', bidirectional' if spec['bidirectional'] else ''}, {tokens} tokens in batches of {mini_batch}, {str(data.dtype).replace('torch.', '')}"
     owner.say(
         f"cuDNN RNN ({shape}): workspace {space['workspace']:,} bytes forward, {space['workspace_backward']:,} backward"
         + (f", reserve space {space['reserve']:,} bytes (training)" if spec["train"] else "")
