@@ -27,6 +27,9 @@ it makes goes through the tracker as on the GPU:
   at the first call in training with dropout > 0 (and again after the CUDA generator is seeded),
   held until the process ends.
 
+Not followed: `backward(retain_graph=True)` makes cuDNN's backward clone the reserve space first
+(derivatives.yaml: `retain_variables ? result3.clone() : result3`); the clone is not counted.
+
 What cannot be known here: the workspace and reserve-space sizes come from cuDNN's
 `cudnnGetRNNTempSpaceSizes`, and the dropout state's from `cudnnDropoutGetStatesSize`, library
 calls that need the GPU. They are bounded from what the computation must hold (see `temp_space`),
@@ -47,6 +50,8 @@ _NAMES: dict[int, str] = {v: k for k, v in MODES.items()}
 GATES: dict[int, int] = {0: 1, 1: 1, 2: 4, 3: 3}
 # PyTorch's RNN.cpp: "Each state is slightly over 2MB" (cudnnDropoutGetStatesSize depends on the device).
 DROPOUT_STATE_BYTES: int = 2 << 20
+# Distinct shapes whose bounds are said one by one (a script with varying lengths has many).
+BOUND_NOTES: int = 4
 WEIGHT_FORMAT_WARN: str = (
     "RNN module weights are not part of single contiguous chunk of memory. This means they need to be "
     "compacted at every call, possibly greatly increasing memory usage. To compact weights again call "
@@ -137,6 +142,7 @@ class CudnnRNN:
         self.dropout_state: dict[int, Any] = {}
         self.reset_dropout = False
         self.said: set[str] = set()
+        self.bounded = 0
 
     def install(self) -> None:
         torch = self.torch
@@ -154,8 +160,9 @@ class CudnnRNN:
 
         rnn.RNNBase.flatten_parameters = flatten_parameters
         for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
-            original = getattr(_VF, name)
-            setattr(_VF, name, self._routed(name, original))
+            routed = self._routed(name, getattr(_VF, name))
+            setattr(_VF, name, routed)  # what torch/nn/modules/rnn.py calls
+            setattr(torch, name, routed)  # the same op called as torch.lstm
         rnn._rnn_impls = {"RNN_TANH": _VF.rnn_tanh, "RNN_RELU": _VF.rnn_relu}
         original_pack = _VF._pack_padded_sequence
 
@@ -353,10 +360,18 @@ class CudnnRNN:
             )
         return state
 
-    def say(self, text: str) -> None:
-        if text not in self.said:
-            self.said.add(text)
-            self.note(text)
+    def say(self, text: str, bound: bool = False) -> None:
+        """Says `text` once; the bounds of at most BOUND_NOTES shapes, then that more were bounded."""
+        if text in self.said:
+            return
+        self.said.add(text)
+        if bound:
+            self.bounded += 1
+            if self.bounded > BOUND_NOTES:
+                if self.bounded == BOUND_NOTES + 1:
+                    self.note(f"cuDNN RNN: calls of more shapes than the {BOUND_NOTES} above, their workspace and reserve space bounded the same way")
+                return
+        self.note(text)
 
 
 _FUNCTION: list[Any] = []
@@ -371,7 +386,7 @@ def _function(torch: Any) -> Any:
 
     class CudnnRnnFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, owner: CudnnRNN, spec: dict[str, Any], weight_buf: Any, dropout_state: Any, data: Any, hx: Any, cx: Any, *weights: Any) -> Any:  # type: ignore[override]
+        def forward(ctx: Any, owner: CudnnRNN, spec: dict[str, Any], weight_buf: Any, dropout_state: Any, data: Any, hx: Any, cx: Any, *weights: Any) -> Any:
             ctx.set_materialize_grads(False)
             out = _cudnn_rnn(owner, spec, weight_buf, data, hx, cx, list(weights))
             output, hy, cy, reserve, buf = out
@@ -382,7 +397,7 @@ def _function(torch: Any) -> Any:
             return output, hy, cy
 
         @staticmethod
-        def backward(ctx: Any, grad_output: Any, grad_hy: Any, grad_cy: Any) -> Any:  # type: ignore[override]
+        def backward(ctx: Any, grad_output: Any, grad_hy: Any, grad_cy: Any) -> Any:
             data, hx, cx, output, reserve, buf, _state, *weights = ctx.saved_tensors
             owner, spec = ctx.owner, ctx.spec
             needs = ctx.needs_input_grad
@@ -416,11 +431,11 @@ def _pack_function(torch: Any) -> Any:
 
     class PackPaddedSequence(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, input: Any, lengths: Any, batch_first: bool, original: Callable[..., Any]) -> Any:  # type: ignore[override]
+        def forward(ctx: Any, input: Any, lengths: Any, batch_first: bool, original: Callable[..., Any]) -> Any:
             stand_in = torch.empty(tuple(input.shape[:2]) + (1,), dtype=torch.uint8, device="cpu")
             _, batch_sizes = original(stand_in, lengths, batch_first)
             x = input.transpose(0, 1) if batch_first else input
-            steps, prev, sizes = [], 0, batch_sizes.tolist()
+            steps, sizes = [], batch_sizes.tolist()
             t = 0
             while t < len(sizes):
                 current = sizes[t]
@@ -437,7 +452,7 @@ def _pack_function(torch: Any) -> Any:
             return data, batch_sizes
 
         @staticmethod
-        def backward(ctx: Any, grad: Any, _unused: Any) -> Any:  # type: ignore[override]
+        def backward(ctx: Any, grad: Any, _unused: Any) -> Any:
             size = list(ctx.input_size)
             if ctx.batch_first:
                 size[0], size[1] = size[1], size[0]
@@ -477,7 +492,8 @@ def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_
     owner.say(
         f"cuDNN RNN ({shape}): workspace {space['workspace']:,} bytes forward, {space['workspace_backward']:,} backward"
         + (f", reserve space {space['reserve']:,} bytes (training)" if spec["train"] else "")
-        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; the bound counts every step's gates, states and outputs in the math type)"
+        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; the bound counts every step's gates, states and outputs in the math type)",
+        bound=True,
     )
     return space
 
