@@ -103,18 +103,39 @@ def _pick(stride0: int, has_proj: bool) -> list[int]:
     return [0, 1, 2, 3] if stride0 == 4 else [0, 1]
 
 
-def temp_space(mode: int, hidden: int, proj: int, layers: int, bidirectional: bool, tokens: int, mini_batch: int, itemsize: int, dropout: float) -> dict[str, int]:
-    """Upper bounds of what `cudnnGetRNNTempSpaceSizes` answers (bytes), from what the
-    computation must hold; cuDNN documents no layout, so these are bounds, said as such.
+# MIOpen's workspaceScale per mode (ROCm's implementation of the same RNN API, src/rnn.cpp).
+MIOPEN_SCALE: dict[int, int] = {0: 1, 1: 1, 2: 6, 3: 4}
 
-    * reserve space (training): for every token (`tokens` = seq × batch, or the packed
-      sequence's length), layer and direction, the gates before and after their nonlinearity
-      (2·G·h), the cell state and its tanh (LSTM: 2·h; GRU: the reset-gated recurrent term h),
-      the layer's output (out), and between layers the dropout mask (out) when dropout > 0;
-    * workspace, forward: the input GEMM of every step of one layer (tokens · dirs · G·h),
-      plus two hidden states per direction and batch row;
-    * workspace, backward: the gates' gradients of every step of one layer on top of that.
-    In the math type: fp32 for fp16/bf16 data (RNN.cpp `promote_rnn_math_type`), else the data's."""
+
+def miopen_space(mode: int, hidden: int, layers: int, bidirectional: bool, tokens: int, itemsize: int, dropout: float) -> dict[str, int]:
+    """What MIOpen answers for the same call (src/rnn.cpp `GetReserveSize`, `GetWorkspaceSize`,
+    default algorithm): the one public implementation of this API whose sizes can be read."""
+    dirs = 2 if bidirectional else 1
+    scale = MIOPEN_SCALE[mode]
+    reserve = 2 * scale * layers * tokens * hidden * itemsize
+    if mode == MODES["LSTM"]:
+        reserve = reserve // 2 + layers * tokens * hidden * itemsize
+    if dropout > 0:
+        reserve += (layers - 1) * tokens * hidden * (itemsize + 1)
+    workspace = scale * layers * tokens * hidden * itemsize
+    return {"reserve": dirs * reserve, "workspace": dirs * workspace}
+
+
+def temp_space(mode: int, hidden: int, proj: int, layers: int, bidirectional: bool, tokens: int, mini_batch: int, itemsize: int, dropout: float) -> dict[str, int]:
+    """Upper bounds of what `cudnnGetRNNTempSpaceSizes` answers (bytes). cuDNN documents no
+    layout, so each is the larger of two readings, and said as a bound:
+
+    (a) what the computation must hold, in the math type (fp32 for fp16/bf16 data, RNN.cpp
+        `promote_rnn_math_type`), for every token (`tokens` = steps × batch, or the packed
+        sequence's length):
+        * reserve space (training): per layer and direction, the gates before and after their
+          nonlinearity (2·G·h), the cell state and its tanh (LSTM: 2·h; GRU: the reset-gated
+          recurrent term, h), the layer's output (out); between layers the dropout mask (out);
+        * workspace in inference (CUDNN_FWD_MODE_INFERENCE): the input GEMM of every step of one
+          layer (dirs · G·h), plus two hidden states per direction and batch row;
+        * workspace in training (CUDNN_FWD_MODE_TRAINING, which cudnn/RNN.cpp asks for the
+          training forward and both backward calls alike): the gates' gradients on top;
+    (b) MIOpen's sizes for the same call (`miopen_space`)."""
     dirs = 2 if bidirectional else 1
     g = GATES[mode]
     out = proj or hidden
@@ -126,7 +147,12 @@ def temp_space(mode: int, hidden: int, proj: int, layers: int, bidirectional: bo
     reserve = tokens * per_token * math_size
     forward = (tokens * dirs * g * hidden + 2 * dirs * mini_batch * (hidden + out)) * math_size
     backward = forward + tokens * dirs * g * hidden * math_size
-    return {"reserve": reserve, "workspace": forward, "workspace_backward": backward}
+    miopen = miopen_space(mode, hidden, layers, bidirectional, tokens, itemsize, dropout)
+    return {
+        "reserve": max(reserve, miopen["reserve"]),
+        "workspace_inference": max(forward, miopen["workspace"]),
+        "workspace_training": max(backward, miopen["workspace"]),
+    }
 
 
 # ---------------------------------------------------------------------------- the install
@@ -490,9 +516,13 @@ def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_
     space = temp_space(spec["mode"], spec["hidden"], spec["proj"], spec["layers"], spec["bidirectional"], tokens, mini_batch, data.element_size(), spec["dropout"] if spec["train"] else 0.0)
     shape = f"{_NAMES[spec['mode']]} hidden {spec['hidden']}{', proj ' + str(spec['proj']) if spec['proj'] else ''}, {spec['layers']} layer(s){', bidirectional' if spec['bidirectional'] else ''}, {tokens} tokens in batches of {mini_batch}, {str(data.dtype).replace('torch.', '')}"
     owner.say(
-        f"cuDNN RNN ({shape}): workspace {space['workspace']:,} bytes forward, {space['workspace_backward']:,} backward"
-        + (f", reserve space {space['reserve']:,} bytes (training)" if spec["train"] else "")
-        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; the bound counts every step's gates, states and outputs in the math type)",
+        f"cuDNN RNN ({shape}): "
+        + (
+            f"workspace {space['workspace_training']:,} bytes (training: forward and backward), reserve space {space['reserve']:,} bytes"
+            if spec["train"]
+            else f"workspace {space['workspace_inference']:,} bytes (inference)"
+        )
+        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; each the larger of every step's gates, states and outputs counted in the math type and MIOpen's size for the same call)",
         bound=True,
     )
     return space
@@ -516,7 +546,7 @@ def _cudnn_rnn(owner: CudnnRNN, spec: dict[str, Any], weight_buf: Any, data: Any
             spec["bidirectional"], set_weights=False,
         )
     space = _bounds(owner, spec, data, tokens, mini_batch)
-    workspace = torch.empty(space["workspace"], dtype=torch.uint8, device=data.device)
+    workspace = torch.empty(space["workspace_training" if spec["train"] else "workspace_inference"], dtype=torch.uint8, device=data.device)
     tr.tag(workspace, "workspace")
     reserve = torch.empty(space["reserve"] if spec["train"] else 0, dtype=torch.uint8, device=data.device)
     del workspace, x
@@ -550,7 +580,7 @@ def _cudnn_rnn_backward(owner: CudnnRNN, spec: dict[str, Any], data: Any, hx: An
     dcy = grad_cy.contiguous().view(cell) if grad_cy is not None else None
     dhx = torch.empty(hidden, dtype=hx.dtype, device=hx.device)
     dcx = torch.empty(cell, dtype=cx.dtype, device=cx.device) if cx is not None else None
-    workspace = torch.empty(space["workspace_backward"], dtype=torch.uint8, device=data.device)
+    workspace = torch.empty(space["workspace_training"], dtype=torch.uint8, device=data.device)
     tr.tag(workspace, "workspace")
     del workspace, x, dy, dhy, dcy
     if transposed:
@@ -560,7 +590,7 @@ def _cudnn_rnn_backward(owner: CudnnRNN, spec: dict[str, Any], data: Any, hx: An
         # _cudnn_rnn_backward_weight
         x = (data.transpose(0, 1) if transposed else data).contiguous()
         flat = torch.zeros(weight_buf.shape, dtype=weight_buf.dtype, device=weight_buf.device)
-        workspace = torch.empty(space["workspace_backward"], dtype=torch.uint8, device=data.device)
+        workspace = torch.empty(space["workspace_training"], dtype=torch.uint8, device=data.device)
         tr.tag(workspace, "workspace")
         del workspace, x
         shapes = layer_shapes(spec["mode"], spec["input_size"], spec["hidden"], spec["proj"], spec["layers"], spec["bidirectional"])
