@@ -123,19 +123,22 @@ def miopen_space(mode: int, hidden: int, layers: int, bidirectional: bool, token
 
 def temp_space(mode: int, hidden: int, proj: int, layers: int, bidirectional: bool, tokens: int, mini_batch: int, itemsize: int, dropout: float) -> dict[str, int]:
     """Upper bounds of what `cudnnGetRNNTempSpaceSizes` answers (bytes). cuDNN documents no
-    layout, so each is the larger of two readings, and said as a bound:
+    layout, so these are bounds, said as such. `tokens` = steps × batch, or the packed length.
 
-    (a) what the computation must hold, in the math type (fp32 for fp16/bf16 data, RNN.cpp
-        `promote_rnn_math_type`), for every token (`tokens` = steps × batch, or the packed
-        sequence's length):
-        * reserve space (training): per layer and direction, the gates before and after their
-          nonlinearity (2·G·h), the cell state and its tanh (LSTM: 2·h; GRU: the reset-gated
-          recurrent term, h), the layer's output (out); between layers the dropout mask (out);
-        * workspace in inference (CUDNN_FWD_MODE_INFERENCE): the input GEMM of every step of one
-          layer (dirs · G·h), plus two hidden states per direction and batch row;
-        * workspace in training (CUDNN_FWD_MODE_TRAINING, which cudnn/RNN.cpp asks for the
-          training forward and both backward calls alike): the gates' gradients on top;
-    (b) MIOpen's sizes for the same call (`miopen_space`)."""
+    * workspace: cudnn/RNN.cpp allocates a fresh one for each call (the forward, then each of
+      the two backward calls) and frees it at once, so cuDNN keeps nothing in it between calls:
+      it holds one call's scratch. Counted in the math type (fp32 for fp16/bf16 data, RNN.cpp
+      `promote_rnn_math_type`): in inference (CUDNN_FWD_MODE_INFERENCE), the input GEMM of every
+      step of one layer (dirs · G·h per token) and two hidden states per direction and batch
+      row; in training (CUDNN_FWD_MODE_TRAINING, which RNN.cpp asks for the forward and both
+      backward calls alike), the gates' gradients of one layer on top;
+    * reserve space (training): what must survive from the forward to both backward calls
+      (`_cudnn_rnn_backward_input` writes into it). The larger of (a) per token, layer and
+      direction, the gates before and after their nonlinearity (2·G·h), the cell state and its
+      tanh (LSTM: 2·h; GRU: the reset-gated recurrent term, h), the layer's output (out), and
+      between layers the dropout mask (out), in the math type; and (b) what MIOpen, the open
+      implementation of the same API, keeps between its calls: its reserve space and its
+      workspace, which its backward calls share (`miopen_space`)."""
     dirs = 2 if bidirectional else 1
     g = GATES[mode]
     out = proj or hidden
@@ -144,14 +147,12 @@ def temp_space(mode: int, hidden: int, proj: int, layers: int, bidirectional: bo
     per_token = layers * dirs * (2 * g * hidden + state + out)
     if dropout > 0 and layers > 1:
         per_token += (layers - 1) * dirs * out
-    reserve = tokens * per_token * math_size
-    forward = (tokens * dirs * g * hidden + 2 * dirs * mini_batch * (hidden + out)) * math_size
-    backward = forward + tokens * dirs * g * hidden * math_size
     miopen = miopen_space(mode, hidden, layers, bidirectional, tokens, itemsize, dropout)
+    inference = (tokens * dirs * g * hidden + 2 * dirs * mini_batch * (hidden + out)) * math_size
     return {
-        "reserve": max(reserve, miopen["reserve"]),
-        "workspace_inference": max(forward, miopen["workspace"]),
-        "workspace_training": max(backward, miopen["workspace"]),
+        "reserve": max(tokens * per_token * math_size, miopen["reserve"] + miopen["workspace"]),
+        "workspace_inference": inference,
+        "workspace_training": inference + tokens * dirs * g * hidden * math_size,
     }
 
 
@@ -227,6 +228,15 @@ class CudnnRNN:
             return self.capability[0] >= 8
         return t.dtype in (torch.float32, torch.float16, torch.float64)
 
+    def acceptable(self, t: Any) -> bool:
+        """`torch.backends.cudnn.is_acceptable` as on a GPU with cuDNN: enabled, a CUDA tensor of
+        a dtype it lists (bf16 is not: a bf16 module's weights stay apart, and each call warns
+        and copies them, as on the GPU). Here without loading the cuDNN library."""
+        torch = self.torch
+        from torch.backends import cudnn
+
+        return bool(torch._C._get_cudnn_enabled() and torch._C._has_cudnn and t.device.type == "cuda" and t.dtype in cudnn.CUDNN_TENSOR_DTYPES)
+
     # ------------------------------------------------------------------------ weights
     def flatten_parameters(self, module: Any) -> None:
         """RNNBase.flatten_parameters with the data-pointer test made on storages (every fake
@@ -237,7 +247,7 @@ class CudnnRNN:
             return
         dtype = weights[0].dtype
         for w in weights:
-            if w.dtype != dtype or not w.is_cuda or not torch.backends.cudnn.is_acceptable(w):
+            if w.dtype != dtype or not w.is_cuda or not self.acceptable(w):
                 return
         places = {(id(w.untyped_storage()), w.storage_offset() * w.element_size()) for w in weights}
         if len(places) != len(weights) or not torch._use_cudnn_rnn_flatten_weight():
@@ -522,7 +532,7 @@ def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_
             if spec["train"]
             else f"workspace {space['workspace_inference']:,} bytes (inference)"
         )
-        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; each the larger of every step's gates, states and outputs counted in the math type and MIOpen's size for the same call)",
+        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; the workspace one call's scratch, the reserve what the backward needs of every step, see cudnn_rnn.py)",
         bound=True,
     )
     return space
