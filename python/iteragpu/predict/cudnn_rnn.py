@@ -525,6 +525,8 @@ def _sizes(spec: dict[str, Any], data: Any) -> tuple[list[int], list[int], list[
 def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_batch: int) -> dict[str, int]:
     space = temp_space(spec["mode"], spec["hidden"], spec["proj"], spec["layers"], spec["bidirectional"], tokens, mini_batch, data.element_size(), spec["dropout"] if spec["train"] else 0.0)
     shape = f"{_NAMES[spec['mode']]} hidden {spec['hidden']}{', proj ' + str(spec['proj']) if spec['proj'] else ''}, {spec['layers']} layer(s){', bidirectional' if spec['bidirectional'] else ''}, {tokens} tokens in batches of {mini_batch}, {str(data.dtype).replace('torch.', '')}"
+    workspace = "the workspace bounded by one call's scratch (the input GEMM of one layer over every token" + (", and its gradients" if spec["train"] else "") + ")"
+    reserve = "; the reserve space by every step's gates, states and outputs, and at least what MIOpen keeps for the same call" if spec["train"] else ""
     owner.say(
         f"cuDNN RNN ({shape}): "
         + (
@@ -532,7 +534,7 @@ def _bounds(owner: CudnnRNN, spec: dict[str, Any], data: Any, tokens: int, mini_
             if spec["train"]
             else f"workspace {space['workspace_inference']:,} bytes (inference)"
         )
-        + ": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; the workspace one call's scratch, the reserve what the backward needs of every step, see cudnn_rnn.py)",
+        + f": upper bounds, not known (cuDNN's cudnnGetRNNTempSpaceSizes decides on the card; {workspace}{reserve})",
         bound=True,
     )
     return space
