@@ -564,7 +564,19 @@ fn a_bidirectional_gru_predicts_through_cudnn() {
     );
     let native = p.phase("native infer");
     assert_eq!(native.status, PhaseStatus::Predicted);
-    assert_eq!(p.notes().matches("cuDNN RNN (").count(), 1, "{}", p.notes());
+    assert_eq!(p.notes().matches("cuDNN RNN (").count(), 2, "{}", p.notes());
+    // Autocast: fp16 whatever the autocast dtype, the weights copied into an fp16 buffer (freed).
+    assert!(
+        p.stderr.contains("autocast output torch.float16"),
+        "{}",
+        p.stderr
+    );
+    let amp = p.phase("autocast infer");
+    assert_eq!(delta(amp), (output + hidden) / 2);
+    assert!(
+        amp.peak_allocated_bytes.unwrap() - amp.start_allocated_bytes.unwrap() >= params / 2,
+        "the fp16 weight buffer"
+    );
 }
 
 /// An RNN with ReLU and no biases: cuDNN's buffer holds both biases anyway; the training

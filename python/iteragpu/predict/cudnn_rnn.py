@@ -307,8 +307,8 @@ class CudnnRNN:
                     return None
         if not params[-1].is_contiguous():
             return None
-        with torch.no_grad():
-            return first.new_empty(0).set_(storage, 0, (total,), (1,))
+        # `at::empty({0}).set_(param_storage)` narrowed to the weight space: a view, no new storage.
+        return first.detach().as_strided((total,), (1,), 0)
 
     # ------------------------------------------------------------------------ the call
     def _routed(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
