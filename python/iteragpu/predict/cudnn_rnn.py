@@ -289,7 +289,6 @@ class CudnnRNN:
     def weight_buf(self, params: list[Any], stride0: int, mode: int, input_size: int, hidden: int, proj: int, layers: int, bidirectional: bool) -> Any:
         """RNN.cpp `try_get_weight_buf`: the parameters' storage as the weight buffer when every
         weight sits where cuDNN's layout puts it (the same storage, at its offset); else None."""
-        torch = self.torch
         shapes = layer_shapes(mode, input_size, hidden, proj, layers, bidirectional)
         offsets = _offsets(shapes)
         total = sum(math.prod(s) for one in shapes for s in one)
