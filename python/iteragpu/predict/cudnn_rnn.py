@@ -25,15 +25,20 @@ it makes goes through the tracker as on the GPU:
   gradients (separate tensors when `bias=False`: their layout differs);
 * the dropout state (`get_dropout_state`): made once per device, by `_cudnn_init_dropout_state`,
   at the first call in training with dropout > 0 (and again after the CUDA generator is seeded),
-  held until the process ends.
+  held until the process ends;
+* under CUDA autocast, AutocastRNN.cpp's cast: fp16 (whatever the autocast dtype) input and
+  states, the weights copied into a new fp16 flat buffer for the call;
+* `pack_padded_sequence` on a cuda tensor with CPU lengths: PackedSequence.cpp's blocks and
+  `cat`, its batch sizes the real ones.
 
 Not followed: `backward(retain_graph=True)` makes cuDNN's backward clone the reserve space first
 (derivatives.yaml: `retain_variables ? result3.clone() : result3`); the clone is not counted.
 
 What cannot be known here: the workspace and reserve-space sizes come from cuDNN's
 `cudnnGetRNNTempSpaceSizes`, and the dropout state's from `cudnnDropoutGetStatesSize`, library
-calls that need the GPU. They are bounded from what the computation must hold (see `temp_space`),
-and each prediction says so in its notes with the figures. `torch.backends.cudnn.enabled = False`
+calls that need the GPU. The first two are bounded (`temp_space`); the dropout state is taken as
+2 MiB (PyTorch's source: "slightly over 2MB"), an assumption. Each prediction says so in its
+notes, with the figures. `torch.backends.cudnn.enabled = False`
 keeps PyTorch's native path (the decomposition into ops fake tensors run), as on a GPU.
 """
 
