@@ -68,7 +68,6 @@ struct Segment {
     blocks: Vec<Block>,
 }
 
-
 /// One of PyTorch's allocator counters (`c10::CachingAllocator::Stat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stat {

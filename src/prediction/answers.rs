@@ -51,7 +51,9 @@ mod tests {
 
     fn stat(answer: &str, key: &str) -> i64 {
         let v: serde_json::Value = serde_json::from_str(answer).unwrap();
-        v["stats"][key].as_i64().unwrap_or_else(|| panic!("{key} in {answer}"))
+        v["stats"][key]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{key} in {answer}"))
     }
 
     /// What a script reads at each phase end (after resetting the peaks at its start) is the
@@ -89,7 +91,10 @@ mod tests {
             );
             assert_eq!(peak("reserved_bytes.all.current"), phase.end_reserved_bytes);
         }
-        assert_eq!(stat(&second, "allocated_bytes.all.peak"), 37 * MIB as i64 + 1024);
+        assert_eq!(
+            stat(&second, "allocated_bytes.all.peak"),
+            37 * MIB as i64 + 1024
+        );
         assert_eq!(stat(&second, "segment.large_pool.current"), 2);
         assert_eq!(stat(&second, "requested_bytes.small_pool.current"), 1000);
         // empty_cache releases the 30 MiB segment left free; the script's next read sees it.
@@ -106,7 +111,10 @@ mod tests {
         let fourth = answers.answer(3, &events);
         assert_eq!(stat(&fourth, "num_device_free"), 0);
         assert_eq!(stat(&fourth, "allocated_bytes.all.allocated"), 0);
-        assert_eq!(stat(&fourth, "allocated_bytes.all.current"), 4 * MIB as i64 + 1024);
+        assert_eq!(
+            stat(&fourth, "allocated_bytes.all.current"),
+            4 * MIB as i64 + 1024
+        );
         // The replay applies the release too: the file's last level is the script's.
         let replayed = replay(&events, 0, Backend::Native);
         assert_eq!(replayed.phases.len(), 2);

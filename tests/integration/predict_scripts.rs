@@ -503,7 +503,10 @@ fn the_scripts_memory_counters_are_the_files_figures() {
     assert!(phases[3].peak_reserved_bytes < phases[2].peak_reserved_bytes);
     // reset_peak_memory_stats() after eval: the peak restarts from the level then.
     let after = printed.last().unwrap();
-    assert_eq!(after["max_allocated"].as_u64(), phases[6].end_allocated_bytes);
+    assert_eq!(
+        after["max_allocated"].as_u64(),
+        phases[6].end_allocated_bytes
+    );
     let total = p.doc.target.total_memory;
     let reserved = phases[6].end_reserved_bytes.unwrap();
     assert_eq!(
