@@ -813,6 +813,66 @@ mod tests {
         assert_eq!(a.reserved, 12 << 20);
     }
 
+    /// The counters move where CUDACachingAllocator.cpp moves them: `allocated_bytes` by the
+    /// block handed out (a block not split counts in full), `requested_bytes` by the bytes asked,
+    /// `inactive_split` by the free blocks of split segments, `segment`/`reserved_bytes` at
+    /// cudaMalloc/cudaFree; peaks restart only at `reset_peaks`, added-up counts at
+    /// `reset_accumulated`.
+    #[test]
+    fn the_counters_follow_pytorchs() {
+        let mib = 1u64 << 20;
+        let mut a = CachingAllocator::new();
+        let x = a.malloc(4 * mib + 100);
+        let st = &a.stats;
+        assert_eq!(st.allocated_bytes.large_pool.current, 4 * mib + 512);
+        assert_eq!(st.requested_bytes.all.current, 4 * mib + 100);
+        assert_eq!((st.segment.all.current, st.num_device_alloc), (1, 1));
+        assert_eq!(
+            (
+                st.inactive_split.all.current,
+                st.inactive_split_bytes.all.current
+            ),
+            (1, 16 * mib - 512),
+            "the 20 MiB segment is split: its free rest is an inactive split"
+        );
+        let y = a.malloc(16 * mib - 512 - mib / 2);
+        assert_eq!(
+            a.stats.allocated_bytes.all.current,
+            20 * mib,
+            "the rest (0.5 MiB) is not split off: the whole block counts"
+        );
+        assert_eq!(a.stats.inactive_split.all.current, 0);
+        let s = a.malloc(1000);
+        assert_eq!(a.stats.allocated_bytes.small_pool.current, 1024);
+        assert_eq!(a.stats.reserved_bytes.small_pool.current, 2 * mib);
+        a.free(y);
+        a.free(x);
+        assert_eq!(a.stats.inactive_split.large_pool.current, 0, "merged whole");
+        assert_eq!(a.peaks(), (20 * mib + 1024, 22 * mib));
+        a.reset_peaks();
+        assert_eq!(a.peaks(), (1024, 22 * mib));
+        a.empty_cache();
+        assert_eq!(
+            (
+                a.reserved,
+                a.stats.num_device_free,
+                a.stats.segment.all.current
+            ),
+            (2 * mib, 1, 1),
+            "the free 20 MiB segment is released; the small one holds an allocation"
+        );
+        assert_eq!(a.peaks().1, 22 * mib, "a release keeps the peak");
+        assert_eq!(a.stats.allocation.all.allocated, 3);
+        a.reset_accumulated();
+        assert_eq!(a.stats.allocation.all.allocated, 0);
+        assert_eq!(a.stats.num_device_alloc, 0);
+        a.free(s);
+        let flat = a.stats.flat();
+        assert_eq!(flat["allocated_bytes.all.current"], 0);
+        assert_eq!(flat["allocated_bytes.all.freed"], 1024);
+        assert_eq!(flat["max_split_size"], -1);
+    }
+
     #[test]
     fn the_other_backends_follow_their_readings() {
         let mib = 1u64 << 20;
