@@ -20,6 +20,11 @@
 //! 2,316,468,224 allocated → 2,348,810,240 reserved); its internal fragmentation is not modelled.
 //!
 //! It does not model streams, `max_split_size_mb` or `roundup_power2_divisions`.
+//!
+//! It keeps PyTorch's own counters (`DeviceStats`: current, peak, allocated and freed of each
+//! counter, for all pools and for each pool), updated where the C++ updates them, so that a
+//! predicted script's `torch.cuda.memory_stats()` and friends read this model (see
+//! `prediction::answers`).
 
 /// Rounding of one request (kMinBlockSize).
 pub const MIN_BLOCK: u64 = 512;
@@ -52,6 +57,8 @@ struct Block {
     size: u64,
     /// `Some(id)` while allocated.
     owner: Option<u64>,
+    /// The bytes asked for (before rounding) while allocated: `requested_bytes`.
+    requested: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +66,147 @@ struct Segment {
     small: bool,
     size: u64,
     blocks: Vec<Block>,
+}
+
+/// One of PyTorch's allocator counters (`c10::CachingAllocator::Stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: u64,
+    pub peak: u64,
+    /// Added up since the start (or `reset_accumulated_memory_stats`).
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+impl Stat {
+    fn increase(&mut self, n: u64) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+        self.allocated += n;
+    }
+
+    fn decrease(&mut self, n: u64) {
+        self.current = self.current.saturating_sub(n);
+        self.freed += n;
+    }
+}
+
+/// A counter for all pools and for each pool (PyTorch's `StatType`: aggregate, small, large).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStat {
+    pub all: Stat,
+    pub small_pool: Stat,
+    pub large_pool: Stat,
+}
+
+impl PoolStat {
+    fn increase(&mut self, small: bool, n: u64) {
+        self.all.increase(n);
+        self.pool(small).increase(n);
+    }
+
+    fn decrease(&mut self, small: bool, n: u64) {
+        self.all.decrease(n);
+        self.pool(small).decrease(n);
+    }
+
+    fn pool(&mut self, small: bool) -> &mut Stat {
+        if small {
+            &mut self.small_pool
+        } else {
+            &mut self.large_pool
+        }
+    }
+
+    fn each(&mut self) -> [&mut Stat; 3] {
+        [&mut self.all, &mut self.small_pool, &mut self.large_pool]
+    }
+}
+
+/// PyTorch's `DeviceStats`, as `torch.cuda.memory_stats()` names them. `active` equals
+/// `allocation` here: no block waits for another stream's events (streams are not modelled).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub allocation: PoolStat,
+    pub segment: PoolStat,
+    pub active: PoolStat,
+    pub inactive_split: PoolStat,
+    pub allocated_bytes: PoolStat,
+    pub reserved_bytes: PoolStat,
+    pub active_bytes: PoolStat,
+    pub inactive_split_bytes: PoolStat,
+    pub requested_bytes: PoolStat,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_sync_all_streams: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+}
+
+impl Stats {
+    fn counters(&mut self) -> [&mut PoolStat; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
+
+    /// `torch.cuda.memory_stats()`'s flat dictionary: `NAME.POOL.FIELD` for every counter, then
+    /// the plain counts; `max_split_size` is -1 (unlimited, the default) and nothing is
+    /// oversize.
+    pub fn flat(&self) -> std::collections::BTreeMap<String, i64> {
+        let mut out = std::collections::BTreeMap::new();
+        let named: [(&str, &PoolStat); 9] = [
+            ("allocation", &self.allocation),
+            ("segment", &self.segment),
+            ("active", &self.active),
+            ("inactive_split", &self.inactive_split),
+            ("allocated_bytes", &self.allocated_bytes),
+            ("reserved_bytes", &self.reserved_bytes),
+            ("active_bytes", &self.active_bytes),
+            ("inactive_split_bytes", &self.inactive_split_bytes),
+            ("requested_bytes", &self.requested_bytes),
+        ];
+        let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (name, stat) in named {
+            for (pool, s) in [
+                ("all", stat.all),
+                ("small_pool", stat.small_pool),
+                ("large_pool", stat.large_pool),
+            ] {
+                for (field, v) in [
+                    ("current", s.current),
+                    ("peak", s.peak),
+                    ("allocated", s.allocated),
+                    ("freed", s.freed),
+                ] {
+                    out.insert(format!("{name}.{pool}.{field}"), signed(v));
+                }
+            }
+        }
+        for field in ["current", "peak", "allocated", "freed"] {
+            out.insert(format!("oversize_allocations.{field}"), 0);
+            out.insert(format!("oversize_segments.{field}"), 0);
+        }
+        out.insert("max_split_size".into(), -1);
+        for (name, v) in [
+            ("num_alloc_retries", self.num_alloc_retries),
+            ("num_ooms", self.num_ooms),
+            ("num_sync_all_streams", self.num_sync_all_streams),
+            ("num_device_alloc", self.num_device_alloc),
+            ("num_device_free", self.num_device_free),
+        ] {
+            out.insert(name.into(), signed(v));
+        }
+        out
+    }
 }
 
 /// Which allocator PyTorch runs (`PYTORCH_CUDA_ALLOC_CONF`).
@@ -78,16 +226,18 @@ pub const ASYNC_GRANULE: u64 = 32 << 20;
 pub struct CachingAllocator {
     backend: Backend,
     segments: Vec<Segment>,
-    /// cudaMallocAsync and expandable segments: the bytes of each live allocation.
-    async_live: std::collections::HashMap<u64, u64>,
+    /// cudaMallocAsync and expandable segments: the bytes of each live allocation (counted, and
+    /// asked for).
+    async_live: std::collections::HashMap<u64, (u64, u64)>,
     /// Expandable segments: the live bytes of each pool.
     small_level: u64,
     large_level: u64,
     next_id: u64,
+    /// The levels now (`stats.allocated_bytes.all.current`, `stats.reserved_bytes.all.current`).
     pub allocated: u64,
     pub reserved: u64,
-    pub peak_allocated: u64,
-    pub peak_reserved: u64,
+    /// PyTorch's counters; their peaks restart only with [`CachingAllocator::reset_peaks`].
+    pub stats: Stats,
 }
 
 /// A live allocation.
@@ -106,10 +256,99 @@ impl CachingAllocator {
         }
     }
 
-    /// `torch.cuda.reset_peak_memory_stats`: peaks restart from the current levels.
+    /// `torch.cuda.reset_peak_memory_stats`: every peak restarts from its current level.
     pub fn reset_peaks(&mut self) {
-        self.peak_allocated = self.allocated;
-        self.peak_reserved = self.reserved;
+        for counter in self.stats.counters() {
+            for s in counter.each() {
+                s.peak = s.current;
+            }
+        }
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats`: the added-up counts restart from zero.
+    pub fn reset_accumulated(&mut self) {
+        for counter in self.stats.counters() {
+            for s in counter.each() {
+                s.allocated = 0;
+                s.freed = 0;
+            }
+        }
+        let st = &mut self.stats;
+        st.num_alloc_retries = 0;
+        st.num_ooms = 0;
+        st.num_sync_all_streams = 0;
+        st.num_device_alloc = 0;
+        st.num_device_free = 0;
+    }
+
+    /// The highest allocated and reserved levels since the last [`reset_peaks`](Self::reset_peaks).
+    pub fn peaks(&self) -> (u64, u64) {
+        (
+            self.stats.allocated_bytes.all.peak,
+            self.stats.reserved_bytes.all.peak,
+        )
+    }
+
+    /// An allocation handed out (`alloc_found_block`'s counters).
+    fn count_alloc(&mut self, small: bool, taken: u64, requested: u64) {
+        let st = &mut self.stats;
+        st.allocation.increase(small, 1);
+        st.active.increase(small, 1);
+        st.allocated_bytes.increase(small, taken);
+        st.active_bytes.increase(small, taken);
+        st.requested_bytes.increase(small, requested);
+        self.allocated = st.allocated_bytes.all.current;
+    }
+
+    /// An allocation given back (`free` and `free_block`'s counters).
+    fn count_free(&mut self, small: bool, taken: u64, requested: u64) {
+        let st = &mut self.stats;
+        st.allocation.decrease(small, 1);
+        st.active.decrease(small, 1);
+        st.allocated_bytes.decrease(small, taken);
+        st.active_bytes.decrease(small, taken);
+        st.requested_bytes.decrease(small, requested);
+        self.allocated = st.allocated_bytes.all.current;
+    }
+
+    /// Expandable segments: the pages that cover each pool's level.
+    fn pages(&self) -> u64 {
+        self.small_level.div_ceil(SMALL_BUFFER) * SMALL_BUFFER
+            + self.large_level.div_ceil(LARGE_BUFFER) * LARGE_BUFFER
+    }
+
+    /// A segment (or pages) mapped: `cudaMalloc`.
+    fn count_segment(&mut self, small: bool, bytes: u64) {
+        let st = &mut self.stats;
+        st.segment.increase(small, 1);
+        st.reserved_bytes.increase(small, bytes);
+        st.num_device_alloc += 1;
+        self.reserved = st.reserved_bytes.all.current;
+    }
+
+    /// A segment released: `cudaFree`.
+    fn count_release(&mut self, small: bool, bytes: u64) {
+        let st = &mut self.stats;
+        st.segment.decrease(small, 1);
+        st.reserved_bytes.decrease(small, bytes);
+        st.num_device_free += 1;
+        self.reserved = st.reserved_bytes.all.current;
+    }
+
+    /// Moves `inactive_split` by how segment `s`'s free blocks changed: PyTorch counts a free
+    /// block as an inactive split while its segment is split in several blocks.
+    fn count_split(&mut self, small: bool, before: (u64, u64), after: (u64, u64)) {
+        let st = &mut self.stats;
+        for (stat, b, a) in [
+            (&mut st.inactive_split, before.0, after.0),
+            (&mut st.inactive_split_bytes, before.1, after.1),
+        ] {
+            if a > b {
+                stat.increase(small, a - b);
+            } else if b > a {
+                stat.decrease(small, b - a);
+            }
+        }
     }
 
     pub fn malloc(&mut self, size: u64) -> Allocation {
@@ -118,6 +357,7 @@ impl CachingAllocator {
             Backend::ExpandableSegments => return self.malloc_pages(size),
             Backend::Native => {}
         }
+        let requested = size;
         let size = rounded(size);
         let small = size <= SMALL_SIZE;
         let id = self.next_id;
@@ -143,7 +383,7 @@ impl CachingAllocator {
             Some((s, b, _)) => (s, b),
             None => {
                 let seg_size = segment_size(size);
-                self.reserved += seg_size;
+                self.count_segment(small, seg_size);
                 self.segments.push(Segment {
                     small,
                     size: seg_size,
@@ -151,11 +391,13 @@ impl CachingAllocator {
                         offset: 0,
                         size: seg_size,
                         owner: None,
+                        requested: 0,
                     }],
                 });
                 (self.segments.len() - 1, 0)
             }
         };
+        let before = self.segments[s].inactive_split();
         let seg = &mut self.segments[s];
         let remaining = seg.blocks[b].size - size;
         let split = if small {
@@ -172,15 +414,17 @@ impl CachingAllocator {
                     offset,
                     size: remaining,
                     owner: None,
+                    requested: 0,
                 },
             );
             seg.blocks[b].size = size;
         }
         seg.blocks[b].owner = Some(id);
+        seg.blocks[b].requested = requested;
+        let after = seg.inactive_split();
+        self.count_split(small, before, after);
         // PyTorch counts the whole block handed out (a block not split counts in full).
-        self.allocated += taken;
-        self.peak_allocated = self.peak_allocated.max(self.allocated);
-        self.peak_reserved = self.peak_reserved.max(self.reserved);
+        self.count_alloc(small, taken, requested);
         Allocation(id)
     }
 
@@ -188,45 +432,48 @@ impl CachingAllocator {
     fn malloc_async(&mut self, size: u64) -> Allocation {
         let id = self.next_id;
         self.next_id += 1;
-        self.async_live.insert(id, size);
-        self.allocated += size;
+        let small = size <= SMALL_SIZE;
+        self.async_live.insert(id, (size, size));
+        self.count_alloc(small, size, size);
         let pool = self
             .allocated
             .div_ceil(ASYNC_GRANULE)
             .saturating_mul(ASYNC_GRANULE);
-        self.reserved = self.reserved.max(pool);
-        self.peak_allocated = self.peak_allocated.max(self.allocated);
-        self.peak_reserved = self.peak_reserved.max(self.reserved);
+        if pool > self.reserved {
+            // The driver's pool grows (counted as the large pool's).
+            self.count_segment(false, pool - self.reserved);
+        }
         Allocation(id)
     }
 
     /// Expandable segments: exact (rounded) requests; each pool's pages cover its highest level.
     fn malloc_pages(&mut self, size: u64) -> Allocation {
+        let requested = size;
         let size = rounded(size);
         let id = self.next_id;
         self.next_id += 1;
         let small = size <= SMALL_SIZE;
-        self.async_live.insert(id, size);
-        self.allocated += size;
-        let pool = if small {
-            &mut self.small_level
+        self.async_live.insert(id, (size, requested));
+        self.count_alloc(small, size, requested);
+        if small {
+            self.small_level += size;
         } else {
-            &mut self.large_level
-        };
-        *pool += size;
-        let pages = self.small_level.div_ceil(SMALL_BUFFER) * SMALL_BUFFER
-            + self.large_level.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
-        self.reserved = self.reserved.max(pages);
-        self.peak_allocated = self.peak_allocated.max(self.allocated);
-        self.peak_reserved = self.peak_reserved.max(self.reserved);
+            self.large_level += size;
+        }
+        // The pages that cover both pools' levels: reserved grows to them, in this request's pool.
+        let pages = self.pages();
+        if pages > self.reserved {
+            self.count_segment(small, pages - self.reserved);
+        }
         Allocation(id)
     }
 
     pub fn free(&mut self, allocation: Allocation) {
-        if let Some(size) = self.async_live.remove(&allocation.0) {
-            self.allocated -= size;
+        if let Some((size, requested)) = self.async_live.remove(&allocation.0) {
+            let small = size <= SMALL_SIZE;
+            self.count_free(small, size, requested);
             if self.backend == Backend::ExpandableSegments {
-                if size <= SMALL_SIZE {
+                if small {
                     self.small_level -= size;
                 } else {
                     self.large_level -= size;
@@ -234,26 +481,32 @@ impl CachingAllocator {
             }
             return;
         }
-        for seg in &mut self.segments {
-            if let Some(b) = seg
-                .blocks
+        let Some((s, b)) = self.segments.iter().enumerate().find_map(|(s, seg)| {
+            seg.blocks
                 .iter()
                 .position(|bl| bl.owner == Some(allocation.0))
-            {
-                self.allocated -= seg.blocks[b].size;
-                seg.blocks[b].owner = None;
-                // Merge with the next, then the previous free neighbour.
-                if b + 1 < seg.blocks.len() && seg.blocks[b + 1].owner.is_none() {
-                    let next = seg.blocks.remove(b + 1);
-                    seg.blocks[b].size += next.size;
-                }
-                if b > 0 && seg.blocks[b - 1].owner.is_none() {
-                    let this = seg.blocks.remove(b);
-                    seg.blocks[b - 1].size += this.size;
-                }
-                return;
-            }
+                .map(|b| (s, b))
+        }) else {
+            return;
+        };
+        let before = self.segments[s].inactive_split();
+        let seg = &mut self.segments[s];
+        let small = seg.small;
+        let (taken, requested) = (seg.blocks[b].size, seg.blocks[b].requested);
+        seg.blocks[b].owner = None;
+        seg.blocks[b].requested = 0;
+        // Merge with the next, then the previous free neighbour.
+        if b + 1 < seg.blocks.len() && seg.blocks[b + 1].owner.is_none() {
+            let next = seg.blocks.remove(b + 1);
+            seg.blocks[b].size += next.size;
         }
+        if b > 0 && seg.blocks[b - 1].owner.is_none() {
+            let this = seg.blocks.remove(b);
+            seg.blocks[b - 1].size += this.size;
+        }
+        let after = seg.inactive_split();
+        self.count_split(small, before, after);
+        self.count_free(small, taken, requested);
     }
 
     /// What serving a request of `size` bytes would add to the reserved memory: 0 when a cached
@@ -291,25 +544,58 @@ impl CachingAllocator {
         }
     }
 
-    /// `torch.cuda.empty_cache`: releases every segment that holds no allocation.
+    /// `torch.cuda.empty_cache` (and `release_cached_blocks` before an out-of-memory): releases
+    /// every segment that holds no allocation.
     pub fn empty_cache(&mut self) {
+        self.stats.num_sync_all_streams += 1;
         match self.backend {
             Backend::MallocAsync => {
-                self.reserved = self.allocated.div_ceil(ASYNC_GRANULE) * ASYNC_GRANULE;
+                let pool = self.allocated.div_ceil(ASYNC_GRANULE) * ASYNC_GRANULE;
+                if self.reserved > pool {
+                    self.count_release(false, self.reserved - pool);
+                }
                 return;
             }
             Backend::ExpandableSegments => {
-                self.reserved = self.small_level.div_ceil(SMALL_BUFFER) * SMALL_BUFFER
-                    + self.large_level.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
+                let pages = self.pages();
+                let mut excess = self.reserved.saturating_sub(pages);
+                // Unmapped from the large pool first, then the small one.
+                for small in [false, true] {
+                    let held = if small {
+                        self.stats.reserved_bytes.small_pool.current
+                    } else {
+                        self.stats.reserved_bytes.large_pool.current
+                    };
+                    let released = excess.min(held);
+                    if released > 0 {
+                        self.count_release(small, released);
+                        excess -= released;
+                    }
+                }
                 return;
             }
             Backend::Native => {}
         }
-        let before: u64 = self.segments.iter().map(|s| s.size).sum();
-        self.segments
-            .retain(|s| s.blocks.iter().any(|b| b.owner.is_some()));
-        let after: u64 = self.segments.iter().map(|s| s.size).sum();
-        self.reserved -= before - after;
+        let (kept, released): (Vec<Segment>, Vec<Segment>) = std::mem::take(&mut self.segments)
+            .into_iter()
+            .partition(|s| s.blocks.iter().any(|b| b.owner.is_some()));
+        self.segments = kept;
+        for seg in released {
+            self.count_release(seg.small, seg.size);
+        }
+    }
+}
+
+impl Segment {
+    /// Its free blocks (count, bytes) while it is split in several blocks, else none.
+    fn inactive_split(&self) -> (u64, u64) {
+        if self.blocks.len() < 2 {
+            return (0, 0);
+        }
+        self.blocks
+            .iter()
+            .filter(|b| b.owner.is_none())
+            .fold((0, 0), |(n, bytes), b| (n + 1, bytes + b.size))
     }
 }
 
@@ -527,6 +813,66 @@ mod tests {
         assert_eq!(a.reserved, 12 << 20);
     }
 
+    /// The counters move where CUDACachingAllocator.cpp moves them: `allocated_bytes` by the
+    /// block handed out (a block not split counts in full), `requested_bytes` by the bytes asked,
+    /// `inactive_split` by the free blocks of split segments, `segment`/`reserved_bytes` at
+    /// cudaMalloc/cudaFree; peaks restart only at `reset_peaks`, added-up counts at
+    /// `reset_accumulated`.
+    #[test]
+    fn the_counters_follow_pytorchs() {
+        let mib = 1u64 << 20;
+        let mut a = CachingAllocator::new();
+        let x = a.malloc(4 * mib + 100);
+        let st = &a.stats;
+        assert_eq!(st.allocated_bytes.large_pool.current, 4 * mib + 512);
+        assert_eq!(st.requested_bytes.all.current, 4 * mib + 100);
+        assert_eq!((st.segment.all.current, st.num_device_alloc), (1, 1));
+        assert_eq!(
+            (
+                st.inactive_split.all.current,
+                st.inactive_split_bytes.all.current
+            ),
+            (1, 16 * mib - 512),
+            "the 20 MiB segment is split: its free rest is an inactive split"
+        );
+        let y = a.malloc(16 * mib - 512 - mib / 2);
+        assert_eq!(
+            a.stats.allocated_bytes.all.current,
+            20 * mib,
+            "the rest (0.5 MiB) is not split off: the whole block counts"
+        );
+        assert_eq!(a.stats.inactive_split.all.current, 0);
+        let s = a.malloc(1000);
+        assert_eq!(a.stats.allocated_bytes.small_pool.current, 1024);
+        assert_eq!(a.stats.reserved_bytes.small_pool.current, 2 * mib);
+        a.free(y);
+        a.free(x);
+        assert_eq!(a.stats.inactive_split.large_pool.current, 0, "merged whole");
+        assert_eq!(a.peaks(), (20 * mib + 1024, 22 * mib));
+        a.reset_peaks();
+        assert_eq!(a.peaks(), (1024, 22 * mib));
+        a.empty_cache();
+        assert_eq!(
+            (
+                a.reserved,
+                a.stats.num_device_free,
+                a.stats.segment.all.current
+            ),
+            (2 * mib, 1, 1),
+            "the free 20 MiB segment is released; the small one holds an allocation"
+        );
+        assert_eq!(a.peaks().1, 22 * mib, "a release keeps the peak");
+        assert_eq!(a.stats.allocation.all.allocated, 3);
+        a.reset_accumulated();
+        assert_eq!(a.stats.allocation.all.allocated, 0);
+        assert_eq!(a.stats.num_device_alloc, 0);
+        a.free(s);
+        let flat = a.stats.flat();
+        assert_eq!(flat["allocated_bytes.all.current"], 0);
+        assert_eq!(flat["allocated_bytes.all.freed"], 1024);
+        assert_eq!(flat["max_split_size"], -1);
+    }
+
     #[test]
     fn the_other_backends_follow_their_readings() {
         let mib = 1u64 << 20;
@@ -539,7 +885,7 @@ mod tests {
         a.free(y);
         a.free(x);
         assert_eq!(
-            (a.allocated, a.reserved, a.peak_allocated),
+            (a.allocated, a.reserved, a.peaks().0),
             (0, 64 * mib, 40 * mib + 1000)
         );
         a.empty_cache();

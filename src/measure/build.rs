@@ -185,6 +185,10 @@ impl Source {
                 | Event::Free { .. }
                 | Event::Tag { .. }
                 | Event::Unpredictable(_)
+                | Event::EmptyCache {}
+                | Event::ResetPeaks {}
+                | Event::ResetAccumulated {}
+                | Event::MemoryQuery { .. }
                 | Event::Placeholder { .. }
                 | Event::PlaceholderCount { .. },
             ) => {}

@@ -128,6 +128,7 @@ fn run_in_process(
         },
         abandon: None,
         keep_children: trial.keep_children,
+        answers: None,
     };
     let run = process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {

@@ -1,10 +1,12 @@
 //! Predictions: what a workload will hold on a card, phase by phase, from running its own code on
 //! data-less CUDA tensors (`run`, the worker's storage events replayed through the allocator
-//! model in `replay`, the file in `document`, the target card in `target`), and how they are
+//! model in `replay`, which also answers the script's own `torch.cuda.memory_*` calls in
+//! `answers`, the file in `document`, the target card in `target`), and how they are
 //! compared with what `measure` observes (`check`), together with the estimate's KV term. The
 //! torch releases supported and the versions compared with the GPU machine's (`--like`) are in
 //! `versions` and `like`; where a failed workload raised, in `failure`.
 
+pub mod answers;
 pub mod like;
 pub mod oom;
 pub mod render;

@@ -32,11 +32,88 @@ pub enum TraceEvent {
     Free(u64),
     Tag(u64, Category),
     Unpredictable(Unpredictable),
+    /// The script's `torch.cuda.empty_cache()`: cached segments released.
+    EmptyCache,
+    /// The script's `torch.cuda.reset_peak_memory_stats()`: the peaks it reads restart (the
+    /// phases keep their own).
+    ResetPeaks,
+    /// The script's `torch.cuda.reset_accumulated_memory_stats()`.
+    ResetAccumulated,
 }
 
 struct Live {
-    allocation: Option<Allocation>,
+    /// The storage holds a block (an empty storage holds none).
+    held: bool,
     alloc: Box<Alloc>,
+}
+
+/// The device side of a replay: the caching-allocator model and the block each live storage
+/// holds, stepped one trace event at a time. The replay's two passes and the answers to the
+/// script's own `torch.cuda.memory_*` calls (`prediction::answers`) each step one of these over
+/// the same events, so they all read one model.
+pub struct Device {
+    pub allocator: CachingAllocator,
+    blocks: HashMap<u64, Allocation>,
+    capacity: Option<u64>,
+}
+
+/// What one event did to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stepped {
+    /// A storage got a block.
+    Allocated,
+    /// The capacity refused a storage, after releasing this many cached bytes: PyTorch raises
+    /// its out-of-memory error there.
+    Refused { released: u64 },
+    /// Nothing was allocated (a free, an empty storage, a tag, a phase boundary…).
+    Other,
+}
+
+impl Device {
+    /// A device of `backend` whose allocator may reserve at most `capacity` bytes.
+    pub fn new(backend: Backend, capacity: Option<u64>) -> Self {
+        Device {
+            allocator: CachingAllocator::with_backend(backend),
+            blocks: HashMap::new(),
+            capacity,
+        }
+    }
+
+    /// Applies one event. A refused storage gets no block (a script that goes on past a
+    /// predicted out-of-memory is not the card's run: the replay stops there).
+    pub fn step(&mut self, event: &TraceEvent) -> Stepped {
+        let a = &mut self.allocator;
+        match event {
+            TraceEvent::Alloc(alloc) if alloc.bytes > 0 => {
+                match malloc_within(a, alloc.bytes, self.capacity) {
+                    Ok(block) => {
+                        self.blocks.insert(alloc.id, block);
+                        Stepped::Allocated
+                    }
+                    Err(released) => Stepped::Refused { released },
+                }
+            }
+            TraceEvent::Free(id) => {
+                if let Some(block) = self.blocks.remove(id) {
+                    a.free(block);
+                }
+                Stepped::Other
+            }
+            TraceEvent::EmptyCache => {
+                a.empty_cache();
+                Stepped::Other
+            }
+            TraceEvent::ResetPeaks => {
+                a.reset_peaks();
+                Stepped::Other
+            }
+            TraceEvent::ResetAccumulated => {
+                a.reset_accumulated();
+                Stepped::Other
+            }
+            _ => Stepped::Other,
+        }
+    }
 }
 
 /// A phase open at some point of the replay, with its own peaks (phases nest, so the
@@ -95,8 +172,8 @@ pub struct Refused {
 
 /// `malloc` on a card whose allocator may reserve at most `capacity` bytes: a request that does
 /// not fit first makes the allocator release its cached segments (PyTorch's
-/// `release_cached_blocks` before it raises; modelled as releasing them all), then is refused
-/// with the bytes released.
+/// `release_cached_blocks` before it raises; modelled as releasing them all), then is served
+/// (a retry, `num_alloc_retries`) or refused with the bytes released (`num_ooms`).
 fn malloc_within(
     a: &mut CachingAllocator,
     size: u64,
@@ -108,8 +185,10 @@ fn malloc_within(
         let before = a.reserved;
         a.empty_cache();
         if a.reserved.saturating_add(a.growth(size)) > cap {
+            a.stats.num_ooms += 1;
             return Err(before - a.reserved);
         }
+        a.stats.num_alloc_retries += 1;
     }
     Ok(a.malloc(size))
 }
@@ -150,7 +229,7 @@ pub fn replay_within(
     backend: Backend,
     capacity: Option<u64>,
 ) -> Replayed {
-    let mut a = CachingAllocator::with_backend(backend);
+    let mut device = Device::new(backend, capacity);
     let mut refused: Option<(usize, Refused)> = None;
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
@@ -161,8 +240,10 @@ pub fn replay_within(
     let mut phases: Vec<(PredictedPhase, Option<usize>)> = Vec::new();
     let mut notes = Vec::new();
     for (i, event) in events.iter().enumerate() {
-        // The allocator's peaks then hold this event's highest levels, whatever happens inside it.
-        a.reset_peaks();
+        let stepped = device.step(event);
+        let a = &device.allocator;
+        // Within one event the levels end at their highest: an allocation only raises them (a
+        // release before a retry ends below the level already counted), a free only lowers them.
         let mut allocated_here = false;
         match event {
             TraceEvent::PhaseStart {
@@ -190,36 +271,28 @@ pub fn replay_within(
                 });
             }
             TraceEvent::Alloc(alloc) => {
-                // PyTorch hands out no block for an empty storage.
-                let allocation = if alloc.bytes == 0 {
-                    None
-                } else {
-                    match malloc_within(&mut a, alloc.bytes, capacity) {
-                        Ok(allocation) => Some(allocation),
-                        Err(released) => {
-                            let roles = roles(events);
-                            let mut asked = (**alloc).clone();
-                            if let Some(category) = roles.get(&asked.id) {
-                                asked.category = *category;
-                            }
-                            refused = Some((
-                                i,
-                                Refused {
-                                    phase: open.last().map(|o| (o.name.clone(), o.index)),
-                                    growth: a.growth(alloc.bytes),
-                                    released,
-                                    allocated: a.allocated,
-                                    reserved: a.reserved,
-                                    alive: at_peak(&with_roles(&live, &roles), a.allocated),
-                                    tainted: alloc.tainted || tainted_live > 0,
-                                    alloc: asked,
-                                },
-                            ));
-                            break;
-                        }
+                if let Stepped::Refused { released } = stepped {
+                    let roles = roles(events);
+                    let mut asked = (**alloc).clone();
+                    if let Some(category) = roles.get(&asked.id) {
+                        asked.category = *category;
                     }
-                };
-                allocated_here = allocation.is_some();
+                    refused = Some((
+                        i,
+                        Refused {
+                            phase: open.last().map(|o| (o.name.clone(), o.index)),
+                            growth: a.growth(alloc.bytes),
+                            released,
+                            allocated: a.allocated,
+                            reserved: a.reserved,
+                            alive: at_peak(&with_roles(&live, &roles), a.allocated),
+                            tainted: alloc.tainted || tainted_live > 0,
+                            alloc: asked,
+                        },
+                    ));
+                    break;
+                }
+                allocated_here = stepped == Stepped::Allocated;
                 if alloc.tainted {
                     tainted_live += 1;
                     for o in &mut open {
@@ -232,18 +305,15 @@ pub fn replay_within(
                 live.insert(
                     alloc.id,
                     Live {
-                        allocation,
+                        held: allocated_here,
                         alloc: alloc.clone(),
                     },
                 );
             }
             TraceEvent::Free(id) => {
                 if let Some(l) = live.remove(id) {
-                    if let Some(allocation) = l.allocation {
-                        a.free(allocation);
-                        if l.alloc.category != Category::Workspace {
-                            tensors -= rounded(l.alloc.bytes);
-                        }
+                    if l.held && l.alloc.category != Category::Workspace {
+                        tensors -= rounded(l.alloc.bytes);
                     }
                     if l.alloc.tainted {
                         tainted_live -= 1;
@@ -276,18 +346,19 @@ pub fn replay_within(
                         "phase {} did not end before the phase {} around it: closed as failed there",
                         inner.name, open[k].name
                     ));
-                    phases.push(close(inner, Closed::OuterEnded, &a, context_bytes, None));
+                    phases.push(close(inner, Closed::OuterEnded, a, context_bytes, None));
                 }
                 let o = open.pop().expect("k is open");
                 let how = Closed::Ended { failed: *failed };
-                phases.push(close(o, how, &a, context_bytes, Some(inputs)));
+                phases.push(close(o, how, a, context_bytes, Some(inputs)));
             }
+            TraceEvent::EmptyCache | TraceEvent::ResetPeaks | TraceEvent::ResetAccumulated => {}
         }
         for o in &mut open {
-            o.peak_reserved = o.peak_reserved.max(a.peak_reserved);
+            o.peak_reserved = o.peak_reserved.max(a.reserved);
             o.peak_tensor = o.peak_tensor.max(tensors);
-            if a.peak_allocated > o.peak_allocated {
-                o.peak_allocated = a.peak_allocated;
+            if a.allocated > o.peak_allocated {
+                o.peak_allocated = a.allocated;
             }
             // The latest event at the peak: what is alive there is the peak's content.
             if allocated_here && a.allocated >= o.peak_allocated {
@@ -307,7 +378,7 @@ pub fn replay_within(
                 o.name
             ));
         }
-        phases.push(close(o, how, &a, context_bytes, None));
+        phases.push(close(o, how, &device.allocator, context_bytes, None));
     }
     snapshots(events, &mut phases, backend, capacity);
     let mut phases: Vec<PredictedPhase> = phases.into_iter().map(|(p, _)| p).collect();
@@ -389,7 +460,7 @@ fn with_roles(live: &HashMap<u64, Live>, roles: &HashMap<u64, Category>) -> Hash
             (
                 *id,
                 Live {
-                    allocation: l.allocation,
+                    held: l.held,
                     alloc,
                 },
             )
@@ -465,38 +536,31 @@ fn snapshots(
         return;
     }
     let role = roles(events);
-    let mut a = CachingAllocator::with_backend(backend);
+    let mut device = Device::new(backend, capacity);
     let mut live: HashMap<u64, Live> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
+        // The same capacity as the first pass, so that the same blocks are handed out; every
+        // peak wanted comes before a refusal.
+        let stepped = device.step(event);
         match event {
             TraceEvent::Alloc(alloc) => {
-                // The same capacity as the first pass, so that the same blocks are handed out;
-                // every peak wanted comes before a refusal.
-                let Ok(allocation) = (alloc.bytes > 0)
-                    .then(|| malloc_within(&mut a, alloc.bytes, capacity))
-                    .transpose()
-                else {
+                if let Stepped::Refused { .. } = stepped {
                     return;
-                };
+                }
                 let mut alloc = alloc.clone();
                 if let Some(category) = role.get(&alloc.id) {
                     alloc.category = *category;
                 }
-                live.insert(alloc.id, Live { allocation, alloc });
+                let held = stepped == Stepped::Allocated;
+                live.insert(alloc.id, Live { held, alloc });
             }
             TraceEvent::Free(id) => {
-                if let Some(Live {
-                    allocation: Some(allocation),
-                    ..
-                }) = live.remove(id)
-                {
-                    a.free(allocation);
-                }
+                live.remove(id);
             }
             _ => {}
         }
         if let Some(ks) = wanted.remove(&i) {
-            let snapshot = at_peak(&live, a.allocated);
+            let snapshot = at_peak(&live, device.allocator.allocated);
             for k in ks {
                 phases[k].0.at_peak = Some(snapshot.clone());
             }
@@ -511,7 +575,7 @@ fn at_peak(live: &HashMap<u64, Live>, allocated: u64) -> AtPeak {
     let mut by_category: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_module: HashMap<&str, u64> = HashMap::new();
     let mut counted = 0u64;
-    for l in live.values().filter(|l| l.allocation.is_some()) {
+    for l in live.values().filter(|l| l.held) {
         let bytes = rounded(l.alloc.bytes);
         counted += bytes;
         *by_category.entry(l.alloc.category.to_string()).or_default() += bytes;
@@ -531,7 +595,7 @@ fn at_peak(live: &HashMap<u64, Live>, allocated: u64) -> AtPeak {
         .collect();
     modules.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.module.cmp(&y.module)));
     modules.truncate(10);
-    let mut tensors: Vec<&Live> = live.values().filter(|l| l.allocation.is_some()).collect();
+    let mut tensors: Vec<&Live> = live.values().filter(|l| l.held).collect();
     tensors.sort_by(|x, y| {
         y.alloc
             .bytes

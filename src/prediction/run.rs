@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::environment::PythonEnvironment;
+use crate::prediction::answers::Answers;
 use crate::prediction::oom;
 use crate::prediction::replay::{Replayed, TraceEvent, replay_within};
 use crate::progress::Progress;
@@ -75,6 +76,8 @@ pub fn predict_within(
     // Fake tensors have no allocator to record.
     spec.history = None;
     spec.world_size = plan.world_size();
+    let backend = crate::prediction::replay::backend(&target.allocator_backend);
+    let pipe = process::AnswerPipe::default();
     let cmd = WorkerCommand {
         python: plan.python.clone(),
         spec: serde_json::to_value(&spec)
@@ -83,13 +86,20 @@ pub fn predict_within(
         forward_output: trial.forward_output,
         progress: progress.forwarder(),
         // The predicting process never touches a GPU, even on a machine that has one.
-        env: vec![("CUDA_VISIBLE_DEVICES".into(), Some(String::new()))],
+        env: vec![
+            ("CUDA_VISIBLE_DEVICES".into(), Some(String::new())),
+            // The worker's standard input carries the allocator's answers (predict/memory.py).
+            ("ITERAGPU_ANSWERS".into(), Some("stdin".into())),
+        ],
         launch: process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
         keep_children: trial.keep_children,
+        answers: Some(pipe.clone()),
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
+    // The script's own torch.cuda memory calls: the replay's model, with the same capacity.
+    let mut answers = Answers::new(backend, Some(capacity.allocator_bytes));
     let run = process::run(&cmd, stop, |_, line| match line {
         Line::Event(Event::Environment(env)) => {
             // A CPU-only interpreter reports no torch here only when it could not import it,
@@ -130,6 +140,13 @@ pub fn predict_within(
         Line::Event(Event::Free { id }) => c.events.push(TraceEvent::Free(id)),
         Line::Event(Event::Tag { id, category }) => c.events.push(TraceEvent::Tag(id, category)),
         Line::Event(Event::Unpredictable(u)) => c.events.push(TraceEvent::Unpredictable(u)),
+        Line::Event(Event::EmptyCache {}) => c.events.push(TraceEvent::EmptyCache),
+        Line::Event(Event::ResetPeaks {}) => c.events.push(TraceEvent::ResetPeaks),
+        Line::Event(Event::ResetAccumulated {}) => c.events.push(TraceEvent::ResetAccumulated),
+        Line::Event(Event::MemoryQuery { id }) => {
+            // A worker gone meanwhile needs no answer.
+            pipe.send(&answers.answer(id, &c.events));
+        }
         Line::Event(Event::Placeholder {
             file,
             line,
@@ -176,7 +193,6 @@ pub fn predict_within(
             )));
         }
     }
-    let backend = crate::prediction::replay::backend(&target.allocator_backend);
     let judged = judge(
         replay_within(
             &c.events,

@@ -241,6 +241,18 @@ pub enum Event {
     },
     /// Prediction only: an op fake tensors cannot follow.
     Unpredictable(crate::schema::trace::Unpredictable),
+    /// Prediction only: the script's `torch.cuda.empty_cache()`.
+    EmptyCache {},
+    /// Prediction only: the script's `torch.cuda.reset_peak_memory_stats()`.
+    ResetPeaks {},
+    /// Prediction only: the script's `torch.cuda.reset_accumulated_memory_stats()`.
+    ResetAccumulated {},
+    /// Prediction only: the script reads the allocator (`torch.cuda.memory_stats()` and
+    /// friends); the CLI answers on the worker's answer pipe, from the replay's own model at
+    /// this point of the events (`prediction::answers`).
+    MemoryQuery {
+        id: u64,
+    },
     /// Prediction only: a value read from data (`.item()`) answered with a placeholder.
     Placeholder {
         op: String,

@@ -46,6 +46,37 @@ pub struct WorkerCommand {
     pub abandon: Option<Arc<AtomicBool>>,
     /// Name the processes the workload left running, but leave them (`--keep-children`).
     pub keep_children: bool,
+    /// A predicting worker's answer pipe (its standard input), else none (standard input reads
+    /// nothing).
+    pub answers: Option<AnswerPipe>,
+}
+
+/// Lines written back to a predicting worker: the allocator model's answers to the script's own
+/// `torch.cuda` memory calls (`prediction::answers`). The worker keeps its standard input for
+/// them (the workload's own reads nothing); set once the worker is started.
+#[derive(Clone, Debug, Default)]
+pub struct AnswerPipe(Arc<Mutex<Option<std::process::ChildStdin>>>);
+
+impl AnswerPipe {
+    /// Writes one line; false when the worker is gone (or never started).
+    pub fn send(&self, line: &str) -> bool {
+        let mut pipe = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(stdin) = pipe.as_mut() else {
+            return false;
+        };
+        let sent = stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.write_all(b"\n"))
+            .and_then(|()| stdin.flush());
+        if sent.is_err() {
+            *pipe = None;
+        }
+        sent.is_ok()
+    }
+
+    fn set(&self, stdin: Option<std::process::ChildStdin>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = stdin;
+    }
 }
 
 /// How the worker processes are started.
@@ -392,7 +423,11 @@ pub fn run(
         .arg(&spec_path)
         .env("PYTHONPATH", package.pythonpath())
         .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
+        .stdin(if cmd.answers.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -413,6 +448,9 @@ pub fn run(
     let pid = child.id();
     live.insert(pid);
     drop(live);
+    if let Some(answers) = &cmd.answers {
+        answers.set(child.stdin.take());
+    }
     let (tx, rx) = mpsc::channel();
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -517,6 +555,9 @@ pub fn run(
     };
     // The worker is gone: end anything it left in its group (and the ranks' groups), then
     // drain the channels.
+    if let Some(answers) = &cmd.answers {
+        answers.set(None);
+    }
     kill_group(pid, libc::SIGKILL);
     ch.kill_ranks();
     finished.store(true, Ordering::Relaxed);

@@ -249,7 +249,7 @@ fn the_worker_emits_every_event_of_the_schema_and_no_other() {
         "",
         &[repo("python")],
     );
-    assert_eq!(out.lines().count(), 17, "{out}");
+    assert_eq!(out.lines().count(), 21, "{out}");
 }
 
 /// A prediction's storage events are valid too: a loop on data (placeholders, an unpredictable
@@ -285,6 +285,8 @@ fn the_predicting_workers_events_follow_the_events_schema() {
             "phase_start",
             "placeholder",
             "placeholder_count",
+            // Each phase's protocol resets the peaks the script reads (an event of the trace).
+            "reset_peaks",
             "tag",
             "unpredictable",
         ],

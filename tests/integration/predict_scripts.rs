@@ -649,5 +649,65 @@ fn cudnn_rnn_sizes_follow_pytorchs() {
         out.status.success() && stdout.contains(" passed, 0 failed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+
+/// What a script prints of `torch.cuda`'s memory counters is what the prediction file says:
+/// one allocator model (the replay's) answers both. At each phase end the script's
+/// `max_memory_allocated()`/`max_memory_reserved()` (peaks reset at the phase's start, as the
+/// phase protocol does) and `memory_allocated()`/`memory_reserved()` are the phase's peaks and
+/// end levels, to the byte; `empty_cache()` releases in the replay where the script called it,
+/// and `reset_peak_memory_stats()` restarts the peaks the script reads next.
+#[test]
+#[ignore = "needs torch"]
+fn the_scripts_memory_counters_are_the_files_figures() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "memory_prints.py", &[], &[]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    let printed: Vec<serde_json::Value> = p
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("MEMORY "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let phases: Vec<&PredictedPhase> = p.doc.phases.iter().filter(|ph| !ph.automatic).collect();
+    let names: Vec<&str> = phases.iter().map(|ph| ph.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "forward",
+            "backward",
+            "optimizer",
+            "forward",
+            "backward",
+            "optimizer",
+            "eval"
+        ]
+    );
+    assert_eq!(printed.len(), phases.len() + 1, "{}", p.stderr);
+    for (line, phase) in printed.iter().zip(&phases) {
+        assert_eq!(line["phase"], phase.name.as_str());
+        let read = |key: &str| line[key].as_u64();
+        assert_eq!(read("max_allocated"), phase.peak_allocated_bytes, "{line}");
+        assert_eq!(read("stats_peak"), phase.peak_allocated_bytes, "{line}");
+        assert_eq!(read("max_reserved"), phase.peak_reserved_bytes, "{line}");
+        assert_eq!(read("allocated"), phase.end_allocated_bytes, "{line}");
+        assert_eq!(read("reserved"), phase.end_reserved_bytes, "{line}");
+    }
+    // empty_cache() after the first step: the second forward starts below the first step's
+    // reserved peak, in the file as in what the script read.
+    assert!(phases[3].start_reserved_bytes < phases[2].peak_reserved_bytes);
+    assert!(phases[3].peak_reserved_bytes < phases[2].peak_reserved_bytes);
+    // reset_peak_memory_stats() after eval: the peak restarts from the level then.
+    let after = printed.last().unwrap();
+    assert_eq!(
+        after["max_allocated"].as_u64(),
+        phases[6].end_allocated_bytes
+    );
+    let total = p.doc.target.total_memory;
+    let reserved = phases[6].end_reserved_bytes.unwrap();
+    assert_eq!(
+        after["free"].as_u64(),
+        Some(total - reserved - p.doc.target.context_bytes),
+        "mem_get_info: the card less what the allocator reserves and what lies outside it"
     );
 }

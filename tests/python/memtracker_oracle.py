@@ -102,6 +102,15 @@ def main():
     def cuda(snapshot):
         return sum(v["Total"] if isinstance(v, dict) else v for d, v in snapshot.items() if d.type == "cuda")
 
+    def counters():
+        # A script's own torch.cuda counters: under `predict` the CLI's allocator model answers
+        # them; here, with no CLI, MemTracker's live CUDA bytes (the oracle never reads them).
+        now = cuda(tracker.get_tracker_snapshot())
+        peak = max(now, sum(v for d, v in tracker._peak_mem.items() if d.type == "cuda"))
+        return {f"{name}.all.{field}": value for name in ("allocated_bytes", "reserved_bytes") for field, value in (("current", now), ("peak", peak))}
+
+    s.tracker.memory.stats = counters
+
     def emit(kind, data):
         if kind == "phase_start":
             # The phase's peak starts from the current level (as reset_peak_memory_stats does).

@@ -7,7 +7,8 @@ How CUDA's rules are followed without a GPU (the design, checked on a CPU-only m
   lists and weight-cast cache), `x.is_cuda`, `.cuda()`, `torch.device("cuda")` all behave as on a
   GPU; two small native shims (`native.py`) let autograd run backward without a driver;
 * `torch.cuda` answers as the target card would (`cuda_api.py`): available, its name, compute
-  capability and total memory; `memory_allocated()` and friends from the tracker;
+  capability and total memory; `memory_allocated()` and friends from the CLI's allocator model,
+  the replay's own, asked over the answer pipe (`memory.py`);
 * SDPA picks the backend CUDA would pick on that card (`sdpa.py`, a port of PyTorch's rules),
   where PyTorch's own choice falls back to the math path without a driver;
 * optimizers take their CUDA default (foreach) instead of the per-tensor loop chosen for tensors
@@ -55,15 +56,23 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
             {"reason": f"torch {getattr(torch, '__version__', '?')} cannot run predictions here: {type(exc).__name__}: {exc}"},
         )
         return 2
+    from . import memory as allocator
+
     lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
     pending: list[str] = []
     parent = os.getpid()
+    answers = allocator.take_answers()
+    changes = allocator.CHANGES
+    model: list[allocator.Memory] = []  # the session's, once made
 
     def emit(kind: str, data: Any) -> None:
         if os.getpid() != parent:
             return  # a forked child (a DataLoader worker): only the predicting process reports
-        # Storage events are many (one per tensor): written in batches; anything else flushes.
+        # Storage events are many (one per tensor): written in batches; anything else flushes
+        # (a memory_query first sends every event before it, so the model's answer covers them).
         with lock:
+            if kind in changes and model:
+                model[0].changed()
             pending.append(json.dumps({"type": kind, "data": data}, allow_nan=False, default=str))
             if len(pending) >= 512 or kind not in ("alloc", "free", "tag"):
                 channel.write_lines(pending)
@@ -87,7 +96,8 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
             pending.clear()
 
     try:
-        run = session.Session(torch, emit, spec, target, fake_mode_class)
+        run = session.Session(torch, emit, spec, target, fake_mode_class, answers)
+        model.append(run.tracker.memory)
         run.flush = flush
         return run.run()
     finally:

@@ -1,7 +1,7 @@
 """`torch.cuda` as the target card would answer, in the predicting process: available, one device
-with the card's name, compute capability and total memory; the memory counters from the tracker
-(512-byte-rounded live storages: an approximation for the script's own prints — the prediction
-itself comes from the CLI's allocator replay); streams, events and synchronisation do nothing."""
+with the card's name, compute capability and total memory; the memory counters from the CLI's
+allocator model, the one the prediction's replay uses (`memory.py`), so that what the script
+prints and what the file says agree; streams, events and synchronisation do nothing."""
 
 from __future__ import annotations
 
@@ -119,28 +119,21 @@ def install(torch: Any, target: dict[str, Any], tracker: Any) -> None:
     c.is_bf16_supported = lambda including_emulation=True: props.major >= 8
     c.get_arch_list = lambda: [f"sm_{props.major}{props.minor}"]
     c.synchronize = lambda device=None: None
-    c.empty_cache = lambda: None
-    c.memory_allocated = lambda device=None: tracker.allocated
-    c.max_memory_allocated = lambda device=None: tracker.peak
-    c.memory_reserved = lambda device=None: tracker.reserved
-    c.max_memory_reserved = lambda device=None: tracker.reserved
-
-    def reset(device: Any = None) -> None:
-        tracker.peak = tracker.allocated
-
-    c.reset_peak_memory_stats = reset
-    c.reset_max_memory_allocated = reset
-    c.reset_accumulated_memory_stats = lambda device=None: None
-    c.mem_get_info = lambda device=None: (
-        max(0, props.total_memory - tracker.reserved - target.get("context_bytes", 0)),
-        props.total_memory,
-    )
-    c.memory_stats = lambda device=None: {
-        "allocated_bytes.all.current": tracker.allocated,
-        "allocated_bytes.all.peak": tracker.peak,
-        "reserved_bytes.all.current": tracker.reserved,
-        "reserved_bytes.all.peak": tracker.reserved,
-    }
+    # The memory counters: each asks the one allocator model (memory.py).
+    memory = tracker.memory
+    c.empty_cache = memory.empty_cache
+    c.memory_allocated = lambda device=None: memory.stat("allocated_bytes.all.current")
+    c.max_memory_allocated = lambda device=None: memory.stat("allocated_bytes.all.peak")
+    c.memory_reserved = lambda device=None: memory.stat("reserved_bytes.all.current")
+    c.max_memory_reserved = lambda device=None: memory.stat("reserved_bytes.all.peak")
+    c.memory_cached = c.memory_reserved
+    c.max_memory_cached = c.max_memory_reserved
+    c.reset_peak_memory_stats = memory.reset_peaks
+    c.reset_max_memory_allocated = memory.reset_peaks
+    c.reset_max_memory_cached = memory.reset_peaks
+    c.reset_accumulated_memory_stats = memory.reset_accumulated
+    c.mem_get_info = lambda device=None: memory.mem_get_info()
+    c.memory_stats = lambda device=None: collections.OrderedDict(sorted(memory.stats().items()))
     c.get_allocator_backend = lambda: target.get("allocator_backend", "native")
     c.set_per_process_memory_fraction = lambda fraction, device=None: None
     c.Stream = _Stream

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
 from . import compat, cuda_api, cudnn_rnn, idioms
+from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
 
@@ -27,13 +28,17 @@ def fake_mode_class(torch: Any) -> type:
 class Session:
     """One prediction of `spec` for the `target` card: the fake CUDA world, then the workload in it."""
 
-    def __init__(self, torch: Any, emit: Emit, spec: WorkerSpec, target: dict[str, Any], mode_class: type) -> None:
+    def __init__(
+        self, torch: Any, emit: Emit, spec: WorkerSpec, target: dict[str, Any], mode_class: type, answers: IO[str] | None = None
+    ) -> None:
         self.torch = torch
         self.emit = emit
         self.spec = spec
         self.target = target
         self.mode_class = mode_class
         self.tracker = tracking.Tracker(emit, [tuple(w) for w in target.get("workspaces", [])])
+        # The script's torch.cuda memory calls: the CLI's model answers them over `answers`.
+        self.tracker.memory = allocator.Memory(emit, answers, target)
         # Every op on the target device runs under this mode (tracker.py decides which ops).
         self.fake = mode_class(allow_non_fake_inputs=True)
         self.tracker.fake_mode = self.fake

@@ -152,9 +152,9 @@ class Tracker(TorchDispatchMode):
         # id(storage) -> [event id (None while resized to 0), bytes, category, first event id]
         self.live: dict[int, list[Any]] = {}
         self.next_id = 0
-        self.allocated = 0  # 512-byte-rounded live bytes: what the torch.cuda shim answers
-        self.peak = 0
-        self.reserved = 0
+        # The script's torch.cuda memory calls: answered by the CLI's allocator model (memory.py;
+        # set by the session), the one the replay uses.
+        self.memory: Any = None
         self.tainted: set[int] = set()  # event ids
         self.blas_threads: set[int] = set()
         self.local = threading.local()
@@ -219,8 +219,6 @@ class Tracker(TorchDispatchMode):
             ident = self.next_id
             self.next_id += 1
             self.live[key] = [ident, nbytes, category, origin]
-            self.allocated += (nbytes + 511) // 512 * 512
-            self.peak = max(self.peak, self.allocated)
             self._emit(
                 "alloc",
                 {
@@ -269,10 +267,6 @@ class Tracker(TorchDispatchMode):
             self.next_id += 1
             category = category or self.default_category()
             self.live[key] = [ident, nbytes, category, ident]
-            rounded = 0 if nbytes == 0 else (nbytes + 511) // 512 * 512
-            self.allocated += rounded
-            self.peak = max(self.peak, self.allocated)
-            self.reserved = max(self.reserved, -(-self.allocated // (2 << 20)) * (2 << 20))
             if tainted:
                 self.tainted.add(ident)
             self._emit(
@@ -298,10 +292,9 @@ class Tracker(TorchDispatchMode):
                 self._free(key)
 
     def _free(self, key: int) -> None:
-        ident, nbytes, _, _ = self.live.pop(key)
+        ident = self.live.pop(key)[0]
         if ident is None:
             return
-        self.allocated -= 0 if nbytes == 0 else (nbytes + 511) // 512 * 512
         self._emit("free", {"id": ident})
 
     def tag(self, t: Any, category: str, only_from: Iterable[str] | None = None) -> None:
@@ -334,8 +327,6 @@ class Tracker(TorchDispatchMode):
             for nbytes, what in self._workspaces:
                 ident = self.next_id
                 self.next_id += 1
-                self.allocated += nbytes
-                self.peak = max(self.peak, self.allocated)
                 self._emit(
                     "alloc",
                     {
