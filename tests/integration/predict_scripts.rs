@@ -649,6 +649,8 @@ fn cudnn_rnn_sizes_follow_pytorchs() {
         out.status.success() && stdout.contains(" passed, 0 failed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 /// What a script prints of `torch.cuda`'s memory counters is what the prediction file says:
 /// one allocator model (the replay's) answers both. At each phase end the script's
