@@ -453,3 +453,29 @@ fn a_model_built_under_a_device_context_is_predicted() {
     // Parameters, the batch and the activations of a 64×64 convolution over 8 images.
     assert!(run.peak_allocated_bytes.unwrap() > 8 * 32 * 64 * 64 * 4);
 }
+
+/// The module phase in which the workload raised is `failed`, with the figures reached until it
+/// raised (its activation included), never `predicted`; the run around it is failed too.
+#[test]
+#[ignore = "needs torch"]
+fn a_forward_that_raises_is_a_failed_phase_with_its_partial_peak() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(&python, dir.path(), "raises_in_forward.py", &[], &[]);
+    assert_ne!(p.code, 0, "{}", p.stderr);
+    assert_eq!(p.doc.status, PredictionStatus::Failed);
+    assert_eq!(p.names(), ["run raises_in_forward.py", "Broken.forward #1"]);
+    let forward = p.phase("Broken.forward #1");
+    assert_eq!(forward.status, PhaseStatus::Failed);
+    assert_eq!(
+        p.phase("run raises_in_forward.py").status,
+        PhaseStatus::Failed
+    );
+    // Its partial peak: the 64 × 1024 fp32 output of the projection, made before the raise.
+    let grew = forward.peak_allocated_bytes.unwrap() - forward.start_allocated_bytes.unwrap();
+    assert!(grew >= 64 * 1024 * 4, "{grew}");
+    assert_eq!(
+        forward.peak_allocated_bytes,
+        p.phase("run raises_in_forward.py").peak_allocated_bytes
+    );
+}
