@@ -9,7 +9,9 @@ prediction opens a phase around:
 * each `generate()` (`generate #1`), split into its prefill (the first forward) and its decode
   steps (every later forward, one phase), as a GPU serves them.
 
-They are numbered from 1 per name, like MemTracker's module phases, and marked `automatic` in the
+A phase the workload raised in (a forward, backward, step, zero_grad, generate) closes `failed`
+with the figures reached until then, never `predicted`; so do automatic phases still open when the
+workload stops. They are numbered from 1 per name, like MemTracker's module phases, and marked `automatic` in the
 file. After `PER_NAME` phases of one name, later calls are covered by the enclosing phases only
 (said once): a long training loop is not a thousand phases.
 """

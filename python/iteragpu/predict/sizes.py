@@ -63,6 +63,15 @@ def known_size(tr: Any, func: Any, args: Any, kwargs: Any, flat: list[Any], spec
     return _all_known(tr, func, flat, spec)
 
 
+def byte_mask_index(func: Any, args: Any) -> bool:
+    """`aten.index.Tensor` with a uint8 mask among its indices (FakeTensorMode refuses them)."""
+    return (
+        func is torch.ops.aten.index.Tensor
+        and len(args) >= 2
+        and any(isinstance(i, torch.Tensor) and i.dtype == torch.uint8 for i in args[1])
+    )
+
+
 def _fake(tr: Any, shape: Any, dtype: Any, device: Any, register: bool = False, held: list[Any] | None = None) -> Any:
     with tr.fake_lock, tr.fake_mode:
         t = torch.empty(tuple(shape), dtype=dtype, device=device)

@@ -407,11 +407,19 @@ class Tracker(TorchDispatchMode):
             out = self._unsupported(func, args, kwargs)
             tainted = True
         except (RuntimeError, NotImplementedError) as exc:
-            # A custom op registered without a fake implementation says so in its own words.
-            if not _no_fake_implementation(exc):
+            if sizes.byte_mask_index(func, args):
+                # FakeTensorMode refuses the (deprecated) uint8 masks that CUDA's index still takes.
+                held = []
+                out = self._known_shape(func, args, kwargs, flat, spec, held)
+                if out is None:
+                    out = self._upper_bound(func, name, args, kwargs)
+                    tainted = True
+            elif not _no_fake_implementation(exc):
                 raise
-            out = self._unsupported(func, args, kwargs)
-            tainted = True
+            else:
+                # A custom op registered without a fake implementation says so in its own words.
+                out = self._unsupported(func, args, kwargs)
+                tainted = True
         except fake_tensor.DataDependentOutputException as exc:
             file, line = user_frame()
             self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its result depends on the data"})
@@ -652,7 +660,7 @@ class Tracker(TorchDispatchMode):
         if name == "index":
             indices = []
             for i in args[1]:
-                if i is not None and i.dtype == torch.bool:
+                if i is not None and i.dtype in (torch.bool, torch.uint8):
                     indices += [torch.zeros(i.numel(), dtype=torch.long, device=i.device)] * i.dim()
                 else:
                     indices.append(i)
