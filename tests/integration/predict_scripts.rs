@@ -478,6 +478,21 @@ fn a_forward_that_raises_is_a_failed_phase_with_its_partial_peak() {
         forward.peak_allocated_bytes,
         p.phase("run raises_in_forward.py").peak_allocated_bytes
     );
+    // The script's own marker around the call fails the same way, with its partial peak.
+    let marked = tempfile::tempdir().unwrap();
+    let p = predict(
+        &python,
+        marked.path(),
+        "raises_in_forward.py",
+        &[],
+        &["marked"],
+    );
+    assert_eq!(p.doc.status, PredictionStatus::Failed);
+    assert_eq!(p.names(), ["run raises_in_forward.py", "step"]);
+    let step = p.phase("step");
+    assert_eq!(step.status, PhaseStatus::Failed);
+    let grew = step.peak_allocated_bytes.unwrap() - step.start_allocated_bytes.unwrap();
+    assert!(grew >= 64 * 1024 * 4, "{grew}");
 }
 
 /// An SFT step as scripts write it: collated labels with -100 on prompts and padding go to the
