@@ -50,7 +50,7 @@ def known_size(tr: Any, func: Any, args: Any, kwargs: Any, flat: list[Any], spec
     if getattr(func, "namespace", None) != "aten":
         return None
     name = known_values.base_name(func)
-    if name == "index" and len(args) >= 2:
+    if name == "index" and len(args) >= 2 and _masks_with_dims(args[1]):
         return _index(tr, args[0], list(args[1]), held, func)
     if name == "masked_select" and len(args) >= 2:
         return _masked_select(tr, args[0], args[1], held)
@@ -70,6 +70,13 @@ def byte_mask_index(func: Any, args: Any) -> bool:
         and len(args) >= 2
         and any(isinstance(i, torch.Tensor) and i.dtype == torch.uint8 for i in args[1])
     )
+
+
+def _masks_with_dims(indices: Any) -> bool:
+    """Boolean masks among an index's indices, none of them 0-dimensional (`x[True]` adds a
+    dimension: left to the CPU run over known values)."""
+    masks = [i for i in indices if isinstance(i, torch.Tensor) and i.dtype in _MASKS]
+    return bool(masks) and all(m.dim() > 0 for m in masks)
 
 
 def _fake(tr: Any, shape: Any, dtype: Any, device: Any, register: bool = False, held: list[Any] | None = None) -> Any:
@@ -95,9 +102,6 @@ def _positions(tr: Any, known: Any, device: Any, held: list[Any]) -> Any:
 def _index(tr: Any, self_: Any, indices: list[Any], held: list[Any], func: Any) -> Any:
     """`self[indices]` with boolean masks among the indices: each known mask becomes its
     positions, and the fake op sizes the output from them."""
-    masks = [i for i in indices if isinstance(i, torch.Tensor) and i.dtype in _MASKS]
-    if not masks or any(m.dim() == 0 for m in masks):
-        return None
     replaced: list[Any] = []
     dim = 0
     for i in indices:
