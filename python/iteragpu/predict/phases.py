@@ -9,7 +9,9 @@ prediction opens a phase around:
 * each `generate()` (`generate #1`), split into its prefill (the first forward) and its decode
   steps (every later forward, one phase), as a GPU serves them.
 
-They are numbered from 1 per name, like MemTracker's module phases, and marked `automatic` in the
+A phase the workload raised in (a forward, backward, step, zero_grad, generate) closes `failed`
+with the figures reached until then, never `predicted`; so do automatic phases still open when the
+workload stops. They are numbered from 1 per name, like MemTracker's module phases, and marked `automatic` in the
 file. After `PER_NAME` phases of one name, later calls are covered by the enclosing phases only
 (said once): a long training loop is not a thousand phases.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import threading
 from typing import Any, Literal
 
@@ -41,6 +44,21 @@ def _on_device(module: Any, args: Any) -> bool:
         if first is not None and first.device.type != "cpu":
             return True
     return False
+
+
+def _raised_in_forward() -> BaseException | None:
+    """The exception leaving a module's forward when its `always_call` forward hook runs for it.
+
+    `Module._call_impl` calls an `always_call` hook from its `except` clause when the forward
+    raised, and from its inner function after a normal return: the hook's caller tells which, and
+    only then is the exception being handled the forward's own (a forward called from a user's own
+    `except` clause returns normally from `inner`)."""
+    caller: Any = sys._getframe(1)
+    while caller is not None and caller.f_code.co_filename == __file__:
+        caller = caller.f_back
+    if caller is None or caller.f_code.co_name != "_call_impl":
+        return None
+    return sys.exc_info()[1]
 
 
 class AutoPhases:
@@ -88,10 +106,11 @@ class AutoPhases:
         self.mine.remove(state)
         self.rec.end(state, error)
 
-    def close_all(self) -> None:
-        """At the run's end (or its failure), every automatic phase still open is closed."""
+    def close_all(self, error: BaseException | None = None) -> None:
+        """At the run's end (or its failure: `error`), every automatic phase still open is closed
+        (failed when the workload stopped inside it)."""
         while self.mine:
-            self._close(self.mine[-1])
+            self._close(self.mine[-1], error)
 
     # ------------------------------------------------------------ hooks
     def install(self) -> AutoPhases:
@@ -122,7 +141,7 @@ class AutoPhases:
             depth.n = max(0, getattr(depth, "n", 1) - 1)
             state = module.__dict__.pop("_iteragpu_auto", None)
             if state is not None and depth.n == 0:
-                this._close(state)
+                this._close(state, _raised_in_forward())
 
         # Root modules are found by this hook's own depth count (the session's hooks keep names).
         M.register_module_forward_pre_hook(lambda m, a: pre(m, a))
@@ -160,9 +179,12 @@ class AutoPhases:
         def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
             state = this._open(f"{type(opt).__name__}.zero_grad")
             try:
-                return original_zero_grad(opt, *args, **kwargs)
-            finally:
-                this._close(state)
+                result = original_zero_grad(opt, *args, **kwargs)
+            except BaseException as exc:
+                this._close(state, exc)
+                raise
+            this._close(state)
+            return result
 
         optimizer.Optimizer.zero_grad = zero_grad
         from . import idioms

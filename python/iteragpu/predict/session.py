@@ -360,7 +360,7 @@ class Session:
             events("done", {"status": "failed", "error": {"type": "Unpredictable", "message": str(exc)}})
             code = 3
         finally:
-            self.phases.close_all()
+            self.phases.close_all(None if code == 0 else RuntimeError("the workload stopped inside this phase"))
             modes.close()
         self._summary(events)
         return code

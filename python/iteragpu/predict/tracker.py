@@ -11,7 +11,8 @@ backward, kept in an optimizer's state, passed as a model's input, held by a KV 
 
 What depends on data never gets a guessed number: `.item()` and friends return a placeholder,
 counted and reported; an op whose output size depends on data (nonzero, boolean masks, unique)
-makes the phase `unpredictable` (named with the op and the user's file and line), and what it
+gets its true size when the inputs that decide it are known (`sizes.py`), else it makes the
+phase `unpredictable` (named with the op and the user's file and line), and what it
 produces is tainted so that no later phase holding it is presented as predicted either.
 """
 
@@ -32,6 +33,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from . import sizes
 from . import values as known_values
 
 aten: Any = torch.ops.aten
@@ -41,8 +43,6 @@ BLAS_OPS: set[str] = {
     "mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot", "vdot", "addbmm", "_addmm_activation",
     "matmul", "linear", "_scaled_mm", "_int_mm",
 }
-# Output size depends on the data: an upper bound lets the run go on, the phase is unpredictable.
-DATA_DEPENDENT: set[str] = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
 # A condition that keeps reading unknown data (`while not done.all()`) at one line is answered this
 # many times, then the phase is unpredictable (a loop that data alone would end).
 LOOP_BUDGET: int = 1_000
@@ -388,7 +388,9 @@ class Tracker(TorchDispatchMode):
             with self.fake_lock, self.fake_mode:
                 out = func(*args, **kwargs)
         except fake_tensor.DynamicOutputShapeException:
-            out = self._known_shape(func, args, kwargs, flat, spec)
+            # The op's own temporaries (a mask's positions): alive until its output is counted.
+            held: list[Any] = []
+            out = self._known_shape(func, args, kwargs, flat, spec, held)
             if out is None:
                 out = self._upper_bound(func, name, args, kwargs)
                 tainted = True
@@ -396,11 +398,19 @@ class Tracker(TorchDispatchMode):
             out = self._unsupported(func, args, kwargs)
             tainted = True
         except (RuntimeError, NotImplementedError) as exc:
-            # A custom op registered without a fake implementation says so in its own words.
-            if not _no_fake_implementation(exc):
+            if sizes.byte_mask_index(func, args):
+                # FakeTensorMode refuses the (deprecated) uint8 masks that CUDA's index still takes.
+                held = []
+                out = self._known_shape(func, args, kwargs, flat, spec, held)
+                if out is None:
+                    out = self._upper_bound(func, name, args, kwargs)
+                    tainted = True
+            elif not _no_fake_implementation(exc):
                 raise
-            out = self._unsupported(func, args, kwargs)
-            tainted = True
+            else:
+                # A custom op registered without a fake implementation says so in its own words.
+                out = self._unsupported(func, args, kwargs)
+                tainted = True
         except fake_tensor.DataDependentOutputException as exc:
             file, line = user_frame()
             self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its result depends on the data"})
@@ -617,28 +627,12 @@ class Tracker(TorchDispatchMode):
             kind = _placeholder_kind(dtype)
             self._emit("placeholder", {"op": "item", "file": file, "line": line, "dtype": str(dtype).replace("torch.", ""), "answer": str(PLACEHOLDER[kind])})
 
-    def _known_shape(self, func: Any, args: Any, kwargs: Any, flat: list[Any], spec: Any) -> Any:
-        """A data-dependent output size whose inputs' values are all known (Qwen2-VL's
-        `repeat_interleave` over `image_grid_thw`): the op run on the CPU over those values gives
-        the output's real size; the output is a data-less tensor of that size on the inputs'
-        device, its values known (`_follow_values` runs the same op). None when any value is unknown."""
-        fakes = [a for a in flat if isinstance(a, FakeTensor)]
-        if not fakes or getattr(func, "namespace", None) != "aten":
-            return None
-        known = {id(a): self.values.known(a) for a in fakes}
-        if any(v is None for v in known.values()):
-            return None
-        with _disable_current_modes():
-            filled = [known[id(a)] if isinstance(a, FakeTensor) else (torch.device("cpu") if isinstance(a, torch.device) else a) for a in flat]
-            cargs, ckwargs = tree_unflatten(filled, spec)
-            try:
-                result = func(*cargs, **ckwargs)
-            except Exception:  # any op may fail on the CPU where CUDA would not: the upper bound then
-                return None
-        if not isinstance(result, torch.Tensor) or result.numel() > known_values.SMALL:
-            return None
-        with self.fake_lock, self.fake_mode:
-            return torch.empty(result.shape, dtype=result.dtype, device=fakes[0].device)
+    def _known_shape(self, func: Any, args: Any, kwargs: Any, flat: list[Any], spec: Any, held: list[Any]) -> Any:
+        """A data-dependent output size decided by known values (`sizes.py`: a known boolean mask
+        over unknown hidden states, Qwen2-VL's `repeat_interleave` over `image_grid_thw`): the
+        output is a data-less tensor of its true size (its values followed by `_follow_values`
+        where they can be). None when an input that decides the size is unknown."""
+        return sizes.known_size(self, func, args, kwargs, flat, spec, held)
 
     def _upper_bound(self, func: Any, name: str, args: Any, kwargs: Any) -> Any:
         """A data-dependent output size: marked unpredictable, then the largest possible output
@@ -657,7 +651,7 @@ class Tracker(TorchDispatchMode):
         if name == "index":
             indices = []
             for i in args[1]:
-                if i is not None and i.dtype == torch.bool:
+                if i is not None and i.dtype in (torch.bool, torch.uint8):
                     indices += [torch.zeros(i.numel(), dtype=torch.long, device=i.device)] * i.dim()
                 else:
                     indices.append(i)
