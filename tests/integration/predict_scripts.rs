@@ -800,12 +800,12 @@ fn an_sft_step_with_a_masked_loss_is_predicted_at_its_true_size() {
         let expected = number("expected");
         assert_eq!(number("selected"), expected, "{line}");
         assert_eq!(number("total"), expected, "{line}");
-        // The tiny Llama's hidden size is 64, in float32.
-        assert_eq!(
-            number("grew"),
-            (expected * 64 * 4).div_ceil(512) * 512,
-            "{line}"
-        );
+        // The tiny Llama's hidden size is 64, in float32. What `memory_allocated()` reads is the
+        // allocator model's block: the request rounded to 512 bytes, or a whole cached block when
+        // what would remain of it is 1 MiB or less (`should_split`, CUDACachingAllocator.cpp).
+        let rounded = (expected * 64 * 4).div_ceil(512) * 512;
+        let grew = number("grew");
+        assert!(rounded <= grew && grew <= rounded + (1 << 20), "{line}");
         assert!(number("tokens") > expected, "{line}");
     }
     // The accuracy's value depends on the predictions: a stated placeholder, counted.
