@@ -62,8 +62,8 @@ class Idioms:
         after_import("safetensors.torch", self._safetensors)
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
-        after_import("transformers.pytorch_utils", self._transformers_storage)
-        after_import("transformers.modeling_utils", self._transformers_storage)
+        for name in ("transformers.pytorch_utils", "accelerate.utils.modeling", "peft.utils.other", "safetensors.torch"):
+            after_import(name, self._transformers_storage)
 
     # ------------------------------------------------------------ threads and processes
     def _threads(self) -> None:
@@ -213,28 +213,45 @@ class Idioms:
             cls._iteragpu_patched = True
 
     def _transformers_storage(self, module: Any) -> None:
-        """transformers finds tensors that share memory by their data pointer, 0 for every fake
-        tensor: the storage's identity is used instead (save_pretrained otherwise sees every
-        weight as shared)."""
+        """transformers, accelerate, peft and safetensors find tensors that share memory by their
+        data pointer, 0 for every fake tensor: the storage's identity is used instead (save_pretrained,
+        save_state and save_model otherwise see every weight as shared, and write one)."""
         from torch._subclasses.fake_tensor import FakeTensor
 
-        original = getattr(module, "id_tensor_storage", None)
-        if original is None or getattr(original, "_iteragpu", False):
-            return
+        for name in ("id_tensor_storage", "_find_shared_tensors"):
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_iteragpu", False):
+                continue
+            identity: Any
+            if name == "id_tensor_storage":
 
-        def id_tensor_storage(tensor: Any) -> Any:
-            if isinstance(tensor, FakeTensor):
-                st = tensor.untyped_storage()
-                return tensor.device, id(st), st.nbytes()
-            return original(tensor)
+                def identity(tensor: Any, _original: Any = original) -> Any:
+                    if isinstance(tensor, FakeTensor):
+                        st = tensor.untyped_storage()
+                        return tensor.device, id(st), st.nbytes()
+                    return _original(tensor)
 
-        id_tensor_storage._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
-        module.id_tensor_storage = id_tensor_storage
-        # Modules that imported the name already.
-        for name in ("transformers.modeling_utils", "transformers.pytorch_utils", "transformers.utils.generic"):
-            other: Any = sys.modules.get(name)
-            if other is not None and getattr(other, "id_tensor_storage", None) is original:
-                other.id_tensor_storage = id_tensor_storage
+            else:
+
+                def identity(state_dict: dict[str, Any], _original: Any = original) -> Any:
+                    # safetensors' groups of names sharing a storage, data-less ones by identity.
+                    fake = {k: v for k, v in state_dict.items() if isinstance(v, FakeTensor)}
+                    groups = _original({k: v for k, v in state_dict.items() if k not in fake})
+                    shared: dict[Any, set[str]] = {}
+                    for k, v in fake.items():
+                        st = v.untyped_storage()
+                        if v.device.type != "meta" and st.nbytes():
+                            shared.setdefault((v.device, id(st)), set()).add(k)
+                    return groups + list(shared.values())
+
+            identity._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
+            # Every module that bound the original by name (`from ... import id_tensor_storage`).
+            for other in list(sys.modules.values()):
+                namespace = getattr(other, "__dict__", None)
+                if isinstance(namespace, dict):
+                    for key, value in list(namespace.items()):
+                        if value is original:
+                            namespace[key] = identity
 
     # ------------------------------------------------------------ files
     def _files(self) -> None:
