@@ -522,33 +522,6 @@ fn sdpa_rules_follow_pytorchs() {
     );
 }
 
-/// torch.cuda answered from one table wherever torch bound the original (`torch.cuda.random`'s own
-/// `current_device`, reached by transformers' Trainer at every checkpoint): every public function
-/// and class of torch.cuda's submodules is followed through its bytecode down to the driver, and
-/// each one still reaching it must be answered or excluded with its reason (a new torch that adds
-/// one fails here); the CUDA RNG state is a real generator's 16 bytes and round-trips.
-#[test]
-#[ignore = "needs torch"]
-fn predict_answers_every_torch_cuda_path_from_one_table() {
-    let python = python_with(&["torch"]);
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/cuda_answers.py"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // The scan saw torch.cuda's submodules and what still reaches the driver.
-    assert!(stdout.contains("still reach the driver"), "{stdout}");
-}
-
 /// A torch outside the supported range (2.6 to 2.15) is refused as soon as the worker reports its
 /// environment: exit 2, the version and the range said, no file.
 #[test]
