@@ -244,7 +244,7 @@ class Idioms:
                             shared.setdefault((v.device, id(st)), set()).add(k)
                     return groups + list(shared.values())
 
-            identity._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
+            identity._iteragpu = True  # marks the wrapper: installed once
             # Every module that bound the original by name (`from ... import id_tensor_storage`).
             for other in list(sys.modules.values()):
                 namespace = getattr(other, "__dict__", None)
