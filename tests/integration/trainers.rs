@@ -30,7 +30,7 @@ fn trainers_python() -> String {
 fn predict(python: &str, dir: &Path, name: &str, args: &[&str]) -> (PredictionDoc, String) {
     let run = Run::predict()
         .args(["--python", python, "--card", "H200"])
-        .output(dir.join(format!("{name}.json")))
+        .output(dir.join(format!("{name}{}.json", args.join("-"))))
         .arg("--script")
         .arg(fixture(&format!("scripts/predict/{name}")))
         .arg("--")
@@ -125,16 +125,17 @@ fn a_trainer_saves_checkpoints_and_resumes_from_them() {
             "AdamW.step #{k} allocated new states"
         );
     }
+    let notes = doc.notes.join("\n");
     assert!(
-        stderr.contains(
+        notes.contains(
             "safetensors.torch.save_file of data-less tensors writes a file of their true size"
         ),
-        "{stderr}"
+        "{notes}"
     );
 }
 
 /// The optimizers TrainingArguments' `optim` names that need no other package run on data-less
-/// tensors, each with its own states after the first step (in parameters' bytes: none for SGD
+/// tensors, each with its own states (in parameters' bytes: none for SGD
 /// without momentum, one copy for Adagrad and RMSprop, two for AdamW, factored rows and columns
 /// for Adafactor).
 #[test]
@@ -154,15 +155,14 @@ fn a_trainer_steps_with_every_optimizer_that_needs_no_other_package() {
         printed(&stderr, &[&format!("optimizer {class} after 2 steps")]);
         let run = &doc.phases[0];
         let params = run.at_peak.as_ref().unwrap().by_category["parameter"] as f64;
-        let step = doc.phase(&format!("{class}.step #1"));
-        let states =
-            (step.end_allocated_bytes.unwrap() - step.start_allocated_bytes.unwrap()) as f64;
+        // The states at the second step's peak (Adagrad makes its own in its constructor).
+        let second = doc.phase(&format!("{class}.step #2"));
+        let at_peak = &second.at_peak.as_ref().unwrap().by_category;
+        let states = at_peak.get("optimizer state").copied().unwrap_or(0) as f64;
         assert!(
             states >= low * params && states <= high * params,
             "{optim}: {states} bytes of states for {params} bytes of parameters"
         );
-        let second = doc.phase(&format!("{class}.step #2"));
-        assert_eq!(second.status, PhaseStatus::Predicted);
     }
 }
 

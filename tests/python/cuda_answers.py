@@ -277,5 +277,13 @@ for getter in ("is_enabled", "tuning_is_enabled", "record_untuned_is_enabled", "
             check(True, getter)
         except Exception as exc:
             check(False, f"tunable.{getter}() needs no driver, as NOT_ANSWERED says: {type(exc).__name__}: {exc}")
+# torch._dynamo, imported after the install (by accelerate, transformers, torch.compile), maps
+# torch.cuda's functions by identity and refuses one object under two names.
+try:
+    import torch._dynamo  # noqa: F401
+
+    check(True, "torch._dynamo imports after the install")
+except Exception as exc:
+    check(False, f"torch._dynamo imports after the install: {type(exc).__name__}: {exc}")
 print(f"{passed} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
