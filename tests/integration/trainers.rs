@@ -213,25 +213,10 @@ fn lightning_fits_with_a_checkpoint_callback_and_resumes() {
     );
 }
 
-/// TRL's SFTTrainer runs to its checkpoint. Its loss selects the tokens whose label is not -100
-/// (`hidden_states[mask]`): until an op whose output size depends on known values is sized
-/// exactly (another part of issue 28), that index is the only thing left unpredictable; no phase
-/// fails, and nothing else is unpredictable.
-#[test]
-#[ignore = "needs torch, transformers and trl"]
-fn trl_sft_trainer_runs_to_its_checkpoint() {
-    let python = trainers_python();
-    let dir = tempfile::tempdir().unwrap();
-    let (doc, stderr) = predict(&python, dir.path(), "sft_trainer.py", &[]);
-    printed(
-        &stderr,
-        &["sft checkpoints ['README.md', 'checkpoint-4'] after 4 steps"],
-    );
-    assert!(
-        doc.phase_names().contains(&"AdamW.step #4"),
-        "{:?}",
-        doc.phase_names()
-    );
+/// TRL's trainers' losses select the tokens whose label is not -100 (`hidden_states[mask]`, in
+/// trl/trainer/utils.py): until an op whose output size depends on known values is sized exactly
+/// (another part of issue 28), that index is the only thing left unpredictable; no phase fails.
+fn assert_only_the_masked_index_is_unpredictable(doc: &PredictionDoc) {
     for phase in &doc.phases {
         assert!(
             matches!(
@@ -247,6 +232,45 @@ fn trl_sft_trainer_runs_to_its_checkpoint() {
             assert!(why.file.as_deref().unwrap_or("").contains("trl"), "{why:?}");
         }
     }
+}
+
+/// TRL's SFTTrainer runs its four steps to its checkpoint (its masked loss: see above).
+#[test]
+#[ignore = "needs torch, transformers and trl"]
+fn trl_sft_trainer_runs_to_its_checkpoint() {
+    let python = trainers_python();
+    let dir = tempfile::tempdir().unwrap();
+    let (doc, stderr) = predict(&python, dir.path(), "sft_trainer.py", &[]);
+    printed(
+        &stderr,
+        &["sft checkpoints ['README.md', 'checkpoint-4'] after 4 steps"],
+    );
+    assert!(
+        doc.phase_names().contains(&"AdamW.step #4"),
+        "{:?}",
+        doc.phase_names()
+    );
+    assert_only_the_masked_index_is_unpredictable(&doc);
+}
+
+/// TRL's DPOTrainer, a frozen reference model beside the policy, runs its two steps to its
+/// checkpoint (its masked loss: see above).
+#[test]
+#[ignore = "needs torch, transformers and trl"]
+fn trl_dpo_trainer_runs_to_its_checkpoint() {
+    let python = trainers_python();
+    let dir = tempfile::tempdir().unwrap();
+    let (doc, stderr) = predict(&python, dir.path(), "dpo_trainer.py", &[]);
+    printed(
+        &stderr,
+        &["dpo checkpoints ['README.md', 'checkpoint-2'] after 2 steps"],
+    );
+    assert!(
+        doc.phase_names().contains(&"AdamW.step #2"),
+        "{:?}",
+        doc.phase_names()
+    );
+    assert_only_the_masked_index_is_unpredictable(&doc);
 }
 
 /// What a run writes reads back in the same run, data-less, with the same shapes and dtypes, and a
