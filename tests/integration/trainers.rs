@@ -289,6 +289,7 @@ fn what_a_run_writes_reads_back_in_the_same_run() {
         &[
             "from_pretrained same layout True",
             "torch.load same layout True, step 7",
+            "torch.load kept on cpu, the GPU grew by 0",
             "load_file [('embed', (256, 64), 'torch.bfloat16', 'cuda:0'), ('positions', (16,), 'torch.int64', 'cuda:0')] positions [13, 14, 15]",
             "safe_open ['embed', 'positions'] {'format': 'pt'} [256, 64] BF16",
             "merged reload same layout True, lora left False",

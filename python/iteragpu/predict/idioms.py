@@ -440,9 +440,17 @@ def data_less(tracker: Any, shape: Any, dtype: Any, device: Any, known: Any = No
 
 
 def _plain_device(torch: Any, map_location: Any) -> Any:
-    """The device a str or torch.device map_location names, else None."""
+    """The device a str or torch.device map_location names; for a function (`lambda storage, loc:
+    storage`), where it sends an empty CPU storage saved from cuda:0 (cuda when it asks the
+    driver); else None (each tensor back on the device it was saved from)."""
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
+    if callable(map_location):
+        try:
+            moved = map_location(torch.UntypedStorage(0), "cuda:0")
+        except Exception:  # a function that moves the storage to cuda asks the driver: cuda
+            return torch.device("cuda", 0)
+        return torch.device(moved.device) if hasattr(moved, "device") else None
     return None
 
 
