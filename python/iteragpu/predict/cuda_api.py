@@ -225,25 +225,21 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
         return reset_peak
 
     def stats(device: Any = None) -> dict[str, int]:
-        # PyTorch's keys (memory_summary reads them all); what the tracker does not follow is 0.
-        result = {
-            f"{metric}.{pool}.{field}": 0
-            for metric in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation", "segment", "active", "inactive_split", "inactive_split_bytes")
-            for pool in ("all", "small_pool", "large_pool")
-            for field in ("current", "peak", "allocated", "freed")
-        }
-        for metric in ("oversize_allocations", "oversize_segments"):
-            result.update({f"{metric}.{field}": 0 for field in ("current", "peak", "allocated", "freed")})
-        result.update({"num_alloc_retries": 0, "num_ooms": 0, "num_sync_all_streams": 0, "num_device_alloc": 0, "num_device_free": 0, "max_split_size": -1})
-        result.update({
+        # Only what the tracker follows: the allocator's other counters (segments, splits,
+        # retries) are the CLI replay's, and are not invented here.
+        return {
             "allocated_bytes.all.current": tracker.allocated,
             "allocated_bytes.all.peak": tracker.peak,
-            "active_bytes.all.current": tracker.allocated,
-            "active_bytes.all.peak": tracker.peak,
             "reserved_bytes.all.current": tracker.reserved,
             "reserved_bytes.all.peak": tracker.reserved,
-        })
-        return result
+        }
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        return (
+            "iteragpu prediction (the tracker's figures; the allocator's own counters are in the prediction's file)\n"
+            f"Allocated memory: {tracker.allocated} bytes (peak {tracker.peak})\n"
+            f"Reserved memory: {tracker.reserved} bytes\n"
+        )
 
     def nested(device: Any = None) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -304,6 +300,7 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
         "reset_accumulated_memory_stats": idle(),
         "memory_stats": stats,
         "memory_stats_as_nested_dict": nested,
+        "memory_summary": summary,
         "host_memory_stats": lambda: {},
         "host_memory_stats_as_nested_dict": lambda: {},
         "reset_accumulated_host_memory_stats": idle(),
@@ -315,11 +312,6 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
         "get_allocator_backend": lambda: target.get("allocator_backend", "native"),
         "set_per_process_memory_fraction": idle(),
         "get_per_process_memory_fraction": lambda device=None: 1.0,
-        "memory_snapshot": lambda *args, **kwargs: [],
-        "_snapshot": lambda *args, **kwargs: {"segments": [], "device_traces": [[]], "allocator_settings": {}},
-        "_record_memory_history": idle(),
-        "_record_memory_history_impl": idle(),
-        "_record_memory_history_legacy": idle(),
         # streams and events
         "Stream": _Stream,
         "ExternalStream": _ExternalStream,
@@ -371,6 +363,7 @@ NOT_ANSWERED: dict[str, str] = {
         ["gds.GdsFile", "gds.gds_register_buffer", "gds.gds_deregister_buffer"],
         "GPUDirect Storage moves file bytes to the device without the host: not followed",
     ),
+    "memory_snapshot": "the allocator's blocks are the CLI replay's, not this process's: an empty snapshot would be a wrong answer (the recorder says why it has none)",
     "CudaError": "made only from an error code a runtime call returned; the answers return cudaSuccess",
     **dict.fromkeys(
         [
