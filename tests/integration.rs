@@ -42,6 +42,8 @@ mod snapshot_explain;
 mod sweep;
 #[path = "integration/torchrun.rs"]
 mod torchrun;
+#[path = "integration/trainers.rs"]
+mod trainers;
 #[path = "integration/vision.rs"]
 mod vision;
 #[path = "integration/vlm.rs"]

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import json
+import os
+import struct
 import sys
 import threading
 from importlib.machinery import ModuleSpec
@@ -38,7 +41,11 @@ class Idioms:
         self.torch = torch
         self.tracker = tracker
         self.notes = notes
-        self.saved: dict[str, Any] = {}  # token -> fake tensor written by torch.save in this run
+        self.saved: dict[str, Any] = {}  # token -> the known values of a tensor torch.save wrote as a reference (or None)
+        # Safetensors files this run wrote with data-less tensors: (st_dev, st_ino) ->
+        # (size, mtime_ns, {name: (shape, dtype, known values or None)}, metadata).
+        self.written: dict[tuple[int, int], tuple[int, int, dict[str, Any], Any]] = {}
+        self._written_file: Callable[[Any], Any] = lambda filename: None
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -55,8 +62,8 @@ class Idioms:
         after_import("safetensors.torch", self._safetensors)
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
-        after_import("transformers.pytorch_utils", self._transformers_storage)
-        after_import("transformers.modeling_utils", self._transformers_storage)
+        for name in ("transformers.pytorch_utils", "accelerate.utils.modeling", "peft.utils.other", "safetensors.torch"):
+            after_import(name, self._transformers_storage)
 
     # ------------------------------------------------------------ threads and processes
     def _threads(self) -> None:
@@ -206,28 +213,45 @@ class Idioms:
             cls._iteragpu_patched = True
 
     def _transformers_storage(self, module: Any) -> None:
-        """transformers finds tensors that share memory by their data pointer, 0 for every fake
-        tensor: the storage's identity is used instead (save_pretrained otherwise sees every
-        weight as shared)."""
+        """transformers, accelerate, peft and safetensors find tensors that share memory by their
+        data pointer, 0 for every fake tensor: the storage's identity is used instead (save_pretrained,
+        save_state and save_model otherwise see every weight as shared, and write one)."""
         from torch._subclasses.fake_tensor import FakeTensor
 
-        original = getattr(module, "id_tensor_storage", None)
-        if original is None or getattr(original, "_iteragpu", False):
-            return
+        for name in ("id_tensor_storage", "_find_shared_tensors"):
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_iteragpu", False):
+                continue
+            identity: Any
+            if name == "id_tensor_storage":
 
-        def id_tensor_storage(tensor: Any) -> Any:
-            if isinstance(tensor, FakeTensor):
-                st = tensor.untyped_storage()
-                return tensor.device, id(st), st.nbytes()
-            return original(tensor)
+                def identity(tensor: Any, _original: Any = original) -> Any:
+                    if isinstance(tensor, FakeTensor):
+                        st = tensor.untyped_storage()
+                        return tensor.device, id(st), st.nbytes()
+                    return _original(tensor)
 
-        id_tensor_storage._iteragpu = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
-        module.id_tensor_storage = id_tensor_storage
-        # Modules that imported the name already.
-        for name in ("transformers.modeling_utils", "transformers.pytorch_utils", "transformers.utils.generic"):
-            other: Any = sys.modules.get(name)
-            if other is not None and getattr(other, "id_tensor_storage", None) is original:
-                other.id_tensor_storage = id_tensor_storage
+            else:
+
+                def identity(state_dict: dict[str, Any], _original: Any = original) -> Any:
+                    # safetensors' groups of names sharing a storage, data-less ones by identity.
+                    fake = {k: v for k, v in state_dict.items() if isinstance(v, FakeTensor)}
+                    groups = _original({k: v for k, v in state_dict.items() if k not in fake})
+                    shared: dict[Any, set[str]] = {}
+                    for k, v in fake.items():
+                        st = v.untyped_storage()
+                        if v.device.type != "meta" and st.nbytes():
+                            shared.setdefault((v.device, id(st)), set()).add(k)
+                    return groups + list(shared.values())
+
+            identity._iteragpu = True  # marks the wrapper: installed once
+            # Every module that bound the original by name (`from ... import id_tensor_storage`).
+            for other in list(sys.modules.values()):
+                namespace = getattr(other, "__dict__", None)
+                if isinstance(namespace, dict):
+                    for key, value in list(namespace.items()):
+                        if value is original:
+                            namespace[key] = identity
 
     # ------------------------------------------------------------ files
     def _files(self) -> None:
@@ -247,7 +271,9 @@ class Idioms:
             def reducer_override(self, obj: Any) -> Any:
                 if isinstance(obj, FakeTensor):
                     token = f"{id(obj):x}-{len(saved)}"
-                    saved[token] = obj
+                    # Its values when known, never the tensor itself: a file does not keep a
+                    # tensor alive on the GPU.
+                    saved[token] = tracker.values.known(obj)
                     return _restore, (token, list(obj.shape), str(obj.dtype).replace("torch.", ""), str(obj.device), bool(obj.requires_grad))
                 return NotImplemented
 
@@ -302,9 +328,16 @@ class Idioms:
         original_open: Any = getattr(safetensors, "safe_open", None)
         if original_open is None or getattr(original_open, "_iteragpu", False):
             return
+        idioms = self
 
         class safe_open:
             _iteragpu = True
+
+            def __new__(cls, filename: Any, framework: str = "pt", device: Any = "cpu", **kwargs: Any) -> Any:
+                entry = idioms._written_file(filename) if framework in ("pt", "torch") else None
+                if entry is not None:
+                    return _WrittenReader(torch, idioms.tracker, filename, entry, device, original_open, kwargs)
+                return super().__new__(cls)
 
             def __init__(self, filename: Any, framework: str = "pt", device: Any = "cpu", **kwargs: Any) -> None:
                 self._device = device
@@ -340,16 +373,34 @@ class Idioms:
         safetensors.safe_open = safe_open
         module.safe_open = safe_open
         original_save_file: Any = getattr(module, "save_file", None)
-
         from torch._subclasses.fake_tensor import FakeTensor
+
+        tracker = self.tracker
+        written = self.written
+        names = {dtype: name for name, dtype in getattr(module, "_TYPES", {}).items()}
 
         def save_file(tensors: dict[str, Any], filename: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
             if not any(isinstance(t, FakeTensor) for t in tensors.values()):
                 return original_save_file(tensors, filename, metadata, *args, **kwargs)
-            note("safetensors.torch.save_file of data-less tensors skipped: they have no data to write (the file write is not GPU memory)")
+            note("safetensors.torch.save_file of data-less tensors writes a file of their true size whose data are holes (a sparse file): a load of it in the same run gives them back data-less, with their shapes and dtypes")
+            refs = _write_sparse_safetensors(torch, tensors, filename, metadata, names, tracker)
+            st = os.stat(filename)
+            written[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, refs, metadata)
 
         if original_save_file is not None:
             module.save_file = save_file
+
+        def written_file(filename: Any) -> Any:
+            try:
+                st = os.stat(filename)
+            except (OSError, TypeError, ValueError):
+                return None
+            entry = written.get((st.st_dev, st.st_ino))
+            if entry is None or entry[:2] != (st.st_size, st.st_mtime_ns):
+                return None  # not written by this run, or rewritten since
+            return entry
+
+        self._written_file = written_file
 
 
 # ---------------------------------------------------------------- helpers
@@ -364,22 +415,42 @@ def _restore(token: str, shape: list[int], dtype: str, device: str, requires_gra
     import torch
 
     target = _RESTORE.get("device") or device
-    t = torch.empty(shape, dtype=getattr(torch, dtype), device=target)
-    saved = (_RESTORE.get("saved") or {}).get(token)
-    tracker = _RESTORE.get("tracker")
-    if saved is not None and tracker is not None:
-        known = tracker.values.known(saved)
-        if known is not None and t.device.type != "cpu":
-            tracker.values.set(t, known)
-        elif known is not None:
-            t = known.clone()
+    known = (_RESTORE.get("saved") or {}).get(token)
+    t = data_less(_RESTORE.get("tracker"), shape, getattr(torch, dtype), target, known)
     return t.requires_grad_(requires_grad) if t.is_floating_point() and requires_grad else t
 
 
+def data_less(tracker: Any, shape: Any, dtype: Any, device: Any, known: Any = None) -> Any:
+    """A tensor read back from a file this run wrote: on a CUDA device, a new data-less tensor (a
+    GPU load allocates: counted), its values set when they were known at the save; on the CPU, the
+    known values themselves, else a data-less CPU tensor (no memory, never zeros taken as values)."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    device = torch.device(device)
+    if device.type == "cpu":
+        if known is not None:
+            return known.clone().reshape(shape)
+        with tracker.fake_lock, _disable_current_modes(), tracker.fake_mode:
+            return torch.empty(shape, dtype=dtype, device="cpu")
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if known is not None:
+        tracker.values.set(t, known.reshape(shape))
+    return t
+
+
 def _plain_device(torch: Any, map_location: Any) -> Any:
-    """The device a str or torch.device map_location names, else None."""
+    """The device a str or torch.device map_location names; for a function (`lambda storage, loc:
+    storage`), where it sends an empty CPU storage saved from cuda:0 (cuda when it asks the
+    driver); else None (each tensor back on the device it was saved from)."""
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
+    if callable(map_location):
+        try:
+            moved = map_location(torch.UntypedStorage(0), "cuda:0")
+        except Exception:  # a function that moves the storage to cuda asks the driver: cuda
+            return torch.device("cuda", 0)
+        return torch.device(moved.device) if hasattr(moved, "device") else None
     return None
 
 
@@ -421,6 +492,110 @@ def _numpy_dtype(dtype: Any) -> Any:
     import torch
 
     return {torch.bool: np.bool_, torch.bfloat16: np.float32}.get(dtype) or torch.empty((), dtype=dtype).numpy().dtype
+
+
+def _write_sparse_safetensors(torch: Any, tensors: dict[str, Any], filename: Any, metadata: Any, names: dict[Any, str], tracker: Any) -> dict[str, Any]:
+    """A safetensors file (the format's header, then each tensor's bytes at its offsets) in which
+    real tensors are written and data-less ones are holes; returns what a read gives back for the
+    data-less ones: name -> (shape, dtype, known values or None)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    refs: dict[str, Any] = {}
+    chunks: list[tuple[int, bytes]] = []
+    offset = 0
+    for name, t in sorted(tensors.items(), key=lambda kv: (-kv[1].dtype.itemsize, kv[0])):
+        nbytes = t.numel() * t.element_size()
+        if t.dtype not in names:
+            raise ValueError(f"safetensors cannot write dtype {t.dtype} ({name})")
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        if isinstance(t, FakeTensor):
+            refs[name] = (tuple(t.shape), t.dtype, tracker.values.known(t))
+        elif nbytes:
+            chunks.append((offset, t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()))
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    start = 8 + len(encoded)
+    with open(filename, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)) + encoded)
+        for at, data in chunks:
+            f.seek(start + at)
+            f.write(data)
+        f.truncate(start + offset)
+    return refs
+
+
+class _WrittenSlice:
+    """`safe_open(...).get_slice(name)` of a data-less tensor: its shape and dtype; indexing makes
+    the tensor (data-less) and indexes it."""
+
+    def __init__(self, reader: _WrittenReader, name: str) -> None:
+        self._reader = reader
+        self._name = name
+
+    def get_shape(self) -> list[int]:
+        return list(self._reader._refs[self._name][0])
+
+    def get_dtype(self) -> str:
+        return self._reader._dtype_name(self._name)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._reader.get_tensor(self._name)[index]
+
+
+class _WrittenReader:
+    """`safe_open` of a file this run wrote: the data-less tensors come back data-less (on the
+    device asked: a load to cuda allocates), the real ones are read from the file."""
+
+    def __init__(self, torch: Any, tracker: Any, filename: Any, entry: Any, device: Any, original_open: Any, kwargs: dict[str, Any]) -> None:
+        self._torch = torch
+        self._tracker = tracker
+        self._refs: dict[str, Any] = entry[2]
+        self._metadata = entry[3]
+        self._device = f"cuda:{device}" if isinstance(device, int) else str(device)
+        self._inner = original_open(filename, framework="pt", device="cpu", **kwargs)
+
+    def __enter__(self) -> _WrittenReader:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._inner.__exit__(*exc)
+
+    def keys(self) -> list[str]:
+        return list(self._inner.keys())
+
+    def offset_keys(self) -> list[str]:
+        inner = getattr(self._inner, "offset_keys", None)
+        return list(inner()) if inner is not None else self.keys()
+
+    def metadata(self) -> Any:
+        return self._inner.metadata()
+
+    def _dtype_name(self, name: str) -> str:
+        return str(self._inner.get_slice(name).get_dtype())
+
+    def get_tensor(self, name: str) -> Any:
+        ref = self._refs.get(name)
+        if ref is None:
+            t = self._inner.get_tensor(name)
+            return t if self._device == "cpu" else t.to(self._device)
+        shape, dtype, known = ref
+        return data_less(self._tracker, shape, dtype, self._device, known)
+
+    def get_tensors(self) -> dict[str, Any]:
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
+
+    def get_slice(self, name: str) -> Any:
+        if name not in self._refs:
+            return self._inner.get_slice(name)
+        return _WrittenSlice(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 # ---------------------------------------------------------------- post-import hooks
