@@ -213,28 +213,9 @@ fn lightning_fits_with_a_checkpoint_callback_and_resumes() {
     );
 }
 
-/// TRL's trainers' losses select the tokens whose label is not -100 (`hidden_states[mask]`, in
-/// trl/trainer/utils.py): until an op whose output size depends on known values is sized exactly
-/// (another part of issue 28), that index is the only thing left unpredictable; no phase fails.
-fn assert_only_the_masked_index_is_unpredictable(doc: &PredictionDoc) {
-    for phase in &doc.phases {
-        assert!(
-            matches!(
-                phase.status,
-                PhaseStatus::Predicted | PhaseStatus::Unpredictable
-            ),
-            "{}: {:?}",
-            phase.name,
-            phase.status
-        );
-        for why in &phase.unpredictable {
-            assert_eq!(why.op, "aten.index.Tensor", "{}: {why:?}", phase.name);
-            assert!(why.file.as_deref().unwrap_or("").contains("trl"), "{why:?}");
-        }
-    }
-}
-
-/// TRL's SFTTrainer runs its four steps to its checkpoint (its masked loss: see above).
+/// TRL's SFTTrainer runs its four steps to its checkpoint, predicted whole: its loss selects the
+/// tokens whose label is not -100 (`hidden_states[mask]`, trl/trainer/utils.py), and the mask's
+/// values are known (the labels came from the CPU), so the selection has its true size.
 #[test]
 #[ignore = "needs torch, transformers and trl"]
 fn trl_sft_trainer_runs_to_its_checkpoint() {
@@ -250,11 +231,11 @@ fn trl_sft_trainer_runs_to_its_checkpoint() {
         "{:?}",
         doc.phase_names()
     );
-    assert_only_the_masked_index_is_unpredictable(&doc);
+    assert_all_predicted(&doc, &stderr);
 }
 
 /// TRL's DPOTrainer, a frozen reference model beside the policy, runs its two steps to its
-/// checkpoint (its masked loss: see above).
+/// checkpoint, predicted whole (its masked loss as SFT's).
 #[test]
 #[ignore = "needs torch, transformers and trl"]
 fn trl_dpo_trainer_runs_to_its_checkpoint() {
@@ -270,7 +251,7 @@ fn trl_dpo_trainer_runs_to_its_checkpoint() {
         "{:?}",
         doc.phase_names()
     );
-    assert_only_the_masked_index_is_unpredictable(&doc);
+    assert_all_predicted(&doc, &stderr);
 }
 
 /// What a run writes reads back in the same run, data-less, with the same shapes and dtypes, and a
