@@ -356,6 +356,11 @@ class Tracker(TorchDispatchMode):
         the target device, runs under FakeTensorMode; every other CPU op runs for real (data
         pipelines, augmentation, CPU RNG, `.numpy()` give true answers), except factories of large
         CPU tensors, which stay data-less."""
+        meta = _META_QUERIES.get(func)
+        if meta is not None and len(args) == 1 and isinstance(args[0], FakeTensor):
+            # `t.device`, `t.size()` asked from C++ (autograd, foreach grouping: several thousand
+            # a training step): FakeTensorMode's own answer, without entering it.
+            return meta(args)
         kwargs = kwargs or {}
         if func in _READS:
             return self._scalar(func, args, kwargs)
@@ -673,6 +678,10 @@ class Tracker(TorchDispatchMode):
             return func(x, indices)
         raise Unpredictable(f"{func} has an output size that depends on the data ({file}:{line})")
 
+
+# Metadata queries FakeTensorMode answers before anything else (`prim.device`, `aten.size`,
+# `aten.stride`, `aten.storage_offset`): no storage, no value, nothing to follow.
+_META_QUERIES: dict[Any, Callable[[Any], Any]] = dict(getattr(fake_tensor, "_DISPATCH_META_HANDLERS", {}))
 
 # Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
 _READS: set[Any] = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
