@@ -145,6 +145,8 @@ class Tracker(TorchDispatchMode):
         self._emit = emit
         # The FakeTensorMode every op on the target device runs under (set by the session).
         self.fake_mode: Any = None
+        # FakeTensorMode's cached answers reused without entering it (memo.py; set by the session).
+        self.memo: Any = None
         self.fake_lock = threading.RLock()
         self.values = known_values.Values()
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
@@ -399,8 +401,8 @@ class Tracker(TorchDispatchMode):
         tainted = bool(self.tainted) and any(self._is_tainted(a) for a in inputs)
         try:
             # FakeTensorMode keeps its entries on a list: threads enter it one at a time.
-            with self.fake_lock, self.fake_mode:
-                out = func(*args, **kwargs)
+            with self.fake_lock:
+                out = self._fake_dispatch(func, args, kwargs)
         except fake_tensor.DynamicOutputShapeException:
             out = self._known_shape(func, args, kwargs, flat, spec)
             if out is None:
@@ -429,6 +431,13 @@ class Tracker(TorchDispatchMode):
             self._tag_all(args[1:2], "communication")
         self._follow_values(func, args, kwargs, out, flat, spec)
         return out
+
+    def _fake_dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The op under FakeTensorMode, or its answer reused from FakeTensorMode's cache (memo.py)."""
+        if self.memo is not None:
+            return self.memo.call(func, args, kwargs)
+        with self.fake_mode:
+            return func(*args, **kwargs)
 
     def _unsupported(self, func: Any, args: Any, kwargs: Any) -> Any:
         """An op with no fake implementation (a custom op): its phase is unpredictable, and the run
