@@ -2,23 +2,30 @@
 
 A training loop runs the same ops on tensors of the same shapes thousands of times. FakeTensorMode
 already caches what an op gives for its inputs' metadata (its dispatch cache, `FakeTensorMode.cache`,
-enabled and hit under the tracker), but every call still pays for entering the mode and for its
-cache key: `extract_tensor_metadata` and a generic walk of the arguments, most of an op's time.
+enabled and hit under the tracker), but every call still pays for entering the mode, for its cache
+key (`extract_tensor_metadata` and a generic walk of the arguments) and for its generic
+`FakeTensor(...)` constructor: most of an op's time.
 
 `Memo` keys each call on what FakeTensorMode's key is made of, read directly (each tensor's dtype,
-shape, strides, storage offset and size, device, layout, requires_grad, inference, conjugate and
-negative bits, constant and owner; each other argument's type and value; the argument structure;
+sizes, strides, storage offset and size, device, requires_grad, inference, conjugate, negative and
+quantized bits, constant and owner; each other argument's type and value; the argument structure;
 the default dtype and device and inference mode), so that two calls with equal memo keys have
 equal FakeTensorMode keys. The first call of a key runs through FakeTensorMode as before; its cache
 entry (or its refusal to cache) is then looked up with FakeTensorMode's own key, computed before
-the op ran, and kept under the memo key. Later calls with that key build their outputs from that
-entry with FakeTensorMode's own `_output_from_cache_entry`: exactly what FakeTensorMode would have
-returned (new fake tensors of the cached metadata, views on the input's storage, in-place results
-being the input). What FakeTensorMode would not cache (data-dependent ops, in-place views, custom
-ops, symbolic shapes, another mode's tensors) is never memoised.
+the op ran, and kept under the memo key. Later calls with that key make their outputs from that
+entry as FakeTensorMode's `_get_output_tensor_from_cache_entry` does (a new meta tensor of the
+cached sizes and strides, or the input's storage set under a view, or the input itself for an
+in-place op), wrapped as `FakeTensor.__new__` wraps it (the same subclass call, the same attributes,
+copied from one it made). An output with a conjugate or negative bit goes through FakeTensorMode's
+own function. What FakeTensorMode would not cache (data-dependent ops, in-place views, custom ops,
+symbolic shapes, another mode's tensors, sparse layouts) is never memoised.
 
-`ITERAGPU_PREDICT_MEMO=0` turns it off (the prediction must be the same to the byte; the test
-`predict_memo_changes_nothing` holds it so).
+`ITERAGPU_PREDICT_MEMO=0` turns it off; `ITERAGPU_PREDICT_MEMO=check` keeps it on and checks every
+reuse against FakeTensorMode itself (its key computed afresh equals the one the entry was found
+under; the output made equals the one its `_output_from_cache_entry` makes: type, sizes, strides,
+offset, dtype, device, bits, storage shared or not, attributes, dispatch keys), raising at the
+first difference. The prediction is the same to the byte either way (the test
+`predict_memo_changes_nothing`).
 """
 
 from __future__ import annotations
@@ -34,8 +41,6 @@ from torch._subclasses.fake_tensor import FakeTensor
 # Set to "0" to run every op through FakeTensorMode (the reference the memo is held equal to).
 ENV: str = "ITERAGPU_PREDICT_MEMO"
 
-_TensorBase: Any = torch._C.TensorBase
-_LAYOUT: Any = torch.Tensor.layout.__get__  # the C getter: FakeTensor's property adds a Python call
 _PROXY: Any = torch._C._TorchDispatchModeKey.PROXY
 # Plain values an aten schema takes (hashable, compared by value; the type is part of the key
 # since 1, 1.0 and True are equal).
@@ -52,7 +57,7 @@ class _Refused(Exception):
 def available() -> str | None:
     """None when this torch's FakeTensorMode has what the memo uses, else why not."""
     mode = getattr(fake_tensor, "FakeTensorMode", None)
-    for name in ("_cache_key", "_output_from_cache_entry"):
+    for name in ("_cache_key", "_output_from_cache_entry", "_get_output_tensor_from_cache_entry"):
         if not callable(getattr(mode, name, None)):
             return f"FakeTensorMode.{name} is missing"
     if not hasattr(fake_tensor, "_CacheKeyState") or not hasattr(fake_tensor, "_DispatchCacheValidEntry"):
@@ -60,6 +65,9 @@ def available() -> str | None:
     params = list(inspect.signature(mode._output_from_cache_entry).parameters)
     if params != ["self", "state", "entry", "key", "args"]:
         return f"FakeTensorMode._output_from_cache_entry takes {params}"
+    params = list(inspect.signature(mode._get_output_tensor_from_cache_entry).parameters)
+    if params != ["self", "state", "entry", "key", "args"]:
+        return f"FakeTensorMode._get_output_tensor_from_cache_entry takes {params}"
     params = list(inspect.signature(mode._cache_key).parameters)
     if params != ["self", "state", "func", "args", "kwargs"]:
         return f"FakeTensorMode._cache_key takes {params}"
@@ -70,27 +78,71 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0" and available() is None
 
 
-class Memo:
-    """Memo key -> FakeTensorMode's cache entry for that call (or `_BYPASS`)."""
+def checking() -> bool:
+    return os.environ.get(ENV) == "check"
 
-    def __init__(self, mode: Any) -> None:
+
+class _Made:
+    """How one output of a cache entry is made: `kind` is "inplace" (the argument at `index`),
+    "constant" (`value`), "new" or "view" (of the argument at `index`), or "theirs" (through
+    FakeTensorMode's own function)."""
+
+    __slots__ = ("kind", "index", "value", "size", "stride", "offset", "dtype", "requires_grad", "device")
+
+    def __init__(self, info: Any) -> None:
+        self.kind = "theirs"
+        self.index = None
+        self.value = None
+        md = info.metadata
+        if info.inplace_idx is not None:
+            self.kind, self.index = "inplace", info.inplace_idx
+        elif md is None and info.view_idx is None:
+            self.kind, self.value = "constant", info.constant_value
+        elif md is not None and md.layout is torch.strided and not md.is_conj and not md.is_neg and isinstance(md.device, torch.device) and (md.device.index is not None or md.device.type in ("cpu", "meta")) and all(type(v) is int for v in (*md.shape, *md.stride, md.storage_offset)):
+            self.kind = "new" if info.view_idx is None else "view"
+            self.index = info.view_idx
+            self.size, self.stride, self.offset = tuple(md.shape), tuple(md.stride), md.storage_offset
+            self.dtype, self.requires_grad, self.device = md.dtype, md.requires_grad, md.device
+
+
+class _Entry:
+    """FakeTensorMode's cache entry and how its outputs are made."""
+
+    __slots__ = ("entry", "made", "tuple", "theirs")
+
+    def __init__(self, entry: Any, theirs: Any) -> None:
+        self.entry = entry
+        self.made = [_Made(info) for info in entry.output_infos]
+        self.tuple = entry.is_output_tuple
+        self.theirs = theirs  # FakeTensorMode's key (kept for the check)
+
+
+class Memo:
+    """Memo key -> FakeTensorMode's cache entry for that call and how its outputs are made (or `_BYPASS`)."""
+
+    def __init__(self, mode: Any, check: bool = False) -> None:
         self.mode = mode
+        self.check = check
         self.entries: dict[tuple[Any, ...], Any] = {}
         self.hits = 0
         self.misses = 0
         pin = getattr(fake_tensor, "_pin_device_index", None)
         self._pin = pin if callable(pin) else None
+        # The attributes `FakeTensor.__new__` sets on a new tensor, but its device and mode (all
+        # None), read from the first one FakeTensorMode makes here; None until then, False when
+        # they are not all None (a debug build keeps a traceback: made by FakeTensor() then).
+        self._attributes: Any = None
+        self._mutable = bool(getattr(mode, "_allow_unsafe_data_ptr_access", False))
 
     # ---------------------------------------------------------------- the key
     def _tensor(self, t: Any) -> tuple[Any, ...]:
-        if type(t) is not FakeTensor or t.fake_mode is not self.mode or t.constant is not None or t.dispatch_keys is not None:
+        if type(t) is not FakeTensor or t.fake_mode is not self.mode or t.constant is not None or t.dispatch_keys is not None or t.is_sparse:
             raise _Refused
-        layout = _LAYOUT(t)
-        if layout is not torch.strided:
-            raise _Refused
+        # `stride()` raises for every layout but strided (sparse, compressed, mkldnn): refused by
+        # the caller. `size()`, not `shape`: a third of the time.
         return (
             t.dtype,
-            t.shape,
+            t.size(),
             t.stride(),
             t.storage_offset(),
             t.untyped_storage().nbytes(),
@@ -142,7 +194,7 @@ class Memo:
                         self._leaf(x, parts)
                 else:
                     self._leaf(a, parts)
-        except _Refused:
+        except (_Refused, RuntimeError):
             return None
         return tuple(parts)
 
@@ -154,11 +206,13 @@ class Memo:
         if key is None:
             with mode:
                 return func(*args, **kwargs)
-        entry = self.entries.get(key)
-        if entry is not None and entry is not _BYPASS:
+        found = self.entries.get(key)
+        if found is not None and found is not _BYPASS:
             self.hits += 1
-            return mode._output_from_cache_entry(fake_tensor._CacheKeyState(None), entry, None, args)
-        if entry is _BYPASS:
+            if self.check:
+                return self._checked(found, func, args, kwargs)
+            return self._outputs(found, args)
+        if found is _BYPASS:
             with mode:
                 return func(*args, **kwargs)
         # First call with this key: FakeTensorMode's own key, before the op runs (an in-place op
@@ -170,9 +224,97 @@ class Memo:
             theirs = None
         with mode:
             out = func(*args, **kwargs)
-        found = None if theirs is None else fake_tensor.FakeTensorMode.cache.get(theirs)
+        entry = None if theirs is None else fake_tensor.FakeTensorMode.cache.get(theirs)
         if len(self.entries) >= LIMIT:
             # Shapes that keep changing (a growing KV cache): the oldest keys are the least likely again.
             self.entries.clear()
-        self.entries[key] = found if isinstance(found, fake_tensor._DispatchCacheValidEntry) else _BYPASS
+        self.entries[key] = _Entry(entry, theirs) if isinstance(entry, fake_tensor._DispatchCacheValidEntry) else _BYPASS
+        if self._attributes is None:
+            self._learn(out)
         return out
+
+    def _learn(self, out: Any) -> None:
+        """The attributes of a new fake tensor, from one FakeTensorMode made."""
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if type(t) is FakeTensor and t.fake_mode is self.mode and t.constant is None:
+                attributes = dict(vars(t))
+                device, mode = attributes.pop("_fake_device", None), attributes.pop("fake_mode", None)
+                plain = isinstance(device, torch.device) and mode is self.mode and all(v is None for v in attributes.values())
+                self._attributes = attributes if plain else False
+                return
+
+    def _outputs(self, found: _Entry, args: tuple[Any, ...]) -> Any:
+        if found.tuple:
+            return tuple(self._output(found, made, info, args) for made, info in zip(found.made, found.entry.output_infos))
+        return self._output(found, found.made[0], found.entry.output_infos[0], args)
+
+    def _output(self, found: _Entry, made: _Made, info: Any, args: tuple[Any, ...]) -> Any:
+        kind = made.kind
+        if kind == "inplace":
+            return args[made.index]
+        if kind == "constant":
+            return made.value
+        attributes = self._attributes
+        if kind == "theirs" or not attributes:
+            return self.mode._get_output_tensor_from_cache_entry(fake_tensor._CacheKeyState(None), info, None, args)
+        # As _get_output_tensor_from_cache_entry: no dispatch mode sees these meta-tensor calls.
+        with torch._C._DisableTorchDispatch():
+            if kind == "new":
+                elem = torch.empty_strided(made.size, made.stride, dtype=made.dtype, device="meta", requires_grad=made.requires_grad)
+            else:
+                elem = torch.empty_strided((), (), dtype=made.dtype, device="meta", requires_grad=made.requires_grad)
+                elem.set_(args[made.index].untyped_storage(), made.offset, made.size, made.stride)
+        # As FakeTensor.__new__.
+        t = torch.Tensor._make_subclass(FakeTensor, elem, elem.requires_grad, dispatch_device=True, device_for_backend_keys=made.device)
+        if self._mutable:
+            torch._C._set_warn_deprecated_on_mutable_data_ptr(t)
+        else:
+            torch._C._set_throw_on_mutable_data_ptr(t)
+        d = t.__dict__
+        d.update(attributes)
+        d["_fake_device"] = made.device
+        d["fake_mode"] = self.mode
+        return t
+
+    # ---------------------------------------------------------------- ITERAGPU_PREDICT_MEMO=check
+    def _checked(self, found: _Entry, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        theirs = self.mode._cache_key(fake_tensor._CacheKeyState(None), func, args, kwargs)
+        if theirs != found.theirs:
+            raise AssertionError(f"memo: {func}'s FakeTensorMode key differs from the one its memo key was found under")
+        ours = self._outputs(found, args)
+        reference = self.mode._output_from_cache_entry(fake_tensor._CacheKeyState(None), found.entry, None, args)
+        for a, b in zip(ours if found.tuple else (ours,), reference if found.tuple else (reference,)):
+            difference = _difference(a, b, args)
+            if difference:
+                raise AssertionError(f"memo: {func}'s output differs from FakeTensorMode's: {difference}")
+        return ours
+
+
+def _difference(a: Any, b: Any, args: tuple[Any, ...]) -> str | None:
+    """What differs between two outputs made from one cache entry, or None."""
+    if not isinstance(b, torch.Tensor):
+        return None if type(a) is type(b) and a == b else f"{a!r} != {b!r}"
+    if type(a) is not type(b):
+        return f"type {type(a)} != {type(b)}"
+    if a is b:
+        return None
+    pairs = {
+        "size": (a.size(), b.size()),
+        "stride": (a.stride(), b.stride()),
+        "offset": (a.storage_offset(), b.storage_offset()),
+        "dtype": (a.dtype, b.dtype),
+        "device": (a.device, b.device),
+        "requires_grad": (a.requires_grad, b.requires_grad),
+        "bits": ((a.is_conj(), a.is_neg(), a.is_inference()), (b.is_conj(), b.is_neg(), b.is_inference())),
+        "storage bytes": (a.untyped_storage().nbytes(), b.untyped_storage().nbytes()),
+        "dispatch keys": (str(torch._C._dispatch_key_set(a)), str(torch._C._dispatch_key_set(b))),
+        "attributes": (sorted(vars(a).items(), key=str), sorted(vars(b).items(), key=str)),
+        "shares an input's storage": (
+            [x.untyped_storage()._cdata == a.untyped_storage()._cdata for x in args if isinstance(x, torch.Tensor)],
+            [x.untyped_storage()._cdata == b.untyped_storage()._cdata for x in args if isinstance(x, torch.Tensor)],
+        ),
+    }
+    for name, (x, y) in pairs.items():
+        if x != y:
+            return f"{name}: {x} != {y}"
+    return None

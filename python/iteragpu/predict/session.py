@@ -37,7 +37,7 @@ class Session:
         # Every op on the target device runs under this mode (tracker.py decides which ops).
         self.fake = mode_class(allow_non_fake_inputs=True)
         self.tracker.fake_mode = self.fake
-        self.tracker.memo = memo.Memo(self.fake) if memo.enabled() else None
+        self.tracker.memo = memo.Memo(self.fake, check=memo.checking()) if memo.enabled() else None
         self.modules: dict[int, Any] = {}  # id(root module) -> module, for re-tagging at phase ends
         self.names: dict[int, str] = {}  # id(module) -> qualified name
         self.optimizers: list[Any] = []
