@@ -57,10 +57,10 @@ class _Refused(Exception):
 def available() -> str | None:
     """None when this torch's FakeTensorMode has what the memo uses, else why not."""
     mode = getattr(fake_tensor, "FakeTensorMode", None)
-    for name in ("_cache_key", "_output_from_cache_entry", "_get_output_tensor_from_cache_entry"):
+    for name in ("_cache_key", "_output_from_cache_entry", "_get_output_tensor_from_cache_entry", "_validate_cache_key", "_validate_output_for_cache_entry", "_get_output_info_for_cache_entry"):
         if not callable(getattr(mode, name, None)):
             return f"FakeTensorMode.{name} is missing"
-    if not hasattr(fake_tensor, "_CacheKeyState") or not hasattr(fake_tensor, "_DispatchCacheValidEntry"):
+    if not all(hasattr(fake_tensor, n) for n in ("_CacheKeyState", "_DispatchCacheValidEntry", "_DispatchCacheBypassEntry")):
         return "FakeTensorMode's cache entries are not this torch's"
     params = list(inspect.signature(mode._output_from_cache_entry).parameters)
     if params != ["self", "state", "entry", "key", "args"]:
@@ -108,12 +108,14 @@ class _Made:
 class _Entry:
     """FakeTensorMode's cache entry and how its outputs are made."""
 
-    __slots__ = ("entry", "made", "tuple", "theirs")
+    __slots__ = ("entry", "made", "tuple", "list", "blind", "theirs")
 
-    def __init__(self, entry: Any, theirs: Any) -> None:
+    def __init__(self, entry: Any, theirs: Any, as_list: bool = False, blind: bool = False) -> None:
         self.entry = entry
         self.made = [_Made(info) for info in entry.output_infos]
         self.tuple = entry.is_output_tuple
+        self.list = as_list  # returned as a list (the op's own type)
+        self.blind = blind  # returns None whatever its floats' values
         self.theirs = theirs  # FakeTensorMode's key (kept for the check)
 
 
@@ -133,6 +135,8 @@ class Memo:
         # they are not all None (a debug build keeps a traceback: made by FakeTensor() then).
         self._attributes: Any = None
         self._mutable = bool(getattr(mode, "_allow_unsafe_data_ptr_access", False))
+        # Ops keyed without their float arguments' values (see `_blind`).
+        self.blind: set[Any] = set()
 
     # ---------------------------------------------------------------- the key
     def _tensor(self, t: Any) -> tuple[Any, ...]:
@@ -154,10 +158,12 @@ class Memo:
             t.is_quantized,
         )
 
-    def _leaf(self, a: Any, parts: list[Any]) -> None:
+    def _leaf(self, a: Any, parts: list[Any], blind: bool = False) -> None:
         kind = type(a)
         if kind is FakeTensor:
             parts.append(self._tensor(a))
+        elif kind is float and blind:
+            parts.append(kind)
         elif kind in _PLAIN:
             parts.append(kind)
             parts.append(a)
@@ -175,6 +181,7 @@ class Memo:
     def key(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
         if torch._C._get_dispatch_mode(_PROXY) is not None or not self.mode.cache_enabled or self.mode.shape_env is not None:
             return None
+        blind = func in self.blind
         parts: list[Any] = [func, torch.get_default_dtype(), torch._C._get_default_device(), torch.is_inference_mode_enabled(), len(args)]
         try:
             for a in args:
@@ -182,18 +189,18 @@ class Memo:
                     parts.append(type(a))
                     parts.append(len(a))
                     for x in a:
-                        self._leaf(x, parts)
+                        self._leaf(x, parts, blind)
                 else:
-                    self._leaf(a, parts)
+                    self._leaf(a, parts, blind)
             for name, a in kwargs.items():
                 parts.append(name)
                 if type(a) is list or type(a) is tuple:
                     parts.append(type(a))
                     parts.append(len(a))
                     for x in a:
-                        self._leaf(x, parts)
+                        self._leaf(x, parts, blind)
                 else:
-                    self._leaf(a, parts)
+                    self._leaf(a, parts, blind)
         except (_Refused, RuntimeError):
             return None
         return tuple(parts)
@@ -209,6 +216,14 @@ class Memo:
         found = self.entries.get(key)
         if found is not None and found is not _BYPASS:
             self.hits += 1
+            if found.blind:
+                if self.check:
+                    # FakeTensorMode itself, with these values: it must answer None too.
+                    with mode:
+                        out = func(*args, **kwargs)
+                    if out is not None:
+                        raise AssertionError(f"memo: {func} returned {out!r}, not None")
+                return None
             if self.check:
                 return self._checked(found, func, args, kwargs)
             return self._outputs(found, args)
@@ -218,20 +233,62 @@ class Memo:
         # First call with this key: FakeTensorMode's own key, before the op runs (an in-place op
         # may change its inputs' metadata), then the entry its dispatch left under that key.
         self.misses += 1
+        state = fake_tensor._CacheKeyState(None)
         try:
-            theirs = mode._cache_key(fake_tensor._CacheKeyState(None), func, args, kwargs)
+            theirs = mode._cache_key(state, func, args, kwargs)
         except Exception:  # FakeTensorMode refuses to key this call (its _BypassDispatchCache, or anything else): never memoised
             theirs = None
         with mode:
             out = func(*args, **kwargs)
         entry = None if theirs is None else fake_tensor.FakeTensorMode.cache.get(theirs)
+        as_list = False
+        if type(out) is list and isinstance(entry, fake_tensor._DispatchCacheBypassEntry):
+            entry, as_list = self._list_entry(state, theirs, func, args, kwargs, out), True
         if len(self.entries) >= LIMIT:
             # Shapes that keep changing (a growing KV cache): the oldest keys are the least likely again.
             self.entries.clear()
-        self.entries[key] = _Entry(entry, theirs) if isinstance(entry, fake_tensor._DispatchCacheValidEntry) else _BYPASS
+        if not isinstance(entry, fake_tensor._DispatchCacheValidEntry):
+            self.entries[key] = _BYPASS
+        elif self._blind(func, entry, key):
+            if func not in self.blind:
+                # Keyed again without the float values: later calls with other values hit this entry.
+                self.blind.add(func)
+                key = self.key(func, args, kwargs)
+            if key is not None:
+                self.entries[key] = _Entry(entry, theirs, blind=True)
+        else:
+            self.entries[key] = _Entry(entry, theirs, as_list)
         if self._attributes is None:
             self._learn(out)
         return out
+
+    def _blind(self, func: Any, entry: Any, key: tuple[Any, ...]) -> bool:
+        """An op that returns nothing (an optimizer's in-place `_foreach_*_` and `_fused_adamw_`,
+        whose learning rate and bias corrections change every step) and takes a float: its answer
+        is None whatever the floats' values, which then need not be in its key. Its validity
+        checks (list lengths, dtypes, devices, shapes) still see everything else in the key.
+        `ITERAGPU_PREDICT_MEMO=check` runs FakeTensorMode on each such call and holds it to None."""
+        if func not in self.blind and float not in key:
+            return False
+        returns = getattr(getattr(func, "_schema", None), "returns", None)
+        if returns is None or len(returns) != 0 or getattr(func, "namespace", None) != "aten":
+            return False
+        info = entry.output_infos
+        return not entry.is_output_tuple and len(info) == 1 and info[0].inplace_idx is None and info[0].metadata is None and info[0].constant_value is None
+
+    def _list_entry(self, state: Any, theirs: Any, func: Any, args: Any, kwargs: Any, out: list[Any]) -> Any:
+        """A cache entry for an op returning a list (`_foreach_sqrt`, `split`), which
+        FakeTensorMode makes for tuples but not for lists ("non-FakeTensor output"): its own
+        checks and its own per-output records (`_make_cache_entry` for a tuple), or None."""
+        mode = self.mode
+        try:
+            mode._validate_cache_key(func, args, kwargs)
+            for o in out:
+                mode._validate_output_for_cache_entry(state, theirs, func, args, kwargs, o)
+            infos = tuple(mode._get_output_info_for_cache_entry(state, theirs, func, args, kwargs, o) for o in out)
+            return fake_tensor._DispatchCacheValidEntry(output_infos=infos, is_output_tuple=True)
+        except Exception:  # its _BypassDispatchCache or its assertion on a view with several tensor arguments: not memoised
+            return None
 
     def _learn(self, out: Any) -> None:
         """The attributes of a new fake tensor, from one FakeTensorMode made."""
@@ -245,7 +302,8 @@ class Memo:
 
     def _outputs(self, found: _Entry, args: tuple[Any, ...]) -> Any:
         if found.tuple:
-            return tuple(self._output(found, made, info, args) for made, info in zip(found.made, found.entry.output_infos))
+            outs = [self._output(found, made, info, args) for made, info in zip(found.made, found.entry.output_infos)]
+            return outs if found.list else tuple(outs)
         return self._output(found, found.made[0], found.entry.output_infos[0], args)
 
     def _output(self, found: _Entry, made: _Made, info: Any, args: tuple[Any, ...]) -> Any:
@@ -280,9 +338,12 @@ class Memo:
     def _checked(self, found: _Entry, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         theirs = self.mode._cache_key(fake_tensor._CacheKeyState(None), func, args, kwargs)
         if theirs != found.theirs:
-            raise AssertionError(f"memo: {func}'s FakeTensorMode key differs from the one its memo key was found under")
+            diffs = [(i, x, y) for i, (x, y) in enumerate(zip(theirs.key, found.theirs.key)) if x != y][:3]
+            raise AssertionError(f"memo: {func}'s FakeTensorMode key differs from the one its memo key was found under: {diffs}")
         ours = self._outputs(found, args)
         reference = self.mode._output_from_cache_entry(fake_tensor._CacheKeyState(None), found.entry, None, args)
+        if found.list:
+            reference = list(reference)
         for a, b in zip(ours if found.tuple else (ours,), reference if found.tuple else (reference,)):
             difference = _difference(a, b, args)
             if difference:
