@@ -56,7 +56,7 @@ class _Refused(Exception):
 
 def available() -> str | None:
     """None when this torch's FakeTensorMode has what the memo uses, else why not."""
-    mode = getattr(fake_tensor, "FakeTensorMode", None)
+    mode: Any = getattr(fake_tensor, "FakeTensorMode", None)
     for name in ("_cache_key", "_output_from_cache_entry", "_get_output_tensor_from_cache_entry", "_validate_cache_key", "_validate_output_for_cache_entry", "_get_output_info_for_cache_entry"):
         if not callable(getattr(mode, name, None)):
             return f"FakeTensorMode.{name} is missing"
@@ -91,8 +91,8 @@ class _Made:
 
     def __init__(self, info: Any) -> None:
         self.kind = "theirs"
-        self.index = None
-        self.value = None
+        self.index: Any = None
+        self.value: Any = None
         md = info.metadata
         if info.inplace_idx is not None:
             self.kind, self.index = "inplace", info.inplace_idx
