@@ -108,15 +108,16 @@ class _Made:
 class _Entry:
     """FakeTensorMode's cache entry and how its outputs are made."""
 
-    __slots__ = ("entry", "made", "tuple", "list", "blind", "theirs")
+    __slots__ = ("entry", "made", "tuple", "list", "blind", "theirs", "composite")
 
     def __init__(self, entry: Any, theirs: Any, as_list: bool = False, blind: bool = False) -> None:
         self.entry = entry
-        self.made = [_Made(info) for info in entry.output_infos]
-        self.tuple = entry.is_output_tuple
+        self.made = [_Made(info) for info in entry.output_infos] if entry is not None else []
+        self.tuple = entry.is_output_tuple if entry is not None else False
         self.list = as_list  # returned as a list (the op's own type)
         self.blind = blind  # returns None whatever its floats' values
         self.theirs = theirs  # FakeTensorMode's key (kept for the check)
+        self.composite = False  # made from a composite view's own output (`Memo._composite`)
 
 
 class Memo:
@@ -244,6 +245,11 @@ class Memo:
         as_list = False
         if type(out) is list and isinstance(entry, fake_tensor._DispatchCacheBypassEntry):
             entry, as_list = self._list_entry(state, theirs, func, args, kwargs, out), True
+        elif isinstance(entry, fake_tensor._DispatchCacheBypassEntry) and getattr(entry, "reason", None) == "CompositeImplicitAutograd":
+            composite = self._composite(out, args, theirs)
+            if composite is not None:
+                self.entries[key] = composite
+                return out
         if len(self.entries) >= LIMIT:
             # Shapes that keep changing (a growing KV cache): the oldest keys are the least likely again.
             self.entries.clear()
@@ -276,6 +282,44 @@ class Memo:
         info = entry.output_infos
         return not entry.is_output_tuple and len(info) == 1 and info[0].inplace_idx is None and info[0].metadata is None and info[0].constant_value is None
 
+    def _composite(self, out: Any, args: tuple[Any, ...], theirs: Any) -> _Entry | None:
+        """A view op with a composite kernel (`reshape`, `to`, `flatten`: under inference mode they
+        reach the fake mode whole), which FakeTensorMode runs by decomposing each time and never
+        caches, since it may or may not alias its input. Whether it does is decided by the
+        metadata its key holds: its output is recorded as the input itself, a view of an input's
+        storage, or a new tensor whose storage is exactly its own extent, then made so again;
+        anything else is not memoised. `ITERAGPU_PREDICT_MEMO=check` runs the op each time and
+        compares."""
+        if not self._attributes or type(out) is not FakeTensor or out.fake_mode is not self.mode or out.constant is not None or out.dispatch_keys is not None:
+            return None
+        if out.is_sparse or out.is_conj() or out.is_neg() or out.is_quantized:
+            return None
+        made = _Made.__new__(_Made)
+        made.value = None
+        made.size, made.stride, made.offset = tuple(out.size()), tuple(out.stride()), out.storage_offset()
+        made.dtype, made.requires_grad, made.device = out.dtype, out.requires_grad, out.fake_device
+        if made.device.index is None and made.device.type not in ("cpu", "meta"):
+            return None
+        storage = out.untyped_storage()._cdata
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        same = [i for i in tensors if args[i] is out]
+        shared = [i for i in tensors if args[i].untyped_storage()._cdata == storage]
+        if same:
+            made.kind, made.index = "inplace", same[0]
+        elif len(shared) == 1 and type(args[shared[0]]) is FakeTensor:
+            made.kind, made.index = "view", shared[0]
+        elif not shared and made.offset == 0:
+            extent = 1 + sum((n - 1) * st for n, st in zip(made.size, made.stride)) if all(made.size) else 0
+            if out.untyped_storage().nbytes() != extent * out.element_size():
+                return None
+            made.kind, made.index = "new", None
+        else:
+            return None
+        found = _Entry(None, theirs)
+        found.made = [made]
+        found.composite = True
+        return found
+
     def _list_entry(self, state: Any, theirs: Any, func: Any, args: Any, kwargs: Any, out: list[Any]) -> Any:
         """A cache entry for an op returning a list (`_foreach_sqrt`, `split`), which
         FakeTensorMode makes for tuples but not for lists ("non-FakeTensor output"): its own
@@ -304,7 +348,7 @@ class Memo:
         if found.tuple:
             outs = [self._output(found, made, info, args) for made, info in zip(found.made, found.entry.output_infos)]
             return outs if found.list else tuple(outs)
-        return self._output(found, found.made[0], found.entry.output_infos[0], args)
+        return self._output(found, found.made[0], None if found.composite else found.entry.output_infos[0], args)
 
     def _output(self, found: _Entry, made: _Made, info: Any, args: tuple[Any, ...]) -> Any:
         kind = made.kind
@@ -336,6 +380,14 @@ class Memo:
 
     # ---------------------------------------------------------------- ITERAGPU_PREDICT_MEMO=check
     def _checked(self, found: _Entry, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if found.composite:
+            ours = self._outputs(found, args)
+            with self.mode:
+                reference = func(*args, **kwargs)
+            difference = _difference(ours, reference, args)
+            if difference:
+                raise AssertionError(f"memo: {func}'s output differs from FakeTensorMode's: {difference}")
+            return ours
         theirs = self.mode._cache_key(fake_tensor._CacheKeyState(None), func, args, kwargs)
         if theirs != found.theirs:
             diffs = [(i, x, y) for i, (x, y) in enumerate(zip(theirs.key, found.theirs.key)) if x != y][:3]
