@@ -22,6 +22,8 @@ mod outputs;
 mod predict;
 #[path = "integration/predict_scripts.rs"]
 mod predict_scripts;
+#[path = "integration/predict_speed.rs"]
+mod predict_speed;
 #[path = "integration/predicted_documents.rs"]
 mod predicted_documents;
 #[path = "integration/properties.rs"]

@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, idioms
+from . import compat, cuda_api, cudnn_rnn, idioms, memo
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -42,6 +42,7 @@ class Session:
         # Every op on the target device runs under this mode (tracker.py decides which ops).
         self.fake = mode_class(allow_non_fake_inputs=True)
         self.tracker.fake_mode = self.fake
+        self.tracker.memo = memo.Memo(self.fake, check=memo.checking()) if memo.enabled() else None
         self.modules: dict[int, Any] = {}  # id(root module) -> module, for re-tagging at phase ends
         self.names: dict[int, str] = {}  # id(module) -> qualified name
         self.optimizers: list[Any] = []

@@ -31,7 +31,7 @@ import torch
 from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
 from . import sizes
 from . import values as known_values
@@ -145,6 +145,8 @@ class Tracker(TorchDispatchMode):
         self._emit = emit
         # The FakeTensorMode every op on the target device runs under (set by the session).
         self.fake_mode: Any = None
+        # FakeTensorMode's cached answers reused without entering it (memo.py; set by the session).
+        self.memo: Any = None
         self.fake_lock = threading.RLock()
         self.values = known_values.Values()
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
@@ -157,7 +159,7 @@ class Tracker(TorchDispatchMode):
         self.memory: Any = None
         self.tainted: set[int] = set()  # event ids
         self.blas_threads: set[int] = set()
-        self.local = threading.local()
+        self.local = _Local()
         self.placeholders: collections.Counter[tuple[str | None, int | None]] = collections.Counter()
         self.loop_hits: collections.Counter[tuple[str | None, int | None]] = collections.Counter()
         self.in_optimizer = 0
@@ -234,7 +236,11 @@ class Tracker(TorchDispatchMode):
             )
 
     def _storage(self, t: Any) -> Any:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or is_traceable_wrapper_subclass(t):
+        if type(t) is FakeTensor:
+            # The usual case, and never a wrapper subclass (whose test costs an AttributeError).
+            if t.device.type != "cuda":
+                return None
+        elif not isinstance(t, torch.Tensor) or t.device.type != "cuda" or is_traceable_wrapper_subclass(t):
             return None
         try:
             return t.untyped_storage()
@@ -245,9 +251,9 @@ class Tracker(TorchDispatchMode):
         """Records the storage behind `t` if it is new (or resized); returns its event id. A
         wrapper subclass (a DTensor: the global shape around a rank's local shard) holds no
         memory of its own: its inner tensors are what the device holds."""
-        if getattr(self.local, "suspended", 0):
+        if self.local.suspended:
             return None
-        if is_traceable_wrapper_subclass(t):
+        if type(t) is not FakeTensor and is_traceable_wrapper_subclass(t):
             ids = [self.register(inner, category, tainted) for inner in _inner(t)]
             return next((i for i in ids if i is not None), None)
         st = self._storage(t)
@@ -276,8 +282,8 @@ class Tracker(TorchDispatchMode):
                     "bytes": nbytes,
                     "category": category,
                     "module": self.module(),
-                    "shape": list(t.shape),
-                    "dtype": str(t.dtype).replace("torch.", ""),
+                    "shape": list(t.size()),
+                    "dtype": _dtype_name(t.dtype),
                     "tainted": tainted,
                     **_site(),
                 },
@@ -347,15 +353,23 @@ class Tracker(TorchDispatchMode):
         the target device, runs under FakeTensorMode; every other CPU op runs for real (data
         pipelines, augmentation, CPU RNG, `.numpy()` give true answers), except factories of large
         CPU tensors, which stay data-less."""
+        meta = _META_QUERIES.get(func)
+        if meta is not None and len(args) == 1 and isinstance(args[0], FakeTensor):
+            # `t.device`, `t.size()` asked from C++ (autograd, foreach grouping: several thousand
+            # a training step): FakeTensorMode's own answer, without entering it.
+            return meta(args)
         kwargs = kwargs or {}
         if func in _READS:
             return self._scalar(func, args, kwargs)
-        flat, spec = tree_flatten((args, kwargs))
+        flat = _flatten(args, kwargs)
+        spec = None
+        if flat is None:
+            flat, spec = tree_flatten((args, kwargs))
         # A wrapper subclass (a DTensor) holds fake tensors: its op runs under the fake mode and
         # its inner tensors are registered.
         fakes = any(isinstance(a, FakeTensor) for a in flat)
         fake_in = fakes or any(is_traceable_wrapper_subclass(a) for a in flat)
-        if not fake_in and not _targets_cuda(flat) and not _large_factory(func, args, kwargs):
+        if not fake_in and not _targets_cuda(flat) and not _large_factory(func, args, kwargs, flat):
             return func(*args, **kwargs)
         if fakes and func.overloadpacket in _READ_BACK:
             read = self._read_back(func, args, kwargs)
@@ -379,18 +393,19 @@ class Tracker(TorchDispatchMode):
         if name in BLAS_OPS:
             self.workspace()
         if any(_real(a) for a in flat):
+            flat, spec = tree_flatten((args, kwargs))
             flat = [self.to_fake(a) if _real(a) else a for a in flat]
             args, kwargs = tree_unflatten(flat, spec)
         inputs = [a for a in flat if isinstance(a, torch.Tensor)]
         tainted = bool(self.tainted) and any(self._is_tainted(a) for a in inputs)
         try:
             # FakeTensorMode keeps its entries on a list: threads enter it one at a time.
-            with self.fake_lock, self.fake_mode:
-                out = func(*args, **kwargs)
+            with self.fake_lock:
+                out = self._fake_dispatch(func, args, kwargs)
         except fake_tensor.DynamicOutputShapeException:
             # The op's own temporaries (a mask's positions): alive until its output is counted.
             held: list[Any] = []
-            out = self._known_shape(func, args, kwargs, flat, spec, held)
+            out = self._known_shape(func, args, kwargs, flat, spec or tree_flatten((args, kwargs))[1], held)
             if out is None:
                 out = self._upper_bound(func, name, args, kwargs)
                 tainted = True
@@ -401,7 +416,7 @@ class Tracker(TorchDispatchMode):
             if sizes.byte_mask_index(func, args):
                 # FakeTensorMode refuses the (deprecated) uint8 masks that CUDA's index still takes.
                 held = []
-                out = self._known_shape(func, args, kwargs, flat, spec, held)
+                out = self._known_shape(func, args, kwargs, flat, spec or tree_flatten((args, kwargs))[1], held)
                 if out is None:
                     out = self._upper_bound(func, name, args, kwargs)
                     tainted = True
@@ -415,7 +430,8 @@ class Tracker(TorchDispatchMode):
             file, line = user_frame()
             self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its result depends on the data"})
             raise Unpredictable(f"{func} depends on the data ({file}:{line})") from exc
-        for o in tree_flatten(out)[0]:
+        out_flat = _flatten_out(out)
+        for o in out_flat:
             # A scalar made from a data-dependent tensor (its sum, its max) has a known size.
             self.register(o, tainted=tainted and isinstance(o, torch.Tensor) and o.dim() > 0)
         # A collective's buffers (FSDP2's all-gather output, its reduce-scatter input).
@@ -423,8 +439,15 @@ class Tracker(TorchDispatchMode):
             self._tag_all(args[:1], "communication")
         elif "reduce_scatter" in name:
             self._tag_all(args[1:2], "communication")
-        self._follow_values(func, args, kwargs, out, flat, spec)
+        self._follow_values(func, args, kwargs, out, flat, spec, out_flat)
         return out
+
+    def _fake_dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The op under FakeTensorMode, or its answer reused from FakeTensorMode's cache (memo.py)."""
+        if self.memo is not None:
+            return self.memo.call(func, args, kwargs)
+        with self.fake_mode:
+            return func(*args, **kwargs)
 
     def _unsupported(self, func: Any, args: Any, kwargs: Any) -> Any:
         """An op with no fake implementation (a custom op): its phase is unpredictable, and the run
@@ -486,13 +509,16 @@ class Tracker(TorchDispatchMode):
         self._count_placeholder(file, line, t.dtype)
         return _placeholder_for(t.dtype)
 
-    def _follow_values(self, func: Any, args: Any, kwargs: Any, out: Any, flat: list[Any], spec: Any) -> None:
+    def _follow_values(self, func: Any, args: Any, kwargs: Any, out: Any, flat: list[Any], spec: Any, out_flat: list[Any] | None = None) -> None:
         """The output's real values when they follow from known inputs (see values.py): the same
-        op run on the CPU over the known values."""
-        out_flat = tree_flatten(out)[0]
+        op run on the CPU over the known values. `spec` None: computed when needed; `out_flat`:
+        `out` flattened, when the caller has it."""
+        if out_flat is None:
+            out_flat = tree_flatten(out)[0]
         outs = [o for o in out_flat if isinstance(o, FakeTensor)]
         mutated = []
-        keeps = known_values.KEEPS.get(known_values.base_name(func))
+        name = _base_name(func)
+        keeps = known_values.KEEPS.get(name)
         for i, name in _written(func):
             value = kwargs.get(name) if i is None or i >= len(args) else args[i]
             if keeps is not None and name in keeps[0]:
@@ -513,7 +539,7 @@ class Tracker(TorchDispatchMode):
 
         # Most ops read weights or activations, whose values nobody knows: a cheap check first.
         fake_inputs = [a for a in flat if isinstance(a, FakeTensor)]
-        partial_op = known_values.base_name(func) in known_values.PARTIAL
+        partial_op = name in known_values.PARTIAL
         # A factory (no fake input: `full`, `arange`) is followed even before any value is known.
         if fake_inputs and (not bases or (not partial_op and not all(id(a.untyped_storage()) in bases for a in fake_inputs))):
             forget()
@@ -529,10 +555,11 @@ class Tracker(TorchDispatchMode):
                 forget()
                 return
         complete = all(g is not None and g[1] is None for g in got.values())
-        name = known_values.base_name(func)
         if not complete and (name not in known_values.PARTIAL or not any(g is not None for g in got.values())):
             forget()
             return
+        if spec is None:
+            spec = tree_flatten((args, kwargs))[1]
         with _disable_current_modes():
             filled = []
             for a in flat:
@@ -659,6 +686,10 @@ class Tracker(TorchDispatchMode):
         raise Unpredictable(f"{func} has an output size that depends on the data ({file}:{line})")
 
 
+# Metadata queries FakeTensorMode answers before anything else (`prim.device`, `aten.size`,
+# `aten.stride`, `aten.storage_offset`): no storage, no value, nothing to follow.
+_META_QUERIES: dict[Any, Callable[[Any], Any]] = dict(getattr(fake_tensor, "_DISPATCH_META_HANDLERS", {}))
+
 # Ops that read a value back into Python (`.item()`, `bool(t)`, `torch.equal`).
 _READS: set[Any] = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default}
 
@@ -711,9 +742,10 @@ def _targets_cuda(flat: list[Any]) -> bool:
     return any(isinstance(a, torch.device) and a.type == "cuda" for a in flat)
 
 
-def _large_factory(func: Any, args: Any, kwargs: Any) -> bool:
-    """A CPU factory (`empty`, `zeros`, `randn`…: no tensor input) of more than LARGE_CPU bytes."""
-    if not args or any(isinstance(a, torch.Tensor) for a in tree_flatten((args, kwargs))[0]):
+def _large_factory(func: Any, args: Any, kwargs: Any, flat: list[Any] | None = None) -> bool:
+    """A CPU factory (`empty`, `zeros`, `randn`…: no tensor input) of more than LARGE_CPU bytes
+    (`flat`: the arguments flattened, when the caller has them)."""
+    if not args or any(isinstance(a, torch.Tensor) for a in (tree_flatten((args, kwargs))[0] if flat is None else flat)):
         return False
     size = kwargs.get("size")
     if size is None:
@@ -731,3 +763,68 @@ def _inner(t: Any) -> list[Any]:
     """The tensors a traceable wrapper subclass (DTensor) is made of."""
     names, _ = t.__tensor_flatten__()
     return [getattr(t, n) for n in names]
+
+
+class _Local(threading.local):
+    """Per-thread state, with class-level defaults: read on every op, an attribute missing from a
+    plain `threading.local` costs an AttributeError."""
+
+    suspended: int = 0
+    modules: list[str] | None = None
+
+
+# dtype -> its name in events ("float32"), made once.
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+# op -> known_values.base_name(op), made once.
+_BASE_NAMES: dict[Any, str] = {}
+
+
+def _base_name(func: Any) -> str:
+    name = _BASE_NAMES.get(func)
+    if name is None:
+        name = _BASE_NAMES[func] = known_values.base_name(func)
+    return name
+
+
+def _pytree_node(x: Any) -> bool:
+    """Whether pytree flattens `x` (a list, tuple, dict, namedtuple or any registered node)."""
+    return isinstance(x, (list, tuple, dict)) or type(x) in SUPPORTED_NODES
+
+
+def _flatten(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None:
+    """`tree_flatten((args, kwargs))[0]` for an op's arguments (leaves, and plain lists or tuples
+    of leaves), in the same order, without pytree's generic walk; None for anything nested
+    deeper or of another node type (pytree then)."""
+    flat: list[Any] = []
+    for group in (args, kwargs.values()) if kwargs else (args,):
+        for a in group:
+            kind = type(a)
+            if kind is list or kind is tuple:
+                for x in a:
+                    if _pytree_node(x):
+                        return None
+                flat.extend(a)
+            elif _pytree_node(a):
+                return None
+            else:
+                flat.append(a)
+    return flat
+
+
+def _flatten_out(out: Any) -> list[Any]:
+    """`tree_flatten(out)[0]` for an op's result: one tensor, or a plain list or tuple of leaves."""
+    kind = type(out)
+    if kind is FakeTensor:
+        return [out]
+    if (kind is list or kind is tuple) and not any(_pytree_node(x) for x in out):
+        return list(out)
+    return tree_flatten(out)[0]

@@ -1,0 +1,160 @@
+//! The shortcuts that make long predictions fast change nothing in what is predicted: the memo
+//! of FakeTensorMode's answers (`python/iteragpu/predict/memo.py`, off with
+//! `ITERAGPU_PREDICT_MEMO=0`) gives the same prediction document, to the byte but its creation
+//! time, and the same worker event stream, event for event but its timestamps. How fast it is:
+//! `cargo bench --bench predict_speed`.
+
+use crate::common::{Run, fixture, torch_python};
+use std::path::Path;
+use std::process::Command;
+
+/// The document of `iteragpu predict ARGS` with ITERAGPU_PREDICT_MEMO=`memo`, without its
+/// creation time, as text.
+fn document(python: &str, dir: &Path, name: &str, memo: &str, args: &[&str]) -> String {
+    let out = dir.join(format!("{name}-memo-{memo}.json"));
+    let run = Run::predict()
+        .args(["--python", python, "--card", "H200"])
+        .output(&out)
+        .env("ITERAGPU_PREDICT_MEMO", memo)
+        .args(args)
+        .finish();
+    assert!(out.exists(), "{name}: no prediction: {}", run.stderr());
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    doc.as_object_mut().unwrap().remove("created_at");
+    serde_json::to_string_pretty(&doc).unwrap()
+}
+
+/// The worker's events for a script (run as the CLI runs it), with ITERAGPU_PREDICT_MEMO=`memo`,
+/// without the fields that hold times.
+fn events(python: &str, dir: &Path, script: &str, args: &[&str], memo: &str) -> Vec<String> {
+    let target = serde_json::json!({"name": "H200", "capability": [9, 0],
+        "total_memory": 150_754_820_096u64, "total_memory_source": "the catalog",
+        "context_bytes": iteragpu::schema::target::H200_CONTEXT_BYTES, "context_source": "measured",
+        "workspaces": iteragpu::schema::target::SM90_WORKSPACES, "workspaces_source": "measured",
+        "allocator_backend": "native", "cudnn_version": null});
+    let spec = serde_json::json!({"workload": "script", "devices": ["cuda:0"], "seed": 0,
+        "script": fixture(&format!("scripts/predict/{script}")), "script_args": args,
+        "predict": target});
+    let file = dir.join(format!("spec-{memo}.json"));
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let out = Command::new(python)
+        .args(["-m", "iteragpu.worker"])
+        .arg(&file)
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .env("ITERAGPU_PREDICT_MEMO", memo)
+        .current_dir(dir)
+        .output()
+        .expect("the worker runs");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut event: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(data) = event.get_mut("data").and_then(|d| d.as_object_mut()) {
+                for key in [
+                    "duration_s",
+                    "started_at_unix_us",
+                    "ended_at_unix_us",
+                    "pid",
+                ] {
+                    data.remove(key);
+                }
+            }
+            event.to_string()
+        })
+        .collect()
+}
+
+fn counts(lines: &[String]) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for line in lines {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        *counts
+            .entry(event["type"].as_str().unwrap_or("?").to_string())
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Three workloads, each predicted with and without the memo: a training loop without markers
+/// (foreach AdamW, its step-dependent floats), `generate()` on a tiny Llama (followed values, a
+/// cache growing each token), and transformers' `Trainer` on BERT-large from its config for two
+/// steps of the "Model training anatomy" page (fused AdamW, a learning-rate schedule): the same
+/// documents. The first two also give the same event streams (every alloc, free and tag).
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_memo_changes_nothing() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let llama = fixture("tiny/llama").display().to_string();
+    let bert = fixture("models/bert-large-uncased").display().to_string();
+    let no_markers = fixture("scripts/predict/no_markers.py")
+        .display()
+        .to_string();
+    let generate = fixture("scripts/predict/generate.py").display().to_string();
+    let anatomy = fixture("scripts/predict/training_anatomy.py")
+        .display()
+        .to_string();
+    let workloads: [(&str, Vec<&str>); 3] = [
+        ("no_markers", vec!["--script", &no_markers]),
+        ("generate", vec!["--script", &generate, "--", &llama, "6"]),
+        ("anatomy", vec!["--script", &anatomy, "--", &bert, "8"]),
+    ];
+    for (name, args) in &workloads {
+        let without = document(&python, dir.path(), name, "0", args);
+        let with = document(&python, dir.path(), name, "1", args);
+        assert!(
+            without.contains("peak_reserved_bytes"),
+            "{name}: a document with phases: {without}"
+        );
+        assert!(
+            without == with,
+            "{name}: the memo changed the prediction:\n--- without\n{without}\n--- with\n{with}"
+        );
+    }
+    for (script, args) in [
+        ("no_markers.py", vec![]),
+        ("generate.py", vec![llama.as_str(), "6"]),
+    ] {
+        let without = events(&python, dir.path(), script, &args, "0");
+        let with = events(&python, dir.path(), script, &args, "1");
+        let allocs = counts(&without).get("alloc").copied().unwrap_or(0);
+        assert!(allocs > 20, "{script}: storages allocated: {allocs}");
+        assert_eq!(counts(&without), counts(&with), "{script}: event counts");
+        assert!(
+            without == with,
+            "{script}: the memo changed the event stream"
+        );
+    }
+}
+
+/// `ITERAGPU_PREDICT_MEMO=check` checks every reuse against FakeTensorMode itself (its key
+/// computed afresh, its own output compared field by field) and raises at the first difference:
+/// a training loop and `generate()` run clean under it, and predict as without the memo.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_memo_checked_against_fake_tensor_mode() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let llama = fixture("tiny/llama").display().to_string();
+    let amp = fixture("scripts/predict/amp_scaler.py")
+        .display()
+        .to_string();
+    let generate = fixture("scripts/predict/generate.py").display().to_string();
+    for (name, args) in [
+        ("amp_scaler", vec!["--script", amp.as_str()]),
+        ("generate", vec!["--script", &generate, "--", &llama, "6"]),
+    ] {
+        let checked = document(&python, dir.path(), name, "check", &args);
+        assert!(
+            !checked.contains("memo:"),
+            "{name}: a reuse differs from FakeTensorMode: {checked}"
+        );
+        let without = document(&python, dir.path(), name, "0", &args);
+        assert!(without == checked, "{name}: checked run differs");
+    }
+}
