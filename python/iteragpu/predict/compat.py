@@ -13,6 +13,7 @@ def install(torch: Any) -> None:
     _swap_fake_parameters(torch)
     _collectives_on_fake_tensors(torch)
     _conv_backend_without_a_driver(torch)
+    _fused_gru_cell_on_fake_tensors(torch)
     after_import("torch.distributed.tensor._random", _dtensor_rng)
 
 
@@ -97,6 +98,43 @@ def _collectives_on_fake_tensors(torch: Any) -> None:
             lib = torch.library.Library("c10d", "IMPL")  # noqa: TOR901
             _LIBRARIES.append(lib)
         lib.impl(name, _meta_collective(returns, work), "Meta")
+
+
+def _fused_gru_cell_on_fake_tensors(torch: Any) -> None:
+    """`nn.GRU` with cuDNN disabled on CUDA runs `aten::_thnn_fused_gru_cell` (and its backward)
+    per step. Newer torch registers Meta kernels for both (torch/_meta_registrations.py,
+    `_thnn_fused_gru_cell_meta` and `_thnn_fused_gru_cell_backward`); older ones (2.6) have the
+    LSTM cell's only, so FakeTensorMode falls back to running the CUDA kernel and asks the driver.
+    The same kernels, ported from torch 2.15's file, are registered where missing: the cell gives
+    hy (hx's shape) and a workspace of [batch, 5 × hidden]; the backward gives the gates' gradients
+    [batch, 3 × hidden] twice, hx's, and the biases' (their sums over the batch) when it has them."""
+    aten = torch.ops.aten
+    cell = getattr(getattr(aten, "_thnn_fused_gru_cell", None), "default", None)
+    backward = getattr(getattr(aten, "_thnn_fused_gru_cell_backward", None), "default", None)
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+
+    def gru_cell(input_gates: Any, hidden_gates: Any, hx: Any, input_bias: Any = None, hidden_bias: Any = None) -> Any:
+        workspace = hx.new_empty((hx.size(0), hx.size(1) * 5))
+        hy = torch.empty_like(hx, memory_format=torch.contiguous_format)
+        return hy, workspace
+
+    def gru_cell_backward(grad_hy: Any, workspace: Any, has_bias: bool) -> Any:
+        gates_shape = (grad_hy.size(0), grad_hy.size(1) * 3)
+        grad_input_gates = workspace.new_empty(gates_shape)
+        grad_hidden_gates = workspace.new_empty(gates_shape)
+        grad_hx = torch.empty_like(grad_hy, memory_format=torch.contiguous_format)
+        grad_input_bias = grad_input_gates.sum(0, keepdim=False) if has_bias else None
+        grad_hidden_bias = grad_hidden_gates.sum(0, keepdim=False) if has_bias else None
+        return grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias
+
+    lib = None
+    for op, kernel in ((cell, gru_cell), (backward, gru_cell_backward)):
+        if op is None or has(op.name(), "Meta"):
+            continue
+        if lib is None:
+            lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901
+            _LIBRARIES.append(lib)
+        lib.impl(op.name().split("::", 1)[1], kernel, "Meta")
 
 
 def _conv_backend_without_a_driver(torch: Any) -> None:
