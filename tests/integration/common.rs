@@ -131,6 +131,27 @@ pub fn python_with(modules: &[&str]) -> String {
     })
 }
 
+/// Runs `tests/python/NAME` with `python`, the package's Python first on its path; the check
+/// passes when the script exits 0 and its closing line says "N passed, 0 failed". Returns what it
+/// printed, for the test's own further assertions.
+pub fn python_checks(python: &str, name: &str) -> String {
+    let out = std::process::Command::new(python)
+        .env(
+            "PYTHONPATH",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture(&format!("../python/{name}")))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// The interpreter with real torch and transformers (CPU is enough); see `python_with`.
 pub fn torch_python() -> String {
     python_with(&["torch", "transformers"])

@@ -4,8 +4,8 @@
 //! independent accounting of the same run, phase by phase within 1%.
 
 use crate::common::{
-    DocumentKind, PhaseStatus, Phases, PredictionStatus, Ran, Run, fixture, iteragpu, python_with,
-    torch_python,
+    DocumentKind, PhaseStatus, Phases, PredictionStatus, Ran, Run, fixture, iteragpu,
+    python_checks, python_with, torch_python,
 };
 use predicates::prelude::*;
 use std::path::Path;
@@ -506,20 +506,7 @@ fn predict_refuses_bad_input_and_needs_pytorch() {
 #[ignore = "needs torch and transformers"]
 fn sdpa_rules_follow_pytorchs() {
     let python = torch_python();
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/sdpa_rules.py"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_checks(&python, "sdpa_rules.py");
 }
 
 /// A torch outside the supported range (2.6 to 2.15) is refused as soon as the worker reports its

@@ -5,7 +5,7 @@
 
 use crate::common::{
     PhaseStatus, Phases, PredictedPhase, PredictionDoc, PredictionStatus, Run, fixture,
-    python_with, torch_python,
+    python_checks, python_with, torch_python,
 };
 use std::path::Path;
 
@@ -636,20 +636,7 @@ fn a_packed_sequence_goes_through_cudnn() {
 #[ignore = "needs torch"]
 fn cudnn_rnn_sizes_follow_pytorchs() {
     let python = python_with(&["torch"]);
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/cudnn_rnn_sizes.py"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_checks(&python, "cudnn_rnn_sizes.py");
 }
 
 /// What a script prints of `torch.cuda`'s memory counters is what the prediction file says:

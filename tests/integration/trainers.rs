@@ -8,7 +8,7 @@
 //! whose environment has none of trl, accelerate or lightning.
 
 use crate::common::{
-    PhaseStatus, Phases, PredictionDoc, PredictionStatus, Run, fixture, python_with,
+    PhaseStatus, Phases, PredictionDoc, PredictionStatus, Run, fixture, python_checks, python_with,
 };
 use std::path::Path;
 
@@ -75,20 +75,7 @@ fn printed(stderr: &str, lines: &[&str]) {
 #[ignore = "needs torch"]
 fn torch_cuda_is_answered_from_one_table_on_every_path() {
     let python = python_with(&["torch"]);
-    let out = std::process::Command::new(&python)
-        .env(
-            "PYTHONPATH",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python"),
-        )
-        .arg(fixture("../python/cuda_answers.py"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = python_checks(&python, "cuda_answers.py");
     // The scan followed torch.cuda's submodules, and found the bindings outside the namespace.
     assert!(stdout.contains("still reach the driver"), "{stdout}");
     assert!(stdout.contains("torch.cuda.random"), "{stdout}");
