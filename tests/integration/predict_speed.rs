@@ -4,7 +4,7 @@
 //! time, and the same worker event stream, event for event but its timestamps. How fast it is:
 //! `cargo bench --bench predict_speed`.
 
-use crate::common::{Run, fixture, torch_python};
+use crate::common::{Run, fixture, python_with, torch_python};
 use std::path::Path;
 use std::process::Command;
 
@@ -157,4 +157,27 @@ fn predict_memo_checked_against_fake_tensor_mode() {
         let without = document(&python, dir.path(), name, "0", &args);
         assert!(without == checked, "{name}: checked run differs");
     }
+}
+
+/// The tracker writes its storage events (alloc, free) directly instead of through json.dumps:
+/// the same characters, on allocations with and without a module or a site, non-ASCII and quoted
+/// names, empty and huge shapes (`tests/python/event_encoding.py`).
+#[test]
+#[ignore = "needs torch"]
+fn storage_events_are_encoded_as_json_dumps_writes_them() {
+    let python = python_with(&["torch"]);
+    let out = Command::new(&python)
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("python"),
+        )
+        .arg(fixture("../python/event_encoding.py"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok 9"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

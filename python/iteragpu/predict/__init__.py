@@ -78,6 +78,20 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
                 channel.write_lines(pending)
                 pending.clear()
 
+    def emit_encoded(kind: str, line: str) -> None:
+        # A storage event already encoded by the tracker (the same characters json.dumps writes).
+        if os.getpid() != parent:
+            return
+        with lock:
+            if kind in changes and model:
+                model[0].changed()
+            pending.append(line)
+            if len(pending) >= 512:
+                channel.write_lines(pending)
+                pending.clear()
+
+    emit.encoded = emit_encoded  # type: ignore[attr-defined]
+
     def stopped(signum: int, frame: FrameType | None) -> None:
         # The CLI stops the worker (--timeout, Ctrl-C): what was predicted so far reaches it
         # before the process ends, so the phases are kept.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import sys
 import threading
@@ -132,9 +133,31 @@ def alloc_site() -> tuple[str, int] | tuple[None, None]:
     return None, None
 
 
-def _site() -> dict[str, Any]:
-    file, line = alloc_site()
-    return {} if file is None else {"file": file, "line": line}
+# A string as json.dumps writes it (categories, module names, dtypes: few), and an allocation
+# site's fields as they end an encoded alloc event, each made once (kept up to a bound).
+_JSON_STRINGS: dict[str, str] = {}
+_SITE_TEXTS: dict[tuple[str | None, int | None], str] = {}
+_ENCODED_LIMIT: int = 100_000
+
+
+def _json_string(text: str) -> str:
+    encoded = _JSON_STRINGS.get(text)
+    if encoded is None:
+        encoded = json.dumps(text)
+        if len(_JSON_STRINGS) < _ENCODED_LIMIT:
+            _JSON_STRINGS[text] = encoded
+    return encoded
+
+
+def _site_text(site: tuple[str, int] | tuple[None, None]) -> str:
+    """`, "file": …, "line": …` (nothing for no site), as json.dumps writes them."""
+    text = _SITE_TEXTS.get(site)
+    if text is None:
+        file, line = site
+        text = "" if file is None else f', "file": {json.dumps(file)}, "line": {json.dumps(line)}'
+        if len(_SITE_TEXTS) < _ENCODED_LIMIT:
+            _SITE_TEXTS[site] = text
+    return text
 
 
 class Tracker(TorchDispatchMode):
@@ -143,6 +166,9 @@ class Tracker(TorchDispatchMode):
     def __init__(self, emit: Callable[[str, Any], None], workspaces: list[tuple[int, str]]) -> None:
         super().__init__()
         self._emit = emit
+        # The session's emit of an event already encoded (storage events: thousands a step), when
+        # it has one; else every event goes through `emit` as a dict.
+        self._emit_line: Callable[[str, str], None] | None = getattr(emit, "encoded", None)
         # The FakeTensorMode every op on the target device runs under (set by the session).
         self.fake_mode: Any = None
         # FakeTensorMode's cached answers reused without entering it (memo.py; set by the session).
@@ -221,19 +247,7 @@ class Tracker(TorchDispatchMode):
             ident = self.next_id
             self.next_id += 1
             self.live[key] = [ident, nbytes, category, origin]
-            self._emit(
-                "alloc",
-                {
-                    "id": ident,
-                    "bytes": nbytes,
-                    "category": category,
-                    "module": self.module(),
-                    "shape": [nbytes],
-                    "dtype": "uint8",
-                    "tainted": False,
-                    **_site(),
-                },
-            )
+            self._alloc(ident, nbytes, category, self.module(), [nbytes], "uint8", False)
 
     def _storage(self, t: Any) -> Any:
         if type(t) is FakeTensor:
@@ -275,19 +289,7 @@ class Tracker(TorchDispatchMode):
             self.live[key] = [ident, nbytes, category, ident]
             if tainted:
                 self.tainted.add(ident)
-            self._emit(
-                "alloc",
-                {
-                    "id": ident,
-                    "bytes": nbytes,
-                    "category": category,
-                    "module": self.module(),
-                    "shape": list(t.size()),
-                    "dtype": _dtype_name(t.dtype),
-                    "tainted": tainted,
-                    **_site(),
-                },
-            )
+            self._alloc(ident, nbytes, category, self.module(), list(t.size()), _dtype_name(t.dtype), tainted)
         weakref.finalize(st, self._finalized, key, ident)
         return ident
 
@@ -297,11 +299,41 @@ class Tracker(TorchDispatchMode):
             if known is not None and known[3] == origin:
                 self._free(key)
 
+    def _alloc(self, ident: int, nbytes: int, category: str, module: str | None, shape: list[int], dtype: str, tainted: bool) -> None:
+        """Says that storage `ident` of `nbytes` was allocated (with where in the user's code)."""
+        site = alloc_site()
+        if self._emit_line is not None and type(nbytes) is int and type(category) is str and (module is None or type(module) is str) and all(type(d) is int for d in shape):
+            # json.dumps's own characters (default separators, ASCII escapes), written directly.
+            self._emit_line(
+                "alloc",
+                f'{{"type": "alloc", "data": {{"id": {ident}, "bytes": {nbytes}, "category": {_json_string(category)}, '
+                f'"module": {"null" if module is None else _json_string(module)}, "shape": [{", ".join(map(int.__repr__, shape))}], '
+                f'"dtype": {_json_string(dtype)}, "tainted": {"true" if tainted else "false"}{_site_text(site)}}}}}',
+            )
+            return
+        file, line = site
+        self._emit(
+            "alloc",
+            {
+                "id": ident,
+                "bytes": nbytes,
+                "category": category,
+                "module": module,
+                "shape": shape,
+                "dtype": dtype,
+                "tainted": tainted,
+                **({} if file is None else {"file": file, "line": line}),
+            },
+        )
+
     def _free(self, key: int) -> None:
         ident = self.live.pop(key)[0]
         if ident is None:
             return
-        self._emit("free", {"id": ident})
+        if self._emit_line is not None:
+            self._emit_line("free", f'{{"type": "free", "data": {{"id": {ident}}}}}')
+        else:
+            self._emit("free", {"id": ident})
 
     def tag(self, t: Any, category: str, only_from: Iterable[str] | None = None) -> None:
         """Gives the storage behind `t` a category (if it has one of `only_from`, when given)."""
@@ -321,7 +353,10 @@ class Tracker(TorchDispatchMode):
                 return
             known[2] = category
             if known[0] is not None:
-                self._emit("tag", {"id": known[0], "category": category})
+                if self._emit_line is not None:
+                    self._emit_line("tag", f'{{"type": "tag", "data": {{"id": {known[0]}, "category": {_json_string(category)}}}}}')
+                else:
+                    self._emit("tag", {"id": known[0], "category": category})
 
     def workspace(self) -> None:
         """A thread's first BLAS call: its cuBLAS workspaces, held until the process ends."""
@@ -333,19 +368,8 @@ class Tracker(TorchDispatchMode):
             for nbytes, what in self._workspaces:
                 ident = self.next_id
                 self.next_id += 1
-                self._emit(
-                    "alloc",
-                    {
-                        "id": ident,
-                        "bytes": nbytes,
-                        "category": "workspace",
-                        "module": f"{what} ({'autograd thread' if torch._C._current_graph_task_id() != -1 else 'main thread'})",
-                        "shape": [nbytes],
-                        "dtype": "uint8",
-                        "tainted": False,
-                        **_site(),
-                    },
-                )
+                module = f"{what} ({'autograd thread' if torch._C._current_graph_task_id() != -1 else 'main thread'})"
+                self._alloc(ident, nbytes, "workspace", module, [nbytes], "uint8", False)
 
     # ---------------------------------------------------------------- dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
