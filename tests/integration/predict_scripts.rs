@@ -894,7 +894,13 @@ fn a_graph_never_run_backward_frees_what_it_saved() {
     // them; a dropped forward frees its saved outputs (exp's, a norm's) as on the GPU.
     let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
-    let p = predict(&python, dir.path(), "dora_to_device.py", &[], &[&tiny("llama")]);
+    let p = predict(
+        &python,
+        dir.path(),
+        "dora_to_device.py",
+        &[],
+        &[&tiny("llama")],
+    );
     assert_eq!(p.code, 0, "{}", p.stderr);
     assert!(p.stderr.contains("dora on cuda:0"), "{}", p.stderr);
     assert!(
