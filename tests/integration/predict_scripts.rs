@@ -873,3 +873,30 @@ fn a_mask_from_the_model_outputs_is_unpredictable_only_where_it_decides_a_size()
     assert!(unknown.unpredictable[0].op.contains("index"));
     assert_eq!(p.phase("after").status, PhaseStatus::Predicted);
 }
+
+#[test]
+#[ignore = "needs torch, transformers and peft"]
+fn a_graph_never_run_backward_frees_what_it_saved() {
+    // DoRA's init leaves no graph holding the frozen base weights, so `model.to("cuda")` swaps
+    // them; a dropped forward frees its saved outputs (exp's, a norm's) as on the GPU.
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let p = predict(
+        &python,
+        dir.path(),
+        "dora_to_device.py",
+        &[],
+        &[&tiny("llama")],
+    );
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(p.stderr.contains("dora on cuda:0"), "{}", p.stderr);
+    assert!(
+        p.stderr.contains("a dropped graph leaves 0 bytes"),
+        "{}",
+        p.stderr
+    );
+    assert_eq!(p.doc.status, PredictionStatus::Complete, "{}", p.stderr);
+    for phase in &p.doc.phases {
+        assert_eq!(phase.status, PhaseStatus::Predicted, "{}", phase.name);
+    }
+}

@@ -281,7 +281,13 @@ class Session:
 
         def pack(t: Any) -> Any:
             tr.tag(t, "activation", only_from={"temporary", "other"})
-            return t
+            # A view, not `t` itself: an op's saved output would otherwise hold its own grad_fn,
+            # a cycle through autograd's C++ that Python's collector cannot see, so a graph never
+            # run backward (DoRA's weight norm at init, a forward kept for no backward) would
+            # keep its activations and the leaves' AccumulateGrad nodes (which refuse a later
+            # `Module.to()` swap of a frozen parameter) alive. PyTorch's own advice
+            # (saved_tensors_hooks: "use `lambda x: x.detach()`").
+            return t.detach()
 
         return self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
