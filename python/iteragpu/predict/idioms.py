@@ -416,7 +416,11 @@ def _restore(token: str, shape: list[int], dtype: str, device: str, requires_gra
 
     target = _RESTORE.get("device") or device
     known = (_RESTORE.get("saved") or {}).get(token)
-    t = data_less(_RESTORE.get("tracker"), shape, getattr(torch, dtype), target, known)
+    # The dtype's name comes from a file: only a name that is one of torch's dtypes is taken.
+    found = getattr(torch, dtype, None) if isinstance(dtype, str) and dtype.isidentifier() else None  # allowlisted
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"{dtype!r} in a checkpoint's tensor reference is not a torch dtype")
+    t = data_less(_RESTORE.get("tracker"), shape, found, target, known)
     return t.requires_grad_(requires_grad) if t.is_floating_point() and requires_grad else t
 
 
