@@ -9,7 +9,9 @@
 # what is left of the budget); a check that cannot fit is skipped, and the skip is in the summary:
 #   1. environment --json, nvidia-smi
 #   2. each built-in workload once: dense (the guide's case, bf16 8×2048×4096), causal-lm on the
-#      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step), vision on
+#      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step with
+#      --timeline: its trace names the stream and request behind step 2's reserved growth, issue 28
+#      item 5, docs/notes/issue28-reserved-after-step-1.md), vision on
 #      ViT-base's config (bf16 inference of 64 images at 224, a bf16-mixed training step of 32 at
 #      384: the interpolated position embeddings, a longer sequence), 4 concurrent requests of
 #      mixed lengths on the 8-layer Llama, and Qwen2-VL-2B with 2 images of 448 per request (vlm:
@@ -255,7 +257,7 @@ measure workloads dense-bf16 20 90 - --batch 8 --context 2048 --width 4096 --dty
 measure workloads llama8l-generate-dynamic 30 150 - --workload causal-lm --model "$MODEL" --dtype bfloat16 \
   --batch 4 --prompt-tokens 1024 --new-tokens 128 --cache dynamic
 measure workloads llama8l-train-bf16-mixed 30 150 - --workload causal-lm --model "$MODEL" --task train \
-  --precision bf16-mixed --steps 2 --batch 4 --context 512
+  --precision bf16-mixed --steps 2 --batch 4 --context 512 --timeline
 measure workloads vit-base-infer-bf16 20 90 - --workload vision --model "$VIT" --dtype bfloat16 --images 64
 measure workloads vit-base-train-bf16-mixed 30 120 - --workload vision --model "$VIT" --task train \
   --precision bf16-mixed --steps 2 --images 32 --resolution 384
