@@ -887,6 +887,11 @@ pub struct ServeArgs {
     /// The device total the engine reads (the log's total_gpu_memory) [default: the catalog's].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
     pub device_total: Option<Bytes>,
+    /// Memory free on the device when vLLM starts (nvidia-smi's free, or the engine's "Free
+    /// memory on device" figure): below total × utilization vLLM 0.9+ refuses [default: the
+    /// device total less 0.25 GiB of CUDA context, assumed].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
+    pub free_at_start: Option<Bytes>,
     /// Weights per GPU as the engine's log prints them [default: from --model ÷ TP].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "serve")]
     pub weights_memory: Option<Bytes>,

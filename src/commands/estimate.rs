@@ -31,6 +31,11 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
     };
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::because("cannot write the estimate to standard output", &e))?;
+    // A serving engine predicted to refuse to start is an answer, printed in full, with the
+    // status `predict` gives a workload predicted not to fit the card (README, "Exit codes").
+    if est.serving.as_ref().is_some_and(|s| !s.start.starts) {
+        return Ok(ExitStatus::WorkloadFailed);
+    }
     Ok(ExitStatus::Ok)
 }
 
@@ -579,6 +584,7 @@ fn predicted_profile(
     model: &estimate::serving::ServeModel,
     mut request: estimate::serving::ServeRequest,
     summary: &estimate::serving::ServingSummary,
+    facts: &estimate::serving::refusal::StartFacts,
 ) -> Result<estimate::serving::Plan, CliError> {
     let (Some(tokens), Some(seqs)) = (summary.max_num_batched_tokens, summary.max_num_seqs) else {
         refuse!(
@@ -615,7 +621,7 @@ fn predicted_profile(
         bytes: peak.bytes,
         how: peak.how,
     });
-    Ok(estimate::serving::plan(model, &request)?)
+    Ok(estimate::serving::plan_with(model, &request, facts)?)
 }
 
 /// `estimate --serve`: one GPU of a serving engine, by the engine's rules.
@@ -737,17 +743,11 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         None => (d.num_kv_heads, d.head_dim, false),
     };
     let tp = s.tensor_parallel_size.unwrap_or(1);
-    let divides = if d.num_kv_heads >= tp {
-        d.num_kv_heads.is_multiple_of(tp)
-    } else {
-        tp.is_multiple_of(d.num_kv_heads)
+    // TP against the heads is one of the engine's refusal rules (serving/refusal.rs).
+    let facts = estimate::serving::refusal::StartFacts {
+        attention_heads: Some(d.num_heads),
+        free_at_start: s.free_at_start,
     };
-    if !mla && !divides {
-        refuse!(
-            "--tensor-parallel-size {tp} does not divide the model's {} KV heads (nor do they divide it): vLLM refuses it (models/llama.py asserts); choose a divisor or multiple",
-            d.num_kv_heads
-        );
-    }
     let mut notes = notes_early;
     let weights: u64 =
         estimate::weights::terms(&WeightsSource::Model(Box::new(m.clone())), &mut notes)?
@@ -800,9 +800,9 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             s.concurrency_at.clone()
         },
     };
-    let mut p = estimate::serving::plan(&model, &request)?;
+    let mut p = estimate::serving::plan_with(&model, &request, &facts)?;
     if s.activation_peak == Some(ActivationPeakArg::Predict) {
-        p = predicted_profile(path, &card.name, &m, &model, request, &p.summary)?;
+        p = predicted_profile(path, &card.name, &m, &model, request, &p.summary, &facts)?;
     }
     notes.extend(p.notes);
     let total_bytes =

@@ -8,6 +8,9 @@ use crate::units::Bytes;
 /// The human-readable table.
 pub fn table(est: &Estimate) -> String {
     let mut out = String::new();
+    if let Some(sv) = &est.serving {
+        refusal_headline(&mut out, &sv.start);
+    }
     let _ = writeln!(
         out,
         "iteragpu estimate: arithmetic before any GPU is touched"
@@ -228,6 +231,42 @@ fn signed(b: i128) -> String {
     format!("{sign}{}", g(b.unsigned_abs()))
 }
 
+/// A predicted refusal to start, first: the engine's own words, its rule, then the largest
+/// max_model_len that starts and how many requests of it fit at once.
+fn refusal_headline(out: &mut String, start: &super::serving::refusal::StartCheck) {
+    let Some(first) = start.refusals.first() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "{} would REFUSE TO START: {}",
+        start.rules_of, first.message
+    );
+    let _ = writeln!(out, "  the engine's rule: {}", first.source);
+    if let Some(len) = start.largest_max_model_len {
+        let _ = writeln!(
+            out,
+            "  largest max_model_len that starts: {} ({}){}",
+            g(len),
+            start.largest_rule.as_deref().unwrap_or(""),
+            start
+                .max_num_seqs_at_largest
+                .map_or(String::new(), |n| format!(
+                    "; at {} tokens, {n} request(s) fit at once (the largest useful max_num_seqs)",
+                    g(len)
+                ))
+        );
+    }
+    let _ = writeln!(out, "  to start: {}", first.fix);
+    for other in &start.refusals[1..] {
+        let _ = writeln!(
+            out,
+            "  then, once that is fixed: {} ({})",
+            other.message, other.source
+        );
+    }
+}
+
 /// The serving plan's header: settings, then the figures as the engine's log prints them.
 fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
     let opt = |v: Option<u64>| v.map_or("—".to_string(), g);
@@ -256,15 +295,18 @@ fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
     for d in &sv.defaults {
         let _ = writeln!(out, "  default applied: {d}");
     }
-    if sv.kv_budget_bytes <= 0 || sv.kv_tokens == 0 {
-        // The engine stops at start-up: no pool, no block, no request; the figures' note says how.
+    if sv.start.starts {
         let _ = writeln!(
             out,
-            "{} would REFUSE TO START: KV budget {} bytes ({:.2} GiB), no room for one KV block (see the notes for what to change)",
-            match sv.engine {
-                super::serving::Engine::Vllm => "vLLM",
-                super::serving::Engine::Sglang => "SGLang",
-            },
+            "{} would start: none of its refusal rules applies (TP and heads, block size, batch sizes, free memory, KV budget, one request of max_model_len)",
+            sv.start.rules_of
+        );
+    }
+    if sv.kv_budget_bytes <= 0 || sv.kv_tokens == 0 {
+        // No pool, no block, no request: the headline says what the engine prints and stops on.
+        let _ = writeln!(
+            out,
+            "KV budget {} bytes ({:.2} GiB): no room for one KV block",
             signed(sv.kv_budget_bytes),
             sv.kv_budget_bytes as f64 / crate::units::GIB as f64
         );

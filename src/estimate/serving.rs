@@ -9,7 +9,9 @@ use serde::Serialize;
 use super::{EstimateError, Kind, Term, TermId, g};
 use crate::units::{Bytes, GIB};
 
+pub mod defaults;
 mod profile;
+pub mod refusal;
 use profile::activation_term;
 
 /// The serving engine whose rules apply.
@@ -172,6 +174,8 @@ pub struct ServingSummary {
     pub concurrency: Vec<(u64, f64)>,
     /// Settings not given, with the default applied and its source.
     pub defaults: Vec<String>,
+    /// Will the engine start? Its refusal rules, in the order it meets them (refusal.rs).
+    pub start: refusal::StartCheck,
 }
 
 /// The terms, the summary and the notes of a serving plan.
@@ -197,6 +201,15 @@ fn cdiv(a: u64, b: u64) -> u64 {
 
 /// The plan for one GPU.
 pub fn plan(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
+    plan_with(m, r, &refusal::StartFacts::default())
+}
+
+/// The plan for one GPU, with what the start-up checks need beyond the model and the request.
+pub fn plan_with(
+    m: &ServeModel,
+    r: &ServeRequest,
+    facts: &refusal::StartFacts,
+) -> Result<Plan, EstimateError> {
     if m.layers.is_empty() {
         return Err(EstimateError::Input(
             "the model has no attention layer with a KV cache: a serving engine allocates no KV pool for it".into(),
@@ -210,6 +223,8 @@ pub fn plan(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     if let Some(note) = release {
         p.notes.insert(0, note);
     }
+    p.summary.start = refusal::assess(m, r, &p.summary, facts);
+    p.notes.extend(p.summary.start.notes.iter().cloned());
     Ok(p)
 }
 
@@ -567,8 +582,6 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     };
     let tp = r.tensor_parallel_size;
     let total = r.device_total.get();
-    let big = total >= 70 * GIB;
-    let a100 = r.card.to_ascii_lowercase().contains("a100");
 
     let u = match r.gpu_memory_utilization {
         Some(u) => u,
@@ -581,95 +594,25 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     };
     let len = r.max_model_len;
     let sliding = m.layers.iter().any(Option::is_some);
-    // max_num_batched_tokens and max_num_seqs as the release's `vllm serve` resolves them.
-    let (mnbt, mnbt_rule) = match r.max_num_batched_tokens {
-        Some(n) => (n, "--max-num-batched-tokens".to_string()),
-        None if v0 => {
-            if len > 32768 && !sliding {
-                let n = if version < Version(0, 6, 6) {
-                    512
-                } else {
-                    2048
-                };
-                (
-                    n,
-                    format!(
-                        "{n}: chunked prefill auto-enabled above 32,768 tokens (engine/arg_utils.py, config.py SchedulerConfig {version})"
-                    ),
-                )
-            } else {
-                let n = len.max(2048);
-                (
-                    n,
-                    format!(
-                        "max(max_model_len, 2048) = {n} (config.py SchedulerConfig, V0 without chunked prefill)"
-                    ),
-                )
-            }
-        }
-        None => {
-            let large = big && !(grouped && a100);
-            let n = if large { 8192 } else { 2048 };
-            (
-                n,
-                format!(
-                    "{n}: `vllm serve` default for a {} device (engine/arg_utils.py _set_default_args{}, OPENAI_API_SERVER)",
-                    if large {
-                        "≥ 70 GiB"
-                    } else {
-                        "< 70 GiB (or A100)"
-                    },
-                    if v0 { "" } else { "_v1" }
-                ),
-            )
-        }
-    };
-    if r.max_num_batched_tokens.is_none() {
-        defaults.push(format!("--max-num-batched-tokens {mnbt_rule}"));
+    // max_num_batched_tokens, max_num_seqs, chunked prefill and the block size as the release's
+    // `vllm serve` resolves them (defaults.rs).
+    let batch = defaults::vllm_batch(
+        version,
+        &r.card,
+        total,
+        len,
+        sliding,
+        r.max_num_batched_tokens,
+        r.max_num_seqs,
+    );
+    let (mnbt, seqs) = (batch.max_num_batched_tokens, batch.max_num_seqs);
+    defaults.extend(batch.lines);
+    let (block_size, block_line) =
+        defaults::vllm_block_size(version, m.mla, r.compute_major, r.block_size);
+    defaults.extend(block_line);
+    if !r.enforce_eager {
+        defaults.push(defaults::vllm_cuda_graphs(version, seqs));
     }
-    let seqs = match r.max_num_seqs {
-        Some(n) => n,
-        None => {
-            let n = if v0 {
-                256
-            } else if big && !(grouped && a100) {
-                1024
-            } else {
-                256
-            };
-            let n = if version >= Version(0, 10, 0) {
-                n.min(mnbt)
-            } else {
-                n
-            };
-            defaults.push(format!(
-                "--max-num-seqs {n} (engine/arg_utils.py default of {version} for this device)"
-            ));
-            n
-        }
-    };
-    let block_size = match r.block_size {
-        Some(b) => b,
-        None => {
-            let (b, why) = if m.mla && grouped {
-                if version >= Version(0, 11, 0) && r.compute_major.is_some_and(|c| c >= 10) {
-                    (
-                        128,
-                        "CUTLASS_MLA on Blackwell (platforms/cuda.py 0.11.0:130-185)",
-                    )
-                } else {
-                    (64, "FlashMLA (platforms/cuda.py 0.9.2/0.11.0)")
-                }
-            } else {
-                (
-                    16,
-                    "CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81)",
-                )
-            };
-            defaults.push(format!("--block-size {b}: {why}"));
-            b
-        }
-    };
     let kv_bytes = if r.kv_fp8 { 1 } else { m.dtype_bytes };
     let kv_heads = if m.mla { 1 } else { (m.kv_heads / tp).max(1) };
     let coef = if m.mla && version >= Version(0, 7, 0) {
@@ -900,6 +843,7 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             kv_tokens: tokens,
             concurrency,
             defaults,
+            start: refusal::StartCheck::default(),
         },
         notes,
     })
@@ -1043,6 +987,7 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
             kv_tokens: tokens,
             concurrency,
             defaults,
+            start: refusal::StartCheck::default(),
         },
         notes,
     })

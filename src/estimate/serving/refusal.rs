@@ -1,0 +1,461 @@
+//! Will the engine start? The refusal rules each supported release applies at start-up, in the
+//! order the engine meets them, each with its file, the releases read and the engine's own
+//! wording filled with the plan's figures (issue 32 item 1); then, for a KV-capacity refusal, the
+//! largest max_model_len that starts (V1: `estimate_max_model_len`'s binary search, reproduced;
+//! V0: blocks × block_size, the figure of its own message) and how many requests of that length
+//! fit at once.
+
+use serde::Serialize;
+
+use super::{Engine, ServeModel, ServeRequest, ServingSummary, Version, defaults};
+use crate::units::{Bytes, GIB};
+
+/// What the start-up checks need beyond the plan: the model's attention heads (the TP rule) and
+/// the memory free on the device when the engine starts (`torch.cuda.mem_get_info()[0]`).
+#[derive(Clone, Debug, Default)]
+pub struct StartFacts {
+    pub attention_heads: Option<u64>,
+    pub free_at_start: Option<Bytes>,
+}
+
+/// One rule the engine would stop on.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Refusal {
+    /// A stable name: `tensor_parallel_heads`, `tensor_parallel_kv_heads`, `block_size_choice`,
+    /// `block_size_backend`, `batched_tokens_below_max_model_len`, `batched_tokens_below_max_num_seqs`,
+    /// `free_memory_below_utilization`, `no_kv_memory`, `max_model_len_above_kv_capacity`,
+    /// `sglang_not_enough_memory`.
+    pub rule: &'static str,
+    /// Where the engine applies it, with the releases read.
+    pub source: String,
+    /// The engine's own message, with this plan's figures.
+    pub message: String,
+    /// What would make it start.
+    pub fix: String,
+}
+
+/// The verdict: starts, or the refusals in the order the engine meets them (it stops at the
+/// first; the others follow once that one is fixed).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StartCheck {
+    pub starts: bool,
+    /// "vLLM 0.11.0", "SGLang 0.5.5": the release whose rules were applied.
+    pub rules_of: String,
+    pub refusals: Vec<Refusal>,
+    /// The largest max_model_len that would start with every other setting kept (a KV-capacity
+    /// refusal only), and the rule that gives it.
+    pub largest_max_model_len: Option<u64>,
+    pub largest_rule: Option<String>,
+    /// Requests of `largest_max_model_len` tokens that fit in the pool at once: the largest
+    /// max_num_seqs that can run at that length.
+    pub max_num_seqs_at_largest: Option<u64>,
+    /// What the checks assumed.
+    pub notes: Vec<String>,
+}
+
+/// The CUDA context and what else the process holds before the engine's first snapshot, assumed
+/// when the free memory at start is not given: the least seen, so that a refusal is never
+/// predicted from the assumption alone on a card vLLM would start on.
+const ASSUMED_CONTEXT: u64 = GIB / 4;
+
+fn cdiv(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// A float as Python's `str(round(x, 2))` prints it: 3.25, 23.4, 22.0.
+fn py2(x: f64) -> String {
+    let s = format!("{:.2}", (x * 100.0).round() / 100.0);
+    let s = s.trim_end_matches('0');
+    if s.ends_with('.') {
+        format!("{s}0")
+    } else {
+        s.to_string()
+    }
+}
+
+/// A float as Python's `str()` prints a setting such as gpu_memory_utilization: 0.9, 1.0.
+fn py_float(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// vLLM V1's `estimate_max_model_len` (v1/core/kv_cache_utils.py, 0.8.4–0.11.0), step by step:
+/// the largest length in [1, current_max] whose KV need fits in `available`, by binary search;
+/// 0 when not even one token fits.
+pub fn estimate_max_model_len(
+    current_max: u64,
+    available: u128,
+    needed: impl Fn(u64) -> u128,
+) -> u64 {
+    let fits = |len: u64| needed(len) <= available;
+    let (mut left, mut right) = (1u64, current_max);
+    if !fits(left) {
+        return 0;
+    }
+    let mut result = 1;
+    while left <= right {
+        let mid = left + (right - left) / 2;
+        if fits(mid) {
+            result = mid;
+            left = mid + 1;
+        } else {
+            right = mid - 1;
+        }
+    }
+    result
+}
+
+/// The refusals the release would meet for this plan.
+pub fn assess(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+    let mut check = match r.engine {
+        Engine::Vllm => vllm(m, r, s, f),
+        Engine::Sglang => sglang(m, s, f),
+    };
+    check.rules_of = s.rules_of.clone();
+    check.starts = check.refusals.is_empty();
+    check
+}
+
+/// TP against the attention and KV heads: `which` names the engine's files.
+fn heads(m: &ServeModel, tp: u64, f: &StartFacts, engine: Engine, out: &mut Vec<Refusal>) {
+    if let Some(h) = f.attention_heads
+        && h > 0
+        && !h.is_multiple_of(tp)
+    {
+        out.push(match engine {
+            Engine::Vllm => Refusal {
+                rule: "tensor_parallel_heads",
+                source: "config.py ModelConfig.verify_with_parallel_config (0.5.5–0.10), config/model.py (0.11.0)".into(),
+                message: format!(
+                    "Total number of attention heads ({h}) must be divisible by tensor parallel size ({tp})."
+                ),
+                fix: format!("give a --tensor-parallel-size that divides {h}"),
+            },
+            Engine::Sglang => Refusal {
+                rule: "tensor_parallel_heads",
+                source: "the model's attention layer (models/llama.py LlamaAttention and the other families, 0.5.5)".into(),
+                message: format!(
+                    "AssertionError: assert self.total_num_heads % tp_size == 0 ({h} attention heads, TP {tp})"
+                ),
+                fix: format!("give a --tensor-parallel-size (--tp) that divides {h}"),
+            },
+        });
+    }
+    let kv = m.kv_heads;
+    if !m.mla && kv > 0 {
+        let (ok, assertion) = if kv >= tp {
+            (
+                kv.is_multiple_of(tp),
+                "assert self.total_num_kv_heads % tp_size == 0",
+            )
+        } else {
+            (
+                tp.is_multiple_of(kv),
+                "assert tp_size % self.total_num_kv_heads == 0",
+            )
+        };
+        if !ok {
+            out.push(Refusal {
+                rule: "tensor_parallel_kv_heads",
+                source: format!(
+                    "the model's attention layer (models/llama.py LlamaAttention.__init__ and the other families, {})",
+                    match engine {
+                        Engine::Vllm => "vLLM 0.5.5–0.11.0",
+                        Engine::Sglang => "SGLang 0.5.5",
+                    }
+                ),
+                message: format!("AssertionError: {assertion} ({kv} KV heads, TP {tp})"),
+                fix: format!("give a --tensor-parallel-size that divides the {kv} KV heads, or a multiple of them"),
+            });
+        }
+    }
+}
+
+fn vllm(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+    let version = r.version.unwrap_or(Version(0, 11, 0));
+    let v0 = version < Version(0, 8, 0);
+    let grouped = version >= Version(0, 9, 0);
+    let tp = s.tensor_parallel_size;
+    let len = s.max_model_len;
+    let bs = s.block_size.max(1);
+    let mut refusals = Vec::new();
+    let mut notes = Vec::new();
+
+    // 1. Engine arguments and config, before any GPU work.
+    if let Some(b) = r.block_size {
+        let choices: &[u64] = if grouped {
+            &[1, 8, 16, 32, 64, 128]
+        } else {
+            &[8, 16, 32, 64, 128]
+        };
+        if !choices.contains(&b) {
+            let list = choices
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            refusals.push(Refusal {
+                rule: "block_size_choice",
+                source: if grouped {
+                    "config/cache.py BlockSize = Literal[1, 8, 16, 32, 64, 128] (0.9–0.11), the CLI's choices".into()
+                } else {
+                    "engine/arg_utils.py --block-size choices=[8, 16, 32, 64, 128] (0.5.5–0.8.x)".into()
+                },
+                message: format!(
+                    "vllm serve: error: argument --block-size: invalid choice: {b} (choose from {list})"
+                ),
+                fix: format!("give --block-size 16 (or one of {list})"),
+            });
+        }
+    }
+    heads(m, tp, f, Engine::Vllm, &mut refusals);
+    let sliding = m.layers.iter().any(Option::is_some);
+    let (chunked, _) = defaults::chunked_prefill(version, len, sliding);
+    if let (Some(mnbt), Some(seqs)) = (s.max_num_batched_tokens, s.max_num_seqs) {
+        if mnbt < len && !chunked {
+            refusals.push(Refusal {
+                rule: "batched_tokens_below_max_model_len",
+                source: "config.py SchedulerConfig._verify_args (0.5.5–0.7.3: V0 without chunked prefill)".into(),
+                message: format!(
+                    "max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({len}). This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+                ),
+                fix: format!("give --max-num-batched-tokens {len} or more, or --max-model-len {mnbt} or less"),
+            });
+        }
+        if mnbt < seqs {
+            refusals.push(Refusal {
+                rule: "batched_tokens_below_max_num_seqs",
+                source: "config.py SchedulerConfig._verify_args (0.5.5–0.11.0)".into(),
+                message: format!(
+                    "max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({seqs})."
+                ),
+                fix: format!("give --max-num-seqs {mnbt} or less, or --max-num-batched-tokens {seqs} or more"),
+            });
+        }
+    }
+    // The attention backend's own block sizes: V1's default FLASH_ATTN wants a multiple of 16
+    // (V0 falls back to xFormers instead); an MLA backend forces its own (defaults.rs).
+    if !v0 && !m.mla && !bs.is_multiple_of(16) {
+        refusals.push(Refusal {
+            rule: "block_size_backend",
+            source: "v1/attention/backends/flash_attn.py FlashAttentionBackend.get_kv_cache_shape (the default CUDA backend, 0.8–0.11.0)".into(),
+            message: "ValueError: Block size must be a multiple of 16.".into(),
+            fix: "give --block-size 16 (or 32, 64, 128)".into(),
+        });
+    }
+
+    // 2. The worker's first memory snapshot (V1 from 0.9).
+    let total = s.device_total_bytes.get();
+    let u = s.gpu_memory_utilization;
+    if grouped {
+        let requested = total as f64 * u;
+        let (free, given) = match f.free_at_start {
+            Some(b) => (b.get(), true),
+            None => (total.saturating_sub(ASSUMED_CONTEXT), false),
+        };
+        if (free as f64) < requested {
+            refusals.push(Refusal {
+                rule: "free_memory_below_utilization",
+                source: "v1/worker/gpu_worker.py init_device (0.9–0.11.0): init_snapshot.free_memory < total × gpu_memory_utilization".into(),
+                message: format!(
+                    "Free memory on device ({}/{} GiB) on startup is less than desired GPU memory utilization ({}, {} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+                    py2(free as f64 / GIB as f64),
+                    py2(total as f64 / GIB as f64),
+                    py_float(u),
+                    py2(requested / GIB as f64)
+                ),
+                fix: format!(
+                    "give --gpu-memory-utilization {:.2} or less (free ÷ total{}), or free the memory other processes hold",
+                    ((free as f64 / total as f64) * 100.0).floor() / 100.0,
+                    if given { "" } else { ", with the free memory ASSUMED" }
+                ),
+            });
+            if !given {
+                notes.push(format!(
+                    "the free memory at start is ASSUMED: the device total less {} bytes of CUDA context; pass what nvidia-smi shows free (or the engine's \"Free memory on device\" figure) with --free-at-start",
+                    crate::estimate::g(ASSUMED_CONTEXT)
+                ));
+            }
+        }
+    }
+
+    // 3. The KV pool against one request of max_model_len.
+    let budget = s.kv_budget_bytes;
+    let page = s.page_bytes.get() as u128;
+    let mnbt = s.max_num_batched_tokens.unwrap_or(len);
+    let mut largest = None;
+    let mut largest_rule = None;
+    let mut seqs_at = None;
+    if v0 {
+        let blocks = s.num_blocks.unwrap_or(0);
+        let cite = if version < Version(0, 5, 5) {
+            "engine/llm_engine.py _init_cache (0.2.x–0.4.x; as worker/worker.py raise_if_cache_size_invalid from 0.5)"
+        } else {
+            "worker/worker.py raise_if_cache_size_invalid (0.5.5–0.7.3)"
+        };
+        if blocks == 0 {
+            refusals.push(no_memory(cite, budget));
+        } else if len > blocks * bs {
+            let cap = blocks * bs;
+            refusals.push(Refusal {
+                rule: "max_model_len_above_kv_capacity",
+                source: cite.into(),
+                message: format!(
+                    "The model's max seq len ({len}) is larger than the maximum number of tokens that can be stored in KV cache ({cap}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                ),
+                fix: format!("give --max-model-len {cap} or less, or raise --gpu-memory-utilization"),
+            });
+            largest = Some(cap);
+            largest_rule = Some(format!(
+                "# GPU blocks {blocks} × block_size {bs}, the capacity V0's message names; V0 sizes its profile run by max_model_len without chunked prefill, so a shorter max_model_len frees a little more"
+            ));
+            seqs_at = Some(blocks / cdiv(cap, bs));
+        }
+    } else {
+        let cite = if version < Version(0, 9, 0) {
+            "v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.8.5:510-552)"
+        } else {
+            "v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.11.0:678-724)"
+        };
+        if budget <= 0 {
+            refusals.push(no_memory(cite, budget));
+        } else {
+            let avail = budget as u128;
+            // KVCacheSpec.max_memory_usage_bytes per layer, summed (max_memory_usage_bytes):
+            // full attention cdiv(len, block) pages; sliding window (0.9+) the window less one
+            // plus max_num_batched_tokens, at most len, + 1 page (v1/kv_cache_interface.py).
+            let needed = |l: u64| -> u128 {
+                m.layers
+                    .iter()
+                    .map(|w| match w {
+                        Some(w) if grouped => {
+                            (cdiv((w.saturating_sub(1) + mnbt).min(l), bs) + 1) as u128 * page
+                        }
+                        _ => cdiv(l, bs) as u128 * page,
+                    })
+                    .sum()
+            };
+            let need = needed(len);
+            if need > avail {
+                let est = estimate_max_model_len(len, avail, needed);
+                let estimated_msg = if est > 0 && version >= Version(0, 8, 4) {
+                    format!(
+                        "Based on the available memory, the estimated maximum model length is {est}."
+                    )
+                } else {
+                    String::new()
+                };
+                refusals.push(Refusal {
+                    rule: "max_model_len_above_kv_capacity",
+                    source: cite.into(),
+                    message: format!(
+                        "To serve at least one request with the models's max seq len ({len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). {estimated_msg} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                        need as f64 / GIB as f64,
+                        avail as f64 / GIB as f64
+                    ),
+                    fix: if est > 0 {
+                        format!("give --max-model-len {est} or less, or raise --gpu-memory-utilization")
+                    } else {
+                        "raise --gpu-memory-utilization, or split the model over more GPUs".into()
+                    },
+                });
+                if est > 0 {
+                    largest = Some(est);
+                    largest_rule = Some(format!(
+                        "estimate_max_model_len (v1/core/kv_cache_utils.py, from 0.8.4): binary search over [1, {len}] for the largest length whose per-layer KV need fits the {} bytes available",
+                        crate::estimate::g(avail)
+                    ));
+                    seqs_at = Some((avail / needed(est).max(1)) as u64);
+                }
+            }
+        }
+    }
+    StartCheck {
+        starts: refusals.is_empty(),
+        rules_of: String::new(),
+        refusals,
+        largest_max_model_len: largest,
+        largest_rule,
+        max_num_seqs_at_largest: seqs_at,
+        notes,
+    }
+}
+
+fn no_memory(cite: &str, budget: i128) -> Refusal {
+    Refusal {
+        rule: "no_kv_memory",
+        source: cite.into(),
+        message: "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.".into(),
+        fix: format!(
+            "the KV budget is {} bytes: raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or split the model over more GPUs (--tensor-parallel-size)",
+            budget
+        ),
+    }
+}
+
+fn sglang(m: &ServeModel, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+    let mut refusals = Vec::new();
+    let mut notes = Vec::new();
+    heads(m, s.tensor_parallel_size, f, Engine::Sglang, &mut refusals);
+    if s.kv_tokens == 0 {
+        refusals.push(Refusal {
+            rule: "sglang_not_enough_memory",
+            source: "model_executor/model_runner.py init_memory_pool (0.5.5): max_total_num_tokens <= 0".into(),
+            message: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
+            fix: format!(
+                "the KV budget is {} bytes: raise --mem-fraction-static (--gpu-memory-utilization here), or split the model over more GPUs (--tp)",
+                s.kv_budget_bytes
+            ),
+        });
+    } else if s.max_model_len > s.kv_tokens {
+        notes.push(format!(
+            "SGLang starts with a context length ({}) above its pool ({} tokens): it does not refuse, it caps one request's input at max_total_num_tokens − 1 (managers/scheduler.py max_req_input_len, 0.5.5)",
+            s.max_model_len, s.kv_tokens
+        ));
+    }
+    StartCheck {
+        starts: refusals.is_empty(),
+        rules_of: String::new(),
+        refusals,
+        largest_max_model_len: None,
+        largest_rule: None,
+        max_num_seqs_at_largest: None,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_search_is_the_engines() {
+        // A hand computation from the source's algorithm: 32 full layers, block 16, a page of
+        // 65,536 bytes; 1,000 blocks per layer fit: the answer is 16,000 tokens, not more.
+        let page = 65_536u128;
+        let avail = 1000 * 32 * page;
+        let needed = |l: u64| 32 * cdiv(l, 16) as u128 * page;
+        assert_eq!(estimate_max_model_len(131_072, avail, needed), 16_000);
+        // Bounded by the configured length, and 0 when one token does not fit.
+        assert_eq!(estimate_max_model_len(9_000, avail, needed), 9_000);
+        assert_eq!(estimate_max_model_len(9_000, page, needed), 0);
+        // A sliding layer's need stops growing past its window: more length fits.
+        let hybrid = |l: u64| {
+            16 * cdiv(l, 16) as u128 * page + 16 * (cdiv((127 + 2048).min(l), 16) + 1) as u128 * page
+        };
+        let est = estimate_max_model_len(131_072, avail, hybrid);
+        assert!(hybrid(est) <= avail && hybrid(est + 1) > avail, "{est}");
+    }
+
+    #[test]
+    fn python_number_forms() {
+        assert_eq!(py2(3.254), "3.25");
+        assert_eq!(py2(23.4), "23.4");
+        assert_eq!(py2(22.0), "22.0");
+        assert_eq!(py_float(0.9), "0.9");
+        assert_eq!(py_float(1.0), "1.0");
+    }
+}
