@@ -225,6 +225,21 @@ pub fn plan_with(
     }
     p.summary.start = refusal::assess(m, r, &p.summary, facts);
     p.notes.extend(p.summary.start.notes.iter().cloned());
+    // Only V0's KV-capacity refusal comes after the engine has printed its pool's figures.
+    if let Some(first) = p.summary.start.refusals.first() {
+        let v0_after_sizing = r.engine == Engine::Vllm
+            && r.version.is_some_and(|v| v < Version(0, 8, 0))
+            && first.rule == "max_model_len_above_kv_capacity";
+        if !v0_after_sizing {
+            for note in &mut p.notes {
+                if let Some(rest) = note.strip_prefix("the engine's own figures: ") {
+                    *note = format!(
+                        "the engine stops before printing its pool's figures; were it to start they would be: {rest}"
+                    );
+                }
+            }
+        }
+    }
     Ok(p)
 }
 

@@ -24,6 +24,56 @@ fn serve(args: &[&str]) -> serde_json::Value {
     estimate_json(&all)
 }
 
+/// `estimate --serve vllm … --json`: the exit status and the document (0: starts, 3: the engine
+/// is predicted to refuse to start, the plan printed all the same).
+fn serve_status(args: &[&str]) -> (i32, serde_json::Value) {
+    let mut all = vec!["estimate", "--serve", "vllm"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = iteragpu().args(&all).output().unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "estimate {args:?} exited {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("estimate --json");
+    assert_eq!(
+        doc["serving"]["start"]["starts"].as_bool(),
+        Some(code == 0),
+        "{args:?}: the status and the document disagree"
+    );
+    (code, doc)
+}
+
+/// The first refusal of a plan predicted to be refused (exit 3).
+fn refused(args: &[&str]) -> serde_json::Value {
+    let (code, doc) = serve_status(args);
+    assert_eq!(
+        code, 3,
+        "{args:?} was predicted to start: {}",
+        doc["serving"]["start"]
+    );
+    doc
+}
+
+/// 46176 → "46,176", as the table prints it.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn first_refusal(doc: &serde_json::Value) -> &serde_json::Value {
+    &doc["serving"]["start"]["refusals"][0]
+}
+
 fn model(name: &str) -> String {
     fixture("models").join(name).display().to_string()
 }
@@ -43,7 +93,7 @@ fn serving_planner_lands_on_the_logs_blocks_when_fed_their_measured_figures() {
         let weights = 14.9888 * GIB;
         let peak_bytes = peak.trim_end_matches("GiB").parse::<f64>().unwrap() * GIB;
         let activation = format!("{}", (peak_bytes - weights).round() as u64);
-        let doc = serve(&[
+        let (code, doc) = serve_status(&[
             "--model",
             &llama3,
             "--card",
@@ -61,6 +111,8 @@ fn serving_planner_lands_on_the_logs_blocks_when_fed_their_measured_figures() {
             "--non-torch",
             "0.35GiB",
         ]);
+        // 01 started; 02 was refused, as its log shows.
+        assert_eq!(code, if name.starts_with("02") { 3 } else { 0 }, "{name}");
         let sv = &doc["serving"];
         let blocks = sv["num_blocks"].as_u64().unwrap() as f64;
         let logged = l["figures"]["gpu_blocks"].as_f64().unwrap();
@@ -180,10 +232,7 @@ fn logs_blocks_and_concurrency_follow_the_engines_rule() {
 #[test]
 fn serving_refuses_what_it_cannot_plan() {
     let llama = model("llama-3-8b");
-    for (extra, says) in [
-        (["--tensor-parallel-size", "3"], "--tensor-parallel-size 3"),
-        (["--context", "4096"], "not part of a --serve plan"),
-    ] {
+    for (extra, says) in [(["--context", "4096"], "not part of a --serve plan")] {
         let out = iteragpu()
             .args(["estimate", "--serve", "vllm", "--model", &llama])
             .args(["--card", "H100 80GB"])
@@ -279,7 +328,7 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
 
     // 11: Qwen2.5-7B (4-bit, id not stated; the KV layout is Qwen2-7B's: 28 × 4 × 128) on an
     // 8 GiB card at 0.7: the log's figures give a negative budget, 0 blocks and 0.00x.
-    let doc = serve(&[
+    let doc = refused(&[
         "--model",
         &model("qwen2-7b"),
         "--card",
@@ -306,6 +355,18 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
         "11: budget {budget:.3} GiB vs -1.05"
     );
     assert!(doc["notes"].to_string().contains("refuses to start"));
+    // V0 logs "# cuda blocks: 0", then stops on raise_if_cache_size_invalid.
+    assert_eq!(first_refusal(&doc)["rule"], "no_kv_memory");
+    assert!(
+        first_refusal(&doc)["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(
+                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
+            ),
+        "{}",
+        first_refusal(&doc)
+    );
     rows.push(format!(
         "11: budget {budget:.3} GiB vs -1.05 GiB, 0 blocks, 0.00x"
     ));
@@ -399,6 +460,8 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
         let path = model(args[1]);
         args[1] = &path;
         let doc = serve(&args);
+        // These logs started: the plan must say so.
+        assert_eq!(doc["serving"]["start"]["starts"], true, "{name}");
         let (blocks, _, _, _) = figures(&doc);
         let e = err(blocks, logged);
         assert_eq!(
@@ -522,7 +585,8 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
             .env("ITERAGPU_PYTHON", &python)
             .args(["--serve", "vllm", "--activation-peak", "predict", "--json"])
             .args(&args)
-            .succeeds()
+            // 02 and 11 were refused at start-up, as the plan predicts (exit 3).
+            .expect_status(if ["02", "11"].contains(&name) { 3 } else { 0 })
             .stdout();
         let doc: serde_json::Value = serde_json::from_str(&out).expect("estimate --json");
         let term = crate::common::term_by_id(&doc, "serve_activation_peak");
@@ -775,12 +839,16 @@ fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3));
     let text = String::from_utf8_lossy(&out.stdout);
+    // The headline first, in the engine's words.
     assert!(
-        text.contains("vLLM would REFUSE TO START: KV budget −2,"),
+        text.starts_with(
+            "vLLM 0.11.0 would REFUSE TO START: No available memory for the cache blocks."
+        ),
         "{text}"
     );
+    assert!(text.contains("KV budget −2,"), "{text}");
     assert!(
         !text.contains("KV budget 0 bytes") && !text.contains("# GPU blocks: 0"),
         "{text}"
@@ -808,4 +876,382 @@ fn serving_planner_takes_the_engines_fp8_kv_spellings() {
     assert_eq!(blocks("fp8_e5m2"), fp8);
     let auto = blocks("auto");
     assert!(fp8 >= 2 * auto && fp8 <= 2 * auto + 1, "{fp8} vs {auto}");
+}
+
+/// Log 02 (vLLM 0.6.4 format, RTX 3090, max_model_len 29,000) failed to start with "The model's
+/// max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache
+/// (23648)". Fed the log's own figures, the plan refuses in those words, and the largest length
+/// it names is the log's capacity within the planner's block accuracy (5%); 01 (20,000) starts.
+#[test]
+fn serving_log_02_is_refused_in_the_engines_words_and_01_starts() {
+    let llama3 = model("llama-3.1-8b");
+    let args = |len: &'static str, peak: f64| {
+        let activation = format!("{}", ((peak - 14.9888) * GIB).round() as u64);
+        let (code, doc) = serve_status(&[
+            "--model",
+            &llama3,
+            "--card",
+            "RTX 3090",
+            "--engine-version",
+            "0.6.4",
+            "--max-model-len",
+            len,
+            "--device-total",
+            "23.58GiB",
+            "--weights-memory",
+            "14.9888GiB",
+            "--activation-peak",
+            &activation,
+            "--non-torch",
+            "0.35GiB",
+        ]);
+        (code, doc)
+    };
+    let (code, doc) = args("29000", 17.98);
+    assert_eq!(code, 3);
+    let r = first_refusal(&doc);
+    assert_eq!(r["rule"], "max_model_len_above_kv_capacity");
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (")
+            && message.ends_with("Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+        "{message}"
+    );
+    assert!(
+        r["source"]
+            .as_str()
+            .unwrap()
+            .contains("raise_if_cache_size_invalid")
+    );
+    let start = &doc["serving"]["start"];
+    let largest = start["largest_max_model_len"].as_f64().unwrap();
+    let blocks = doc["serving"]["num_blocks"].as_f64().unwrap();
+    // V0's own capacity: blocks × 16, the figure its message names.
+    assert_eq!(largest, blocks * 16.0);
+    assert!(message.contains(&format!("({largest})")), "{message}");
+    let e = err(largest, 23_648.0);
+    assert!(
+        e.abs() < 5.0,
+        "largest {largest} vs the log's 23,648 ({e:+.2}%)"
+    );
+    assert_eq!(start["max_num_seqs_at_largest"], 1);
+    let (code, doc) = args("20000", 17.06);
+    assert_eq!(code, 0);
+    assert_eq!(doc["serving"]["start"]["refusals"], serde_json::json!([]));
+    println!(
+        "02: refused; largest max_model_len {largest} vs the log's capacity 23,648 ({e:+.2}%)"
+    );
+}
+
+/// The new user's case from issue 32: Llama-3.1-8B on an RTX 4090 with vLLM's defaults
+/// (max_model_len 131,072). vLLM 0.11 refuses it; the plan says so first, in V1's words, with the
+/// largest length by `estimate_max_model_len`, checked here against a hand computation of the
+/// source's algorithm: every layer full attention, so a length fits while 32 × cdiv(len, 16) ×
+/// page ≤ the budget, and the binary search lands on 16 × ⌊budget ÷ (32 × page)⌋.
+#[test]
+fn serving_rtx_4090_default_is_refused_with_the_largest_length_that_starts() {
+    let base = [
+        "estimate",
+        "--serve",
+        "vllm",
+        "--model",
+        &model("llama-3.1-8b"),
+        "--card",
+        "RTX 4090",
+    ]
+    .map(String::from);
+    let out = iteragpu().args(&base).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with("vLLM 0.11.0 would REFUSE TO START: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory ("),
+        "{first}"
+    );
+    let doc = refused(&base[3..].iter().map(String::as_str).collect::<Vec<_>>());
+    let sv = &doc["serving"];
+    let budget = sv["kv_budget_bytes"].as_u64().unwrap();
+    let page = sv["page_bytes"].as_u64().unwrap();
+    let hand = 16 * (budget / (32 * page));
+    let start = &sv["start"];
+    assert_eq!(start["largest_max_model_len"].as_u64(), Some(hand));
+    assert_eq!(
+        start["largest_max_model_len"].as_u64().unwrap(),
+        sv["kv_tokens"].as_u64().unwrap()
+    );
+    let message = first_refusal(&doc)["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "Based on the available memory, the estimated maximum model length is {hand}. Try increasing"
+        )),
+        "{message}"
+    );
+    assert!(
+        text.contains(&format!(
+            "largest max_model_len that starts: {}",
+            thousands(hand)
+        )),
+        "{text}"
+    );
+    // At that length it starts.
+    let (code, _) = serve_status(&[
+        "--model",
+        &model("llama-3.1-8b"),
+        "--card",
+        "RTX 4090",
+        "--max-model-len",
+        &hand.to_string(),
+    ]);
+    assert_eq!(code, 0, "max_model_len {hand} should start");
+    // Before 0.8.4 V1's message has no estimate; the plan still gives the length.
+    let old = refused(&[
+        "--model",
+        &model("llama-3.1-8b"),
+        "--card",
+        "RTX 4090",
+        "--engine-version",
+        "0.8.3",
+    ]);
+    let m = first_refusal(&old)["message"].as_str().unwrap();
+    assert!(!m.contains("Based on the available memory"), "{m}");
+    assert!(
+        old["serving"]["start"]["largest_max_model_len"]
+            .as_u64()
+            .is_some()
+    );
+    println!("RTX 4090, Llama-3.1-8B, vLLM 0.11.0 defaults: refused; largest max_model_len {hand}");
+}
+
+/// A model with sliding-window layers (Gemma 2: 21 of 42 layers, window 4,096): V1 ≥ 0.9 counts a
+/// sliding layer's need as cdiv(min(window − 1 + max_num_batched_tokens, len), block) + 1 pages
+/// (kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes); the largest length that starts
+/// is the binary search over that sum, checked here by hand at the answer and one past it.
+#[test]
+fn serving_largest_length_of_a_sliding_window_model_is_the_engines_search() {
+    let doc = refused(&[
+        "--model",
+        &model("gemma-2-9b"),
+        "--card",
+        "RTX 4090",
+        "--gpu-memory-utilization",
+        "0.86",
+    ]);
+    let sv = &doc["serving"];
+    let budget = sv["kv_budget_bytes"].as_u64().unwrap() as u128;
+    let page = sv["page_bytes"].as_u64().unwrap() as u128;
+    let mnbt = sv["max_num_batched_tokens"].as_u64().unwrap();
+    let need = |l: u64| -> u128 {
+        let full = 21 * l.div_ceil(16) as u128 * page;
+        let sliding = 21 * ((4095 + mnbt).min(l).div_ceil(16) + 1) as u128 * page;
+        full + sliding
+    };
+    let largest = sv["start"]["largest_max_model_len"].as_u64().unwrap();
+    // Past window − 1 + max_num_batched_tokens the sliding layers stop growing: the answer lies
+    // there, where a sum of full layers alone would have stopped sooner.
+    assert!(largest > 4095 + mnbt && largest < 8192, "{largest}");
+    let full_only = |l: u64| 42 * l.div_ceil(16) as u128 * page;
+    assert!(full_only(largest) > budget);
+    assert!(
+        need(largest) <= budget && need(largest + 1) > budget,
+        "{largest}"
+    );
+    println!("gemma-2-9b, RTX 4090 at 0.86: largest max_model_len {largest}");
+}
+
+/// Each refusal rule, in the engine's words, with its file; and where the same settings start.
+#[test]
+fn serving_refusal_rules_in_the_engines_words() {
+    let llama = model("llama-3-8b");
+    let rule = |args: &[&str], name: &str, says: &str, source: &str| {
+        let doc = refused(args);
+        let refusals = doc["serving"]["start"]["refusals"].as_array().unwrap();
+        let r = refusals
+            .iter()
+            .find(|r| r["rule"] == name)
+            .unwrap_or_else(|| panic!("{args:?}: no {name} in {refusals:?}"));
+        assert!(r["message"].as_str().unwrap().contains(says), "{name}: {r}");
+        assert!(
+            r["source"].as_str().unwrap().contains(source),
+            "{name}: {r}"
+        );
+        assert!(!r["fix"].as_str().unwrap().is_empty());
+    };
+    let starts = |args: &[&str]| assert_eq!(serve_status(args).0, 0, "{args:?}");
+    let h100 = ["--model", &llama, "--card", "H100 80GB"];
+    let with = |extra: &[&'static str]| [&h100[..], extra].concat();
+
+    // TP against the attention heads (config.py) and the KV heads (the model's assert).
+    rule(
+        &with(&["--tensor-parallel-size", "3"]),
+        "tensor_parallel_heads",
+        "Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+        "verify_with_parallel_config",
+    );
+    // Qwen2-7B: 28 heads divide by 7, its 4 KV heads do not.
+    rule(
+        &[
+            "--model",
+            &model("qwen2-7b"),
+            "--card",
+            "H100 80GB",
+            "--tensor-parallel-size",
+            "7",
+        ],
+        "tensor_parallel_kv_heads",
+        "assert tp_size % self.total_num_kv_heads == 0 (4 KV heads, TP 7)",
+        "models/llama.py",
+    );
+    starts(&with(&["--tensor-parallel-size", "16"]));
+
+    // Block sizes: the release's choices, then V1's FlashAttention.
+    rule(
+        &with(&["--block-size", "256"]),
+        "block_size_choice",
+        "invalid choice: 256 (choose from 1, 8, 16, 32, 64, 128)",
+        "config/cache.py",
+    );
+    rule(
+        &with(&["--engine-version", "0.6.4", "--block-size", "1"]),
+        "block_size_choice",
+        "invalid choice: 1 (choose from 8, 16, 32, 64, 128)",
+        "engine/arg_utils.py",
+    );
+    rule(
+        &with(&["--block-size", "8"]),
+        "block_size_backend",
+        "Block size must be a multiple of 16.",
+        "flash_attn.py",
+    );
+    starts(&with(&["--engine-version", "0.6.4", "--block-size", "8"]));
+
+    // max_num_batched_tokens below max_model_len without chunked prefill (V0 up to 32,768).
+    rule(
+        &with(&[
+            "--engine-version",
+            "0.6.4",
+            "--max-num-batched-tokens",
+            "4096",
+        ]),
+        "batched_tokens_below_max_model_len",
+        "max_num_batched_tokens (4096) is smaller than max_model_len (8192). This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences.",
+        "SchedulerConfig._verify_args",
+    );
+    starts(&with(&["--max-num-batched-tokens", "4096"]));
+    rule(
+        &with(&["--max-num-batched-tokens", "512", "--max-num-seqs", "1024"]),
+        "batched_tokens_below_max_num_seqs",
+        "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024).",
+        "SchedulerConfig._verify_args",
+    );
+
+    // Free memory at start below total × utilization (V1 from 0.9), given or at 1.0 assumed.
+    let busy = [
+        "--model",
+        &llama,
+        "--card",
+        "RTX 4090",
+        "--max-model-len",
+        "4096",
+        "--free-at-start",
+        "3.25GiB",
+    ];
+    rule(
+        &busy,
+        "free_memory_below_utilization",
+        "Free memory on device (3.25/23.99 GiB) on startup is less than desired GPU memory utilization (0.9, 21.59 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+        "v1/worker/gpu_worker.py",
+    );
+    starts(&[&busy[..], &["--engine-version", "0.8.5"]].concat());
+    rule(
+        &with(&["--gpu-memory-utilization", "1"]),
+        "free_memory_below_utilization",
+        "desired GPU memory utilization (1.0,",
+        "init_device",
+    );
+
+    // No KV budget: V1's wording (V0's is log 11's).
+    rule(
+        &["--model", &llama, "--card", "T4"],
+        "no_kv_memory",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+        "check_enough_kv_cache_memory",
+    );
+
+    // SGLang: its pool empty, and TP against the heads.
+    let sglang = |extra: &[&str]| -> serde_json::Value {
+        let out = iteragpu()
+            .args(["estimate", "--serve", "sglang", "--model", &llama, "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{extra:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let doc = sglang(&["--card", "T4"]);
+    assert_eq!(first_refusal(&doc)["rule"], "sglang_not_enough_memory");
+    assert_eq!(
+        first_refusal(&doc)["message"],
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    );
+    let doc = sglang(&["--card", "H100 80GB", "--tensor-parallel-size", "3"]);
+    assert_eq!(first_refusal(&doc)["rule"], "tensor_parallel_heads");
+    // A context above SGLang's pool is not refused: a note says it caps the input.
+    let out = iteragpu()
+        .args([
+            "estimate",
+            "--serve",
+            "sglang",
+            "--model",
+            &model("llama-3.1-8b"),
+            "--card",
+            "RTX 4090",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("max_req_input_len"));
+}
+
+/// Defaults by card and release, each printed as "default applied" with its file.
+#[test]
+fn serving_defaults_applied_by_card_and_release() {
+    let llama = model("llama-3-8b");
+    let plan = |card: &str, version: &str| {
+        let doc = serve(&[
+            "--model",
+            &llama,
+            "--card",
+            card,
+            "--engine-version",
+            version,
+        ]);
+        let sv = doc["serving"].clone();
+        let lines = sv["defaults"].to_string();
+        (
+            sv["max_num_batched_tokens"].as_u64().unwrap(),
+            sv["max_num_seqs"].as_u64().unwrap(),
+            lines,
+        )
+    };
+    let (t, s, lines) = plan("H100 80GB", "0.11.0");
+    assert_eq!((t, s), (8192, 1024));
+    for cited in [
+        "get_batch_defaults",
+        "chunked prefill on",
+        "--block-size 16",
+        "FULL_AND_PIECEWISE",
+    ] {
+        assert!(lines.contains(cited), "{cited}: {lines}");
+    }
+    assert_eq!(plan("A100 80GB", "0.11.0").0, 2048);
+    // 0.8.x chose by the card's name, H100 or H200: an A100 80GB and a B200 get the small ones.
+    assert_eq!(plan("A100 80GB", "0.8.5").0, 2048);
+    assert_eq!(plan("H200", "0.8.5").0, 8192);
+    let (t, s, lines) = plan("H100 80GB", "0.6.4");
+    assert_eq!((t, s), (8192, 256));
+    assert!(
+        lines.contains("chunked prefill off") && lines.contains("_BATCH_SIZES_TO_CAPTURE"),
+        "{lines}"
+    );
 }

@@ -54,7 +54,11 @@ fn large_card(version: Version, card: &str, total: u64) -> (bool, String) {
             large,
             format!(
                 "{} (engine/arg_utils.py _set_default_args_v1 0.8.x: `\"h100\" in device_name or \"h200\" in device_name`)",
-                if large { "an H100/H200" } else { "not an H100/H200" }
+                if large {
+                    "an H100/H200"
+                } else {
+                    "not an H100/H200"
+                }
             ),
         )
     } else {
@@ -93,7 +97,11 @@ pub fn vllm_batch(
     let tokens = match given_tokens {
         Some(n) => n,
         None if v0 && chunked => {
-            let n = if version < Version(0, 6, 6) { 512 } else { 2048 };
+            let n = if version < Version(0, 6, 6) {
+                512
+            } else {
+                2048
+            };
             lines.push(format!(
                 "--max-num-batched-tokens {n}: V0 with chunked prefill (config.py SchedulerConfig {version}: 512 before 0.6.6, 2048 from 0.6.6)"
             ));
@@ -181,7 +189,10 @@ pub fn vllm_block_size(
         (None, Some((f, why))) => (f, Some(format!("--block-size {f}: {why}"))),
         (None, None) => (
             16,
-            Some("--block-size 16: CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81)".into()),
+            Some(
+                "--block-size 16: CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81)"
+                    .into(),
+            ),
         ),
     }
 }
@@ -221,24 +232,59 @@ mod tests {
         assert_eq!(b(Version(0, 8, 5), "B200", 180 * GIB), (2048, 256));
         // V0: max(max_model_len, 2048) and 256, whatever the card.
         assert_eq!(b(Version(0, 6, 4), "H100 80GB", h100), (8192, 256));
-        let long = vllm_batch(Version(0, 6, 4), "H100 80GB", h100, 65536, false, None, None);
+        let long = vllm_batch(
+            Version(0, 6, 4),
+            "H100 80GB",
+            h100,
+            65536,
+            false,
+            None,
+            None,
+        );
         assert!(long.chunked_prefill);
         assert_eq!(long.max_num_batched_tokens, 512);
         let sliding = vllm_batch(Version(0, 6, 6), "H100 80GB", h100, 65536, true, None, None);
         assert!(!sliding.chunked_prefill);
         assert_eq!(sliding.max_num_batched_tokens, 65536);
         // 0.10+: the default max_num_seqs never exceeds max_num_batched_tokens.
-        let small = vllm_batch(Version(0, 10, 0), "H100 80GB", h100, 8192, false, Some(512), None);
+        let small = vllm_batch(
+            Version(0, 10, 0),
+            "H100 80GB",
+            h100,
+            8192,
+            false,
+            Some(512),
+            None,
+        );
         assert_eq!(small.max_num_seqs, 512);
-        assert!(small.lines.iter().any(|l| l.contains("capped")), "{:?}", small.lines);
+        assert!(
+            small.lines.iter().any(|l| l.contains("capped")),
+            "{:?}",
+            small.lines
+        );
     }
 
     #[test]
     fn mla_backends_force_their_block_size_from_0_9() {
-        assert_eq!(vllm_block_size(Version(0, 11, 0), true, Some(9), Some(16)).0, 64);
-        assert_eq!(vllm_block_size(Version(0, 11, 0), true, Some(10), None).0, 128);
-        assert_eq!(vllm_block_size(Version(0, 8, 5), true, Some(9), Some(32)).0, 32);
-        assert_eq!(vllm_block_size(Version(0, 11, 0), false, Some(9), Some(32)), (32, None));
-        assert_eq!(vllm_block_size(Version(0, 11, 0), false, Some(9), None).0, 16);
+        assert_eq!(
+            vllm_block_size(Version(0, 11, 0), true, Some(9), Some(16)).0,
+            64
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 11, 0), true, Some(10), None).0,
+            128
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 8, 5), true, Some(9), Some(32)).0,
+            32
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 11, 0), false, Some(9), Some(32)),
+            (32, None)
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 11, 0), false, Some(9), None).0,
+            16
+        );
     }
 }

@@ -444,7 +444,8 @@ mod tests {
         assert_eq!(estimate_max_model_len(9_000, page, needed), 0);
         // A sliding layer's need stops growing past its window: more length fits.
         let hybrid = |l: u64| {
-            16 * cdiv(l, 16) as u128 * page + 16 * (cdiv((127 + 2048).min(l), 16) + 1) as u128 * page
+            16 * cdiv(l, 16) as u128 * page
+                + 16 * (cdiv((127 + 2048).min(l), 16) + 1) as u128 * page
         };
         let est = estimate_max_model_len(131_072, avail, hybrid);
         assert!(hybrid(est) <= avail && hybrid(est + 1) > avail, "{est}");
