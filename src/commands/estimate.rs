@@ -815,7 +815,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         total_bytes,
         left_out: vec![
             match engine {
-                Engine::Vllm => "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization)",
+                Engine::Vllm => "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization: give --free-at-start to check it)",
                 Engine::Sglang => "memory of other processes on the GPU (SGLang sizes its pool from the memory free at start: another process's memory shrinks it)",
             }
             .into(),

@@ -232,16 +232,26 @@ fn logs_blocks_and_concurrency_follow_the_engines_rule() {
 #[test]
 fn serving_refuses_what_it_cannot_plan() {
     let llama = model("llama-3-8b");
-    for (extra, says) in [(["--context", "4096"], "not part of a --serve plan")] {
-        let out = iteragpu()
-            .args(["estimate", "--serve", "vllm", "--model", &llama])
-            .args(["--card", "H100 80GB"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&out.stderr).contains(says));
-    }
+    let out = iteragpu()
+        .args(["estimate", "--serve", "vllm", "--model", &llama])
+        .args(["--card", "H100 80GB", "--context", "4096"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not part of a --serve plan"));
+    // A TP the model's heads refuse is the engine's refusal, not bad input: exit 3, the plan
+    // printed with the engine's words first.
+    let out = iteragpu()
+        .args(["estimate", "--serve", "vllm", "--model", &llama])
+        .args(["--card", "H100 80GB", "--tensor-parallel-size", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(
+            "vLLM 0.11.0 would REFUSE TO START: Total number of attention heads (32) must be divisible by tensor parallel size (3)."
+        )
+    );
 }
 
 /// One planner run's figures: (blocks, tokens, KV budget in GiB, concurrency at max_model_len).
