@@ -747,6 +747,8 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
     let facts = estimate::serving::refusal::StartFacts {
         attention_heads: Some(d.num_heads),
         free_at_start: s.free_at_start,
+        compute_capability: card.compute_capability(),
+        dtype_explicit: args.dtype.is_some(),
     };
     let mut notes = notes_early;
     let weights: u64 =

@@ -223,7 +223,18 @@ pub fn plan_with(
     if let Some(note) = release {
         p.notes.insert(0, note);
     }
-    p.summary.start = refusal::assess(m, r, &p.summary, facts);
+    let term = |want: fn(&TermId) -> bool| {
+        p.terms
+            .iter()
+            .find(|t| want(&t.id))
+            .map_or(0, |t| t.bytes.get())
+    };
+    let held = refusal::Held {
+        weights: term(|id| matches!(id, TermId::Weights { .. })),
+        activation_peak: term(|id| *id == TermId::ServeActivationPeak),
+        non_torch: term(|id| *id == TermId::NonTorchMemory),
+    };
+    p.summary.start = refusal::assess(m, r, &p.summary, facts, &held);
     p.notes.extend(p.summary.start.notes.iter().cloned());
     // Only V0's KV-capacity refusal comes after the engine has printed its pool's figures.
     if let Some(first) = p.summary.start.refusals.first() {

@@ -851,11 +851,10 @@ fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let text = String::from_utf8_lossy(&out.stdout);
-    // The headline first, in the engine's words.
+    // The headline first, in the engine's words: 14.96 GiB of weights do not load in the T4's
+    // 15 GiB less the CUDA context; the pool is never sized.
     assert!(
-        text.starts_with(
-            "vLLM 0.11.0 would REFUSE TO START: No available memory for the cache blocks."
-        ),
+        text.starts_with("vLLM 0.11.0 would REFUSE TO START: torch.OutOfMemoryError: CUDA out of memory. (the weights: 16,062,619,648 bytes = 14.96 GiB"),
         "{text}"
     );
     assert!(text.contains("KV budget −2,"), "{text}");
@@ -1171,7 +1170,15 @@ fn serving_refusal_rules_in_the_engines_words() {
         "Free memory on device (3.25/23.99 GiB) on startup is less than desired GPU memory utilization (0.9, 21.59 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
         "v1/worker/gpu_worker.py",
     );
-    starts(&[&busy[..], &["--engine-version", "0.8.5"]].concat());
+    // 0.8.5 has no such check: it loads the weights into the 3.25 GiB and runs out of memory.
+    rule(
+        &[&busy[..], &["--engine-version", "0.8.5"]].concat(),
+        "oom_loading_weights",
+        "CUDA out of memory",
+        "load_model",
+    );
+    let doc = refused(&[&busy[..], &["--engine-version", "0.8.5"]].concat());
+    assert_eq!(first_refusal(&doc)["rule"], "oom_loading_weights");
     rule(
         &with(&["--gpu-memory-utilization", "1"]),
         "free_memory_below_utilization",
@@ -1181,10 +1188,56 @@ fn serving_refusal_rules_in_the_engines_words() {
 
     // No KV budget: V1's wording (V0's is log 11's).
     rule(
-        &["--model", &llama, "--card", "T4"],
+        &with(&["--gpu-memory-utilization", "0.2"]),
         "no_kv_memory",
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
         "check_enough_kv_cache_memory",
+    );
+    // Out of memory before any pool: loading the weights, then the profile run.
+    rule(
+        &["--model", &llama, "--card", "T4"],
+        "oom_loading_weights",
+        "torch.OutOfMemoryError: CUDA out of memory. (the weights: 16,062,619,648 bytes",
+        "load_model",
+    );
+    rule(
+        &[
+            "--model",
+            &llama,
+            "--card",
+            "RTX 4090",
+            "--weights-memory",
+            "23GiB",
+            "--max-model-len",
+            "4096",
+        ],
+        "oom_profile_run",
+        "torch.OutOfMemoryError: CUDA out of memory. (the weights, the profile run's activation peak",
+        "profile_run",
+    );
+    // bfloat16 on compute capability 7.x: refused by V0 and 0.8; 0.9+ serves float16 with
+    // --dtype auto, refuses an explicit --dtype bfloat16.
+    let small = model("llama-style-8l");
+    let t4 = ["--model", &small, "--card", "T4"];
+    rule(
+        &[&t4[..], &["--engine-version", "0.6.4"]].concat(),
+        "bfloat16_unsupported",
+        "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your T4 GPU has compute capability 7.5. You can use float16 instead by explicitly setting the`dtype` flag in CLI, for example: --dtype=half.",
+        "_check_if_gpu_supports_dtype",
+    );
+    rule(
+        &[&t4[..], &["--dtype", "bfloat16"]].concat(),
+        "bfloat16_unsupported",
+        "compute capability 7.5",
+        "check_if_supports_dtype",
+    );
+    starts(&t4);
+    starts(
+        &[
+            &t4[..],
+            &["--engine-version", "0.6.4", "--dtype", "float16"],
+        ]
+        .concat(),
     );
 
     // SGLang: its pool empty, and TP against the heads.
@@ -1198,6 +1251,8 @@ fn serving_refusal_rules_in_the_engines_words() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let doc = sglang(&["--card", "T4"]);
+    assert_eq!(first_refusal(&doc)["rule"], "oom_loading_weights");
+    let doc = sglang(&["--card", "RTX 4090", "--gpu-memory-utilization", "0.5"]);
     assert_eq!(first_refusal(&doc)["rule"], "sglang_not_enough_memory");
     assert_eq!(
         first_refusal(&doc)["message"],

@@ -16,6 +16,18 @@ use crate::units::{Bytes, GIB};
 pub struct StartFacts {
     pub attention_heads: Option<u64>,
     pub free_at_start: Option<Bytes>,
+    /// The card's compute capability, when the catalog knows it (the bfloat16 rule).
+    pub compute_capability: Option<(u32, u32)>,
+    /// `--dtype` was given (vLLM ≥ 0.9's `--dtype auto` avoids bfloat16 where it is refused).
+    pub dtype_explicit: bool,
+}
+
+/// What the process holds on the device before the KV pool, as the plan's terms count it.
+#[derive(Clone, Debug, Default)]
+pub struct Held {
+    pub weights: u64,
+    pub activation_peak: u64,
+    pub non_torch: u64,
 }
 
 /// One rule the engine would stop on.
@@ -23,8 +35,8 @@ pub struct StartFacts {
 pub struct Refusal {
     /// A stable name: `tensor_parallel_heads`, `tensor_parallel_kv_heads`, `block_size_choice`,
     /// `block_size_backend`, `batched_tokens_below_max_model_len`, `batched_tokens_below_max_num_seqs`,
-    /// `free_memory_below_utilization`, `no_kv_memory`, `max_model_len_above_kv_capacity`,
-    /// `sglang_not_enough_memory`.
+    /// `bfloat16_unsupported`, `free_memory_below_utilization`, `oom_loading_weights`, `oom_profile_run`, `no_kv_memory`,
+    /// `max_model_len_above_kv_capacity`, `sglang_not_enough_memory`.
     pub rule: &'static str,
     /// Where the engine applies it, with the releases read.
     pub source: String,
@@ -109,10 +121,16 @@ pub fn estimate_max_model_len(
 }
 
 /// The refusals the release would meet for this plan.
-pub fn assess(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+pub fn assess(
+    m: &ServeModel,
+    r: &ServeRequest,
+    s: &ServingSummary,
+    f: &StartFacts,
+    held: &Held,
+) -> StartCheck {
     let mut check = match r.engine {
-        Engine::Vllm => vllm(m, r, s, f),
-        Engine::Sglang => sglang(m, s, f),
+        Engine::Vllm => vllm(m, r, s, f, held),
+        Engine::Sglang => sglang(m, r, s, f, held),
     };
     check.rules_of = s.rules_of.clone();
     check.starts = check.refusals.is_empty();
@@ -174,7 +192,13 @@ fn heads(m: &ServeModel, tp: u64, f: &StartFacts, engine: Engine, out: &mut Vec<
     }
 }
 
-fn vllm(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+fn vllm(
+    m: &ServeModel,
+    r: &ServeRequest,
+    s: &ServingSummary,
+    f: &StartFacts,
+    held: &Held,
+) -> StartCheck {
     let version = r.version.unwrap_or(Version(0, 11, 0));
     let v0 = version < Version(0, 8, 0);
     let grouped = version >= Version(0, 9, 0);
@@ -247,15 +271,38 @@ fn vllm(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) ->
         });
     }
 
-    // 2. The worker's first memory snapshot (V1 from 0.9).
+    // 2. The worker's device: bfloat16 needs compute capability 8.0.
+    if let Some((major, minor)) = f.compute_capability
+        && major < 8
+        && m.dtype_rule.starts_with("bfloat16")
+    {
+        if f.dtype_explicit || !grouped {
+            refusals.push(Refusal {
+                rule: "bfloat16_unsupported",
+                source: if grouped {
+                    "platforms/cuda.py check_if_supports_dtype, from v1/worker/gpu_worker.py init_device (0.9–0.11.0)".into()
+                } else {
+                    "worker/worker.py _check_if_gpu_supports_dtype, from init_device (0.5.5–0.8.x)".into()
+                },
+                message: format!(
+                    "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your {} GPU has compute capability {major}.{minor}. You can use float16 instead by explicitly setting the`dtype` flag in CLI, for example: --dtype=half.",
+                    s.card
+                ),
+                fix: "give --dtype float16 (the same bytes: the plan's figures hold)".into(),
+            });
+        } else {
+            notes.push(format!(
+                "vLLM {version} serves this bfloat16 config in float16 on compute capability {major}.{minor} (--dtype auto: config/model.py _resolve_auto_dtype, the platform's first supported dtype); the bytes are the same"
+            ));
+        }
+    }
+
+    // 3. The worker's first memory snapshot (V1 from 0.9).
     let total = s.device_total_bytes.get();
     let u = s.gpu_memory_utilization;
     if grouped {
         let requested = total as f64 * u;
-        let (free, given) = match f.free_at_start {
-            Some(b) => (b.get(), true),
-            None => (total.saturating_sub(ASSUMED_CONTEXT), false),
-        };
+        let (free, given) = free_at_start(s, f);
         if (free as f64) < requested {
             refusals.push(Refusal {
                 rule: "free_memory_below_utilization",
@@ -282,14 +329,52 @@ fn vllm(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) ->
         }
     }
 
-    // 3. The KV pool against one request of max_model_len.
+    // 4. Loading the weights, then the profile run, in the memory free at start.
+    let (free, given) = free_at_start(s, f);
+    let loading = out_of_memory(
+        "oom_loading_weights",
+        "the weights",
+        held.weights,
+        free,
+        given,
+        if v0 {
+            "worker/model_runner.py load_model (0.5.5–0.7.3)"
+        } else {
+            "v1/worker/gpu_model_runner.py load_model (0.8–0.11.0)"
+        },
+    );
+    let profiling = out_of_memory(
+        "oom_profile_run",
+        "the weights, the profile run's activation peak and the memory outside PyTorch",
+        held.weights + held.activation_peak + held.non_torch,
+        free,
+        given,
+        if v0 {
+            "worker/worker.py determine_num_available_blocks → model_runner.profile_run (0.5.5–0.7.3)"
+        } else {
+            "v1/worker/gpu_worker.py determine_available_memory → profile_run (0.8–0.11.0)"
+        },
+    );
+    // A given KV budget (a log's "Available KV cache memory") means the weights loaded and the
+    // profile ran: the terms beside it are information, not checked.
+    let (loading, profiling) = if r.kv_cache_memory.is_some() {
+        (None, None)
+    } else {
+        (loading, profiling)
+    };
+    let out_of_memory_first = loading.is_some() || profiling.is_some();
+    refusals.extend(loading.or(profiling));
+
+    // 5. The KV pool against one request of max_model_len.
     let budget = s.kv_budget_bytes;
     let page = s.page_bytes.get() as u128;
     let mnbt = s.max_num_batched_tokens.unwrap_or(len);
     let mut largest = None;
     let mut largest_rule = None;
     let mut seqs_at = None;
-    if v0 {
+    // Out of memory before the pool is sized: the engine never reaches the KV checks.
+    if out_of_memory_first {
+    } else if v0 {
         let blocks = s.num_blocks.unwrap_or(0);
         let cite = if version < Version(0, 5, 5) {
             "engine/llm_engine.py _init_cache (0.2.x–0.4.x; as worker/worker.py raise_if_cache_size_invalid from 0.5)"
@@ -384,6 +469,41 @@ fn vllm(m: &ServeModel, r: &ServeRequest, s: &ServingSummary, f: &StartFacts) ->
     }
 }
 
+/// The memory free when the engine starts: given, or the device total less the CUDA context
+/// (assumed); and whether it was given.
+fn free_at_start(s: &ServingSummary, f: &StartFacts) -> (u64, bool) {
+    match f.free_at_start {
+        Some(b) => (b.get(), true),
+        None => (
+            s.device_total_bytes.get().saturating_sub(ASSUMED_CONTEXT),
+            false,
+        ),
+    }
+}
+
+/// torch's out-of-memory error when `bytes` do not fit in the memory free at start.
+fn out_of_memory(
+    rule: &'static str,
+    what: &str,
+    bytes: u64,
+    free: u64,
+    given: bool,
+    cite: &str,
+) -> Option<Refusal> {
+    (bytes > free).then(|| Refusal {
+        rule,
+        source: format!("{cite}; torch's caching allocator"),
+        message: format!(
+            "torch.OutOfMemoryError: CUDA out of memory. ({what}: {} bytes = {:.2} GiB, against {:.2} GiB free at start{})",
+            crate::estimate::g(bytes),
+            bytes as f64 / GIB as f64,
+            free as f64 / GIB as f64,
+            if given { "" } else { ", ASSUMED: the device total less 0.25 GiB of CUDA context" }
+        ),
+        fix: "split the model over more GPUs (--tensor-parallel-size), quantize it, or use a card with more memory".into(),
+    })
+}
+
 fn no_memory(cite: &str, budget: i128) -> Refusal {
     Refusal {
         rule: "no_kv_memory",
@@ -396,10 +516,29 @@ fn no_memory(cite: &str, budget: i128) -> Refusal {
     }
 }
 
-fn sglang(m: &ServeModel, s: &ServingSummary, f: &StartFacts) -> StartCheck {
+fn sglang(
+    m: &ServeModel,
+    r: &ServeRequest,
+    s: &ServingSummary,
+    f: &StartFacts,
+    held: &Held,
+) -> StartCheck {
     let mut refusals = Vec::new();
     let mut notes = Vec::new();
     heads(m, s.tensor_parallel_size, f, Engine::Sglang, &mut refusals);
+    let (free, given) = free_at_start(s, f);
+    if r.kv_cache_memory.is_some() {
+        // A given budget (the log's K and V sizes): the weights loaded.
+    } else if let Some(r) = out_of_memory(
+        "oom_loading_weights",
+        "the weights",
+        held.weights,
+        free,
+        given,
+        "model_executor/model_runner.py load_model (0.5.5)",
+    ) {
+        refusals.push(r);
+    }
     if s.kv_tokens == 0 {
         refusals.push(Refusal {
             rule: "sglang_not_enough_memory",
