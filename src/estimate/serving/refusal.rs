@@ -70,6 +70,12 @@ pub struct StartCheck {
 /// predicted from the assumption alone on a card vLLM would start on.
 const ASSUMED_CONTEXT: u64 = GIB / 4;
 
+/// A signed byte count, grouped in thousands: −3,718,782,976.
+fn signed(b: i128) -> String {
+    let sign = if b < 0 { "−" } else { "" };
+    format!("{sign}{}", crate::estimate::g(b.unsigned_abs()))
+}
+
 fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
@@ -511,7 +517,7 @@ fn no_memory(cite: &str, budget: i128) -> Refusal {
         message: "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.".into(),
         fix: format!(
             "the KV budget is {} bytes: raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or split the model over more GPUs (--tensor-parallel-size)",
-            budget
+            signed(budget)
         ),
     }
 }
@@ -546,7 +552,7 @@ fn sglang(
             message: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.".into(),
             fix: format!(
                 "the KV budget is {} bytes: raise --mem-fraction-static (--gpu-memory-utilization here), or split the model over more GPUs (--tp)",
-                s.kv_budget_bytes
+                signed(s.kv_budget_bytes)
             ),
         });
     } else if s.max_model_len > s.kv_tokens {
