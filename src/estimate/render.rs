@@ -298,7 +298,7 @@ fn serving(out: &mut String, sv: &super::serving::ServingSummary) {
     if sv.start.starts {
         let _ = writeln!(
             out,
-            "{} would start: none of its refusal rules applies (TP and heads, block size, batch sizes, free memory, KV budget, one request of max_model_len)",
+            "{} would start: none of its refusal rules applies (TP and heads, block size, batch sizes, bfloat16, free memory, weights and profile run in memory, KV budget, one request of max_model_len)",
             sv.start.rules_of
         );
     }
