@@ -6,7 +6,7 @@ use clap::Args;
 
 use crate::cli::{
     BuiltInArgs, DenseArgs, DistributedArgs, GenerationArgs, Given, HistoryArgs, LmTrainingArgs,
-    MeasureArgs, PredictArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
+    MeasureArgs, PredictArgs, QuantizeArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
     VisionArgs, WorkloadArgs, WorkloadGroups,
 };
 use crate::schema::dimensions::Variable;
@@ -99,6 +99,8 @@ fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> M
         shard: w.lm_training.shard,
         lora_rank: w.lm_training.lora_rank,
         lora_targets: w.lm_training.lora_targets.clone(),
+        quantize: w.quantize.quantize,
+        double_quant: w.quantize.double_quant,
         alloc_conf: w.allocator.alloc_conf,
         nproc_per_node: distributed.and_then(|d| d.nproc_per_node),
         nnodes: distributed.and_then(|d| d.nnodes),
@@ -148,6 +150,7 @@ fn written(given: &Given) -> Vec<Written> {
         written_in::<LmTrainingArgs>(given),
         Some(Scope::CausalLmTraining),
     );
+    add(written_in::<QuantizeArgs>(given), Some(Scope::CausalLm));
     written
 }
 
