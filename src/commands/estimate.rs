@@ -44,6 +44,13 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         );
     }
     if let Some(method) = args.quantize.quantize
+        && args.model.is_none()
+    {
+        refuse!(
+            "--quantize {method} quantizes the linear layers of --model's config (the embeddings, norms and output head stay as they are): give --model PATH; with --parameters N, --bits B is the storage width"
+        );
+    }
+    if let Some(method) = args.quantize.quantize
         && args.workload == Some(EstimateWorkload::Vision)
     {
         refuse!(

@@ -6,8 +6,8 @@ use clap::Args;
 
 use crate::cli::{
     BuiltInArgs, DenseArgs, DistributedArgs, GenerationArgs, Given, HistoryArgs, LmTrainingArgs,
-    MeasureArgs, PredictArgs, QuantizeArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
-    VisionArgs, WorkloadArgs, WorkloadGroups,
+    MeasureArgs, PredictArgs, QuantizeArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs,
+    TrainingArgs, VisionArgs, WorkloadArgs, WorkloadGroups,
 };
 use crate::schema::dimensions::Variable;
 use crate::sweep::plan::SweepOptions;
@@ -321,18 +321,34 @@ mod tests {
             )
         };
         let plan = |args: &[&str]| MeasurePlan::new(&measure_options(args));
-        let spec = |args: &[&str]| {
-            serde_json::to_value(plan(args).unwrap().worker_spec()).unwrap()
-        };
+        let spec = |args: &[&str]| serde_json::to_value(plan(args).unwrap().worker_spec()).unwrap();
         let llama = model("llama-3-8b");
         let qlora = [
-            "--workload", "causal-lm", "--model", &llama, "--task", "train", "--lora-rank", "16",
-            "--lora-targets", "q_proj,v_proj", "--quantize", "nf4", "--double-quant",
+            "--workload",
+            "causal-lm",
+            "--model",
+            &llama,
+            "--task",
+            "train",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "q_proj,v_proj",
+            "--quantize",
+            "nf4",
+            "--double-quant",
         ];
         let doc = spec(&qlora);
         assert_eq!(doc["quantize"], "nf4", "{doc}");
         assert_eq!(doc["double_quant"], true, "{doc}");
-        let doc = spec(&["--workload", "causal-lm", "--model", &llama, "--quantize", "int8"]);
+        let doc = spec(&[
+            "--workload",
+            "causal-lm",
+            "--model",
+            &llama,
+            "--quantize",
+            "int8",
+        ]);
         assert_eq!(doc["quantize"], "int8", "{doc}");
         assert_eq!(doc["double_quant"], false, "{doc}");
         let doc = spec(&["--workload", "causal-lm", "--model", &llama]);
@@ -345,19 +361,50 @@ mod tests {
         assert_eq!(doc["double_quant"], true, "{doc}");
         for (args, words) in [
             (
-                vec!["--workload", "causal-lm", "--model", bnb.as_str(), "--quantize", "nf4"],
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    bnb.as_str(),
+                    "--quantize",
+                    "nf4",
+                ],
                 "stored quantized already",
             ),
             (
-                vec!["--workload", "causal-lm", "--model", llama.as_str(), "--quantize", "int8", "--double-quant"],
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    llama.as_str(),
+                    "--quantize",
+                    "int8",
+                    "--double-quant",
+                ],
                 "LLM.int8",
             ),
             (
-                vec!["--workload", "causal-lm", "--model", llama.as_str(), "--quantize", "nf4", "--task", "train"],
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    llama.as_str(),
+                    "--quantize",
+                    "nf4",
+                    "--task",
+                    "train",
+                ],
                 "--lora-rank",
             ),
             (
-                vec!["--workload", "vision", "--model", vit.as_str(), "--quantize", "nf4"],
+                vec![
+                    "--workload",
+                    "vision",
+                    "--model",
+                    vit.as_str(),
+                    "--quantize",
+                    "nf4",
+                ],
                 "--quantize has no effect on vision inference",
             ),
         ] {

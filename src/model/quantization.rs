@@ -34,8 +34,17 @@ pub enum Format {
 }
 
 /// `--quantize`: what transformers' `BitsAndBytesConfig` is asked to load a float checkpoint as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
-#[derive(schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[derive(strum::Display, strum::AsRefStr, strum::EnumString, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
@@ -63,7 +72,11 @@ impl Quantization {
     /// bnb_4bit_use_double_quant=…, bnb_4bit_compute_dtype=compute)` or
     /// `BitsAndBytesConfig(load_in_8bit=True)` loads: transformers' defaults otherwise (uint8
     /// storage, no skipped module beyond the output head, which `get_keys_to_not_convert` keeps).
-    pub fn bitsandbytes(method: QuantizeMethod, double_quant: bool, compute: Dtype) -> Quantization {
+    pub fn bitsandbytes(
+        method: QuantizeMethod,
+        double_quant: bool,
+        compute: Dtype,
+    ) -> Quantization {
         let format = match method {
             QuantizeMethod::Nf4 | QuantizeMethod::Fp4 => Format::Bnb4 {
                 quant_type: method.to_string(),
@@ -137,9 +150,9 @@ impl Quantization {
                         ));
                     }
                     let quant_storage = match q.opt_str("bnb_4bit_quant_storage")? {
-                        Some(name) => name.parse::<Dtype>().map_err(|e| {
-                            q.invalid("bnb_4bit_quant_storage", &e.to_string())
-                        })?,
+                        Some(name) => name
+                            .parse::<Dtype>()
+                            .map_err(|e| q.invalid("bnb_4bit_quant_storage", &e.to_string()))?,
                         None => Dtype::Uint8,
                     };
                     Format::Bnb4 {
@@ -332,11 +345,19 @@ impl Quantization {
     /// The formula of `linear_bytes` in words, for the table.
     pub fn formula(&self) -> String {
         match &self.format {
-            Format::Bnb4 { double_quant: false, quant_storage, .. } => format!(
+            Format::Bnb4 {
+                double_quant: false,
+                quant_storage,
+                ..
+            } => format!(
                 "per quantized weight of n values: ⌈n/2⌉ (4-bit codes{}) + 4·⌈n/64⌉ (fp32 absmax) + 64 (code table)",
                 storage_words(*quant_storage)
             ),
-            Format::Bnb4 { double_quant: true, quant_storage, .. } => format!(
+            Format::Bnb4 {
+                double_quant: true,
+                quant_storage,
+                ..
+            } => format!(
                 "per quantized weight of n values: ⌈n/2⌉ (4-bit codes{}) + ⌈n/64⌉ (uint8 absmax) + 4·⌈n/64/256⌉ (fp32 nested absmax) + 64 + 1024 + 4 (code tables, offset)",
                 storage_words(*quant_storage)
             ),
@@ -349,10 +370,14 @@ impl Quantization {
                 "per weight [out, in], g = {}: 4·in·⌈out·{bits}/32⌉ (qweight) + 4·g·⌈out·{bits}/32⌉ (qzeros) + 2·g·out (fp16 scales)",
                 group_size.map_or("1".to_string(), |s| format!("⌈in/{s}⌉"))
             ),
-            Format::Fp8 { block: Some((r, c)) } => {
+            Format::Fp8 {
+                block: Some((r, c)),
+            } => {
                 format!("per weight [out, in]: out·in (fp8) + 4·⌈out/{r}⌉·⌈in/{c}⌉ (fp32 scales)")
             }
-            Format::Fp8 { block: None } => "per weight [out, in]: out·in (fp8) + 4 (one fp32 scale)".into(),
+            Format::Fp8 { block: None } => {
+                "per weight [out, in]: out·in (fp8) + 4 (one fp32 scale)".into()
+            }
         }
     }
 }

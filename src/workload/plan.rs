@@ -14,9 +14,9 @@ use crate::schema::dimensions::{Dimensions, Variable};
 use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
-    CausalLmSpec, DenseSpec, QuantizeSpec, EmptyCache, QuantizedCacheSpec, RequestsSpec, ScriptSpec, Task,
-    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec, Workload,
-    WorkloadSpec,
+    CausalLmSpec, DenseSpec, EmptyCache, QuantizeSpec, QuantizedCacheSpec, RequestsSpec,
+    ScriptSpec, Task, TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec,
+    Workload, WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
