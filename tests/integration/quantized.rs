@@ -269,3 +269,58 @@ fn torchao_weight_only_runs_data_less() {
     let said = serde_json::to_string(&doc.failure).unwrap();
     assert!(said.contains("mslk"), "{said}");
 }
+
+/// The causal-lm workload's `--quantize` load and QLoRA recipe (`build_quantized`, peft's
+/// `prepare_model_for_kbit_training`, LoRA, checkpointing, AdamW) run with real torch,
+/// transformers, peft and bitsandbytes on the CPU: every linear layer but the output head is
+/// bitsandbytes', and the generation and training phases complete.
+#[test]
+#[ignore = "needs torch, transformers, peft and bitsandbytes"]
+fn quantized_workload_runs_with_real_bitsandbytes_on_cpu() {
+    let python = python_with(&["torch", "transformers", "peft", "bitsandbytes"]);
+    let config = fixture("tiny/llama/config.json");
+    let lm = serde_json::json!({"workload": "causal-lm", "devices": ["cpu"], "batch": 2, "context": 16,
+        "prompt_tokens": 12, "new_tokens": 3, "cache": "dynamic", "dtype": "bfloat16", "seed": 0,
+        "model_config": config});
+    let with = |extra: serde_json::Value| {
+        let mut v = lm.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let jobs = [
+        with(
+            serde_json::json!({"quantize": "nf4", "double_quant": true, "task": "train", "steps": 2,
+            "optimizer": "adamw", "precision": "bf16-mixed", "gradient_checkpointing": true,
+            "lora_rank": 4, "lora_targets": ["q_proj", "v_proj"]}),
+        ),
+        with(serde_json::json!({"quantize": "fp4", "double_quant": false})),
+        with(serde_json::json!({"quantize": "int8", "double_quant": false})),
+    ];
+    let runs = crate::workloads::python_jobs(&python, "workloads_on_cpu.py", &jobs);
+    for (job, run) in jobs.iter().zip(&runs) {
+        let what = &job["quantize"];
+        assert!(run["error"].is_null(), "{what}: {}", run["error"]);
+        let phases = run["phases"].as_array().unwrap();
+        assert!(
+            phases.iter().all(|p| p["status"] == "ok"),
+            "{what}: {phases:?}"
+        );
+        let load = &phases[0];
+        assert_eq!(load["name"], "model_load");
+        assert!(
+            load["inputs"]["quantized_linear_layers"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0,
+            "{what}: {load}"
+        );
+        assert_eq!(
+            load["inputs"]["kept_unquantized"],
+            serde_json::json!(["lm_head"])
+        );
+        let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+        crate::common::assert_declared_phases(job, &names, &what.to_string());
+    }
+}
