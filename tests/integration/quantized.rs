@@ -324,3 +324,78 @@ fn quantized_workload_runs_with_real_bitsandbytes_on_cpu() {
         crate::common::assert_declared_phases(job, &names, &what.to_string());
     }
 }
+
+/// The fiche keeps the storage and compute formats apart: beside a run of the same model, the
+/// quantized weights in their storage format, the modules kept in another precision and the
+/// compute format's dequantization temporary, each with its bytes, in English and in French.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn the_fiche_keeps_storage_and_compute_formats_apart() {
+    let python = python_with(&["torch", "transformers"]);
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixture("tiny/llama").display().to_string();
+    Run::predict()
+        .args([
+            "--python",
+            &python,
+            "--workload",
+            "causal-lm",
+            "--model",
+            &tiny,
+        ])
+        .output(dir.path().join("run.json"))
+        .succeeds();
+    let est = crate::common::iteragpu()
+        .args([
+            "estimate",
+            "--model",
+            &tiny,
+            "--dtype",
+            "bfloat16",
+            "--quantize",
+            "nf4",
+            "--double-quant",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(est.status.success());
+    std::fs::write(dir.path().join("est.json"), &est.stdout).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&est.stdout).unwrap();
+    for (lang, heading, storage) in [
+        (
+            "en",
+            "Storage and compute formats",
+            "quantized linear weights (storage format",
+        ),
+        (
+            "fr",
+            "Formats de stockage et de calcul",
+            "poids linéaires quantifiés",
+        ),
+    ] {
+        let out = dir.path().join(format!("fiche-{lang}.md"));
+        Run::report()
+            .arg(dir.path().join("run.json"))
+            .args([
+                "--estimate",
+                dir.path().join("est.json").to_str().unwrap(),
+                "--lang",
+                lang,
+            ])
+            .output(&out)
+            .succeeds();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let at = text
+            .find(heading)
+            .unwrap_or_else(|| panic!("{lang}: no {heading}:\n{text}"));
+        let section = &text[at..];
+        for needle in [storage, "bnb nf4 + double quant", "`bfloat16`"] {
+            assert!(
+                section.contains(needle),
+                "{lang}: {needle} missing:\n{section}"
+            );
+        }
+    }
+    assert!(id_bytes(&doc, "quantized_weights") > 0);
+}
