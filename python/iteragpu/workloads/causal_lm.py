@@ -17,6 +17,7 @@ them. A request that has finished keeps its cache until all have (the Σ the est
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
@@ -68,7 +69,7 @@ def build_quantized(torch: Any, transformers: Any, config: Any, dtype: Any, devi
     Everything else (embeddings, norms, the head, buffers) is made on the device in `dtype` and
     initialised by the model's own `initialize_weights`."""
     try:
-        import bitsandbytes as bnb
+        bnb = importlib.import_module("bitsandbytes")  # by name: no stubs for the type checker
     except Exception as exc:  # a broken install raises more than ImportError: reported as missing
         raise Missing(f"--quantize needs bitsandbytes, which cannot be imported: {type(exc).__name__}: {exc}") from exc
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
