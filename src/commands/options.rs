@@ -359,7 +359,12 @@ mod tests {
         let doc = spec(&["--workload", "causal-lm", "--model", &bnb]);
         assert_eq!(doc["quantize"], "nf4", "{doc}");
         assert_eq!(doc["double_quant"], true, "{doc}");
+        let gptq = model("llama-2-7b-gptq");
         for (args, words) in [
+            (
+                vec!["--workload", "causal-lm", "--model", gptq.as_str()],
+                "GPTQ 4-bit, group 128, which the causal-lm workload does not build",
+            ),
             (
                 vec![
                     "--workload",

@@ -313,11 +313,18 @@ fn quantize(args: &MeasureOptions, arch: Option<&Architecture>) -> Result<Option
                 from_checkpoint: false,
             }))
         }
-        (None, Some(q)) => Ok(q.bnb_method().map(|(method, double_quant)| QuantizePlan {
-            method,
-            double_quant,
-            from_checkpoint: true,
-        })),
+        (None, Some(q)) => match q.bnb_method() {
+            Some((method, double_quant)) => Ok(Some(QuantizePlan {
+                method,
+                double_quant,
+                from_checkpoint: true,
+            })),
+            // Built in --dtype instead, the figure would be the float model's: refused.
+            None => bail!(
+                "the config's quantization_config stores the weights as {}, which the causal-lm workload does not build (its random weights are loaded through bitsandbytes only): estimate it with `iteragpu estimate --model`, or predict your own loading script with --script; for the float model, give a config without quantization_config",
+                q.label()
+            ),
+        },
         (None, None) => Ok(None),
     }
 }
