@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::CacheKind;
 use crate::estimate::{Optimizer, Precision};
+use crate::model::quantization::QuantizeMethod;
 use crate::schema::alloc_conf::AllocConf;
 use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard, Workload};
 use crate::sweep::vary::{Search, VaryArg, parse_vary_arg};
@@ -310,6 +311,8 @@ pub struct WorkloadGroups {
     #[command(flatten)]
     pub lm_training: LmTrainingArgs,
     #[command(flatten)]
+    pub quantize: QuantizeArgs,
+    #[command(flatten)]
     pub vision: VisionArgs,
     #[command(flatten)]
     pub allocator: AllocatorArgs,
@@ -500,6 +503,23 @@ pub struct LmTrainingArgs {
         requires = "lora_rank"
     )]
     pub lora_targets: Vec<String>,
+}
+
+/// A float checkpoint loaded quantized by bitsandbytes, as transformers' `BitsAndBytesConfig`
+/// loads it (estimate, and the causal-lm workload's generation and training).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Quantization")]
+pub struct QuantizeArgs {
+    /// causal-lm: load the linear layers quantized through transformers' BitsAndBytesConfig: nf4
+    /// or fp4 (load_in_4bit: two codes a byte, an fp32 absmax per 64 values, the compute dtype
+    /// --dtype or the precision's), int8 (load_in_8bit, LLM.int8: int8 weights, an fp32 scale per
+    /// row); the output head, embeddings and norms stay in the compute dtype.
+    #[arg(long, value_enum, value_name = "METHOD", requires = "model")]
+    pub quantize: Option<QuantizeMethod>,
+    /// With --quantize nf4|fp4: bnb_4bit_use_double_quant, the absmax quantized in turn (uint8,
+    /// an fp32 absmax per 256 blocks): QLoRA's setting [default: off, as transformers'].
+    #[arg(long, requires = "quantize")]
+    pub double_quant: bool,
 }
 
 /// The caching allocator's setting, which a prediction models too.
@@ -695,6 +715,9 @@ pub struct EstimateArgs {
 
     #[command(flatten)]
     pub activations: ActivationArgs,
+
+    #[command(flatten)]
+    pub quantize: QuantizeArgs,
 
     /// Sharded data-parallel training (with --train): every figure becomes ONE rank's memory.
     /// ddp (full replica + reducer buckets), zero1/zero2/zero3 (DeepSpeed), fsdp (FSDP2).

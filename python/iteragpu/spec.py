@@ -36,6 +36,14 @@ class QuantizedCache:
 
 
 @dataclass(frozen=True)
+class Quantize:
+    """The model's linear layers loaded quantized by bitsandbytes (transformers' BitsAndBytesConfig): nf4, fp4 or int8."""
+
+    quantize: str
+    double_quant: bool = False
+
+
+@dataclass(frozen=True)
 class Requests:
     """Concurrent generation requests, each with its own cache: one prompt and one output length per request."""
 
@@ -84,6 +92,7 @@ class CausalLm:
     quantized_cache: Optional[QuantizedCache] = None
     training: Optional[Training] = None
     concurrent: Optional[Requests] = None
+    quantization: Optional[Quantize] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
@@ -155,6 +164,7 @@ _NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {
     "training": (Training, ("task",)),
     "quantized_cache": (QuantizedCache, ()),
     "concurrent": (Requests, ()),
+    "quantization": (Quantize, ()),
 }
 
 

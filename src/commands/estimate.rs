@@ -17,7 +17,8 @@ use crate::estimate::{
     self, KvRequest, Request, Reserve, Sharding, TrainingRequest, WeightsSource,
 };
 use crate::exit::{CliError, ExitStatus};
-use crate::model::{Architecture, Config, KvLayout, safetensors};
+use crate::model::quantization::QuantizeMethod;
+use crate::model::{Architecture, Config, KvLayout, Quantization, safetensors};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let est = match args.serve.serve {
@@ -47,6 +48,20 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
             "--images-per-request {n}: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request {n}`"
         );
     }
+    if let Some(method) = args.quantize.quantize
+        && args.model.is_none()
+    {
+        refuse!(
+            "--quantize {method} quantizes the linear layers of --model's config (the embeddings, norms and output head stay as they are): give --model PATH; with --parameters N, --bits B is the storage width"
+        );
+    }
+    if let Some(method) = args.quantize.quantize
+        && args.workload == Some(EstimateWorkload::Vision)
+    {
+        refuse!(
+            "--quantize {method} is estimated for a language model's own load (weights, training, KV cache), not for --workload vision: drop --quantize"
+        );
+    }
     if args.workload == Some(EstimateWorkload::Vision) {
         return vision_plan(args);
     }
@@ -72,9 +87,9 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
                     format!("the compute dtype of --precision {}", args.precision),
                 )
             });
-            Some(WeightsSource::Model(Box::new(load_model(
-                path, args.dtype, lora_base,
-            )?)))
+            let mut model = load_model(path, args.dtype, lora_base)?;
+            quantize(&mut model, args)?;
+            Some(WeightsSource::Model(Box::new(model)))
         }
         (None, None, None) => None,
         _ => refuse!("give either --parameters N --bits B, or --model PATH, not both"),
@@ -442,6 +457,33 @@ fn load_model(
     })
 }
 
+/// `--quantize`: the float checkpoint loaded as transformers' `BitsAndBytesConfig` loads it, in
+/// the model's compute dtype; a checkpoint quantized already is refused (its own
+/// `quantization_config` says how it is stored).
+fn quantize(model: &mut ModelWeights, args: &EstimateArgs) -> Result<(), CliError> {
+    if args.quantize.double_quant && args.quantize.quantize == Some(QuantizeMethod::Int8) {
+        refuse!(
+            "--double-quant quantizes the absmax of 4-bit blocks; LLM.int8 (--quantize int8) has none: drop --double-quant, or use --quantize nf4"
+        );
+    }
+    let Some(method) = args.quantize.quantize else {
+        return Ok(());
+    };
+    if let Some(q) = &model.architecture.quantization {
+        refuse!(
+            "{} is stored quantized already ({}, its quantization_config): drop --quantize {method}",
+            model.path,
+            q.label()
+        );
+    }
+    model.architecture.quantization = Some(Quantization::bitsandbytes(
+        method,
+        args.quantize.double_quant,
+        model.compute_dtype,
+    ));
+    Ok(())
+}
+
 fn kv_request(
     args: &EstimateArgs,
     model: Option<(&Architecture, Dtype)>,
@@ -626,6 +668,11 @@ fn predicted_profile(
 
 /// `estimate --serve`: one GPU of a serving engine, by the engine's rules.
 pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, CliError> {
+    if let Some(method) = args.quantize.quantize {
+        refuse!(
+            "--quantize {method} is estimated for a language model's own load, not for --serve (the engine's planner reads the checkpoint's own quantization_config): drop --quantize"
+        );
+    }
     const SERVE_ALSO: [&str; 3] = ["model", "dtype", "json"];
     let serve_ids: Vec<(String, String)> = super::options::written_in::<ServeArgs>(&args.given);
     let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)

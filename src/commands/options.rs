@@ -6,8 +6,8 @@ use clap::Args;
 
 use crate::cli::{
     BuiltInArgs, DenseArgs, DistributedArgs, GenerationArgs, Given, HistoryArgs, LmTrainingArgs,
-    MeasureArgs, PredictArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs, TrainingArgs,
-    VisionArgs, WorkloadArgs, WorkloadGroups,
+    MeasureArgs, PredictArgs, QuantizeArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs,
+    TrainingArgs, VisionArgs, WorkloadArgs, WorkloadGroups,
 };
 use crate::schema::dimensions::Variable;
 use crate::sweep::plan::SweepOptions;
@@ -99,6 +99,8 @@ fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> M
         shard: w.lm_training.shard,
         lora_rank: w.lm_training.lora_rank,
         lora_targets: w.lm_training.lora_targets.clone(),
+        quantize: w.quantize.quantize,
+        double_quant: w.quantize.double_quant,
         alloc_conf: w.allocator.alloc_conf,
         nproc_per_node: distributed.and_then(|d| d.nproc_per_node),
         nnodes: distributed.and_then(|d| d.nnodes),
@@ -148,6 +150,7 @@ fn written(given: &Given) -> Vec<Written> {
         written_in::<LmTrainingArgs>(given),
         Some(Scope::CausalLmTraining),
     );
+    add(written_in::<QuantizeArgs>(given), Some(Scope::CausalLm));
     written
 }
 
@@ -303,6 +306,115 @@ mod tests {
                 }],
                 "{args:?}"
             );
+        }
+    }
+
+    /// `--quantize` reaches the worker's spec, from the flag or from the checkpoint's own
+    /// bitsandbytes `quantization_config`, and is refused where it cannot act.
+    #[test]
+    fn quantize_reaches_the_worker_spec_and_is_refused_where_it_cannot_act() {
+        use crate::workload::plan::MeasurePlan;
+        let model = |name: &str| {
+            format!(
+                "{}/tests/fixtures/models/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        };
+        let plan = |args: &[&str]| MeasurePlan::new(&measure_options(args));
+        let spec = |args: &[&str]| serde_json::to_value(plan(args).unwrap().worker_spec()).unwrap();
+        let llama = model("llama-3-8b");
+        let qlora = [
+            "--workload",
+            "causal-lm",
+            "--model",
+            &llama,
+            "--task",
+            "train",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "q_proj,v_proj",
+            "--quantize",
+            "nf4",
+            "--double-quant",
+        ];
+        let doc = spec(&qlora);
+        assert_eq!(doc["quantize"], "nf4", "{doc}");
+        assert_eq!(doc["double_quant"], true, "{doc}");
+        let doc = spec(&[
+            "--workload",
+            "causal-lm",
+            "--model",
+            &llama,
+            "--quantize",
+            "int8",
+        ]);
+        assert_eq!(doc["quantize"], "int8", "{doc}");
+        assert_eq!(doc["double_quant"], false, "{doc}");
+        let doc = spec(&["--workload", "causal-lm", "--model", &llama]);
+        assert!(doc.get("quantize").is_none(), "{doc}");
+        // The checkpoint's own bitsandbytes config: nf4 with double quantization.
+        let bnb = model("llama-3-8b-bnb-4bit");
+        let vit = model("vit-base-defaults");
+        let doc = spec(&["--workload", "causal-lm", "--model", &bnb]);
+        assert_eq!(doc["quantize"], "nf4", "{doc}");
+        assert_eq!(doc["double_quant"], true, "{doc}");
+        let gptq = model("llama-2-7b-gptq");
+        for (args, words) in [
+            (
+                vec!["--workload", "causal-lm", "--model", gptq.as_str()],
+                "GPTQ 4-bit, group 128, which the causal-lm workload does not build",
+            ),
+            (
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    bnb.as_str(),
+                    "--quantize",
+                    "nf4",
+                ],
+                "stored quantized already",
+            ),
+            (
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    llama.as_str(),
+                    "--quantize",
+                    "int8",
+                    "--double-quant",
+                ],
+                "LLM.int8",
+            ),
+            (
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    llama.as_str(),
+                    "--quantize",
+                    "nf4",
+                    "--task",
+                    "train",
+                ],
+                "--lora-rank",
+            ),
+            (
+                vec![
+                    "--workload",
+                    "vision",
+                    "--model",
+                    vit.as_str(),
+                    "--quantize",
+                    "nf4",
+                ],
+                "--quantize has no effect on vision inference",
+            ),
+        ] {
+            let err = plan(&args).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(words), "{args:?}: {err}");
         }
     }
 }

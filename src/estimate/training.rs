@@ -329,7 +329,7 @@ fn state_terms(
     if req.lora.is_some() {
         // Frozen base model: stored as for inference (quantized or not), in the compute dtype
         // unless --dtype says otherwise; no gradients, no states.
-        out.extend(weights::terms(source, notes)?);
+        out.extend(weights::frozen_base_terms(source, notes)?);
         out.push(
             Term::new(
                 TermId::LoraAdapters {

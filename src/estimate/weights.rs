@@ -34,8 +34,27 @@ pub fn bytes_for_bits(parameters: u64, bits: Decimal) -> Option<u128> {
     bits.mul_div_ceil(parameters as u128, 8)
 }
 
-/// The weights terms for inference (and the frozen base of LoRA training).
+/// The weights terms for inference.
 pub fn terms(source: &WeightsSource, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
+    base_terms(source, notes, false)
+}
+
+/// The frozen base of LoRA training. On a quantized base, QLoRA's recipe runs peft's
+/// `prepare_model_for_kbit_training` first, which casts every float16/bfloat16 parameter that is
+/// not a `Params4bit` to float32 (peft/utils/other.py: the embeddings, norms and output head;
+/// skipped for GPTQ, whose model peft leaves alone), so those are counted in float32.
+pub fn frozen_base_terms(
+    source: &WeightsSource,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Term>, EstimateError> {
+    base_terms(source, notes, true)
+}
+
+fn base_terms(
+    source: &WeightsSource,
+    notes: &mut Vec<String>,
+    lora_base: bool,
+) -> Result<Vec<Term>, EstimateError> {
     let overflow = || EstimateError::overflow("the weights", "--parameters and --bits");
     match source {
         WeightsSource::Numbers { parameters, bits } => {
@@ -65,11 +84,15 @@ pub fn terms(source: &WeightsSource, notes: &mut Vec<String>) -> Result<Vec<Term
                 .input("bits", bits.to_string()),
             ])
         }
-        WeightsSource::Model(m) => model_terms(m, notes),
+        WeightsSource::Model(m) => model_terms(m, notes, lora_base),
     }
 }
 
-fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, EstimateError> {
+fn model_terms(
+    m: &ModelWeights,
+    notes: &mut Vec<String>,
+    lora_base: bool,
+) -> Result<Vec<Term>, EstimateError> {
     let arch = &m.architecture;
     let e = m.compute_dtype.bytes() as u128;
     let overflow = || EstimateError::overflow("the weights", "the config's sizes");
@@ -155,27 +178,53 @@ fn model_terms(m: &ModelWeights, notes: &mut Vec<String>) -> Result<Vec<Term>, E
                 .input("quantized_parameters", quantized_params as u64)
                 .input("format", q.label()),
             );
-            let others = Bytes::from_u128(other_params * e).map_err(overflow())?;
+            // QLoRA's prepare_model_for_kbit_training upcasts the float16/bfloat16 ones.
+            let upcast = lora_base
+                && !matches!(q.format, Format::Gptq { .. })
+                && matches!(m.compute_dtype, Dtype::Float16 | Dtype::Bfloat16);
+            let kept = if upcast {
+                Dtype::Float32
+            } else {
+                m.compute_dtype
+            };
+            let ke = kept.bytes() as u128;
+            let others = Bytes::from_u128(other_params * ke).map_err(overflow())?;
             terms.push(
                 Term::new(
                     TermId::UnquantizedWeights {
-                        dtype: m.compute_dtype.to_string(),
+                        dtype: kept.to_string(),
                     },
                     others,
                     Kind::Calculated,
                     format!(
-                        "{} parameters (embeddings, norms, biases{}) × {e} bytes ({})",
+                        "{} parameters (embeddings, norms, biases{}) × {ke} bytes ({kept}{})",
                         g(other_params),
                         if q.quantize_lm_head {
                             ""
                         } else {
                             ", output head"
                         },
-                        m.compute_dtype
+                        if upcast {
+                            format!(
+                                ", upcast from {} by peft's prepare_model_for_kbit_training",
+                                m.compute_dtype
+                            )
+                        } else {
+                            String::new()
+                        }
                     ),
                 )
                 .input("parameters", other_params as u64),
             );
+            if upcast {
+                notes.push(format!(
+                    "QLoRA: peft's prepare_model_for_kbit_training (the recipe's first step, which the causal-lm workload runs) casts the {} unquantized parameters from {} to float32: {} more than leaving them in {}",
+                    g(other_params),
+                    m.compute_dtype,
+                    g(other_params * (ke - e)),
+                    m.compute_dtype
+                ));
+            }
             let compute = match &q.format {
                 Format::Bnb4 {
                     compute_dtype: Some(d),

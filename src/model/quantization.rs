@@ -19,6 +19,9 @@ pub enum Format {
         quant_type: String,
         double_quant: bool,
         compute_dtype: Option<Dtype>,
+        /// `bnb_4bit_quant_storage`: the dtype the packed codes are stored in (uint8 by default;
+        /// bfloat16 for FSDP-sharded QLoRA).
+        quant_storage: Dtype,
     },
     /// bitsandbytes LLM.int8 (`load_in_8bit`): int8 weights with one fp32 scale per output row.
     Bnb8,
@@ -28,6 +31,30 @@ pub enum Format {
     Awq { bits: u64, group_size: Option<u64> },
     /// Fine-grained FP8 (DeepSeek-V3 style): 8-bit weights with fp32 inverse scales per block.
     Fp8 { block: Option<(u64, u64)> },
+}
+
+/// `--quantize`: what transformers' `BitsAndBytesConfig` is asked to load a float checkpoint as.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[derive(strum::Display, strum::AsRefStr, strum::EnumString, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
+pub enum QuantizeMethod {
+    /// bitsandbytes 4-bit NormalFloat (`load_in_4bit`, `bnb_4bit_quant_type="nf4"`): QLoRA's.
+    Nf4,
+    /// bitsandbytes 4-bit float (`load_in_4bit`, `bnb_4bit_quant_type="fp4"`).
+    Fp4,
+    /// bitsandbytes LLM.int8 (`load_in_8bit`).
+    Int8,
 }
 
 /// A parsed `quantization_config`.
@@ -41,6 +68,52 @@ pub struct Quantization {
 }
 
 impl Quantization {
+    /// What `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=…,
+    /// bnb_4bit_use_double_quant=…, bnb_4bit_compute_dtype=compute)` or
+    /// `BitsAndBytesConfig(load_in_8bit=True)` loads: transformers' defaults otherwise (uint8
+    /// storage, no skipped module beyond the output head, which `get_keys_to_not_convert` keeps).
+    pub fn bitsandbytes(
+        method: QuantizeMethod,
+        double_quant: bool,
+        compute: Dtype,
+    ) -> Quantization {
+        let format = match method {
+            QuantizeMethod::Nf4 | QuantizeMethod::Fp4 => Format::Bnb4 {
+                quant_type: method.to_string(),
+                double_quant,
+                compute_dtype: Some(compute),
+                quant_storage: Dtype::Uint8,
+            },
+            QuantizeMethod::Int8 => Format::Bnb8,
+        };
+        Quantization {
+            format,
+            skip_modules: Vec::new(),
+            quantize_lm_head: false,
+        }
+    }
+
+    /// The `--quantize` method and double quantization this config asks bitsandbytes for, if it
+    /// is a bitsandbytes config.
+    pub fn bnb_method(&self) -> Option<(QuantizeMethod, bool)> {
+        match &self.format {
+            Format::Bnb4 {
+                quant_type,
+                double_quant,
+                ..
+            } => Some((
+                if quant_type == "nf4" {
+                    QuantizeMethod::Nf4
+                } else {
+                    QuantizeMethod::Fp4
+                },
+                *double_quant,
+            )),
+            Format::Bnb8 => Some((QuantizeMethod::Int8, false)),
+            _ => None,
+        }
+    }
+
     pub fn from_config(root: &Fields) -> Result<Option<Quantization>, ModelError> {
         let Some(q) = root.section("quantization_config")? else {
             return Ok(None);
@@ -69,13 +142,24 @@ impl Quantization {
                         ),
                         None => None,
                     };
+                    let quant_type = q.opt_str("bnb_4bit_quant_type")?.unwrap_or("fp4");
+                    if quant_type != "nf4" && quant_type != "fp4" {
+                        return Err(q.invalid(
+                            "bnb_4bit_quant_type",
+                            &format!("is `{quant_type}`; bitsandbytes has nf4 and fp4"),
+                        ));
+                    }
+                    let quant_storage = match q.opt_str("bnb_4bit_quant_storage")? {
+                        Some(name) => name
+                            .parse::<Dtype>()
+                            .map_err(|e| q.invalid("bnb_4bit_quant_storage", &e.to_string()))?,
+                        None => Dtype::Uint8,
+                    };
                     Format::Bnb4 {
-                        quant_type: q
-                            .opt_str("bnb_4bit_quant_type")?
-                            .unwrap_or("fp4")
-                            .to_string(),
+                        quant_type: quant_type.to_string(),
                         double_quant: q.bool_or("bnb_4bit_use_double_quant", false)?,
                         compute_dtype: compute,
+                        quant_storage,
                     }
                 } else if q.bool_or("load_in_8bit", false)? {
                     Format::Bnb8
@@ -209,9 +293,16 @@ impl Quantization {
             // two 4-bit codes per uint8, one fp32 absmax per block, a 16-entry fp32 code table.
             // Nested quantization (compress_statistics) stores the absmax as uint8 with one fp32
             // absmax per 256 blocks, a 256-entry fp32 code table and an fp32 offset.
-            Format::Bnb4 { double_quant, .. } => {
+            // The packed codes: `torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1))`
+            // (bitsandbytes/_ops.py, the fake of `bitsandbytes::quantize_4bit`).
+            Format::Bnb4 {
+                double_quant,
+                quant_storage,
+                ..
+            } => {
                 let blocks = n.div_ceil(64);
-                let codes = n.div_ceil(2) + 16 * 4;
+                let s = quant_storage.bytes() as u128;
+                let codes = (n + 1) / (2 * s) * s + 16 * 4;
                 if *double_quant {
                     codes + blocks + blocks.div_ceil(256) * 4 + 256 * 4 + 4
                 } else {
@@ -254,12 +345,22 @@ impl Quantization {
     /// The formula of `linear_bytes` in words, for the table.
     pub fn formula(&self) -> String {
         match &self.format {
-            Format::Bnb4 { double_quant: false, .. } => {
-                "per quantized weight of n values: ⌈n/2⌉ (4-bit codes) + 4·⌈n/64⌉ (fp32 absmax) + 64 (code table)".into()
-            }
-            Format::Bnb4 { double_quant: true, .. } => {
-                "per quantized weight of n values: ⌈n/2⌉ + ⌈n/64⌉ (uint8 absmax) + 4·⌈n/64/256⌉ (fp32 nested absmax) + 64 + 1024 + 4 (code tables, offset)".into()
-            }
+            Format::Bnb4 {
+                double_quant: false,
+                quant_storage,
+                ..
+            } => format!(
+                "per quantized weight of n values: ⌈n/2⌉ (4-bit codes{}) + 4·⌈n/64⌉ (fp32 absmax) + 64 (code table)",
+                storage_words(*quant_storage)
+            ),
+            Format::Bnb4 {
+                double_quant: true,
+                quant_storage,
+                ..
+            } => format!(
+                "per quantized weight of n values: ⌈n/2⌉ (4-bit codes{}) + ⌈n/64⌉ (uint8 absmax) + 4·⌈n/64/256⌉ (fp32 nested absmax) + 64 + 1024 + 4 (code tables, offset)",
+                storage_words(*quant_storage)
+            ),
             Format::Bnb8 => "per weight [out, in]: out·in (int8) + 4·out (fp32 row scales)".into(),
             Format::Gptq { bits, group_size } => format!(
                 "per weight [out, in], g = {}: 4·⌈in·{bits}/32⌉·out (qweight) + 4·g·⌈out·{bits}/32⌉ (qzeros) + 2·g·out (fp16 scales) + 4·in (g_idx)",
@@ -269,11 +370,24 @@ impl Quantization {
                 "per weight [out, in], g = {}: 4·in·⌈out·{bits}/32⌉ (qweight) + 4·g·⌈out·{bits}/32⌉ (qzeros) + 2·g·out (fp16 scales)",
                 group_size.map_or("1".to_string(), |s| format!("⌈in/{s}⌉"))
             ),
-            Format::Fp8 { block: Some((r, c)) } => {
+            Format::Fp8 {
+                block: Some((r, c)),
+            } => {
                 format!("per weight [out, in]: out·in (fp8) + 4·⌈out/{r}⌉·⌈in/{c}⌉ (fp32 scales)")
             }
-            Format::Fp8 { block: None } => "per weight [out, in]: out·in (fp8) + 4 (one fp32 scale)".into(),
+            Format::Fp8 { block: None } => {
+                "per weight [out, in]: out·in (fp8) + 4 (one fp32 scale)".into()
+            }
         }
+    }
+}
+
+/// The packed codes' storage dtype, when it is not bitsandbytes' default uint8.
+fn storage_words(storage: Dtype) -> String {
+    if storage == Dtype::Uint8 {
+        String::new()
+    } else {
+        format!(" in {storage}, rounded down to whole {storage} elements")
     }
 }
 
@@ -307,12 +421,14 @@ mod tests {
             quant_type: "nf4".into(),
             double_quant: false,
             compute_dtype: None,
+            quant_storage: Dtype::Uint8,
         });
         assert_eq!(plain.linear_bytes(4096, 4096), 8_388_608 + 1_048_576 + 64);
         let nested = q(Format::Bnb4 {
             quant_type: "nf4".into(),
             double_quant: true,
             compute_dtype: None,
+            quant_storage: Dtype::Uint8,
         });
         assert_eq!(
             nested.linear_bytes(4096, 4096),

@@ -168,6 +168,8 @@ fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> Meas
         shard: None,
         lora_rank: None,
         lora_targets: Vec::new(),
+        quantize: None,
+        double_quant: false,
         alloc_conf: None,
         nproc_per_node: None,
         nnodes: None,

@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 use crate::estimate::kv_cache::CacheKind;
+use crate::model::quantization::QuantizeMethod;
 
 /// One worker's specification.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -102,6 +103,18 @@ pub struct CausalLmSpec {
     /// `--requests`: concurrent requests, each with its own cache (absent: one batch).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<RequestsSpec>,
+    /// `--quantize`: the linear layers loaded quantized by bitsandbytes (absent: in `dtype`).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<QuantizeSpec>,
+}
+
+/// transformers' `BitsAndBytesConfig` for the model's load: `load_in_4bit` with
+/// `bnb_4bit_quant_type` nf4 or fp4 (and `bnb_4bit_use_double_quant`), or `load_in_8bit`;
+/// the compute dtype is the spec's `dtype`, the output head stays unquantized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuantizeSpec {
+    pub quantize: QuantizeMethod,
+    pub double_quant: bool,
 }
 
 /// N generation requests alive together, each with its own dynamic cache: prefilled one after

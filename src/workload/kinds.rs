@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::CacheKind;
+use crate::model::quantization::QuantizeMethod;
 use crate::model::{Architecture, Config, ModelError};
 use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard};
 use crate::workload::options::MeasureOptions;
@@ -90,6 +91,18 @@ pub struct CausalLmPlan {
     pub requests: Option<RequestsPlan>,
     /// The model's positions (`max_position_embeddings`), when its config states them.
     pub max_positions: Option<u64>,
+    /// The linear layers loaded quantized by bitsandbytes (`--quantize`, or the checkpoint's own
+    /// bitsandbytes `quantization_config`).
+    pub quantize: Option<QuantizePlan>,
+}
+
+/// bitsandbytes' load of the model, as transformers' `BitsAndBytesConfig` asks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantizePlan {
+    pub method: QuantizeMethod,
+    pub double_quant: bool,
+    /// Read from the checkpoint's `quantization_config` rather than `--quantize`.
+    pub from_checkpoint: bool,
 }
 
 /// The lengths of concurrent requests, cycled over them; an empty list takes the one value of
@@ -238,6 +251,7 @@ pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     let training = training(args)?;
+    let quantize = quantize(args, architecture.as_ref())?;
     let requests = requests(args)?;
     if requests.is_some() && training.is_none() {
         if cache != CacheKind::Dynamic {
@@ -264,7 +278,55 @@ pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
             targets: args.lora_targets.clone(),
         }),
         training,
+        quantize,
     })
+}
+
+/// `--quantize` and `--double-quant`, or the checkpoint's own bitsandbytes `quantization_config`.
+fn quantize(args: &MeasureOptions, arch: Option<&Architecture>) -> Result<Option<QuantizePlan>> {
+    if args.double_quant && args.quantize == Some(QuantizeMethod::Int8) {
+        bail!(
+            "--double-quant quantizes the absmax of 4-bit blocks; LLM.int8 (--quantize int8) has none: drop --double-quant, or use --quantize nf4"
+        );
+    }
+    let stored = arch.and_then(|a| a.quantization.as_ref());
+    let bnb = args.quantize.is_some() || stored.is_some_and(|q| q.bnb_method().is_some());
+    if bnb && args.task == Task::Train && args.lora_rank.is_none() {
+        bail!(
+            "a model loaded quantized by bitsandbytes cannot be fully fine-tuned (transformers refuses to train purely quantized weights): add --lora-rank 16 --lora-targets q_proj,v_proj (QLoRA)"
+        );
+    }
+    match (args.quantize, stored) {
+        (Some(method), Some(q)) => bail!(
+            "the config's quantization_config says the checkpoint is stored quantized already ({}): drop --quantize {method}",
+            q.label()
+        ),
+        (Some(method), None) => {
+            if args.shard.is_some() {
+                bail!(
+                    "--quantize with --shard is not supported: QLoRA under DDP or FSDP2 is not run by the built-in workload; drop --shard, or use --script"
+                );
+            }
+            Ok(Some(QuantizePlan {
+                method,
+                double_quant: args.double_quant,
+                from_checkpoint: false,
+            }))
+        }
+        (None, Some(q)) => match q.bnb_method() {
+            Some((method, double_quant)) => Ok(Some(QuantizePlan {
+                method,
+                double_quant,
+                from_checkpoint: true,
+            })),
+            // Built in --dtype instead, the figure would be the float model's: refused.
+            None => bail!(
+                "the config's quantization_config stores the weights as {}, which the causal-lm workload does not build (its random weights are loaded through bitsandbytes only): estimate it with `iteragpu estimate --model`, or predict your own loading script with --script; for the float model, give a config without quantization_config",
+                q.label()
+            ),
+        },
+        (None, None) => Ok(None),
+    }
 }
 
 /// `--workload vision --model CONFIG_OR_DIR|timm:NAME`, validated: a transformers config must

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::CacheKind;
+use crate::model::quantization::QuantizeMethod;
 use crate::schema::alloc_conf::AllocConf;
 use crate::schema::dimensions::Variable;
 use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard, Workload};
@@ -48,6 +49,9 @@ pub struct MeasureOptions {
     pub shard: Option<TrainShard>,
     pub lora_rank: Option<u64>,
     pub lora_targets: Vec<String>,
+    /// `--quantize` and `--double-quant`: the model loaded quantized by bitsandbytes.
+    pub quantize: Option<QuantizeMethod>,
+    pub double_quant: bool,
     pub alloc_conf: Option<AllocConf>,
     pub nproc_per_node: Option<u64>,
     pub nnodes: Option<u64>,
@@ -95,6 +99,8 @@ pub enum Scope {
     CausalLmTraining,
     /// `--prompt-lengths`, `--output-lengths`: the lengths of concurrent requests.
     Requests,
+    /// `--quantize`, `--double-quant`: the causal-lm model's load, generating or training.
+    CausalLm,
 }
 
 impl Scope {
@@ -108,6 +114,7 @@ impl Scope {
             Scope::Training => "--task train",
             Scope::CausalLmTraining => "causal-lm training (--workload causal-lm --task train)",
             Scope::Requests => "causal-lm and vlm generation",
+            Scope::CausalLm => "--workload causal-lm",
         }
     }
 }

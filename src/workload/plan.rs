@@ -14,9 +14,9 @@ use crate::schema::dimensions::{Dimensions, Variable};
 use crate::schema::history::{HistoryMode, HistorySpec};
 use crate::schema::measure::Policies;
 use crate::schema::spec::{
-    CausalLmSpec, DenseSpec, EmptyCache, QuantizedCacheSpec, RequestsSpec, ScriptSpec, Task,
-    TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec, Workload,
-    WorkloadSpec,
+    CausalLmSpec, DenseSpec, EmptyCache, QuantizeSpec, QuantizedCacheSpec, RequestsSpec,
+    ScriptSpec, Task, TrainPrecision, TrainShard, TrainingSpec, VisionSpec, VlmSpec, WorkerSpec,
+    Workload, WorkloadSpec,
 };
 use crate::schema::torchrun::{Rendezvous, Torchrun};
 
@@ -257,6 +257,7 @@ impl MeasurePlan {
             (WorkloadPlan::CausalLm(_), Scope::Generation | Scope::SlidingWindow) => !train,
             (WorkloadPlan::CausalLm(_), Scope::CausalLmTraining) => train,
             (WorkloadPlan::CausalLm(_), Scope::Requests) => !train,
+            (WorkloadPlan::CausalLm(_), Scope::CausalLm) => true,
             (WorkloadPlan::Vlm(_), Scope::Requests) => true,
             _ => false,
         }
@@ -616,6 +617,10 @@ impl MeasurePlan {
                 }),
                 training: training(&p.training),
                 requests: self.requests_spec(),
+                quantization: p.quantize.map(|q| QuantizeSpec {
+                    quantize: q.method,
+                    double_quant: q.double_quant,
+                }),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();

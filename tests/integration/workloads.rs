@@ -293,7 +293,11 @@ fn causal_lm_input_is_checked() {
 }
 
 /// Runs `tests/python/SCRIPT` with a JSON list of jobs and returns the list it prints.
-fn python_jobs(python: &str, script: &str, jobs: &[serde_json::Value]) -> Vec<serde_json::Value> {
+pub(crate) fn python_jobs(
+    python: &str,
+    script: &str,
+    jobs: &[serde_json::Value],
+) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("jobs.json");
     std::fs::write(&file, serde_json::to_string(jobs).unwrap()).unwrap();

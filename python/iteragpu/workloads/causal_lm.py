@@ -17,11 +17,12 @@ them. A request that has finished keeps its cache until all have (the Σ the est
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
 from ..recorder import Recorder
-from ..spec import CausalLm
+from ..spec import CausalLm, Quantize
 from . import sharding, training
 
 
@@ -39,9 +40,87 @@ def _config(spec: CausalLm) -> tuple[Any, Any]:
         ) from exc
     with open(spec.model_config, encoding="utf-8") as f:
         raw = json.load(f)
-    raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
+    # Random weights are built in --dtype; a bitsandbytes config reaches the worker as
+    # `spec.quantization` (the CLI reads it), any other format is not loaded by this workload.
+    raw.pop("quantization_config", None)
     model_type = raw.pop("model_type")
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
+
+
+def bnb_config(transformers: Any, dtype: Any, quantize: Quantize) -> Any:
+    """transformers' BitsAndBytesConfig for `--quantize`: the compute dtype is the model's."""
+    if quantize.quantize == "int8":
+        return transformers.BitsAndBytesConfig(load_in_8bit=True)
+    return transformers.BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=quantize.quantize,
+        bnb_4bit_use_double_quant=quantize.double_quant,
+        bnb_4bit_compute_dtype=dtype,
+    )
+
+
+def build_quantized(torch: Any, transformers: Any, config: Any, dtype: Any, device: Any, quantize: Quantize) -> tuple[Any, dict[str, Any]]:
+    """The model as `from_pretrained(..., quantization_config=BitsAndBytesConfig(...))` loads it,
+    with random values in place of the file's: built on the meta device, its linear layers
+    replaced by bitsandbytes' (transformers' `replace_with_bnb_linear`, skipping
+    `get_keys_to_not_convert`: the output head), then each weight made in `dtype` on the device
+    and quantized there one at a time (bitsandbytes' `Params4bit._quantize`, `Int8Params._quantize`),
+    so that the load's peak is the quantized model plus one float weight, as from_pretrained's.
+    Everything else (embeddings, norms, the head, buffers) is made on the device in `dtype` and
+    initialised by the model's own `initialize_weights`."""
+    try:
+        bnb = importlib.import_module("bitsandbytes")  # by name: no stubs for the type checker
+    except Exception as exc:  # a broken install raises more than ImportError: reported as missing
+        raise Missing(f"--quantize needs bitsandbytes, which cannot be imported: {type(exc).__name__}: {exc}") from exc
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    qconfig = bnb_config(transformers, dtype, quantize)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    skipped = sorted(get_keys_to_not_convert(model))
+    model = replace_with_bnb_linear(model, modules_to_not_convert=skipped, quantization_config=qconfig)
+    quantized = 0
+    for module in model.modules():
+        four = isinstance(module, bnb.nn.Linear4bit)
+        if not (four or isinstance(module, bnb.nn.Linear8bitLt)):
+            continue
+        old = module.weight
+        w = torch.empty(old.shape, dtype=dtype, device=device).normal_(0.0, 0.02)
+        if four:
+            param = bnb.nn.Params4bit(
+                w, requires_grad=False, blocksize=old.blocksize, compress_statistics=old.compress_statistics,
+                quant_type=old.quant_type, quant_storage=old.quant_storage, module=module,
+            )
+            module.weight = param._quantize(device)
+        else:
+            param = bnb.nn.Int8Params(w, requires_grad=False, has_fp16_weights=False)
+            module.weight = param._quantize(device)
+        del w, param
+        if module.bias is not None:
+            module.bias = torch.nn.Parameter(torch.zeros(module.bias.shape, dtype=dtype, device=device), requires_grad=False)
+        module._is_hf_initialized = True
+        quantized += 1
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if p.device.type == "meta":
+                setattr(module, name, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
+        for name, b in list(module.named_buffers(recurse=False)):
+            if b.device.type == "meta":
+                module._buffers[name] = torch.empty_like(b, device=device)
+    model.initialize_weights()
+    model.tie_weights()
+    model.is_loaded_in_4bit = quantize.quantize != "int8"
+    model.is_loaded_in_8bit = quantize.quantize == "int8"
+    model.is_quantized = True
+    model.quantization_method = "bitsandbytes"
+    model.config.quantization_config = qconfig
+    details = {
+        "quantization": qconfig.to_dict(),
+        "quantized_linear_layers": quantized,
+        "kept_unquantized": skipped,
+    }
+    return model, details
 
 
 def cache_tensors(cache: Any, device_type: str = "cuda") -> list[Any]:
@@ -192,6 +271,9 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
             )
             info.update(details)
             checkpointing_done = checkpointing
+        elif spec.quantization is not None:
+            model, details = build_quantized(torch, transformers, config, dtype, device, spec.quantization)
+            info.update(details)
         else:
             with torch.device(device):
                 model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -205,6 +287,10 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
                 import peft
             except Exception as exc:  # a broken install raises more than ImportError: reported as missing
                 raise Missing(f"--lora-rank needs peft, which cannot be imported: {type(exc).__name__}: {exc}") from exc
+            if spec.quantization is not None:
+                # QLoRA's recipe: the norms and the head upcast to float32, the input
+                # embeddings' outputs made to require grad, gradient checkpointing when asked.
+                model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing)
             lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=list(spec.lora_targets))
             model = peft.get_peft_model(model, lora)
         if shard == "ddp":
