@@ -230,6 +230,38 @@ class Tracker(TorchDispatchMode):
         finally:
             self.local.suspended = depth
 
+    def managed(self, t: Any, category: str) -> int:
+        """Records `t`'s storage as memory outside PyTorch's caching allocator (CUDA unified
+        memory, `cudaMallocManaged`: bitsandbytes' paged optimizer states), made by the caller
+        inside `suspended()`: its alloc says `managed`, the replay keeps it out of the allocator's
+        figures. Freed when its last reference dies, as any storage. Returns its bytes."""
+        st = t.untyped_storage()
+        key = id(st)
+        nbytes = int(st.nbytes())
+        with self.lock:
+            if key in self.live:
+                self._free(key)
+            ident = self.next_id
+            self.next_id += 1
+            self.live[key] = [ident, nbytes, category, ident]
+            file, line = alloc_site()
+            self._emit(
+                "alloc",
+                {
+                    "id": ident,
+                    "bytes": nbytes,
+                    "category": category,
+                    "module": self.module(),
+                    "shape": list(t.size()),
+                    "dtype": _dtype_name(t.dtype),
+                    "tainted": False,
+                    "managed": True,
+                    **({} if file is None else {"file": file, "line": line}),
+                },
+            )
+        weakref.finalize(st, self._finalized, key, ident)
+        return nbytes
+
     def resized(self, storage: Any, nbytes: int) -> None:
         """`UntypedStorage.resize_` on a tracked storage (FSDP2's free and refill of unsharded
         parameters): a free, then a new block of the new size."""

@@ -1,0 +1,121 @@
+"""Quantized weights on data-less tensors: bitsandbytes' own code, run fake.
+
+* A tensor subclass made over a data-less tensor. bitsandbytes' `Params4bit` and `Int8Params`
+  (like any `torch.nn.Parameter` subclass that keeps attributes) are made with
+  `torch.Tensor._make_subclass(cls, data)`, which refuses a FakeTensor (its TensorImpl already has
+  a Python object). Over a FakeTensor, the subclass is made as a FakeTensor of a class that is
+  both (`cls` first, so its `to`/`cuda`/`__torch_function__` run: bitsandbytes quantizes on its
+  own move to the device), sharing the FakeTensor's storage, as `_make_subclass` shares the
+  data's storage: no new allocation, the same storage followed by the tracker.
+* bitsandbytes' ops (`bitsandbytes::quantize_4bit`, `dequantize_4bit`, `gemv_4bit`,
+  `int8_vectorwise_quant`, `int8_linear_matmul`, `optimizer_update_8bit_blockwise`…) carry their
+  own fake kernels in `bitsandbytes/_ops.py` (0.45 on): FakeTensorMode runs them, so each packed
+  weight, its absmax, the nested statistics of double quantization, the code tables and every
+  dequantized temporary are the storages bitsandbytes itself makes. Where an installed release
+  lacks one, the phase is unpredictable with the op named (tracker.py).
+* Paged optimizer states (`PagedAdamW`, `PagedAdamW8bit`…) live in CUDA unified memory made by
+  `cudaMallocManaged` (`bitsandbytes.functional.get_paged`), outside PyTorch's caching allocator:
+  they are made as data-less CUDA tensors, told to the CLI as `paged` allocations, outside the
+  allocator's figures, and said in a note.
+* The 8-bit outlier path (`llm_int8_threshold` > 0) has a data-dependent number of outlier
+  columns: fake kernels give it an unbacked size, which makes the phase unpredictable unless
+  bounded; it is bounded here by every column (the largest), tainted, and said.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+# class -> its twin that is also a FakeTensor, made once.
+_TWINS: dict[type, type] = {}
+
+
+def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
+    from .idioms import after_import
+
+    _subclass_over_fake(torch)
+    after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
+
+
+def fake_twin(cls: type) -> type:
+    """`cls` and FakeTensor at once (`cls`'s methods first), made once per class."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    twin = _TWINS.get(cls)
+    if twin is None:
+        twin = _TWINS[cls] = type(cls.__name__, (cls, FakeTensor), {"__module__": cls.__module__, "_iteragpu_twin_of": cls})
+    return twin
+
+
+def _subclass_over_fake(torch: Any) -> None:
+    """`torch.Tensor._make_subclass(cls, fake)`: a FakeTensor of `fake_twin(cls)` over the same
+    storage (see the module's documentation); anything else as PyTorch does it."""
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    Tensor = torch.Tensor
+    original = Tensor._make_subclass
+    if getattr(original, "_iteragpu", False):
+        return
+
+    def _make_subclass(cls: type, data: Any, require_grad: bool = False, **kwargs: Any) -> Any:
+        if not isinstance(data, FakeTensor) or issubclass(cls, FakeTensor) or kwargs:
+            return original(cls, data, require_grad, **kwargs)
+        mode = data.fake_mode
+        # The FakeTensor seen as the meta tensor it is: its alias, PyTorch's own `detach`.
+        with in_kernel_invocation_manager(mode):
+            elem = torch.ops.aten.detach.default(data)
+        made = FakeTensor.__new__(fake_twin(cls), mode, elem, data.device)
+        if require_grad:
+            made.requires_grad_(True)
+        return made
+
+    _make_subclass._iteragpu = True  # type: ignore[attr-defined]  # installed once
+    Tensor._make_subclass = staticmethod(_make_subclass)
+
+
+def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: Any) -> None:
+    """bitsandbytes' paged buffers (`get_paged`: `cudaMallocManaged` through its C library,
+    `fill` and `prefetch_tensor` on their pointers): a data-less CUDA tensor of the same shape,
+    dtype and bytes, told to the CLI as unified memory outside PyTorch's allocator
+    (`Tracker.managed`); filling and prefetching one move nothing."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if getattr(functional, "_iteragpu_paged", False):
+        return
+    functional._iteragpu_paged = True
+    original_get_paged = functional.get_paged
+    original_fill = functional.fill
+    original_prefetch = functional.prefetch_tensor
+    first = torch.device("cuda", 0)
+
+    def get_paged(*shape: int, dtype: Any = torch.float32, device: Any = first) -> Any:
+        device = torch.device(device)
+        if device.type != "cuda":
+            return original_get_paged(*shape, dtype=dtype, device=device)
+        with tracker.suspended():
+            out = torch.zeros(shape, dtype=dtype, device=device)
+        nbytes = tracker.managed(out, "optimizer state")
+        note(
+            "bitsandbytes' paged optimizer states are CUDA unified memory (cudaMallocManaged), outside "
+            "PyTorch's caching allocator: counted apart, as each phase's peak_managed_bytes, neither in "
+            "allocated nor reserved nor in the capacity check; they stay on the GPU while it has room "
+            "and the driver moves them to the host under pressure"
+        )
+        del nbytes
+        out.is_paged = True
+        out.page_deviceid = device.index or 0
+        return out
+
+    def fill(A: Any, value: Any, device: Any = None, prefetch: bool = True) -> Any:
+        if isinstance(A, FakeTensor):
+            return None  # a data-less tensor: no value to write
+        return original_fill(A, value, device, prefetch)
+
+    def prefetch_tensor(A: Any, to_cpu: bool = False) -> Any:
+        if isinstance(A, FakeTensor):
+            return None  # no page moves on a prediction
+        return original_prefetch(A, to_cpu)
+
+    functional.get_paged = get_paged
+    functional.fill = fill
+    functional.prefetch_tensor = prefetch_tensor
