@@ -34,17 +34,69 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     from .idioms import after_import
 
     _subclass_over_fake(torch)
+    _outlier_bounds(torch)
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
 
 
 def fake_twin(cls: type) -> type:
-    """`cls` and FakeTensor at once (`cls`'s methods first), made once per class."""
+    """`cls` and FakeTensor at once (`cls`'s methods first), made once per class. Its `.data = x`
+    (bitsandbytes' `_quantize` puts the packed weight there) also takes `x`'s device: a
+    FakeTensor keeps its device in a Python attribute that PyTorch's `set_data` does not touch."""
+    import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
     twin = _TWINS.get(cls)
     if twin is None:
-        twin = _TWINS[cls] = type(cls.__name__, (cls, FakeTensor), {"__module__": cls.__module__, "_iteragpu_twin_of": cls})
+        base_data = torch._C.TensorBase.data
+
+        def get_data(self: Any) -> Any:
+            return base_data.__get__(self)
+
+        def set_data(self: Any, value: Any) -> None:
+            base_data.__set__(self, value)
+            if isinstance(value, FakeTensor):
+                self.fake_device = value.fake_device
+
+        namespace = {"__module__": cls.__module__, "_iteragpu_twin_of": cls, "data": property(get_data, set_data)}
+        twin = _TWINS[cls] = type(cls.__name__, (cls, FakeTensor), namespace)
     return twin
+
+
+def _outlier_bounds(torch: Any) -> None:
+    """LLM.int8's outlier columns (`llm_int8_threshold` > 0): their number depends on the data
+    (bitsandbytes' fake kernels ask for an unbacked size). The largest outputs, with every one of
+    the K input columns an outlier, as bitsandbytes' CUDA kernels shape them
+    (`backends/cuda/ops.py`: `int8_vectorwise_quant`, `int8_double_quant`; the mixed matmul's
+    `subA = A[:, outlier_cols]` in `backends/default/ops.py`, which CUDA runs): the run goes on,
+    the phase is unpredictable (tracker.py's `_upper_bound` says the op)."""
+    from .tracker import LARGEST
+
+    def vectorwise_quant(A: Any, threshold: float = 0.0) -> Any:
+        rows, cols = A.numel() // A.shape[-1], A.shape[-1]
+        return (
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(rows, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.int64, device=A.device),
+        )
+
+    def double_quant(A: Any, threshold: float = 0.0) -> Any:
+        rows, cols = A.numel() // A.shape[-1], A.shape[-1]
+        return (
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(rows, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.int64, device=A.device),
+        )
+
+    def mixed_scaled_mm(A: Any, CA: Any, CB: Any, SCA: Any, SCB: Any, outlier_cols: Any = None, bias: Any = None) -> Any:
+        n = 0 if outlier_cols is None else outlier_cols.numel()
+        out = torch.empty((*CA.shape[:-1], CB.shape[0]), dtype=A.dtype, device=A.device)
+        return out, torch.empty((A.shape[0], n), dtype=A.dtype, device=A.device)
+
+    LARGEST["bitsandbytes.int8_vectorwise_quant.default"] = vectorwise_quant
+    LARGEST["bitsandbytes.int8_double_quant.default"] = double_quant
+    LARGEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
 
 
 def _subclass_over_fake(torch: Any) -> None:
@@ -71,6 +123,20 @@ def _subclass_over_fake(torch: Any) -> None:
 
     _make_subclass._iteragpu = True  # type: ignore[attr-defined]  # installed once
     Tensor._make_subclass = staticmethod(_make_subclass)
+    # `Module._apply` (`.to()`, `.cuda()`) swaps a fake parameter with `Parameter(moved)`; a twin
+    # is a Parameter already (bitsandbytes' `Params4bit.to` quantizes and returns the parameter
+    # itself): it is kept as it is, as `_make_subclass` would keep its storage.
+    Parameter = torch.nn.Parameter
+    original_new = Parameter.__new__
+
+    def parameter_new(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+        if cls is Parameter and getattr(type(data), "_iteragpu_twin_of", None) is not None:
+            if data.requires_grad != requires_grad:
+                data.requires_grad_(requires_grad)
+            return data
+        return original_new(cls, data, requires_grad)
+
+    Parameter.__new__ = staticmethod(parameter_new)
 
 
 def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: Any) -> None:

@@ -72,6 +72,8 @@ class Session:
         modes = self.fake_modes
 
         def swap_tensors(t1: Any, t2: Any) -> Any:
+            if t1 is t2:
+                return None  # a parameter moved in place (bitsandbytes' quantizing `.to`)
             # The modes that made these tensors too (a deep copy's clone may come from another).
             owners = [getattr(t, "fake_mode", None) for t in (t1, t2)]
             for mode in list(modes) + [m for m in owners if m is not None and m not in modes]:

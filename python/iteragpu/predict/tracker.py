@@ -57,6 +57,12 @@ PLACEHOLDER: dict[str, bool | int | float] = {"bool": False, "int": 1, "float": 
 _INTERNAL: tuple[str, ...] = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
 
 
+# A library's op whose output size depends on the data (str(op) -> its largest outputs from its
+# arguments), registered by the library's own support (quantized.py: bitsandbytes' LLM.int8
+# outlier columns): the run goes on with them, tainted, the phase unpredictable.
+LARGEST: dict[str, Callable[..., Any]] = {}
+
+
 class Unpredictable(RuntimeError):
     """An op the fake tensors cannot follow (no fake implementation, or data-dependent with no
     upper bound): the phase stops and is reported unpredictable."""
@@ -726,6 +732,9 @@ class Tracker(TorchDispatchMode):
             return self._largest(func, name, args, file, line)
 
     def _largest(self, func: Any, name: str, args: Any, file: str | None, line: int | None) -> Any:
+        bound = LARGEST.get(str(func))
+        if bound is not None:
+            return bound(*args)
         x = args[0]
         if name == "nonzero":
             return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
