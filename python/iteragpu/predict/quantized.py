@@ -36,6 +36,8 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     _subclass_over_fake(torch)
     _outlier_bounds(torch)
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
+    after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
+    after_import("transformers.integrations.finegrained_fp8", lambda module: _kernel_loaders(tracker, module, "finegrained-fp8"))
 
 
 def fake_twin(cls: type) -> type:
@@ -185,3 +187,61 @@ def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: An
     functional.get_paged = get_paged
     functional.fill = fill
     functional.prefetch_tensor = prefetch_tensor
+
+
+# A quantizer's steps that load its library or check for it (transformers' `HfQuantizer`).
+_QUANTIZER_STEPS: tuple[str, ...] = ("__init__", "validate_environment", "preprocess_model", "postprocess_model")
+
+
+def _missing_library(tracker: Any, what: str, exc: BaseException) -> Exception:
+    """`what` needs a library or kernel the predicting Python lacks: the phase is unpredictable
+    with the library named and its own message (a GPU machine with the library runs it)."""
+    from .tracker import Unpredictable, user_frame
+
+    file, line = user_frame()
+    reason = f"its library or kernel is not available in the predicting Python ({type(exc).__name__}: {exc}); install it beside torch to predict this load"
+    tracker._emit("unpredictable", {"op": what, "file": file, "line": line, "reason": reason})
+    return Unpredictable(f"{what}: {reason}")
+
+
+def _checkpoint_formats(tracker: Any, auto: Any) -> None:
+    """A quantized checkpoint (GPTQ through optimum/gptqmodel, AWQ, compressed-tensors, FP8, …)
+    whose quantizer refuses for want of its library: unpredictable, the quant method and the
+    library's message said, instead of a failed script."""
+    classes = [(method, cls, _QUANTIZER_STEPS) for method, cls in getattr(auto, "AUTO_QUANTIZER_MAPPING", {}).items()]
+    # Its config may check for the library first (compressed-tensors' `CompressedTensorsConfig`).
+    classes += [(method, cls, ("__init__", "post_init")) for method, cls in getattr(auto, "AUTO_QUANTIZATION_CONFIG_MAPPING", {}).items()]
+    for method, cls, steps in classes:
+        if method.startswith("bitsandbytes") or "_iteragpu_checked" in vars(cls):
+            continue
+        cls._iteragpu_checked = True
+        for step in steps:
+            original = vars(cls).get(step)
+            if original is None:
+                continue  # inherited: wrapped where it is defined, if there
+
+            def checked(self: Any, *args: Any, _original: Any = original, _what: str = f"transformers' {method} quantization ({cls.__name__})", **kwargs: Any) -> Any:
+                try:
+                    return _original(self, *args, **kwargs)
+                except ImportError as exc:
+                    raise _missing_library(tracker, _what, exc) from exc
+
+            setattr(cls, step, checked)
+
+
+def _kernel_loaders(tracker: Any, module: Any, kernel: str) -> None:
+    """A checkpoint format's kernel loaded at the first forward (FP8's `finegrained-fp8` hub
+    kernel through the `kernels` package): missing, it is said as the checkpoint formats are."""
+    for name in dir(module):
+        original = getattr(module, name)
+        if not (callable(original) and name.startswith(("_load_", "load_")) and name.endswith("_kernel")) or getattr(original, "_iteragpu", False):
+            continue
+
+        def checked(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            try:
+                return _original(*args, **kwargs)
+            except ImportError as exc:
+                raise _missing_library(tracker, f"the {kernel} kernel ({module.__name__})", exc) from exc
+
+        checked._iteragpu = True  # type: ignore[attr-defined]  # wrapped once
+        setattr(module, name, checked)
