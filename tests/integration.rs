@@ -28,6 +28,8 @@ mod predict_speed;
 mod predicted_documents;
 #[path = "integration/properties.rs"]
 mod properties;
+#[path = "integration/quantized.rs"]
+mod quantized;
 #[path = "integration/report.rs"]
 mod report;
 #[path = "integration/requests.rs"]

@@ -523,7 +523,9 @@ fn close(
             end_allocated_bytes: figure(a.allocated),
             end_reserved_bytes: figure(a.reserved),
             driver_view_bytes: figure(o.peak_reserved.saturating_add(context_bytes)),
-            peak_managed_bytes: (o.peak_managed > 0).then_some(o.peak_managed).and_then(figure),
+            peak_managed_bytes: (o.peak_managed > 0)
+                .then_some(o.peak_managed)
+                .and_then(figure),
             at_peak: None,
             unpredictable: o.unpredictable,
         },
