@@ -242,7 +242,8 @@ fn bnb_int8_load_and_generate() {
 /// linear layers, `PagedAdamW8bit`, two steps. The load holds exactly bitsandbytes' packing of
 /// every linear weight plus the modules kept in bf16 (embeddings, lm_head, norms); the paged
 /// states (uint8, two per LoRA weight of at least 1e5 elements) are unified memory outside the
-/// allocator, said apart; both steps are predicted.
+/// allocator, said apart; both steps are predicted. The same with DoRA and the 32-bit
+/// `PagedAdamW`.
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
 fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
@@ -300,6 +301,27 @@ fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
         .sum::<u64>()
         * l;
     assert!(stderr.contains(&format!("trainable {lora}")), "{stderr}");
+    // DoRA with the 32-bit PagedAdamW: peft copies the quantized weights (a `Params4bit` copy is
+    // `type(self).__new__(type(self))`, then its state); the same states paged, in fp32.
+    let (doc, stderr, code) = run(
+        &python,
+        dir.path(),
+        "qlora_sft.py",
+        &[&model, "1", "64", "PagedAdamW", "nf4", "1", "1"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(doc.phase("weights").end_allocated_bytes, Some(expected));
+    for step in ["step0", "step1"] {
+        let phase = doc.phase(step);
+        assert_eq!(phase.status, PhaseStatus::Predicted, "{step}: {stderr}");
+        assert_eq!(phase.peak_managed_bytes, Some(paged * 4), "{step}");
+    }
+    // DoRA's magnitude: one vector of each adapted layer's output size.
+    let magnitude = l * (3 * h + 2 * 1024 + 2 * i);
+    assert!(
+        stderr.contains(&format!("trainable {}", lora + magnitude)),
+        "{stderr}"
+    );
 }
 
 /// GPTQ, AWQ, compressed-tensors and FP8 checkpoints whose library (optimum/gptqmodel, autoawq,

@@ -33,7 +33,7 @@ _TWINS: dict[type, type] = {}
 def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     from .idioms import after_import
 
-    _subclass_over_fake(torch)
+    _subclass_over_fake(torch, tracker)
     _outlier_bounds(torch)
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
     after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
@@ -101,7 +101,7 @@ def _outlier_bounds(torch: Any) -> None:
     LARGEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
 
 
-def _subclass_over_fake(torch: Any) -> None:
+def _subclass_over_fake(torch: Any, tracker: Any) -> None:
     """`torch.Tensor._make_subclass(cls, fake)`: a FakeTensor of `fake_twin(cls)` over the same
     storage (see the module's documentation); anything else as PyTorch does it."""
     from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
@@ -112,8 +112,15 @@ def _subclass_over_fake(torch: Any) -> None:
         return
 
     def _make_subclass(cls: type, data: Any, require_grad: bool = False, **kwargs: Any) -> Any:
-        if not isinstance(data, FakeTensor) or issubclass(cls, FakeTensor) or kwargs:
+        twin_of = vars(cls).get("_iteragpu_twin_of")
+        if kwargs or (twin_of is None and (not isinstance(data, FakeTensor) or issubclass(cls, FakeTensor))):
             return original(cls, data, require_grad, **kwargs)
+        if twin_of is not None:
+            # A twin's copy (`Params4bit.__copy__`/`__deepcopy__`: `type(self).__new__(type(self))`
+            # over an empty CPU tensor, its data set afterwards): a twin too, over fake data.
+            cls = twin_of
+            if not isinstance(data, FakeTensor):
+                data = tracker.to_fake(data.detach(), keep_values=False)
         mode = data.fake_mode
         # The FakeTensor seen as the meta tensor it is: its alias, PyTorch's own `detach`.
         with in_kernel_invocation_manager(mode):
