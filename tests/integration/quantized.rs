@@ -211,6 +211,25 @@ fn bnb_int8_load_and_generate() {
     assert!(generate.peak_allocated_bytes.unwrap() > expected);
     assert!(stderr.contains("generated 4 tokens"), "{stderr}");
 
+    // `Linear8bitLt` used directly, without outliers: int8 data and one fp32 scale per row,
+    // then a forward and a backward.
+    let (doc, stderr, code) = run(
+        &python,
+        dir.path(),
+        "bnb_linear.py",
+        &["8bit", "4096", "4096", "8", "0.0"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        doc.phase("quantize").end_allocated_bytes,
+        Some(4096 * 4096 + rounded(4096 * 4))
+    );
+    assert_eq!(
+        doc.phase("forward_backward").status,
+        PhaseStatus::Predicted,
+        "{stderr}"
+    );
+    assert!(stderr.contains("Int8Params torch.int8"), "{stderr}");
     let (doc, stderr, _) = run(
         &python,
         dir.path(),
