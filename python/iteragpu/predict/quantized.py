@@ -37,6 +37,7 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     _outlier_bounds(torch)
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
     after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
+    after_import("bitsandbytes.nn.modules", lambda module: _quantized_roles(tracker, module))
     after_import("transformers.integrations.finegrained_fp8", lambda module: _kernel_loaders(tracker, module, "finegrained-fp8"))
 
 
@@ -146,6 +147,35 @@ def _subclass_over_fake(torch: Any, tracker: Any) -> None:
         return original_new(cls, data, requires_grad)
 
     Parameter.__new__ = staticmethod(parameter_new)
+
+
+def _quantized_roles(tracker: Any, modules: Any) -> None:
+    """What a quantized weight keeps beside its packed data (`Params4bit`'s quant state: absmax,
+    the nested state, the code tables and offset; `Int8Params`' row scales `SCB`) is the weight
+    too: tagged `parameter` once quantized, as the packed data is."""
+
+    def tensors(param: Any) -> list[Any]:
+        state = getattr(param, "quant_state", None)
+        found = [getattr(param, "SCB", None)]
+        while state is not None:
+            found += [getattr(state, name, None) for name in ("absmax", "code", "offset")]
+            state = getattr(state, "state2", None)
+        return [t for t in found if t is not None]
+
+    for name in ("Params4bit", "Int8Params"):
+        cls = getattr(modules, name, None)
+        original = getattr(cls, "_quantize", None)
+        if cls is None or original is None or getattr(original, "_iteragpu", False):
+            continue
+
+        def _quantize(self: Any, device: Any, _original: Any = original) -> Any:
+            result = _original(self, device)
+            for t in tensors(self):
+                tracker.tag(t, "parameter")
+            return result
+
+        _quantize._iteragpu = True  # type: ignore[attr-defined]  # wrapped once
+        cls._quantize = _quantize
 
 
 def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: Any) -> None:
