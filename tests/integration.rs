@@ -30,6 +30,8 @@ mod predicted_documents;
 mod properties;
 #[path = "integration/quantized.rs"]
 mod quantized;
+#[path = "integration/quantized_scripts.rs"]
+mod quantized_scripts;
 #[path = "integration/report.rs"]
 mod report;
 #[path = "integration/requests.rs"]

@@ -489,6 +489,7 @@ mod tests {
                 tainted: false,
                 file: None,
                 line: None,
+                managed: false,
             },
             phase: None,
             growth: 2 << 30,

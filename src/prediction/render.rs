@@ -117,6 +117,15 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
         p.target.context_source,
         p.target.workspaces_source
     );
+    if let Some(managed) = p.phases.iter().filter_map(|ph| ph.peak_managed_bytes).max() {
+        let _ = writeln!(
+            o,
+            "  unified memory (cudaMallocManaged, bitsandbytes' paged optimizer states): up to {}, \
+             outside PyTorch's allocator and the figures above; on the GPU while it has room, \
+             moved to the host under pressure (each phase's peak_managed_bytes in the file)",
+            Bytes(managed).both()
+        );
+    }
     for r in &p.assumptions.placeholder_reads {
         let _ = writeln!(
             o,

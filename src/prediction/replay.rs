@@ -84,7 +84,7 @@ impl Device {
     pub fn step(&mut self, event: &TraceEvent) -> Stepped {
         let a = &mut self.allocator;
         match event {
-            TraceEvent::Alloc(alloc) if alloc.bytes > 0 => {
+            TraceEvent::Alloc(alloc) if alloc.bytes > 0 && !alloc.managed => {
                 match malloc_within(a, alloc.bytes, self.capacity) {
                     Ok(block) => {
                         self.blocks.insert(alloc.id, block);
@@ -129,6 +129,8 @@ struct Open {
     peak_allocated: u64,
     peak_reserved: u64,
     peak_tensor: u64,
+    /// The highest unified memory outside the allocator (`Alloc::managed`) live in the phase.
+    peak_managed: u64,
     /// Event index at which the phase started, and at which its allocated peak was reached.
     start_at: usize,
     peak_at: Option<usize>,
@@ -235,6 +237,8 @@ pub fn replay_within(
     let mut tainted_live = 0usize;
     // Live tensor bytes (rounded to 512, workspaces left out).
     let mut tensors = 0u64;
+    // Live unified memory outside the allocator (`Alloc::managed`).
+    let mut managed = 0u64;
     // The open phases, the innermost last.
     let mut open: Vec<Open> = Vec::new();
     let mut phases: Vec<(PredictedPhase, Option<usize>)> = Vec::new();
@@ -264,6 +268,7 @@ pub fn replay_within(
                     peak_allocated: a.allocated,
                     peak_reserved: a.reserved,
                     peak_tensor: tensors,
+                    peak_managed: managed,
                     start_at: i,
                     peak_at: None,
                     unpredictable: Vec::new(),
@@ -299,7 +304,9 @@ pub fn replay_within(
                         o.tainted = true;
                     }
                 }
-                if alloc.category != Category::Workspace && alloc.bytes > 0 {
+                if alloc.managed {
+                    managed += alloc.bytes;
+                } else if alloc.category != Category::Workspace && alloc.bytes > 0 {
                     tensors += rounded(alloc.bytes);
                 }
                 live.insert(
@@ -312,6 +319,9 @@ pub fn replay_within(
             }
             TraceEvent::Free(id) => {
                 if let Some(l) = live.remove(id) {
+                    if l.alloc.managed {
+                        managed -= l.alloc.bytes;
+                    }
                     if l.held && l.alloc.category != Category::Workspace {
                         tensors -= rounded(l.alloc.bytes);
                     }
@@ -357,6 +367,7 @@ pub fn replay_within(
         for o in &mut open {
             o.peak_reserved = o.peak_reserved.max(a.reserved);
             o.peak_tensor = o.peak_tensor.max(tensors);
+            o.peak_managed = o.peak_managed.max(managed);
             if a.allocated > o.peak_allocated {
                 o.peak_allocated = a.allocated;
             }
@@ -421,6 +432,7 @@ fn not_reached(events: &[TraceEvent]) -> Vec<PredictedPhase> {
                     end_allocated_bytes: None,
                     end_reserved_bytes: None,
                     driver_view_bytes: None,
+                    peak_managed_bytes: None,
                     at_peak: None,
                     unpredictable: Vec::new(),
                 });
@@ -511,6 +523,9 @@ fn close(
             end_allocated_bytes: figure(a.allocated),
             end_reserved_bytes: figure(a.reserved),
             driver_view_bytes: figure(o.peak_reserved.saturating_add(context_bytes)),
+            peak_managed_bytes: (o.peak_managed > 0)
+                .then_some(o.peak_managed)
+                .and_then(figure),
             at_peak: None,
             unpredictable: o.unpredictable,
         },
@@ -635,6 +650,7 @@ pub(crate) mod tests {
             tainted: false,
             file: Some("train.py".into()),
             line: Some(id + 10),
+            managed: false,
         }))
     }
 
@@ -725,6 +741,7 @@ pub(crate) mod tests {
             tainted: true,
             file: None,
             line: None,
+            managed: false,
         }));
         let events = vec![
             start("a", 0),
@@ -914,6 +931,7 @@ pub(crate) mod tests {
             tainted: true,
             file: None,
             line: None,
+            managed: false,
         }));
         let r = replay(&[start("select", 0), tainted], 0, Backend::Native);
         assert_eq!(r.phases[0].status, PhaseStatus::Unpredictable);

@@ -420,6 +420,7 @@ mod tests {
             tainted: false,
             file: None,
             line: None,
+            managed: false,
         }))
     }
 

@@ -232,6 +232,13 @@ pub struct PredictedPhase {
     pub end_reserved_bytes: Option<u64>,
     /// Peak reserved + the memory outside PyTorch's allocator (`target.context_bytes`).
     pub driver_view_bytes: Option<u64>,
+    /// The highest memory outside PyTorch's caching allocator the workload itself made, live in
+    /// the phase: CUDA unified memory (`cudaMallocManaged`), bitsandbytes' paged optimizer
+    /// states. Not in the allocated, reserved or driver's-view figures, nor in the capacity
+    /// check: the driver keeps its pages on the GPU while there is room and moves them to the
+    /// host under pressure. Absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_managed_bytes: Option<u64>,
     /// What was alive at the peak allocated.
     pub at_peak: Option<AtPeak>,
     pub unpredictable: Vec<Unpredictable>,

@@ -63,6 +63,12 @@ pub struct Alloc {
     pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u64>,
+    /// Memory outside PyTorch's caching allocator: CUDA unified memory (`cudaMallocManaged`),
+    /// bitsandbytes' paged optimizer states. Never in allocated or reserved, nor in the
+    /// capacity check (the driver moves its pages to the host under pressure): each phase's
+    /// `peak_managed_bytes`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub managed: bool,
 }
 
 /// An op the fake tensors could not follow.

@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, idioms, memo
+from . import compat, cuda_api, cudnn_rnn, idioms, memo, quantized
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -59,6 +59,7 @@ class Session:
 
         cuda_api.install(torch, self.target, self.tracker)
         compat.install(torch)
+        quantized.install(torch, self.tracker, lambda text: None if text in self.notes else self.notes.append(text))
         # CUDA tensors take the foreach optimizer kernels by default; FakeTensor is not in the
         # list PyTorch checks, which would silently pick the per-tensor loop.
         import torch.optim.optimizer as optimizer
@@ -71,6 +72,8 @@ class Session:
         modes = self.fake_modes
 
         def swap_tensors(t1: Any, t2: Any) -> Any:
+            if t1 is t2:
+                return None  # a parameter moved in place (bitsandbytes' quantizing `.to`)
             # The modes that made these tensors too (a deep copy's clone may come from another).
             owners = [getattr(t, "fake_mode", None) for t in (t1, t2)]
             for mode in list(modes) + [m for m in owners if m is not None and m not in modes]:

@@ -57,6 +57,12 @@ PLACEHOLDER: dict[str, bool | int | float] = {"bool": False, "int": 1, "float": 
 _INTERNAL: tuple[str, ...] = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
 
 
+# A library's op whose output size depends on the data (str(op) -> its largest outputs from its
+# arguments), registered by the library's own support (quantized.py: bitsandbytes' LLM.int8
+# outlier columns): the run goes on with them, tainted, the phase unpredictable.
+LARGEST: dict[str, Callable[..., Any]] = {}
+
+
 class Unpredictable(RuntimeError):
     """An op the fake tensors cannot follow (no fake implementation, or data-dependent with no
     upper bound): the phase stops and is reported unpredictable."""
@@ -229,6 +235,38 @@ class Tracker(TorchDispatchMode):
             yield
         finally:
             self.local.suspended = depth
+
+    def managed(self, t: Any, category: str) -> int:
+        """Records `t`'s storage as memory outside PyTorch's caching allocator (CUDA unified
+        memory, `cudaMallocManaged`: bitsandbytes' paged optimizer states), made by the caller
+        inside `suspended()`: its alloc says `managed`, the replay keeps it out of the allocator's
+        figures. Freed when its last reference dies, as any storage. Returns its bytes."""
+        st = t.untyped_storage()
+        key = id(st)
+        nbytes = int(st.nbytes())
+        with self.lock:
+            if key in self.live:
+                self._free(key)
+            ident = self.next_id
+            self.next_id += 1
+            self.live[key] = [ident, nbytes, category, ident]
+            file, line = alloc_site()
+            self._emit(
+                "alloc",
+                {
+                    "id": ident,
+                    "bytes": nbytes,
+                    "category": category,
+                    "module": self.module(),
+                    "shape": list(t.size()),
+                    "dtype": _dtype_name(t.dtype),
+                    "tainted": False,
+                    "managed": True,
+                    **({} if file is None else {"file": file, "line": line}),
+                },
+            )
+        weakref.finalize(st, self._finalized, key, ident)
+        return nbytes
 
     def resized(self, storage: Any, nbytes: int) -> None:
         """`UntypedStorage.resize_` on a tracked storage (FSDP2's free and refill of unsharded
@@ -694,6 +732,9 @@ class Tracker(TorchDispatchMode):
             return self._largest(func, name, args, file, line)
 
     def _largest(self, func: Any, name: str, args: Any, file: str | None, line: int | None) -> Any:
+        bound = LARGEST.get(str(func))
+        if bound is not None:
+            return bound(*args)
         x = args[0]
         if name == "nonzero":
             return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)

@@ -1,0 +1,284 @@
+"""Quantized weights on data-less tensors: bitsandbytes' own code, run fake.
+
+* A tensor subclass made over a data-less tensor. bitsandbytes' `Params4bit` and `Int8Params`
+  (like any `torch.nn.Parameter` subclass that keeps attributes) are made with
+  `torch.Tensor._make_subclass(cls, data)`, which refuses a FakeTensor (its TensorImpl already has
+  a Python object). Over a FakeTensor, the subclass is made as a FakeTensor of a class that is
+  both (`cls` first, so its `to`/`cuda`/`__torch_function__` run: bitsandbytes quantizes on its
+  own move to the device), sharing the FakeTensor's storage, as `_make_subclass` shares the
+  data's storage: no new allocation, the same storage followed by the tracker.
+* bitsandbytes' ops (`bitsandbytes::quantize_4bit`, `dequantize_4bit`, `gemv_4bit`,
+  `int8_vectorwise_quant`, `int8_linear_matmul`, `optimizer_update_8bit_blockwise`…) carry their
+  own fake kernels in `bitsandbytes/_ops.py` (0.45 on): FakeTensorMode runs them, so each packed
+  weight, its absmax, the nested statistics of double quantization, the code tables and every
+  dequantized temporary are the storages bitsandbytes itself makes. Where an installed release
+  lacks one, the phase is unpredictable with the op named (tracker.py).
+* Paged optimizer states (`PagedAdamW`, `PagedAdamW8bit`…) live in CUDA unified memory made by
+  `cudaMallocManaged` (`bitsandbytes.functional.get_paged`), outside PyTorch's caching allocator:
+  they are made as data-less CUDA tensors, told to the CLI as `paged` allocations, outside the
+  allocator's figures, and said in a note.
+* The 8-bit outlier path (`llm_int8_threshold` > 0) has a data-dependent number of outlier
+  columns: fake kernels give it an unbacked size, which makes the phase unpredictable unless
+  bounded; it is bounded here by every column (the largest), tainted, and said.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+# class -> its twin that is also a FakeTensor, made once.
+_TWINS: dict[type, type] = {}
+
+
+def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
+    from .idioms import after_import
+
+    _subclass_over_fake(torch, tracker)
+    _outlier_bounds(torch)
+    after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
+    after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
+    after_import("bitsandbytes.nn.modules", lambda module: _quantized_roles(tracker, module))
+    after_import("transformers.integrations.finegrained_fp8", lambda module: _kernel_loaders(tracker, module, "finegrained-fp8"))
+
+
+def fake_twin(cls: type) -> type:
+    """`cls` and FakeTensor at once (`cls`'s methods first), made once per class. Its `.data = x`
+    (bitsandbytes' `_quantize` puts the packed weight there) also takes `x`'s device: a
+    FakeTensor keeps its device in a Python attribute that PyTorch's `set_data` does not touch."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    twin = _TWINS.get(cls)
+    if twin is None:
+        base_data = torch._C.TensorBase.data
+
+        def get_data(self: Any) -> Any:
+            return base_data.__get__(self)
+
+        def set_data(self: Any, value: Any) -> None:
+            base_data.__set__(self, value)
+            if isinstance(value, FakeTensor):
+                self.fake_device = value.fake_device
+
+        namespace = {"__module__": cls.__module__, "_iteragpu_twin_of": cls, "data": property(get_data, set_data)}
+        twin = _TWINS[cls] = type(cls.__name__, (cls, FakeTensor), namespace)
+    return twin
+
+
+def _outlier_bounds(torch: Any) -> None:
+    """LLM.int8's outlier columns (`llm_int8_threshold` > 0): their number depends on the data
+    (bitsandbytes' fake kernels ask for an unbacked size). The largest outputs, with every one of
+    the K input columns an outlier, as bitsandbytes' CUDA kernels shape them
+    (`backends/cuda/ops.py`: `int8_vectorwise_quant`, `int8_double_quant`; the mixed matmul's
+    `subA = A[:, outlier_cols]` in `backends/default/ops.py`, which CUDA runs): the run goes on,
+    the phase is unpredictable (tracker.py's `_upper_bound` says the op)."""
+    from .tracker import LARGEST
+
+    def vectorwise_quant(A: Any, threshold: float = 0.0) -> Any:
+        rows, cols = A.numel() // A.shape[-1], A.shape[-1]
+        return (
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(rows, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.int64, device=A.device),
+        )
+
+    def double_quant(A: Any, threshold: float = 0.0) -> Any:
+        rows, cols = A.numel() // A.shape[-1], A.shape[-1]
+        return (
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(A.shape, dtype=torch.int8, device=A.device),
+            torch.empty(rows, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.float32, device=A.device),
+            torch.empty(cols, dtype=torch.int64, device=A.device),
+        )
+
+    def mixed_scaled_mm(A: Any, CA: Any, CB: Any, SCA: Any, SCB: Any, outlier_cols: Any = None, bias: Any = None) -> Any:
+        n = 0 if outlier_cols is None else outlier_cols.numel()
+        out = torch.empty((*CA.shape[:-1], CB.shape[0]), dtype=A.dtype, device=A.device)
+        return out, torch.empty((A.shape[0], n), dtype=A.dtype, device=A.device)
+
+    LARGEST["bitsandbytes.int8_vectorwise_quant.default"] = vectorwise_quant
+    LARGEST["bitsandbytes.int8_double_quant.default"] = double_quant
+    LARGEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
+
+
+def _subclass_over_fake(torch: Any, tracker: Any) -> None:
+    """`torch.Tensor._make_subclass(cls, fake)`: a FakeTensor of `fake_twin(cls)` over the same
+    storage (see the module's documentation); anything else as PyTorch does it."""
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    Tensor = torch.Tensor
+    original = Tensor._make_subclass
+    if getattr(original, "_iteragpu", False):
+        return
+
+    def _make_subclass(cls: type, data: Any, require_grad: bool = False, **kwargs: Any) -> Any:
+        twin_of = vars(cls).get("_iteragpu_twin_of")
+        if kwargs or (twin_of is None and (not isinstance(data, FakeTensor) or issubclass(cls, FakeTensor))):
+            return original(cls, data, require_grad, **kwargs)
+        if twin_of is not None:
+            # A twin's copy (`Params4bit.__copy__`/`__deepcopy__`: `type(self).__new__(type(self))`
+            # over an empty CPU tensor, its data set afterwards): a twin too, over fake data.
+            cls = twin_of
+            if not isinstance(data, FakeTensor):
+                data = tracker.to_fake(data.detach(), keep_values=False)
+        mode = data.fake_mode
+        # The FakeTensor seen as the meta tensor it is: its alias, PyTorch's own `detach`.
+        with in_kernel_invocation_manager(mode):
+            elem = torch.ops.aten.detach.default(data)
+        made = FakeTensor.__new__(fake_twin(cls), mode, elem, data.device)
+        if require_grad:
+            made.requires_grad_(True)
+        return made
+
+    _make_subclass._iteragpu = True  # type: ignore[attr-defined]  # installed once
+    Tensor._make_subclass = staticmethod(_make_subclass)
+    # `Module._apply` (`.to()`, `.cuda()`) swaps a fake parameter with `Parameter(moved)`; a twin
+    # is a Parameter already (bitsandbytes' `Params4bit.to` quantizes and returns the parameter
+    # itself): it is kept as it is, as `_make_subclass` would keep its storage.
+    Parameter = torch.nn.Parameter
+    original_new = Parameter.__new__
+
+    def parameter_new(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+        if cls is Parameter and getattr(type(data), "_iteragpu_twin_of", None) is not None:
+            if data.requires_grad != requires_grad:
+                data.requires_grad_(requires_grad)
+            return data
+        return original_new(cls, data, requires_grad)
+
+    Parameter.__new__ = staticmethod(parameter_new)
+
+
+def _quantized_roles(tracker: Any, modules: Any) -> None:
+    """What a quantized weight keeps beside its packed data (`Params4bit`'s quant state: absmax,
+    the nested state, the code tables and offset; `Int8Params`' row scales `SCB`) is the weight
+    too: tagged `parameter` once quantized, as the packed data is."""
+
+    def tensors(param: Any) -> list[Any]:
+        state = getattr(param, "quant_state", None)
+        found = [getattr(param, "SCB", None)]
+        while state is not None:
+            found += [getattr(state, name, None) for name in ("absmax", "code", "offset")]
+            state = getattr(state, "state2", None)
+        return [t for t in found if t is not None]
+
+    for name in ("Params4bit", "Int8Params"):
+        cls = getattr(modules, name, None)
+        original = getattr(cls, "_quantize", None)
+        if cls is None or original is None or getattr(original, "_iteragpu", False):
+            continue
+
+        def _quantize(self: Any, device: Any, _original: Any = original) -> Any:
+            result = _original(self, device)
+            for t in tensors(self):
+                tracker.tag(t, "parameter")
+            return result
+
+        _quantize._iteragpu = True  # type: ignore[attr-defined]  # wrapped once
+        cls._quantize = _quantize
+
+
+def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: Any) -> None:
+    """bitsandbytes' paged buffers (`get_paged`: `cudaMallocManaged` through its C library,
+    `fill` and `prefetch_tensor` on their pointers): a data-less CUDA tensor of the same shape,
+    dtype and bytes, told to the CLI as unified memory outside PyTorch's allocator
+    (`Tracker.managed`); filling and prefetching one move nothing."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if getattr(functional, "_iteragpu_paged", False):
+        return
+    functional._iteragpu_paged = True
+    original_get_paged = functional.get_paged
+    original_fill = functional.fill
+    original_prefetch = functional.prefetch_tensor
+    first = torch.device("cuda", 0)
+
+    def get_paged(*shape: int, dtype: Any = torch.float32, device: Any = first) -> Any:
+        device = torch.device(device)
+        if device.type != "cuda":
+            return original_get_paged(*shape, dtype=dtype, device=device)
+        with tracker.suspended():
+            out = torch.zeros(shape, dtype=dtype, device=device)
+        nbytes = tracker.managed(out, "optimizer state")
+        note(
+            "bitsandbytes' paged optimizer states are CUDA unified memory (cudaMallocManaged), outside "
+            "PyTorch's caching allocator: counted apart, as each phase's peak_managed_bytes, neither in "
+            "allocated nor reserved nor in the capacity check; they stay on the GPU while it has room "
+            "and the driver moves them to the host under pressure"
+        )
+        del nbytes
+        out.is_paged = True
+        out.page_deviceid = device.index or 0
+        return out
+
+    def fill(A: Any, value: Any, device: Any = None, prefetch: bool = True) -> Any:
+        if isinstance(A, FakeTensor):
+            return None  # a data-less tensor: no value to write
+        return original_fill(A, value, device, prefetch)
+
+    def prefetch_tensor(A: Any, to_cpu: bool = False) -> Any:
+        if isinstance(A, FakeTensor):
+            return None  # no page moves on a prediction
+        return original_prefetch(A, to_cpu)
+
+    functional.get_paged = get_paged
+    functional.fill = fill
+    functional.prefetch_tensor = prefetch_tensor
+
+
+# A quantizer's steps that load its library or check for it (transformers' `HfQuantizer`).
+_QUANTIZER_STEPS: tuple[str, ...] = ("__init__", "validate_environment", "preprocess_model", "postprocess_model")
+
+
+def _missing_library(tracker: Any, what: str, exc: BaseException) -> Exception:
+    """`what` needs a library or kernel the predicting Python lacks: the phase is unpredictable
+    with the library named and its own message (a GPU machine with the library runs it)."""
+    from .tracker import Unpredictable, user_frame
+
+    file, line = user_frame()
+    reason = f"its library or kernel is not available in the predicting Python ({type(exc).__name__}: {exc}); install it beside torch to predict this load"
+    tracker._emit("unpredictable", {"op": what, "file": file, "line": line, "reason": reason})
+    return Unpredictable(f"{what}: {reason}")
+
+
+def _checkpoint_formats(tracker: Any, auto: Any) -> None:
+    """A quantized checkpoint (GPTQ through optimum/gptqmodel, AWQ, compressed-tensors, FP8, …)
+    whose quantizer refuses for want of its library: unpredictable, the quant method and the
+    library's message said, instead of a failed script."""
+    classes = [(method, cls, _QUANTIZER_STEPS) for method, cls in getattr(auto, "AUTO_QUANTIZER_MAPPING", {}).items()]
+    # Its config may check for the library first (compressed-tensors' `CompressedTensorsConfig`).
+    classes += [(method, cls, ("__init__", "post_init")) for method, cls in getattr(auto, "AUTO_QUANTIZATION_CONFIG_MAPPING", {}).items()]
+    for method, cls, steps in classes:
+        if method.startswith("bitsandbytes") or "_iteragpu_checked" in vars(cls):
+            continue
+        cls._iteragpu_checked = True
+        for step in steps:
+            original = vars(cls).get(step)
+            if original is None:
+                continue  # inherited: wrapped where it is defined, if there
+
+            def checked(self: Any, *args: Any, _original: Any = original, _what: str = f"transformers' {method} quantization ({cls.__name__})", **kwargs: Any) -> Any:
+                try:
+                    return _original(self, *args, **kwargs)
+                except ImportError as exc:
+                    raise _missing_library(tracker, _what, exc) from exc
+
+            setattr(cls, step, checked)
+
+
+def _kernel_loaders(tracker: Any, module: Any, kernel: str) -> None:
+    """A checkpoint format's kernel loaded at the first forward (FP8's `finegrained-fp8` hub
+    kernel through the `kernels` package): missing, it is said as the checkpoint formats are."""
+    for name in dir(module):
+        original = getattr(module, name)
+        if not (callable(original) and name.startswith(("_load_", "load_")) and name.endswith("_kernel")) or getattr(original, "_iteragpu", False):
+            continue
+
+        def checked(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            try:
+                return _original(*args, **kwargs)
+            except ImportError as exc:
+                raise _missing_library(tracker, f"the {kernel} kernel ({module.__name__})", exc) from exc
+
+        checked._iteragpu = True  # type: ignore[attr-defined]  # wrapped once
+        setattr(module, name, checked)
