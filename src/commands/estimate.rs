@@ -202,7 +202,7 @@ fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
         Some((h, w)) => (h, w.unwrap_or(h), "--resolution".to_string()),
         None => (
             model.trained.0,
-            model.trained.0,
+            model.trained.1,
             "the config's image_size, as the workload".to_string(),
         ),
     };

@@ -17,13 +17,14 @@ pub fn error_pct(predicted: u64, observed: Option<u64>) -> Option<f64> {
 /// completed on the GPU is left out.
 pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, device: usize) {
     let predicted = &prediction.phases;
-    let mut used = vec![false; predicted.len()];
-    for phase in &result.phases {
-        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].name == phase.name)
-        else {
+    let twins = nth_of_name(
+        result.phases.iter().map(|p| p.name.as_str()),
+        predicted.iter().map(|p| p.name.as_str()),
+    );
+    for (phase, twin) in result.phases.iter().zip(twins) {
+        let Some(k) = twin else {
             continue;
         };
-        used[k] = true;
         let p = &predicted[k];
         // A failed phase's figures stop where it failed: not a prediction of the whole phase.
         if p.status != crate::schema::prediction::PhaseStatus::Predicted {
@@ -53,6 +54,23 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
             ),
         });
     }
+}
+
+/// For each name of `ours`, the index in `theirs` of its twin: the n-th phase of a name is matched
+/// with the n-th of that name on the other side (`None`: the other side has fewer). One pass over
+/// each side with a map of queues, O(n log n) (a search per phase was quadratic: 100,000 phases
+/// took 80 s to compare).
+pub fn nth_of_name<'a>(
+    ours: impl Iterator<Item = &'a str>,
+    theirs: impl Iterator<Item = &'a str>,
+) -> Vec<Option<usize>> {
+    let mut queues: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
+        std::collections::HashMap::new();
+    for (k, name) in theirs.enumerate() {
+        queues.entry(name).or_default().push_back(k);
+    }
+    ours.map(|name| queues.get_mut(name).and_then(|q| q.pop_front()))
+        .collect()
 }
 
 /// The estimate's KV bytes for a phase that recorded `cache_bytes`.

@@ -469,14 +469,22 @@ fn min_image_tokens(kind: &str, raw: &Value) -> u64 {
     }
 }
 
-/// The side a vision config was built for: its `image_size` (the tower's, for a multimodal
-/// config), a number or `[h, w]` (the height).
-pub(super) fn config_image_size(path: &std::path::Path) -> Option<u64> {
+/// The sides a vision config was built for: its `image_size` (the tower's, for a multimodal
+/// config), a number or `[h, w]`: (height, the width when it differs).
+pub(super) fn config_image_size(path: &std::path::Path) -> Option<(u64, Option<u64>)> {
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     let size = raw
         .get("image_size")
         .or_else(|| raw.get("vision_config")?.get("image_size"))?;
-    size.as_u64()
-        .or_else(|| size.as_array()?.first()?.as_u64())
-        .filter(|&n| n > 0)
+    let side = |v: &Value| v.as_u64().filter(|&n| n > 0);
+    if let Some(n) = side(size) {
+        return Some((n, None));
+    }
+    match size.as_array()?.as_slice() {
+        [h, w] => {
+            let (h, w) = (side(h)?, side(w)?);
+            Some((h, (w != h).then_some(w)))
+        }
+        _ => None,
+    }
 }
