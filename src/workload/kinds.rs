@@ -430,12 +430,16 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             VLM_FAMILIES.join(", ")
         );
     }
-    if !processor.is_file() {
+    if matches!(
+        crate::model::files::regular_file(&processor),
+        Err(crate::model::files::FileError::Missing { .. })
+    ) {
         bail!(
             "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
             model.display()
         );
     }
+    check_processor_file(&processor)?;
     let dtype = ["torch_dtype", "dtype"]
         .iter()
         .find_map(|k| raw.get(k).and_then(Value::as_str))
@@ -450,6 +454,36 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
         dtype: weights_dtype(args, dtype)?,
         requests: requests(args)?,
     })
+}
+
+/// The image processor's file read as the worker will read it, refused here with its name when it
+/// cannot be (not a regular file, empty, not JSON, no `image_processor_type`): the worker's own
+/// error would be a `JSONDecodeError` from `json/decoder.py` that names no file.
+fn check_processor_file(path: &std::path::Path) -> Result<()> {
+    let bytes = crate::model::files::read_capped(path, 1 << 20, "preprocessor_config.json")?;
+    let raw: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not valid JSON (line {}, column {}: {}); restore the preprocessor_config.json published with the model",
+            path.display(),
+            e.line(),
+            e.column(),
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                "the file is empty".to_string()
+            } else {
+                e.to_string()
+            }
+        )
+    })?;
+    if !raw
+        .get("image_processor_type")
+        .is_some_and(Value::is_string)
+    {
+        bail!(
+            "{} names no image_processor_type (a JSON object with \"image_processor_type\": \"…ImageProcessor\" is expected): transformers cannot tell which processor it describes; restore the preprocessor_config.json published with the model",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The prompt tokens one image takes at the least, by the rules of `workloads/vlm.py`
