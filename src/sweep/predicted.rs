@@ -380,7 +380,14 @@ impl Sweep<'_> {
         };
         let outside = plan.target.as_ref().map_or(0, |(t, _)| t.context_bytes);
         let for_peaks = self.capacity.saturating_sub(outside);
-        self.progress.set_length(bounds.max_trials.min(64) as u64);
+        // A search stops when it has closed the frontier: its trial count is not known ahead,
+        // only its bound (the guided bisection costs at most twice a bisection's steps), so the
+        // display says "trial k" and that bound, never "of N" as if N were planned.
+        let steps = (bounds.hi.saturating_sub(bounds.lo) / bounds.resolution.max(1))
+            .max(1)
+            .ilog2() as usize
+            + 1;
+        let at_most = (2 * steps + 2).min(bounds.max_trials);
         let mut stop: Option<Result<Option<String>>> = None;
         let found = search::find_guided(bounds, None, Some(for_peaks), |value| {
             let no = search::Probe {
@@ -407,8 +414,9 @@ impl Sweep<'_> {
                     load: None,
                 };
                 let began = Instant::now();
-                self.progress
-                    .set_message(&format!("predicting {variable}={value}"));
+                self.progress.set_message(&format!(
+                    "predicting {variable}={value} (a bisection: at most {at_most} trials)"
+                ));
                 let predicted = self.predictor.predict(&cell.plan, self.progress);
                 self.record(&cell, predicted, began.elapsed().as_secs_f64())
             });
