@@ -317,7 +317,14 @@ fn judge(
         (Exit::Code(0), Some((s, _))) if s == "ok" => None,
         (_, Some((_, Some(_)))) => failure_detail
             .as_ref()
-            .map(|d| format!("{}: {}{}", d.kind, d.message, d.at())),
+            // An exception without a message (`MemoryError()`) gets no empty ": ".
+            .map(|d| {
+                if d.message.trim().is_empty() {
+                    format!("{}{}", d.kind, d.at())
+                } else {
+                    format!("{}: {}{}", d.kind, d.message, d.at())
+                }
+            }),
         (exit, _) => Some(format!(
             "the predicting worker ended unexpectedly ({exit}){}",
             if stderr_tail.is_empty() {
@@ -576,7 +583,27 @@ mod tests {
         // A worker that died without a word.
         let j = judged(&events, None, Exit::Signal(9));
         assert_eq!(j.status, PredictionStatus::Failed);
-        assert!(j.failure.unwrap().contains("ended unexpectedly"));
+        assert!(
+            j.failure
+                .unwrap()
+                .contains("ended unexpectedly (killed by signal 9): boom")
+        );
+        let j = judge(
+            crate::prediction::replay::replay(&events, 0, Backend::Native),
+            None,
+            &Exit::Signal(9),
+            &[],
+            60,
+        );
+        let failure = j.failure.unwrap();
+        assert!(failure.contains("ended unexpectedly"));
+        // Never "…(killed by signal 9): " with nothing after the colon: what is known is said.
+        assert!(!failure.trim_end().ends_with(':'), "{failure}");
+        assert!(
+            failure.contains("wrote nothing on its standard error"),
+            "{failure}"
+        );
+        assert!(failure.contains("out-of-memory killer"), "{failure}");
         assert_eq!(j.failure_detail, None);
     }
 

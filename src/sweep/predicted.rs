@@ -38,8 +38,11 @@ use crate::workload::process::StartError;
 /// hundred MB and one core).
 const MAX_PARALLEL: usize = 8;
 
-/// The memory one prediction is allowed: a Llama-3-8B prediction's worker peaked at 0.8 GB
-/// resident (measured with `/usr/bin/time -v` on torch 2.15), rounded up for larger configs.
+/// The memory one prediction is expected to take, to size the parallelism: a Llama-3-8B
+/// prediction's worker peaked at 0.8 GB resident (measured with `/usr/bin/time -v` on torch
+/// 2.15), a Llama-3-70B one at 0.81 GiB (VmHWM), rounded up for larger configs. Not the cap: each
+/// worker is capped at `process::PREDICT_DATA_LIMIT` (4 GiB of data, `RLIMIT_DATA`), so a larger
+/// one fails with `MemoryError` rather than take the others' memory.
 const WORKER_MEMORY: u64 = 3 << 29; // 1.5 GiB
 
 /// How many predictions run at once: the cores, at most [`MAX_PARALLEL`], and no more than the
@@ -146,8 +149,9 @@ pub fn run(
     series.protocol = match plan.mode {
         SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
         _ => format!(
-            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each); identical configurations predicted once",
-            parallelism()
+            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker capped at {} of data, RLIMIT_DATA); identical configurations predicted once",
+            parallelism(),
+            Bytes(crate::workload::process::PREDICT_DATA_LIMIT).both()
         ),
     };
     let mut sweep = Sweep {
@@ -936,6 +940,103 @@ mod tests {
                 .collect();
             assert_eq!(c.requests.as_ref().unwrap().prompt_lengths, cycled);
         }
+    }
+
+    /// A grid past the bound is refused before a cell is planned (a 1000 × 1000 grid took 4.5 GB
+    /// and ignored signals), naming the count, the bound and the fix.
+    #[test]
+    fn a_grid_past_the_bound_is_refused_before_planning() {
+        let values = (1..=1000)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let (batch, context) = (format!("batch={values}"), format!("context={values}"));
+        let argv = [
+            "--predict",
+            "--card",
+            "L4",
+            "--output",
+            "x.json",
+            "--vary",
+            &batch,
+            "--vary",
+            &context,
+        ];
+        let err = plan_of(&argv).unwrap_err().to_string();
+        assert!(err.contains("1,000,000 trials"), "{err}");
+        assert!(err.contains("above the 100,000"), "{err}");
+        assert!(err.contains("--search frontier"), "{err}");
+    }
+
+    /// A display that keeps what it was told.
+    #[derive(Default)]
+    struct Recorded {
+        lengths: Mutex<Vec<u64>>,
+        messages: Mutex<Vec<String>>,
+    }
+
+    impl Progress for Recorded {
+        fn set_length(&self, steps: u64) {
+            self.lengths.lock().unwrap().push(steps);
+        }
+        fn set_message(&self, text: &str) {
+            self.messages.lock().unwrap().push(text.to_string());
+        }
+    }
+
+    /// A search's trial count is not planned: the display never says "trial 1 of 24" for a
+    /// search that runs a few; it says the bisection's bound.
+    #[test]
+    fn a_frontier_says_its_bound_not_a_planned_count() {
+        let mock = MockPredictor::new(|s| Mock::Peak(10_000_000 * dense(s).context));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let argv = [
+            "--predict",
+            "--vary",
+            "context=1..1000",
+            "--search",
+            "frontier",
+            "--memory-limit",
+            "2000000000",
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        let plan = plan_of(&argv).unwrap();
+        let shown = Recorded::default();
+        let series = done(run(&plan, &mock, Writer::new(&out).unwrap(), &shown));
+        assert_eq!(*shown.lengths.lock().unwrap(), Vec::<u64>::new());
+        let messages = shown.messages.lock().unwrap();
+        assert!(!messages.is_empty());
+        // 1..1000 at resolution 1: 10 halvings, at most twice that (guided) and two more.
+        assert!(
+            messages.iter().all(|m| m.contains("at most 22 trials")),
+            "{messages:?}"
+        );
+        assert!(series.trials.len() <= 22);
+    }
+
+    /// A predicted series' fit table says what it withholds in a prediction's words: the values
+    /// were predicted, not measured.
+    #[test]
+    fn a_predicted_fit_is_worded_for_predictions() {
+        let mock = MockPredictor::new(|s| Mock::Peak(100_000_000 * dense(s).batch));
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,3", "--card", "L4"], &mock);
+        let series = done(finish);
+        let fit = series.fit.as_ref().expect("a fit over three points");
+        let withheld: Vec<&str> = fit
+            .cards
+            .iter()
+            .filter_map(|c| c.withheld.as_deref())
+            .collect();
+        assert!(!withheld.is_empty());
+        for w in withheld {
+            assert!(w.contains("largest value predicted (3)"), "{w}");
+            assert!(!w.contains("measure"), "{w}");
+        }
+        let table = crate::sweep::render::table(&series, &out);
+        assert!(!table.contains("= none"), "{table}");
+        assert!(table.contains("batch not placed by the fit"), "{table}");
     }
 
     /// A dimension is fixed or varied, never both: the fixed flag and the --vary are named.

@@ -304,11 +304,13 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
         } else {
             model.clone()
         };
-        if !path.is_file() {
-            bail!(
+        match crate::model::files::regular_file(&path) {
+            Ok(_) => {}
+            Err(crate::model::files::FileError::Missing { .. }) => bail!(
                 "--model {}: no such file; give an image model's config.json, a folder holding one, or timm:NAME",
                 path.display()
-            );
+            ),
+            Err(e) => bail!("--model: {e}"),
         }
         let raw: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
             .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", path.display()))?;
@@ -398,11 +400,13 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
     }
     let config = model.join("config.json");
     let processor = model.join("preprocessor_config.json");
-    if !config.is_file() {
-        bail!(
+    match crate::model::files::regular_file(&config) {
+        Ok(_) => {}
+        Err(crate::model::files::FileError::Missing { .. }) => bail!(
             "--model {}: no config.json there; give the folder of a vision-language model (config.json and preprocessor_config.json, as published with it)",
             model.display()
-        );
+        ),
+        Err(e) => bail!("--model: {e}"),
     }
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
         .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", config.display()))?;
