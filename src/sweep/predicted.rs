@@ -32,7 +32,7 @@ use crate::sweep::search;
 use crate::sweep::vary::{Values, grid_order};
 use crate::units::Bytes;
 use crate::workload::plan::MeasurePlan;
-use crate::workload::process::StartError;
+use crate::workload::process::{StartError, available_memory};
 
 /// At most this many predictions at once: each is a Python process importing torch (a few
 /// hundred MB and one core).
@@ -53,18 +53,6 @@ pub fn parallelism() -> usize {
         usize::try_from(bytes / WORKER_MEMORY).unwrap_or(usize::MAX)
     });
     cores.min(MAX_PARALLEL).min(memory).max(1)
-}
-
-/// `MemAvailable` from `/proc/meminfo` (Linux), in bytes; `None` elsewhere or if unreadable.
-pub(crate) fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    parse_mem_available(&text)
-}
-
-fn parse_mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// Predicts one plan; shared by the threads of a list or a grid.
@@ -785,6 +773,7 @@ mod tests {
 
     #[test]
     fn the_available_memory_bounds_the_parallel_predictions() {
+        use crate::workload::process::parse_mem_available;
         let meminfo =
             "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:    3145728 kB\n";
         assert_eq!(parse_mem_available(meminfo), Some(3 << 30));

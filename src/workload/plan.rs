@@ -338,7 +338,7 @@ impl MeasurePlan {
         if let WorkloadPlan::Vlm(v) = &self.workload {
             self.check_vlm_positions(v)?;
             // The images are built in the worker's host memory before anything else.
-            if let Some(available) = crate::sweep::predicted::available_memory() {
+            if let Some(available) = crate::workload::process::available_memory() {
                 self.check_vlm_images(
                     v,
                     available as u128,

@@ -312,6 +312,18 @@ fn kill_group(pid: u32, signal: i32) {
     }
 }
 
+/// `MemAvailable` from `/proc/meminfo` (Linux), in bytes; `None` elsewhere or if unreadable.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+pub(crate) fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Sets `RLIMIT_DATA` to `bytes` in the child before it runs Python (both the soft and the hard
 /// limit: the workload cannot raise it back); a lower limit the user already set is kept.
 fn limit_data(command: &mut Command, bytes: u64) {
