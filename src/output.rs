@@ -101,15 +101,24 @@ pub fn check_new(path: &Path) -> Result<(), OutputError> {
     if text.ends_with('/') {
         return Err(OutputError::TrailingSlash(text.into_owned()));
     }
-    if path.is_dir() {
-        return Err(OutputError::Folder(path.to_path_buf()));
-    }
-    if path.exists() || path.is_symlink() {
-        return Err(OutputError::Exists(path.to_path_buf()));
+    // The OS's own answer, not `is_dir()`/`exists()`, which read every error (a path longer than
+    // PATH_MAX, a folder without permission) as "absent".
+    match std::fs::symlink_metadata(path) {
+        Ok(_) if path.is_dir() => return Err(OutputError::Folder(path.to_path_buf())),
+        Ok(_) => return Err(OutputError::Exists(path.to_path_buf())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(OutputError::io(path, &e)),
     }
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-    if parent.is_some_and(|p| !p.is_dir()) {
-        return Err(OutputError::NoFolder(path.to_path_buf()));
+    if let Some(parent) = parent {
+        match std::fs::metadata(parent) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(OutputError::NoFolder(path.to_path_buf())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OutputError::NoFolder(path.to_path_buf()));
+            }
+            Err(e) => return Err(OutputError::io(path, &e)),
+        }
     }
     let probe = sibling(path, "probe");
     std::fs::OpenOptions::new()

@@ -12,6 +12,8 @@ mod estimate;
 mod explain;
 #[path = "integration/honesty.rs"]
 mod honesty;
+#[path = "integration/limits.rs"]
+mod limits;
 #[path = "integration/measure.rs"]
 mod measure;
 #[path = "integration/notebook.rs"]

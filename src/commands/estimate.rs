@@ -222,7 +222,7 @@ fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
         Some((h, w)) => (h, w.unwrap_or(h), "--resolution".to_string()),
         None => (
             model.trained.0,
-            model.trained.0,
+            model.trained.1,
             "the config's image_size, as the workload".to_string(),
         ),
     };
@@ -854,6 +854,20 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         p = predicted_profile(path, &card.name, &m, &model, request, &p.summary, &facts)?;
     }
     notes.extend(p.notes);
+    // A length the engine refuses is said, never dropped without a word.
+    let above: Vec<String> = s
+        .concurrency_at
+        .iter()
+        .filter(|l| **l > p.summary.max_model_len)
+        .map(u64::to_string)
+        .collect();
+    if !above.is_empty() {
+        notes.push(format!(
+            "--concurrency-at {}: above max_model_len {}, a request that long is refused by the engine; no concurrency is given there (raise --max-model-len to plan for it)",
+            above.join(","),
+            p.summary.max_model_len
+        ));
+    }
     let total_bytes =
         crate::units::checked_sum(p.terms.iter().filter(|t| t.in_total).map(|t| t.bytes))
             .map_err(estimate::EstimateError::overflow("the total", "the inputs"))?;

@@ -142,6 +142,9 @@ fn snapshot(
     if let Some(path) = output {
         crate::output::check_new(path)?;
     }
+    // Checked before it is opened: a FIFO would block the open until a writer came.
+    crate::model::files::regular_file(file)
+        .map_err(|e| CliError::bad_input(format!("--snapshot: {e}")))?;
     let expected = "expected a PyTorch memory snapshot, as torch.cuda.memory._dump_snapshot() writes it (a pickle, torch 2.1+)";
     // pickle.dump writes PROTO first from protocol 2 on; torch never writes protocols 0 and 1.
     let mut first = [0u8; 1];

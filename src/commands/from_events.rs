@@ -10,6 +10,8 @@ use crate::output::{self, Saved};
 
 pub fn run(args: &FromEventsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     output::check_new(&args.output)?;
+    crate::model::files::regular_file(&args.events)
+        .map_err(|e| CliError::bad_input(e.to_string()))?;
     let events = std::fs::File::open(&args.events).map_err(|e| {
         CliError::bad_input(format!(
             "cannot read {}: {}",

@@ -91,4 +91,9 @@ impl Progress for Above {
     fn println(&self, line: &str) {
         self.0.println(line);
     }
+    /// Handed to a parallel sweep's predictions: their workers' output (transformers' warnings)
+    /// goes above the bar too, never into the middle of it.
+    fn forwarder(&self) -> Option<Arc<dyn Progress>> {
+        Some(Arc::new(Above(self.0.clone())))
+    }
 }

@@ -267,6 +267,13 @@ pub(crate) fn full_training_states(
         bits: crate::units::Decimal::parse("32")
             .map_err(|e| EstimateError::Input(e.to_string()))?,
     };
+    if req.optimizer == Optimizer::Adafactor {
+        // The model was given (--model): what is missing is the per-tensor shapes, which the
+        // vision estimate does not list.
+        return Err(EstimateError::Input(
+            "--optimizer adafactor factors its states by each tensor's shape, and the vision estimate counts parameters, not shapes: predict it on data-less tensors (iteragpu predict --workload vision --model … --train --optimizer adafactor), or estimate adamw, adam, sgd, sgd-momentum or adamw-8bit".into(),
+        ));
+    }
     let trainable = Trainable::Count(parameters);
     let mut out = state_terms(&source, req, &trainable, notes)?;
     out.extend(step_temporaries(req, &trainable, notes)?);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::explain::oom::PostMortem;
 use crate::explain::snapshot::Allocation;
-use crate::ledger::{BuiltOn, Explained, Figure, Ledger, LineKind, Provenance};
+use crate::ledger::{BuiltOn, Explained, Figure, Ledger, LineId, LineKind, Provenance};
 use crate::schema::history::OomSnapshot;
 use crate::schema::measure::Timeline;
 use crate::units::Bytes;
@@ -71,8 +71,21 @@ pub fn table(l: &Ledger) -> String {
             "term", "estimate", "predicted", "observed"
         );
     }
+    // The kind of the last signed line: a level right after a level adds nothing to it (the peak
+    // reserved after the peak allocated) and is marked ≥, not =.
+    let mut last_signed: Option<LineKind> = None;
     for line in &l.lines {
+        let unsigned = line.kind == LineKind::Part
+            || (line.kind == LineKind::Term && line.id == LineId::AllocatorSlack);
+        let after_level = last_signed == Some(LineKind::Level);
+        if !unsigned {
+            last_signed = Some(line.kind);
+        }
         let marker = match line.kind {
+            LineKind::Level if after_level => "≥ ",
+            // Reserved − allocated is inside the peak reserved (and read at the phase's end, not
+            // at the peak): shown apart, never added to the level above it.
+            LineKind::Term if line.id == LineId::AllocatorSlack => "  ",
             LineKind::Term => "+ ",
             LineKind::Part => "  ",
             LineKind::Level => "= ",
@@ -103,6 +116,12 @@ pub fn table(l: &Ledger) -> String {
         for (what, bytes) in &line.breakdown {
             let _ = writeln!(o, "      · {what}: {:.3}", Bytes(*bytes).gib());
         }
+    }
+    if !l.lines.is_empty() {
+        let _ = writeln!(
+            o,
+            "  (+ lines add up to the next = level; ≥: at least the level above, nothing added; unsigned lines are inside a line above, shown apart, not added)"
+        );
     }
     // The last level, the driver's view.
     let last_level = l.lines.iter().rev().find(|x| x.kind == LineKind::Level);

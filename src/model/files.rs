@@ -59,7 +59,9 @@ pub enum FileError {
     },
 }
 
-/// The metadata of `path` if it is a regular file (symbolic links followed), else why not.
+/// The metadata of `path` if it is a regular file (symbolic links followed), else why not: THE
+/// check every input path goes through before it is opened (a FIFO is refused here, never opened:
+/// opening one blocks until a writer comes; a path longer than PATH_MAX says so).
 pub fn regular_file(path: &Path) -> Result<Metadata, FileError> {
     let io = |reason| FileError::Io {
         path: path.to_path_buf(),

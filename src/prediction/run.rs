@@ -95,6 +95,7 @@ pub fn predict_within(
         abandon: Some(Arc::new(AtomicBool::new(false))),
         keep_children: trial.keep_children,
         answers: Some(pipe.clone()),
+        data_limit: Some(process::PREDICT_DATA_LIMIT),
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
@@ -215,6 +216,10 @@ pub fn predict_within(
     let mut notes = c.notes;
     notes.extend(judged.notes);
     notes.extend(run.left_running_notes(trial.keep_children));
+    notes.push(format!(
+        "the predicting worker ran with its data capped at {} (RLIMIT_DATA: its heap and private memory, not its address space); above it, it fails with MemoryError, never takes the machine's memory",
+        crate::units::Bytes(process::PREDICT_DATA_LIMIT).both()
+    ));
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),
@@ -312,10 +317,24 @@ fn judge(
         (Exit::Code(0), Some((s, _))) if s == "ok" => None,
         (_, Some((_, Some(_)))) => failure_detail
             .as_ref()
-            .map(|d| format!("{}: {}{}", d.kind, d.message, d.at())),
+            // An exception without a message (`MemoryError()`) gets no empty ": ".
+            .map(|d| {
+                if d.message.trim().is_empty() {
+                    format!("{}{}", d.kind, d.at())
+                } else {
+                    format!("{}: {}{}", d.kind, d.message, d.at())
+                }
+            }),
         (exit, _) => Some(format!(
-            "the predicting worker ended unexpectedly ({exit}): {}",
-            stderr_tail.join(" | ")
+            "the predicting worker ended unexpectedly ({exit}){}",
+            if stderr_tail.is_empty() {
+                format!(
+                    " and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or it ended itself without a word (os._exit); its data was capped at {}",
+                    crate::units::Bytes(process::PREDICT_DATA_LIMIT).both()
+                )
+            } else {
+                format!(": {}", stderr_tail.join(" | "))
+            }
         )),
     };
     let all_predicted = phases.iter().all(|p| p.status == PhaseStatus::Predicted);
@@ -565,7 +584,27 @@ mod tests {
         // A worker that died without a word.
         let j = judged(&events, None, Exit::Signal(9));
         assert_eq!(j.status, PredictionStatus::Failed);
-        assert!(j.failure.unwrap().contains("ended unexpectedly"));
+        assert!(
+            j.failure
+                .unwrap()
+                .contains("ended unexpectedly (killed by signal 9): boom")
+        );
+        let j = judge(
+            crate::prediction::replay::replay(&events, 0, Backend::Native),
+            None,
+            &Exit::Signal(9),
+            &[],
+            60,
+        );
+        let failure = j.failure.unwrap();
+        assert!(failure.contains("ended unexpectedly"));
+        // Never "…(killed by signal 9): " with nothing after the colon: what is known is said.
+        assert!(!failure.trim_end().ends_with(':'), "{failure}");
+        assert!(
+            failure.contains("wrote nothing on its standard error"),
+            "{failure}"
+        );
+        assert!(failure.contains("out-of-memory killer"), "{failure}");
         assert_eq!(j.failure_detail, None);
     }
 

@@ -187,9 +187,10 @@ fn predicted_conditions(p: &PredictionDoc) -> BTreeMap<&'static str, String> {
     );
     c.insert("workload", p.identity.workload.clone());
     // A measurement lists each phase once (its scope), however often it ran.
+    let mut seen = std::collections::HashSet::new();
     let mut phases: Vec<&str> = Vec::new();
     for ph in &p.phases {
-        if !phases.contains(&ph.name.as_str()) {
+        if seen.insert(ph.name.as_str()) {
             phases.push(&ph.name);
         }
     }
@@ -275,9 +276,20 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
     }
     let mut rows = Vec::new();
     for (l, run) in &results {
+        // A measurement's stored predictions by phase index: one lookup per row, not a search.
+        let checks: std::collections::HashMap<u64, &PhaseCheck> = match run {
+            RunDoc::Measured(r) => {
+                let mut by_index = std::collections::HashMap::new();
+                for c in &r.predictions {
+                    by_index.entry(c.index).or_insert(c);
+                }
+                by_index
+            }
+            RunDoc::Predicted(_) => Default::default(),
+        };
         for p in run.phases() {
             let stored = |field: fn(&PhaseCheck) -> u64| match run {
-                RunDoc::Measured(r) => predicted(r, p.index, p.device, field),
+                RunDoc::Measured(r) => predicted(r, &checks, p.index, p.device, field),
                 RunDoc::Predicted(_) => None,
             };
             rows.push(Row {
@@ -334,6 +346,7 @@ pub fn compare(inputs: &[Loaded]) -> Result<Comparison, InputError> {
 /// The stored prediction of a phase (first device only: predictions follow one device).
 fn predicted(
     r: &MeasureResult,
+    checks: &std::collections::HashMap<u64, &PhaseCheck>,
     index: u64,
     device: &str,
     field: fn(&PhaseCheck) -> u64,
@@ -341,7 +354,7 @@ fn predicted(
     if r.scope.devices.first().map(String::as_str) != Some(device) {
         return None;
     }
-    r.predictions.iter().find(|c| c.index == index).map(field)
+    checks.get(&index).map(|c| field(c))
 }
 
 /// Each prediction against each measurement given with it, in either order: the phases matched
@@ -398,14 +411,15 @@ fn prediction_errors(
 /// The measured phases whose predicted twin (matched as `schema::check` matches them: the n-th
 /// of a name) has no figure to set against them, each with its reason.
 fn gaps(m: &MeasureResult, p: &PredictionDoc) -> Vec<PhaseGap> {
-    let mut used = vec![false; p.phases.len()];
+    let twins = crate::schema::check::nth_of_name(
+        m.phases.iter().map(|p| p.name.as_str()),
+        p.phases.iter().map(|p| p.name.as_str()),
+    );
     let mut out = Vec::new();
-    for phase in &m.phases {
-        let Some(k) = (0..p.phases.len()).find(|k| !used[*k] && p.phases[*k].name == phase.name)
-        else {
+    for (phase, twin) in m.phases.iter().zip(twins) {
+        let Some(k) = twin else {
             continue;
         };
-        used[k] = true;
         let status = p.phases[k].status;
         let oom = p.out_of_memory.as_ref();
         let oom_phase = oom

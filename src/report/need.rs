@@ -202,7 +202,7 @@ pub fn overhead(
 
 /// Each card's capacity minus the overhead, against the need.
 pub fn fits(catalog: &[Card], need: Bytes, overhead: u64) -> Vec<CardFit> {
-    catalog
+    let mut ranked: Vec<CardFit> = catalog
         .iter()
         .map(|c| {
             let (cap, src) = c.device_capacity();
@@ -217,7 +217,18 @@ pub fn fits(catalog: &[Card], need: Bytes, overhead: u64) -> Vec<CardFit> {
                 devices_if_split: (usable > 0).then(|| need.get().div_ceil(usable)),
             }
         })
-        .collect()
+        .collect();
+    // Ranked for the need: the cards that hold it first, the tightest fit (the smallest card that
+    // will do) at the top; then those that do not, the closest first. Equal margins keep the
+    // catalog's order.
+    ranked.sort_by_key(|f| {
+        if f.fits {
+            (0u8, f.margin_bytes)
+        } else {
+            (1u8, -f.margin_bytes)
+        }
+    });
+    ranked
 }
 
 /// The need, the overhead and one verdict per card.
@@ -237,8 +248,12 @@ pub fn render_fits(
     );
     let _ = writeln!(
         o,
-        "minus non-PyTorch memory per process: {} bytes ({overhead_source})\n",
+        "minus non-PyTorch memory per process: {} bytes ({overhead_source})",
         Bytes(overhead).grouped()
+    );
+    let _ = writeln!(
+        o,
+        "ranked: the cards that hold it first, the tightest fit at the top; then those that do not, the closest first\n"
     );
     for f in fits {
         let m = f.margin_bytes;

@@ -17,13 +17,14 @@ pub fn error_pct(predicted: u64, observed: Option<u64>) -> Option<f64> {
 /// completed on the GPU is left out.
 pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, device: usize) {
     let predicted = &prediction.phases;
-    let mut used = vec![false; predicted.len()];
-    for phase in &result.phases {
-        let Some(k) = (0..predicted.len()).find(|k| !used[*k] && predicted[*k].name == phase.name)
-        else {
+    let twins = nth_of_name(
+        result.phases.iter().map(|p| p.name.as_str()),
+        predicted.iter().map(|p| p.name.as_str()),
+    );
+    for (phase, twin) in result.phases.iter().zip(twins) {
+        let Some(k) = twin else {
             continue;
         };
-        used[k] = true;
         let p = &predicted[k];
         // A failed phase's figures stop where it failed: not a prediction of the whole phase.
         if p.status != crate::schema::prediction::PhaseStatus::Predicted {
@@ -53,6 +54,23 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
             ),
         });
     }
+}
+
+/// For each name of `ours`, the index in `theirs` of its twin: the n-th phase of a name is matched
+/// with the n-th of that name on the other side (`None`: the other side has fewer). One pass over
+/// each side with a map of queues, O(n log n) (a search per phase was quadratic: 100,000 phases
+/// took 80 s to compare).
+pub fn nth_of_name<'a>(
+    ours: impl Iterator<Item = &'a str>,
+    theirs: impl Iterator<Item = &'a str>,
+) -> Vec<Option<usize>> {
+    let mut queues: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
+        std::collections::HashMap::new();
+    for (k, name) in theirs.enumerate() {
+        queues.entry(name).or_default().push_back(k);
+    }
+    ours.map(|name| queues.get_mut(name).and_then(|q| q.pop_front()))
+        .collect()
 }
 
 /// The estimate's KV bytes for a phase that recorded `cache_bytes`.
@@ -95,6 +113,25 @@ fn observed_cache(phase: &PhaseRecord) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The n-th phase of a name meets the n-th of that name on the other side, whatever the
+    /// order of the other names; one left over meets none.
+    #[test]
+    fn the_nth_of_a_name_meets_the_nth() {
+        let ours = ["a", "b", "a", "c", "a"];
+        let theirs = ["b", "a", "x", "a"];
+        assert_eq!(
+            nth_of_name(ours.into_iter(), theirs.into_iter()),
+            [Some(1), Some(0), Some(3), None, None]
+        );
+        // 100,000 phases of 1,000 names match in one pass (a search per phase took 80 s).
+        let names: Vec<String> = (0..100_000).map(|i| format!("step{}", i % 1000)).collect();
+        let twins = nth_of_name(
+            names.iter().map(String::as_str),
+            names.iter().map(String::as_str),
+        );
+        assert!(twins.iter().enumerate().all(|(i, t)| *t == Some(i)));
+    }
 
     /// The phases of a prediction meet the observed ones in order, by name; a phase with no
     /// predicted figure or that failed on the GPU is left out.

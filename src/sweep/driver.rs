@@ -585,6 +585,15 @@ pub(crate) fn fit_record(series: &Series, variable: Variable) -> Option<FitRecor
             let usable = cap.get().saturating_sub(overhead.unwrap_or(0));
             let (predicted, range, withheld) = match f.frontier(usable as f64) {
                 Ok((x, range)) => (Some(x), Some(range), None),
+                // A predicted series' values were predicted, not measured.
+                Err(why) if series.kind == PointKind::Predicted => (
+                    None,
+                    None,
+                    Some(
+                        why.replace("largest value measured", "largest value predicted")
+                            .replace("measure closer to it", "predict values closer to it"),
+                    ),
+                ),
                 Err(why) => (None, None, Some(why)),
             };
             CardFrontier {

@@ -165,6 +165,7 @@ impl SweepPlan {
                 _ => {}
             }
         }
+        check_trial_count(&vary)?;
         if m.script.is_some() && mode != SweepMode::Loads {
             // A script only sees what its arguments say: each varied dimension must appear there.
             for v in &vary {
@@ -256,6 +257,36 @@ impl SweepPlan {
             },
         ))
     }
+}
+
+/// The most trials a sweep plans: each is a process that runs (or predicts) the workload, seconds
+/// at the least, so 100,000 is days of work already; a larger list or grid is refused before
+/// anything is planned (a 1000 × 1000 grid took 4.5 GB to plan).
+pub const MAX_TRIALS: u128 = 100_000;
+
+/// Refuses a list or grid of more than [`MAX_TRIALS`] trials, naming the count and the fix.
+fn check_trial_count(vary: &[Vary]) -> Result<()> {
+    let lists: Vec<(&Vary, u128)> = vary
+        .iter()
+        .filter_map(|v| match &v.values {
+            Values::List(list) => Some((v, list.len() as u128)),
+            Values::Range { .. } => None,
+        })
+        .collect();
+    let trials: u128 = lists.iter().map(|(_, n)| *n).product();
+    if lists.is_empty() || trials <= MAX_TRIALS {
+        return Ok(());
+    }
+    let what = lists
+        .iter()
+        .map(|(v, n)| format!("{n} values of {}", v.variable))
+        .collect::<Vec<_>>()
+        .join(" × ");
+    bail!(
+        "--vary makes {} trials ({what}), above the {} a sweep plans (each trial runs or predicts the workload in its own process): vary fewer values, or find the largest value that fits with --search frontier (a bisection: a few trials)",
+        crate::units::group_thousands(trials),
+        crate::units::group_thousands(MAX_TRIALS)
+    )
 }
 
 /// What `--predict` cannot do, refused with the fix before anything runs.
@@ -367,8 +398,12 @@ fn prediction_target(args: &SweepOptions, base: &MeasurePlan) -> Result<(Target,
 
 /// `{"loads": [{"name": "usual", "batch": 1, "context": 512}, …]}`.
 fn read_loads(path: &std::path::Path) -> Result<Vec<Load>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --loads {}", path.display()))?;
+    // Checked before it is opened: a FIFO would block the open (and every signal) until a writer
+    // came. A list of named loads is small: 16 MiB is far above any real one.
+    let bytes = crate::model::files::read_capped(path, 16 << 20, "--loads file")
+        .map_err(|e| anyhow::anyhow!("--loads: {e}"))?;
+    let text = String::from_utf8(bytes)
+        .with_context(|| format!("cannot read --loads {}: not UTF-8 text", path.display()))?;
     let doc: Value = serde_json::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "--loads {} is not valid JSON (line {}, column {}): {e}",
@@ -383,6 +418,14 @@ fn read_loads(path: &std::path::Path) -> Result<Vec<Load>> {
             path.display()
         );
     };
+    if loads.len() as u128 > MAX_TRIALS {
+        bail!(
+            "--loads {} lists {} loads, above the {} trials a sweep plans: give fewer loads",
+            path.display(),
+            crate::units::group_thousands(loads.len() as u128),
+            crate::units::group_thousands(MAX_TRIALS)
+        );
+    }
     let mut out = Vec::new();
     for (i, load) in loads.iter().enumerate() {
         let name = load

@@ -32,14 +32,17 @@ use crate::sweep::search;
 use crate::sweep::vary::{Values, grid_order};
 use crate::units::Bytes;
 use crate::workload::plan::MeasurePlan;
-use crate::workload::process::StartError;
+use crate::workload::process::{StartError, available_memory};
 
 /// At most this many predictions at once: each is a Python process importing torch (a few
 /// hundred MB and one core).
 const MAX_PARALLEL: usize = 8;
 
-/// The memory one prediction is allowed: a Llama-3-8B prediction's worker peaked at 0.8 GB
-/// resident (measured with `/usr/bin/time -v` on torch 2.15), rounded up for larger configs.
+/// The memory one prediction is expected to take, to size the parallelism: a Llama-3-8B
+/// prediction's worker peaked at 0.8 GB resident (measured with `/usr/bin/time -v` on torch
+/// 2.15), a Llama-3-70B one at 0.81 GiB (VmHWM), rounded up for larger configs. Not the cap: each
+/// worker is capped at `process::PREDICT_DATA_LIMIT` (4 GiB of data, `RLIMIT_DATA`), so a larger
+/// one fails with `MemoryError` rather than take the others' memory.
 const WORKER_MEMORY: u64 = 3 << 29; // 1.5 GiB
 
 /// How many predictions run at once: the cores, at most [`MAX_PARALLEL`], and no more than the
@@ -50,18 +53,6 @@ pub fn parallelism() -> usize {
         usize::try_from(bytes / WORKER_MEMORY).unwrap_or(usize::MAX)
     });
     cores.min(MAX_PARALLEL).min(memory).max(1)
-}
-
-/// `MemAvailable` from `/proc/meminfo` (Linux), in bytes; `None` elsewhere or if unreadable.
-fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    parse_mem_available(&text)
-}
-
-fn parse_mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// Predicts one plan; shared by the threads of a list or a grid.
@@ -106,6 +97,11 @@ impl Predictor for WorkerPredictor {
     }
 }
 
+/// A stop signal seen while the trials were planned.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by {} while the trials were planned", .0.name())]
+struct Stopped(Stop);
+
 /// One trial to predict: its plan, its varied values and its load's name.
 struct Cell {
     plan: MeasurePlan,
@@ -141,8 +137,9 @@ pub fn run(
     series.protocol = match plan.mode {
         SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
         _ => format!(
-            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each); identical configurations predicted once",
-            parallelism()
+            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker capped at {} of data, RLIMIT_DATA); identical configurations predicted once",
+            parallelism(),
+            Bytes(crate::workload::process::PREDICT_DATA_LIMIT).both()
         ),
     };
     let mut sweep = Sweep {
@@ -163,31 +160,45 @@ impl Sweep<'_> {
     fn drive(&mut self) -> Result<Option<String>> {
         let plan = self.plan;
         let base = &plan.base;
-        let cells: Vec<Cell> = match plan.mode {
+        let cells: Result<Vec<Cell>> = match plan.mode {
             SweepMode::List => {
                 let v = &plan.vary[0];
                 let Values::List(values) = &v.values else {
                     bail!("internal: a list sweep without a list")
                 };
+                let stop = self.predictor;
                 values
                     .iter()
-                    .map(|&value| {
+                    .enumerate()
+                    .map(|(i, &value)| {
+                        if i % 256 == 0
+                            && let Some(signal) = stop.stop_requested()
+                        {
+                            bail!(Stopped(signal));
+                        }
                         Ok(Cell {
                             plan: base.with(v.variable, value)?,
                             values: one_value(v.variable, value),
                             load: None,
                         })
                     })
-                    .collect::<Result<_>>()?
+                    .collect::<Result<_>>()
             }
             SweepMode::Grid => {
                 let (a, b) = (&plan.vary[0], &plan.vary[1]);
                 let (Values::List(outer), Values::List(inner)) = (&a.values, &b.values) else {
                     bail!("internal: a grid without two lists")
                 };
+                let stop = self.predictor;
                 grid_order(outer, inner)
                     .into_iter()
-                    .map(|(x, y)| {
+                    .enumerate()
+                    .map(|(i, (x, y))| {
+                        if i % 256 == 0
+                            && let Some(signal) = stop.stop_requested()
+                        {
+                            bail!(Stopped(signal));
+                        }
                         let mut values = one_value(a.variable, x);
                         values.insert(b.variable.name().to_string(), json!(y));
                         Ok(Cell {
@@ -196,7 +207,7 @@ impl Sweep<'_> {
                             load: None,
                         })
                     })
-                    .collect::<Result<_>>()?
+                    .collect::<Result<_>>()
             }
             SweepMode::Loads => plan
                 .loads
@@ -214,11 +225,18 @@ impl Sweep<'_> {
                         load: Some(load.name.clone()),
                     })
                 })
-                .collect::<Result<_>>()?,
+                .collect::<Result<_>>(),
             SweepMode::Frontier => return self.frontier(),
             SweepMode::Processes | SweepMode::AllocConf => {
                 bail!("internal: {} is refused with --predict", plan.mode)
             }
+        };
+        let cells: Vec<Cell> = match cells {
+            Ok(cells) => cells,
+            Err(e) => match e.downcast_ref::<Stopped>() {
+                Some(Stopped(signal)) => return Ok(self.stop_while_planning(*signal)),
+                None => return Err(e),
+            },
         };
         self.in_parallel(&cells)
     }
@@ -226,13 +244,29 @@ impl Sweep<'_> {
     /// Predicts `cells` up to [`parallelism`] at a time and records them in order as they
     /// complete; a configuration already predicted is not predicted again.
     fn in_parallel(&mut self, cells: &[Cell]) -> Result<Option<String>> {
-        let specs: Vec<Map<String, Value>> =
-            cells.iter().map(|c| c.plan.trial().spec.to_map()).collect();
-        let first_of: Vec<usize> = (0..cells.len())
-            .map(|i| specs.iter().position(|s| *s == specs[i]).unwrap_or(i))
-            .collect();
+        // The first trial of each configuration, by a hash of its specification's text: one
+        // pass, O(n) (a search per trial was O(n²): 20,000 values took 11 s to plan). A stop
+        // signal is seen between trials while planning, too.
+        let mut first_seen: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::with_capacity(cells.len());
+        let mut first_of: Vec<usize> = Vec::with_capacity(cells.len());
+        for (i, c) in cells.iter().enumerate() {
+            if i % 256 == 0
+                && let Some(signal) = self.predictor.stop_requested()
+            {
+                return Ok(self.stop_while_planning(signal));
+            }
+            let key = serde_json::to_string(&c.plan.trial().spec.to_map())?;
+            first_of.push(*first_seen.entry(key).or_insert(i));
+        }
         let unique: Vec<usize> = (0..cells.len()).filter(|&i| first_of[i] == i).collect();
         let workers = parallelism().min(unique.len()).max(1);
+        // The workers' own output (transformers' warnings) goes above the progress line, never
+        // into it.
+        let shown: std::sync::Arc<dyn Progress> = self
+            .progress
+            .forwarder()
+            .unwrap_or_else(|| std::sync::Arc::new(NoProgress));
         self.progress.set_length(cells.len() as u64);
         self.progress.set_message(&format!(
             "predicting {} trial(s), {workers} at a time",
@@ -246,7 +280,7 @@ impl Sweep<'_> {
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 let tx = tx.clone();
-                let (next, cancel, unique) = (&next, &cancel, &unique);
+                let (next, cancel, unique, shown) = (&next, &cancel, &unique, &shown);
                 scope.spawn(move || {
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
@@ -258,7 +292,7 @@ impl Sweep<'_> {
                         }
                         let i = unique[k];
                         let began = Instant::now();
-                        let predicted = predictor.predict(&cells[i].plan, &NoProgress);
+                        let predicted = predictor.predict(&cells[i].plan, &**shown);
                         if tx
                             .send((i, predicted, began.elapsed().as_secs_f64()))
                             .is_err()
@@ -319,6 +353,16 @@ impl Sweep<'_> {
         outcome
     }
 
+    /// A stop signal seen while the trials were planned: nothing was predicted, said in a note.
+    fn stop_while_planning(&mut self, signal: Stop) -> Option<String> {
+        self.stopped = Some(signal);
+        self.series.notes.push(format!(
+            "stopped by {} while the trials were planned: nothing was predicted",
+            signal.name()
+        ));
+        None
+    }
+
     /// The bisection over the range, one prediction after the other, guided by the predicted
     /// peaks (their curve reaches the capacity less the memory outside the allocator).
     fn frontier(&mut self) -> Result<Option<String>> {
@@ -328,7 +372,14 @@ impl Sweep<'_> {
         };
         let outside = plan.target.as_ref().map_or(0, |(t, _)| t.context_bytes);
         let for_peaks = self.capacity.saturating_sub(outside);
-        self.progress.set_length(bounds.max_trials.min(64) as u64);
+        // A search stops when it has closed the frontier: its trial count is not known ahead,
+        // only its bound (the guided bisection costs at most twice a bisection's steps), so the
+        // display says "trial k" and that bound, never "of N" as if N were planned.
+        let steps = (bounds.hi.saturating_sub(bounds.lo) / bounds.resolution.max(1))
+            .max(1)
+            .ilog2() as usize
+            + 1;
+        let at_most = (2 * steps + 2).min(bounds.max_trials);
         let mut stop: Option<Result<Option<String>>> = None;
         let found = search::find_guided(bounds, None, Some(for_peaks), |value| {
             let no = search::Probe {
@@ -355,8 +406,9 @@ impl Sweep<'_> {
                     load: None,
                 };
                 let began = Instant::now();
-                self.progress
-                    .set_message(&format!("predicting {variable}={value}"));
+                self.progress.set_message(&format!(
+                    "predicting {variable}={value} (a bisection: at most {at_most} trials)"
+                ));
                 let predicted = self.predictor.predict(&cell.plan, self.progress);
                 self.record(&cell, predicted, began.elapsed().as_secs_f64())
             });
@@ -721,6 +773,7 @@ mod tests {
 
     #[test]
     fn the_available_memory_bounds_the_parallel_predictions() {
+        use crate::workload::process::parse_mem_available;
         let meminfo =
             "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:    3145728 kB\n";
         assert_eq!(parse_mem_available(meminfo), Some(3 << 30));
@@ -876,6 +929,103 @@ mod tests {
                 .collect();
             assert_eq!(c.requests.as_ref().unwrap().prompt_lengths, cycled);
         }
+    }
+
+    /// A grid past the bound is refused before a cell is planned (a 1000 × 1000 grid took 4.5 GB
+    /// and ignored signals), naming the count, the bound and the fix.
+    #[test]
+    fn a_grid_past_the_bound_is_refused_before_planning() {
+        let values = (1..=1000)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let (batch, context) = (format!("batch={values}"), format!("context={values}"));
+        let argv = [
+            "--predict",
+            "--card",
+            "L4",
+            "--output",
+            "x.json",
+            "--vary",
+            &batch,
+            "--vary",
+            &context,
+        ];
+        let err = plan_of(&argv).unwrap_err().to_string();
+        assert!(err.contains("1,000,000 trials"), "{err}");
+        assert!(err.contains("above the 100,000"), "{err}");
+        assert!(err.contains("--search frontier"), "{err}");
+    }
+
+    /// A display that keeps what it was told.
+    #[derive(Default)]
+    struct Recorded {
+        lengths: Mutex<Vec<u64>>,
+        messages: Mutex<Vec<String>>,
+    }
+
+    impl Progress for Recorded {
+        fn set_length(&self, steps: u64) {
+            self.lengths.lock().unwrap().push(steps);
+        }
+        fn set_message(&self, text: &str) {
+            self.messages.lock().unwrap().push(text.to_string());
+        }
+    }
+
+    /// A search's trial count is not planned: the display never says "trial 1 of 24" for a
+    /// search that runs a few; it says the bisection's bound.
+    #[test]
+    fn a_frontier_says_its_bound_not_a_planned_count() {
+        let mock = MockPredictor::new(|s| Mock::Peak(10_000_000 * dense(s).context));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let argv = [
+            "--predict",
+            "--vary",
+            "context=1..1000",
+            "--search",
+            "frontier",
+            "--memory-limit",
+            "2000000000",
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        let plan = plan_of(&argv).unwrap();
+        let shown = Recorded::default();
+        let series = done(run(&plan, &mock, Writer::new(&out).unwrap(), &shown));
+        assert_eq!(*shown.lengths.lock().unwrap(), Vec::<u64>::new());
+        let messages = shown.messages.lock().unwrap();
+        assert!(!messages.is_empty());
+        // 1..1000 at resolution 1: 10 halvings, at most twice that (guided) and two more.
+        assert!(
+            messages.iter().all(|m| m.contains("at most 22 trials")),
+            "{messages:?}"
+        );
+        assert!(series.trials.len() <= 22);
+    }
+
+    /// A predicted series' fit table says what it withholds in a prediction's words: the values
+    /// were predicted, not measured.
+    #[test]
+    fn a_predicted_fit_is_worded_for_predictions() {
+        let mock = MockPredictor::new(|s| Mock::Peak(100_000_000 * dense(s).batch));
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,3", "--card", "L4"], &mock);
+        let series = done(finish);
+        let fit = series.fit.as_ref().expect("a fit over three points");
+        let withheld: Vec<&str> = fit
+            .cards
+            .iter()
+            .filter_map(|c| c.withheld.as_deref())
+            .collect();
+        assert!(!withheld.is_empty());
+        for w in withheld {
+            assert!(w.contains("largest value predicted (3)"), "{w}");
+            assert!(!w.contains("measure"), "{w}");
+        }
+        let table = crate::sweep::render::table(&series, &out);
+        assert!(!table.contains("= none"), "{table}");
+        assert!(table.contains("batch not placed by the fit"), "{table}");
     }
 
     /// A dimension is fixed or varied, never both: the fixed flag and the --vary are named.

@@ -196,13 +196,17 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
         for c in &fr.cards {
             let _ = writeln!(
                 o,
-                "  {:<14} {:>9.2} GiB usable → {} = {}{}",
+                "  {:<14} {:>9.2} GiB usable → {}{}",
                 c.card,
                 Bytes(c.usable_bytes).gib(),
-                fr.variable,
+                // No value is not "nothing fits": the fit is not carried that far.
                 c.predicted.map_or_else(
-                    || format!("none: {}", c.withheld.as_deref().unwrap_or("not reached")),
-                    |p| format!("{p:.0}")
+                    || format!(
+                        "{} not placed by the fit: {}",
+                        fr.variable,
+                        c.withheld.as_deref().unwrap_or("not reached")
+                    ),
+                    |p| format!("{} = {p:.0}", fr.variable)
                 ),
                 match (c.range, c.extrapolation) {
                     (Some((a, b)), true) =>

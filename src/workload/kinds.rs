@@ -366,11 +366,13 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
         } else {
             model.clone()
         };
-        if !path.is_file() {
-            bail!(
+        match crate::model::files::regular_file(&path) {
+            Ok(_) => {}
+            Err(crate::model::files::FileError::Missing { .. }) => bail!(
                 "--model {}: no such file; give an image model's config.json, a folder holding one, or timm:NAME",
                 path.display()
-            );
+            ),
+            Err(e) => bail!("--model: {e}"),
         }
         let raw: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
             .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", path.display()))?;
@@ -460,11 +462,13 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
     }
     let config = model.join("config.json");
     let processor = model.join("preprocessor_config.json");
-    if !config.is_file() {
-        bail!(
+    match crate::model::files::regular_file(&config) {
+        Ok(_) => {}
+        Err(crate::model::files::FileError::Missing { .. }) => bail!(
             "--model {}: no config.json there; give the folder of a vision-language model (config.json and preprocessor_config.json, as published with it)",
             model.display()
-        );
+        ),
+        Err(e) => bail!("--model: {e}"),
     }
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
         .map_err(|e| anyhow::anyhow!("--model {}: not JSON ({e})", config.display()))?;
@@ -492,12 +496,16 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
             VLM_FAMILIES.join(", ")
         );
     }
-    if !processor.is_file() {
+    if matches!(
+        crate::model::files::regular_file(&processor),
+        Err(crate::model::files::FileError::Missing { .. })
+    ) {
         bail!(
             "--model {}: no preprocessor_config.json there: the image tokens come from the model's own image processor; add the preprocessor_config.json published with the model",
             model.display()
         );
     }
+    check_processor_file(&processor)?;
     let dtype = ["torch_dtype", "dtype"]
         .iter()
         .find_map(|k| raw.get(k).and_then(Value::as_str))
@@ -512,6 +520,36 @@ pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
         dtype: weights_dtype(args, dtype)?,
         requests: requests(args)?,
     })
+}
+
+/// The image processor's file read as the worker will read it, refused here with its name when it
+/// cannot be (not a regular file, empty, not JSON, no `image_processor_type`): the worker's own
+/// error would be a `JSONDecodeError` from `json/decoder.py` that names no file.
+fn check_processor_file(path: &std::path::Path) -> Result<()> {
+    let bytes = crate::model::files::read_capped(path, 1 << 20, "preprocessor_config.json")?;
+    let raw: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not valid JSON (line {}, column {}: {}); restore the preprocessor_config.json published with the model",
+            path.display(),
+            e.line(),
+            e.column(),
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                "the file is empty".to_string()
+            } else {
+                e.to_string()
+            }
+        )
+    })?;
+    if !raw
+        .get("image_processor_type")
+        .is_some_and(Value::is_string)
+    {
+        bail!(
+            "{} names no image_processor_type (a JSON object with \"image_processor_type\": \"…ImageProcessor\" is expected): transformers cannot tell which processor it describes; restore the preprocessor_config.json published with the model",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The prompt tokens one image takes at the least, by the rules of `workloads/vlm.py`
@@ -531,14 +569,22 @@ fn min_image_tokens(kind: &str, raw: &Value) -> u64 {
     }
 }
 
-/// The side a vision config was built for: its `image_size` (the tower's, for a multimodal
-/// config), a number or `[h, w]` (the height).
-pub(super) fn config_image_size(path: &std::path::Path) -> Option<u64> {
+/// The sides a vision config was built for: its `image_size` (the tower's, for a multimodal
+/// config), a number or `[h, w]`: (height, the width when it differs).
+pub(super) fn config_image_size(path: &std::path::Path) -> Option<(u64, Option<u64>)> {
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     let size = raw
         .get("image_size")
         .or_else(|| raw.get("vision_config")?.get("image_size"))?;
-    size.as_u64()
-        .or_else(|| size.as_array()?.first()?.as_u64())
-        .filter(|&n| n > 0)
+    let side = |v: &Value| v.as_u64().filter(|&n| n > 0);
+    if let Some(n) = side(size) {
+        return Some((n, None));
+    }
+    match size.as_array()?.as_slice() {
+        [h, w] => {
+            let (h, w) = (side(h)?, side(w)?);
+            Some((h, (w != h).then_some(w)))
+        }
+        _ => None,
+    }
 }

@@ -74,7 +74,15 @@ impl MeasurePlan {
                 "--world-size {n} is above the {MAX_PREDICTED_WORLD_SIZE} ranks predict follows: PyTorch's fake process group costs time per rank (16,384 ranks took 229 s on 2 cores); for a larger job, `iteragpu estimate --train --shard … --world-size {n}` gives one rank's memory by arithmetic"
             );
         }
-        Self::build(args, world_size)
+        let plan = Self::build(args, world_size)?;
+        if let WorkloadPlan::Vlm(v) = &plan.workload {
+            plan.check_vlm_images(
+                v,
+                crate::workload::process::PREDICT_DATA_LIMIT as u128,
+                "the predicting worker's data limit (RLIMIT_DATA)",
+            )?;
+        }
+        Ok(plan)
     }
 
     /// The world size the workload's ranks see: torchrun's, or the predicted one.
@@ -125,11 +133,14 @@ impl MeasurePlan {
             ),
         };
         let workload = if let Some(script) = &args.script {
-            if !script.is_file() {
-                bail!(
-                    "--script {}: no such file; give the path of your Python script",
-                    script.display()
-                );
+            if let Err(e) = crate::model::files::regular_file(script) {
+                bail!(match e {
+                    crate::model::files::FileError::Missing { .. } => format!(
+                        "--script {}: no such file; give the path of your Python script",
+                        script.display()
+                    ),
+                    other => format!("--script: {other}"),
+                });
             }
             WorkloadPlan::Script(ScriptPlan {
                 path: std::fs::canonicalize(script)?,
@@ -150,12 +161,16 @@ impl MeasurePlan {
         if let (WorkloadPlan::Vision(v), None) = (&workload, args.resolution) {
             // Unstated, the images are the size the model was built for.
             if let VisionSource::Config(path) = &v.source {
-                dims.resolution = config_image_size(path).unwrap_or(DEFAULTS.resolution);
+                let (h, w) = config_image_size(path).unwrap_or((DEFAULTS.resolution, None));
+                dims.resolution = h;
+                dims.resolution_width = w;
             }
         }
         if let (WorkloadPlan::Vlm(v), None) = (&workload, args.resolution) {
             // Unstated, the images are the size its vision tower was built for.
-            dims.resolution = config_image_size(&v.config).unwrap_or(DEFAULTS.resolution);
+            let (h, w) = config_image_size(&v.config).unwrap_or((DEFAULTS.resolution, None));
+            dims.resolution = h;
+            dims.resolution_width = w;
         }
         let plan = MeasurePlan {
             workload,
@@ -323,6 +338,14 @@ impl MeasurePlan {
         }
         if let WorkloadPlan::Vlm(v) = &self.workload {
             self.check_vlm_positions(v)?;
+            // The images are built in the worker's host memory before anything else.
+            if let Some(available) = crate::workload::process::available_memory() {
+                self.check_vlm_images(
+                    v,
+                    available as u128,
+                    "the memory this machine has available (MemAvailable)",
+                )?;
+            }
         }
         if let WorkloadPlan::CausalLm(c) = &self.workload
             && c.requests.is_none()
@@ -359,6 +382,34 @@ impl MeasurePlan {
     /// Refuses a multimodal request longer than the text model's positions, counting what is
     /// known before processing: its text, its output and the least its images take
     /// (`VlmPlan::min_image_tokens`); the worker checks the total once the images are processed.
+    /// Refuses a vlm load whose images alone pass `bound` bytes of host memory, before the worker
+    /// builds any: each image is made as H × W × 3 bytes (uint8) and processed into at least as
+    /// many float32 values (`workloads/vlm.py`), 15 bytes a pixel; a billion-image batch reached
+    /// 9 GB resident before this check.
+    fn check_vlm_images(&self, v: &VlmPlan, bound: u128, what: &str) -> Result<()> {
+        let (h, w) = self.dims.image_size();
+        let (count, flag) = match &v.requests {
+            Some(_) => (self.dims.requests, "--requests"),
+            None => (self.dims.batch, "--batch"),
+        };
+        let images = u128::from(count) * u128::from(self.dims.images_per_request);
+        let bytes = images * u128::from(h) * u128::from(w) * 15;
+        if bytes <= bound {
+            return Ok(());
+        }
+        let g = crate::units::group_thousands;
+        let fitting = bound / (u128::from(h) * u128::from(w) * 15).max(1);
+        bail!(
+            "{flag} {count} × --images-per-request {} = {} images of {h}x{w} need at least {} bytes of host memory to build and process ({} images × {h} × {w} pixels × 3 channels × (1 byte + 4 bytes float32)), above {what}, {} bytes: give at most {} images in all (a smaller {flag} or --images-per-request, or a smaller --resolution)",
+            self.dims.images_per_request,
+            g(images),
+            g(bytes),
+            g(images),
+            g(bound),
+            g(fitting)
+        )
+    }
+
     fn check_vlm_positions(&self, v: &VlmPlan) -> Result<()> {
         let Some(max) = v.max_positions else {
             return Ok(());

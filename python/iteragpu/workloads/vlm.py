@@ -80,6 +80,13 @@ def _processor(transformers: Any, path: str) -> Any:
             return cls(**settings)
         except ImportError as exc:  # transformers' word for a missing backend (PIL, torchvision)
             errors.append(f"{name}: {str(exc).strip().splitlines()[0]}")
+    if not errors:
+        # No class of that name: the file names something this transformers does not have, which
+        # no package to install would fix.
+        raise ValueError(
+            f"{path}: image_processor_type {kind!r} is not an image processor of transformers {transformers.__version__}; "
+            "fix the file (the name published with the model, e.g. Qwen2VLImageProcessor), or upgrade transformers if the model is newer"
+        )
     raise Missing(
         f"the image processor {kind} cannot be built here ({'; '.join(errors) or 'transformers has no such class'}); "
         "install pillow (pip install pillow) in this interpreter"

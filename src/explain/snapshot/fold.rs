@@ -292,6 +292,8 @@ pub(crate) struct Folder {
     root: Option<Kind>,
     saw_segments: bool,
     saw_traces: bool,
+    /// Items of the segment list that are not segment dictionaries (`[1, 2, 3]`).
+    stray_segments: u64,
     annotations: Vec<Annotation>,
     counts: BTreeMap<&'static str, u64>,
 }
@@ -772,6 +774,10 @@ impl Schema for Folder {
                 Role::Stream(Ctx::Frames)
             }
             (Some(Ctx::Frames), Kind::Dict) => Role::Stream(Ctx::Frame),
+            (Some(Ctx::Segments), Kind::List) => {
+                self.stray_segments += 1;
+                Role::Skip
+            }
             _ => Role::Skip,
         }
     }
@@ -808,6 +814,7 @@ impl Schema for Folder {
         strings: &Strings,
     ) {
         match (ctx, acc) {
+            (Ctx::Segments, _) => self.stray_segments += 1,
             (Ctx::Root, _) => match self.key_word(key, strings) {
                 // The first one only (PyTorch writes one): a file that sets it again and again
                 // would convert it again and again.

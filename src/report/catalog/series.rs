@@ -147,23 +147,36 @@ pub fn predicted_frontier(f: &FrontierRecord, lang: Style) -> String {
     let resolution = lang.integer(u128::from(f.resolution));
     let deciding = f.deciding.as_ref().map_or(String::new(), |d| {
         let (view, cap) = (lang.size(d.driver_view_bytes), lang.size(Some(d.capacity_bytes)));
+        // The category, the module (or none) and the line of code that asked: the same
+        // allocation the verdict names, never "(other, —)" beside a verdict that names the line.
         let category = |a: &crate::schema::series::DecidingAllocation| {
-            super::observed::storage_category(&a.category, lang)
+            let module = match (a.module.as_deref(), fr) {
+                (Some(m), _) => format!("`{m}`"),
+                (None, true) => "hors de tout module".to_string(),
+                (None, false) => "no module".to_string(),
+            };
+            let at = match (&a.file, a.line) {
+                (Some(file), Some(line)) => format!(", `{file}:{line}`"),
+                (Some(file), None) => format!(", `{file}`"),
+                _ => String::new(),
+            };
+            format!(
+                "{}, {module}{at}",
+                super::observed::storage_category(&a.category, lang)
+            )
         };
         match (&d.allocation, fr) {
             (Some(a), true) => format!(
-                " ; décidée dans la phase `{}` par une allocation de {} ({}, `{}`) qui ne tient pas dans {cap} ; l’exécution entière demande {view} (vue du pilote)",
+                " ; décidée dans la phase `{}` par une allocation de {} ({}) qui ne tient pas dans {cap} ; l’exécution entière demande {view} (vue du pilote)",
                 d.phase,
                 lang.size(Some(a.bytes)),
                 category(a),
-                a.module.as_deref().unwrap_or("—")
             ),
             (Some(a), false) => format!(
-                "; decided in phase `{}` by an allocation of {} ({}, `{}`) that does not fit in {cap}; the whole run needs {view} (driver's view)",
+                "; decided in phase `{}` by an allocation of {} ({}) that does not fit in {cap}; the whole run needs {view} (driver's view)",
                 d.phase,
                 lang.size(Some(a.bytes)),
                 category(a),
-                a.module.as_deref().unwrap_or("—")
             ),
             (None, true) => format!(
                 " ; décidée par la phase `{}` (vue du pilote {view} > capacité {cap})",

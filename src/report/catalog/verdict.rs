@@ -172,6 +172,20 @@ impl VerdictValue<'_> {
     }
 }
 
+/// No dimension declared by a script that was given arguments (`-- --batch 8`): the arguments
+/// are shown, and how to make them dimensions.
+pub fn undeclared_arguments(args: &str, lang: Style) -> String {
+    if lang.fr() {
+        format!(
+            "aucune dimension déclarée ; arguments du script `{args}`, passés tels quels (pour qu’ils deviennent des dimensions : iteragpu.describe(batch=…) dans le script, ou `--batch N -- --batch {{batch}}`)"
+        )
+    } else {
+        format!(
+            "no declared dimension; the script's arguments `{args}` were passed as written (to make them dimensions: iteragpu.describe(batch=…) in the script, or `--batch N -- --batch {{batch}}`)"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

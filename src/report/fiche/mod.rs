@@ -73,6 +73,17 @@ pub fn build(
         Input::Measure(r) => r,
         // The one place a prediction's fiche parts from a measurement's.
         Input::Prediction(p) => {
+            // A second run (a prediction, a measurement) is not a series: the fiche is of one run.
+            if let Some(m) = series.filter(|m| !matches!(m.doc, Input::Series(_))) {
+                return Err(m.wrong(
+                    load::SERIES,
+                    &format!(
+                        "a fiche is of one run, and its later files are sweep series; to set two runs side by side: iteragpu compare {} {}",
+                        result.path.display(),
+                        m.path.display()
+                    ),
+                ));
+            }
             if let Some(m) = series {
                 // Its frontier needs the measurement it was validated against; both frontiers
                 // are drawn in the measurement's fiche.

@@ -220,7 +220,15 @@ fn verdict(
         value: format!(
             "`{workload}` · {}",
             if dims.is_empty() {
-                lang.say(VerdictText::DeclaredDimension).to_string()
+                match &p.spec.workload {
+                    crate::schema::spec::WorkloadSpec::Script(s) if !s.script_args.is_empty() => {
+                        crate::report::catalog::verdict::undeclared_arguments(
+                            &s.script_args.join(" "),
+                            lang,
+                        )
+                    }
+                    _ => lang.say(VerdictText::DeclaredDimension).to_string(),
+                }
             } else {
                 format!("`{}`", dims.join(" · "))
             }

@@ -18,6 +18,13 @@ impl Folder {
                     "its dictionary has neither \"segments\" nor \"device_traces\"".into(),
                 ));
             }
+            // A list of anything but segments (`[1, 2, 3]`) is not an empty snapshot.
+            _ if self.stray_segments > 0 && self.devices.values().all(|a| !a.seen_segments) => {
+                return Err(SnapshotError::NotASnapshot(format!(
+                    "its list of segments holds {} item(s) that are not segment dictionaries (each with \"total_size\" and \"blocks\") and no segment",
+                    self.stray_segments
+                )));
+            }
             _ => {}
         }
         let strings = &run.strings;
