@@ -495,7 +495,8 @@ pub struct LmTrainingArgs {
     /// causal-lm: LoRA rank (through peft).
     #[arg(long, value_name = "R", value_parser = positive_u64, requires = "lora_targets")]
     pub lora_rank: Option<u64>,
-    /// causal-lm: modules that get LoRA adapters, comma-separated.
+    /// causal-lm: modules that get LoRA adapters, comma-separated, or `all-linear` (peft's: every
+    /// linear layer but the output head).
     #[arg(
         long,
         value_name = "LIST",
@@ -703,7 +704,8 @@ pub struct EstimateArgs {
     /// LoRA rank: train adapters on --lora-targets instead of the whole model.
     #[arg(long, value_name = "R", value_parser = dimension, requires_all = ["train", "lora_targets"], help_heading = "Training")]
     pub lora_rank: Option<u64>,
-    /// Modules that get LoRA adapters, comma-separated (q_proj,v_proj).
+    /// Modules that get LoRA adapters, comma-separated (q_proj,v_proj), or `all-linear` (peft's:
+    /// every linear layer but the output head).
     #[arg(
         long,
         value_name = "LIST",

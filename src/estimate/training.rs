@@ -41,7 +41,11 @@ impl TrainingSummary {
         }
         if let (Some(_), WeightsSource::Model(m)) = (&req.lora, source) {
             // --dtype may say otherwise than the compute dtype.
-            meaning.lora_base_dtype = Some(m.compute_dtype.torch_name());
+            meaning.lora_base_dtype = Some(match m.architecture.quantization {
+                // Stored packed (the weights terms say how), dequantized to compute.
+                Some(_) => "quantized (its storage in the weights terms)",
+                None => m.compute_dtype.torch_name(),
+            });
         }
         TrainingSummary {
             precision: req.precision,
@@ -83,8 +87,9 @@ fn trainable(source: &WeightsSource, req: &TrainingRequest) -> Result<Trainable,
         (Some(lora), WeightsSource::Model(m)) => {
             let arch = &m.architecture;
             check_lora_targets(&lora.targets, arch)?;
+            let targets = lora_targets(&lora.targets, arch);
             let mut adapters = Vec::new();
-            for target in &lora.targets {
+            for target in &targets {
                 let matched: Vec<&TensorGroup> = arch
                     .groups
                     .iter()
@@ -133,6 +138,26 @@ fn linear_modules(arch: &Architecture) -> Vec<&str> {
         .iter()
         .filter(|grp| grp.linear_dims().is_some())
         .map(TensorGroup::module)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// peft's `target_modules="all-linear"`: every linear layer but the output head
+/// (peft/tuners/tuners_utils.py `_maybe_include_all_linear_layers` leaves out
+/// `get_output_embeddings()`); any other list is taken as written.
+pub const ALL_LINEAR: &str = "all-linear";
+
+fn lora_targets(targets: &[String], arch: &Architecture) -> Vec<String> {
+    if targets != [ALL_LINEAR] {
+        return targets.to_vec();
+    }
+    let mut names: Vec<String> = arch
+        .groups
+        .iter()
+        .filter(|grp| grp.linear_dims().is_some() && matches!(grp.role, Role::Linear | Role::Router))
+        .map(|grp| grp.module().to_string())
         .collect();
     names.sort_unstable();
     names.dedup();

@@ -500,10 +500,14 @@ impl MeasurePlan {
     pub fn precision_note(&self) -> Option<String> {
         let t = self.training()?;
         let lora = matches!(&self.workload, WorkloadPlan::CausalLm(c) if c.lora.is_some());
-        let meaning =
+        let mut meaning =
             <crate::estimate::Precision as clap::ValueEnum>::from_str(t.precision.as_ref(), false)
                 .ok()?
                 .meaning(lora);
+        if matches!(&self.workload, WorkloadPlan::CausalLm(c) if c.lora.is_some() && c.quantize.is_some())
+        {
+            meaning.lora_base_dtype = Some("quantized (--quantize), dequantized to compute");
+        }
         Some(format!(
             "training precision: --precision {}{}: {meaning}",
             t.precision.as_ref(),

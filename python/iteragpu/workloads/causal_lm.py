@@ -291,7 +291,9 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
                 # QLoRA's recipe: the norms and the head upcast to float32, the input
                 # embeddings' outputs made to require grad, gradient checkpointing when asked.
                 model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing)
-            lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=list(spec.lora_targets))
+            # "all-linear" is peft's own value (every linear layer but the output head), passed as is.
+            targets = "all-linear" if list(spec.lora_targets) == ["all-linear"] else list(spec.lora_targets)
+            lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=targets)
             model = peft.get_peft_model(model, lora)
         if shard == "ddp":
             if checkpointing:
