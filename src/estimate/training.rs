@@ -156,7 +156,9 @@ fn lora_targets(targets: &[String], arch: &Architecture) -> Vec<String> {
     let mut names: Vec<String> = arch
         .groups
         .iter()
-        .filter(|grp| grp.linear_dims().is_some() && matches!(grp.role, Role::Linear | Role::Router))
+        .filter(|grp| {
+            grp.linear_dims().is_some() && matches!(grp.role, Role::Linear | Role::Router)
+        })
         .map(|grp| grp.module().to_string())
         .collect();
     names.sort_unstable();

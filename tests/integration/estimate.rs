@@ -2237,3 +2237,34 @@ fn sharding_mistakes_are_refused() {
     ]);
     assert_eq!(doc["sharding"]["nodes"], u64::MAX);
 }
+
+/// `--lora-targets all-linear` is peft's: every linear layer but the output head, so the same
+/// adapters as naming the seven projections of a Llama block (and fewer than adding `lm_head`).
+#[test]
+fn lora_all_linear_is_every_linear_layer_but_the_head() {
+    let model = fixture("models/llama-3-8b");
+    let model = model.to_str().expect("a UTF-8 path");
+    let adapters = |targets: &str| {
+        let doc = estimate_json(&[
+            "--model",
+            model,
+            "--train",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            targets,
+        ]);
+        id_bytes(&doc, "lora_adapters")
+    };
+    let all = adapters("all-linear");
+    let seven = adapters("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    assert_eq!(all, seven);
+    // 32 layers × r 16 × Σ(in + out) of the seven projections × 4 bytes (float32 adapters).
+    let per_layer: u64 = [(4096, 4096), (4096, 1024), (4096, 1024), (4096, 4096)]
+        .iter()
+        .chain(&[(4096, 14336), (4096, 14336), (14336, 4096)])
+        .map(|(i, o)| 16 * (i + o))
+        .sum();
+    assert_eq!(all, 32 * per_layer * 4);
+    assert!(adapters("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head") > all);
+}
