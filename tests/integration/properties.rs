@@ -353,3 +353,57 @@ mod config_pipeline {
         }
     }
 }
+
+#[path = "../../fuzz/support/serving_plan.rs"]
+mod serving_plan;
+
+/// The serving planner on extreme models and requests (every value from the whole `u64` range):
+/// refused with a message or planned sanely, never a panic nor a wrap (tests build with overflow
+/// checks). The fuzz target `serving_plan` runs the same code (`cargo fuzz run serving_plan`).
+mod serving_planner {
+    use super::serving_plan::{PLAN_BYTES, run};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_serving_planner_never_panics_nor_wraps(data in prop::collection::vec(any::<u8>(), PLAN_BYTES)) {
+            run(&data).map_err(TestCaseError::fail)?;
+        }
+    }
+
+    /// The same property as a campaign of `ITERAGPU_FUZZ_CASES` inputs (default 20,000) from a
+    /// fixed-seed generator, with the counts printed: what runs here without cargo-fuzz.
+    #[test]
+    fn serving_planner_campaign() {
+        let cases: u64 = std::env::var("ITERAGPU_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut planned, start) = (0u64, std::time::Instant::now());
+        for _ in 0..cases {
+            let data: Vec<u8> = (0..PLAN_BYTES / 8)
+                .flat_map(|_| next().to_le_bytes())
+                .collect();
+            if run(&data).unwrap_or_else(|e| panic!("{e}")).planned {
+                planned += 1;
+            }
+        }
+        println!(
+            "serving planner: {cases} cases, {planned} planned, the rest refused, in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        assert!(
+            planned > 0,
+            "no case was planned: the generator explores nothing"
+        );
+    }
+}
