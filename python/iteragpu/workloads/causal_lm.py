@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import names
 from ..recorder import Recorder
 from ..spec import CausalLm
 from . import sharding, training
@@ -40,7 +41,7 @@ def _config(spec: CausalLm) -> tuple[Any, Any]:
     with open(spec.model_config, encoding="utf-8") as f:
         raw = json.load(f)
     raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
-    model_type = raw.pop("model_type")
+    model_type = names.check_config(transformers, raw, spec.model_config)
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
 
 
@@ -166,7 +167,7 @@ def _serve(rec: Recorder, torch: Any, transformers: Any, model: Any, prompts: li
 
 def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
     transformers, config = _config(spec)
-    dtype = getattr(torch, spec.dtype)
+    dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     device = torch.device(spec.devices[0])
     torch.manual_seed(spec.seed)
     rec.describe(
