@@ -505,7 +505,7 @@ fn a_fork_in_a_script_under_a_folder_named_iteragpu_or_torch_names_its_line() {
             .fake_torch()
             .arg("--script")
             .arg(&script)
-            .output(&dir.path().join("fork.json"))
+            .output(dir.path().join("fork.json"))
             .succeeds()
             .result();
         assert_eq!(doc.phase_names(), ["load", "forked", "after"], "{folder}");

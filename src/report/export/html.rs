@@ -275,7 +275,7 @@ mod tests {
             attachments: vec![Attachment {
                 path: "r.json".into(),
                 sha256: "00".into(),
-                raw: format!("{{\"x\": \"p\u{202e}q\u{2066}\"}}"),
+                raw: "{\"x\": \"p\u{202e}q\u{2066}\"}".to_string(),
             }],
         };
         let bad = ['\u{1b}', '\u{7}', '\u{202e}', '\u{2066}'];
