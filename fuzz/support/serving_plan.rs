@@ -144,12 +144,22 @@ pub fn run(b: &[u8]) -> Result<Outcome, String> {
         return Err(format!("{blocks} blocks × {} wraps", s.block_size));
     }
     // More memory on the card never means fewer KV tokens (the budget is a share of the card
-    // unless it is given).
+    // unless it is given), once the settings the engines derive from the card's memory (vLLM's
+    // profile-run sizes, SGLang's mem_fraction_static: larger on a larger card, so a larger
+    // activation peak) are held at what the smaller card resolved.
     if request.kv_cache_memory.is_none()
         && let Some(double) = request.device_total.get().checked_mul(2)
     {
+        let vllm = request.engine == Engine::Vllm;
         let bigger = ServeRequest {
             device_total: Bytes(double),
+            gpu_memory_utilization: Some(s.gpu_memory_utilization),
+            max_num_seqs: if vllm { s.max_num_seqs } else { None },
+            max_num_batched_tokens: if vllm {
+                s.max_num_batched_tokens
+            } else {
+                request.max_num_batched_tokens
+            },
             ..request.clone()
         };
         if let Ok(q) = plan(&model, &bigger)

@@ -34,6 +34,12 @@
 //! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
 //! reported, not fatal.
 //!
+//! On a worker's standard-output channel each line begins with the run's token in place of the
+//! event's `{`: `{"token": "3f…", "type": …, "data": …}`. The CLI makes the token
+//! ([`new_token`]) and passes it in [`TOKEN_ENV`]; a line without it is [`Line::Forged`], never
+//! an event, and the result says how many there were ([`forged_note`]). A rank's socket
+//! connection under torchrun and a notebook's events file carry no token.
+//!
 //! `Event` is the contract: `schema/events.schema.json` is generated from it (schemars), and
 //! `tests/integration/contract.rs` fails when it is stale and validates what the worker emits.
 

@@ -1,7 +1,8 @@
 //! `measure` and `environment` end to end with the fake torch (CI has no GPU).
 
 use crate::common::{
-    EmptyCache, Phases, Run, RunStatus, documented_specs, fixture, read_json, with_fake_torch,
+    EmptyCache, Phases, Run, RunStatus, documented_specs, fixture, python_checks, read_json,
+    torch_python, with_fake_torch,
 };
 use predicates::prelude::*;
 use std::path::Path;
@@ -513,6 +514,16 @@ fn a_fork_in_a_script_under_a_folder_named_iteragpu_or_torch_names_its_line() {
         let line = format!("forked a child process at {}:12", script.display());
         assert!(notes.contains(&line), "{folder}: {notes}");
     }
+}
+
+/// The prediction's side of the same rule: a user's file in a folder named `torch`, `iteragpu` or
+/// `iteragpu/predict` is the allocation site and the user frame, torch's and the tool's own files
+/// are not (`tests/python/frames_by_location.py`).
+#[test]
+#[ignore = "needs torch"]
+fn frames_under_folders_named_torch_or_iteragpu_are_the_users() {
+    let out = python_checks(&torch_python(), "frames_by_location.py");
+    assert!(out.contains("frames by location: "), "{out}");
 }
 
 /// An out-of-memory error wrapped deep in a message over 4,000 characters: the PyTorch text is
