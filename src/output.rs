@@ -18,16 +18,29 @@ use std::path::{Path, PathBuf};
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        let line = format!($($arg)*);
+        let _ = writeln!(std::io::stderr().lock(), "{}", $crate::output::terminal_safe(&line));
     }};
 }
 
-/// Text for a terminal: control characters that a file or a workload may carry (an escape that
-/// clears the screen or sets the window title, a carriage return that hides a line) are shown as
-/// `\x1b`-style escapes; line breaks and tabs stay. Every table printed from a document or a
-/// worker's events goes through it.
+/// Whether a character of text read from a file or a script is shown escaped by every renderer:
+/// control characters (ESC, BEL, carriage return, C1 controls, DEL; line breaks and tabs stay) and
+/// the bidirectional controls that reorder what is shown (the overrides and embeddings
+/// U+202A–U+202E, the isolates U+2066–U+2069, and the marks U+200E, U+200F, U+061C: "Trojan
+/// Source", CVE-2021-42574).
+pub fn unsafe_char(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || c == '\u{7f}'
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}')
+}
+
+/// The one sanitiser for text from files and scripts, used by every renderer (the terminal tables,
+/// error messages and every line on standard error through [`say!`], Markdown, HTML and CSV):
+/// each [`unsafe_char`] is shown as an escape, `\x1b` for a control character up to U+00FF and
+/// `\u{202e}` beyond, so an escape that clears the screen or sets the window title, a carriage
+/// return that hides a line, or a bidirectional override that reverses a name is seen, never
+/// obeyed.
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
     if !text.chars().any(unsafe_char) {
         return Cow::Borrowed(text);
     }
@@ -367,5 +380,11 @@ mod terminal_tests {
         );
         assert_eq!(terminal_safe("over\rwrite"), "over\\x0dwrite");
         assert_eq!(terminal_safe("c1\u{9b}31m"), "c1\\x9b31m");
+        assert_eq!(terminal_safe("bell\u{7}"), "bell\\x07");
+        // Bidirectional overrides and isolates are shown, never applied.
+        assert_eq!(terminal_safe("ab\u{202e}cd"), "ab\\u{202e}cd");
+        assert_eq!(terminal_safe("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
+        assert_eq!(terminal_safe("\u{202a}\u{202d}"), "\\u{202a}\\u{202d}");
+        assert_eq!(terminal_safe("é 日本"), "é 日本");
     }
 }

@@ -79,6 +79,12 @@ pub struct Outcome {
 pub fn run(config: &[u8], knobs: Knobs) -> Result<Outcome, String> {
     let mut outcome = Outcome::default();
     let path = Path::new("fuzz/config.json");
+    // The positions a request is checked against: bounded and positive, or refused.
+    if let Ok(Some(n)) = Config::parse_bytes(path, config).and_then(|c| c.max_positions())
+        && !(1..=iteragpu::model::config::MAX_POSITIONS).contains(&n)
+    {
+        return Err(format!("max_positions {n} taken past its bounds"));
+    }
     let arch = match Config::parse_bytes(path, config).and_then(|c| Architecture::from_config(&c)) {
         Ok(arch) => arch,
         Err(e) => {

@@ -7,6 +7,12 @@ writing to fd 1 — lands on stderr and can never corrupt the event stream.
 Only the process that opened the channel speaks on it: a child forked by the workload (a
 DataLoader worker, a pool) inherits the descriptor, but its events are dropped, and the first
 fork is said once (a note with the line that forked), so no phase is ever recorded twice.
+
+The channel is authenticated both ways: each line begins with the run's token (`{"token": "…", `),
+which the CLI generates and passes in `ITERAGPU_CHANNEL_TOKEN` (taken out of the environment at
+once, so no program the workload starts inherits it), and a forked child's copy of the
+descriptor is pointed at /dev/null and its copy of the token forgotten (`os.register_at_fork`).
+The CLI drops every line without the token and says how many ("N forged lines ignored").
 """
 
 from __future__ import annotations
@@ -18,8 +24,13 @@ import threading
 from types import FrameType
 from typing import IO, Any
 
+from . import frames
+
 # Version of the event protocol (the `hello` event carries it).
 PROTOCOL: int = 1
+
+# The environment variable that carries the run's channel token (src/schema/events.rs TOKEN_ENV).
+TOKEN_ENV: str = "ITERAGPU_CHANNEL_TOKEN"
 
 
 class Channel:
@@ -31,14 +42,31 @@ class Channel:
         self._lock = threading.RLock()
         self._owner = os.getpid()
         self._said_fork = False
-        os.register_at_fork(before=self._forking)
+        token = os.environ.pop(TOKEN_ENV, None)
+        # What each line begins with in place of its `{`: the token first (what the CLI checks).
+        self._prefix = "{" + f'"token": {json.dumps(token)}, ' if token else "{"
+        os.register_at_fork(before=self._forking, after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """In a forked child: the token is forgotten and the inherited descriptor leads nowhere, so
+        neither this object nor raw writes on the descriptor can speak for the worker."""
+        self._prefix = "{"
+        try:
+            fd = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd, inheritable=False)
+            os.close(null)
+        except (OSError, ValueError):  # a closed stream (a notebook's finished events file)
+            pass
 
     def _forking(self) -> None:
         if os.getpid() != self._owner or self._said_fork:
             return
         self._said_fork = True
         frame: FrameType | None = sys._getframe(1)
-        while frame is not None and ("/multiprocessing/" in frame.f_code.co_filename or "/iteragpu/" in frame.f_code.co_filename or "/torch/" in frame.f_code.co_filename):
+        # By location: a user's script in a folder named iteragpu or torch is still theirs.
+        ours = frames.package_dirs("multiprocessing", "iteragpu", "torch")
+        while frame is not None and frames.under(frame.f_code.co_filename, ours):
             frame = frame.f_back
         where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
         self.emit(
@@ -68,7 +96,7 @@ class Channel:
             return
         line = json.dumps({"type": type_, "data": data}, allow_nan=False, default=str)
         with self._lock:
-            self._stream.write(line + "\n")
+            self._stream.write(self._prefix + line[1:] + "\n")
             self._stream.flush()
 
     def close(self) -> None:
@@ -80,6 +108,8 @@ class Channel:
     def write_lines(self, lines: list[str]) -> None:
         """Events already encoded, written at once (a prediction's many storage events)."""
         if lines and self._mine():
+            if self._prefix != "{":
+                lines = [self._prefix + line[1:] for line in lines]
             with self._lock:
                 self._stream.write("\n".join(lines) + "\n")
                 self._stream.flush()

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from iteragpu import phase
+from iteragpu import names, phase
 
 
 def _config(path: str, tp: int) -> Any:
@@ -34,7 +34,7 @@ def _config(path: str, tp: int) -> Any:
     with open(path, encoding="utf-8") as f:
         raw = json.load(f)
     raw.pop("quantization_config", None)  # activations run in the compute dtype, never quantized
-    model_type = raw.pop("model_type")
+    model_type = names.check_config(transformers, raw, path)
     config = transformers.AutoConfig.for_model(model_type, **raw)
     text = config.get_text_config(decoder=True)
     if tp > 1:
@@ -84,7 +84,7 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size: one rank's shard")
     a = p.parse_args()
     transformers, config = _config(a.config, a.tp)
-    dtype = getattr(torch, a.dtype)
+    dtype = names.torch_dtype(torch, a.dtype, "the profile run's arguments")
     requests = max(1, min(a.seqs, a.tokens))
     length = -(-a.tokens // requests)
     vocab = config.get_text_config(decoder=True).vocab_size

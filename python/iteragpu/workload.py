@@ -10,7 +10,7 @@ import traceback
 from types import FrameType
 from typing import Any, Callable, ContextManager, NoReturn
 
-from . import recorder
+from . import frames, recorder
 from .recorder import Emit, Recorder
 from .spec import CausalLm, Dense, Script, Vision, Vlm, WorkerSpec
 
@@ -95,7 +95,6 @@ def run_script(spec: Script) -> int:
 
 
 _LIBRARIES: tuple[str, ...] = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)
-_TOOL: str = os.path.dirname(os.path.abspath(__file__))
 
 
 def script_frame() -> tuple[str, int] | tuple[None, None]:
@@ -104,7 +103,7 @@ def script_frame() -> tuple[str, int] | tuple[None, None]:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
-        own = file.startswith(_TOOL + os.sep) or "/torch/" in file or file.startswith("<")
+        own = file.startswith("<") or frames.under(file, frames.package_dirs("iteragpu", "torch"))
         if not own and not os.path.realpath(file).startswith(_LIBRARIES):
             return file, frame.f_lineno
         frame = frame.f_back

@@ -18,7 +18,7 @@ pub fn run(args: &CardsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         (None, Some(path)) => Some(need::from_file(path)?),
         (None, None) => None,
     };
-    let Some(need) = need else {
+    let Some(need) = need.map(need::bounded).transpose()? else {
         let text = super::json_or(args.json, &catalog, || cards::render::catalog(&catalog))?;
         out.write_all(text.as_bytes())?;
         return Ok(ExitStatus::Ok);

@@ -28,7 +28,7 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
     let text = if args.json {
         estimate::render::json(&est)
     } else {
-        estimate::render::table(&est)
+        crate::output::terminal_safe(&estimate::render::table(&est)).into_owned()
     };
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::because("cannot write the estimate to standard output", &e))?;
@@ -732,10 +732,10 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
     };
     let dtype_rule = format!("{} ({})", m.compute_dtype.torch_name(), m.dtype_source);
     let text = fields.section("text_config")?;
-    let position_limit = match fields.opt_u64("max_position_embeddings")? {
+    let position_limit = match fields.positive_positions("max_position_embeddings")? {
         Some(n) => Some(n),
         None => match &text {
-            Some(t) => t.opt_u64("max_position_embeddings")?,
+            Some(t) => t.positive_positions("max_position_embeddings")?,
             None => None,
         },
     };

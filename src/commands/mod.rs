@@ -19,7 +19,8 @@ fn json_or<T: serde::Serialize + ?Sized>(
     Ok(if json {
         serde_json::to_string_pretty(doc)? + "\n"
     } else {
-        table()
+        // The one sanitiser, on every table a command prints (idempotent on those already safe).
+        crate::output::terminal_safe(&table()).into_owned()
     })
 }
 

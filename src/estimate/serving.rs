@@ -199,6 +199,153 @@ fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
+/// The bounds of what the planner takes, each far above any published model, card or engine
+/// setting: within them every product the planner forms fits in a `u64` (the tests build with
+/// overflow checks and a proptest draws every value from the whole `u64` range).
+pub mod bounds {
+    /// Widths, heads, head sizes, vocabulary, MLP (`config.rs::MAX_DIMENSION`).
+    pub const DIMENSION: u64 = 1 << 24;
+    /// KV values per token of one layer (heads × head size): 2^24.
+    pub const KV_WIDTH: u64 = 1 << 24;
+    /// Layers (`config.rs::MAX_LAYERS`).
+    pub const LAYERS: u64 = 100_000;
+    /// Positions: max_model_len, windows, lengths, batched tokens, the rotary cache's positions.
+    pub const POSITIONS: u64 = 1 << 32;
+    /// Sequences at once (`--max-num-seqs`).
+    pub const SEQUENCES: u64 = 1 << 24;
+    /// Tensor-parallel ranks.
+    pub const RANKS: u64 = 1 << 16;
+    /// Tokens per KV block or page (`--block-size`; engines take at most 256).
+    pub const BLOCK: u64 = 1 << 16;
+    /// Bytes of one element.
+    pub const ELEMENT: u64 = 64;
+    /// Any size in bytes (a card, weights, a budget): 2^60, an exbibyte.
+    pub const BYTES: u64 = 1 << 60;
+}
+
+/// Refuses a model or a request past [`bounds`], naming the value, the option or config field it
+/// came from and the bound: an absurd value is a typo or a corrupt file, and the planner's sums and
+/// products are then never wrapped.
+fn check_bounds(m: &ServeModel, r: &ServeRequest) -> Result<(), EstimateError> {
+    use crate::units::group_thousands;
+    let check = |name: &str, v: u64, lo: u64, hi: u64| -> Result<(), EstimateError> {
+        if (lo..=hi).contains(&v) {
+            return Ok(());
+        }
+        Err(EstimateError::Input(format!(
+            "{name} is {}, outside what the serving planner takes ({} to {}, far beyond any published model, card or engine setting): check the value",
+            group_thousands(u128::from(v)),
+            group_thousands(u128::from(lo)),
+            group_thousands(u128::from(hi)),
+        )))
+    };
+    let cfg = "the config's";
+    check(&format!("{cfg} KV heads"), m.kv_heads, 1, bounds::DIMENSION)?;
+    check(
+        &format!("{cfg} head size"),
+        m.head_size,
+        1,
+        bounds::DIMENSION,
+    )?;
+    check(
+        &format!("{cfg} KV heads × head size"),
+        m.kv_heads.saturating_mul(m.head_size),
+        1,
+        bounds::KV_WIDTH,
+    )?;
+    check(
+        &format!("{cfg} hidden size"),
+        m.hidden,
+        0,
+        bounds::DIMENSION,
+    )?;
+    check(
+        &format!("{cfg} query width"),
+        m.q_width,
+        0,
+        bounds::DIMENSION,
+    )?;
+    check(
+        &format!("{cfg} MLP width"),
+        m.intermediate,
+        0,
+        bounds::DIMENSION,
+    )?;
+    check(&format!("{cfg} vocabulary"), m.vocab, 0, bounds::DIMENSION)?;
+    check(
+        &format!("{cfg} layer count"),
+        m.layers.len() as u64,
+        0,
+        bounds::LAYERS,
+    )?;
+    for w in m.layers.iter().flatten() {
+        check(&format!("{cfg} sliding_window"), *w, 1, bounds::POSITIONS)?;
+    }
+    check("the dtype's bytes", m.dtype_bytes, 1, bounds::ELEMENT)?;
+    check(
+        "the model's weights in bytes",
+        m.weights.get(),
+        0,
+        bounds::BYTES,
+    )?;
+    if let Ok(rot) = &m.rotary {
+        check(
+            "the rotary cache's positions",
+            rot.positions,
+            0,
+            bounds::POSITIONS,
+        )?;
+        check("the rotary dimension", rot.dim, 0, bounds::DIMENSION)?;
+    }
+    check(
+        "the device's memory in bytes",
+        r.device_total.get(),
+        MIB,
+        bounds::BYTES,
+    )?;
+    if let Some(u) = r.gpu_memory_utilization
+        && !(u > 0.0 && u <= 1.0)
+    {
+        return Err(EstimateError::Input(format!(
+            "--gpu-memory-utilization {u} is not a share of the card: give a value above 0 and at most 1 (0.9 is the engines' default)"
+        )));
+    }
+    check("max_model_len", r.max_model_len, 1, bounds::POSITIONS)?;
+    if let Some(n) = r.max_num_seqs {
+        check("--max-num-seqs", n, 1, bounds::SEQUENCES)?;
+    }
+    if let Some(n) = r.max_num_batched_tokens {
+        check("--max-num-batched-tokens", n, 1, bounds::POSITIONS)?;
+    }
+    check(
+        "--tensor-parallel-size",
+        r.tensor_parallel_size,
+        1,
+        bounds::RANKS,
+    )?;
+    if let Some(n) = r.block_size {
+        check("--block-size", n, 1, bounds::BLOCK)?;
+    }
+    for (name, v) in [
+        ("--weights-memory", r.weights),
+        ("--non-torch", r.non_torch),
+        ("--kv-cache-memory", r.kv_cache_memory),
+    ] {
+        if let Some(b) = v {
+            check(name, b.get(), 0, bounds::BYTES)?;
+        }
+    }
+    if let Some(ActivationPeak::FromLog(b) | ActivationPeak::Predicted { bytes: b, .. }) =
+        &r.activation_peak
+    {
+        check("--activation-peak", b.get(), 0, bounds::BYTES)?;
+    }
+    for n in &r.lengths {
+        check("--concurrency-at", *n, 1, bounds::POSITIONS)?;
+    }
+    Ok(())
+}
+
 /// The plan for one GPU.
 pub fn plan(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     plan_with(m, r, &refusal::StartFacts::default())
@@ -210,6 +357,7 @@ pub fn plan_with(
     r: &ServeRequest,
     facts: &refusal::StartFacts,
 ) -> Result<Plan, EstimateError> {
+    check_bounds(m, r)?;
     if m.layers.is_empty() {
         return Err(EstimateError::Input(
             "the model has no attention layer with a KV cache: a serving engine allocates no KV pool for it".into(),

@@ -79,6 +79,8 @@ pub(crate) struct Source {
     pub(crate) done_order: Option<usize>,
     pub(crate) unknown: Vec<Value>,
     pub(crate) garbage: u64,
+    /// Lines without the run's channel token, ignored.
+    pub(crate) forged: u64,
     pub(crate) notes: Vec<String>,
     pub(crate) history: Option<crate::schema::history::HistoryStatus>,
     pub(crate) oom_snapshots: Vec<crate::schema::history::OomSnapshot>,
@@ -194,6 +196,7 @@ impl Source {
             ) => {}
             Line::Unknown(value) => self.unknown.push(value),
             Line::Garbage(_) => self.garbage += 1,
+            Line::Forged => self.forged += 1,
         }
     }
 
@@ -302,6 +305,9 @@ pub(crate) fn build(
     }
     // Nested phases end inner first: the file lists them in the order they began.
     p.phases.sort_by_key(|r| r.index);
+    if p.forged > 0 {
+        notes.push(crate::schema::events::forged_note(p.forged));
+    }
     if p.garbage > 0 {
         notes.push(format!(
             "{} line(s) on the event channel were not JSON and were ignored",

@@ -25,6 +25,11 @@ pub const MAX_DIMENSION: u64 = 1 << 24;
 /// published model): any tensor size in bytes, times any element width, fits in a `u64`.
 pub const MAX_PARAMETERS: u64 = 1 << 50;
 
+/// Largest position count accepted (`max_position_embeddings`, `n_positions`, `sliding_window`):
+/// 2^32, over 400 times the longest published context (10 M). Positions times any size times any
+/// layer count then stay far inside a `u128`, and a window or a length sum never wraps a `u64`.
+pub const MAX_POSITIONS: u64 = 1 << 32;
+
 /// A parsed `config.json`, with the text model's section selected when the config nests one
 /// (`text_config` in multimodal configs such as Gemma 3).
 #[derive(Debug, Clone)]
@@ -104,7 +109,7 @@ impl Config {
         let root = self.fields();
         let text = root.section("text_config")?.unwrap_or(root);
         for key in ["max_position_embeddings", "n_positions"] {
-            if let Some(n) = text.opt_u64(key)? {
+            if let Some(n) = text.positive_positions(key)? {
                 return Ok(Some(n));
             }
         }
@@ -185,6 +190,18 @@ impl<'a> Fields<'a> {
                 }
             }
         }
+    }
+
+    /// A position count or a window, at most [`MAX_POSITIONS`].
+    pub fn positions(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        self.bounded(key, MAX_POSITIONS, "for positions")
+    }
+
+    /// A model's positions (`max_position_embeddings`): at most [`MAX_POSITIONS`] and never 0 (a
+    /// model of no positions takes no request; 0 would become a `max_model_len` of 0).
+    pub fn positive_positions(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        let n = self.positions(key)?;
+        self.nonzero(key, n)
     }
 
     /// A size (width, heads, vocabulary, experts …), at most [`MAX_DIMENSION`].

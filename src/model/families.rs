@@ -247,7 +247,7 @@ fn config_dtype(root: &Fields, text: &Fields) -> Result<Option<Dtype>, ModelErro
 
 /// Per-layer sliding windows as transformers' config classes and cache derive them.
 fn layer_windows(family: Family, f: &Fields, layers: u64) -> Result<Vec<Option<u64>>, ModelError> {
-    let window = f.opt_u64("sliding_window")?.filter(|w| *w > 0);
+    let window = f.positions("sliding_window")?.filter(|w| *w > 0);
     if let Some(types) = f.opt_strings("layer_types")? {
         if types.len() as u64 != layers {
             return Err(f.invalid(

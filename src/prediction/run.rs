@@ -46,6 +46,8 @@ struct Collected {
     placeholders: Vec<PlaceholderRead>,
     placeholder_types: Vec<(Option<String>, Option<u64>, String)>,
     notes: Vec<String>,
+    /// Lines without the run's channel token, ignored.
+    forged: u64,
 }
 
 /// Predicts `plan` for `target`, within the card's whole memory (`oom::of_card`). A torch
@@ -173,6 +175,7 @@ pub fn predict_within(
             });
         }
         Line::Event(Event::Note { text }) => c.notes.push(text),
+        Line::Forged => c.forged += 1,
         Line::Event(Event::Unavailable { reason }) => c.unavailable = Some(reason),
         Line::Event(Event::Done { status, error }) => c.done = Some((status, error)),
         _ => {}
@@ -214,6 +217,9 @@ pub fn predict_within(
     let env = c.environment.as_ref();
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
     let mut notes = c.notes;
+    if c.forged > 0 {
+        notes.push(crate::schema::events::forged_note(c.forged));
+    }
     notes.extend(judged.notes);
     notes.extend(run.left_running_notes(trial.keep_children));
     notes.push(format!(

@@ -462,6 +462,7 @@ fn gaps(m: &MeasureResult, p: &PredictionDoc) -> Vec<PhaseGap> {
 /// return: a phase name such as `=HYPERLINK(…)`) is prefixed with `'` and quoted, as OWASP's CSV
 /// injection guidance says.
 fn field(s: &str) -> String {
+    let s = &*crate::output::terminal_safe(s);
     if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         return format!("\"'{}\"", s.replace('"', "\"\""));
     }
@@ -661,5 +662,11 @@ mod tests {
         for start in ["+1", "-1", "@SUM(A1)", "\tx"] {
             assert!(field(start).starts_with("\"'"), "{start}");
         }
+    }
+
+    #[test]
+    fn csv_shows_control_and_bidi_characters_escaped() {
+        let f = field("a\u{1b}[2J\u{1b}]0;t\u{7}b\u{202e}c\u{2066}d");
+        assert_eq!(f, "a\\x1b[2J\\x1b]0;t\\x07b\\u{202e}c\\u{2066}d");
     }
 }

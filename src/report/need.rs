@@ -37,6 +37,25 @@ pub struct Need {
     pub overhead: Option<(u64, String)>,
 }
 
+/// The largest need compared with the cards: 2^63 − 1 bytes (8 EiB), a million times any card's
+/// memory, and the largest margin a document's signed integer holds.
+pub const MAX_NEED: u64 = i64::MAX as u64;
+
+/// The need, refused past [`MAX_NEED`] with its value and where it came from: a need no card is
+/// near is a mistyped unit or a corrupt file, and the margins beside it would not be numbers.
+pub fn bounded(need: Need) -> Result<Need> {
+    if need.bytes.get() > MAX_NEED {
+        bail!(
+            "the need {} bytes ({}) from {} is beyond any device: iteragpu compares needs up to {} bytes (8 EiB); check the value and its unit (18GB, 17.04GiB)",
+            need.bytes.grouped(),
+            need.bytes.both(),
+            need.source,
+            Bytes(MAX_NEED).grouped()
+        );
+    }
+    Ok(need)
+}
+
 /// Reads the need from an estimate (its preparation hypothesis), a measure result (its highest
 /// peak reserved; a failed run is refused), a series (its largest successful trial) or a
 /// prediction (its highest predicted peak reserved, said to be a prediction).

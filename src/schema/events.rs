@@ -34,6 +34,12 @@
 //! Unknown types are kept (an old CLI can read a newer worker); a line that is not JSON is
 //! reported, not fatal.
 //!
+//! On a worker's standard-output channel each line begins with the run's token in place of the
+//! event's `{`: `{"token": "3f…", "type": …, "data": …}`. The CLI makes the token
+//! ([`new_token`]) and passes it in [`TOKEN_ENV`]; a line without it is [`Line::Forged`], never
+//! an event, and the result says how many there were ([`forged_note`]). A rank's socket
+//! connection under torchrun and a notebook's events file carry no token.
+//!
 //! `Event` is the contract: `schema/events.schema.json` is generated from it (schemars), and
 //! `tests/integration/contract.rs` fails when it is stale and validates what the worker emits.
 
@@ -285,14 +291,57 @@ pub enum Event {
     },
 }
 
+/// The environment variable that carries a run's channel token to the worker
+/// (`python/iteragpu/channel.py` takes it out of its environment at once).
+pub const TOKEN_ENV: &str = "ITERAGPU_CHANNEL_TOKEN";
+
 /// What one line of the channel was.
 #[derive(Clone, Debug)]
 pub enum Line {
+    /// A line without the run's token (a forked child writing on the descriptor it inherited,
+    /// anything else writing there): never taken as an event, counted and said.
+    Forged,
     Event(Event),
     /// Valid JSON of an unknown type (or a known type with an unexpected shape): kept as is.
     Unknown(Value),
     /// Not JSON at all.
     Garbage(String),
+}
+
+/// A new channel token: 128 bits from the system's random source, in hex (the time and the pid
+/// where that source cannot be read).
+pub fn new_token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (now ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A line of a channel whose lines carry `token`: the worker writes `{"token": "T", ` in place of
+/// the event's opening `{`. A line that does not begin so is [`Line::Forged`]; the rest is parsed
+/// as the event it encloses.
+pub fn parse_signed(line: &str, token: &str) -> Line {
+    let rest = line
+        .strip_prefix("{\"token\": \"")
+        .and_then(|r| r.strip_prefix(token))
+        .and_then(|r| r.strip_prefix("\", "));
+    match rest {
+        Some(rest) => parse(&format!("{{{rest}")),
+        None => Line::Forged,
+    }
+}
+
+/// What the result says of lines without the run's token.
+pub fn forged_note(n: u64) -> String {
+    format!(
+        "{n} forged line(s) ignored: line(s) on the event channel without this run's token (a child process writing on the descriptor it inherited, or another writer), never taken as events"
+    )
 }
 
 pub fn parse(line: &str) -> Line {
@@ -313,6 +362,31 @@ pub fn parse(line: &str) -> Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_without_the_runs_token_is_forged() {
+        let token = new_token();
+        assert_eq!(token.len(), 32);
+        assert_ne!(token, new_token());
+        let event = r#"{"type": "note", "data": {"text": "x"}}"#;
+        let signed = format!(r#"{{"token": "{token}", {}"#, &event[1..]);
+        assert!(matches!(
+            parse_signed(&signed, &token),
+            Line::Event(Event::Note { .. })
+        ));
+        // Unsigned, signed with another token, a token's prefix, or the token elsewhere.
+        for forged in [
+            event.to_string(),
+            format!(r#"{{"token": "{}", {}"#, new_token(), &event[1..]),
+            format!(r#"{{"token": "{}", {}"#, &token[..8], &event[1..]),
+            format!(r#"{{"type": "note", "data": {{"text": "x"}}, "token": "{token}"}}"#),
+        ] {
+            assert!(
+                matches!(parse_signed(&forged, &token), Line::Forged),
+                "{forged}"
+            );
+        }
+    }
 
     #[test]
     fn parses_known_unknown_and_garbage() {

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::progress::Progress;
 use crate::python_side::Package;
-use crate::schema::events::{Line, parse};
+use crate::schema::events::{Line, TOKEN_ENV, new_token, parse, parse_signed};
 use crate::schema::measure::WorkerInfo;
 use crate::signals::{Stop, StopRequest};
 
@@ -487,6 +487,12 @@ pub fn run(
             None => command.env_remove(key),
         };
     }
+    // The channel's token: only lines that carry it are the worker's (schema/events.rs).
+    let token = matches!(cmd.launch, Launch::Worker).then(new_token);
+    match &token {
+        Some(t) => command.env(TOKEN_ENV, t),
+        None => command.env_remove(TOKEN_ENV),
+    };
     crate::signals::die_with_parent(&mut command);
     if let Some(limit) = cmd.data_limit {
         limit_data(&mut command, limit);
@@ -547,6 +553,7 @@ pub fn run(
     let mut forced: Option<Exit> = None;
     let mut ch = Channels {
         torchrun,
+        token,
         ..Channels::default()
     };
     let mut first_rank_end: Option<Instant> = None;
@@ -672,6 +679,9 @@ struct Channels {
     all_accepted: bool,
     /// Each rank leads its own session under torchrun: its pid is its group.
     rank_groups: Vec<u32>,
+    /// The token each line of the worker's stdout channel carries (`None` under torchrun, whose
+    /// ranks speak on their own socket connections).
+    token: Option<String>,
 }
 
 impl Channels {
@@ -682,7 +692,10 @@ impl Channels {
                     self.connected = source + 1;
                     self.open += 1;
                 }
-                let parsed = parse(&line);
+                let parsed = match &self.token {
+                    Some(token) => parse_signed(&line, token),
+                    None => parse(&line),
+                };
                 if let Line::Event(crate::schema::events::Event::Hello { pid, .. }) = &parsed
                     && self.torchrun
                 {

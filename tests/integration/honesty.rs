@@ -481,3 +481,120 @@ fn bad_numbers_are_worded_the_same_everywhere() {
             .stderr(predicates::str::contains(words));
     }
 }
+
+/// A config.json from `base`'s with `fields` replaced, in a new folder.
+fn config_with(base: &str, fields: serde_json::Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::fixture(&format!("models/{base}/config.json"));
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    for (k, v) in fields.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// `cards --need` past any device, typed or from a document's peak of 2^64 − 1: refused with the
+/// value and where it came from, never a panic (it was exit 101 at commands/cards.rs:29).
+#[test]
+fn cards_refuse_a_need_beyond_any_device_without_a_panic() {
+    for need in ["10000000TB", "18446744073709551615"] {
+        crate::common::iteragpu()
+            .args(["cards", "--need", need])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("is beyond any device"))
+            .stderr(predicate::str::contains("--need"))
+            .stderr(predicate::str::contains("panicked").not());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::common::iteragpu()
+        .args(["estimate", "--model"])
+        .arg(crate::common::fixture("models/llama-3-8b"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["total_bytes"] = serde_json::json!(u64::MAX);
+    let file = dir.path().join("huge.json");
+    std::fs::write(&file, serde_json::to_vec(&doc).unwrap()).unwrap();
+    crate::common::iteragpu()
+        .args(["cards", "--from"])
+        .arg(&file)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("18,446,744,073,709,551,615 bytes"))
+        .stderr(predicate::str::contains("huge.json is beyond any device"));
+}
+
+/// Config fields past any model, or 0 positions, are refused with the file and the field named:
+/// no "+ 256 bytes of rotary cache" from a wrapped product, no 56× concurrency from a wrapped
+/// window sum, no max_model_len 0 and "infx".
+#[test]
+fn config_positions_and_windows_are_bounded_with_the_field_named() {
+    for (base, fields, field, problem) in [
+        (
+            "llama-3-8b",
+            serde_json::json!({"max_position_embeddings": 72057594037927937u64}),
+            "max_position_embeddings",
+            "above the bound",
+        ),
+        (
+            "llama-3-8b",
+            serde_json::json!({"max_position_embeddings": 0}),
+            "max_position_embeddings",
+            "must be greater than 0",
+        ),
+        (
+            "mistral-7b-v0.1",
+            serde_json::json!({"sliding_window": u64::MAX}),
+            "sliding_window",
+            "above the bound",
+        ),
+    ] {
+        let dir = config_with(base, fields);
+        for serve in [
+            &["--serve", "vllm", "--card", "H100 80GB"][..],
+            &["--serve", "sglang", "--card", "H200"],
+        ] {
+            crate::common::iteragpu()
+                .args(["estimate", "--model"])
+                .arg(dir.path())
+                .args(serve)
+                .assert()
+                .code(1)
+                .stderr(predicate::str::contains("config.json: field"))
+                .stderr(predicate::str::contains(field))
+                .stderr(predicate::str::contains(problem))
+                .stderr(predicate::str::contains("infx").not());
+        }
+    }
+}
+
+/// Strings from config.json in an error message (model_type here): ESC[2J, an OSC title sequence,
+/// BEL, U+202E and U+2066 are shown escaped, never sent raw to the terminal.
+#[test]
+fn config_strings_in_error_messages_are_shown_escaped() {
+    let dir = config_with(
+        "llama-3-8b",
+        serde_json::json!({"model_type": "\u{1b}[2J\u{1b}]0;pwned\u{7}llama\u{202e}x\u{2066}"}),
+    );
+    let out = crate::common::iteragpu()
+        .args(["estimate", "--model"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}', '\u{2066}'] {
+        assert!(!err.contains(raw), "{raw:?} raw in {err}");
+    }
+    assert!(
+        err.contains("\\x1b[2J\\x1b]0;pwned\\x07llama\\u{202e}x\\u{2066}"),
+        "{err}"
+    );
+}

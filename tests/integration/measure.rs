@@ -1,7 +1,8 @@
 //! `measure` and `environment` end to end with the fake torch (CI has no GPU).
 
 use crate::common::{
-    EmptyCache, Phases, Run, RunStatus, documented_specs, fixture, read_json, with_fake_torch,
+    EmptyCache, Phases, Run, RunStatus, documented_specs, fixture, python_checks, read_json,
+    torch_python, with_fake_torch,
 };
 use predicates::prelude::*;
 use std::path::Path;
@@ -472,6 +473,57 @@ fn a_fork_in_a_phase_records_it_once() {
     let notes = doc.notes.join("\n");
     assert!(notes.contains("forked a child process at"), "{notes}");
     assert!(notes.contains("forks.py:12"), "{notes}");
+}
+
+/// A forked child writes phases and a note as JSON lines on the event channel's descriptor (the
+/// copy it inherits, pointed at /dev/null at the fork, and a copy its parent made before, which
+/// reaches the CLI): none is taken as an event, the lines without the run's token are counted
+/// and said.
+#[test]
+fn a_forked_childs_forged_events_are_ignored_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = measure_script("forged_events.py", &dir.path().join("forged.json"))
+        .succeeds()
+        .result();
+    assert_eq!(doc.phase_names(), ["real", "after"]);
+    let notes = doc.notes.join("\n");
+    assert!(!notes.contains("a forged note"), "{notes}");
+    assert!(notes.contains("3 forged line(s) ignored"), "{notes}");
+}
+
+/// The same script from a folder named `iteragpu` (a plain `git clone` of this repository) and
+/// from one named `torch`: the fork's line is the script's own, found by where the tool's and
+/// torch's packages actually lie, not by a word in the path.
+#[test]
+fn a_fork_in_a_script_under_a_folder_named_iteragpu_or_torch_names_its_line() {
+    for folder in ["iteragpu", "torch"] {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join(folder);
+        std::fs::create_dir(&project).unwrap();
+        let script = project.join("forks.py");
+        std::fs::copy(fixture("scripts/forks.py"), &script).unwrap();
+        let doc = Run::measure()
+            .fake_torch()
+            .arg("--script")
+            .arg(&script)
+            .output(dir.path().join("fork.json"))
+            .succeeds()
+            .result();
+        assert_eq!(doc.phase_names(), ["load", "forked", "after"], "{folder}");
+        let notes = doc.notes.join("\n");
+        let line = format!("forked a child process at {}:12", script.display());
+        assert!(notes.contains(&line), "{folder}: {notes}");
+    }
+}
+
+/// The prediction's side of the same rule: a user's file in a folder named `torch`, `iteragpu` or
+/// `iteragpu/predict` is the allocation site and the user frame, torch's and the tool's own files
+/// are not (`tests/python/frames_by_location.py`).
+#[test]
+#[ignore = "needs torch"]
+fn frames_under_folders_named_torch_or_iteragpu_are_the_users() {
+    let out = python_checks(&torch_python(), "frames_by_location.py");
+    assert!(out.contains("frames by location: "), "{out}");
 }
 
 /// An out-of-memory error wrapped deep in a message over 4,000 characters: the PyTorch text is

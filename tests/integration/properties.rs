@@ -219,7 +219,7 @@ mod config_pipeline {
     use std::time::{Duration, Instant};
 
     /// Every tiny config of tests/fixtures/tiny (one per supported family and variant).
-    const BASES: [&str; 17] = [
+    pub(super) const BASES: [&str; 17] = [
         "deepseek_v3",
         "falcon",
         "falcon-new",
@@ -240,7 +240,8 @@ mod config_pipeline {
     ];
 
     /// Fields the families read, where absurd values used to panic or run for minutes.
-    const KEYS: [&str; 42] = [
+    pub(super) const KEYS: [&str; 43] = [
+        "max_position_embeddings",
         "vocab_size",
         "hidden_size",
         "num_hidden_layers",
@@ -310,7 +311,7 @@ mod config_pipeline {
         any::<[u8; KNOB_BYTES]>().prop_map(|b| Knobs::from_bytes(&b))
     }
 
-    fn base(name: &str) -> serde_json::Map<String, Value> {
+    pub(super) fn base(name: &str) -> serde_json::Map<String, Value> {
         let path = crate::common::fixture(&format!("tiny/{name}/config.json"));
         match serde_json::from_slice(&std::fs::read(path).expect("the tiny config exists")) {
             Ok(Value::Object(map)) => map,
@@ -351,5 +352,132 @@ mod config_pipeline {
             let outcome = run(&data, knobs).map_err(TestCaseError::fail)?;
             prop_assert!(outcome.architecture || !outcome.refusals.is_empty());
         }
+    }
+}
+
+/// The config reader → estimate as a campaign of `ITERAGPU_FUZZ_CASES` inputs (default 2,000):
+/// each a tiny config with up to five fields replaced by extreme values (the proptest's keys), or
+/// its bytes cut or flipped, from a fixed-seed generator, with the counts printed.
+#[test]
+fn config_reader_campaign() {
+    use config_pipeline::{BASES, KEYS, base};
+    use serde_json::{Value, json};
+    let cases: u64 = std::env::var("ITERAGPU_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let bases: Vec<serde_json::Map<String, Value>> = BASES.iter().map(|n| base(n)).collect();
+    let extremes = [
+        json!(0),
+        json!(1),
+        json!(u64::MAX),
+        json!(1u64 << 32),
+        json!((1u64 << 32) + 1),
+        json!(72057594037927937u64),
+        json!(1e30),
+        json!(-1),
+        json!(null),
+        json!("\u{1b}]0;t\u{7}"),
+        json!([]),
+        json!({}),
+    ];
+    let (mut understood, start) = (0u64, std::time::Instant::now());
+    for _ in 0..cases {
+        let r = next();
+        let mut config = bases[(r % bases.len() as u64) as usize].clone();
+        for k in 0..(r >> 8) % 6 {
+            let pick = next();
+            let value = if pick % 3 == 0 {
+                json!(next() >> (pick % 64))
+            } else {
+                extremes[(pick % extremes.len() as u64) as usize].clone()
+            };
+            let key = KEYS[((pick >> 16) as usize + k as usize) % KEYS.len()];
+            config.insert(key.to_string(), value);
+        }
+        let mut bytes = serde_json::to_vec(&config).unwrap();
+        match (r >> 20) % 8 {
+            0 => bytes.truncate((next() % (bytes.len() as u64 + 1)) as usize),
+            1 => {
+                let i = (next() % bytes.len() as u64) as usize;
+                bytes[i] ^= 1 << (next() % 8);
+            }
+            _ => {}
+        }
+        let mut knob_bytes = [0u8; config_estimate::KNOB_BYTES];
+        for b in knob_bytes.iter_mut() {
+            *b = next() as u8;
+        }
+        let outcome = config_estimate::run(&bytes, config_estimate::Knobs::from_bytes(&knob_bytes))
+            .unwrap_or_else(|e| panic!("{e}"));
+        if outcome.architecture {
+            understood += 1;
+        }
+    }
+    println!(
+        "config reader: {cases} cases, {understood} understood, the rest refused, in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(understood > 0);
+}
+
+#[path = "../../fuzz/support/serving_plan.rs"]
+mod serving_plan;
+
+/// The serving planner on extreme models and requests (every value from the whole `u64` range):
+/// refused with a message or planned sanely, never a panic nor a wrap (tests build with overflow
+/// checks). The fuzz target `serving_plan` runs the same code (`cargo fuzz run serving_plan`).
+mod serving_planner {
+    use super::serving_plan::{PLAN_BYTES, run};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_serving_planner_never_panics_nor_wraps(data in prop::collection::vec(any::<u8>(), PLAN_BYTES)) {
+            run(&data).map_err(TestCaseError::fail)?;
+        }
+    }
+
+    /// The same property as a campaign of `ITERAGPU_FUZZ_CASES` inputs (default 20,000) from a
+    /// fixed-seed generator, with the counts printed: what runs here without cargo-fuzz.
+    #[test]
+    fn serving_planner_campaign() {
+        let cases: u64 = std::env::var("ITERAGPU_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut planned, start) = (0u64, std::time::Instant::now());
+        for _ in 0..cases {
+            let data: Vec<u8> = (0..PLAN_BYTES / 8)
+                .flat_map(|_| next().to_le_bytes())
+                .collect();
+            if run(&data).unwrap_or_else(|e| panic!("{e}")).planned {
+                planned += 1;
+            }
+        }
+        println!(
+            "serving planner: {cases} cases, {planned} planned, the rest refused, in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        assert!(
+            planned > 0,
+            "no case was planned: the generator explores nothing"
+        );
     }
 }

@@ -489,3 +489,14 @@ fn measuring_vlm_with_the_fake_torch_says_transformers_is_missing() {
         .stderr_has("the vlm workload needs transformers")
         .wrote_nothing();
 }
+
+/// Every name a model's files give that reaches a lookup (`image_processor_type`, `model_type`, a
+/// dtype), tried with hostile values ("pipeline", "__class__", "os.system", dotted paths…): each is
+/// refused naming the value and the file, and the report's exploit (a pipeline with
+/// trust_remote_code and a Python file beside the config) runs nothing (`tests/python/untrusted_names.py`).
+#[test]
+#[ignore = "needs torch and transformers"]
+fn file_borne_names_reach_only_allowlisted_lookups() {
+    let out = python_checks(&torch_python(), "untrusted_names.py");
+    assert!(out.contains("untrusted names: "), "{out}");
+}

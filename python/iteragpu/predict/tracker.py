@@ -34,6 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
+from .. import frames
 from . import sizes
 from . import values as known_values
 
@@ -54,7 +55,18 @@ LARGE_CPU: int = 64 << 20
 # never True for a condition (no sequence stops early: the longest case).
 PLACEHOLDER: dict[str, bool | int | float] = {"bool": False, "int": 1, "float": 1.0}
 
-_INTERNAL: tuple[str, ...] = ("/torch/", "/iteragpu/predict/", "/iteragpu/recorder.py", "/_pytest/", "<frozen")
+# torch's, iteragpu's prediction code's and the recorder's files, and pytest's: by their actual
+# directories (frames.py), never by a word in a path (a user's project in a folder named torch or
+# iteragpu is theirs).
+_INTERNAL: tuple[str, ...] = (
+    frames.package_dirs("torch", "_pytest")
+    + frames.tool_dir("predict")
+    + frames.module_files(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recorder.py"))
+)
+
+
+def _internal(file: str) -> bool:
+    return file.startswith("<") or frames.under(file, _INTERNAL)
 
 
 # A library's op whose output size depends on the data (str(op) -> its largest outputs from its
@@ -75,7 +87,7 @@ def user_frame() -> tuple[str, int] | tuple[None, None]:
     """(file, line) of the innermost frame outside torch and iteragpu's prediction code; a file of
     iteragpu's own workloads is named inside the package (it runs from a temporary folder)."""
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and any(part in frame.f_code.co_filename for part in _INTERNAL):
+    while frame is not None and _internal(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return None, None
@@ -96,7 +108,7 @@ def script_frame() -> tuple[str, int] | tuple[None, None]:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
-        if not any(part in file for part in _INTERNAL) and not file.startswith("<") and not os.path.realpath(file).startswith(_LIBRARIES):
+        if not _internal(file) and not os.path.realpath(file).startswith(_LIBRARIES):
             return file, frame.f_lineno
         frame = frame.f_back
     return user_frame()
@@ -113,7 +125,7 @@ def _site_file(file: str) -> str | None:
     if file in _SITE_FILES:
         return _SITE_FILES[file]
     name: str | None
-    if any(part in file for part in _INTERNAL) or file.startswith("<"):
+    if _internal(file):
         name = None
     elif file.startswith(_OWN_PACKAGE):
         # iteragpu's own workloads: named inside the package (they run from a temporary folder).

@@ -21,6 +21,7 @@ import importlib
 import json
 from typing import Any
 
+from .. import names
 from ..recorder import Recorder
 from ..spec import CausalLm, Quantize
 from . import sharding, training
@@ -43,7 +44,7 @@ def _config(spec: CausalLm) -> tuple[Any, Any]:
     # Random weights are built in --dtype; a bitsandbytes config reaches the worker as
     # `spec.quantization` (the CLI reads it), any other format is not loaded by this workload.
     raw.pop("quantization_config", None)
-    model_type = raw.pop("model_type")
+    model_type = names.check_config(transformers, raw, spec.model_config)
     return transformers, transformers.AutoConfig.for_model(model_type, **raw)
 
 
@@ -245,7 +246,7 @@ def _serve(rec: Recorder, torch: Any, transformers: Any, model: Any, prompts: li
 
 def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
     transformers, config = _config(spec)
-    dtype = getattr(torch, spec.dtype)
+    dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     device = torch.device(spec.devices[0])
     torch.manual_seed(spec.seed)
     rec.describe(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import names
 from ..recorder import Recorder
 from ..spec import Dense
 from . import training
@@ -59,7 +60,7 @@ class DenseNet:
 def run(rec: Recorder, torch: Any, spec: Dense) -> None:
     width, depth = spec.width, spec.depth
     batch, context = spec.batch, spec.context
-    dtype = getattr(torch, spec.dtype)
+    dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     devices = [torch.device(d) for d in spec.devices]
     torch.manual_seed(spec.seed)
     rec.describe(

@@ -19,6 +19,7 @@ import inspect
 import json
 from typing import Any, Callable
 
+from .. import names
 from ..recorder import Recorder
 from ..spec import Vision
 from . import training
@@ -40,9 +41,9 @@ def _transformers_model(torch: Any, spec: Vision, dtype: Any, device: Any, info:
     with open(spec.model_config, encoding="utf-8") as f:
         raw = json.load(f)
     raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
-    model_type = raw.pop("model_type", None)
-    if model_type is None:
+    if raw.get("model_type") is None:
         raise ValueError(f"{spec.model_config} has no model_type: transformers cannot tell which model it describes")
+    model_type = names.check_config(transformers, raw, spec.model_config)
     config = transformers.AutoConfig.for_model(model_type, **raw)
     if getattr(config, "architectures", ()) is None:
         # A config that names no head class (`"architectures": null`, transformers' default) is
@@ -122,7 +123,7 @@ def _hidden_shape(model: Any, timm_model: bool) -> list[list[int]]:
 
 
 def run(rec: Recorder, torch: Any, spec: Vision) -> None:
-    dtype = getattr(torch, spec.dtype)
+    dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     device = torch.device(spec.devices[0])
     torch.manual_seed(spec.seed)
     timm_model = spec.timm_model is not None

@@ -22,6 +22,7 @@ import json
 import math
 from typing import Any
 
+from .. import names
 from ..recorder import Recorder
 from ..spec import Vlm
 from .causal_lm import cache_bytes
@@ -70,12 +71,18 @@ def _processor(transformers: Any, path: str) -> Any:
     kind = raw.get("image_processor_type")
     if not isinstance(kind, str):
         raise ValueError(f"{path} names no image_processor_type: transformers cannot tell which processor it describes")
-    settings = {k: v for k, v in raw.items() if k not in ("image_processor_type", "processor_class", "auto_map")}
+    # Only a class transformers' own image-processor mapping lists, resolved through it: a name
+    # from the file never reaches getattr on a module (names.py).
+    names.image_processor_class(transformers, kind, path)
+    settings = {k: v for k, v in raw.items() if k not in ("image_processor_type", "processor_class", *names.REMOTE_CODE_KEYS)}
+    hidden = sorted(k for k in settings if not isinstance(k, str) or k.startswith("_"))
+    if hidden:
+        raise names.refuse(hidden[0], "setting", path, "a processor setting (a name that does not begin with `_`)")
     errors = []
     for name in (kind + "Pil", kind):
-        cls = getattr(transformers, name, None)
-        if cls is None:
+        if name not in names.image_processor_names():
             continue
+        cls = names.image_processor_class(transformers, name, path)
         try:
             return cls(**settings)
         except ImportError as exc:  # transformers' word for a missing backend (PIL, torchvision)
@@ -303,14 +310,14 @@ def run(rec: Recorder, torch: Any, spec: Vlm) -> None:
     with open(spec.model_config, encoding="utf-8") as f:
         raw = json.load(f)
     raw.pop("quantization_config", None)  # random weights are built in --dtype, never quantized
-    model_type = raw.pop("model_type")
+    model_type = names.check_config(transformers, raw, spec.model_config)
     if model_type not in RULES:
         raise Unsupported(
             f"model_type {model_type!r}: the vlm workload follows the image-token rules of {', '.join(sorted(RULES))}; "
             "measure this model with --script"
         )
     config = transformers.AutoConfig.for_model(model_type, **raw)
-    dtype = getattr(torch, spec.dtype)
+    dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     device = torch.device(spec.devices[0])
     torch.manual_seed(spec.seed)
     processor = _processor(transformers, spec.processor_config)

@@ -10,8 +10,10 @@ use crate::report::format::{Style, slug};
 
 pub struct Html;
 
-/// Escapes text for HTML content and attribute values.
+/// Escapes text for HTML content and attribute values; control characters and bidirectional
+/// overrides are shown as escapes first (`crate::output::terminal_safe`, the one sanitiser).
 pub fn escape(s: &str) -> String {
+    let s = crate::output::terminal_safe(s);
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -21,6 +23,22 @@ pub fn escape(s: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON document inside `<script type="application/json">`: every `<` becomes the JSON escape
+/// `\u003c`, and every control or bidirectional character (`crate::output::unsafe_char`) its
+/// `\uXXXX` escape. These are JSON escapes, valid only inside JSON strings, where the parsed value
+/// is unchanged; a JSON document carries such characters only inside its strings.
+fn json_script_safe(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        if c == '<' || crate::output::unsafe_char(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
         }
     }
     out
@@ -192,11 +210,14 @@ impl Exporter for Html {
                 "<script type=\"application/json\" data-path=\"{}\" data-sha256=\"{}\">{}</script>",
                 escape(&a.path),
                 escape(&a.sha256),
-                a.raw.replace('<', "\\u003c")
+                json_script_safe(&a.raw)
             );
         }
         o.push_str("</body></html>\n");
-        o
+        // Every piece from a file was escaped where it was placed (the attachments by
+        // `json_script_safe`); the whole page once more, so that no piece can carry a control or
+        // bidirectional character through.
+        crate::output::terminal_safe(&o).into_owned()
     }
 }
 
@@ -228,5 +249,47 @@ mod tests {
         assert_eq!(html.matches("</script>").count(), 1);
         let text = Markdown.render(&doc);
         assert!(text.starts_with("# &lt;script&gt;"));
+    }
+
+    /// ESC[2J, an OSC title sequence, BEL, U+202E and U+2066 in a title, a heading, a paragraph, a
+    /// table's text and code cells and an attachment: shown escaped in the HTML and the Markdown,
+    /// never raw.
+    #[test]
+    fn control_and_bidi_characters_are_shown_escaped() {
+        let hostile = "a\u{1b}[2Jb\u{1b}]0;title\u{7}c\u{202e}d\u{2066}e";
+        let doc = Document {
+            title: hostile.into(),
+            style: Style::new(
+                crate::report::format::Lang::En,
+                crate::report::format::Units::Gib,
+            ),
+            blocks: vec![
+                Block::Heading(hostile.into()),
+                Block::Para(hostile.into()),
+                Block::List(vec![hostile.into()]),
+                Block::Table {
+                    header: vec![hostile.into(), "code".into()],
+                    rows: vec![vec![Cell::Text(hostile.into()), Cell::Code(hostile.into())]],
+                },
+            ],
+            attachments: vec![Attachment {
+                path: "r.json".into(),
+                sha256: "00".into(),
+                raw: "{\"x\": \"p\u{202e}q\u{2066}\"}".to_string(),
+            }],
+        };
+        let bad = ['\u{1b}', '\u{7}', '\u{202e}', '\u{2066}'];
+        for text in [Html.render(&doc), Markdown.render(&doc)] {
+            for c in bad {
+                assert!(!text.contains(c), "{c:?} raw in {text}");
+            }
+            assert!(text.contains("a\\x1b[2Jb\\x1b]0;title\\x07c\\u{202e}d\\u{2066}e"));
+        }
+        // The attachment stays valid JSON with the same value.
+        let html = Html.render(&doc);
+        let start = html.find("data-sha256=\"00\">").unwrap() + "data-sha256=\"00\">".len();
+        let json = &html[start..start + html[start..].find("</script>").unwrap()];
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["x"], "p\u{202e}q\u{2066}");
     }
 }

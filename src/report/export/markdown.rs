@@ -15,6 +15,7 @@ pub struct Markdown;
 /// Markdown text: `<` and `>` escaped so that no file content becomes HTML in a renderer, except
 /// inside code spans, where nothing is HTML and `&lt;` would be shown as is.
 fn md(s: &str) -> String {
+    let s = crate::output::terminal_safe(s);
     let parts: Vec<&str> = s.split('`').collect();
     // An odd number of backticks leaves the last one unmatched: what follows it is text.
     let closed = parts.len() % 2 == 1;
@@ -43,7 +44,10 @@ fn md_cell(s: &str) -> String {
 fn code_cell(s: &str) -> String {
     format!(
         "`{}`",
-        s.replace('`', "'").replace('|', "\\|").replace('\n', " ")
+        crate::output::terminal_safe(s)
+            .replace('`', "'")
+            .replace('|', "\\|")
+            .replace('\n', " ")
     )
 }
 
@@ -165,6 +169,8 @@ impl Exporter for Markdown {
             }
             o.push('\n');
         }
-        o
+        // Every piece from a file was escaped where it was placed; the whole text once more, so
+        // that no piece added later can carry a control character through.
+        crate::output::terminal_safe(&o).into_owned()
     }
 }
