@@ -96,7 +96,19 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
                 channel.write_lines(pending)
                 pending.clear()
 
+    def emit_many(lines: list[str], changes_model: bool) -> None:
+        # Storage events already encoded, in order (a steady state's replayed steps: steady.py).
+        if os.getpid() != parent:
+            return
+        with lock:
+            if changes_model and model:
+                model[0].changed()
+            pending.extend(lines)
+            channel.write_lines(pending)
+            pending.clear()
+
     emit.encoded = emit_encoded  # type: ignore[attr-defined]
+    emit.encoded_many = emit_many  # type: ignore[attr-defined]
 
     def stopped(signum: int, frame: FrameType | None) -> None:
         # The CLI stops the worker (--timeout, Ctrl-C): what was predicted so far reaches it

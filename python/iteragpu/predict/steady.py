@@ -122,6 +122,10 @@ class _Steady:
         if len(allocated) != self.count:
             self.why = "ids allocated elsewhere"
             return
+        # Whether its events change what the allocator model answers the script (memory.py).
+        from .memory import CHANGES
+
+        self.changes = any(kind in CHANGES for kind, _, _, _ in self.templates)
         # What this window leaves alive (relative to the next window's first id), and what it
         # frees of the previous window's (relative to its own): equal when nothing accumulates.
         self.escapes = {rel - self.count for rel in allocated - freed}
@@ -344,12 +348,16 @@ class Watch:
     def _replay(self, last: _Steady, times: int) -> None:
         tracker = self.steady.tracker
         emit = self.steady.emit_line
+        many = self.steady.emit_many
         first = tracker.next_id
         with tracker.lock:
             base = first
             for _ in range(times):
-                for kind, head, rel, rest in last.templates:
-                    emit(kind, f"{head}{base + rel}{rest}")
+                if many is not None:
+                    many([f"{head}{base + rel}{rest}" for _, head, rel, rest in last.templates], last.changes)
+                else:
+                    for kind, head, rel, rest in last.templates:
+                        emit(kind, f"{head}{base + rel}{rest}")
                 base += last.count
             tracker.next_id = base
             shift = base - first
@@ -380,6 +388,7 @@ class Steadiness:
         self.note = note
         self.current: _Window | None = None
         self.emit_line: Callable[[str, str], None] = tracker._emit_line
+        self.emit_many: Callable[[list[str], bool], None] | None = getattr(tracker._emit, "encoded_many", None)
         self.watches: weakref.WeakKeyDictionary[Any, Watch] = weakref.WeakKeyDictionary()
         self.handlers: weakref.WeakKeyDictionary[Any, Watch] = weakref.WeakKeyDictionary()
 
@@ -397,10 +406,8 @@ class Steadiness:
             window.reads += 1
 
     def install(self) -> None:
-        global TAP
         if not enabled() or self.emit_line is None:
             return
-        TAP = self.tap
         self._count_reads()
         from .idioms import after_import
 
@@ -437,8 +444,11 @@ class Steadiness:
         original_step_end = handler_class.on_step_end
 
         def get_batch_samples(trainer: Any, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+            global TAP
             watch = steady.watches.get(trainer)
             if watch is None:
+                # Every event is seen from the first Trainer's first batch on.
+                TAP = steady.tap
                 watch = steady.watches[trainer] = Watch(steady, trainer)
                 steady.handlers[trainer.callback_handler] = watch
             # Batches drawn for a fast-forward that did not happen come first, in their order.
