@@ -13,9 +13,12 @@
 //! (one generation, `--whole-loop`), Llama-3-8B built in fp32 on the CPU then moved to the GPU
 //! (under 15 s), and the guide's dense case (under 5 s). Every case under 2 GiB of resident memory.
 //!
-//! Each case runs with FakeTensorMode's answers memoised (the default), and the first three again
-//! with `ITERAGPU_PREDICT_MEMO=0` for comparison (same documents: `tests/integration/predict_speed.rs`).
-//! The load average is printed before each case: other work on the machine slows every figure.
+//! Each case runs with FakeTensorMode's answers memoised and a `Trainer` epoch's steady state
+//! fast-forwarded (the defaults), the first three again with `ITERAGPU_PREDICT_MEMO=0` and the first
+//! with `ITERAGPU_PREDICT_STEADY=0` for comparison (same documents: `tests/integration/predict_speed.rs`).
+//! The load average is printed before each case, the CPU seconds (user and system, the CLI and its
+//! worker) after it: other work on the machine slows the wall-clock figures. `PREDICT_SPEED_CASE=TEXT`
+//! runs only the cases whose name contains TEXT (`PREDICT_SPEED_CASE=anatomy`).
 //!
 //! Needs an interpreter with torch and transformers (ITERAGPU_TEST_PYTHON, else python3); run with
 //! `cargo bench --bench predict_speed` (minutes).
@@ -23,13 +26,24 @@
 use std::process::Command;
 use std::time::Instant;
 
-fn max_rss_children_kib() -> i64 {
+fn children_usage() -> libc::rusage {
     // SAFETY: getrusage fills the struct we own.
     unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
         libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        usage.ru_maxrss
+        usage
     }
+}
+
+fn max_rss_children_kib() -> i64 {
+    children_usage().ru_maxrss
+}
+
+/// User and system CPU seconds of every child waited for so far (the CLI and its worker).
+fn cpu_children_seconds() -> f64 {
+    let u = children_usage();
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(u.ru_utime) + seconds(u.ru_stime)
 }
 
 fn main() {
@@ -134,24 +148,45 @@ fn main() {
         ),
     ];
     let dir = tempfile::tempdir().expect("a temporary folder");
+    // PREDICT_SPEED_CASE=TEXT: only the cases whose name contains TEXT.
+    let only = std::env::var("PREDICT_SPEED_CASE").unwrap_or_default();
     println!(
-        "{:<42} {:>10} {:>14} {:>8}  result",
-        "case", "seconds", "worker RSS", "target"
+        "{:<42} {:>10} {:>9} {:>14} {:>8}  result",
+        "case", "seconds", "CPU s", "worker RSS", "target"
     );
+    // (case, ITERAGPU_PREDICT_MEMO, ITERAGPU_PREDICT_STEADY): every case with both shortcuts, the
+    // first three again without the memo, the first (a Trainer epoch) without the steady state.
     let runs = cases
         .iter()
         .enumerate()
-        .map(|(k, c)| (k, c, "1"))
-        .chain(cases.iter().take(3).enumerate().map(|(k, c)| (k, c, "0")));
-    for (k, (name, args, target), memo) in runs {
-        let out = dir.path().join(format!("p{k}-memo{memo}.json"));
+        .map(|(k, c)| (k, c, "1", "1"))
+        .chain(
+            cases
+                .iter()
+                .take(3)
+                .enumerate()
+                .map(|(k, c)| (k, c, "0", "1")),
+        )
+        .chain(
+            cases
+                .iter()
+                .take(1)
+                .enumerate()
+                .map(|(k, c)| (k, c, "1", "0")),
+        )
+        .filter(|(_, (name, _, _), _, _)| name.contains(only.as_str()));
+    for (k, (name, args, target), memo, steady) in runs {
+        let out = dir
+            .path()
+            .join(format!("p{k}-memo{memo}-steady{steady}.json"));
         println!("  (load average {})", load_average());
-        let name = if memo == "0" {
-            format!("{name} (memo off)")
-        } else {
-            name.to_string()
+        let name = match (memo, steady) {
+            ("0", _) => format!("{name} (memo off)"),
+            (_, "0") => format!("{name} (steady off)"),
+            _ => name.to_string(),
         };
         let before = max_rss_children_kib();
+        let cpu_before = cpu_children_seconds();
         let began = Instant::now();
         // Options first: a script's own arguments follow `--`.
         let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
@@ -159,10 +194,12 @@ fn main() {
             .args(["--python", &python, "--output"])
             .arg(&out)
             .env("ITERAGPU_PREDICT_MEMO", memo)
+            .env("ITERAGPU_PREDICT_STEADY", steady)
             .args(args)
             .output()
             .expect("iteragpu runs");
         let seconds = began.elapsed().as_secs_f64();
+        let cpu = cpu_children_seconds() - cpu_before;
         // The largest resident set of any process waited for so far (the worker dominates).
         let rss = max_rss_children_kib().max(before) as f64 / (1024.0 * 1024.0);
         // A workload that raised after its steps (the Trainer's end-of-training save, while
@@ -180,7 +217,7 @@ fn main() {
             format!("{verdict} (the workload failed after its steps: see the file)")
         };
         println!(
-            "{name:<42} {seconds:>10.1} {:>10.2} GiB {:>7.0}s  {verdict}",
+            "{name:<42} {seconds:>10.1} {cpu:>9.1} {:>10.2} GiB {:>7.0}s  {verdict}",
             rss, target
         );
     }

@@ -202,7 +202,13 @@ pub struct Replayed {
     pub notes: Vec<String>,
     /// The request the capacity refused, if any.
     pub refused: Option<Refused>,
+    /// How many events were replayed when a stop request ended the replay early
+    /// ([`replay_until`]); `None` when every event was.
+    pub cut: Option<usize>,
 }
+
+/// How many events a replay takes between two looks at its stop request (about a millisecond).
+pub const STOP_EVERY: usize = 16_384;
 
 /// The allocator backend a target names (`native`, `expandable_segments`, `cudaMallocAsync`).
 pub fn backend(name: &str) -> Backend {
@@ -231,6 +237,20 @@ pub fn replay_within(
     backend: Backend,
     capacity: Option<u64>,
 ) -> Replayed {
+    replay_until(events, context_bytes, backend, capacity, &|| false)
+}
+
+/// [`replay_within`] that asks `stop` every [`STOP_EVERY`] events, so that a long replay answers
+/// Ctrl-C and SIGTERM at once: when `stop` says so, the events replayed so far are judged as if
+/// the run had ended there (phases still open did not end), and `Replayed::cut` says how many.
+pub fn replay_until(
+    events: &[TraceEvent],
+    context_bytes: u64,
+    backend: Backend,
+    capacity: Option<u64>,
+    stop: &dyn Fn() -> bool,
+) -> Replayed {
+    let mut cut = None;
     let mut device = Device::new(backend, capacity);
     let mut refused: Option<(usize, Refused)> = None;
     let mut live: HashMap<u64, Live> = HashMap::new();
@@ -244,6 +264,10 @@ pub fn replay_within(
     let mut phases: Vec<(PredictedPhase, Option<usize>)> = Vec::new();
     let mut notes = Vec::new();
     for (i, event) in events.iter().enumerate() {
+        if i > 0 && i % STOP_EVERY == 0 && stop() {
+            cut = Some(i);
+            break;
+        }
         let stepped = device.step(event);
         let a = &device.allocator;
         // Within one event the levels end at their highest: an allocation only raises them (a
@@ -391,7 +415,8 @@ pub fn replay_within(
         }
         phases.push(close(o, how, &device.allocator, context_bytes, None));
     }
-    snapshots(events, &mut phases, backend, capacity);
+    let events = &events[..cut.unwrap_or(events.len())];
+    snapshots(events, &mut phases, backend, capacity, stop);
     let mut phases: Vec<PredictedPhase> = phases.into_iter().map(|(p, _)| p).collect();
     if let Some((at, _)) = &refused {
         phases.extend(not_reached(&events[at + 1..]));
@@ -401,6 +426,7 @@ pub fn replay_within(
         phases,
         notes,
         refused: refused.map(|(_, r)| r),
+        cut,
     }
 }
 
@@ -540,6 +566,7 @@ fn snapshots(
     phases: &mut [(PredictedPhase, Option<usize>)],
     backend: Backend,
     capacity: Option<u64>,
+    stop: &dyn Fn() -> bool,
 ) {
     let mut wanted: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (k, (_, at)) in phases.iter().enumerate() {
@@ -554,6 +581,10 @@ fn snapshots(
     let mut device = Device::new(backend, capacity);
     let mut live: HashMap<u64, Live> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
+        // Stopped: the peaks not reached yet keep no content.
+        if i > 0 && i % STOP_EVERY == 0 && stop() {
+            return;
+        }
         // The same capacity as the first pass, so that the same blocks are handed out; every
         // peak wanted comes before a refusal.
         let stepped = device.step(event);
@@ -678,6 +709,44 @@ pub(crate) mod tests {
             failed: true,
             inputs: Default::default(),
         }
+    }
+
+    /// A stop request ends a long replay within `STOP_EVERY` events: the phases that ended are
+    /// kept whole, the one still open ends where the replay stopped (it did not end), and `cut`
+    /// says how many events were replayed; never asked, the same stream is replayed whole.
+    #[test]
+    fn a_stop_request_ends_the_replay() {
+        let mut events = vec![
+            start("first", 0),
+            alloc(1, 1 << 20, Category::Parameter, "m"),
+        ];
+        events.push(end(0));
+        events.push(start("long", 1));
+        for k in 0..STOP_EVERY as u64 {
+            events.push(alloc(10 + k, 4096, Category::Temporary, "m"));
+            events.push(TraceEvent::Free(10 + k));
+        }
+        events.push(end(1));
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        let r = replay_until(&events, 0, Backend::Native, None, &stop);
+        assert_eq!(r.cut, Some(STOP_EVERY));
+        assert!(asked.get() >= 1);
+        assert_eq!(r.phases.len(), 2);
+        assert_eq!(r.phases[0].status, PhaseStatus::Predicted);
+        assert_eq!(r.phases[0].peak_allocated_bytes, Some(1 << 20));
+        assert_ne!(r.phases[1].status, PhaseStatus::Predicted);
+        assert!(
+            r.notes.iter().any(|n| n.contains("long did not end")),
+            "{:?}",
+            r.notes
+        );
+        let whole = replay_within(&events, 0, Backend::Native, None);
+        assert_eq!(whole.cut, None);
+        assert_eq!(whole.phases[1].status, PhaseStatus::Predicted);
     }
 
     /// A recorded stream, replayed exactly: sizes chosen to exercise both pools, segment sizes,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::environment::PythonEnvironment;
 use crate::prediction::answers::Answers;
 use crate::prediction::oom;
-use crate::prediction::replay::{Replayed, TraceEvent, replay_within};
+use crate::prediction::replay::{Replayed, TraceEvent, replay_until};
 use crate::progress::Progress;
 use crate::schema::events::{Event, Line};
 use crate::schema::failure::FailureDetail;
@@ -197,21 +197,43 @@ pub fn predict_within(
             )));
         }
     }
+    // A stop request (Ctrl-C, SIGTERM) during the replay of a long run ends it at once: what was
+    // replayed so far is judged as a prediction stopped there.
+    let stopping = || stop.get().is_some();
+    let replayed = replay_until(
+        &c.events,
+        target.context_bytes,
+        backend,
+        Some(capacity.allocator_bytes),
+        &stopping,
+    );
+    let mut exit = run.exit.clone();
+    let mut replay_notes = Vec::new();
+    if let (Some(done), Some(signal)) = (replayed.cut, stop.get()) {
+        exit = Exit::Stopped(signal);
+        replay_notes.push(format!(
+            "{} arrived while the events were replayed: the figures cover the first {done} of {} events",
+            signal.name(),
+            c.events.len()
+        ));
+    }
     let judged = judge(
-        replay_within(
-            &c.events,
-            target.context_bytes,
-            backend,
-            Some(capacity.allocator_bytes),
-        ),
+        replayed,
         c.done.as_ref(),
-        &run.exit,
+        &exit,
         &run.stderr_tail,
         plan.timeout.as_secs(),
     );
     // A larger card's need: the same events without the capacity.
     let out_of_memory = judged.refused.as_ref().map(|r| {
-        let unlimited = replay_within(&c.events, target.context_bytes, backend, None);
+        let unlimited = replay_until(&c.events, target.context_bytes, backend, None, &stopping);
+        if let (Some(done), Some(signal)) = (unlimited.cut, stop.get()) {
+            replay_notes.push(format!(
+                "{} arrived while the events were replayed without the card's capacity: the need on a larger card covers the first {done} of {} events",
+                signal.name(),
+                c.events.len()
+            ));
+        }
         oom::predicted(r, capacity, target, &unlimited.phases)
     });
     let env = c.environment.as_ref();
@@ -221,6 +243,7 @@ pub fn predict_within(
         notes.push(crate::schema::events::forged_note(c.forged));
     }
     notes.extend(judged.notes);
+    notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));
     notes.push(format!(
         "the predicting worker ran with its data capped at {} (RLIMIT_DATA: its heap and private memory, not its address space); above it, it fails with MemoryError, never takes the machine's memory",

@@ -57,6 +57,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         )
         return 2
     from . import memory as allocator
+    from . import steady
 
     lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
     pending: list[str] = []
@@ -73,7 +74,10 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         with lock:
             if kind in changes and model:
                 model[0].changed()
-            pending.append(json.dumps({"type": kind, "data": data}, allow_nan=False, default=str))
+            line = json.dumps({"type": kind, "data": data}, allow_nan=False, default=str)
+            pending.append(line)
+            if steady.TAP is not None:
+                steady.TAP(kind, line)
             if len(pending) >= 512 or kind not in ("alloc", "free", "tag"):
                 channel.write_lines(pending)
                 pending.clear()
@@ -86,11 +90,25 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
             if kind in changes and model:
                 model[0].changed()
             pending.append(line)
+            if steady.TAP is not None:
+                steady.TAP(kind, line)
             if len(pending) >= 512:
                 channel.write_lines(pending)
                 pending.clear()
 
+    def emit_many(lines: list[str], changes_model: bool) -> None:
+        # Storage events already encoded, in order (a steady state's replayed steps: steady.py).
+        if os.getpid() != parent:
+            return
+        with lock:
+            if changes_model and model:
+                model[0].changed()
+            pending.extend(lines)
+            channel.write_lines(pending)
+            pending.clear()
+
     emit.encoded = emit_encoded  # type: ignore[attr-defined]
+    emit.encoded_many = emit_many  # type: ignore[attr-defined]
 
     def stopped(signum: int, frame: FrameType | None) -> None:
         # The CLI stops the worker (--timeout, Ctrl-C): what was predicted so far reaches it

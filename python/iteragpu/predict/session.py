@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, idioms, memo, quantized
+from . import compat, cuda_api, cudnn_rnn, idioms, memo, quantized, steady
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -105,6 +105,7 @@ class Session:
         warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
         self._hooks()
         idioms.Idioms(torch, self.tracker, self.notes).install()
+        steady.Steadiness(self.tracker, self.tracker.note).install()
         cudnn_rnn.install(torch, self.tracker, self.notes, self.target)
         _route_sdpa(torch, self.target)
         if self.spec.world_size:
