@@ -97,7 +97,8 @@ pub fn predict_within(
         abandon: Some(Arc::new(AtomicBool::new(false))),
         keep_children: trial.keep_children,
         answers: Some(pipe.clone()),
-        data_limit: Some(process::PREDICT_DATA_LIMIT),
+        // Checked when the plan was built (`MeasurePlan::for_prediction`).
+        memory_cap: Some(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)),
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
@@ -246,8 +247,9 @@ pub fn predict_within(
     notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));
     notes.push(format!(
-        "the predicting worker ran with its data capped at {} (RLIMIT_DATA: its heap and private memory, not its address space); above it, it fails with MemoryError, never takes the machine's memory",
-        crate::units::Bytes(process::PREDICT_DATA_LIMIT).both()
+        "the predicting worker's own memory on the host was capped at {} (RssAnon: the data it keeps on the CPU, read every 200 ms; a file it maps is not counted); above it, iteragpu stops it and says so, never letting it take the machine's memory ({}=SIZE sets another cap)",
+        crate::units::Bytes(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)).both(),
+        process::MEMORY_CAP_ENV
     ));
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
@@ -354,12 +356,16 @@ fn judge(
                     format!("{}: {}{}", d.kind, d.message, d.at())
                 }
             }),
+        (Exit::MemoryCap(cap), _) => Some(format!(
+            "the predicting worker was stopped: it held more than {} of its own memory on the host (RssAnon: real data the script keeps on the CPU; data-less CUDA tensors take none). Set {}=SIZE (e.g. 16GiB) to allow more, if the machine has it",
+            crate::units::Bytes(*cap).both(),
+            process::MEMORY_CAP_ENV
+        )),
         (exit, _) => Some(format!(
             "the predicting worker ended unexpectedly ({exit}){}",
             if stderr_tail.is_empty() {
                 format!(
-                    " and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or it ended itself without a word (os._exit); its data was capped at {}",
-                    crate::units::Bytes(process::PREDICT_DATA_LIMIT).both()
+                    " and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or it ended itself without a word (os._exit)"
                 )
             } else {
                 format!(": {}", stderr_tail.join(" | "))

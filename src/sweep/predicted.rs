@@ -41,8 +41,8 @@ const MAX_PARALLEL: usize = 8;
 /// The memory one prediction is expected to take, to size the parallelism: a Llama-3-8B
 /// prediction's worker peaked at 0.8 GB resident (measured with `/usr/bin/time -v` on torch
 /// 2.15), a Llama-3-70B one at 0.81 GiB (VmHWM), rounded up for larger configs. Not the cap: each
-/// worker is capped at `process::PREDICT_DATA_LIMIT` (4 GiB of data, `RLIMIT_DATA`), so a larger
-/// one fails with `MemoryError` rather than take the others' memory.
+/// worker is stopped above `process::predict_memory_cap()` (4 GiB of its own resident memory by
+/// default), so a larger one fails, said, rather than take the others' memory.
 const WORKER_MEMORY: u64 = 3 << 29; // 1.5 GiB
 
 /// How many predictions run at once: the cores, at most [`MAX_PARALLEL`], and no more than the
@@ -137,9 +137,13 @@ pub fn run(
     series.protocol = match plan.mode {
         SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
         _ => format!(
-            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker capped at {} of data, RLIMIT_DATA); identical configurations predicted once",
+            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
             parallelism(),
-            Bytes(crate::workload::process::PREDICT_DATA_LIMIT).both()
+            Bytes(
+                crate::workload::process::predict_memory_cap()
+                    .unwrap_or(crate::workload::process::PREDICT_MEMORY_CAP)
+            )
+            .both()
         ),
     };
     let mut sweep = Sweep {

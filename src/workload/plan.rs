@@ -75,11 +75,12 @@ impl MeasurePlan {
             );
         }
         let plan = Self::build(args, world_size)?;
+        let cap = crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
         if let WorkloadPlan::Vlm(v) = &plan.workload {
             plan.check_vlm_images(
                 v,
-                crate::workload::process::PREDICT_DATA_LIMIT as u128,
-                "the predicting worker's data limit (RLIMIT_DATA)",
+                cap as u128,
+                "the predicting worker's memory cap (its own resident memory)",
             )?;
         }
         Ok(plan)

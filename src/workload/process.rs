@@ -49,19 +49,51 @@ pub struct WorkerCommand {
     /// A predicting worker's answer pipe (its standard input), else none (standard input reads
     /// nothing).
     pub answers: Option<AnswerPipe>,
-    /// The most data the worker may map (`RLIMIT_DATA`, set in the child before exec): a
-    /// predicting worker gets [`PREDICT_DATA_LIMIT`]; `None`: unlimited (a measuring worker,
-    /// whose CUDA driver maps host memory as the GPU needs it).
-    pub data_limit: Option<u64>,
+    /// The most of its own memory the worker may hold on the host (`RssAnon`, watched by the
+    /// run loop): a predicting worker gets [`predict_memory_cap`]; `None`: unwatched (a measuring
+    /// worker, whose CUDA driver maps host memory as the GPU needs it).
+    pub memory_cap: Option<u64>,
 }
 
-/// The data limit of a predicting worker: its heap and private writable memory (`RLIMIT_DATA`,
-/// Linux ≥ 4.7), not its address space. Measured with torch 2.15: a Llama-3-70B prediction's
-/// worker maps 3.7 GiB of address space (VmSize, most of it libraries and reservations it never
-/// touches, and more with more cores: one malloc arena per thread) for 0.92 GiB of data (VmData)
-/// and 0.81 GiB resident (VmHWM); an `RLIMIT_AS` low enough to matter breaks `import torch`. A
-/// worker above it gets `MemoryError` (said in its failure), never the machine's memory.
-pub const PREDICT_DATA_LIMIT: u64 = 4 << 30;
+/// The host memory a predicting worker may hold by default: its anonymous resident memory
+/// (`RssAnon` in `/proc/PID/status`: heap and private pages it touched, the real data a script
+/// keeps on the CPU; data-less CUDA tensors take none). Measured with torch 2.15: a Llama-3-70B
+/// prediction's worker peaks at 0.81 GiB resident. Not a kernel limit: `RLIMIT_AS` breaks
+/// `import torch` (3.7 GiB of address space mapped and never used), and `RLIMIT_DATA` counts
+/// private file mappings, so a checkpoint loaded through safetensors' `mmap` (16 GB for an 8B
+/// model, its pages never touched) failed under it. The run loop reads it every 200 ms and
+/// stops the worker above it, saying so.
+pub const PREDICT_MEMORY_CAP: u64 = 4 << 30;
+
+/// How often the run loop reads a capped worker's resident memory.
+const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// The variable that sets another cap (a size: `16GiB`, `8GB`).
+pub const MEMORY_CAP_ENV: &str = "ITERAGPU_WORKER_MEMORY";
+
+/// The cap of a predicting worker: [`MEMORY_CAP_ENV`] when it is set to a size, else
+/// [`PREDICT_MEMORY_CAP`]. A value that is not a size is an error naming it.
+pub fn predict_memory_cap() -> Result<u64, String> {
+    match std::env::var(MEMORY_CAP_ENV) {
+        Err(_) => Ok(PREDICT_MEMORY_CAP),
+        Ok(text) => match crate::units::parse_size(&text) {
+            Ok(b) if b.0 > 0 => Ok(b.0),
+            _ => Err(format!(
+                "{MEMORY_CAP_ENV}={:?} is not a size of memory: give one such as 16GiB or 8GB, or unset it for the default {}",
+                crate::output::terminal_safe(&text),
+                crate::units::Bytes(PREDICT_MEMORY_CAP).both()
+            )),
+        },
+    }
+}
+
+/// The anonymous resident memory of a process (`RssAnon`), `None` where /proc cannot tell.
+fn resident_anonymous(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 
 /// Lines written back to a predicting worker: the allocator model's answers to the script's own
 /// `torch.cuda` memory calls (`prediction::answers`). The worker keeps its standard input for
@@ -109,6 +141,8 @@ pub enum Exit {
     Timeout,
     /// Stopped by a signal the CLI received (SIGINT, SIGTERM, SIGHUP).
     Stopped(Stop),
+    /// Stopped by the CLI: its resident memory passed this cap (`WorkerCommand::memory_cap`).
+    MemoryCap(u64),
 }
 
 impl std::fmt::Display for Exit {
@@ -118,6 +152,11 @@ impl std::fmt::Display for Exit {
             Exit::Signal(s) => write!(f, "killed by signal {s}"),
             Exit::Timeout => f.write_str("stopped after the timeout"),
             Exit::Stopped(stop) => write!(f, "stopped by {}", stop.name()),
+            Exit::MemoryCap(cap) => write!(
+                f,
+                "stopped by iteragpu: it held more than {} of its own memory on the host (RssAnon)",
+                crate::units::Bytes(*cap).both()
+            ),
         }
     }
 }
@@ -324,32 +363,6 @@ pub(crate) fn parse_mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// Sets `RLIMIT_DATA` to `bytes` in the child before it runs Python (both the soft and the hard
-/// limit: the workload cannot raise it back); a lower limit the user already set is kept.
-fn limit_data(command: &mut Command, bytes: u64) {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: getrlimit and setrlimit are async-signal-safe and touch only the calling (child)
-    // process.
-    unsafe {
-        command.pre_exec(move || {
-            let mut current = libc::rlimit {
-                rlim_cur: libc::RLIM_INFINITY,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            libc::getrlimit(libc::RLIMIT_DATA, &mut current);
-            let bytes = (bytes as libc::rlim_t).min(current.rlim_max);
-            let limit = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Reads one event channel line by line into `tx`, tagged with its source.
 fn read_lines(source: usize, stream: impl std::io::Read + Send + 'static, tx: mpsc::Sender<Msg>) {
     std::thread::spawn(move || {
@@ -494,9 +507,6 @@ pub fn run(
         None => command.env_remove(TOKEN_ENV),
     };
     crate::signals::die_with_parent(&mut command);
-    if let Some(limit) = cmd.data_limit {
-        limit_data(&mut command, limit);
-    }
     // Registered while spawned, so that a worker ending meanwhile on another thread never takes
     // this one for something its workload left running.
     let mut live = LIVE_WORKERS.lock().unwrap_or_else(|e| e.into_inner());
@@ -550,6 +560,7 @@ pub fn run(
     let torchrun = matches!(cmd.launch, Launch::Torchrun(_));
 
     let started = Instant::now();
+    let mut last_memory_check = started;
     let mut forced: Option<Exit> = None;
     let mut ch = Channels {
         torchrun,
@@ -574,6 +585,17 @@ pub fn run(
         }
         if let Ok(Some(status)) = child.try_wait() {
             break status;
+        }
+        if forced.is_none()
+            && let Some(cap) = cmd.memory_cap
+            && last_memory_check.elapsed() >= MEMORY_CHECK_EVERY
+        {
+            last_memory_check = Instant::now();
+            if resident_anonymous(pid).is_some_and(|held| held > cap) {
+                forced = Some(Exit::MemoryCap(cap));
+                kill_group(pid, libc::SIGKILL);
+                ch.kill_ranks();
+            }
         }
         let timed_out = cmd.timeout.is_some_and(|t| started.elapsed() > t);
         let stopped = stop.get();
