@@ -471,7 +471,8 @@ pub struct TrainingArgs {
     /// Training steps, each recorded (at least 2: the first creates the optimizer states) [default: 2].
     #[arg(long, value_name = "N", value_parser = whole::<2, 10_000>)]
     pub steps: Option<u64>,
-    /// Optimizer of the training loop: adamw or sgd [default: adamw].
+    /// Optimizer of the training loop: adamw, sgd, or bitsandbytes' adamw-8bit or paged-adamw-8bit
+    /// (QLoRA's: its states in CUDA unified memory, outside PyTorch's allocator) [default: adamw].
     #[arg(long, value_name = "NAME", value_parser = train_optimizer)]
     pub optimizer: Option<TrainOptimizer>,
     /// Training precision: fp32, bf16-mixed (autocast to bfloat16, float32 weights), fp16-mixed

@@ -66,9 +66,9 @@ pub(super) fn train_optimizer(text: &str) -> Result<TrainOptimizer, String> {
     TrainOptimizer::from_str(text, true).map_err(|_| {
         match Optimizer::from_str(text, true) {
             Ok(_) => format!(
-                "{text} is estimated (iteragpu estimate --train --optimizer {text}) but not measured; measure with adamw or sgd"
+                "{text} is estimated (iteragpu estimate --train --optimizer {text}) but not run by the training loop; run adamw, sgd, adamw-8bit or paged-adamw-8bit"
             ),
-            Err(_) => format!("`{text}` is not an optimizer iteragpu runs; use adamw or sgd"),
+            Err(_) => format!("`{text}` is not an optimizer iteragpu runs; use adamw, sgd, adamw-8bit or paged-adamw-8bit (bitsandbytes')"),
         }
     })
 }

@@ -221,6 +221,17 @@ pub enum TrainShard {
 pub enum TrainOptimizer {
     Adamw,
     Sgd,
+    /// bitsandbytes' `AdamW8bit`: 8-bit states in PyTorch's allocator.
+    #[value(name = "adamw-8bit")]
+    #[serde(rename = "adamw-8bit")]
+    #[strum(serialize = "adamw-8bit")]
+    Adamw8bit,
+    /// bitsandbytes' `PagedAdamW8bit` (QLoRA's): 8-bit states in CUDA unified memory, outside
+    /// PyTorch's allocator.
+    #[value(name = "paged-adamw-8bit")]
+    #[serde(rename = "paged-adamw-8bit")]
+    #[strum(serialize = "paged-adamw-8bit")]
+    PagedAdamw8bit,
 }
 
 /// The precisions the training loop runs (the estimate knows fp16-mixed too).

@@ -91,7 +91,7 @@ fn options_a_workload_would_ignore_are_refused() {
         ),
         (
             vec!["measure", "--task", "train", "--optimizer", "adafactor"],
-            "measure with adamw or sgd",
+            "run adamw, sgd, adamw-8bit or paged-adamw-8bit",
         ),
         (
             vec!["measure", "--task", "train", "--precision", "fp8-mixed"],
@@ -121,7 +121,7 @@ fn options_a_workload_would_ignore_are_refused() {
         .args(["measure", "--help"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("adamw or sgd"))
+        .stdout(predicate::str::contains("Optimizer of the training loop: adamw, sgd"))
         .stdout(predicate::str::contains("adafactor").not())
         .stdout(predicate::str::contains("--max-cache-len").not())
         .stdout(predicate::str::contains("--kv-quant-bits").not());

@@ -271,7 +271,7 @@ fn causal_lm_input_is_checked() {
         ),
         (
             vec!["--task", "train", "--optimizer", "adafactor"],
-            "adamw or sgd",
+            "adamw, sgd, adamw-8bit or paged-adamw-8bit",
         ),
         (
             vec!["--lora-rank", "8", "--lora-targets", "q_proj"],

@@ -20,6 +20,16 @@ def make_optimizer(torch: Any, params: list[Any], name: str) -> Any:
         return torch.optim.AdamW(params, lr=1e-4)
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
+    if name in ("adamw-8bit", "paged-adamw-8bit"):
+        try:
+            import bitsandbytes as bnb
+        except Exception as exc:  # a broken install raises more than ImportError: reported as missing
+            from .causal_lm import Missing  # imported here: causal_lm imports this module
+
+            raise Missing(f"--optimizer {name} needs bitsandbytes, which cannot be imported: {type(exc).__name__}: {exc}") from exc
+        # PagedAdamW8bit keeps its states in CUDA unified memory, outside PyTorch's allocator.
+        cls = bnb.optim.AdamW8bit if name == "adamw-8bit" else bnb.optim.PagedAdamW8bit
+        return cls(params, lr=1e-4)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
