@@ -5,7 +5,10 @@ Prints "ok" and the number of events compared; raises at the first difference. R
 iteragpu's `python` folder on PYTHONPATH."""
 
 import json
+import os
 import threading
+
+import torch
 
 from iteragpu.predict import tracker
 
@@ -47,7 +50,9 @@ for ident in (0, 2, 3, 1):
 # A site-less allocation: on a thread whose every frame the site walk skips (torch's own code,
 # the standard library's threading).
 space: dict = {}
-exec(compile("def run(t):\n    t._alloc(9, 1, 'other', None, [1], 'float16', False)\n", "/x/torch/inner.py", "exec"), space)
+# A file under torch's own folder (frames are told apart by location, frames.py).
+inner = os.path.join(os.path.dirname(torch.__file__), "inner.py")
+exec(compile("def run(t):\n    t._alloc(9, 1, 'other', None, [1], 'float16', False)\n", inner, "exec"), space)
 for t in (direct, reference):
     thread = threading.Thread(target=space["run"], args=(t,))
     thread.start()
