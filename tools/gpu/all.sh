@@ -2,6 +2,7 @@
 # Every GPU check in ONE budgeted call (a lent device gives 15 minutes in all, its start included;
 # one command may run 10 minutes). On this machine first:
 #   cargo build --release && mkdir -p .device-bin && cp target/release/iteragpu .device-bin/
+#   pip download --no-deps bitsandbytes==0.50.2 -d .device-bin   # 43 MB, if the device lacks it
 # then with the device tool:
 #   run(command="bash tools/gpu/all.sh", carry=[".device-bin"], timeout_s=540)
 # The whole run stops starting checks BUDGET_S (480) seconds after it began, less MARGIN_S (20) kept
@@ -11,7 +12,8 @@
 #   2. each built-in workload once: dense (the guide's case, bf16 8×2048×4096), causal-lm on the
 #      8-layer Llama config (generation with a dynamic cache, a bf16-mixed training step with
 #      --timeline: its trace names the stream and request behind step 2's reserved growth, issue 28
-#      item 5, docs/notes/issue28-reserved-after-step-1.md), vision on
+#      item 5, docs/notes/issue28-reserved-after-step-1.md; then QLoRA: nf4 with double quantization,
+#      LoRA r 16 on all linear layers, paged AdamW 8-bit, issue 29), vision on
 #      ViT-base's config (bf16 inference of 64 images at 224, a bf16-mixed training step of 32 at
 #      384: the interpolated position embeddings, a longer sequence), 4 concurrent requests of
 #      mixed lengths on the 8-layer Llama, and Qwen2-VL-2B with 2 images of 448 per request (vlm:
@@ -76,6 +78,23 @@ step_oom_another_process() {  # hold_memory.py keeps all but 8 GiB while a workl
   kill "$holder" 2> /dev/null
   wait "$holder" 2> /dev/null
   return "$rc"
+}
+
+step_qlora() {  # QLoRA as people run it (issue 29); bitsandbytes from a carried wheel if the device lacks it
+  local py=${ITERAGPU_PYTHON:-python3} site="" whl
+  if ! "$py" -c "import bitsandbytes" > /dev/null 2>&1; then
+    whl=$(ls "$ROOT"/.device-bin/bitsandbytes-*.whl 2> /dev/null | head -n 1)
+    if [ -z "$whl" ]; then
+      echo "bitsandbytes is not installed on the device and no wheel was carried (.device-bin/bitsandbytes-*.whl)"
+      return 2
+    fi
+    site=$(mktemp -d)
+    "$py" -m pip install -q --no-deps --no-index --target "$site" "$whl" || return 2
+  fi
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} "$BIN" measure --output "$OUT/workloads/llama8l-qlora-nf4.json" \
+    --workload causal-lm --model "$MODEL" --task train --quantize nf4 --double-quant --lora-rank 16 \
+    --lora-targets all-linear --precision bf16-mixed --optimizer paged-adamw-8bit --gradient-checkpointing \
+    --steps 2 --batch 4 --context 512
 }
 
 if [ "${1:-}" = --step ]; then
@@ -258,6 +277,7 @@ measure workloads llama8l-generate-dynamic 30 150 - --workload causal-lm --model
   --batch 4 --prompt-tokens 1024 --new-tokens 128 --cache dynamic
 measure workloads llama8l-train-bf16-mixed 30 150 - --workload causal-lm --model "$MODEL" --task train \
   --precision bf16-mixed --steps 2 --batch 4 --context 512 --timeline
+run_check workloads llama8l-qlora-nf4 40 150 - bash "$SELF" --step qlora
 measure workloads vit-base-infer-bf16 20 90 - --workload vision --model "$VIT" --dtype bfloat16 --images 64
 measure workloads vit-base-train-bf16-mixed 30 120 - --workload vision --model "$VIT" --task train \
   --precision bf16-mixed --steps 2 --images 32 --resolution 384
