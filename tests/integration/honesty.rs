@@ -121,7 +121,9 @@ fn options_a_workload_would_ignore_are_refused() {
         .args(["measure", "--help"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("Optimizer of the training loop: adamw, sgd"))
+        .stdout(predicate::str::contains(
+            "Optimizer of the training loop: adamw, sgd",
+        ))
         .stdout(predicate::str::contains("adafactor").not())
         .stdout(predicate::str::contains("--max-cache-len").not())
         .stdout(predicate::str::contains("--kv-quant-bits").not());
