@@ -364,9 +364,7 @@ fn judge(
         (exit, _) => Some(format!(
             "the predicting worker ended unexpectedly ({exit}){}",
             if stderr_tail.is_empty() {
-                format!(
-                    " and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or it ended itself without a word (os._exit)"
-                )
+                " and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or it ended itself without a word (os._exit)".to_string()
             } else {
                 format!(": {}", stderr_tail.join(" | "))
             }
