@@ -349,7 +349,7 @@ fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
 /// never an empty answer.
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
-fn quantized_checkpoints_without_their_library_are_unpredictable() {
+fn quantized_checkpoints_without_their_library_say_which() {
     let python = bnb_python();
     let dir = tempfile::tempdir().unwrap();
     let installed = |module: &str| {
