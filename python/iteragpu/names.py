@@ -86,9 +86,15 @@ def image_processor_class(transformers: Any, name: object, path: str, field: str
     return cls
 
 
+def dtypes(torch: Any) -> dict[str, Any]:
+    """torch's dtypes by name (`bfloat16`, `float32`…), read from the module's own namespace: the
+    allowlist a dtype name from a file is checked against before anything is looked up."""
+    return {k: v for k, v in vars(torch).items() if isinstance(v, torch.dtype) and not k.startswith("_")}
+
+
 def torch_dtype(torch: Any, name: object, where: str) -> Any:
     """The torch dtype `name` names (`bfloat16`, `float32`…): only a `torch.dtype` object."""
-    found = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() and not name.startswith("_") else None
+    found = dtypes(torch).get(name) if isinstance(name, str) else None  # allowlisted
     if not isinstance(found, torch.dtype):
         raise refuse(name, "dtype", where, "one of torch's dtypes (bfloat16, float16, float32…)")
     return found

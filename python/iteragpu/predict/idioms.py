@@ -30,6 +30,8 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
+from .. import names
+
 # What CUDA events answer for a duration that was never timed.
 ELAPSED_MS: float = 1.0
 
@@ -417,8 +419,8 @@ def _restore(token: str, shape: list[int], dtype: str, device: str, requires_gra
     target = _RESTORE.get("device") or device
     known = (_RESTORE.get("saved") or {}).get(token)
     # The dtype's name comes from a file: only a name that is one of torch's dtypes is taken.
-    found = getattr(torch, dtype, None) if isinstance(dtype, str) and dtype.isidentifier() else None  # allowlisted
-    if not isinstance(found, torch.dtype):
+    found = names.dtypes(torch).get(dtype) if isinstance(dtype, str) else None  # allowlisted
+    if found is None:
         raise ValueError(f"{dtype!r} in a checkpoint's tensor reference is not a torch dtype")
     t = data_less(_RESTORE.get("tracker"), shape, found, target, known)
     return t.requires_grad_(requires_grad) if t.is_floating_point() and requires_grad else t
