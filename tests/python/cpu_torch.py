@@ -11,6 +11,8 @@ class CpuTorch(types.ModuleType):
 
     def __init__(self):
         super().__init__("torch")
+        # torch's own namespace, so that what reads it (vars(), the dtype allowlist) sees real torch.
+        self.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
         zero = lambda *a, **k: 0  # noqa: E731
         self.cuda = types.SimpleNamespace(
             synchronize=lambda *a, **k: None,
