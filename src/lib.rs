@@ -60,6 +60,42 @@ where
             return status.into();
         }
     };
+    guarded(|| dispatch(&cli))
+}
+
+/// Runs `work`; a panic (a bug, or an overflow the release build's `overflow-checks` caught
+/// instead of wrapping silently) becomes one `error: internal error …` line and exit 1, never
+/// Rust's backtrace banner and exit 101. The workers die with this process (`die_with_parent`).
+fn guarded(work: impl FnOnce() -> ExitCode + std::panic::UnwindSafe) -> ExitCode {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        crate::say!("{}", internal_error(&what, &at));
+    }));
+    let status = std::panic::catch_unwind(work).unwrap_or_else(|_| ExitStatus::BadInput.into());
+    std::panic::set_hook(previous);
+    status
+}
+
+/// The line a panic prints: what and where, that no result was overwritten, and whom to tell.
+fn internal_error(what: &str, at: &str) -> String {
+    format!(
+        "error: internal error: {what}{at}. This is a bug in iteragpu, not in your input: \
+         nothing was overwritten (results are written to a temporary file first); please report \
+         it with the command line"
+    )
+}
+
+fn dispatch(cli: &cli::Cli) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
         cli::Command::Estimate(args) => commands::estimate::run(args, &mut stdout),
@@ -79,5 +115,24 @@ where
             crate::say!("error: {err}");
             err.status().into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_an_internal_error_with_exit_1() {
+        let status = guarded(|| {
+            let big = std::hint::black_box(u64::MAX);
+            // What a wrapped length would be in a release build without overflow checks.
+            let sum = big.checked_add(1).expect("a length sum overflowed");
+            ExitCode::from(sum as u8)
+        });
+        assert_eq!(status, ExitStatus::BadInput.into());
+        let line = internal_error("a length sum overflowed", " at src/x.rs:3");
+        assert!(line.starts_with("error: internal error: a length sum overflowed at src/x.rs:3."));
+        assert!(line.contains("nothing was overwritten"), "{line}");
     }
 }

@@ -97,3 +97,38 @@ impl Progress for Above {
         Some(Arc::new(Above(self.0.clone())))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use indicatif::{InMemoryTerm, TermLike};
+
+    /// A warning the workload prints while the bar is drawn (transformers' are the usual ones)
+    /// lands on its own line above the bar, never in the middle of it.
+    #[test]
+    fn forwarded_lines_go_above_the_bar() {
+        let term = InMemoryTerm::new(10, 80);
+        let bar = ProgressBar::with_draw_target(
+            Some(4),
+            ProgressDrawTarget::term_like(Box::new(term.clone())),
+        );
+        bar.set_style(ProgressStyle::with_template("trial {pos} of {len} {msg}").unwrap());
+        bar.set_message("running batch=4");
+        let display = Terminal(bar);
+        display.inc();
+        let forwarder = display.forwarder().expect("a terminal display forwards");
+        forwarder.println("`torch_dtype` is deprecated! Use `dtype` instead!");
+        display.inc();
+        let screen = term.contents();
+        let lines: Vec<&str> = screen.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "`torch_dtype` is deprecated! Use `dtype` instead!",
+                "trial 2 of 4 running batch=4"
+            ],
+            "{screen:?}"
+        );
+        assert_eq!(term.height(), 10);
+    }
+}

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::progress::Progress;
 use crate::python_side::Package;
-use crate::schema::events::{Line, TOKEN_ENV, new_token, parse, parse_signed};
+use crate::schema::events::{Line, TOKEN_ENV, new_token, parse_signed};
 use crate::schema::measure::WorkerInfo;
 use crate::signals::{Stop, StopRequest};
 
@@ -88,6 +88,17 @@ pub fn predict_memory_cap() -> Result<u64, String> {
 }
 
 /// The anonymous resident memory of a process (`RssAnon`), `None` where /proc cannot tell.
+/// A process's state letter and parent pid, from `/proc/PID/stat` (`pid (comm) state ppid …`; the
+/// command may hold spaces and parentheses).
+fn state_and_parent(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?.to_string();
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
 fn resident_anonymous(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
@@ -294,16 +305,9 @@ fn end_adopted(except: u32, ranks: &[u32], keep: bool) -> Vec<String> {
         }
         // Ranks under torchrun were ended on purpose: reaped, not reported.
         let rank = ranks.contains(&pid);
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some((state, ppid)) = state_and_parent(pid) else {
             continue;
         };
-        // `pid (comm) state ppid …`: the command may hold spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = after.split_whitespace();
-        let state = fields.next().unwrap_or("");
-        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         if ppid != me {
             continue;
         }
@@ -345,6 +349,10 @@ fn end_adopted(except: u32, ranks: &[u32], keep: bool) -> Vec<String> {
 }
 
 fn kill_group(pid: u32, signal: i32) {
+    // Group 0 is this process's own and group 1 init's: never a worker's.
+    if pid <= 1 {
+        return;
+    }
     // SAFETY: killpg only sends a signal; a group that no longer exists returns ESRCH.
     unsafe {
         libc::killpg(pid as libc::pid_t, signal);
@@ -500,12 +508,10 @@ pub fn run(
             None => command.env_remove(key),
         };
     }
-    // The channel's token: only lines that carry it are the worker's (schema/events.rs).
-    let token = matches!(cmd.launch, Launch::Worker).then(new_token);
-    match &token {
-        Some(t) => command.env(TOKEN_ENV, t),
-        None => command.env_remove(TOKEN_ENV),
-    };
+    // The channel's token: only lines that carry it are the worker's, or a rank's under
+    // torchrun (which hands its environment to each rank); schema/events.rs.
+    let token = new_token();
+    command.env(TOKEN_ENV, &token);
     crate::signals::die_with_parent(&mut command);
     // Registered while spawned, so that a worker ending meanwhile on another thread never takes
     // this one for something its workload left running.
@@ -565,6 +571,7 @@ pub fn run(
     let mut ch = Channels {
         torchrun,
         token,
+        launcher: pid,
         ..Channels::default()
     };
     let mut first_rank_end: Option<Instant> = None;
@@ -701,9 +708,12 @@ struct Channels {
     all_accepted: bool,
     /// Each rank leads its own session under torchrun: its pid is its group.
     rank_groups: Vec<u32>,
-    /// The token each line of the worker's stdout channel carries (`None` under torchrun, whose
-    /// ranks speak on their own socket connections).
-    token: Option<String>,
+    /// The token each line carries, on the worker's stdout or a rank's socket connection: a
+    /// line without it (a forked child's, a stray connection's) is forged, and a forged `hello`
+    /// never makes its pid one of the ranks' groups to stop.
+    token: String,
+    /// The process the CLI started (torchrun, or the worker).
+    launcher: u32,
 }
 
 impl Channels {
@@ -714,12 +724,11 @@ impl Channels {
                     self.connected = source + 1;
                     self.open += 1;
                 }
-                let parsed = match &self.token {
-                    Some(token) => parse_signed(&line, token),
-                    None => parse(&line),
-                };
+                let parsed = parse_signed(&line, &self.token);
+                // A rank is torchrun's own child: no other pid becomes a group to stop.
                 if let Line::Event(crate::schema::events::Event::Hello { pid, .. }) = &parsed
                     && self.torchrun
+                    && state_and_parent(*pid).is_some_and(|(_, parent)| parent == self.launcher)
                 {
                     self.rank_groups.push(*pid);
                 }
@@ -745,5 +754,40 @@ impl Channels {
         for g in &self.rank_groups {
             kill_group(*g, libc::SIGKILL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what is printed above a display.
+    #[derive(Default)]
+    struct Above(Mutex<Vec<String>>);
+
+    impl Progress for Above {
+        fn println(&self, line: &str) {
+            self.0.lock().unwrap().push(line.to_string());
+        }
+    }
+
+    /// With a display up, the workload's own lines go through it (above the bar), in order, and
+    /// are kept in the tail; never written to standard error under the bar.
+    #[test]
+    fn the_workloads_lines_go_through_the_display() {
+        let display = Arc::new(Above::default());
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let text = "warning: one\nwarning: two\n";
+        forward_lines(
+            std::io::Cursor::new(text.as_bytes().to_vec()),
+            true,
+            Some(display.clone() as Arc<dyn Progress>),
+            Arc::clone(&tail),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .join()
+        .unwrap();
+        assert_eq!(*display.0.lock().unwrap(), ["warning: one", "warning: two"]);
+        assert_eq!(tail.lock().unwrap().len(), 2);
     }
 }

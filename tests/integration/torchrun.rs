@@ -138,6 +138,28 @@ fn every_rank_is_recorded_on_its_own_device_and_never_pooled() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Each rank's child writes a forged `hello` (pid 1) and a note through a copy of the rank's
+/// socket: the lines lack the run's token, so they are dropped and counted, and pid 1 never
+/// becomes a rank's group to stop.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn a_ranks_forked_child_cannot_speak_for_it() {
+    let python = torch_python();
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, out) = measure(&python, dir.path(), "forge", &[]);
+    assert_cmd::Command::from_std(cmd).assert().success();
+    assert_no_rank_left(dir.path());
+    let doc = read_json(&out);
+    assert_eq!(
+        ranks(&doc),
+        [(0, "ok".into(), None), (1, "ok".into(), None)]
+    );
+    let notes = doc["notes"].to_string();
+    assert!(!notes.contains("a forged note"), "{notes}");
+    assert!(notes.contains("forged line(s) ignored"), "{notes}");
+}
+
 #[test]
 #[ignore = "needs torch and transformers"]
 fn a_rank_that_raises_is_the_cause_and_the_others_are_stopped() {
