@@ -331,7 +331,7 @@ pub(crate) fn build(
             crate::schema::history::MAX_OOM_SNAPSHOTS - 1
         ));
     }
-    let failure = (!status.is_ok()).then(|| failure_of(&p, status, stopped));
+    let failure = (!status.is_ok()).then(|| failure_of(&p, status, stopped, run));
     let timeline = p
         .snapshot
         .take()
@@ -389,7 +389,34 @@ pub(crate) fn build(
     }
 }
 
-fn failure_of(p: &Source, status: RunStatus, stopped: Option<Stop>) -> Failure {
+/// Why a worker that reported no error ended: the cap the user set, or how it ended and the
+/// last lines it wrote (never an empty message).
+fn ended_without_a_word(run: &crate::workload::process::WorkerRun) -> Option<String> {
+    use crate::workload::process::{Exit, MEMORY_CAP_ENV};
+    match run.exit {
+        Exit::Code(0) | Exit::Timeout | Exit::Stopped(_) => None,
+        Exit::MemoryCap(_) => Some(format!(
+            "the worker was {}: the cap {MEMORY_CAP_ENV} sets; give a larger size, or unset it (a measuring worker has no cap of its own)",
+            run.exit
+        )),
+        _ if run.stderr_tail.is_empty() => Some(format!(
+            "the worker ended unexpectedly ({}) and wrote nothing on its standard error: it was killed from outside (the kernel's out-of-memory killer, a container's memory limit: see `dmesg`) or ended itself without a word (os._exit)",
+            run.exit
+        )),
+        _ => Some(format!(
+            "the worker ended unexpectedly ({}){}",
+            run.exit,
+            run.stderr_said()
+        )),
+    }
+}
+
+fn failure_of(
+    p: &Source,
+    status: RunStatus,
+    stopped: Option<Stop>,
+    run: &crate::workload::process::WorkerRun,
+) -> Failure {
     let last = p.phases.last();
     let phase_error = last.and_then(|ph| ph.error.clone());
     let done_error = p.done.as_ref().and_then(|(_, e)| e.clone());
@@ -425,7 +452,8 @@ fn failure_of(p: &Source, status: RunStatus, stopped: Option<Stop>) -> Failure {
                         }
                     )
                 })
-            }),
+            })
+            .or_else(|| ended_without_a_word(run)),
         out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
         post_mortem: phase_error
             .as_ref()

@@ -129,7 +129,7 @@ fn run_in_process(
         abandon: None,
         keep_children: trial.keep_children,
         answers: None,
-        memory_cap: None,
+        memory_cap: process::measure_memory_cap(),
     };
     let run = process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {

@@ -95,6 +95,8 @@ impl MeasurePlan {
     }
 
     fn build(args: &MeasureOptions, predicted_world_size: Option<u64>) -> Result<MeasurePlan> {
+        // ITERAGPU_WORKER_MEMORY is checked here, before anything runs, for both kinds of worker.
+        crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
         let torchrun = torchrun(args)?;
         let devices = match (&torchrun, args.device.is_empty()) {
             (None, true) => vec!["cuda:0".to_string()],

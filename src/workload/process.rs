@@ -50,8 +50,8 @@ pub struct WorkerCommand {
     /// nothing).
     pub answers: Option<AnswerPipe>,
     /// The most of its own memory the worker may hold on the host (`RssAnon`, watched by the
-    /// run loop): a predicting worker gets [`predict_memory_cap`]; `None`: unwatched (a measuring
-    /// worker, whose CUDA driver maps host memory as the GPU needs it).
+    /// run loop): a predicting worker gets [`predict_memory_cap`]; a measuring worker only
+    /// [`measure_memory_cap`], the cap the user set (`None`: unwatched).
     pub memory_cap: Option<u64>,
 }
 
@@ -64,6 +64,14 @@ pub struct WorkerCommand {
 /// model, its pages never touched) failed under it. The run loop reads it every 200 ms and
 /// stops the worker above it, saying so.
 pub const PREDICT_MEMORY_CAP: u64 = 4 << 30;
+
+/// The cap of a measuring worker: only the one the user sets in [`MEMORY_CAP_ENV`]. A measured
+/// run is the user's real job, which may hold a dataset or optimizer states offloaded to the CPU,
+/// and the CUDA driver's own host memory grows with the GPU's use: no default fits every job, so
+/// none is imposed. `MeasurePlan` checks the variable before anything runs.
+pub fn measure_memory_cap() -> Option<u64> {
+    std::env::var_os(MEMORY_CAP_ENV).and_then(|_| predict_memory_cap().ok())
+}
 
 /// How often the run loop reads a capped worker's resident memory.
 const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -79,7 +87,7 @@ pub fn predict_memory_cap() -> Result<u64, String> {
         Ok(text) => match crate::units::parse_size(&text) {
             Ok(b) if b.0 > 0 => Ok(b.0),
             _ => Err(format!(
-                "{MEMORY_CAP_ENV}={:?} is not a size of memory: give one such as 16GiB or 8GB, or unset it for the default {}",
+                "{MEMORY_CAP_ENV}={:?} is not a size of memory: give one such as 16GiB or 8GB, or unset it (a predicting worker then gets {}, a measuring worker no cap)",
                 crate::output::terminal_safe(&text),
                 crate::units::Bytes(PREDICT_MEMORY_CAP).both()
             )),
@@ -87,7 +95,6 @@ pub fn predict_memory_cap() -> Result<u64, String> {
     }
 }
 
-/// The anonymous resident memory of a process (`RssAnon`), `None` where /proc cannot tell.
 /// A process's state letter and parent pid, from `/proc/PID/stat` (`pid (comm) state ppid …`; the
 /// command may hold spaces and parentheses).
 fn state_and_parent(pid: u32) -> Option<(String, u32)> {
@@ -99,6 +106,7 @@ fn state_and_parent(pid: u32) -> Option<(String, u32)> {
     Some((state, ppid))
 }
 
+/// The anonymous resident memory of a process (`RssAnon`), `None` where /proc cannot tell.
 fn resident_anonymous(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;

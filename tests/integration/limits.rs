@@ -185,6 +185,66 @@ fn a_predicting_worker_is_stopped_above_its_memory_cap() {
     assert!(!dir.path().join("q.json").exists());
 }
 
+/// A measuring worker has no memory cap of its own (it runs the user's real job), but the one the
+/// user sets is kept: a script that fills 600 MiB under `ITERAGPU_WORKER_MEMORY=200MiB` fails
+/// with the cap named (it said "crashed" and nothing else), the phase before it kept; unset, the
+/// same script completes; a malformed cap is refused before anything runs.
+#[test]
+fn a_measuring_worker_keeps_the_memory_cap_the_user_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hog.py");
+    std::fs::write(
+        &script,
+        [
+            "import time",
+            "import iteragpu",
+            "with iteragpu.phase('load'):",
+            "    pass",
+            "with iteragpu.phase('hog'):",
+            "    hog = bytearray(b'x') * (600 << 20)",
+            "    time.sleep(1)",
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let capped = Run::measure()
+        .fake_torch()
+        .env("ITERAGPU_WORKER_MEMORY", "200MiB")
+        .arg("--script")
+        .arg(&script)
+        .output(dir.path().join("capped.json"))
+        .expect_status(3)
+        .result();
+    assert_eq!(
+        capped.phase_names(),
+        ["load", "hog"],
+        "{:?}",
+        capped.failure
+    );
+    let message = capped.failure.unwrap().message.unwrap_or_default();
+    assert!(
+        message.contains("held more than 0.21 GB = 0.20 GiB of its own memory")
+            && message.contains("ITERAGPU_WORKER_MEMORY"),
+        "{message}"
+    );
+    let free = Run::measure()
+        .fake_torch()
+        .arg("--script")
+        .arg(&script)
+        .output(dir.path().join("free.json"))
+        .succeeds()
+        .result();
+    assert_eq!(free.phase_names(), ["load", "hog"]);
+    Run::measure()
+        .fake_torch()
+        .env("ITERAGPU_WORKER_MEMORY", "lots")
+        .arg("--script")
+        .arg(&script)
+        .output(dir.path().join("bad.json"))
+        .expect_status(1);
+    assert!(!dir.path().join("bad.json").exists());
+}
+
 /// `image_size: [224, 320]` is 224 high and 320 wide in the estimate (it was read 224×224).
 #[test]
 fn a_non_square_image_size_is_read_whole() {
