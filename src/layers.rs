@@ -49,29 +49,101 @@ fn layer_of(module: &str) -> Option<usize> {
         .position(|(_, modules)| modules.contains(&module))
 }
 
-/// The source without comments and without its `#[cfg(test)]` part (tests may import upward).
+/// The source without comments and without its `#[cfg(test)]` items (tests may import upward):
+/// each such item is cut from its attribute to its `;` or its closing brace, and the code after
+/// it is kept (a test module in the middle of a file hides nothing that follows it).
 fn code_of(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let text = match text.find("#[cfg(test)]") {
-        Some(i) => &text[..i],
-        None => &text[..],
-    };
-    text.lines()
+    let code: String = text
+        .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = &code[..];
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..i]);
+        rest = &rest[i + "#[cfg(test)]".len()..];
+        rest = &rest[item_end(rest)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the item at the start of `code` ends: after its first `;` outside braces, or after the
+/// brace that closes its first `{`. String and character literals are skipped, so a `'{'` or a
+/// `"}"` in them does not count.
+fn item_end(code: &str) -> usize {
+    let bytes = code.as_bytes();
+    let (mut i, mut depth) = (0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // A character literal ('{', '\'', '\\'); a lifetime ('a) has no closing quote.
+            b'\'' if bytes.get(i + 2) == Some(&b'\'') => i += 2,
+            b'\'' if bytes.get(i + 1) == Some(&b'\\') => {
+                i += 2;
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    i += 1;
+                }
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    code.len()
 }
 
 /// `crate::a::b…` paths named in `code`, as segments; groups (`crate::a::{b::{self, C}, d}`)
-/// are expanded, so each named module is seen.
-fn crate_paths(code: &str) -> Vec<Vec<String>> {
+/// are expanded, so each named module is seen. `super::` and `self::` paths are resolved from
+/// `module`, the file's own module (`mod.rs` files are their folder's module).
+fn crate_paths_from(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
-        expand(&[], rest, &mut out);
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    for (at, _) in code.match_indices("crate::") {
+        if !code[..at].ends_with(ident) {
+            expand(&[], &code[at + "crate::".len()..], &mut out);
+        }
+    }
+    for start in ["super::", "self::"] {
+        for (at, _) in code.match_indices(start) {
+            if code[..at].ends_with(ident) {
+                continue;
+            }
+            let mut base = module.to_vec();
+            let mut rest = &code[at..];
+            if let Some(r) = rest.strip_prefix("self::") {
+                rest = r;
+            }
+            while let Some(r) = rest.strip_prefix("super::") {
+                if base.pop().is_none() {
+                    break;
+                }
+                rest = r;
+            }
+            expand(&base, rest, &mut out);
+        }
     }
     out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// `crate::` paths only (what the scanner's own test checks).
+#[cfg(test)]
+fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    crate_paths_from(code, &[])
 }
 
 /// Reads one path (or group) at the start of `text`, prefixed by `prefix`, into `out`.
@@ -162,7 +234,7 @@ fn modules_import_only_lower_layers_and_no_file_imports_back() {
                 path.display()
             );
         };
-        for named in crate_paths(&code_of(path)) {
+        for named in crate_paths_from(&code_of(path), module) {
             let Some(target) = module_named(&known, &named) else {
                 continue;
             };
@@ -292,4 +364,182 @@ fn the_import_scanner_sees_groups_and_nested_paths() {
     assert!(has(&["schema", "measure"]), "{paths:?}");
     assert!(has(&["units"]), "{paths:?}");
     assert!(!has(&["schema", "X"]), "{paths:?}");
+}
+
+#[test]
+fn super_and_self_paths_are_resolved_and_test_items_cut_only() {
+    let module: Vec<String> = ["report", "export", "svg"].map(String::from).to_vec();
+    let code = "use super::html::escape;\nuse self::inner::X;\nuse super::super::fiche;\n\
+                #[cfg(test)]\nmod tests { fn f() { let c = '{'; let s = \"}\"; } }\n\
+                use crate::units::GIB;";
+    let paths = crate_paths_from(code, &module);
+    let joined: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    for want in [
+        "report::export::html::escape",
+        "report::export::svg::inner",
+        "report::fiche",
+        "units",
+    ] {
+        assert!(joined.iter().any(|j| j == want), "{want}: {joined:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("x.rs");
+    std::fs::write(
+        &file,
+        "use a;\n#[cfg(test)]\nmod tests { use crate::up; const C: char = '}'; }\nuse crate::after;\n#[cfg(test)]\nuse crate::up2;\nfn g() {}",
+    )
+    .unwrap();
+    let code = code_of(&file);
+    assert!(code.contains("crate::after") && code.contains("fn g()"), "{code}");
+    assert!(!code.contains("crate::up"), "{code}");
+}
+
+/// Every `.py` file under `python/iteragpu`, as its module path (`predict::tracker`; a package's
+/// `__init__.py` is the package).
+fn python_modules(root: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "py") {
+                let rel = path.strip_prefix(root).unwrap().with_extension("");
+                let mut segs: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                if segs.last().is_some_and(|s| s == "__init__") {
+                    segs.pop();
+                }
+                out.insert(segs, path);
+            }
+        }
+    }
+    out
+}
+
+/// The modules of the package one Python file imports, wherever the statement stands (an import
+/// inside a function closes a circle as surely as one at the top): `from . import a`,
+/// `from .x import y`, `from ..x import y`, `import iteragpu.x`, `from iteragpu.x import y`.
+fn python_imports(
+    code: &str,
+    module: &[String],
+    is_package: bool,
+    known: &BTreeMap<Vec<String>, PathBuf>,
+) -> Vec<Vec<String>> {
+    // The package a relative import starts from: the module's own for `__init__.py`.
+    let package: Vec<String> = if is_package {
+        module.to_vec()
+    } else {
+        module[..module.len().saturating_sub(1)].to_vec()
+    };
+    let mut out = Vec::new();
+    for line in code.lines().map(str::trim) {
+        let (from, names) = if let Some(rest) = line.strip_prefix("from ") {
+            let Some((from, names)) = rest.split_once(" import ") else {
+                continue;
+            };
+            (from.trim(), names)
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            (rest.split([' ', ',']).next().unwrap_or(""), "")
+        } else {
+            continue;
+        };
+        let base = if let Some(rel) = from.strip_prefix('.') {
+            let ups = rel.chars().take_while(|c| *c == '.').count();
+            let mut base = package.clone();
+            for _ in 0..ups {
+                base.pop();
+            }
+            base.extend(
+                rel[ups..]
+                    .split('.')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            );
+            base
+        } else if let Some(abs) = from
+            .strip_prefix("iteragpu")
+            .filter(|r| r.is_empty() || r.starts_with('.'))
+        {
+            abs.split('.')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        } else {
+            continue;
+        };
+        // `from . import a, b as c`: each name is a module when one has that name.
+        let mut named = false;
+        for name in names.trim_matches(['(', ')', ' ']).split(',') {
+            let name = name.split_whitespace().next().unwrap_or("");
+            let mut m = base.clone();
+            m.push(name.to_string());
+            if known.contains_key(&m) {
+                out.push(m);
+                named = true;
+            }
+        }
+        if !named {
+            out.push(base);
+        }
+    }
+    out
+}
+
+#[test]
+fn python_modules_import_each_other_round_no_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/iteragpu");
+    let known = python_modules(&root);
+    assert!(known.len() > 20, "{} modules", known.len());
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, path) in &known {
+        let code = std::fs::read_to_string(path).unwrap();
+        let is_package = path.file_name().is_some_and(|n| n == "__init__.py");
+        for target in python_imports(&code, module, is_package, &known) {
+            if known.contains_key(&target)
+                && !target.starts_with(module)
+                && !module.starts_with(&target)
+            {
+                edges.entry(module.clone()).or_default().insert(target);
+            }
+        }
+    }
+    let found = circles(&edges);
+    assert!(
+        found.is_empty(),
+        "Python modules that import each other (round a circle):\n{}",
+        found
+            .iter()
+            .map(|c| c
+                .iter()
+                .map(|m| m.join("."))
+                .collect::<Vec<_>>()
+                .join(" → "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn python_relative_imports_are_resolved() {
+    let known: BTreeMap<Vec<String>, PathBuf> = [
+        vec!["channel"],
+        vec!["ranks"],
+        vec!["predict"],
+        vec!["predict", "tracker"],
+        vec!["names"],
+    ]
+    .into_iter()
+    .map(|m| (m.into_iter().map(String::from).collect(), PathBuf::new()))
+    .collect();
+    let module: Vec<String> = vec!["predict".into(), "tracker".into()];
+    let code = "from .. import names\n    from ..ranks import connect\nfrom iteragpu import channel\nimport torch\n";
+    let got: Vec<String> = python_imports(code, &module, false, &known)
+        .iter()
+        .map(|m| m.join("."))
+        .collect();
+    assert_eq!(got, ["names", "ranks", "channel"]);
 }

@@ -84,13 +84,6 @@ class Channel:
         os.dup2(2, 1)
         return cls(events)
 
-    @classmethod
-    def connect(cls) -> Channel:
-        """A rank's channel under torchrun: the CLI's socket (see iteragpu.ranks)."""
-        from . import ranks
-
-        return cls(ranks.connect())
-
     def emit(self, type_: str, data: Any) -> None:
         if not self._mine():
             return

@@ -113,7 +113,7 @@ def main() -> int:
         channel = Channel.take_stdout()
     else:
         ranks.die_with_agent()
-        channel = Channel.connect()
+        channel = Channel(ranks.connect())  # the CLI's socket (iteragpu.ranks)
         ranks.stop_on_signals(channel)
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = specs.parse(json.load(f))

@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager, NoReturn
 from . import frames, recorder
 from .recorder import Emit, Recorder
 from .spec import CausalLm, Dense, Script, Vision, Vlm, WorkerSpec
+from .workloads import Missing
 
 
 def run_workload(
@@ -31,7 +32,7 @@ def run_workload(
 
             try:
                 causal_lm.run(rec, torch, spec)
-            except causal_lm.Missing as exc:
+            except Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif isinstance(spec, Vision):
@@ -39,7 +40,7 @@ def run_workload(
 
             try:
                 vision.run(rec, torch, spec)
-            except vision.Missing as exc:
+            except Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif isinstance(spec, Vlm):
@@ -47,7 +48,7 @@ def run_workload(
 
             try:
                 vlm.run(rec, torch, spec)
-            except vlm.Missing as exc:
+            except Missing as exc:
                 emit("unavailable", {"reason": str(exc)})
                 return 2
         elif isinstance(spec, Script):

@@ -24,11 +24,7 @@ from typing import Any
 from .. import names
 from ..recorder import Recorder
 from ..spec import CausalLm, Quantize
-from . import sharding, training
-
-
-class Missing(Exception):
-    """A package the workload needs is not installed: reported as `unavailable` (exit 2)."""
+from . import Missing, sharding, training
 
 
 def _config(spec: CausalLm) -> tuple[Any, Any]:

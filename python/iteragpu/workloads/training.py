@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager
 
 from ..recorder import Recorder
 from ..spec import CausalLm, Dense, Vision
+from . import Missing
 
 
 def make_optimizer(torch: Any, params: list[Any], name: str) -> Any:
@@ -24,7 +25,6 @@ def make_optimizer(torch: Any, params: list[Any], name: str) -> Any:
         try:
             import bitsandbytes as bnb
         except Exception as exc:  # a broken install raises more than ImportError: reported as missing
-            from .causal_lm import Missing  # imported here: causal_lm imports this module
 
             raise Missing(f"--optimizer {name} needs bitsandbytes, which cannot be imported: {type(exc).__name__}: {exc}") from exc
         # PagedAdamW8bit keeps its states in CUDA unified memory, outside PyTorch's allocator.

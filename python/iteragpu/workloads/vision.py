@@ -22,11 +22,7 @@ from typing import Any, Callable
 from .. import names
 from ..recorder import Recorder
 from ..spec import Vision
-from . import training
-
-
-class Missing(Exception):
-    """A package the workload needs is not installed: reported as `unavailable` (exit 2)."""
+from . import Missing, training
 
 
 def _transformers_model(torch: Any, spec: Vision, dtype: Any, device: Any, info: dict) -> Any:

@@ -25,11 +25,8 @@ from typing import Any
 from .. import names
 from ..recorder import Recorder
 from ..spec import Vlm
+from . import Missing
 from .causal_lm import cache_bytes
-
-
-class Missing(Exception):
-    """A package the workload needs is not installed: reported as `unavailable` (exit 2)."""
 
 
 class Unsupported(ValueError):

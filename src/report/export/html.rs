@@ -4,29 +4,12 @@
 use crate::report::catalog::common::CommonText;
 use std::fmt::Write as _;
 
-use super::{Exporter, svg};
+use super::{Exporter, escape, svg};
 use crate::report::document::{Block, Cell, Document, Tone};
 use crate::report::format::{Style, slug};
 
 pub struct Html;
 
-/// Escapes text for HTML content and attribute values; control characters and bidirectional
-/// overrides are shown as escapes first (`crate::output::terminal_safe`, the one sanitiser).
-pub fn escape(s: &str) -> String {
-    let s = crate::output::terminal_safe(s);
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
 
 /// A JSON document inside `<script type="application/json">`: every `<` becomes the JSON escape
 /// `\u003c`, and every control or bidirectional character (`crate::output::unsafe_char`) its

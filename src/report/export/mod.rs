@@ -10,6 +10,25 @@ pub use markdown::Markdown;
 
 use super::document::Document;
 
+/// Escapes text for HTML and SVG content and attribute values (both exporters: here, so that
+/// neither imports the other); control characters and bidirectional
+/// overrides are shown as escapes first (`crate::output::terminal_safe`, the one sanitiser).
+pub fn escape(s: &str) -> String {
+    let s = crate::output::terminal_safe(s);
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Renders a document into one output format.
 pub trait Exporter {
     fn render(&self, doc: &Document) -> String;

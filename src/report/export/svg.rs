@@ -10,7 +10,7 @@
 use crate::report::catalog::export::ExportText;
 use std::fmt::Write as _;
 
-use super::html::escape;
+use super::escape;
 use crate::report::document::Chart;
 use crate::report::format::Style;
 
