@@ -298,5 +298,36 @@ pub fn terminal(doc: &Document) -> String {
             Block::Chart(_) | Block::Verdict(_) => {}
         }
     }
-    o
+    // Plain spaces on the terminal: the document's no-break spaces (between a number and its
+    // unit, and French thousands) would make `grep "3.00 GiB"` miss.
+    o.replace(['\u{a0}', '\u{202f}'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::format::{Lang, Units};
+
+    /// Sizes on the terminal are grep-able: a plain space between a number and its unit, in
+    /// English and in French (where the document holds no-break spaces).
+    #[test]
+    fn terminal_sizes_use_plain_spaces() {
+        for (lang, want) in [(Lang::En, "3.00 GiB"), (Lang::Fr, "3,00 Gio")] {
+            let doc = Document {
+                title: "t".into(),
+                style: Style::new(lang, Units::Gib),
+                blocks: vec![Block::Table {
+                    header: vec!["size".into()],
+                    rows: vec![vec![Cell::Size {
+                        bytes: Some(3 << 30),
+                        with_unit: true,
+                    }]],
+                }],
+                attachments: Vec::new(),
+            };
+            let text = terminal(&doc);
+            assert!(text.contains(want), "{text:?}");
+            assert!(!text.contains(['\u{a0}', '\u{202f}']), "{text:?}");
+        }
+    }
 }

@@ -252,6 +252,25 @@ fn the_worker_emits_every_event_of_the_schema_and_no_other() {
     assert_eq!(out.lines().count(), 21, "{out}");
 }
 
+/// The Python tracker's `Category` enum and Rust's `schema::trace::Category` name the same
+/// kinds of storage, word for word.
+#[test]
+fn the_trackers_categories_are_the_schemas() {
+    let out = contract_py(
+        &[
+            "categories",
+            repo("schema/events.schema.json").to_str().unwrap(),
+        ],
+        "",
+        &[repo("python")],
+    );
+    assert_eq!(
+        out.lines().count(),
+        <iteragpu::schema::trace::Category as strum::VariantArray>::VARIANTS.len(),
+        "{out}"
+    );
+}
+
 /// A prediction's storage events are valid too: a loop on data (placeholders, an unpredictable
 /// op) and mixed precision with a GradScaler (a note), on fake CUDA tensors with real torch.
 #[test]

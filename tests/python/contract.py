@@ -286,12 +286,34 @@ def check_emitted(schema: dict[str, Any], lines: list[str]) -> list[str]:
     return sorted(emitted)
 
 
+def check_categories(schema: dict[str, Any], lines: list[str]) -> list[str]:
+    """The tracker's `Category` enum (read from its source with `ast`: no torch needed) holds
+    exactly the words the schema's `Category` allows."""
+    import ast
+
+    source = (Path(specs.__file__).parent / "predict" / "tracker.py").read_text(encoding="utf-8")
+    enum = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "Category")
+    ours = {
+        stmt.value.value
+        for stmt in enum.body
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+    }
+    theirs: set[str] = set()
+    for variant in schema["$defs"]["Category"]["oneOf"]:
+        theirs |= set(variant.get("enum", [])) | ({variant["const"]} if "const" in variant else set())
+    wrong = [f"tracker.py's Category has `{c}`, which the schema lacks" for c in sorted(ours - theirs)]
+    wrong += [f"the schema's Category has `{c}`, which tracker.py's lacks" for c in sorted(theirs - ours)]
+    if wrong:
+        raise SystemExit("\n".join(wrong))
+    return sorted(ours)
+
+
 def main() -> None:
     what, path = sys.argv[1], sys.argv[2]
     with open(path, encoding="utf-8") as f:
         schema = json.load(f)
-    lines = [] if what == "emitted" else [line for line in sys.stdin.read().splitlines() if line.strip()]
-    check = {"spec": check_spec, "events": check_events, "emitted": check_emitted}[what]
+    lines = [] if what in ("emitted", "categories") else [line for line in sys.stdin.read().splitlines() if line.strip()]
+    check = {"spec": check_spec, "events": check_events, "emitted": check_emitted, "categories": check_categories}[what]
     print("\n".join(check(schema, lines)))
 
 

@@ -48,6 +48,8 @@ import math
 import warnings
 from typing import Any, Callable
 
+from .tracker import Category
+
 # cudnnRNNMode_t, as torch.backends.cudnn.rnn.get_cudnn_mode gives it.
 MODES: dict[str, int] = {"RNN_RELU": 0, "RNN_TANH": 1, "LSTM": 2, "GRU": 3}
 _NAMES: dict[int, str] = {v: k for k, v in MODES.items()}
@@ -277,7 +279,7 @@ class CudnnRNN:
         first = weights[0]
         buf = torch.zeros(total, dtype=dtype or first.dtype, device=first.device)
         if set_weights:
-            self.tracker.tag(buf, "parameter")
+            self.tracker.tag(buf, Category.PARAMETER)
         pick = _pick(stride0, bool(proj))
         views = []
         for layer, (one, offs) in enumerate(zip(shapes, offsets)):
@@ -391,7 +393,7 @@ class CudnnRNN:
             seed = torch.empty((), dtype=torch.long, device=device)  # `random_(gen).item()`: its value is never read
             del seed
             state = torch.empty(DROPOUT_STATE_BYTES, dtype=torch.uint8, device=device)
-            self.tracker.tag(state, "workspace")
+            self.tracker.tag(state, Category.WORKSPACE)
             self.dropout_state[index] = state
             self.say(
                 f"cuDNN RNN dropout state: {DROPOUT_STATE_BYTES:,} bytes per device, held until the process ends "
@@ -563,7 +565,7 @@ def _cudnn_rnn(owner: CudnnRNN, spec: dict[str, Any], weight_buf: Any, data: Any
         )
     space = _bounds(owner, spec, data, tokens, mini_batch)
     workspace = torch.empty(space["workspace_training" if spec["train"] else "workspace_inference"], dtype=torch.uint8, device=data.device)
-    tr.tag(workspace, "workspace")
+    tr.tag(workspace, Category.WORKSPACE)
     reserve = torch.empty(space["reserve"] if spec["train"] else 0, dtype=torch.uint8, device=data.device)
     del workspace, x
     if spec["batch_first"] and not packed:
@@ -597,7 +599,7 @@ def _cudnn_rnn_backward(owner: CudnnRNN, spec: dict[str, Any], data: Any, hx: An
     dhx = torch.empty(hidden, dtype=hx.dtype, device=hx.device)
     dcx = torch.empty(cell, dtype=cx.dtype, device=cx.device) if cx is not None else None
     workspace = torch.empty(space["workspace_training"], dtype=torch.uint8, device=data.device)
-    tr.tag(workspace, "workspace")
+    tr.tag(workspace, Category.WORKSPACE)
     del workspace, x, dy, dhy, dcy
     if transposed:
         dx = dx.transpose_(0, 1)
@@ -607,7 +609,7 @@ def _cudnn_rnn_backward(owner: CudnnRNN, spec: dict[str, Any], data: Any, hx: An
         x = (data.transpose(0, 1) if transposed else data).contiguous()
         flat = torch.zeros(weight_buf.shape, dtype=weight_buf.dtype, device=weight_buf.device)
         workspace = torch.empty(space["workspace_training"], dtype=torch.uint8, device=data.device)
-        tr.tag(workspace, "workspace")
+        tr.tag(workspace, Category.WORKSPACE)
         del workspace, x
         shapes = layer_shapes(spec["mode"], spec["input_size"], spec["hidden"], spec["proj"], spec["layers"], spec["bidirectional"])
         offsets = _offsets(shapes)

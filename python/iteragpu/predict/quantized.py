@@ -171,7 +171,9 @@ def _quantized_roles(tracker: Any, modules: Any) -> None:
         def _quantize(self: Any, device: Any, _original: Any = original) -> Any:
             result = _original(self, device)
             for t in tensors(self):
-                tracker.tag(t, "parameter")
+                from .tracker import Category
+
+                tracker.tag(t, Category.PARAMETER)
             return result
 
         _quantize._iteragpu = True  # type: ignore[attr-defined]  # wrapped once
@@ -199,7 +201,9 @@ def _paged(torch: Any, tracker: Any, note: Callable[[str], None], functional: An
             return original_get_paged(*shape, dtype=dtype, device=device)
         with tracker.suspended():
             out = torch.zeros(shape, dtype=dtype, device=device)
-        nbytes = tracker.managed(out, "optimizer state")
+        from .tracker import Category
+
+        nbytes = tracker.managed(out, Category.OPTIMIZER_STATE)
         note(
             "bitsandbytes' paged optimizer states are CUDA unified memory (cudaMallocManaged), outside "
             "PyTorch's caching allocator: counted apart, as each phase's peak_managed_bytes, neither in "

@@ -197,7 +197,7 @@ class Session:
             if outer:
                 for a in torch.utils._pytree.tree_flatten((args, kwargs or {}))[0]:
                     if isinstance(a, torch.Tensor):
-                        tr.tag(a, "input", only_from={"other", "temporary"})
+                        tr.tag(a, tracking.Category.INPUT, only_from=tracking.UNNAMED)
             if kwargs:
                 self._note_cache(kwargs.get("past_key_values"))
 
@@ -232,11 +232,11 @@ class Session:
             if data_less(param):
                 # Weights are data: their values are never followed.
                 param = torch.nn.Parameter(tr.to_fake(param.detach(), keep_values=False), requires_grad=param.requires_grad)
-            tr.tag(param, "parameter")
+            tr.tag(param, tracking.Category.PARAMETER)
             if param.requires_grad and not getattr(param, "_iteragpu_grad_hook", False):
                 try:
                     param.register_post_accumulate_grad_hook(
-                        lambda p: tr.tag(p.grad, "gradient") if p.grad is not None else None
+                        lambda p: tr.tag(p.grad, tracking.Category.GRADIENT) if p.grad is not None else None
                     )
                     param._iteragpu_grad_hook = True
                 except RuntimeError:
@@ -249,7 +249,7 @@ class Session:
             if data_less(buf):
                 # Integer and boolean buffers (positions, masks) keep their values; float ones are data.
                 buf = tr.to_fake(buf, keep_values=not buf.is_floating_point())
-            tr.tag(buf, "buffer")
+            tr.tag(buf, tracking.Category.BUFFER)
             return buf
 
         M.register_module_parameter_registration_hook(on_parameter)
@@ -284,7 +284,7 @@ class Session:
         tr = self.tracker
 
         def pack(t: Any) -> Any:
-            tr.tag(t, "activation", only_from={"temporary", "other"})
+            tr.tag(t, tracking.Category.ACTIVATION, only_from=tracking.UNNAMED)
             # A view, not `t` itself: an op's saved output would otherwise hold its own grad_fn,
             # a cycle through autograd's C++ that Python's collector cannot see, so a graph never
             # run backward (DoRA's weight norm at init, a forward kept for no backward) would
@@ -310,26 +310,26 @@ class Session:
         from ..workloads.causal_lm import cache_tensors
 
         for t in cache_tensors(cache):
-            self.tracker.tag(t, "kv cache")
+            self.tracker.tag(t, tracking.Category.KV_CACHE)
 
     def _tag_optimizer(self, opt: Any) -> None:
         for state in opt.state.values():
             for v in state.values() if isinstance(state, dict) else ():
                 if isinstance(v, self.torch.Tensor):
-                    self.tracker.tag(v, "optimizer state")
+                    self.tracker.tag(v, tracking.Category.OPTIMIZER_STATE)
 
     def retag(self) -> None:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
         for module in self.modules.values():
             for b in getattr(module, "_iteragpu_ddp_buckets", ()):
-                tr.tag(b, "communication")
+                tr.tag(b, tracking.Category.COMMUNICATION)
             for p in module.parameters():
-                tr.tag(p, "parameter")
+                tr.tag(p, tracking.Category.PARAMETER)
                 if p.grad is not None:
-                    tr.tag(p.grad, "gradient")
+                    tr.tag(p.grad, tracking.Category.GRADIENT)
             for b in module.buffers():
-                tr.tag(b, "buffer")
+                tr.tag(b, tracking.Category.BUFFER)
         for opt in self.optimizers:
             self._tag_optimizer(opt)
         self.caches = [r for r in self.caches if r() is not None]

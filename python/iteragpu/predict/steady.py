@@ -256,7 +256,7 @@ class Watch:
             raise _Refuse
         tracker = self.steady.tracker
         # The storages the last step left alive: those the next step frees.
-        alive = {known[0] - tracker.next_id for known in tracker.live.values() if known[0] is not None and known[0] >= tracker.next_id - last.count}
+        alive = {known.event - tracker.next_id for known in tracker.live.values() if known.event is not None and known.event >= tracker.next_id - last.count}
         if alive != last.escapes or tracker.tainted & set(range(tracker.next_id - last.count, tracker.next_id)):
             raise _Refuse
         trainer = self.trainer()
@@ -362,8 +362,8 @@ class Watch:
             tracker.next_id = base
             shift = base - first
             for known in tracker.live.values():
-                if known[0] is not None and first - last.count <= known[0] < first:
-                    known[0] += shift
+                if known.event is not None and first - last.count <= known.event < first:
+                    known.event += shift
             for site, n in last.placeholders.items():
                 tracker.placeholders[site] += n * times
             for site, n in last.loop_hits.items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import json
 import os
 import sys
@@ -53,6 +54,41 @@ LOOP_BUDGET: int = 1_000
 LARGE_CPU: int = 64 << 20
 # What a read of an unknown value answers: never zero (no division by zero, no empty structure),
 # never True for a condition (no sequence stops early: the longest case).
+class Category(str, enum.Enum):
+    """What a storage holds (MemTracker's `_MemRefType`). The value is the word the event stream
+    carries: src/schema/trace.rs `Category` reads it, and a test compares the two lists."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    GRADIENT = "gradient"
+    OPTIMIZER_STATE = "optimizer state"
+    INPUT = "input"
+    ACTIVATION = "activation"  # saved for backward
+    TEMPORARY = "temporary"  # made inside a forward, a backward or an optimizer step, not kept
+    KV_CACHE = "kv cache"
+    WORKSPACE = "workspace"  # held by a library (cuBLAS, cuDNN), not by a tensor of the program
+    COMMUNICATION = "communication"  # a collective's buffer
+    OTHER = "other"
+
+
+# What a later tag may turn into an activation, an input or a known kind: a storage nobody named.
+UNNAMED: frozenset[Category] = frozenset({Category.TEMPORARY, Category.OTHER})
+
+
+class Live:
+    """A storage alive on the target device (MemTracker's `_WeakRefInfo`): its current event id
+    (`None` while resized to 0), its bytes, its category, and the id it was first recorded under
+    (a weakref's finalizer frees it only while that is still the storage it knows)."""
+
+    __slots__ = ("event", "nbytes", "category", "origin")
+
+    def __init__(self, event: int | None, nbytes: int, category: Category, origin: int) -> None:
+        self.event = event
+        self.nbytes = nbytes
+        self.category = category
+        self.origin = origin
+
+
 PLACEHOLDER: dict[str, bool | int | float] = {"bool": False, "int": 1, "float": 1.0}
 
 # torch's, iteragpu's prediction code's and the recorder's files, and pytest's: by their actual
@@ -195,8 +231,8 @@ class Tracker(TorchDispatchMode):
         self.values = known_values.Values()
         self._workspaces = workspaces  # [(bytes, what)] allocated on a thread's first BLAS call
         self.lock = threading.RLock()
-        # id(storage) -> [event id (None while resized to 0), bytes, category, first event id]
-        self.live: dict[int, list[Any]] = {}
+        # id(storage) -> what is known of it
+        self.live: dict[int, Live] = {}
         self.next_id = 0
         # The script's torch.cuda memory calls: answered by the CLI's allocator model (memory.py;
         # set by the session), the one the replay uses.
@@ -230,12 +266,12 @@ class Tracker(TorchDispatchMode):
         if stack:
             stack.pop()
 
-    def default_category(self) -> str:
+    def default_category(self) -> Category:
         if torch._C._current_graph_task_id() != -1 or self.in_optimizer:
-            return "temporary"
+            return Category.TEMPORARY
         if getattr(self.local, "modules", None):
-            return "temporary"
-        return "other"
+            return Category.TEMPORARY
+        return Category.OTHER
 
     # ---------------------------------------------------------------- events
     @contextlib.contextmanager
@@ -248,7 +284,7 @@ class Tracker(TorchDispatchMode):
         finally:
             self.local.suspended = depth
 
-    def managed(self, t: Any, category: str) -> int:
+    def managed(self, t: Any, category: Category) -> int:
         """Records `t`'s storage as memory outside PyTorch's caching allocator (CUDA unified
         memory, `cudaMallocManaged`: bitsandbytes' paged optimizer states), made by the caller
         inside `suspended()`: its alloc says `managed`, the replay keeps it out of the allocator's
@@ -261,14 +297,14 @@ class Tracker(TorchDispatchMode):
                 self._free(key)
             ident = self.next_id
             self.next_id += 1
-            self.live[key] = [ident, nbytes, category, ident]
+            self.live[key] = Live(ident, nbytes, category, ident)
             file, line = alloc_site()
             self._emit(
                 "alloc",
                 {
                     "id": ident,
                     "bytes": nbytes,
-                    "category": category,
+                    "category": category.value,
                     "module": self.module(),
                     "shape": list(t.size()),
                     "dtype": _dtype_name(t.dtype),
@@ -286,17 +322,17 @@ class Tracker(TorchDispatchMode):
         key = id(storage)
         with self.lock:
             known = self.live.get(key)
-            if known is None or known[1] == nbytes:
+            if known is None or known.nbytes == nbytes:
                 return
-            category, origin = known[2], known[3]
+            category, origin = known.category, known.origin
             self._free(key)
             if nbytes == 0:
                 # An empty storage stays known, so that its refill is seen as one.
-                self.live[key] = [None, 0, category, origin]
+                self.live[key] = Live(None, 0, category, origin)
                 return
             ident = self.next_id
             self.next_id += 1
-            self.live[key] = [ident, nbytes, category, origin]
+            self.live[key] = Live(ident, nbytes, category, origin)
             self._alloc(ident, nbytes, category, self.module(), [nbytes], "uint8", False)
 
     def _storage(self, t: Any) -> Any:
@@ -311,7 +347,7 @@ class Tracker(TorchDispatchMode):
         except Exception:  # a tensor subclass without storage may refuse with any error: not tracked
             return None
 
-    def register(self, t: Any, category: str | None = None, tainted: bool = False) -> int | None:
+    def register(self, t: Any, category: Category | None = None, tainted: bool = False) -> int | None:
         """Records the storage behind `t` if it is new (or resized); returns its event id. A
         wrapper subclass (a DTensor: the global shape around a rank's local shard) holds no
         memory of its own: its inner tensors are what the device holds."""
@@ -328,15 +364,15 @@ class Tracker(TorchDispatchMode):
         with self.lock:
             known = self.live.get(key)
             if known is not None:
-                if known[1] == nbytes:
-                    if tainted:
-                        self.tainted.add(known[0])
-                    return known[0]
+                if known.nbytes == nbytes:
+                    if tainted and known.event is not None:
+                        self.tainted.add(known.event)
+                    return known.event
                 self._free(key)  # resized in place: the allocator sees a new block
             ident = self.next_id
             self.next_id += 1
             category = category or self.default_category()
-            self.live[key] = [ident, nbytes, category, ident]
+            self.live[key] = Live(ident, nbytes, category, ident)
             if tainted:
                 self.tainted.add(ident)
             self._alloc(ident, nbytes, category, self.module(), list(t.size()), _dtype_name(t.dtype), tainted)
@@ -346,17 +382,18 @@ class Tracker(TorchDispatchMode):
     def _finalized(self, key: int, origin: int) -> None:
         with self.lock:
             known = self.live.get(key)
-            if known is not None and known[3] == origin:
+            if known is not None and known.origin == origin:
                 self._free(key)
 
-    def _alloc(self, ident: int, nbytes: int, category: str, module: str | None, shape: list[int], dtype: str, tainted: bool) -> None:
+    def _alloc(self, ident: int, nbytes: int, category: Category, module: str | None, shape: list[int], dtype: str, tainted: bool) -> None:
         """Says that storage `ident` of `nbytes` was allocated (with where in the user's code)."""
         site = alloc_site()
-        if self._emit_line is not None and type(nbytes) is int and type(category) is str and (module is None or type(module) is str) and all(type(d) is int for d in shape):
+        word = category.value
+        if self._emit_line is not None and type(nbytes) is int and (module is None or type(module) is str) and all(type(d) is int for d in shape):
             # json.dumps's own characters (default separators, ASCII escapes), written directly.
             self._emit_line(
                 "alloc",
-                f'{{"type": "alloc", "data": {{"id": {ident}, "bytes": {nbytes}, "category": {_json_string(category)}, '
+                f'{{"type": "alloc", "data": {{"id": {ident}, "bytes": {nbytes}, "category": {_json_string(word)}, '
                 f'"module": {"null" if module is None else _json_string(module)}, "shape": [{", ".join(map(int.__repr__, shape))}], '
                 f'"dtype": {_json_string(dtype)}, "tainted": {"true" if tainted else "false"}{_site_text(site)}}}}}',
             )
@@ -367,7 +404,7 @@ class Tracker(TorchDispatchMode):
             {
                 "id": ident,
                 "bytes": nbytes,
-                "category": category,
+                "category": word,
                 "module": module,
                 "shape": shape,
                 "dtype": dtype,
@@ -377,7 +414,7 @@ class Tracker(TorchDispatchMode):
         )
 
     def _free(self, key: int) -> None:
-        ident = self.live.pop(key)[0]
+        ident = self.live.pop(key).event
         if ident is None:
             return
         if self._emit_line is not None:
@@ -385,7 +422,7 @@ class Tracker(TorchDispatchMode):
         else:
             self._emit("free", {"id": ident})
 
-    def tag(self, t: Any, category: str, only_from: Iterable[str] | None = None) -> None:
+    def tag(self, t: Any, category: Category, only_from: Iterable[Category] | None = None) -> None:
         """Gives the storage behind `t` a category (if it has one of `only_from`, when given)."""
         if is_traceable_wrapper_subclass(t):
             for inner in _inner(t):
@@ -399,14 +436,14 @@ class Tracker(TorchDispatchMode):
             if known is None:
                 self.register(t, category)
                 return
-            if known[2] == category or (only_from is not None and known[2] not in only_from):
+            if known.category == category or (only_from is not None and known.category not in only_from):
                 return
-            known[2] = category
-            if known[0] is not None:
+            known.category = category
+            if known.event is not None:
                 if self._emit_line is not None:
-                    self._emit_line("tag", f'{{"type": "tag", "data": {{"id": {known[0]}, "category": {_json_string(category)}}}}}')
+                    self._emit_line("tag", f'{{"type": "tag", "data": {{"id": {known.event}, "category": {_json_string(category.value)}}}}}')
                 else:
-                    self._emit("tag", {"id": known[0], "category": category})
+                    self._emit("tag", {"id": known.event, "category": category.value})
 
     def workspace(self) -> None:
         """A thread's first BLAS call: its cuBLAS workspaces, held until the process ends."""
@@ -419,7 +456,7 @@ class Tracker(TorchDispatchMode):
                 ident = self.next_id
                 self.next_id += 1
                 module = f"{what} ({'autograd thread' if torch._C._current_graph_task_id() != -1 else 'main thread'})"
-                self._alloc(ident, nbytes, "workspace", module, [nbytes], "uint8", False)
+                self._alloc(ident, nbytes, Category.WORKSPACE, module, [nbytes], "uint8", False)
 
     # ---------------------------------------------------------------- dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
@@ -510,9 +547,9 @@ class Tracker(TorchDispatchMode):
             self.register(o, tainted=tainted and isinstance(o, torch.Tensor) and o.dim() > 0)
         # A collective's buffers (FSDP2's all-gather output, its reduce-scatter input).
         if "allgather" in name or "all_gather" in name:
-            self._tag_all(args[:1], "communication")
+            self._tag_all(args[:1], Category.COMMUNICATION)
         elif "reduce_scatter" in name:
-            self._tag_all(args[1:2], "communication")
+            self._tag_all(args[1:2], Category.COMMUNICATION)
         self._follow_values(func, args, kwargs, out, flat, spec, out_flat)
         return out
 
@@ -680,17 +717,17 @@ class Tracker(TorchDispatchMode):
         else:
             forget()
 
-    def _tag_all(self, values: Iterable[Any], category: str) -> None:
+    def _tag_all(self, values: Iterable[Any], category: Category) -> None:
         for t in tree_flatten(values)[0]:
             if isinstance(t, torch.Tensor):
-                self.tag(t, category, only_from={"temporary", "other"})
+                self.tag(t, category, only_from=UNNAMED)
 
     def _is_tainted(self, t: Any) -> bool:
         st = self._storage(t)
         if st is None:
             return False
         known = self.live.get(id(st))
-        return known is not None and known[0] in self.tainted
+        return known is not None and known.event in self.tainted
 
     def _scalar(self, func: Any, args: Any, kwargs: Any) -> Any:
         """`.item()`, `bool(t)`, `float(t)`, `format(t)`: the real value when it is known (values
