@@ -1,7 +1,7 @@
-//! The words of `fiche/mod.rs`, English and French side by side.
+//! The words of `fiche.rs`, English and French side by side.
 
 catalog! {
-    /// The words of `fiche/mod.rs`.
+    /// The words of `fiche.rs`.
     pub enum FicheText {
         SeriesNeverClosed =>
             "Warning: this series was never closed (status `running`): its sweep is still running or was killed. Its finished trials are shown; the frontier and the fit may be missing.",

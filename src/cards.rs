@@ -99,7 +99,7 @@ fn normalized(name: &str) -> String {
 
 /// The embedded catalog.
 pub fn catalog() -> Vec<Card> {
-    let catalog: Catalog = serde_json::from_str(include_str!("../../data/cards.json"))
+    let catalog: Catalog = serde_json::from_str(include_str!("../data/cards.json"))
         .expect("data/cards.json is valid (tested)");
     catalog.cards
 }

@@ -27,7 +27,7 @@ mod verdict;
 mod words;
 
 #[cfg(test)]
-mod snapshots;
+mod golden;
 
 use self::facts::{Facts, gpu_name};
 use super::document::{Attachment, Block, Document};
