@@ -152,6 +152,9 @@ pub enum EstimateError {
     /// A config field this estimate reads is wrong (the vision families').
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// A stored checkpoint's header that cannot be read.
+    #[error(transparent)]
+    Stored(#[from] crate::model::safetensors::HeaderError),
 }
 
 impl EstimateError {

@@ -390,7 +390,10 @@ fn super_and_self_paths_are_resolved_and_test_items_cut_only() {
     )
     .unwrap();
     let code = code_of(&file);
-    assert!(code.contains("crate::after") && code.contains("fn g()"), "{code}");
+    assert!(
+        code.contains("crate::after") && code.contains("fn g()"),
+        "{code}"
+    );
     assert!(!code.contains("crate::up"), "{code}");
 }
 

@@ -18,7 +18,7 @@ use crate::estimate::{
 };
 use crate::exit::{CliError, ExitStatus};
 use crate::model::quantization::QuantizeMethod;
-use crate::model::{Architecture, Config, KvLayout, Quantization, safetensors};
+use crate::model::{Architecture, Config, KvLayout, Quantization};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let est = match args.serve.serve {
@@ -87,7 +87,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
                     format!("the compute dtype of --precision {}", args.precision),
                 )
             });
-            let mut model = load_model(path, args.dtype, lora_base)?;
+            let mut model = ModelWeights::load(path, args.dtype, lora_base)?;
             quantize(&mut model, args)?;
             Some(WeightsSource::Model(Box::new(model)))
         }
@@ -409,54 +409,6 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `default` (a dtype and where it comes from) stands before the config's own dtype.
-fn load_model(
-    path: &Path,
-    dtype: Option<Dtype>,
-    default: Option<(Dtype, String)>,
-) -> Result<ModelWeights, CliError> {
-    let config = Config::load(path)?;
-    let architecture = Architecture::from_config(&config)?;
-    let stored = if path.is_dir() {
-        safetensors::scan_folder(path)?
-    } else {
-        None
-    };
-    let stored_float = stored.as_ref().and_then(|s| {
-        s.by_dtype
-            .iter()
-            .filter_map(|(name, t)| {
-                let d = match name.as_str() {
-                    "BF16" => Dtype::Bfloat16,
-                    "F16" => Dtype::Float16,
-                    "F32" => Dtype::Float32,
-                    _ => return None,
-                };
-                Some((t.bytes, d))
-            })
-            .max_by_key(|(bytes, _)| *bytes)
-            .map(|(_, d)| d)
-    });
-    let found = (dtype, default, architecture.config_dtype, stored_float);
-    let (compute_dtype, dtype_source) = match found {
-        (Some(d), _, _, _) => (d, "--dtype".to_string()),
-        (None, Some(by_precision), _, _) => by_precision,
-        (None, None, Some(d), _) => (d, "config.json torch_dtype".to_string()),
-        (None, None, None, Some(d)) => (d, "the stored format".to_string()),
-        (None, None, None, None) => (
-            Dtype::Float32,
-            "default float32: the config names no dtype; pass --dtype".to_string(),
-        ),
-    };
-    Ok(ModelWeights {
-        path: path.display().to_string(),
-        architecture,
-        stored,
-        compute_dtype,
-        dtype_source,
-    })
-}
-
 /// `--quantize`: the float checkpoint loaded as transformers' `BitsAndBytesConfig` loads it, in
 /// the model's compute dtype; a checkpoint quantized already is refused (its own
 /// `quantization_config` says how it is stored).
@@ -703,79 +655,15 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         .map(estimate::serving::Version::parse)
         .transpose()
         .map_err(CliError::bad_input)?;
-    let config = Config::load(path)?;
-    let fields = config.fields();
-    let model_type = fields
-        .opt_str("model_type")?
-        .unwrap_or_default()
-        .to_string();
-    if let Err(crate::model::ModelError::UnknownFamily { supported, .. }) =
-        Architecture::from_config(&config)
-    {
-        refuse!(
-            "{}",
-            serve_unreadable(path, &model_type, &supported, &fields)?
-        );
-    }
-    let m = load_model(path, args.dtype, None)?;
-    // `--dtype auto` serves a float32 config in 16 bits; an explicit --dtype is the engine's too.
-    let m = if args.dtype.is_none() && m.compute_dtype == Dtype::Float32 {
-        let (served, why) = estimate::serving::auto_dtype(
-            engine,
-            version,
-            &model_type,
-            card.compute_capability().map(|c| c.0),
-        );
-        load_model(path, None, Some((served, why)))?
-    } else {
-        m
-    };
-    let dtype_rule = format!("{} ({})", m.compute_dtype.torch_name(), m.dtype_source);
-    let text = fields.section("text_config")?;
-    let position_limit = match fields.positive_positions("max_position_embeddings")? {
-        Some(n) => Some(n),
-        None => match &text {
-            Some(t) => t.positive_positions("max_position_embeddings")?,
-            None => None,
-        },
-    };
-    let mut notes_early: Vec<String> = Vec::new();
-    let rope = fields.raw("rope_scaling").filter(|v| !v.is_null());
-    let rope_type = rope
-        .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
-        .and_then(|t| t.as_str())
-        .unwrap_or("default");
-    let (max_model_len, max_model_len_source) = match (s.max_model_len, position_limit) {
-        (Some(n), _) => (n, "--max-model-len".to_string()),
-        (None, Some(n))
-            if rope.is_none() || ["llama3", "su", "longrope", "default"].contains(&rope_type) =>
-        {
-            (
-                n,
-                format!(
-                    "the config's max_position_embeddings (config/model.py _get_and_verify_max_len; rope_scaling {rope_type} does not scale it)"
-                ),
-            )
-        }
-        (None, Some(_)) => refuse!(
-            "the config's rope_scaling ({rope_type}) changes vLLM's derived max_model_len in a way this planner does not model: give --max-model-len N"
-        ),
-        (None, None) => {
-            refuse!("the config names no max_position_embeddings: give --max-model-len N")
-        }
-    };
-    if let Some(limit) = position_limit
-        && rope.is_none_or(|_| ["llama3", "su", "longrope", "default"].contains(&rope_type))
-    {
-        let allowed =
-            std::env::var(estimate::serving::long_len_env(engine)).is_ok_and(|v| v == "1");
-        if let Some(note) =
-            estimate::serving::check_max_model_len(engine, max_model_len, limit, allowed)
-                .map_err(CliError::bad_input)?
-        {
-            notes_early.push(note);
-        }
-    }
+    let read = estimate::serving::config::read(&estimate::serving::config::Given {
+        path,
+        engine,
+        version,
+        dtype: args.dtype,
+        compute_major: card.compute_capability().map(|c| c.0),
+        max_model_len: s.max_model_len,
+    })?;
+    let (m, model, mut notes) = (read.weights, read.model, read.notes);
     let (device_total, device_total_source) = match s.device_total {
         Some(b) => (b, "--device-total".to_string()),
         None => {
@@ -783,43 +671,15 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
             (b, format!("{}, {}", card.name, src.label()))
         }
     };
-    let arch = &m.architecture;
-    let d = arch.dims;
-    let (kv_heads, head_size, mla) = match arch.kv.latent {
-        Some(l) => (1, l.kv_lora_rank + l.rope_dim, true),
-        None => (d.num_kv_heads, d.head_dim, false),
-    };
     let tp = s.tensor_parallel_size.unwrap_or(1);
     // TP against the heads is one of the engine's refusal rules (serving/refusal.rs).
     let facts = estimate::serving::refusal::StartFacts {
-        attention_heads: Some(d.num_heads),
+        attention_heads: Some(read.attention_heads),
         free_at_start: s.free_at_start,
         compute_capability: card.compute_capability(),
         dtype_explicit: args.dtype.is_some(),
     };
-    let mut notes = notes_early;
-    let weights: u64 =
-        estimate::weights::terms(&WeightsSource::Model(Box::new(m.clone())), &mut notes)?
-            .iter()
-            .filter(|t| t.in_total && t.id != estimate::TermId::AllocatorSegments)
-            .map(|t| t.bytes.get())
-            .sum();
-    let model = estimate::serving::ServeModel {
-        kv_heads,
-        head_size,
-        mla,
-        layers: arch.kv.layers.iter().map(|l| l.window).collect(),
-        hidden: d.hidden_size,
-        q_width: d.num_heads * d.head_dim,
-        intermediate: arch.moe.map_or(d.intermediate_size, |x| {
-            x.active * x.expert_intermediate + x.shared_intermediate
-        }),
-        vocab: d.vocab_size,
-        dtype_bytes: m.compute_dtype.bytes(),
-        dtype_rule,
-        weights: crate::units::Bytes(weights),
-        rotary: rotary_cache(arch, mla, rope_type, rope, position_limit, &text, &fields),
-    };
+    let (max_model_len, max_model_len_source) = (read.max_model_len, read.max_model_len_source);
     let request = estimate::serving::ServeRequest {
         engine,
         version,
@@ -876,21 +736,13 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         tool_version: env!("CARGO_PKG_VERSION"),
         terms: p.terms,
         total_bytes,
-        left_out: vec![
-            match engine {
-                Engine::Vllm => "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization: give --free-at-start to check it)",
-                Engine::Sglang => "memory of other processes on the GPU (SGLang sizes its pool from the memory free at start: another process's memory shrinks it)",
-            }
-            .into(),
-            "the sampler's and CUDA graphs' buffers created after the KV pool".into(),
-            "allocator fragmentation beyond what the engine's own profile measures".into(),
-        ],
+        left_out: estimate::serving::left_out(engine),
         notes,
         model: Some(estimate::ModelSummary {
             path: m.path.clone(),
-            parameters: u64::try_from(arch.parameters()).unwrap_or(u64::MAX),
+            parameters: u64::try_from(m.architecture.parameters()).unwrap_or(u64::MAX),
             kv_bytes_per_token: None,
-            architecture: arch.clone(),
+            architecture: m.architecture.clone(),
         }),
         stored: m.stored.clone(),
         sharding: None,
@@ -898,98 +750,6 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         serving: Some(p.summary),
         vision: None,
     })
-}
-
-/// Why `--serve` cannot read a config of an unknown model_type, and what to give instead: a
-/// vision-language model's language part is its own config (`text_config`), not read here.
-fn serve_unreadable(
-    path: &Path,
-    model_type: &str,
-    supported: &str,
-    fields: &crate::model::config::Fields<'_>,
-) -> Result<String, CliError> {
-    let config = path.display();
-    if fields.raw("vision_config").is_some() {
-        let text = match fields.section("text_config")? {
-            Some(t) => match t.opt_str("model_type")? {
-                Some(tt) if supported.split(", ").any(|f| f == tt) => {
-                    format!("its language model is the text_config (model_type `{tt}`)")
-                }
-                Some(tt) => format!(
-                    "its language model is the text_config, of model_type `{tt}`, itself not one of these families (the planner cannot plan it)"
-                ),
-                None => "its language model is the text_config".to_string(),
-            },
-            None => "its language model's settings sit at the top level beside the vision ones"
-                .to_string(),
-        };
-        Ok(format!(
-            "{config}: model_type `{model_type}` is a vision-language model (the config has a vision_config); `estimate --serve` plans the language models of the families {supported} (Gemma 3's multimodal config through its text_config), and {text}: write that language model's complete config.json (model_type one of the families above, every size it needs stated, not left to transformers' defaults) in a folder of its own and give it with --model; the vision encoder's weights, its activations and the image tokens are then NOT counted, add them yourself (e.g. `iteragpu estimate` of the whole model for the weights)"
-        ))
-    } else {
-        Ok(format!(
-            "{config}: model_type `{model_type}` is not a family `estimate --serve` reads ({supported}); the planner needs the KV layout from such a config, so --parameters/--bits does not apply to --serve: give a config.json of a supported family with the same layers, KV heads and head size"
-        ))
-    }
-}
-
-/// vLLM's rotary cache for `estimate --serve`: the positions it precomputes and the rotary width,
-/// or why it is not counted (a rope whose cache vLLM sizes by another rule, MLA, no rope).
-fn rotary_cache(
-    arch: &crate::model::families::Architecture,
-    mla: bool,
-    rope_type: &str,
-    rope: Option<&serde_json::Value>,
-    positions: Option<u64>,
-    text: &Option<crate::model::config::Fields<'_>>,
-    fields: &crate::model::config::Fields<'_>,
-) -> Result<estimate::serving::Rotary, String> {
-    use crate::model::families::Family;
-    if arch.family == Family::Gpt2 {
-        return Err("GPT-2 has learned positions, no rotary cache".into());
-    }
-    if arch.family == Family::Gemma3 {
-        return Err(
-            "Gemma 3's local and global layers use two rope settings (two caches), not modelled"
-                .into(),
-        );
-    }
-    if mla {
-        return Err(
-            "MLA's DeepseekScalingRotaryEmbedding sizes its cache by the YaRN factor, not modelled"
-                .into(),
-        );
-    }
-    let raw = |key: &str| {
-        text.as_ref()
-            .and_then(|t| t.raw(key))
-            .or_else(|| fields.raw(key))
-    };
-    if raw("alibi").and_then(serde_json::Value::as_bool) == Some(true) {
-        return Err("ALiBi positions, no rotary cache".into());
-    }
-    let positions = positions.ok_or("the config names no max_position_embeddings")?;
-    let fraction = raw("partial_rotary_factor")
-        .or_else(|| raw("rotary_pct"))
-        .and_then(serde_json::Value::as_f64)
-        .unwrap_or(1.0);
-    let dim = (arch.dims.head_dim as f64 * fraction).round() as u64;
-    let positions = match rope_type {
-        "default" | "llama3" => positions,
-        "linear" => {
-            let factor = rope
-                .and_then(|r| r.get("factor"))
-                .and_then(serde_json::Value::as_f64)
-                .ok_or("rope_scaling linear without a factor")?;
-            (positions as f64 * factor).round() as u64
-        }
-        other => {
-            return Err(format!(
-                "rope_scaling {other} sizes its cache by its own rule, not modelled"
-            ));
-        }
-    };
-    Ok(estimate::serving::Rotary { positions, dim })
 }
 
 /// The reserve as stated: `--reserve-gib` (its own wording) or `--reserve BYTES`; none without.

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{EstimateError, Kind, Term, TermId, g};
 use crate::units::{Bytes, GIB};
 
+pub mod config;
 pub mod defaults;
 mod profile;
 pub mod refusal;
@@ -454,6 +455,19 @@ pub fn release_note(engine: Engine, version: Option<Version>) -> Result<Option<S
             }
         }
     }
+}
+
+/// What a serving plan leaves out, for each engine: said in every plan.
+pub fn left_out(engine: Engine) -> Vec<String> {
+    vec![
+        match engine {
+            Engine::Vllm => "memory of other processes on the GPU (vLLM ≥ 0.9 refuses to start unless free memory ≥ total × gpu_memory_utilization: give --free-at-start to check it)",
+            Engine::Sglang => "memory of other processes on the GPU (SGLang sizes its pool from the memory free at start: another process's memory shrinks it)",
+        }
+        .into(),
+        "the sampler's and CUDA graphs' buffers created after the KV pool".into(),
+        "allocator fragmentation beyond what the engine's own profile measures".into(),
+    ]
 }
 
 /// The environment variable with which the engine accepts a max_model_len above the model's.

@@ -29,6 +29,59 @@ pub struct ModelWeights {
     pub dtype_source: String,
 }
 
+impl ModelWeights {
+    /// A model folder (or config file) and its stored checkpoint's headers: the dtype it computes
+    /// in is `dtype` (`--dtype`), else `default` (a dtype and where it comes from, such as a
+    /// serving engine's rule), else the config's own, else the stored format's widest float. The
+    /// safetensors dtype names (`BF16`, `F16`, `F32`) are mapped here, the one place that reads them.
+    pub fn load(
+        path: &std::path::Path,
+        dtype: Option<Dtype>,
+        default: Option<(Dtype, String)>,
+    ) -> Result<ModelWeights, EstimateError> {
+        let config = crate::model::Config::load(path)?;
+        let architecture = Architecture::from_config(&config)?;
+        let stored = if path.is_dir() {
+            crate::model::safetensors::scan_folder(path)?
+        } else {
+            None
+        };
+        let stored_float = stored.as_ref().and_then(|s| {
+            s.by_dtype
+                .iter()
+                .filter_map(|(name, t)| {
+                    let d = match name.as_str() {
+                        "BF16" => Dtype::Bfloat16,
+                        "F16" => Dtype::Float16,
+                        "F32" => Dtype::Float32,
+                        _ => return None,
+                    };
+                    Some((t.bytes, d))
+                })
+                .max_by_key(|(bytes, _)| *bytes)
+                .map(|(_, d)| d)
+        });
+        let found = (dtype, default, architecture.config_dtype, stored_float);
+        let (compute_dtype, dtype_source) = match found {
+            (Some(d), _, _, _) => (d, "--dtype".to_string()),
+            (None, Some(by_precision), _, _) => by_precision,
+            (None, None, Some(d), _) => (d, "config.json torch_dtype".to_string()),
+            (None, None, None, Some(d)) => (d, "the stored format".to_string()),
+            (None, None, None, None) => (
+                Dtype::Float32,
+                "default float32: the config names no dtype; pass --dtype".to_string(),
+            ),
+        };
+        Ok(ModelWeights {
+            path: path.display().to_string(),
+            architecture,
+            stored,
+            compute_dtype,
+            dtype_source,
+        })
+    }
+}
+
 /// `ceil(parameters × bits ÷ 8)`: bytes are rounded up, never truncated.
 pub fn bytes_for_bits(parameters: u64, bits: Decimal) -> Option<u128> {
     bits.mul_div_ceil(parameters as u128, 8)

@@ -10,7 +10,6 @@ use crate::report::format::{Style, slug};
 
 pub struct Html;
 
-
 /// A JSON document inside `<script type="application/json">`: every `<` becomes the JSON escape
 /// `\u003c`, and every control or bidirectional character (`crate::output::unsafe_char`) its
 /// `\uXXXX` escape. These are JSON escapes, valid only inside JSON strings, where the parsed value
