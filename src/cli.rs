@@ -31,6 +31,35 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses `args` as the binary does: the old `estimate --serve` and `estimate --workload
+    /// vision` spellings and their options are accepted but hidden from `estimate --help`, which
+    /// shows one mode (`estimate serve` and `estimate vision` have their own).
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let legacy: Vec<clap::Id> = ServeArgs::augment_args(clap::Command::new("serve"))
+            .get_arguments()
+            .chain(VisionLegacyArgs::augment_args(clap::Command::new("vision")).get_arguments())
+            .map(|a| a.get_id().clone())
+            .collect();
+        let mut command = Cli::command().mut_subcommand("estimate", |estimate| {
+            estimate.mut_args(|arg| {
+                if legacy.contains(arg.get_id()) {
+                    arg.hide(true)
+                } else {
+                    arg
+                }
+            })
+        });
+        let matches = command.try_get_matches_from_mut(args)?;
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Memory arithmetic before any GPU is touched: weights, KV cache, training states, reserve.
@@ -646,11 +675,18 @@ impl Args for Given {
 }
 
 #[derive(Debug, Args)]
-#[command(next_help_heading = "Weights")]
+#[command(
+    next_help_heading = "Weights",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct EstimateArgs {
     /// First: clap hands the matches to the fields in order, and the groups consume theirs.
     #[command(flatten)]
     pub given: Given,
+    /// Another mode, with its own options: `estimate serve ENGINE …`.
+    #[command(subcommand)]
+    pub mode: Option<EstimateMode>,
     /// Number of parameters, in digits (7000000000).
     #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = positive_u64, requires = "bits", conflicts_with = "model")]
     pub parameters: Option<u64>,
@@ -664,12 +700,8 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "DTYPE")]
     pub dtype: Option<Dtype>,
 
-    /// Reserve in GiB (2^30 bytes), as in the guide: --reserve-gib 4.
-    #[arg(long, allow_negative_numbers = true, value_name = "GIB", value_parser = gib, conflicts_with = "reserve", help_heading = "Reserve")]
-    pub reserve_gib: Option<(Bytes, String)>,
-    /// Reserve as a size: 4GiB, 4.5GB or raw bytes (a bare 4G is ambiguous and refused).
-    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Reserve")]
-    pub reserve: Option<Bytes>,
+    #[command(flatten)]
+    pub stated: ReserveArgs,
 
     #[command(flatten)]
     pub kv_shape: KvShapeArgs,
@@ -738,6 +770,18 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub serve: ServeArgs,
 
+    #[command(flatten)]
+    pub vision: VisionLegacyArgs,
+
+    /// Print JSON (schema iteragpu.estimate/1) instead of the table.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+}
+
+/// The old spelling `estimate --workload vision …` (hidden from `estimate --help`, which shows
+/// `estimate vision` instead); it still estimates, with a note, for one release.
+#[derive(Debug, Args)]
+pub struct VisionLegacyArgs {
     /// What --model runs: causal-lm (a language model) or vision (an image encoder: ViT, DeiT,
     /// a CLIP or SigLIP vision tower; with --resolution and --images) [default: causal-lm].
     #[arg(
@@ -749,11 +793,78 @@ pub struct EstimateArgs {
     )]
     pub workload: Option<EstimateWorkload>,
     #[command(flatten)]
-    pub vision: EstimateImageArgs,
+    pub images: EstimateImageArgs,
+}
 
+/// The reserve the guide adds on top of the terms, as the user states it.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Reserve")]
+pub struct ReserveArgs {
+    /// Reserve in GiB (2^30 bytes), as in the guide: --reserve-gib 4.
+    #[arg(long, allow_negative_numbers = true, value_name = "GIB", value_parser = gib, conflicts_with = "reserve")]
+    pub reserve_gib: Option<(Bytes, String)>,
+    /// Reserve as a size: 4GiB, 4.5GB or raw bytes (a bare 4G is ambiguous and refused).
+    #[arg(long, allow_negative_numbers = true, value_name = "SIZE", value_parser = units::parse_size)]
+    pub reserve: Option<Bytes>,
+}
+
+/// `estimate vision --model DIR`: an image model's encoder at a resolution, for a batch of
+/// images, inference or a training step.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Model")]
+pub struct EstimateVisionArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
+    /// An image model's config.json (ViT, DeiT, ConvNeXt, Swin, a CLIP or SigLIP vision tower),
+    /// or a folder holding one.
+    #[arg(long, value_name = "PATH", required = true)]
+    pub model: PathBuf,
+    /// Compute dtype of the weights (default: the config's torch_dtype, else float32).
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<Dtype>,
+    #[command(flatten)]
+    pub images: EstimateImageArgs,
+    #[command(flatten)]
+    pub stated: ReserveArgs,
+    /// Estimate a training step instead of inference.
+    #[arg(long, help_heading = "Training")]
+    pub train: bool,
+    /// Optimizer whose states are counted.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "adamw",
+        requires = "train",
+        help_heading = "Training"
+    )]
+    pub optimizer: Optimizer,
+    /// Training precision, with the same meanings and default as predict's and measure's.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "fp32",
+        requires = "train",
+        help_heading = "Training"
+    )]
+    pub precision: Precision,
+    /// Recompute activations in the backward pass (keep only each layer's input).
+    #[arg(long, requires = "train", help_heading = "Training")]
+    pub gradient_checkpointing: bool,
     /// Print JSON (schema iteragpu.estimate/1) instead of the table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
+}
+
+/// `estimate`'s modes beside the language model's weights, KV cache and training.
+#[derive(Debug, clap::Subcommand)]
+pub enum EstimateMode {
+    /// One GPU of a serving engine (vLLM, SGLang), planned by the engine's own rules: its KV
+    /// pool, the requests it holds at once, and whether it starts at all.
+    Serve(Box<EstimateServeArgs>),
+    /// An image model's encoder (ViT, DeiT, ConvNeXt, Swin, a CLIP or SigLIP vision tower) at a
+    /// resolution, for a batch of images, inference or a training step.
+    Vision(Box<EstimateVisionArgs>),
 }
 
 /// The workloads `estimate` models from a config.
@@ -872,14 +983,44 @@ pub struct ActivationArgs {
     pub flash_attention: bool,
 }
 
-/// The options of --serve: a serving engine's settings and, when read from its log, the figures
-/// it measures at start-up.
+/// The old spelling `estimate --serve ENGINE …` (hidden from `estimate --help`, which shows
+/// `estimate serve ENGINE` instead); it still plans, with a note, for one release.
 #[derive(Debug, Args)]
-#[command(next_help_heading = "Serving (--serve)")]
 pub struct ServeArgs {
-    /// Plan one GPU of a serving engine's KV pool by its own rules (with --model and --card).
+    /// Plan one GPU of a serving engine's KV pool by its own rules: `estimate serve ENGINE`.
     #[arg(long, value_enum, value_name = "ENGINE", requires_all = ["model", "card"])]
     pub serve: Option<crate::estimate::serving::Engine>,
+    #[command(flatten)]
+    pub options: ServeOptions,
+}
+
+/// `estimate serve ENGINE --model DIR --card NAME`: one GPU of a serving engine, by its rules.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Model")]
+pub struct EstimateServeArgs {
+    /// First: clap hands the matches to the fields in order, and the groups consume theirs.
+    #[command(flatten)]
+    pub given: Given,
+    /// The engine whose rules plan the GPU's memory.
+    #[arg(id = "serve", value_enum, value_name = "ENGINE")]
+    pub engine: crate::estimate::serving::Engine,
+    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards.
+    #[arg(long, value_name = "PATH", required = true)]
+    pub model: PathBuf,
+    /// The dtype served [default: the engine's `auto` rule on the config's torch_dtype].
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<Dtype>,
+    #[command(flatten)]
+    pub options: ServeOptions,
+    /// Print JSON (schema iteragpu.estimate/1) instead of the table.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+}
+
+/// A serving engine's settings and, when read from its log, the figures it measures at start-up.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Serving")]
+pub struct ServeOptions {
     /// The GPU, by its catalog name (iteragpu cards).
     #[arg(long, value_name = "NAME", requires = "serve")]
     pub card: Option<String>,

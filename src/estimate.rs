@@ -128,7 +128,7 @@ pub struct Estimate {
     /// tensor. Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub training: Option<training::TrainingSummary>,
-    /// With `--serve`: the engine's settings and figures (blocks, tokens, concurrency), ONE GPU.
+    /// `estimate serve`: the engine's settings and figures (blocks, tokens, concurrency), ONE GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serving: Option<serving::ServingSummary>,
     /// With `--workload vision`: the images, patches, sequence and attention kernel.

@@ -36,8 +36,6 @@ mod layers;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use exit::ExitStatus;
 
 /// Parses `args`, runs the command and returns the exit status. Never panics on bad input.
@@ -46,7 +44,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match cli::Cli::try_parse_from(args) {
+    let cli = match cli::Cli::parse_args(args) {
         Ok(cli) => cli,
         Err(err) => {
             // clap exits 2 on a usage error; here 2 means "PyTorch or GPU missing", so usage

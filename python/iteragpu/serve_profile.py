@@ -1,5 +1,5 @@
 """vLLM's profile run, as a script the predicting worker runs on data-less CUDA tensors
-(`iteragpu estimate --serve vllm --activation-peak predict`).
+(`iteragpu estimate serve vllm --activation-peak predict`).
 
 What vLLM runs to size its KV pool (docs/research/serving/engine-rules.md §5):
 * V0 `worker/model_runner.py profile_run` (0.6.3:1203-1300): `max_num_seqs` prompts whose lengths

@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::{
-    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateImageArgs, EstimateWorkload, Given,
-    KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ServeArgs, ServeKvDtype,
-    ShardOptionsArgs,
+    ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateImageArgs, EstimateMode,
+    EstimateServeArgs, EstimateVisionArgs, EstimateWorkload, Given, KvCacheArgs, KvLoadArgs,
+    KvShapeArgs, QuantizedCacheArgs, ReserveArgs, ServeKvDtype, ServeOptions, ShardOptionsArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -19,13 +19,38 @@ use crate::estimate::{
 use crate::exit::{CliError, ExitStatus};
 use crate::model::quantization::QuantizeMethod;
 use crate::model::{Architecture, Config, KvLayout, Quantization};
+use clap::Args as _;
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let est = match args.serve.serve {
-        Some(engine) => serve(args, engine)?,
-        None => estimate::estimate(&plan(args)?)?,
+    let (est, json) = match (&args.mode, args.serve.serve) {
+        (Some(EstimateMode::Serve(s)), _) => (serve(&ServeInput::new(s))?, s.json),
+        (None, Some(engine)) => {
+            if let Some(method) = args.quantize.quantize {
+                refuse!(
+                    "--quantize {method} is estimated for a language model's own load, not for a serving plan (the engine's planner reads the checkpoint's own quantization_config): drop --quantize"
+                );
+            }
+            let mut est = serve(&ServeInput::legacy(args, engine)?)?;
+            crate::say!("note: {}", legacy_note(engine));
+            est.notes.push(legacy_note(engine));
+            (est, args.json)
+        }
+        (Some(EstimateMode::Vision(v)), _) => (
+            estimate::estimate(&vision_plan(&VisionInput::new(v))?)?,
+            v.json,
+        ),
+        (None, None) => {
+            let legacy = args.vision.workload == Some(EstimateWorkload::Vision);
+            let mut est = estimate::estimate(&plan(args)?)?;
+            if legacy {
+                let note = "`estimate --workload vision` is spelled `estimate vision` now (its own options and help); the old spelling still estimates, until the next release";
+                crate::say!("note: {note}");
+                est.notes.push(note.into());
+            }
+            (est, args.json)
+        }
     };
-    let text = if args.json {
+    let text = if json {
         estimate::render::json(&est)
     } else {
         crate::output::terminal_safe(&estimate::render::table(&est)).into_owned()
@@ -43,7 +68,7 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
 /// Validates the combination of options and reads the model if one is given. Every option given
 /// acts on the estimate or is refused: none is silently ignored.
 pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
-    if let Some(n) = &args.vision.images_per_request {
+    if let Some(n) = &args.vision.images.images_per_request {
         refuse!(
             "--images-per-request {n}: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request {n}`"
         );
@@ -56,19 +81,19 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         );
     }
     if let Some(method) = args.quantize.quantize
-        && args.workload == Some(EstimateWorkload::Vision)
+        && args.vision.workload == Some(EstimateWorkload::Vision)
     {
         refuse!(
             "--quantize {method} is estimated for a language model's own load (weights, training, KV cache), not for --workload vision: drop --quantize"
         );
     }
-    if args.workload == Some(EstimateWorkload::Vision) {
-        return vision_plan(args);
+    if args.vision.workload == Some(EstimateWorkload::Vision) {
+        return vision_plan(&VisionInput::legacy(args)?);
     }
     let images = written::<EstimateImageArgs>(&args.given);
     if !images.is_empty() {
         refuse!(
-            "{} {} images, which a language model's estimate does not have: add --workload vision (with an image model's --model), or drop {}",
+            "{} {} images, which a language model's estimate does not have: use `iteragpu estimate vision --model DIR` (an image model's config), or drop {}",
             images.join(", "),
             verb(&images, "describes", "describe"),
             pronoun(&images)
@@ -166,7 +191,7 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
             "nothing to estimate: give --parameters N --bits B (weights), --model PATH (a Hugging Face config), or --kv-layers, --kv-heads, --head-dim and --tokens (KV cache)"
         );
     }
-    let reserve = stated_reserve(args);
+    let reserve = stated_reserve(&args.stated);
     Ok(Request {
         weights,
         kv,
@@ -176,49 +201,90 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
     })
 }
 
-/// `estimate --workload vision`: the config's encoder at --resolution (default: the config's
-/// image_size, as the workload's) for --images, inference or --train. The options of a language
-/// model (KV cache, --context, LoRA, sharding) are refused by name.
-fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
-    const VISION: [&str; 12] = [
-        "model",
-        "dtype",
-        "reserve_gib",
-        "reserve",
-        "train",
-        "optimizer",
-        "precision",
-        "gradient_checkpointing",
-        "workload",
-        "resolution",
-        "images",
-        "json",
-    ];
-    let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
-        .into_iter()
-        .filter(|(id, _)| !VISION.contains(&id.as_str()))
-        .map(|(_, name)| name)
-        .collect();
-    if !others.is_empty() {
+/// What an image encoder's estimate is given: `estimate vision …`, or the old `estimate
+/// --workload vision …`.
+struct VisionInput<'a> {
+    model: &'a Path,
+    dtype: Option<Dtype>,
+    images: &'a EstimateImageArgs,
+    stated: &'a ReserveArgs,
+    train: bool,
+    optimizer: estimate::Optimizer,
+    precision: estimate::Precision,
+    precision_stated: bool,
+    gradient_checkpointing: bool,
+}
+
+impl<'a> VisionInput<'a> {
+    fn new(args: &'a EstimateVisionArgs) -> VisionInput<'a> {
+        VisionInput {
+            model: &args.model,
+            dtype: args.dtype,
+            images: &args.images,
+            stated: &args.stated,
+            train: args.train,
+            optimizer: args.optimizer,
+            precision: args.precision,
+            precision_stated: args.given.contains("precision"),
+            gradient_checkpointing: args.gradient_checkpointing,
+        }
+    }
+
+    /// The old spelling: every option `estimate vision` does not take is refused by name.
+    fn legacy(args: &'a EstimateArgs) -> Result<VisionInput<'a>, CliError> {
+        let vision_ids: Vec<String> =
+            EstimateVisionArgs::augment_args(clap::Command::new("vision"))
+                .get_arguments()
+                .map(|a| a.get_id().to_string())
+                .collect();
+        let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
+            .into_iter()
+            .filter(|(id, _)| id != "workload" && !vision_ids.contains(id))
+            .map(|(_, name)| name)
+            .collect();
+        if !others.is_empty() {
+            refuse!(
+                "{} {} not part of a vision estimate (an image encoder has no KV cache, context, LoRA or sharding here; its load is --resolution and --images; its attention kernel is the config's attn_implementation): drop {}",
+                others.join(", "),
+                verb(&others, "is", "are"),
+                pronoun(&others)
+            );
+        }
+        let Some(model) = &args.model else {
+            refuse!("a vision estimate needs --model PATH (an image model's config.json)");
+        };
+        Ok(VisionInput {
+            model,
+            dtype: args.dtype,
+            images: &args.vision.images,
+            stated: &args.stated,
+            train: args.train,
+            optimizer: args.optimizer,
+            precision: args.precision,
+            precision_stated: args.given.contains("precision"),
+            gradient_checkpointing: args.activations.gradient_checkpointing,
+        })
+    }
+}
+
+/// `estimate vision`: the config's encoder at --resolution (default: the config's image_size,
+/// as the workload's) for --images, inference or --train.
+fn vision_plan(v: &VisionInput<'_>) -> Result<Request, CliError> {
+    if let Some(n) = &v.images.images_per_request {
         refuse!(
-            "{} {} not part of a vision estimate (an image encoder has no KV cache, context, LoRA or sharding here; its load is --resolution and --images; its attention kernel is the config's attn_implementation): drop {}",
-            others.join(", "),
-            verb(&others, "is", "are"),
-            pronoun(&others)
+            "--images-per-request {n}: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request {n}`"
         );
     }
-    let Some(path) = &args.model else {
-        refuse!("--workload vision needs --model PATH (an image model's config.json)");
-    };
-    if let (Some(dtype), true) = (args.dtype, args.train) {
+    let path = v.model;
+    if let (Some(dtype), true) = (v.dtype, v.train) {
         refuse!(
             "--dtype {dtype} with --train: the trained widths follow --precision (here {}): drop --dtype, or choose --precision",
-            args.precision
+            v.precision
         );
     }
     let config = Config::load(path)?;
     let model = estimate::vision::VisionModel::read(&config)?;
-    let (height, width, resolution_source) = match args.vision.resolution {
+    let (height, width, resolution_source) = match v.images.resolution {
         Some((h, w)) => (h, w.unwrap_or(h), "--resolution".to_string()),
         None => (
             model.trained.0,
@@ -230,31 +296,30 @@ fn vision_plan(args: &EstimateArgs) -> Result<Request, CliError> {
         .iter()
         .find_map(|k| config.fields().raw(k).and_then(|v| v.as_str()))
         .and_then(|d| d.parse::<Dtype>().ok());
-    let dtype = args.dtype.or(config_dtype).unwrap_or(Dtype::Float32);
-    let training = args.train.then(|| TrainingRequest {
-        optimizer: args.optimizer,
-        precision: args.precision,
-        precision_stated: args.given.contains("precision"),
+    let dtype = v.dtype.or(config_dtype).unwrap_or(Dtype::Float32);
+    let training = v.train.then(|| TrainingRequest {
+        optimizer: v.optimizer,
+        precision: v.precision,
+        precision_stated: v.precision_stated,
         lora: None,
-        gradient_checkpointing: args.activations.gradient_checkpointing,
+        gradient_checkpointing: v.gradient_checkpointing,
         flash_attention: false,
         batch: None,
         context: None,
         sharding: None,
     });
-    let reserve = stated_reserve(args);
     Ok(Request {
         weights: None,
         kv: None,
         training: None,
-        reserve,
+        reserve: stated_reserve(v.stated),
         vision: Some(estimate::vision::VisionRequest {
             path: path.display().to_string(),
             model,
             height,
             width,
             resolution_source,
-            images: args.vision.images.unwrap_or(1),
+            images: v.images.images.unwrap_or(1),
             dtype,
             training,
         }),
@@ -582,7 +647,7 @@ fn predicted_profile(
 ) -> Result<estimate::serving::Plan, CliError> {
     let (Some(tokens), Some(seqs)) = (summary.max_num_batched_tokens, summary.max_num_seqs) else {
         refuse!(
-            "--activation-peak predict runs vLLM's profile run; SGLang runs none (it sizes its pool without one): drop it with --serve sglang"
+            "--activation-peak predict runs vLLM's profile run; SGLang runs none (it sizes its pool without one): drop it for SGLang"
         );
     };
     let shape = crate::prediction::serve_profile::ProfileShape {
@@ -618,34 +683,71 @@ fn predicted_profile(
     Ok(estimate::serving::plan_with(model, &request, facts)?)
 }
 
-/// `estimate --serve`: one GPU of a serving engine, by the engine's rules.
-pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, CliError> {
-    if let Some(method) = args.quantize.quantize {
-        refuse!(
-            "--quantize {method} is estimated for a language model's own load, not for --serve (the engine's planner reads the checkpoint's own quantization_config): drop --quantize"
-        );
+/// What a serving plan is given: `estimate serve ENGINE …`, or the old `estimate --serve ENGINE`.
+pub struct ServeInput<'a> {
+    pub engine: Engine,
+    pub model: &'a Path,
+    pub dtype: Option<Dtype>,
+    pub options: &'a ServeOptions,
+}
+
+impl<'a> ServeInput<'a> {
+    pub fn new(args: &'a EstimateServeArgs) -> ServeInput<'a> {
+        ServeInput {
+            engine: args.engine,
+            model: &args.model,
+            dtype: args.dtype,
+            options: &args.options,
+        }
     }
-    const SERVE_ALSO: [&str; 3] = ["model", "dtype", "json"];
-    let serve_ids: Vec<(String, String)> = super::options::written_in::<ServeArgs>(&args.given);
-    let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
-        .into_iter()
-        .filter(|(id, _)| {
-            !SERVE_ALSO.contains(&id.as_str()) && !serve_ids.iter().any(|(s, _)| s == id)
+
+    /// The old spelling: every option `estimate serve` does not take is refused by name (clap
+    /// refuses them itself under the new one).
+    fn legacy(args: &'a EstimateArgs, engine: Engine) -> Result<ServeInput<'a>, CliError> {
+        let serve_ids: Vec<String> = EstimateServeArgs::augment_args(clap::Command::new("serve"))
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
+            .into_iter()
+            .filter(|(id, _)| !serve_ids.contains(id))
+            .map(|(_, name)| name)
+            .collect();
+        if !others.is_empty() {
+            refuse!(
+                "{} {} not part of a serving plan (the engine sets its own KV cache, batch and reserve): drop {}",
+                others.join(", "),
+                verb(&others, "is", "are"),
+                pronoun(&others)
+            );
+        }
+        let Some(model) = &args.model else {
+            refuse!(
+                "a serving plan needs --model DIR (a Hugging Face config.json) and --card NAME (iteragpu cards): `iteragpu estimate serve {engine} --model DIR --card NAME`"
+            );
+        };
+        Ok(ServeInput {
+            engine,
+            model,
+            dtype: args.dtype,
+            options: &args.serve.options,
         })
-        .map(|(_, name)| name)
-        .collect();
-    if !others.is_empty() {
-        refuse!(
-            "{} {} not part of a --serve plan (the engine sets its own KV cache, batch and reserve): drop {}",
-            others.join(", "),
-            verb(&others, "is", "are"),
-            pronoun(&others)
-        );
     }
-    let s = &args.serve;
-    let (Some(path), Some(card_name)) = (&args.model, &s.card) else {
+}
+
+/// The note the old spelling gets, in the plan and on the terminal.
+fn legacy_note(engine: Engine) -> String {
+    format!(
+        "`estimate --serve {engine}` is spelled `estimate serve {engine}` now (its own options and help); the old spelling still plans, until the next release"
+    )
+}
+
+/// `estimate serve`: one GPU of a serving engine, by the engine's rules.
+pub fn serve(input: &ServeInput<'_>) -> Result<estimate::Estimate, CliError> {
+    let (engine, path, s) = (input.engine, input.model, input.options);
+    let Some(card_name) = &s.card else {
         refuse!(
-            "--serve needs --model DIR (a Hugging Face config.json) and --card NAME (iteragpu cards)"
+            "a serving plan needs --card NAME (iteragpu cards): the engine sizes its pool from the card's memory"
         );
     };
     let card = crate::cards::find(card_name).map_err(|e| CliError::bad_input(e.to_string()))?;
@@ -659,7 +761,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         path,
         engine,
         version,
-        dtype: args.dtype,
+        dtype: input.dtype,
         compute_major: card.compute_capability().map(|c| c.0),
         max_model_len: s.max_model_len,
     })?;
@@ -677,7 +779,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
         attention_heads: Some(read.attention_heads),
         free_at_start: s.free_at_start,
         compute_capability: card.compute_capability(),
-        dtype_explicit: args.dtype.is_some(),
+        dtype_explicit: input.dtype.is_some(),
     };
     let (max_model_len, max_model_len_source) = (read.max_model_len, read.max_model_len_source);
     let request = estimate::serving::ServeRequest {
@@ -753,7 +855,7 @@ pub fn serve(args: &EstimateArgs, engine: Engine) -> Result<estimate::Estimate, 
 }
 
 /// The reserve as stated: `--reserve-gib` (its own wording) or `--reserve BYTES`; none without.
-fn stated_reserve(args: &EstimateArgs) -> Option<Reserve> {
+fn stated_reserve(args: &ReserveArgs) -> Option<Reserve> {
     match (&args.reserve_gib, args.reserve) {
         (Some((bytes, stated)), _) => Some(Reserve {
             bytes: *bytes,

@@ -1,4 +1,4 @@
-//! `estimate --serve vllm|sglang`: the KV pool a serving engine allocates on ONE GPU, by the
+//! `estimate serve vllm|sglang`: the KV pool a serving engine allocates on ONE GPU, by the
 //! engine's own rules (vLLM V0 `worker/worker.py`, V1 `v1/worker/gpu_worker.py` and
 //! `v1/core/kv_cache_utils.py`; SGLang `model_executor/model_runner.py`), each cited by file and
 //! release in the term's formula. What the engine measures at start-up (weights, the profile run's
@@ -114,7 +114,7 @@ pub enum ActivationPeak {
     Predicted { bytes: Bytes, how: String },
 }
 
-/// Everything `estimate --serve` was asked.
+/// Everything `estimate serve` was asked.
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
     pub engine: Engine,
@@ -450,7 +450,7 @@ pub fn release_note(engine: Engine, version: Option<Version>) -> Result<Option<S
                 }))
             } else {
                 Err(format!(
-                    "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} only (later 0.5.x patches are planned by its rules); give --engine-version {SGLANG_READ}, or --serve vllm if {v} is a vLLM release"
+                    "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} only (later 0.5.x patches are planned by its rules); give --engine-version {SGLANG_READ}, or `estimate serve vllm` if {v} is a vLLM release"
                 ))
             }
         }
@@ -1071,12 +1071,12 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     }
     if r.block_size.is_some() || r.max_num_seqs.is_some() || r.activation_peak.is_some() {
         return Err(input_err(
-            "--block-size, --max-num-seqs and --activation-peak are vLLM's: SGLang has page size 1, sizes its pool without a profile run and derives max_running_requests; drop them with --serve sglang".into(),
+            "--block-size, --max-num-seqs and --activation-peak are vLLM's: SGLang has page size 1, sizes its pool without a profile run and derives max_running_requests; drop them for SGLang".into(),
         ));
     }
     if r.enforce_eager {
         return Err(input_err(
-            "--enforce-eager is vLLM's option: SGLang's is --disable-cuda-graph, which this planner does not model (SGLang's pool does not depend on it: its CUDA graphs are captured in the (1 − mem_fraction_static) headroom, and the default mem_fraction_static of 0.5.5 reserves room for them); drop --enforce-eager with --serve sglang".into(),
+            "--enforce-eager is vLLM's option: SGLang's is --disable-cuda-graph, which this planner does not model (SGLang's pool does not depend on it: its CUDA graphs are captured in the (1 − mem_fraction_static) headroom, and the default mem_fraction_static of 0.5.5 reserves room for them); drop --enforce-eager for SGLang".into(),
         ));
     }
     let tp = r.tensor_parallel_size;

@@ -130,7 +130,7 @@ pub enum TermId {
     KvPrefillSurplus,
     /// MLA's decompressed K and V, as older transformers kept them (information).
     KvDecompressed,
-    /// A serving engine's profile-run activation peak (`estimate --serve`).
+    /// A serving engine's profile-run activation peak (`estimate serve`).
     ServeActivationPeak,
     /// Memory outside PyTorch's allocator a serving engine charges (NCCL, cuBLAS).
     NonTorchMemory,

@@ -1,4 +1,4 @@
-//! `estimate --serve vllm --activation-peak predict`: vLLM's profile run predicted. The bundled
+//! `estimate serve vllm --activation-peak predict`: vLLM's profile run predicted. The bundled
 //! `serve_profile.py` runs as a script workload in the predicting worker: transformers' model
 //! from the config with random weights on data-less CUDA tensors, one forward of
 //! max_num_batched_tokens tokens over max_num_seqs requests with no KV cache, then V0's sampler on

@@ -560,14 +560,10 @@ fn config_positions_and_windows_are_bounded_with_the_field_named() {
         ),
     ] {
         let dir = config_with(base, fields);
-        for serve in [
-            &["--serve", "vllm", "--card", "H100 80GB"][..],
-            &["--serve", "sglang", "--card", "H200"],
-        ] {
+        for (engine, card) in [("vllm", "H100 80GB"), ("sglang", "H200")] {
             crate::common::iteragpu()
-                .args(["estimate", "--model"])
+                .args(["estimate", "serve", engine, "--card", card, "--model"])
                 .arg(dir.path())
-                .args(serve)
                 .assert()
                 .code(1)
                 .stderr(predicate::str::contains("config.json: field"))

@@ -448,7 +448,7 @@ fn a_path_past_path_max_says_so() {
 #[test]
 fn a_concurrency_length_past_max_model_len_is_said() {
     iteragpu()
-        .args(["estimate", "--serve", "vllm", "--card", "H200", "--model"])
+        .args(["estimate", "serve", "vllm", "--card", "H200", "--model"])
         .arg(fixture("models/llama-3-8b"))
         .args(["--max-model-len", "4096", "--concurrency-at", "1024,100000"])
         .assert()

@@ -1,4 +1,4 @@
-//! `estimate --serve` against public vLLM start-up logs (tests/fixtures/serving/logs, each with
+//! `estimate serve` against public vLLM start-up logs (tests/fixtures/serving/logs, each with
 //! its source URL and what it does not state). Where a log prints the figures the engine measured
 //! (weights, activation peak, non-torch, device total), they are fed in and the blocks or the KV
 //! budget must land within 5%; the logs' own blocks/concurrency pairs are checked against the
@@ -19,15 +19,15 @@ fn err(planner: f64, log: f64) -> f64 {
 
 /// `--flag` values from a log's own figures, each as the engine printed it.
 fn serve(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["--serve", "vllm"];
+    let mut all = vec!["serve", "vllm"];
     all.extend_from_slice(args);
     estimate_json(&all)
 }
 
-/// `estimate --serve vllm … --json`: the exit status and the document (0: starts, 3: the engine
+/// `estimate serve vllm … --json`: the exit status and the document (0: starts, 3: the engine
 /// is predicted to refuse to start, the plan printed all the same).
 fn serve_status(args: &[&str]) -> (i32, serde_json::Value) {
-    let mut all = vec!["estimate", "--serve", "vllm"];
+    let mut all = vec!["estimate", "serve", "vllm"];
     all.extend_from_slice(args);
     all.push("--json");
     let out = iteragpu().args(&all).output().unwrap();
@@ -229,20 +229,95 @@ fn logs_blocks_and_concurrency_follow_the_engines_rule() {
     }
 }
 
+/// `estimate serve ENGINE` is its own mode: its help lists the engine's settings and none of
+/// the language model's; `estimate --help` lists none of them. The old `estimate --serve ENGINE`
+/// spelling still plans the same, with a note saying the new one.
+#[test]
+fn serving_is_its_own_mode_and_the_old_spelling_still_plans() {
+    let help = |args: &[&str]| {
+        let out = iteragpu().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let estimate = help(&["estimate", "--help"]);
+    assert!(
+        estimate.contains("serve") && estimate.contains("--kv-layers"),
+        "{estimate}"
+    );
+    for serving in [
+        "--card",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--serve ",
+    ] {
+        assert!(
+            !estimate.contains(serving),
+            "{serving} in estimate --help:\n{estimate}"
+        );
+    }
+    let serving = help(&["estimate", "serve", "--help"]);
+    assert!(
+        serving.contains("--max-model-len") && serving.contains("<ENGINE>"),
+        "{serving}"
+    );
+    for other in ["--kv-layers", "--train", "--context", "--shard"] {
+        assert!(
+            !serving.contains(other),
+            "{other} in estimate serve --help:\n{serving}"
+        );
+    }
+    let llama = model("llama-3-8b");
+    let args = [
+        "--model",
+        &llama,
+        "--card",
+        "H100 80GB",
+        "--max-model-len",
+        "8192",
+    ];
+    let new = serve(&args);
+    let out = iteragpu()
+        .args(["estimate", "--serve", "vllm"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spelled `estimate serve vllm` now"));
+    let old: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(old["serving"], new["serving"]);
+    assert_eq!(old["terms"], new["terms"]);
+    assert!(
+        old["notes"]
+            .to_string()
+            .contains("spelled `estimate serve vllm` now")
+    );
+}
+
 #[test]
 fn serving_refuses_what_it_cannot_plan() {
     let llama = model("llama-3-8b");
+    // `estimate serve` has no --context: clap refuses it by name; the old spelling says why.
+    let out = iteragpu()
+        .args(["estimate", "serve", "vllm", "--model", &llama])
+        .args(["--card", "H100 80GB", "--context", "4096"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--context'"));
     let out = iteragpu()
         .args(["estimate", "--serve", "vllm", "--model", &llama])
         .args(["--card", "H100 80GB", "--context", "4096"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not part of a --serve plan"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--context is not part of a serving plan")
+    );
     // A TP the model's heads refuse is the engine's refusal, not bad input: exit 3, the plan
     // printed with the engine's words first.
     let out = iteragpu()
-        .args(["estimate", "--serve", "vllm", "--model", &llama])
+        .args(["estimate", "serve", "vllm", "--model", &llama])
         .args(["--card", "H100 80GB", "--tensor-parallel-size", "3"])
         .output()
         .unwrap();
@@ -317,7 +392,7 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
     // (SGLang's GB is 2^30): the K + V bytes over the cell (1 KV head per rank × 128 × 94 × 2 × 2)
     // must give its max_total_num_tokens.
     let doc = estimate_json(&[
-        "--serve",
+        "serve",
         "sglang",
         "--model",
         &model("qwen3-235b-a22b-instruct-2507"),
@@ -593,7 +668,7 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
     for (name, args, logged, (low, high)) in cases {
         let out = crate::common::Run::command("estimate")
             .env("ITERAGPU_PYTHON", &python)
-            .args(["--serve", "vllm", "--activation-peak", "predict", "--json"])
+            .args(["serve", "vllm", "--activation-peak", "predict", "--json"])
             .args(&args)
             // 02 and 11 were refused at start-up, as the plan predicts (exit 3).
             .expect_status(if ["02", "11"].contains(&name) { 3 } else { 0 })
@@ -645,13 +720,13 @@ fn serving_profile_run_without_torch_exits_2() {
     crate::common::Run::command("estimate")
         .env("ITERAGPU_PYTHON", "python3")
         .env("PYTHONPATH", fixture("no_torch"))
-        .args(["--serve", "vllm", "--activation-peak", "predict"])
+        .args(["serve", "vllm", "--activation-peak", "predict"])
         .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
         .expect_status(2)
         .stderr_has("install torch and transformers");
     // SGLang runs no profile run: refused before any worker starts.
     crate::common::Run::command("estimate")
-        .args(["--serve", "sglang", "--activation-peak", "predict"])
+        .args(["serve", "sglang", "--activation-peak", "predict"])
         .args(["--model", &model("llama-3-8b"), "--card", "H100 80GB"])
         .expect_status(1)
         .stderr_has("SGLang runs none");
@@ -694,21 +769,14 @@ fn serving_serves_a_float32_config_in_16_bits_unless_dtype_is_given() {
         f.contains("_resolve_auto_dtype") && f.contains("bfloat16"),
         "{f}"
     );
-    let sglang = estimate_json(&[
-        "--serve",
-        "sglang",
-        "--model",
-        &gemma,
-        "--card",
-        "A100 80GB",
-    ]);
+    let sglang = estimate_json(&["serve", "sglang", "--model", &gemma, "--card", "A100 80GB"]);
     assert_eq!(sglang["serving"]["kv_dtype_bytes"], 2);
 }
 
 #[test]
 fn serving_refuses_a_max_model_len_above_the_model_a_budget_above_the_card_and_sglang_eager() {
     let llama = model("llama-3-8b");
-    let base = ["--serve", "vllm", "--model", &llama, "--card", "A100 80GB"];
+    let base = ["serve", "vllm", "--model", &llama, "--card", "A100 80GB"];
     let e = serve_fails(&[&base[..], &["--max-model-len", "100000"]].concat(), None);
     assert!(
         e.contains("100000") && e.contains("8192") && e.contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
@@ -731,7 +799,7 @@ fn serving_refuses_a_max_model_len_above_the_model_a_budget_above_the_card_and_s
     );
     let e = serve_fails(
         &[
-            "--serve",
+            "serve",
             "sglang",
             "--model",
             &llama,
@@ -748,7 +816,7 @@ fn serving_refuses_a_max_model_len_above_the_model_a_budget_above_the_card_and_s
 fn serving_states_or_refuses_unknown_engine_versions() {
     let llama = model("llama-3-8b");
     let base = [
-        "--serve",
+        "serve",
         "vllm",
         "--model",
         &llama,
@@ -795,7 +863,7 @@ fn serving_states_or_refuses_unknown_engine_versions() {
     );
     let e = serve_fails(
         &[
-            "--serve",
+            "serve",
             "sglang",
             "--model",
             &llama,
@@ -818,7 +886,7 @@ fn serving_says_what_to_do_with_a_vision_language_model() {
     ] {
         let e = serve_fails(
             &[
-                "--serve",
+                "serve",
                 "vllm",
                 "--model",
                 &model(name),
@@ -840,7 +908,7 @@ fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
     let out = iteragpu()
         .args([
             "estimate",
-            "--serve",
+            "serve",
             "vllm",
             "--model",
             &model("llama-3-8b"),
@@ -961,7 +1029,7 @@ fn serving_log_02_is_refused_in_the_engines_words_and_01_starts() {
 fn serving_rtx_4090_default_is_refused_with_the_largest_length_that_starts() {
     let base = [
         "estimate",
-        "--serve",
+        "serve",
         "vllm",
         "--model",
         &model("llama-3.1-8b"),
@@ -1243,7 +1311,7 @@ fn serving_refusal_rules_in_the_engines_words() {
     // SGLang: its pool empty, and TP against the heads.
     let sglang = |extra: &[&str]| -> serde_json::Value {
         let out = iteragpu()
-            .args(["estimate", "--serve", "sglang", "--model", &llama, "--json"])
+            .args(["estimate", "serve", "sglang", "--model", &llama, "--json"])
             .args(extra)
             .output()
             .unwrap();
@@ -1264,7 +1332,7 @@ fn serving_refusal_rules_in_the_engines_words() {
     let out = iteragpu()
         .args([
             "estimate",
-            "--serve",
+            "serve",
             "sglang",
             "--model",
             &model("llama-3.1-8b"),

@@ -35,24 +35,26 @@ def both(*event):
     for t in (direct, reference): t._alloc(*event)  # noqa: E701
 
 
+C = tracker.Category
 cases = [
-    (0, 4096, "temporary", None, [4, 512, 1024], "float32", False),
-    (1, 1 << 40, "parameter", "bert.encoder.layer.3.attention.self.query", [], "bfloat16", True),
-    (2, 7, "activation", 'modèle "quoted" \\ ☃ \n', [1 << 33, 0, 1], "uint8", False),
-    (3, 0, "kv cache", "cuBLAS workspace (autograd thread)", [0], "int64", True),
+    (0, 4096, C.TEMPORARY, None, [4, 512, 1024], "float32", False),
+    (1, 1 << 40, C.PARAMETER, "bert.encoder.layer.3.attention.self.query", [], "bfloat16", True),
+    (2, 7, C.ACTIVATION, 'modèle "quoted" \\ ☃ \n', [1 << 33, 0, 1], "uint8", False),
+    (3, 0, C.KV_CACHE, "cuBLAS workspace (autograd thread)", [0], "int64", True),
 ]
 for case in cases:
     both(*case)
 for ident in (0, 2, 3, 1):
     for t in (direct, reference):
-        t.live[ident] = [ident, 1, "temporary", ident]
+        t.live[ident] = tracker.Live(ident, 1, C.TEMPORARY, ident)
         t._free(ident)
 # A site-less allocation: on a thread whose every frame the site walk skips (torch's own code,
 # the standard library's threading).
 space: dict = {}
 # A file under torch's own folder (frames are told apart by location, frames.py).
 inner = os.path.join(os.path.dirname(torch.__file__), "inner.py")
-exec(compile("def run(t):\n    t._alloc(9, 1, 'other', None, [1], 'float16', False)\n", inner, "exec"), space)
+space["C"] = C
+exec(compile("def run(t):\n    t._alloc(9, 1, C.OTHER, None, [1], 'float16', False)\n", inner, "exec"), space)
 for t in (direct, reference):
     thread = threading.Thread(target=space["run"], args=(t,))
     thread.start()

@@ -155,7 +155,7 @@ pub fn read(g: &Given<'_>) -> Result<Read, EstimateError> {
     })
 }
 
-/// Why `--serve` cannot read a config of an unknown model_type, and what to give instead: a
+/// Why `estimate serve` cannot read a config of an unknown model_type, and what to give instead: a
 /// vision-language model's language part is its own config (`text_config`), not read here.
 fn unreadable(
     path: &Path,
@@ -179,16 +179,16 @@ fn unreadable(
                 .to_string(),
         };
         Ok(format!(
-            "{config}: model_type `{model_type}` is a vision-language model (the config has a vision_config); `estimate --serve` plans the language models of the families {supported} (Gemma 3's multimodal config through its text_config), and {text}: write that language model's complete config.json (model_type one of the families above, every size it needs stated, not left to transformers' defaults) in a folder of its own and give it with --model; the vision encoder's weights, its activations and the image tokens are then NOT counted, add them yourself (e.g. `iteragpu estimate` of the whole model for the weights)"
+            "{config}: model_type `{model_type}` is a vision-language model (the config has a vision_config); `estimate serve` plans the language models of the families {supported} (Gemma 3's multimodal config through its text_config), and {text}: write that language model's complete config.json (model_type one of the families above, every size it needs stated, not left to transformers' defaults) in a folder of its own and give it with --model; the vision encoder's weights, its activations and the image tokens are then NOT counted, add them yourself (e.g. `iteragpu estimate` of the whole model for the weights)"
         ))
     } else {
         Ok(format!(
-            "{config}: model_type `{model_type}` is not a family `estimate --serve` reads ({supported}); the planner needs the KV layout from such a config, so --parameters/--bits does not apply to --serve: give a config.json of a supported family with the same layers, KV heads and head size"
+            "{config}: model_type `{model_type}` is not a family `estimate serve` reads ({supported}); the planner needs the KV layout from such a config, so --parameters/--bits does not apply to a serving plan: give a config.json of a supported family with the same layers, KV heads and head size"
         ))
     }
 }
 
-/// vLLM's rotary cache for `estimate --serve`: the positions it precomputes and the rotary width,
+/// vLLM's rotary cache for `estimate serve`: the positions it precomputes and the rotary width,
 /// or why it is not counted (a rope whose cache vLLM sizes by another rule, MLA, no rope).
 fn rotary_cache(
     arch: &Architecture,
