@@ -2,7 +2,7 @@
 //! ZeRO stages 1–3 and PyTorch's FSDP2, with the host memory an offload moves to the CPU kept
 //! apart. Every figure is per rank: nothing here is ever summed over ranks.
 //!
-//! Choices and sources (also in the README, "Sharded training"):
+//! Choices and sources (also in docs/sharding.md):
 //!
 //! * **`ddp`** — `DistributedDataParallel` with its defaults: every rank holds the unsharded
 //!   training estimate (what `--train` gives without `--shard`) plus the reducer's buckets, a flat

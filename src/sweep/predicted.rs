@@ -880,7 +880,7 @@ mod tests {
         }
     }
 
-    /// The README's requests frontier: the trials cycle `--prompt-lengths 256,500` over their
+    /// docs/predict.md's requests frontier: the trials cycle `--prompt-lengths 256,500` over their
     /// own count, and the series' base records the list as given, not the first trial's `[256]`.
     #[test]
     fn a_requests_frontier_records_the_lengths_as_given() {

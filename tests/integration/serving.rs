@@ -2,7 +2,7 @@
 //! its source URL and what it does not state). Where a log prints the figures the engine measured
 //! (weights, activation peak, non-torch, device total), they are fed in and the blocks or the KV
 //! budget must land within 5%; the logs' own blocks/concurrency pairs are checked against the
-//! engine's concurrency rule. Every row is printed as the README's table shows it.
+//! engine's concurrency rule. Every row is printed as docs/serving.md's table shows it.
 
 use crate::common::{estimate_json, fixture, iteragpu};
 
@@ -562,7 +562,7 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
         } else {
             assert!(
                 e > 5.0 && e < 60.0,
-                "{name}: {blocks} blocks vs {logged} ({e:.2}%): the gap changed, update the README table"
+                "{name}: {blocks} blocks vs {logged} ({e:.2}%): the gap changed, update the table in docs/serving.md"
             );
         }
         rows.push(format!("{name}: {blocks} blocks vs {logged} ({e:+.2}%)"));
@@ -573,10 +573,10 @@ fn serving_planner_against_the_other_logs_each_fed_what_it_states() {
 /// `--activation-peak predict` against the 5 logs that print the profile run's activation peak
 /// (04, 05: "PyTorch activation peak memory", 0.6.5; 01, 02: peak_torch_memory − the weights,
 /// 0.6.4; 11: 0.7.3). Each log's other figures are fed in, so only the activation term is
-/// predicted. The bands are the errors observed (README, "Serving planner"), never tuned: the two
+/// predicted. The bands are the errors observed (docs/serving.md), never tuned: the two
 /// RTX 3090 logs land within 10% and their slope between 20,000 and 29,000 tokens within 10%;
 /// the prediction stays 20–35% below the H100 (04, 05) and the 4-bit Qwen (11) logs, a gap the
-/// README states (causes not isolated). A change of either shows.
+/// docs/serving.md states (causes not isolated). A change of either shows.
 #[test]
 #[ignore = "needs torch and transformers"]
 fn serving_profile_run_activation_peak_beside_the_logs() {
@@ -691,7 +691,7 @@ fn serving_profile_run_activation_peak_beside_the_logs() {
         let e = err(gib, logged);
         assert!(
             e > low && e < high,
-            "{name}: predicted {gib:.3} GiB vs the log's {logged:.3} GiB ({e:+.1}%), outside ({low}, {high})%: the gap changed, update the README table"
+            "{name}: predicted {gib:.3} GiB vs the log's {logged:.3} GiB ({e:+.1}%), outside ({low}, {high})%: the gap changed, update the table in docs/serving.md"
         );
         predicted.insert(name, gib);
         let sv = &doc["serving"];

@@ -47,7 +47,7 @@ fn a_committed_snapshot_is_summarised() {
 }
 
 /// Runs tests/fixtures/snapshots/fake_timeline.py on the fake torch; its snapshot and what the
-/// fake's counters said. python3 is needed by every test of the fake torch (README, "Development").
+/// fake's counters said. python3 is needed by every test of the fake torch (docs/development.md).
 fn fake_run(
     dir: &Path,
     devices: u32,
