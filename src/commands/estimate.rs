@@ -297,7 +297,7 @@ fn vision_plan(v: &VisionInput<'_>) -> Result<Request, CliError> {
         .find_map(|k| config.fields().raw(k).and_then(|v| v.as_str()))
         .and_then(|d| d.parse::<Dtype>().ok());
     let dtype = v.dtype.or(config_dtype).unwrap_or(Dtype::Float32);
-    let training = v.train.then(|| TrainingRequest {
+    let training = v.train.then_some(TrainingRequest {
         optimizer: v.optimizer,
         precision: v.precision,
         precision_stated: v.precision_stated,

@@ -1,4 +1,4 @@
-//! `estimate --workload vision`: the terms of a ViT-like image encoder that its config determines.
+//! `estimate vision`: the terms of a ViT-like image encoder that its config determines.
 //!
 //! Covered: ViT and DeiT (with their classification head, as the vision workload builds them),
 //! and the vision towers of CLIP and SigLIP (their `vision_config`, or a `*_vision_model` config).
@@ -94,13 +94,13 @@ impl VisionModel {
                     .all(|k| top.raw(k).is_none()) =>
             {
                 return Err(EstimateError::Input(format!(
-                    "`{other}` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --workload causal-lm --model {}` (drop --workload vision)",
+                    "`{other}` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --model {}` (not `estimate vision`)",
                     config.path.display()
                 )));
             }
             (other, _) => {
                 return Err(EstimateError::Input(format!(
-                    "estimate --workload vision covers ViT-like encoders: {}; `{other}` is not one of them (Swin's windows and ConvNeXt's convolutions are not modelled): run `iteragpu predict --workload vision --model {}` for it",
+                    "estimate vision covers ViT-like encoders: {}; `{other}` is not one of them (Swin's windows and ConvNeXt's convolutions are not modelled): run `iteragpu predict --workload vision --model {}` for it",
                     families(),
                     config.path.display()
                 )));
@@ -254,7 +254,7 @@ impl VisionModel {
     }
 }
 
-/// `estimate --workload vision`, validated.
+/// `estimate vision`, validated.
 #[derive(Clone, Debug)]
 pub struct VisionRequest {
     pub path: String,
@@ -658,7 +658,8 @@ mod tests {
         // A language model is sent to its own workload, a multimodal one to predict's vlm.
         let err = model("llama-3-8b").unwrap_err().to_string();
         assert!(
-            err.contains("`llama` is a language model") && err.contains("--workload causal-lm"),
+            err.contains("`llama` is a language model")
+                && err.contains("iteragpu estimate --model"),
             "{err}"
         );
         assert!(!err.contains("--workload vision --model"), "{err}");

@@ -296,14 +296,8 @@ mod vision {
     ) -> (serde_json::Value, PredictionDoc) {
         let estimate_train: &[&str] = if train { &["--train"] } else { &[] };
         let predict_train: &[&str] = if train { &["--task", "train"] } else { &[] };
-        let est = estimate_json(
-            &[
-                &["--workload", "vision", "--model", model][..],
-                args,
-                estimate_train,
-            ]
-            .concat(),
-        );
+        let est =
+            estimate_json(&[&["vision", "--model", model][..], args, estimate_train].concat());
         let name = format!("{}-{train}.json", model.replace('/', "_"));
         let doc = Run::predict()
             .args([

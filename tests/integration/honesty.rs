@@ -145,7 +145,8 @@ const MEASURE_ONLY: [&str; 9] = [
 
 fn help(command: &str) -> String {
     let out = with_fake_torch()
-        .args([command, "--help"])
+        .args(command.split(' '))
+        .arg("--help")
         .env("COLUMNS", "100")
         .output()
         .unwrap();
@@ -170,10 +171,13 @@ fn each_command_lists_only_the_options_it_accepts() {
         assert!(lists(&sweep, option), "sweep --help lists {option}");
     }
     assert!(!lists(&sweep, "--timeline"), "{sweep}");
-    // estimate has no multimodal terms: --images-per-request is refused, never offered.
+    // estimate has no multimodal terms: --images-per-request is refused, never offered; the
+    // images are `estimate vision`'s, not the language model's.
     let estimate = help("estimate");
-    assert!(lists(&estimate, "--images"), "{estimate}");
-    assert!(!estimate.contains("--images-per-request"), "{estimate}");
+    assert!(!lists(&estimate, "--images"), "{estimate}");
+    let vision = help("estimate vision");
+    assert!(lists(&vision, "--images"), "{vision}");
+    assert!(!vision.contains("--images-per-request"), "{vision}");
     for (command, help) in [
         ("measure", &measure),
         ("sweep", &sweep),

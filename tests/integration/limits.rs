@@ -254,7 +254,7 @@ fn a_non_square_image_size_is_read_whole() {
     let path = dir.path().join("config.json");
     std::fs::write(&path, config.to_string()).unwrap();
     iteragpu()
-        .args(["estimate", "--workload", "vision", "--model"])
+        .args(["estimate", "vision", "--model"])
         .arg(&path)
         .assert()
         .success()
@@ -301,7 +301,6 @@ fn adafactor_on_a_vision_model_says_what_is_missing() {
     iteragpu()
         .args([
             "estimate",
-            "--workload",
             "vision",
             "--train",
             "--optimizer",

@@ -271,13 +271,12 @@ fn measuring_vision_with_the_fake_torch_says_transformers_is_missing() {
         .wrote_nothing();
 }
 
-/// `estimate --workload vision` needs no torch: the config's figures, and refusals that name the
+/// `estimate vision` needs no torch: the config's figures, and refusals that name the
 /// value and the fix.
 #[test]
 fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
     let vit = fixture("models/vit-base-defaults").display().to_string();
     let est = estimate_json(&[
-        "--workload",
         "vision",
         "--model",
         &vit,
@@ -292,15 +291,19 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
     assert_eq!(id_bytes(&est, "weights"), 85_800_194 * 4);
     assert!(est["left_out"].to_string().contains("logits"), "{est}");
     let siglip = fixture("models/siglip-base-defaults").display().to_string();
-    let est = estimate_json(&["--workload", "vision", "--model", &siglip]);
+    let est = estimate_json(&["vision", "--model", &siglip]);
     assert_eq!(est["vision"]["sequence"], 196, "SigLIP has no CLS token");
     let convnext = fixture("models/convnext-tiny-defaults")
         .display()
         .to_string();
     for (args, words) in [
         (
-            vec!["--workload", "vision", "--model", &convnext],
+            vec!["vision", "--model", &convnext],
             "`convnext` is not one of them",
+        ),
+        (
+            vec!["vision", "--model", &vit, "--context", "128"],
+            "unexpected argument '--context'",
         ),
         (
             vec!["--workload", "vision", "--model", &vit, "--context", "128"],
@@ -308,18 +311,11 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
         ),
         (
             vec!["--model", &vit, "--images", "4"],
-            "add --workload vision",
+            "use `iteragpu estimate vision --model DIR`",
         ),
         // One message, whichever workload: never a loop between the two refusals.
         (
-            vec![
-                "--workload",
-                "vision",
-                "--model",
-                &vit,
-                "--images-per-request",
-                "2",
-            ],
+            vec!["vision", "--model", &vit, "--images-per-request", "2"],
             "--images-per-request 2: estimate has no multimodal terms (a prompt's images become tokens only through the model's own image processor): use `iteragpu predict --workload vlm --model DIR --images-per-request 2`",
         ),
         (
@@ -328,16 +324,14 @@ fn vision_estimates_from_the_config_and_refuses_what_it_cannot() {
         ),
         (
             vec![
-                "--workload",
                 "vision",
                 "--model",
                 &fixture("models/llama-3-8b").display().to_string(),
             ],
-            "`llama` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --workload causal-lm",
+            "`llama` is a language model (its config has no image_size, patch_size, num_channels or vision_config), not an image encoder: estimate it with `iteragpu estimate --model",
         ),
         (
             vec![
-                "--workload",
                 "vision",
                 "--model",
                 &fixture("models/qwen2-vl-2b-instruct").display().to_string(),
