@@ -14,11 +14,11 @@ use crate::schema::measure::MeasureResult;
 use crate::schema::prediction::{PredictedPhase, PredictionDoc};
 
 mod diagnostic;
-mod predicted;
+mod prediction_alone;
 pub mod render;
 
 pub use diagnostic::{Diagnostic, diagnostics};
-pub use predicted::of_prediction;
+pub use prediction_alone::of_prediction;
 
 pub const SCHEMA: &str = "iteragpu.explain/1";
 

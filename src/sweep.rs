@@ -7,9 +7,9 @@
 //! `render` the terminal table.
 
 pub(crate) mod driver;
+pub(crate) mod hint;
 pub(crate) mod plan;
 pub(crate) mod predicted;
-pub(crate) mod predicting;
 pub(crate) mod render;
 pub mod search;
 pub(crate) mod vary;

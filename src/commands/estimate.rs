@@ -757,7 +757,7 @@ pub fn serve(input: &ServeInput<'_>) -> Result<estimate::Estimate, CliError> {
         .map(estimate::serving::Version::parse)
         .transpose()
         .map_err(CliError::bad_input)?;
-    let read = estimate::serving::config::read(&estimate::serving::config::Given {
+    let read = estimate::serving::config::read(&estimate::serving::config::ReadRequest {
         path,
         engine,
         version,

@@ -10,9 +10,9 @@ use crate::exit::{CliError, ExitStatus};
 use crate::schema::series::Writer;
 use crate::signals;
 use crate::sweep::driver::{self, Finish};
+use crate::sweep::hint::PredictingRunner;
 use crate::sweep::plan::SweepPlan;
 use crate::sweep::predicted::{self, WorkerPredictor};
-use crate::sweep::predicting::PredictingRunner;
 use crate::sweep::render;
 
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {

@@ -97,13 +97,6 @@ pub struct Rotary {
     pub dim: u64,
 }
 
-/// A start-up figure: read from the engine's log, or assumed by the stated rule.
-#[derive(Clone, Debug)]
-pub struct Given {
-    pub bytes: Bytes,
-    pub from_log: bool,
-}
-
 /// The profile run's activation peak when it is not assumed by the stated rule.
 #[derive(Clone, Debug)]
 pub enum ActivationPeak {

@@ -33,7 +33,7 @@ pub trait TrialRunner {
 
     /// The highest predicted peak reserved of `plan` on the first device of this machine (the
     /// frontier's hint); `None` when it cannot be predicted. Measuring alone predicts nothing:
-    /// `sweep::predicting::PredictingRunner` adds the prediction, one layer above both runners.
+    /// `sweep::hint::PredictingRunner` adds the prediction, one layer above both runners.
     fn predicted_peak(&mut self, _plan: &crate::workload::plan::MeasurePlan) -> Option<u64> {
         None
     }

@@ -53,7 +53,7 @@ pub mod identity;
 pub mod ledger;
 pub mod names;
 pub mod observed;
-pub mod predicted;
+pub mod prediction_fiche;
 pub mod ranks;
 pub mod series;
 pub mod snapshot;
@@ -78,7 +78,7 @@ mod tests {
             of(super::gap::GapText::ALL),
             of(super::identity::IdentityText::ALL),
             of(super::observed::ObservedText::ALL),
-            of(super::predicted::PredictedText::ALL),
+            of(super::prediction_fiche::PredictedText::ALL),
             of(super::ranks::RanksText::ALL),
             of(super::series::SeriesText::ALL),
             of(super::snapshot::SnapshotText::ALL),

@@ -19,7 +19,7 @@ mod calculated;
 mod gap;
 mod identity;
 mod observed;
-mod predicted;
+mod prediction_fiche;
 mod ranks;
 mod series;
 mod timeline;
@@ -97,11 +97,11 @@ pub fn build(
                     ),
                 });
             }
-            return predicted::build(result, p, predicted_series, estimate, lang);
+            return prediction_fiche::build(result, p, predicted_series, estimate, lang);
         }
         // A predicted series alone: the fiche of one of its trials' predictions, with the series.
         Input::Series(s) if s.predicted() && all_series.is_empty() => {
-            return predicted::of_series(result, s, estimate, lang);
+            return prediction_fiche::of_series(result, s, estimate, lang);
         }
         Input::Series(s) => {
             // A predicted series alone took the branch above.

@@ -13,7 +13,7 @@ use crate::model::config::Fields;
 use crate::model::families::{Architecture, Family};
 
 /// What the command was given that reading the model needs.
-pub struct Given<'a> {
+pub struct ReadRequest<'a> {
     pub path: &'a Path,
     pub engine: Engine,
     pub version: Option<Version>,
@@ -43,7 +43,7 @@ fn refuse(text: String) -> EstimateError {
 }
 
 /// Reads `g.path` as the engine does, or says why it cannot be planned.
-pub fn read(g: &Given<'_>) -> Result<Read, EstimateError> {
+pub fn read(g: &ReadRequest<'_>) -> Result<Read, EstimateError> {
     let config = crate::model::Config::load(g.path)?;
     let fields = config.fields();
     let model_type = fields

@@ -14,7 +14,7 @@ use crate::report::catalog::fiche::FicheText;
 use crate::report::catalog::gap::GapText;
 use crate::report::catalog::identity::IdentityText;
 use crate::report::catalog::observed::storage_category;
-use crate::report::catalog::predicted::{self, PredictedText};
+use crate::report::catalog::prediction_fiche::{self as predicted, PredictedText};
 use crate::report::catalog::series::SeriesText;
 use crate::report::catalog::verdict::VerdictText;
 use crate::report::catalog::{self as catalog, names};

@@ -1,10 +1,10 @@
-//! The words of `fiche/predicted.rs` (the fiche of a prediction), English and French side by side:
+//! The words of `fiche/prediction_fiche.rs` (the fiche of a prediction), English and French side by side:
 //! every figure there is said to be predicted, never measured or observed.
 
 use crate::report::format::{Lang, Style};
 
 catalog! {
-    /// The words of `fiche/predicted.rs`.
+    /// The words of `fiche/prediction_fiche.rs`.
     pub enum PredictedText {
         PredictedHeading =>
             "Predicted (not measured)",
