@@ -453,7 +453,14 @@ fn failure_of(
                     )
                 })
             })
-            .or_else(|| ended_without_a_word(run)),
+            // A rank's own end is worded from torchrun's summary (measure::ranks); the run's
+            // exit there is torchrun's, not the rank's.
+            .or_else(|| {
+                p.rank
+                    .is_none()
+                    .then(|| ended_without_a_word(run))
+                    .flatten()
+            }),
         out_of_memory: phase_error.as_ref().is_some_and(|e| e.out_of_memory),
         post_mortem: phase_error
             .as_ref()

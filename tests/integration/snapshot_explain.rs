@@ -178,7 +178,7 @@ fn the_text_says_where_the_phases_come_from_in_english_and_french() {
         .arg(user("user-trace.pickle"))
         .succeeds()
         .stdout_has("Pic (déduit en rejouant la trace)")
-        .stdout_has("0,02\u{a0}Gio");
+        .stdout_has("0,02 Gio");
 }
 
 #[test]
