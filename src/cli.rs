@@ -712,28 +712,8 @@ pub struct EstimateArgs {
     #[command(flatten)]
     pub quantized: QuantizedCacheArgs,
 
-    /// Estimate a training step instead of inference.
-    #[arg(long, help_heading = "Training")]
-    pub train: bool,
-    /// Optimizer whose states are counted.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "adamw",
-        requires = "train",
-        help_heading = "Training"
-    )]
-    pub optimizer: Optimizer,
-    /// Training precision, with the same meanings and default as predict's and measure's (fp32:
-    /// what PyTorch and the Hugging Face Trainer do when nothing is asked).
-    #[arg(
-        long,
-        value_enum,
-        default_value = "fp32",
-        requires = "train",
-        help_heading = "Training"
-    )]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub step: TrainStepArgs,
     /// LoRA rank: train adapters on --lora-targets instead of the whole model.
     #[arg(long, value_name = "R", value_parser = dimension, requires_all = ["train", "lora_targets"], help_heading = "Training")]
     pub lora_rank: Option<u64>,
@@ -796,6 +776,23 @@ pub struct VisionLegacyArgs {
     pub images: EstimateImageArgs,
 }
 
+/// A training step instead of inference, with its optimizer and precision (`estimate` and
+/// `estimate vision`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Training")]
+pub struct TrainStepArgs {
+    /// Estimate a training step instead of inference.
+    #[arg(long)]
+    pub train: bool,
+    /// Optimizer whose states are counted.
+    #[arg(long, value_enum, default_value = "adamw", requires = "train")]
+    pub optimizer: Optimizer,
+    /// Training precision, with the same meanings and default as predict's and measure's (fp32:
+    /// what PyTorch and the Hugging Face Trainer do when nothing is asked).
+    #[arg(long, value_enum, default_value = "fp32", requires = "train")]
+    pub precision: Precision,
+}
+
 /// The reserve the guide adds on top of the terms, as the user states it.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Reserve")]
@@ -827,27 +824,8 @@ pub struct EstimateVisionArgs {
     pub images: EstimateImageArgs,
     #[command(flatten)]
     pub stated: ReserveArgs,
-    /// Estimate a training step instead of inference.
-    #[arg(long, help_heading = "Training")]
-    pub train: bool,
-    /// Optimizer whose states are counted.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "adamw",
-        requires = "train",
-        help_heading = "Training"
-    )]
-    pub optimizer: Optimizer,
-    /// Training precision, with the same meanings and default as predict's and measure's.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "fp32",
-        requires = "train",
-        help_heading = "Training"
-    )]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub step: TrainStepArgs,
     /// Recompute activations in the backward pass (keep only each layer's input).
     #[arg(long, requires = "train", help_heading = "Training")]
     pub gradient_checkpointing: bool,

@@ -188,20 +188,26 @@ fn expand(prefix: &[String], text: &str, out: &mut Vec<Vec<String>>) {
 
 /// Every `.rs` file under `src/`, as its module path (`measure::trial`, `schema`, `lib`).
 fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    files_by_module(src, "rs", "mod")
+}
+
+/// Every file ending in `.EXT` under `root`, by module path: the path's components without the
+/// extension, a folder's own file (`mod.rs`, `__init__.py`: `index`) being the folder.
+fn files_by_module(root: &Path, ext: &str, index: &str) -> BTreeMap<Vec<String>, PathBuf> {
     let mut out = BTreeMap::new();
-    let mut stack = vec![src.to_path_buf()];
+    let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(src).unwrap().with_extension("");
+            } else if path.extension().is_some_and(|e| e == ext) {
+                let rel = path.strip_prefix(root).unwrap().with_extension("");
                 let mut segs: Vec<String> = rel
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy().into_owned())
                     .collect();
-                if segs.last().is_some_and(|s| s == "mod") {
+                if segs.last().is_some_and(|s| s == index) {
                     segs.pop();
                 }
                 out.insert(segs, path);
@@ -397,32 +403,6 @@ fn super_and_self_paths_are_resolved_and_test_items_cut_only() {
     assert!(!code.contains("crate::up"), "{code}");
 }
 
-/// Every `.py` file under `python/iteragpu`, as its module path (`predict::tracker`; a package's
-/// `__init__.py` is the package).
-fn python_modules(root: &Path) -> BTreeMap<Vec<String>, PathBuf> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "py") {
-                let rel = path.strip_prefix(root).unwrap().with_extension("");
-                let mut segs: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                if segs.last().is_some_and(|s| s == "__init__") {
-                    segs.pop();
-                }
-                out.insert(segs, path);
-            }
-        }
-    }
-    out
-}
-
 /// The modules of the package one Python file imports, wherever the statement stands (an import
 /// inside a function closes a circle as surely as one at the top): `from . import a`,
 /// `from .x import y`, `from ..x import y`, `import iteragpu.x`, `from iteragpu.x import y`.
@@ -495,7 +475,7 @@ fn python_imports(
 #[test]
 fn python_modules_import_each_other_round_no_circle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/iteragpu");
-    let known = python_modules(&root);
+    let known = files_by_module(&root, "py", "__init__");
     assert!(known.len() > 20, "{} modules", known.len());
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for (module, path) in &known {

@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::cli::{
     ActivationArgs, ActivationPeakArg, EstimateArgs, EstimateImageArgs, EstimateMode,
     EstimateServeArgs, EstimateVisionArgs, EstimateWorkload, Given, KvCacheArgs, KvLoadArgs,
-    KvShapeArgs, QuantizedCacheArgs, ReserveArgs, ServeKvDtype, ServeOptions, ShardOptionsArgs,
+    KvShapeArgs, QuantizedCacheArgs, ReserveArgs, ServeArgs, ServeKvDtype, ServeOptions,
+    ShardOptionsArgs, TrainStepArgs, VisionLegacyArgs,
 };
 use crate::dtype::Dtype;
 use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, QuantizedSettings};
@@ -19,7 +20,6 @@ use crate::estimate::{
 use crate::exit::{CliError, ExitStatus};
 use crate::model::quantization::QuantizeMethod;
 use crate::model::{Architecture, Config, KvLayout, Quantization};
-use clap::Args as _;
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let (est, json) = match (&args.mode, args.serve.serve) {
@@ -106,10 +106,10 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         (None, None, Some(path)) => {
             // A frozen LoRA base is built in the precision's compute dtype, as predict and
             // measure build it; --dtype still says otherwise.
-            let lora_base = (args.train && args.lora_rank.is_some()).then(|| {
+            let lora_base = (args.step.train && args.lora_rank.is_some()).then(|| {
                 (
-                    args.precision.compute_dtype(),
-                    format!("the compute dtype of --precision {}", args.precision),
+                    args.step.precision.compute_dtype(),
+                    format!("the compute dtype of --precision {}", args.step.precision),
                 )
             });
             let mut model = ModelWeights::load(path, args.dtype, lora_base)?;
@@ -133,13 +133,13 @@ pub fn plan(args: &EstimateArgs) -> Result<Request, CliError> {
         );
     }
 
-    let training = if args.train {
+    let training = if args.step.train {
         if weights.is_none() {
             refuse!("--train needs the model: give --model PATH or --parameters N --bits B");
         }
         Some(TrainingRequest {
-            optimizer: args.optimizer,
-            precision: args.precision,
+            optimizer: args.step.optimizer,
+            precision: args.step.precision,
             precision_stated: args.given.contains("precision"),
             lora: args.lora_rank.map(|rank| Lora {
                 rank,
@@ -208,9 +208,7 @@ struct VisionInput<'a> {
     dtype: Option<Dtype>,
     images: &'a EstimateImageArgs,
     stated: &'a ReserveArgs,
-    train: bool,
-    optimizer: estimate::Optimizer,
-    precision: estimate::Precision,
+    step: &'a TrainStepArgs,
     precision_stated: bool,
     gradient_checkpointing: bool,
 }
@@ -222,9 +220,7 @@ impl<'a> VisionInput<'a> {
             dtype: args.dtype,
             images: &args.images,
             stated: &args.stated,
-            train: args.train,
-            optimizer: args.optimizer,
-            precision: args.precision,
+            step: &args.step,
             precision_stated: args.given.contains("precision"),
             gradient_checkpointing: args.gradient_checkpointing,
         }
@@ -232,24 +228,10 @@ impl<'a> VisionInput<'a> {
 
     /// The old spelling: every option `estimate vision` does not take is refused by name.
     fn legacy(args: &'a EstimateArgs) -> Result<VisionInput<'a>, CliError> {
-        let vision_ids: Vec<String> =
-            EstimateVisionArgs::augment_args(clap::Command::new("vision"))
-                .get_arguments()
-                .map(|a| a.get_id().to_string())
-                .collect();
-        let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
-            .into_iter()
-            .filter(|(id, _)| id != "workload" && !vision_ids.contains(id))
-            .map(|(_, name)| name)
-            .collect();
-        if !others.is_empty() {
-            refuse!(
-                "{} {} not part of a vision estimate (an image encoder has no KV cache, context, LoRA or sharding here; its load is --resolution and --images; its attention kernel is the config's attn_implementation): drop {}",
-                others.join(", "),
-                verb(&others, "is", "are"),
-                pronoun(&others)
-            );
-        }
+        refuse_outside::<EstimateVisionArgs, VisionLegacyArgs>(
+            &args.given,
+            "a vision estimate (an image encoder has no KV cache, context, LoRA or sharding here; its load is --resolution and --images; its attention kernel is the config's attn_implementation)",
+        )?;
         let Some(model) = &args.model else {
             refuse!("a vision estimate needs --model PATH (an image model's config.json)");
         };
@@ -258,9 +240,7 @@ impl<'a> VisionInput<'a> {
             dtype: args.dtype,
             images: &args.vision.images,
             stated: &args.stated,
-            train: args.train,
-            optimizer: args.optimizer,
-            precision: args.precision,
+            step: &args.step,
             precision_stated: args.given.contains("precision"),
             gradient_checkpointing: args.activations.gradient_checkpointing,
         })
@@ -276,10 +256,10 @@ fn vision_plan(v: &VisionInput<'_>) -> Result<Request, CliError> {
         );
     }
     let path = v.model;
-    if let (Some(dtype), true) = (v.dtype, v.train) {
+    if let (Some(dtype), true) = (v.dtype, v.step.train) {
         refuse!(
             "--dtype {dtype} with --train: the trained widths follow --precision (here {}): drop --dtype, or choose --precision",
-            v.precision
+            v.step.precision
         );
     }
     let config = Config::load(path)?;
@@ -297,9 +277,9 @@ fn vision_plan(v: &VisionInput<'_>) -> Result<Request, CliError> {
         .find_map(|k| config.fields().raw(k).and_then(|v| v.as_str()))
         .and_then(|d| d.parse::<Dtype>().ok());
     let dtype = v.dtype.or(config_dtype).unwrap_or(Dtype::Float32);
-    let training = v.train.then_some(TrainingRequest {
-        optimizer: v.optimizer,
-        precision: v.precision,
+    let training = v.step.train.then_some(TrainingRequest {
+        optimizer: v.step.optimizer,
+        precision: v.step.precision,
         precision_stated: v.precision_stated,
         lora: None,
         gradient_checkpointing: v.gradient_checkpointing,
@@ -350,7 +330,7 @@ fn sharding(args: &EstimateArgs) -> Result<Option<Sharding>, CliError> {
 /// Refuses the sharding options without `--shard`, and `--shard` without `--train`.
 fn refuse_sharding_without_shard(args: &EstimateArgs) -> Result<(), CliError> {
     if let Some(strategy) = args.shard {
-        if !args.train {
+        if !args.step.train {
             refuse!(
                 "--shard {} estimates one rank of a sharded training step: add --train (or drop --shard)",
                 strategy
@@ -394,7 +374,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
         );
     }
     let cache = args.kv_cache.cache.unwrap_or(CacheKind::Dynamic);
-    if args.train {
+    if args.step.train {
         let inference_only = [
             written::<KvShapeArgs>(&args.given),
             written::<KvCacheArgs>(&args.given),
@@ -414,7 +394,7 @@ fn refuse_ignored(args: &EstimateArgs) -> Result<(), CliError> {
         {
             refuse!(
                 "--dtype {dtype} with --train: the widths of the trained parameters follow --precision (here {}); --dtype only sets the frozen base model's width under LoRA (--lora-rank): drop --dtype, or choose --precision",
-                args.precision
+                args.step.precision
             );
         }
         // The load (--context, --batch) and how activations are kept size the activations.
@@ -704,23 +684,10 @@ impl<'a> ServeInput<'a> {
     /// The old spelling: every option `estimate serve` does not take is refused by name (clap
     /// refuses them itself under the new one).
     fn legacy(args: &'a EstimateArgs, engine: Engine) -> Result<ServeInput<'a>, CliError> {
-        let serve_ids: Vec<String> = EstimateServeArgs::augment_args(clap::Command::new("serve"))
-            .get_arguments()
-            .map(|a| a.get_id().to_string())
-            .collect();
-        let others: Vec<String> = super::options::written_in::<EstimateArgs>(&args.given)
-            .into_iter()
-            .filter(|(id, _)| !serve_ids.contains(id))
-            .map(|(_, name)| name)
-            .collect();
-        if !others.is_empty() {
-            refuse!(
-                "{} {} not part of a serving plan (the engine sets its own KV cache, batch and reserve): drop {}",
-                others.join(", "),
-                verb(&others, "is", "are"),
-                pronoun(&others)
-            );
-        }
+        refuse_outside::<EstimateServeArgs, ServeArgs>(
+            &args.given,
+            "a serving plan (the engine sets its own KV cache, batch and reserve)",
+        )?;
         let Some(model) = &args.model else {
             refuse!(
                 "a serving plan needs --model DIR (a Hugging Face config.json) and --card NAME (iteragpu cards): `iteragpu estimate serve {engine} --model DIR --card NAME`"
@@ -733,6 +700,31 @@ impl<'a> ServeInput<'a> {
             options: &args.serve.options,
         })
     }
+}
+
+/// An old spelling's options: every one written that the new mode's Args `M` and the old
+/// spelling's own group `L` do not hold is refused by name (clap refuses them itself under the
+/// new spelling), as not part of `what`.
+fn refuse_outside<M: clap::Args, L: clap::Args>(given: &Given, what: &str) -> Result<(), CliError> {
+    let ids: Vec<String> = M::augment_args(clap::Command::new("mode"))
+        .get_arguments()
+        .chain(L::augment_args(clap::Command::new("old")).get_arguments())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let others: Vec<String> = super::options::written_in::<EstimateArgs>(given)
+        .into_iter()
+        .filter(|(id, _)| !ids.contains(id))
+        .map(|(_, name)| name)
+        .collect();
+    if !others.is_empty() {
+        refuse!(
+            "{} {} not part of {what}: drop {}",
+            others.join(", "),
+            verb(&others, "is", "are"),
+            pronoun(&others)
+        );
+    }
+    Ok(())
 }
 
 /// The note the old spelling gets, in the plan and on the terminal.
