@@ -1057,12 +1057,8 @@ pub struct ServeOptions {
     pub concurrency_at: Vec<u64>,
 }
 
-/// `--activation-peak`: the log's figure, or predicted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ActivationPeakArg {
-    Size(Bytes),
-    Predict,
-}
+/// `--activation-peak`: the log's figure, or predicted (the plan's own type).
+pub use crate::estimate::plan::ActivationPeakOption as ActivationPeakArg;
 
 /// `--kv-cache-dtype` (the engines' fp8 variants are one byte each: the same figures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -3,6 +3,7 @@
 
 pub mod allocator;
 pub mod kv_cache;
+pub mod plan;
 pub mod render;
 pub mod reserve;
 pub mod serving;
@@ -155,6 +156,9 @@ pub enum EstimateError {
     /// A stored checkpoint's header that cannot be read.
     #[error(transparent)]
     Stored(#[from] crate::model::safetensors::HeaderError),
+    /// A cache kind's options that make no strategy.
+    #[error(transparent)]
+    Cache(#[from] kv_cache::CacheError),
 }
 
 impl EstimateError {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod defaults;
 mod profile;
 pub mod refusal;
+pub use profile::ProfileShape;
 use profile::activation_term;
 
 /// The serving engine whose rules apply.

@@ -14,16 +14,7 @@ use crate::signals::StopRequest;
 use crate::units::Bytes;
 use crate::workload::plan::{MeasureOptions, MeasurePlan};
 
-/// The profile run's shapes, as the planner resolved them.
-#[derive(Clone, Debug)]
-pub struct ProfileShape {
-    pub config: PathBuf,
-    pub tokens: u64,
-    pub seqs: u64,
-    /// `bfloat16`, `float16` or `float32`: the engine's compute dtype.
-    pub dtype: String,
-    pub tensor_parallel_size: u64,
-}
+pub use crate::estimate::serving::ProfileShape;
 
 /// The predicted peak above the weights, and what ran.
 #[derive(Clone, Debug)]

@@ -6,6 +6,17 @@ use super::{ActivationPeak, ServeModel, ServeRequest};
 use crate::estimate::{Kind, Term, TermId, g};
 use crate::units::Bytes;
 
+/// The profile run's shapes, as the planner resolved them.
+#[derive(Clone, Debug)]
+pub struct ProfileShape {
+    pub config: std::path::PathBuf,
+    pub tokens: u64,
+    pub seqs: u64,
+    /// `bfloat16`, `float16` or `float32`: the engine's compute dtype.
+    pub dtype: String,
+    pub tensor_parallel_size: u64,
+}
+
 /// How far the prediction stands from the logs that print the figure (docs/serving.md):
 /// transformers' modules allocate other transients than vLLM's fused kernels.
 pub const PREDICTED_ERROR: &str = "error against the 5 public logs that print the figure (docs/serving.md): +8.7% and +8.4% (Llama-3.1-8B, RTX 3090, 0.6.4, 20,000 and 29,000 tokens), −25.5% and −31.8% (Llama-3-8B, H100, 0.6.5, 8,192 tokens, TP 1 and 2), −30.4% (4-bit Qwen2.5-7B, 0.7.3, 4,096 tokens); causes not isolated (vLLM's fused kernels, its sampler's and quantization's buffers are not transformers' modules): a log's figure (--activation-peak SIZE) is better";
