@@ -701,6 +701,7 @@ pub fn serve<E: From<EstimateError>>(
             seqs,
             dtype: m.compute_dtype.torch_name().to_string(),
             tensor_parallel_size: request.tensor_parallel_size,
+            v1: version.unwrap_or(serving::Version(0, 11, 0)) >= serving::Version(0, 8, 0),
         };
         request.activation_peak = Some(predict_profile(&shape, &card.name)?);
         p = serving::plan_with(&model, &request, &facts)?;

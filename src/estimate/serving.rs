@@ -1390,7 +1390,7 @@ mod tests {
             (Bytes(GIB), Kind::Assumed, true)
         );
         assert!(act.formula.starts_with(
-            "PREDICTED (transformers' implementation at the given shapes, not vLLM's kernels)"
+            "PREDICTED (data-less tensors at the profile run's shapes, not vLLM's kernels)"
         ));
         assert!(act.formula.contains(profile::PREDICTED_ERROR));
         let a = assumed

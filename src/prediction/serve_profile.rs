@@ -88,27 +88,43 @@ pub fn predict_peak(
             "the profile_run phase has no allocated figures".into(),
         ));
     };
+    let forward = phase.inputs.get("forward").and_then(|v| v.as_str());
     let attention = phase
         .inputs
         .get("attention_implementation")
         .and_then(|v| v.as_str())
         .unwrap_or("unknown");
     let requests = shape.seqs.min(shape.tokens).max(1);
-    let length = shape.tokens.div_ceil(requests);
     let torch = doc.assumptions.torch_version.as_deref().unwrap_or("?");
+    let rank = if shape.tensor_parallel_size > 1 {
+        format!(
+            " of one rank (heads, KV heads and MLP width ÷ {}; vocabulary whole, gathered to the driver)",
+            shape.tensor_parallel_size
+        )
+    } else {
+        String::new()
+    };
+    let forward = if forward == Some("vllm-llama-layout") {
+        format!(
+            "vLLM's Llama-layout activations{rank} (fused qkv_proj, attention output, o_proj, add-RMSNorm in place, gate_up_proj, SiluAndMul, down_proj: model_executor/models/llama.py) were replayed over {} unpadded tokens in {requests} requests",
+            shape.tokens
+        )
+    } else {
+        let length = shape.tokens.div_ceil(requests);
+        format!(
+            "transformers' forward{rank} ran {requests} requests × {length} tokens (the split padded to equal lengths) with no KV cache, attention `{attention}` (its modules, not vLLM's fused ones)"
+        )
+    };
+    let sampler = if shape.v1 {
+        "V1's dummy sampler run (v1/worker/gpu_model_runner.py _dummy_sampler_run; the native top-k/top-p sampler, v1/sample/ops/topk_topp_sampler.py; FlashInfer's, used when flashinfer-python is installed, not modelled)"
+    } else {
+        "V0's sampler (model_executor/layers/sampler.py 0.6.4–0.7.3: fp32 logits, _apply_top_k_top_p, probabilities, log-probabilities, _multinomial)"
+    };
     Ok(PredictedPeak {
         bytes: Bytes(peak.saturating_sub(start)),
         how: format!(
-            "transformers ran {requests} requests × {length} tokens (the split padded to equal lengths) with no KV cache, attention `{attention}`, {} weights{}, then V0's sampler (model_executor/layers/sampler.py 0.6.x: fp32 logits, top-k/top-p sort, probabilities and log-probabilities) on {requests} last tokens, on torch {torch}'s data-less CUDA tensors for {card}",
-            shape.dtype,
-            if shape.tensor_parallel_size > 1 {
-                format!(
-                    " of one rank (heads, KV heads and MLP width ÷ {}; vocabulary whole)",
-                    shape.tensor_parallel_size
-                )
-            } else {
-                String::new()
-            }
+            "{forward} in {} with the final hidden states held, then {sampler} on {requests} last tokens, the whole-vocabulary sort's kernel scratch (20 bytes per logit, PyTorch's SortStable.cu) charged, on torch {torch}'s data-less CUDA tensors for {card}",
+            shape.dtype
         ),
     })
 }
@@ -128,6 +144,8 @@ fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> Meas
             shape.dtype.clone(),
             "--tp".into(),
             shape.tensor_parallel_size.to_string(),
+            "--engine".into(),
+            if shape.v1 { "v1" } else { "v0" }.into(),
         ],
         model: None,
         task: Task::Infer,
