@@ -7,6 +7,8 @@
 //! * what can be made again (a fiche, a CSV) is staged next to its path and moved into place only
 //!   once everything else (the line on standard output) succeeded, so a failure leaves nothing.
 
+pub mod table;
+
 use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,31 +1,31 @@
 //! The terminal tables of `iteragpu cards`: the catalog, and the fit of a need on each card.
 
-use std::fmt::Write as _;
-
 use super::Card;
+use crate::output::table::{Column, Table};
 use crate::units::Bytes;
 
 /// The catalog: every capacity figure a card has, with its source.
 pub fn catalog(catalog: &[Card]) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:<14} {:<7} {:<22} {:<32} {:>18} {:>18}  source",
-        "card", "vendor", "memory", "label", "reported (driver)", "torch total_memory"
-    );
+    let mut t = Table::new(vec![
+        Column::left("card").min(14),
+        Column::left("vendor").min(7),
+        Column::left("memory").min(22),
+        Column::left("label").min(32),
+        Column::right("reported (driver)").min(18),
+        Column::right("torch total_memory").min(18),
+        Column::left("source").gap(2),
+    ]);
+    let b = |v: Option<u64>| v.map_or("unknown".into(), |x| Bytes(x).grouped());
     for c in catalog {
-        let b = |v: Option<u64>| v.map_or("unknown".into(), |x| Bytes(x).grouped());
-        let _ = writeln!(
-            o,
-            "{:<14} {:<7} {:<22} {:<32} {:>18} {:>18}  {}",
-            c.name,
-            c.vendor,
-            c.memory_type,
-            c.label,
+        t.row([
+            c.name.clone(),
+            c.vendor.to_string(),
+            c.memory_type.to_string(),
+            c.label.clone(),
             b(c.reported_bytes),
             b(c.torch_total_bytes),
-            c.source
-        );
+            c.source.to_string(),
+        ]);
     }
-    o
+    t.terminal()
 }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::Environment;
+use crate::output::table::{Column, Table};
 use crate::units::Bytes;
 
 fn bytes(v: Option<u64>) -> String {
@@ -32,15 +33,17 @@ pub fn report(env: &Environment, devices: &[String]) -> String {
             for g in &d.gpus {
                 let _ = writeln!(
                     o,
-                    "  [{}] {} ({}), compute capability {}\n      total {}\n      used  {}\n      free  {}",
+                    "  [{}] {} ({}), compute capability {}",
                     g.index,
                     g.name.as_deref().unwrap_or("unknown"),
                     g.uuid.as_deref().unwrap_or("no UUID"),
                     g.compute_capability.as_deref().unwrap_or("unknown"),
-                    bytes(g.total_bytes),
-                    bytes(g.used_bytes),
-                    bytes(g.free_bytes)
                 );
+                let mut memory = Table::new(vec![Column::left(""), Column::left("")]).indent(6);
+                memory.row(["total".into(), bytes(g.total_bytes)]);
+                memory.row(["used".into(), bytes(g.used_bytes)]);
+                memory.row(["free".into(), bytes(g.free_bytes)]);
+                o.push_str(&memory.terminal());
                 if g.processes.is_empty() {
                     let _ = writeln!(o, "      no other process on this GPU");
                 }

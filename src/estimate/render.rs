@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{Estimate, Term, g};
+use crate::output::table::{Column, Table};
 use crate::units::Bytes;
 
 /// The human-readable table.
@@ -117,46 +118,31 @@ pub fn table(est: &Estimate) -> String {
     } else {
         "preparation hypothesis"
     };
-    let name_width = est
-        .terms
-        .iter()
-        .map(|t| t.name.chars().count())
-        .chain([total_name.len(), 4])
-        .max()
-        .unwrap_or(4);
-    let bytes_width = est
-        .terms
-        .iter()
-        .map(|t| t.bytes.grouped().len())
-        .chain([est.total_bytes.grouped().len(), 5])
-        .max()
-        .unwrap_or(5);
-    let row = |out: &mut String, name: &str, bytes: Bytes, kind: &str, formula: &str| {
-        let pad = name_width - name.chars().count();
-        let _ = writeln!(
-            out,
-            "  {name}{:pad$}  {:>bytes_width$}  {:>9.2} GB  {:>9.2} GiB  {kind:<10}  {formula}",
-            "",
+    let mut terms = Table::new(vec![
+        Column::left("term").min(4),
+        Column::right("bytes").min(5).gap(2),
+        Column::right("GB").min(12).gap(2),
+        Column::right("GiB").min(13).gap(2),
+        Column::left("kind").min(10).gap(2),
+        Column::left("formula").gap(2),
+    ])
+    .indent(2);
+    let row = |t: &mut Table, name: &str, bytes: Bytes, kind: &str, formula: &str| {
+        t.row([
+            name.to_string(),
             bytes.grouped(),
-            bytes.gb(),
-            bytes.gib(),
-        );
+            format!("{:.2} GB", bytes.gb()),
+            format!("{:.2} GiB", bytes.gib()),
+            kind.to_string(),
+            formula.to_string(),
+        ]);
     };
-    let header = format!(
-        "  {:name_width$}  {:>bytes_width$}  {:>12}  {:>13}  {:<10}  {}",
-        "term", "bytes", "GB", "GiB", "kind", "formula"
-    );
-    let _ = writeln!(out, "{header}");
     for t in &counted {
-        row(&mut out, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
+        row(&mut terms, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
     }
-    let _ = writeln!(
-        out,
-        "  {}",
-        "─".repeat(header.chars().count().saturating_sub(2).min(100))
-    );
+    terms.rule();
     row(
-        &mut out,
+        &mut terms,
         total_name,
         est.total_bytes,
         "",
@@ -167,29 +153,40 @@ pub fn table(est: &Estimate) -> String {
         },
     );
     if !info.is_empty() {
-        let _ = writeln!(out, "\nshown for information, not in the total:");
+        terms.text("");
+        terms.text("shown for information, not in the total:");
         for t in &info {
-            row(&mut out, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
+            row(&mut terms, &t.name, t.bytes, t.kind.as_ref(), &t.formula);
         }
     }
+    out.push_str(&terms.terminal());
     if let Some(stored) = &est.stored {
         let _ = writeln!(
             out,
             "\nstored format (safetensors headers, {} bytes read):",
             g(stored.bytes_read)
         );
+        // The bytes under the terms' bytes.
+        let mut by_dtype = Table::new(vec![
+            Column::left("").min(8),
+            Column::right("").min(terms.widths()[1]),
+            Column::left(""),
+        ])
+        .indent(2);
         for (dtype, t) in &stored.by_dtype {
             let b = Bytes(t.bytes);
-            let _ = writeln!(
-                out,
-                "  {dtype:<8} {:>width$} bytes  {}  ({} tensors, {} values)",
+            by_dtype.row([
+                dtype.to_string(),
                 b.grouped(),
-                b.both(),
-                g(t.tensors),
-                g(t.elements),
-                width = bytes_width
-            );
+                format!(
+                    "bytes  {}  ({} tensors, {} values)",
+                    b.both(),
+                    g(t.tensors),
+                    g(t.elements)
+                ),
+            ]);
         }
+        out.push_str(&by_dtype.terminal());
         if stored.shards.len() > 1 {
             for shard in &stored.shards {
                 let _ = writeln!(

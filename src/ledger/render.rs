@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::explain::oom::PostMortem;
 use crate::explain::snapshot::Allocation;
 use crate::ledger::{BuiltOn, Explained, Figure, Ledger, LineId, LineKind, Provenance};
+use crate::output::table::{Column, Table};
 use crate::schema::history::OomSnapshot;
 use crate::schema::measure::Timeline;
 use crate::units::Bytes;
@@ -49,11 +50,6 @@ pub fn table(l: &Ledger) -> String {
                 l.phase, l.phase_index
             );
         }
-        let _ = writeln!(
-            o,
-            "  {:<60} {:>14} {:>14}  checkpoint",
-            "term", "estimate", "predicted"
-        );
     } else {
         let _ = writeln!(
             o,
@@ -65,12 +61,18 @@ pub fn table(l: &Ledger) -> String {
                 " (rank {k}, the highest of its job)"
             ))
         );
-        let _ = writeln!(
-            o,
-            "  {:<60} {:>14} {:>14} {:>14}  checkpoint",
-            "term", "estimate", "predicted", "observed"
-        );
     }
+    let predicted_only = l.explained == Explained::Prediction;
+    let mut columns = vec![
+        Column::left("term").min(60),
+        Column::right("estimate").min(14),
+        Column::right("predicted").min(14),
+    ];
+    if !predicted_only {
+        columns.push(Column::right("observed").min(14));
+    }
+    columns.push(Column::left("checkpoint").gap(2));
+    let mut table = Table::new(columns).indent(2);
     // The kind of the last signed line: a level right after a level adds nothing to it (the peak
     // reserved after the peak allocated) and is marked ≥, not =.
     let mut last_signed: Option<LineKind> = None;
@@ -95,29 +97,18 @@ pub fn table(l: &Ledger) -> String {
         if term.chars().count() > 60 {
             term = term.chars().take(59).collect::<String>() + "…";
         }
-        if l.explained == Explained::Prediction {
-            let _ = writeln!(
-                o,
-                "  {term:<60} {:>14} {:>14}  {}",
-                cell(&line.estimate),
-                cell(&line.predicted),
-                line.checkpoint
-            );
-        } else {
-            let _ = writeln!(
-                o,
-                "  {term:<60} {:>14} {:>14} {:>14}  {}",
-                cell(&line.estimate),
-                cell(&line.predicted),
-                cell(&line.observed),
-                line.checkpoint
-            );
+        let mut cells = vec![term, cell(&line.estimate), cell(&line.predicted)];
+        if !predicted_only {
+            cells.push(cell(&line.observed));
         }
+        cells.push(line.checkpoint.to_string());
+        table.row(cells);
         for (what, bytes) in &line.breakdown {
-            let _ = writeln!(o, "      · {what}: {:.3}", Bytes(*bytes).gib());
+            table.text(format!("      · {what}: {:.3}", Bytes(*bytes).gib()));
         }
     }
     if !l.lines.is_empty() {
+        o.push_str(&table.terminal());
         let _ = writeln!(
             o,
             "  (+ lines add up to the next = level; ≥: at least the level above, nothing added; unsigned lines are inside a line above, shown apart, not added)"
@@ -154,15 +145,14 @@ pub fn table(l: &Ledger) -> String {
     }
     if !l.capacities.is_empty() {
         let _ = writeln!(o, "\n  capacities (not one number):");
+        let mut capacities = Table::new(vec![Column::left("").min(34), Column::left("")]).indent(4);
         for c in &l.capacities {
-            let _ = writeln!(
-                o,
-                "    {:<34} {} ({})",
-                c.name,
-                Bytes(c.bytes).both(),
-                c.source
-            );
+            capacities.row([
+                c.name.to_string(),
+                format!("{} ({})", Bytes(c.bytes).both(), c.source),
+            ]);
         }
+        o.push_str(&capacities.terminal());
     }
     for d in &l.diagnostics {
         let _ = writeln!(o, "  allocator: {d}");

@@ -5,6 +5,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::output::table::{Column, Table};
 use crate::schema::measure::MeasureResult;
 use crate::units::Bytes;
 
@@ -31,67 +32,65 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
         },
         r.status
     );
-    let _ = writeln!(
-        o,
-        "\n  {:<14} {:<7} {:<7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9}",
-        "phase",
-        "device",
-        "status",
-        "start alloc",
-        "peak alloc",
-        "end alloc",
-        "start resv",
-        "peak resv",
-        "end resv",
-        "seconds"
-    );
+    let mut phases = Table::new(vec![
+        Column::left("phase").min(14),
+        Column::left("device").min(7),
+        Column::left("status").min(7),
+        Column::right("start alloc").min(11),
+        Column::right("peak alloc").min(11),
+        Column::right("end alloc").min(11),
+        Column::right("start resv").min(11),
+        Column::right("peak resv").min(11),
+        Column::right("end resv").min(11),
+        Column::right("seconds").min(9),
+    ])
+    .indent(2);
     for p in &r.phases {
         if p.devices.is_empty() {
-            let _ = writeln!(
-                o,
-                "  {:<14} {:<7} {:<7} {}",
-                p.name,
-                "",
-                p.status,
-                p.note.as_deref().unwrap_or("no readings")
-            );
+            phases.row([
+                p.name.clone(),
+                String::new(),
+                p.status.to_string(),
+                p.note.clone().unwrap_or_else(|| "no readings".into()),
+            ]);
         }
         for d in &p.devices {
-            let _ = writeln!(
-                o,
-                "  {:<14} {:<7} {:<7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9}",
-                p.name,
-                d.device,
-                p.status,
+            phases.row([
+                p.name.clone(),
+                d.device.clone(),
+                p.status.to_string(),
                 gib(d.start_allocated_bytes),
                 gib(d.peak_allocated_bytes),
                 gib(d.end_allocated_bytes),
                 gib(d.start_reserved_bytes),
                 gib(d.peak_reserved_bytes),
                 gib(d.end_reserved_bytes),
-                p.duration_s.map_or("null".into(), |s| format!("{s:.4}"))
-            );
+                p.duration_s.map_or("null".into(), |s| format!("{s:.4}")),
+            ]);
         }
         for drv in p.driver.iter().flatten() {
             if let (Some(proc_peak), outside) = (
                 drv.peak_process_used_bytes,
                 drv.outside_allocator_at_end_bytes,
             ) {
-                let _ = writeln!(
-                    o,
-                    "  {:<14} {:<7} driver: process peak {} GiB over {} samples{}",
-                    "",
-                    drv.device,
-                    gib(Some(proc_peak)),
-                    drv.samples,
-                    outside.map_or(String::new(), |b| format!(
-                        "; outside PyTorch's allocator at the end: {} GiB (CUDA context, libraries; not a leak by itself)",
-                        gib(Some(b))
-                    ))
-                );
+                phases.row([
+                    String::new(),
+                    drv.device.clone(),
+                    format!(
+                        "driver: process peak {} GiB over {} samples{}",
+                        gib(Some(proc_peak)),
+                        drv.samples,
+                        outside.map_or(String::new(), |b| format!(
+                            "; outside PyTorch's allocator at the end: {} GiB (CUDA context, libraries; not a leak by itself)",
+                            gib(Some(b))
+                        ))
+                    ),
+                ]);
             }
         }
     }
+    o.push('\n');
+    o.push_str(&phases.terminal());
     if let Some(d) = &r.distributed {
         ranks(&mut o, d);
     }
@@ -109,32 +108,33 @@ pub fn table(r: &MeasureResult, path: &Path) -> String {
         }
     }
     if !r.predictions.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n  predicted vs observed (first device; the prediction ran after the measurement, on the CPU):\n  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
-            "phase",
-            "predicted alloc",
-            "observed alloc",
-            "error",
-            "predicted resv",
-            "observed resv",
-            "error"
+        o.push_str(
+            "\n  predicted vs observed (first device; the prediction ran after the measurement, on the CPU):\n",
         );
+        let mut table = Table::new(vec![
+            Column::left("phase").min(14),
+            Column::right("predicted alloc").min(16),
+            Column::right("observed alloc").min(16),
+            Column::right("error").min(8),
+            Column::right("predicted resv").min(16),
+            Column::right("observed resv").min(16),
+            Column::right("error").min(8),
+        ])
+        .indent(2);
+        let pct = |v: Option<f64>| v.map_or("null".into(), |p| format!("{p:+.1}%"));
+        let b = |v: Option<u64>| v.map_or("null".into(), |x| Bytes(x).grouped());
         for c in &r.predictions {
-            let pct = |v: Option<f64>| v.map_or("null".into(), |p| format!("{p:+.1}%"));
-            let b = |v: Option<u64>| v.map_or("null".into(), |x| Bytes(x).grouped());
-            let _ = writeln!(
-                o,
-                "  {:<14} {:>16} {:>16} {:>8} {:>16} {:>16} {:>8}",
-                c.phase,
+            table.row([
+                c.phase.clone(),
                 Bytes(c.predicted_peak_allocated_bytes).grouped(),
                 b(c.observed_peak_allocated_bytes),
                 pct(c.error_allocated_pct),
                 Bytes(c.predicted_peak_reserved_bytes).grouped(),
                 b(c.observed_peak_reserved_bytes),
-                pct(c.error_reserved_pct)
-            );
+                pct(c.error_reserved_pct),
+            ]);
         }
+        o.push_str(&table.terminal());
     }
     for c in &r.kv_cache {
         let _ = writeln!(
@@ -197,28 +197,33 @@ fn ranks(o: &mut String, d: &crate::schema::measure::Distributed) {
         "\n  ranks of this node under torchrun (world size {}, node {} of {}; each read on its own device, never added together):",
         d.world_size, d.torchrun.node_rank, d.torchrun.nnodes
     );
-    let _ = writeln!(
-        o,
-        "  {:>5} {:>5} {:<8} {:<11} {:>11} {:>11} {:>15}  phases",
-        "rank", "local", "device", "status", "peak alloc", "peak resv", "outside alloc"
-    );
+    let mut table = Table::new(vec![
+        Column::right("rank").min(5),
+        Column::right("local").min(5),
+        Column::left("device").min(8),
+        Column::left("status").min(11),
+        Column::right("peak alloc").min(11),
+        Column::right("peak resv").min(11),
+        Column::right("outside alloc").min(15),
+        Column::left("phases").gap(2),
+    ])
+    .indent(2);
     for k in &d.ranks {
-        let _ = writeln!(
-            o,
-            "  {:>5} {:>5} {:<8} {:<11} {:>11} {:>11} {:>15}  {}",
-            k.rank,
-            k.local_rank,
-            k.device,
+        table.row([
+            k.rank.to_string(),
+            k.local_rank.to_string(),
+            k.device.clone(),
             k.status.to_string(),
             gib(k.peak_allocated()),
             gib(k.peak_reserved()),
             gib(k.outside_allocator()),
-            k.phases.len()
-        );
+            k.phases.len().to_string(),
+        ]);
         if let Some(why) = &k.stopped_because {
-            let _ = writeln!(o, "  {:>5} stopped: {why}", "");
+            table.row([String::new(), format!("stopped: {why}")]);
         }
     }
+    o.push_str(&table.terminal());
     if let Some(i) = &d.imbalance {
         let _ = writeln!(
             o,

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::output::table::{Column, Table};
 use crate::schema::prediction::{PhaseStatus, PredictionDoc, PredictionStatus};
 use crate::units::Bytes;
 
@@ -31,18 +32,18 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             )
         })
         .collect();
-    let w = labels
-        .iter()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(14);
-    let _ = writeln!(
-        o,
-        "\n  {:<w$} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  largest at the peak",
-        "phase", "status", "start alloc", "peak alloc", "peak resv", "end alloc", "driver view"
-    );
-    for (ph, label) in p.phases.iter().zip(&labels) {
+    let mut table = Table::new(vec![
+        Column::left("phase").min(14),
+        Column::left("status").min(13),
+        Column::right("start alloc").min(11),
+        Column::right("peak alloc").min(11),
+        Column::right("peak resv").min(11),
+        Column::right("end alloc").min(11),
+        Column::right("driver view").min(12),
+        Column::left("largest at the peak").gap(2),
+    ])
+    .indent(2);
+    for (ph, label) in p.phases.iter().zip(labels) {
         let largest = ph
             .at_peak
             .as_ref()
@@ -50,38 +51,39 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             .map_or(String::new(), |(c, b)| {
                 format!("{c} {:.3}", Bytes(*b).gib())
             });
-        let _ = writeln!(
-            o,
-            "  {:<w$} {:<13} {:>11} {:>11} {:>11} {:>11} {:>12}  {largest}",
+        table.row([
             label,
-            ph.status.as_ref(),
+            ph.status.as_ref().to_string(),
             gib(ph.start_allocated_bytes),
             gib(ph.peak_allocated_bytes),
             gib(ph.peak_reserved_bytes),
             gib(ph.end_allocated_bytes),
             gib(ph.driver_view_bytes),
-        );
+            largest,
+        ]);
         if ph.status == PhaseStatus::Unpredictable {
             for u in &ph.unpredictable {
-                let _ = writeln!(
-                    o,
-                    "  {:<w$} unpredictable: {} ({}) at {}:{}",
-                    "",
-                    u.op,
-                    u.reason,
-                    u.file.as_deref().unwrap_or("?"),
-                    u.line.map_or("?".into(), |l| l.to_string())
-                );
+                table.row([
+                    String::new(),
+                    format!(
+                        "unpredictable: {} ({}) at {}:{}",
+                        u.op,
+                        u.reason,
+                        u.file.as_deref().unwrap_or("?"),
+                        u.line.map_or("?".into(), |l| l.to_string())
+                    ),
+                ]);
             }
             if ph.unpredictable.is_empty() {
-                let _ = writeln!(
-                    o,
-                    "  {:<w$} unpredictable: it holds what a data-dependent op produced earlier",
-                    ""
-                );
+                table.row([
+                    String::new(),
+                    "unpredictable: it holds what a data-dependent op produced earlier".into(),
+                ]);
             }
         }
     }
+    o.push('\n');
+    o.push_str(&table.terminal());
     if let Some(oom) = &p.out_of_memory {
         out_of_memory(&mut o, p, oom);
     } else if let Some(max) = p.max_driver_view() {

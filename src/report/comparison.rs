@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::output::table::{Column, Table};
 use crate::schema::load::{self, InputError, Loaded, MEASURE, PREDICTION};
 use crate::schema::measure::{MeasureResult, PhaseCheck};
 use crate::schema::prediction::{PhaseStatus, PredictionDoc};
@@ -506,37 +507,36 @@ pub fn csv(c: &Comparison) -> String {
 pub fn table(c: &Comparison) -> String {
     let mut o = String::new();
     let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
-    let _ = writeln!(
-        o,
-        "{:<32} {:<9} {:<16} {:<7} {:<11} {:>12} {:>12} {:>12} {:>12} {:>12}   (GiB)",
-        "run",
-        "source",
-        "phase",
-        "device",
-        "status",
-        "peak alloc",
-        "peak resv",
-        "end alloc",
-        "end resv",
-        "predicted"
-    );
+    let mut runs = Table::new(vec![
+        Column::left("run").min(32),
+        Column::left("source").min(9),
+        Column::left("phase").min(16),
+        Column::left("device").min(7),
+        Column::left("status").min(11),
+        Column::right("peak alloc").min(12),
+        Column::right("peak resv").min(12),
+        Column::right("end alloc").min(12),
+        Column::right("end resv").min(12),
+        Column::right("predicted").min(12),
+        Column::left("(GiB)").gap(3),
+    ]);
     for r in &c.rows {
-        let _ = writeln!(
-            o,
-            "{:<32} {:<9} {:<16} {:<7} {:<11} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            r.run,
-            r.origin,
-            r.phase,
-            r.device,
-            r.status,
+        runs.row([
+            r.run.clone(),
+            r.origin.to_string(),
+            r.phase.clone(),
+            r.device.clone(),
+            r.status.clone(),
             gib(r.peak_allocated_bytes),
             gib(r.peak_reserved_bytes),
             gib(r.end_allocated_bytes),
             gib(r.end_reserved_bytes),
             r.predicted_peak_reserved_bytes
-                .map_or("—".into(), |b| format!("{:.3}", Bytes(b).gib()))
-        );
+                .map_or("—".into(), |b| format!("{:.3}", Bytes(b).gib())),
+            String::new(),
+        ]);
     }
+    o.push_str(&runs.terminal());
     for stop in &c.out_of_memory {
         let _ = writeln!(
             o,
@@ -592,9 +592,11 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
         e.measured_on.as_deref().unwrap_or("an unnamed GPU")
     );
     let gaps = |o: &mut String| {
+        let mut gaps = Table::new(vec![Column::left("").min(16), Column::left("")]).indent(2);
         for g in &e.gaps {
-            let _ = writeln!(o, "  {:<16} {}", g.phase, g.reason);
+            gaps.row([g.phase.clone(), g.reason.clone()]);
         }
+        o.push_str(&gaps.terminal());
     };
     if e.phases.is_empty() {
         let _ = writeln!(
@@ -604,11 +606,17 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
         gaps(o);
         return;
     }
-    let _ = writeln!(
-        o,
-        "  {:<16} {:>12} {:>12} {:>22} {:>12} {:>12} {:>22}   (GiB; error in bytes)",
-        "phase", "pred alloc", "meas alloc", "error alloc", "pred resv", "meas resv", "error resv"
-    );
+    let mut phases = Table::new(vec![
+        Column::left("phase").min(16),
+        Column::right("pred alloc").min(12),
+        Column::right("meas alloc").min(12),
+        Column::right("error alloc").min(22),
+        Column::right("pred resv").min(12),
+        Column::right("meas resv").min(12),
+        Column::right("error resv").min(22),
+        Column::left("(GiB; error in bytes)").gap(3),
+    ])
+    .indent(2);
     let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3}", Bytes(b).gib()));
     let error = |b: Option<i128>, pct: Option<f64>| match (b, pct) {
         (Some(b), Some(pct)) => format!(
@@ -621,18 +629,18 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
         _ => "null".into(),
     };
     for p in &e.phases {
-        let _ = writeln!(
-            o,
-            "  {:<16} {:>12} {:>12} {:>22} {:>12} {:>12} {:>22}",
-            p.phase,
+        phases.row([
+            p.phase.clone(),
             gib(Some(p.predicted_peak_allocated_bytes)),
             gib(p.measured_peak_allocated_bytes),
             error(p.error_allocated_bytes, p.error_allocated_pct),
             gib(Some(p.predicted_peak_reserved_bytes)),
             gib(p.measured_peak_reserved_bytes),
             error(p.error_reserved_bytes, p.error_reserved_pct),
-        );
+            String::new(),
+        ]);
     }
+    o.push_str(&phases.terminal());
     gaps(o);
 }
 

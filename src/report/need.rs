@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::cards::{CapacitySource, Card};
+use crate::output::table::{Column, Table};
 use crate::schema::load::{self, InputFile};
 use crate::schema::prediction::PredictionStatus;
 use crate::units::{Bytes, GIB};
@@ -274,6 +275,13 @@ pub fn render_fits(
         o,
         "ranked: the cards that hold it first, the tightest fit at the top; then those that do not, the closest first\n"
     );
+    let mut cards = Table::new(vec![
+        Column::left("").min(14),
+        Column::left(""),
+        Column::right("").min(12),
+        Column::left(""),
+    ])
+    .indent(2);
     for f in fits {
         let m = f.margin_bytes;
         let margin = format!(
@@ -293,14 +301,14 @@ pub fn render_fits(
                     .to_string()
             }
         };
-        let _ = writeln!(
-            o,
-            "  {:<14} usable {:>8.2} GiB ({})  {verdict}",
-            f.card,
-            Bytes(f.usable_bytes).gib(),
-            f.capacity_source.label()
-        );
+        cards.row([
+            f.card.clone(),
+            "usable".into(),
+            format!("{:.2} GiB", Bytes(f.usable_bytes).gib()),
+            format!("({})  {verdict}", f.capacity_source.label()),
+        ]);
     }
+    o.push_str(&cards.terminal());
     let _ = writeln!(
         o,
         "\nSeveral GPUs are never one pool of memory: each device must hold its own share, and a failure on one is not fixed by free memory on another."

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::output::table::{Column, Table};
 use crate::schema::series::{PointKind, Series, TrialRecord, TrialStatus};
 use crate::units::Bytes;
 
@@ -54,6 +55,19 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             l.method
         );
     }
+    let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib()));
+    let mut trials = Table::new(vec![
+        Column::right("").min(3),
+        Column::left("").min(28).gap(2),
+        Column::left("").min(14),
+        Column::left(""),
+        Column::right("").min(10),
+        Column::left("").gap(2),
+        Column::right("").min(10),
+        Column::right("").min(8).gap(2),
+        Column::left("").gap(0),
+    ])
+    .indent(2);
     for t in &s.trials {
         let values = t
             .values
@@ -62,28 +76,29 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             .chain(t.load.clone())
             .collect::<Vec<_>>()
             .join(" ");
-        let _ = writeln!(
-            o,
-            "  {:>3}  {values:<28} {:<14} peak alloc {:>10}  peak resv {:>10}  {:>7.2}s{}",
-            t.index + 1,
-            status_label(t),
-            t.peak_allocated_bytes
-                .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib())),
-            t.peak_reserved_bytes
-                .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib())),
-            t.duration_s,
+        trials.row([
+            (t.index + 1).to_string(),
+            values,
+            status_label(t).to_string(),
+            "peak alloc".into(),
+            gib(t.peak_allocated_bytes),
+            "peak resv".into(),
+            gib(t.peak_reserved_bytes),
+            format!("{:.2}s", t.duration_s),
             match (&t.failed_phase, t.kind) {
                 (None, _) => String::new(),
-                (Some(p), PointKind::Predicted) if t.out_of_memory =>
-                    format!("  (decided in {p}; the whole run's predicted peak)"),
-                (Some(p), _) =>
-                    format!("  (in {p}; a partial peak is not the need of a complete run)"),
-            }
-        );
+                (Some(p), PointKind::Predicted) if t.out_of_memory => {
+                    format!("  (decided in {p}; the whole run's predicted peak)")
+                }
+                (Some(p), _) => {
+                    format!("  (in {p}; a partial peak is not the need of a complete run)")
+                }
+            },
+        ]);
         if (t.is_broken() || t.status == TrialStatus::Unpredictable)
             && let Some(e) = &t.error
         {
-            let _ = writeln!(o, "       {e}");
+            trials.text(format!("       {e}"));
         }
         if let Some(pm) = t
             .result
@@ -91,14 +106,14 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             .and_then(|r| r.failure.as_ref())
             .and_then(|f| f.post_mortem.as_ref())
         {
-            let _ = writeln!(
-                o,
+            trials.text(format!(
                 "       out-of-memory: {} — {}",
                 pm.diagnosis.class.label(),
                 pm.diagnosis.reason
-            );
+            ));
         }
     }
+    o.push_str(&trials.terminal());
     let broken = s.trials.iter().filter(|t| t.is_broken()).count();
     if broken > 0 {
         let _ = writeln!(
@@ -193,30 +208,38 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             fr.fit.residual_std_bytes / (1u64 << 30) as f64,
             fr.overhead_source
         );
+        let mut cards = Table::new(vec![
+            Column::left("").min(14),
+            Column::right("").min(13),
+            Column::left(""),
+        ])
+        .indent(2);
         for c in &fr.cards {
-            let _ = writeln!(
-                o,
-                "  {:<14} {:>9.2} GiB usable → {}{}",
-                c.card,
-                Bytes(c.usable_bytes).gib(),
-                // No value is not "nothing fits": the fit is not carried that far.
-                c.predicted.map_or_else(
-                    || format!(
-                        "{} not placed by the fit: {}",
-                        fr.variable,
-                        c.withheld.as_deref().unwrap_or("not reached")
+            cards.row([
+                c.card.clone(),
+                format!("{:.2} GiB", Bytes(c.usable_bytes).gib()),
+                format!(
+                    "usable → {}{}",
+                    // No value is not "nothing fits": the fit is not carried that far.
+                    c.predicted.map_or_else(
+                        || format!(
+                            "{} not placed by the fit: {}",
+                            fr.variable,
+                            c.withheld.as_deref().unwrap_or("not reached")
+                        ),
+                        |p| format!("{} = {p:.0}", fr.variable)
                     ),
-                    |p| format!("{} = {p:.0}", fr.variable)
+                    match (c.range, c.extrapolation) {
+                        (Some((a, b)), true) =>
+                            format!(" (range {a:.0}..{b:.0}; extrapolation, not {})", s.kind),
+                        (Some((a, b)), false) => format!(" (range {a:.0}..{b:.0})"),
+                        (None, true) => format!(" (extrapolation, not {})", s.kind),
+                        (None, false) => String::new(),
+                    }
                 ),
-                match (c.range, c.extrapolation) {
-                    (Some((a, b)), true) =>
-                        format!(" (range {a:.0}..{b:.0}; extrapolation, not {})", s.kind),
-                    (Some((a, b)), false) => format!(" (range {a:.0}..{b:.0})"),
-                    (None, true) => format!(" (extrapolation, not {})", s.kind),
-                    (None, false) => String::new(),
-                }
-            );
+            ]);
         }
+        o.push_str(&cards.terminal());
     }
     for n in &s.notes {
         let _ = writeln!(o, "note: {n}");
@@ -234,18 +257,17 @@ fn alloc_conf_table(o: &mut String, s: &Series) {
         "\nallocator settings compared (peak reserved; change against {}, complete trials only):",
         s.alloc_confs[0]
     );
-    let mut header = format!("  {:<16}", s.varied.first().map_or("", |v| v.name()));
-    for a in &s.alloc_confs {
-        let _ = write!(header, " {:>28}", a.name());
-    }
-    let _ = writeln!(o, "{header}");
+    let mut columns = vec![Column::left(s.varied.first().map_or("", |v| v.name())).min(16)];
+    columns.extend(
+        s.alloc_confs
+            .iter()
+            .map(|a| Column::right(a.name()).min(28)),
+    );
+    let mut table = Table::new(columns).indent(2);
     for row in s.alloc_conf_rows() {
-        let mut line = format!(
-            "  {:<16}",
-            row.value.map_or(String::new(), |(_, v)| v.to_string())
-        );
+        let mut cells = vec![row.value.map_or(String::new(), |(_, v)| v.to_string())];
         for (k, t) in row.trials.iter().enumerate() {
-            let cell = match t {
+            cells.push(match t {
                 None => "not run".to_string(),
                 Some(t) if !t.status.is_ok() => status_label(t).to_string(),
                 Some(t) => {
@@ -257,9 +279,9 @@ fn alloc_conf_table(o: &mut String, s: &Series) {
                         (_, Some(c)) => format!("{peak} ({:+.1}%)", c * 100.0),
                     }
                 }
-            };
-            let _ = write!(line, " {cell:>28}");
+            });
         }
-        let _ = writeln!(o, "{line}");
+        table.row(cells);
     }
+    o.push_str(&table.terminal());
 }
