@@ -121,7 +121,9 @@ fn snapshot(
     out: &mut dyn Write,
 ) -> Result<ExitStatus, CliError> {
     use crate::explain::snapshot::{self, view::SnapshotDoc};
-    use crate::report::{export, format::Style, format::Units, snapshot as page};
+    use crate::report::{
+        export, export::Exporter as _, format::Style, format::Units, snapshot as page,
+    };
     // `-`: the document alone on standard output, as for the ledger.
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let output = args.output.as_deref().filter(|_| !to_stdout);
@@ -163,7 +165,9 @@ fn snapshot(
     let style = Style::new(args.lang, Units::Gib);
     let page = page::document(&doc, style);
     let Some(path) = output else {
-        let text = super::json_or(args.json || to_stdout, &doc, || page::terminal(&page))?;
+        let text = super::json_or(args.json || to_stdout, &doc, || {
+            export::Terminal.render(&page)
+        })?;
         out.write_all(text.as_bytes())?;
         return Ok(ExitStatus::Ok);
     };
@@ -176,7 +180,7 @@ fn snapshot(
     let text = if args.json {
         serde_json::to_string_pretty(&doc)? + "\n"
     } else {
-        page::terminal(&page)
+        export::Terminal.render(&page)
     };
     out.write_all(text.as_bytes())
         .and_then(|()| writeln!(out, "written: {}", path.display()))

@@ -1,12 +1,14 @@
 //! Exporters behind one trait: Markdown for reading and diffing, HTML as a single self-contained
-//! file with inline SVG charts and the raw results embedded.
+//! file with inline SVG charts and the raw results embedded, terminal text (`explain --snapshot`).
 
 mod html;
 mod markdown;
 mod svg;
+mod terminal;
 
 pub use html::Html;
 pub use markdown::Markdown;
+pub use terminal::Terminal;
 
 use super::document::Document;
 

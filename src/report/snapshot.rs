@@ -1,6 +1,6 @@
 //! `explain --snapshot`: a snapshot's document (`explain::snapshot::view::SnapshotDoc`) as a
-//! report `Document` (written by `export` as Markdown or HTML, with the timeline chart) and as
-//! terminal text. Words come from `catalog::snapshot`; numbers from `format::Style`.
+//! report `Document`, written by `export` as Markdown, HTML (with the timeline chart) or terminal
+//! text. Words come from `catalog::snapshot`; numbers from `format::Style`.
 
 use crate::explain::snapshot::view::{DeviceView, SnapshotDoc};
 use crate::explain::snapshot::{Allocation, Frame};
@@ -245,89 +245,4 @@ fn chart(b: &mut Vec<Block>, d: &DeviceView, lang: Style) {
         points,
         marks,
     }));
-}
-
-/// The document as terminal text: headings, paragraphs and aligned tables; charts are left to
-/// the HTML file (their numbers are in the tables).
-pub fn terminal(doc: &Document) -> String {
-    let style = doc.style;
-    let text = |c: &Cell| -> String {
-        match c {
-            Cell::Text(t) | Cell::Code(t) => crate::output::terminal_safe(t).into_owned(),
-            Cell::Size { bytes, .. } => style.size(*bytes),
-            Cell::Percent(p) => style.percent(*p),
-        }
-    };
-    let mut o = format!("{}\n", crate::output::terminal_safe(&doc.title));
-    for block in &doc.blocks {
-        match block {
-            Block::Heading(h) => o += &format!("\n{h}\n"),
-            Block::Para(p) => {
-                o += &crate::output::terminal_safe(&p.replace("**", "").replace('`', ""));
-                o.push('\n');
-            }
-            Block::List(items) => {
-                for i in items {
-                    o += &format!("  - {}\n", crate::output::terminal_safe(i));
-                }
-            }
-            Block::Table { header, rows } => {
-                let rows: Vec<Vec<String>> =
-                    rows.iter().map(|r| r.iter().map(text).collect()).collect();
-                let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-                for r in &rows {
-                    for (i, c) in r.iter().enumerate() {
-                        if let Some(w) = widths.get_mut(i) {
-                            *w = (*w).max(c.chars().count());
-                        }
-                    }
-                }
-                let line = |cells: &[String]| -> String {
-                    let padded: Vec<String> = cells
-                        .iter()
-                        .zip(&widths)
-                        .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
-                        .collect();
-                    format!("  {}\n", padded.join("  ").trim_end())
-                };
-                o += &line(header);
-                for r in &rows {
-                    o += &line(r);
-                }
-            }
-            Block::Chart(_) | Block::Verdict(_) => {}
-        }
-    }
-    // Plain spaces on the terminal: the document's no-break spaces (between a number and its
-    // unit, and French thousands) would make `grep "3.00 GiB"` miss.
-    o.replace(['\u{a0}', '\u{202f}'], " ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::format::{Lang, Units};
-
-    /// Sizes on the terminal are grep-able: a plain space between a number and its unit, in
-    /// English and in French (where the document holds no-break spaces).
-    #[test]
-    fn terminal_sizes_use_plain_spaces() {
-        for (lang, want) in [(Lang::En, "3.00 GiB"), (Lang::Fr, "3,00 Gio")] {
-            let doc = Document {
-                title: "t".into(),
-                style: Style::new(lang, Units::Gib),
-                blocks: vec![Block::Table {
-                    header: vec!["size".into()],
-                    rows: vec![vec![Cell::Size {
-                        bytes: Some(3 << 30),
-                        with_unit: true,
-                    }]],
-                }],
-                attachments: Vec::new(),
-            };
-            let text = terminal(&doc);
-            assert!(text.contains(want), "{text:?}");
-            assert!(!text.contains(['\u{a0}', '\u{202f}']), "{text:?}");
-        }
-    }
 }
