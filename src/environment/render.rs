@@ -144,3 +144,31 @@ pub fn report(env: &Environment, devices: &[String]) -> String {
     let _ = writeln!(o, "\ncan measure run here? {verdict}");
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU's memory is a small table: its figures start in one column, as they always did.
+    #[test]
+    fn a_gpus_memory_lines_up() {
+        let env: Environment = serde_json::from_value(serde_json::json!({
+            "driver": {"driver_version": "580", "cuda_driver_version": "13.0", "gpus": [{
+                "index": 0, "name": "NVIDIA H200", "uuid": "GPU-1",
+                "total_bytes": 150754820096u64, "used_bytes": 612368384, "free_bytes": null,
+                "compute_capability": "9.0", "processes": []
+            }]},
+            "driver_reason": null, "python": null, "python_reason": "not probed"
+        }))
+        .unwrap();
+        let text = report(&env, &[]);
+        assert!(
+            text.contains(
+                "  [0] NVIDIA H200 (GPU-1), compute capability 9.0\n      total 150,754,820,096 bytes ("
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\n      used  612,368,384 bytes ("), "{text}");
+        assert!(text.contains("\n      free  unknown\n"), "{text}");
+    }
+}
