@@ -90,10 +90,10 @@ fn main() {
         let count = |hint: Option<u64>| {
             let f = find_guided(c.bounds, hint, Some(c.capacity), |v| {
                 let p = (c.peak)(v);
-                Probe {
+                Some(Probe {
                     ok: p <= c.capacity,
                     peak: Some(p),
-                }
+                })
             });
             assert!(f.last_success.is_none_or(|s| s <= t) && f.first_failure.is_none_or(|x| x > t));
             f.trials.len()

@@ -7,13 +7,14 @@ use std::io::Write;
 use super::{options, progress};
 use crate::cli::SweepArgs;
 use crate::exit::{CliError, ExitStatus};
+use crate::measure::trial::ProcessRunner;
 use crate::schema::series::Writer;
 use crate::signals;
 use crate::sweep::driver::{self, Finish};
-use crate::sweep::hint::PredictingRunner;
 use crate::sweep::plan::SweepPlan;
-use crate::sweep::predicted::{self, WorkerPredictor};
 use crate::sweep::render;
+use crate::sweep::runner::measured::Measured;
+use crate::sweep::runner::predicted::Predicted;
 
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
@@ -23,16 +24,21 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let output_path = super::required_output(m)?;
     let writer = Writer::new(output_path)?;
     let display = progress::trials(m.json);
-    let finish = match &plan.target {
+    let finish = if plan.predict {
         // `--predict`: each trial predicted on the CPU, for the target card.
-        Some((target, capacity)) => {
-            let predictor = WorkerPredictor::new(target.clone(), capacity.clone(), stop);
-            predicted::run(&plan, &predictor, writer, &*display)
-        }
-        None => {
-            let mut runner = PredictingRunner::new(stop);
-            driver::run(&plan, &mut runner, writer, &*display)
-        }
+        let predicted = Predicted::for_card(&plan, stop)?;
+        driver::run(&plan, &predicted, None, writer, &*display)
+    } else {
+        // Measured, with a frontier's hint predicted for this machine's card.
+        let mut process = ProcessRunner::new(stop);
+        let hint = Predicted::for_device(stop);
+        driver::run(
+            &plan,
+            &Measured::new(&mut process),
+            Some(&hint),
+            writer,
+            &*display,
+        )
     };
     display.finish();
     let (series, moved) = match finish? {

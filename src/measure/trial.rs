@@ -30,13 +30,6 @@ pub trait TrialRunner {
 
     /// A signal asked iteragpu to stop (checked between trials).
     fn stop_requested(&self) -> Option<Stop>;
-
-    /// The highest predicted peak reserved of `plan` on the first device of this machine (the
-    /// frontier's hint); `None` when it cannot be predicted. Measuring alone predicts nothing:
-    /// `sweep::hint::PredictingRunner` adds the prediction, one layer above both runners.
-    fn predicted_peak(&mut self, _plan: &crate::workload::plan::MeasurePlan) -> Option<u64> {
-        None
-    }
 }
 
 /// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
@@ -244,10 +237,6 @@ pub(crate) mod mock {
         pub device_total: Option<u64>,
         /// A stop signal that "arrives" once this many trials have run.
         pub stop_after: Option<(usize, Stop)>,
-        /// Predicted peaks: a function of the plan's spec (None: cannot predict).
-        pub predict: Option<fn(&WorkerSpec) -> u64>,
-        /// How many predictions were asked for.
-        pub predictions: usize,
         /// Every spec run, in order.
         pub specs: Vec<WorkerSpec>,
         /// The allocator setting of every trial run, in order.
@@ -260,8 +249,6 @@ pub(crate) mod mock {
                 decide,
                 device_total: None,
                 stop_after: None,
-                predict: None,
-                predictions: 0,
                 specs: Vec::new(),
                 alloc_confs: Vec::new(),
             }
@@ -408,11 +395,6 @@ pub(crate) mod mock {
             self.stop_after
                 .filter(|(n, _)| self.specs.len() >= *n)
                 .map(|(_, s)| s)
-        }
-
-        fn predicted_peak(&mut self, plan: &crate::workload::plan::MeasurePlan) -> Option<u64> {
-            self.predictions += 1;
-            self.predict.map(|f| f(&plan.worker_spec()))
         }
     }
 }

@@ -1,31 +1,31 @@
-//! Runs a sweep plan through a [`TrialRunner`]: each trial a fresh worker, recorded in the series
-//! and the series rewritten after each one; the stop rules (a crash, a timeout or an interruption
-//! is not an out-of-memory), the identical-conditions check, the frontier search and the fit.
-//! Pure orchestration: with a mock runner it is unit-tested without Python.
+//! Runs a sweep plan through a [`Runner`]: its cells one after the other (each recorded, and
+//! the series rewritten, before the next starts) or in parallel (recorded in order as they end);
+//! the stop rules (a crash, a timeout or an interruption is not an out-of-memory; a signal ends
+//! the sweep between trials), the identical-conditions check, the frontier search with its
+//! optional predicted hint, and the fit. Pure orchestration: with mock runners it is unit-tested
+//! without Python.
 
 use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use crate::cards;
-use crate::measure::build::TrialOutcome;
-use crate::measure::trial::TrialRunner;
-use crate::prediction;
-use crate::progress::Progress;
-use crate::schema::alloc_conf::ALLOC_CONF;
+use crate::progress::{NoProgress, Progress};
 use crate::schema::dimensions::Variable;
 use crate::schema::fit;
-use crate::schema::measure::MeasureResult;
 use crate::schema::series::{
     CardFrontier, FitRecord, FrontierRecord, PointKind, Series, SeriesStatus, SweepMode,
     TrialRecord, TrialStatus, Writer,
 };
 use crate::signals::Stop;
-use crate::sweep::plan::SweepPlan;
+use crate::sweep::plan::{Cell, Cells, SweepPlan};
+use crate::sweep::runner::predicted::deciding;
+use crate::sweep::runner::{Ran, Runner, blank};
 use crate::sweep::search::{self, Bounds, Probe};
-use crate::sweep::vary::{Values, Vary, grid_order};
 use crate::units::Bytes;
-use crate::workload::plan::MeasurePlan;
 
 /// How a sweep ended.
 pub enum Finish {
@@ -35,47 +35,51 @@ pub enum Finish {
         series: Box<Series>,
         moved: Option<(crate::output::OutputError, std::path::PathBuf)>,
     },
-    /// PyTorch or a GPU is missing: the first trial measured nothing, no file was written.
+    /// PyTorch or a GPU is missing: the first trial measured (or predicted) nothing, no file was
+    /// written.
     Unavailable(String),
 }
 
 /// What a trial told the driver.
 enum Step {
-    Done(bool),
+    Done,
     Unavailable(String),
     Stop,
 }
 
 struct Sweep<'a> {
     plan: &'a SweepPlan,
-    runner: &'a mut dyn TrialRunner,
+    runner: &'a dyn Runner,
     series: Series,
     writer: Writer,
     progress: &'a dyn Progress,
     base_spec: Option<Map<String, Value>>,
-    /// A stop signal seen between two trials.
+    /// A stop signal seen before a trial started.
     stopped_between: Option<Stop>,
 }
 
-/// Runs every trial of `plan`, writing the series through `writer` after each one.
+/// Runs every trial of `plan` through `runner`, writing the series through `writer` after each
+/// one; `hint` predicts where a frontier lies before the search starts (`None`: no hint).
 pub fn run(
     plan: &SweepPlan,
-    runner: &mut dyn TrialRunner,
+    runner: &dyn Runner,
+    hint: Option<&dyn Runner>,
     writer: Writer,
     progress: &dyn Progress,
 ) -> Result<Finish> {
     let mut sweep = Sweep {
         plan,
         runner,
-        series: new_series(plan),
+        series: new_series(plan, runner),
         writer,
         progress,
         base_spec: None,
         stopped_between: None,
     };
     if let Some(limit) = &plan.limit
+        && limit.emulated
         && let Some(device) = plan.base.devices.first()
-        && let Some(total) = sweep.runner.device_total(&plan.base.python, device)
+        && let Some(total) = runner.device_total(&plan.base.python, device)
         && limit.bytes > total
     {
         bail!(
@@ -84,14 +88,14 @@ pub fn run(
             Bytes(total).both()
         );
     }
-    let driven = sweep.drive();
+    let driven = sweep.drive(hint);
     conclude(driven, sweep.series, sweep.writer, sweep.stopped_between)
 }
 
-/// How a sweep ends, measured or predicted: a failure saves what was already written as aborted;
-/// otherwise the status from the stop (between trials, or inside one), the fit of a list or
-/// frontier, and the series saved a last time.
-pub(crate) fn conclude(
+/// How a sweep ends: a failure saves what was already written as aborted; otherwise the status
+/// from the stop (between trials, or inside one), the fit of a list or frontier, and the series
+/// saved a last time.
+fn conclude(
     driven: Result<Option<String>>,
     mut series: Series,
     mut writer: Writer,
@@ -136,8 +140,8 @@ pub(crate) fn conclude(
     })
 }
 
-/// A series about to run `plan`: its header, no trial yet.
-pub(crate) fn new_series(plan: &SweepPlan) -> Series {
+/// A series about to run `plan` through `runner`: its header, no trial yet.
+fn new_series(plan: &SweepPlan, runner: &dyn Runner) -> Series {
     let now = chrono::Utc::now().to_rfc3339();
     Series {
         schema: crate::schema::series::SCHEMA.into(),
@@ -146,20 +150,13 @@ pub(crate) fn new_series(plan: &SweepPlan) -> Series {
         updated_at: now,
         status: SeriesStatus::Running,
         mode: plan.mode,
-        kind: PointKind::Measured,
-        target: None,
+        kind: runner.kind(),
+        target: plan.target.as_ref().map(|(t, _)| t.clone()),
         varied: plan.vary.iter().map(|v| v.variable).collect(),
         alloc_confs: plan.alloc_confs.clone(),
         base: Map::new(),
         identical_across_trials: true,
-        protocol: if plan.mode == SweepMode::Processes {
-            format!(
-                "the same configuration in {} fresh processes (not {} repeats in one process)",
-                plan.processes, plan.processes
-            )
-        } else {
-            "fresh process per trial".into()
-        },
+        protocol: runner.protocol(plan),
         limit: plan.limit.clone(),
         trials: Vec::new(),
         frontier: None,
@@ -179,261 +176,346 @@ pub fn failed(series: &Series) -> bool {
     stopped || series.trials.iter().any(TrialRecord::is_broken)
 }
 
-pub(crate) fn one_value(variable: Variable, v: u64) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert(variable.name().to_string(), json!(v));
-    m
+/// "batch=4 long": a trial's values and load, as the terminal names it.
+fn label(values: &Map<String, Value>, load: Option<&str>) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(load.map(str::to_string))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Sweep<'_> {
-    /// Runs the trials of the mode; `Ok(Some(reason))` when PyTorch or a GPU is missing.
-    fn drive(&mut self) -> Result<Option<String>> {
-        macro_rules! step {
-            ($e:expr) => {
-                match $e? {
-                    Step::Unavailable(reason) => return Ok(Some(reason)),
-                    Step::Stop => return Ok(None),
-                    Step::Done(ok) => ok,
-                }
-            };
+    /// Runs the cells of the mode; `Ok(Some(reason))` when PyTorch or a GPU is missing.
+    fn drive(&mut self, hint: Option<&dyn Runner>) -> Result<Option<String>> {
+        if self.plan.mode == SweepMode::Frontier {
+            return self.frontier(hint);
         }
-        let plan = self.plan;
-        let base = &plan.base;
-        match plan.mode {
-            SweepMode::List => {
-                let v = &plan.vary[0];
-                let Values::List(values) = &v.values else {
-                    bail!("internal: a list sweep without a list")
-                };
-                self.progress.set_length(values.len() as u64);
-                for &value in values {
-                    let p = base.with(v.variable, value)?;
-                    step!(self.trial(&p, one_value(v.variable, value), None));
-                }
+        let cells = self.plan.cells()?;
+        match self.runner.parallelism() {
+            None => self.in_sequence(cells),
+            Some(n) => self.in_parallel(cells, n),
+        }
+    }
+
+    /// One cell after the other; a trial that was stopped ends the sweep.
+    fn in_sequence(&mut self, cells: Cells) -> Result<Option<String>> {
+        self.progress.set_length(cells.len() as u64);
+        for cell in cells {
+            match self.trial(&cell?, None)? {
+                Step::Unavailable(reason) => return Ok(Some(reason)),
+                Step::Stop => break,
+                Step::Done => {}
             }
-            SweepMode::Grid => {
-                let (a, b) = (&plan.vary[0], &plan.vary[1]);
-                let (Values::List(outer), Values::List(inner)) = (&a.values, &b.values) else {
-                    bail!("internal: a grid without two lists")
-                };
-                let cells = grid_order(outer, inner);
-                self.progress.set_length(cells.len() as u64);
-                for (x, y) in cells {
-                    let p = base.with(a.variable, x)?.with(b.variable, y)?;
-                    let mut values = one_value(a.variable, x);
-                    values.insert(b.variable.name().to_string(), json!(y));
-                    step!(self.trial(&p, values, None));
-                }
-            }
-            SweepMode::Processes => {
-                self.progress.set_length(plan.processes);
-                for i in 0..plan.processes {
-                    let mut values = Map::new();
-                    values.insert("process".into(), json!(i));
-                    step!(self.trial(base, values, None));
-                }
-            }
-            SweepMode::Loads => {
-                self.progress.set_length(plan.loads.len() as u64);
-                for load in &plan.loads {
-                    let mut p = base.clone();
-                    let mut values = Map::new();
-                    for &(variable, n) in &load.values {
-                        p = p.with(variable, n)?;
-                        values.insert(variable.name().to_string(), json!(n));
-                    }
-                    step!(self.trial(&p, values, Some(load.name.clone())));
-                }
-            }
-            SweepMode::AllocConf => {
-                // The settings outside, the listed values inside, walked so that neighbours
-                // differ by one of the two.
-                let settings: Vec<u64> = (0..plan.alloc_confs.len() as u64).collect();
-                let (variable, list) = match plan.vary.first() {
-                    Some(Vary {
-                        variable,
-                        values: Values::List(list),
-                    }) => (Some(*variable), list.clone()),
-                    Some(_) => bail!("internal: an allocator A/B over a range"),
-                    None => (None, vec![0]),
-                };
-                let cells = grid_order(&settings, &list);
-                self.progress.set_length(cells.len() as u64);
-                for (s, x) in cells {
-                    let setting = plan.alloc_confs[s as usize];
-                    let mut p = base.with_alloc_conf(setting);
-                    let mut values = Map::new();
-                    values.insert(ALLOC_CONF.into(), json!(setting.name()));
-                    if let Some(variable) = variable {
-                        p = p.with(variable, x)?;
-                        values.insert(variable.name().to_string(), json!(x));
-                    }
-                    step!(self.trial(&p, values, None));
-                }
-            }
-            SweepMode::Frontier => return self.frontier(),
         }
         Ok(None)
     }
 
-    fn frontier(&mut self) -> Result<Option<String>> {
+    /// Up to `parallelism` cells at a time, recorded in order as they complete; predicted, a
+    /// configuration already predicted is not predicted again (a prediction is deterministic).
+    fn in_parallel(&mut self, cells: Cells, parallelism: usize) -> Result<Option<String>> {
+        // Every cell planned first; the first of each configuration found by a hash of its
+        // specification's text: one pass, O(n) (a search per trial was O(n²): 20,000 values took
+        // 11 s to plan). A stop signal is seen while planning, too.
+        let once = self.runner.kind() == PointKind::Predicted;
+        let mut planned: Vec<Cell> = Vec::with_capacity(cells.len());
+        let mut first_seen: HashMap<String, usize> = HashMap::with_capacity(cells.len());
+        let mut first_of: Vec<usize> = Vec::with_capacity(cells.len());
+        for (i, cell) in cells.enumerate() {
+            if i % 256 == 0
+                && let Some(signal) = self.runner.stop_requested()
+            {
+                self.stopped_between = Some(signal);
+                self.series.notes.push(format!(
+                    "stopped by {} while the trials were planned: nothing was {}",
+                    signal.name(),
+                    match self.runner.kind() {
+                        PointKind::Measured => "measured",
+                        PointKind::Predicted => "predicted",
+                    }
+                ));
+                return Ok(None);
+            }
+            let cell = cell?;
+            let spec = cell.trial().spec.to_map();
+            self.check_identical(&spec, &cell.values)?;
+            let first = match once {
+                true => *first_seen.entry(serde_json::to_string(&spec)?).or_insert(i),
+                false => i,
+            };
+            first_of.push(first);
+            planned.push(cell);
+        }
+        let cells = planned;
+        let unique: Vec<usize> = (0..cells.len()).filter(|&i| first_of[i] == i).collect();
+        let workers = parallelism.min(unique.len()).max(1);
+        // The workers' own output (transformers' warnings) goes above the progress line, never
+        // into it.
+        let shown: std::sync::Arc<dyn Progress> = self
+            .progress
+            .forwarder()
+            .unwrap_or_else(|| std::sync::Arc::new(NoProgress));
+        self.progress.set_length(cells.len() as u64);
+        self.progress.set_message(&format!(
+            "{} {} trial(s), {workers} at a time",
+            self.verb(),
+            unique.len()
+        ));
+        let next = AtomicUsize::new(0);
+        let cancel = AtomicBool::new(false);
+        let runner = self.runner;
+        let (tx, rx) = mpsc::channel::<(usize, Result<Ran>, f64)>();
+        let mut outcome: Result<Option<String>> = Ok(None);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (next, cancel, unique, shown, cells) =
+                    (&next, &cancel, &unique, &shown, &cells);
+                scope.spawn(move || {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= unique.len()
+                            || cancel.load(Ordering::Relaxed)
+                            || runner.stop_requested().is_some()
+                        {
+                            break;
+                        }
+                        let i = unique[k];
+                        let began = Instant::now();
+                        let ran = runner.run(&cells[i], &**shown);
+                        if tx.send((i, ran, began.elapsed().as_secs_f64())).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut arrived: BTreeMap<usize, (Result<Ran>, f64)> = BTreeMap::new();
+            let mut recorded = 0;
+            for (i, ran, duration_s) in rx {
+                if outcome.is_err() || matches!(outcome, Ok(Some(_))) {
+                    continue;
+                }
+                arrived.insert(i, (ran, duration_s));
+                // Record every trial whose turn has come: its own, or the one of the identical
+                // configuration before it.
+                while recorded < cells.len() {
+                    let j = recorded;
+                    let step = if first_of[j] == j {
+                        let Some((ran, duration_s)) = arrived.remove(&j) else {
+                            break;
+                        };
+                        ran.and_then(|ran| self.record(&cells[j], ran, duration_s))
+                    } else {
+                        self.reuse(&cells[j], first_of[j])
+                    };
+                    recorded += 1;
+                    let ended = match step {
+                        Ok(Step::Unavailable(reason)) => Ok(Some(reason)),
+                        Ok(_) => continue,
+                        Err(e) => Err(e),
+                    };
+                    outcome = ended;
+                    cancel.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+        });
+        if outcome.is_ok()
+            && self.series.trials.len() < cells.len()
+            && let Some(signal) = self.runner.stop_requested()
+        {
+            self.stop_before(signal);
+        }
+        outcome
+    }
+
+    /// The search over the range, one trial after the other, guided by the peaks (their curve
+    /// reaches the capacity) and by the hint's predictions, if any.
+    fn frontier(&mut self, hint: Option<&dyn Runner>) -> Result<Option<String>> {
         let plan = self.plan;
+        let kind = self.runner.kind();
         let Some((variable, bounds)) = plan.bounds() else {
             bail!("internal: a frontier without a range")
         };
-        // The capacity the peaks are compared with: the emulated limit, else the device's
+        // The capacity the peaks are compared with: a predicted card's less the memory outside
+        // the allocator the predictions assume, the emulated limit, else the device's
         // total_memory as PyTorch declares it.
-        let capacity = match &plan.limit {
-            Some(l) => Some(l.bytes),
-            None => self.runner.device_total(
+        let capacity = match (&plan.limit, &plan.target) {
+            (Some(l), Some((t, _))) => Some(l.bytes.saturating_sub(t.context_bytes)),
+            (Some(l), None) => Some(l.bytes),
+            (None, _) => self.runner.device_total(
                 &plan.base.python,
                 plan.base.devices.first().map_or("cuda:0", String::as_str),
             ),
         };
-        let (hint, predictions) = match capacity {
-            Some(c) if !plan.no_prediction => hint(self.runner, &plan.base, variable, bounds, c),
+        let (hint, predictions) = match (hint, capacity) {
+            (Some(h), Some(c)) if !plan.no_prediction => predict_hint(h, plan, variable, bounds, c),
             _ => (None, 0),
         };
-        let mut stop: Option<Result<Option<String>>> = None;
+        // A search stops when it has closed the frontier: its trial count is not known ahead,
+        // only its bound (the guided bisection costs at most twice a bisection's steps), so the
+        // display says that bound, never "of N" as if N were planned.
+        let steps = (bounds.hi.saturating_sub(bounds.lo) / bounds.resolution.max(1))
+            .max(1)
+            .ilog2() as usize
+            + 1;
+        let at_most = (2 * steps + 2).min(bounds.max_trials);
+        let mut ended: Option<Result<Option<String>>> = None;
         let found = search::find_guided(bounds, hint, capacity, |value| {
-            if stop.is_some() {
-                return Probe {
-                    ok: false,
-                    peak: None,
-                };
-            }
-            let result = plan
-                .base
-                .with(variable, value)
-                .and_then(|p| self.trial(&p, one_value(variable, value), None));
-            let last = self.series.trials.last();
-            let peak = last.and_then(|t| t.peak_reserved_bytes);
-            let ok = match result {
-                Ok(Step::Done(ok)) => {
-                    // Only an out-of-memory tells where the frontier is: stop on anything else.
-                    if last.is_some_and(TrialRecord::is_broken) {
-                        stop = Some(Ok(None));
-                    }
-                    ok
-                }
-                Ok(Step::Unavailable(reason)) => {
-                    stop = Some(Ok(Some(reason)));
-                    false
-                }
-                Ok(Step::Stop) => {
-                    stop = Some(Ok(None));
-                    false
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    false
-                }
+            let step = plan
+                .cell_at(variable, value)
+                .and_then(|cell| self.trial(&cell, Some(at_most)));
+            let stop = match step {
+                Ok(Step::Done) => None,
+                Ok(Step::Unavailable(reason)) => Some(Ok(Some(reason))),
+                Ok(Step::Stop) => Some(Ok(None)),
+                Err(e) => Some(Err(e)),
             };
-            Probe {
+            let last = self.series.trials.last();
+            // Only a success or an out-of-memory places the frontier: anything else stops the
+            // search, the trial saying why.
+            let places = last.is_some_and(|t| {
+                t.status == TrialStatus::Ok || (t.status == TrialStatus::Failed && t.out_of_memory)
+            });
+            ended = stop.or_else(|| (!places).then_some(Ok(None)));
+            let ok = last.filter(|_| ended.is_none())?.status.is_ok();
+            Some(Probe {
                 ok,
-                peak: if ok { peak } else { None },
-            }
+                peak: last.and_then(|t| t.peak_reserved_bytes).filter(|_| ok),
+            })
         });
-        if let Some(s) = stop {
-            let s = s?;
-            if s.is_some() {
-                return Ok(s);
+        if let Some(ended) = ended {
+            if let Some(reason) = ended? {
+                return Ok(Some(reason));
             }
-            self.series.notes.push("the search stopped early: a trial crashed, timed out, was stopped or failed for a reason other than out-of-memory".into());
+            match kind {
+                PointKind::Measured => self.series.notes.push("the search stopped early: a trial crashed, timed out, was stopped or failed for a reason other than out-of-memory".into()),
+                PointKind::Predicted if self.stopped_between.is_none() => self.series.notes.push("the search stopped early: a prediction was unpredictable, failed or was stopped (its trial says why); the frontier is where the search stood".into()),
+                PointKind::Predicted => {}
+            }
         }
+        let trials = self.series.trials.len();
+        let deciding = found.first_failure.and_then(|v| {
+            let t = self.series.trials.iter().find(|t| {
+                t.out_of_memory && t.values.get(variable.name()).and_then(Value::as_u64) == Some(v)
+            })?;
+            deciding(t.prediction.as_deref()?, v, plan.limit.as_ref()?.bytes)
+        });
         self.series.frontier = Some(FrontierRecord {
             variable,
             last_success: found.last_success,
             first_failure: found.first_failure,
             resolution: bounds.resolution,
-            trials: found.trials.len(),
-            strategy: match (hint, capacity) {
-                (Some(_), _) => format!(
+            trials,
+            strategy: match (kind, hint, capacity) {
+                (PointKind::Predicted, _, _) => {
+                    "predicted-peak curve: bisection guided by the predicted peaks".into()
+                }
+                (_, Some(_), _) => format!(
                     "prediction hint ({predictions} prediction(s) of the workload), then measured-peak curve"
                 ),
-                (None, Some(_)) => "measured-peak curve".into(),
-                (None, None) => "grow-then-bisect".into(),
+                (_, None, Some(_)) => "measured-peak curve".into(),
+                (_, None, None) => "grow-then-bisect".into(),
             },
             hint,
-            predictions,
+            predictions: match kind {
+                PointKind::Predicted => predictions + trials,
+                PointKind::Measured => predictions,
+            },
             budget_exhausted: found.budget_exhausted,
-            deciding: None,
+            deciding,
         });
         Ok(None)
     }
 
-    /// Runs one trial and records it; `Done(true)` when it succeeded.
-    fn trial(
-        &mut self,
-        plan: &MeasurePlan,
-        values: Map<String, Value>,
-        load: Option<String>,
-    ) -> Result<Step> {
+    fn verb(&self) -> &'static str {
+        match self.runner.kind() {
+            PointKind::Measured => "running",
+            PointKind::Predicted => "predicting",
+        }
+    }
+
+    /// Runs one cell and records it, unless a signal came first; `at_most`: a search's bound.
+    fn trial(&mut self, cell: &Cell, at_most: Option<usize>) -> Result<Step> {
         if let Some(signal) = self.runner.stop_requested() {
-            self.stopped_between = Some(signal);
-            self.series.notes.push(format!(
-                "stopped by {} before trial {}",
-                signal.name(),
-                self.series.trials.len() + 1
-            ));
+            self.stop_before(signal);
             return Ok(Step::Stop);
         }
-        let kv_estimates = prediction::kv_estimates(plan)?;
-        let mut trial = plan.trial();
-        trial.forward_output = false;
-        if let Some(limit) = &self.plan.limit {
-            trial.spec.memory_limit_bytes = Some(limit.bytes);
-        }
-        self.check_identical(&trial.spec.to_map(), &values)?;
-        let index = self.series.trials.len();
-        let label = values
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .chain(load.clone())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let last = self.series.trials.last().map_or(String::new(), |t| {
-            let peak = t.peak_reserved_bytes.map_or(String::new(), |b| {
-                format!(", peak reserved {:.3} GiB", Bytes(b).gib())
-            });
-            format!(" (last: {}{peak})", crate::sweep::render::status_label(t))
-        });
-        self.progress.set_message(&format!("running {label}{last}"));
-        let began = Instant::now();
-        let outcome = self.runner.run(&trial, self.progress)?;
-        let duration_s = began.elapsed().as_secs_f64();
-        let record = match outcome {
-            TrialOutcome::Unavailable { reason } => {
-                if self.series.trials.is_empty() {
-                    return Ok(Step::Unavailable(reason));
-                }
-                TrialRecord {
-                    index,
-                    kind: PointKind::Measured,
-                    values,
-                    load,
-                    status: TrialStatus::Unavailable,
-                    out_of_memory: false,
-                    peak_allocated_bytes: None,
-                    peak_reserved_bytes: None,
-                    end_allocated_bytes: None,
-                    end_reserved_bytes: None,
-                    failed_phase: None,
-                    error: Some(reason),
-                    duration_s,
-                    result: None,
-                    prediction: None,
-                }
+        self.check_identical(&cell.trial().spec.to_map(), &cell.values)?;
+        let label = label(&cell.values, cell.load.as_deref());
+        let after = match (self.runner.kind(), self.series.trials.last(), at_most) {
+            (PointKind::Measured, Some(t), _) => {
+                let peak = t.peak_reserved_bytes.map_or(String::new(), |b| {
+                    format!(", peak reserved {:.3} GiB", Bytes(b).gib())
+                });
+                format!(" (last: {}{peak})", crate::sweep::render::status_label(t))
             }
-            TrialOutcome::Measured(mut result) => {
-                crate::schema::check::kv_cache(&mut result, &kv_estimates);
-                summarize(index, values, load, *result, duration_s)
-            }
+            (PointKind::Predicted, _, Some(n)) => format!(" (a bisection: at most {n} trials)"),
+            _ => String::new(),
         };
+        self.progress
+            .set_message(&format!("{} {label}{after}", self.verb()));
+        let began = Instant::now();
+        let ran = self.runner.run(cell, self.progress)?;
+        self.record(cell, ran, began.elapsed().as_secs_f64())
+    }
+
+    /// Records what the runner made of `cell`; `Unavailable` when PyTorch (or what the runner
+    /// needs) is missing at the first trial: nothing is written then.
+    fn record(&mut self, cell: &Cell, ran: Ran, duration_s: f64) -> Result<Step> {
+        let mut record = match ran {
+            Ran::Unavailable(reason) if self.series.trials.is_empty() => {
+                return Ok(Step::Unavailable(reason));
+            }
+            Ran::Unavailable(reason) => {
+                let mut t = blank(self.runner.kind(), cell, TrialStatus::Unavailable);
+                t.error = Some(reason);
+                t
+            }
+            Ran::Trial(t) => *t,
+        };
+        record.index = self.series.trials.len();
+        record.duration_s = duration_s;
         let status = record.status;
+        self.push(record)?;
+        Ok(match status {
+            TrialStatus::Interrupted | TrialStatus::Terminated => Step::Stop,
+            _ => Step::Done,
+        })
+    }
+
+    /// Records `cell` with the prediction of the identical trial `first` (predicted once).
+    fn reuse(&mut self, cell: &Cell, first: usize) -> Result<Step> {
+        let Some(earlier) = self.series.trials.get(first) else {
+            bail!("internal: trial {} reuses a trial not recorded", first + 1)
+        };
+        let mut t = earlier.clone();
+        t.index = self.series.trials.len();
+        t.values = cell.values.clone();
+        t.load = cell.load.clone();
+        t.duration_s = 0.0;
+        let note = format!(
+            "trial {} is the configuration of trial {}: its prediction is reused (a prediction is deterministic)",
+            t.index + 1,
+            first + 1
+        );
+        self.series.notes.push(note);
+        self.push(t)?;
+        Ok(Step::Done)
+    }
+
+    /// Prints, appends and saves one trial.
+    fn push(&mut self, record: TrialRecord) -> Result<()> {
+        let label = label(&record.values, record.load.as_deref());
+        let (width, what) = match record.kind {
+            PointKind::Measured => (11, "peak reserved"),
+            PointKind::Predicted => (22, "predicted peak reserved"),
+        };
         self.progress.println(&format!(
-            "trial {:>3} {label:<28} {:<11} peak reserved {}",
-            index + 1,
+            "trial {:>3} {label:<28} {:<width$} {what} {}",
+            record.index + 1,
             crate::sweep::render::status_label(&record),
             record
                 .peak_reserved_bytes
@@ -443,14 +525,21 @@ impl Sweep<'_> {
         self.series.updated_at = chrono::Utc::now().to_rfc3339();
         self.writer.save(&self.series)?;
         self.progress.inc();
-        Ok(match status {
-            TrialStatus::Ok | TrialStatus::Failed => Step::Done(status.is_ok()),
-            TrialStatus::Interrupted | TrialStatus::Terminated => Step::Stop,
-            _ => Step::Done(false),
-        })
+        Ok(())
     }
 
-    /// Every option but the varied ones must be identical across trials.
+    /// A stop signal seen before trial N started: the sweep ends there, said in a note.
+    fn stop_before(&mut self, signal: Stop) {
+        self.stopped_between = Some(signal);
+        self.series.notes.push(format!(
+            "stopped by {} before trial {}",
+            signal.name(),
+            self.series.trials.len() + 1
+        ));
+    }
+
+    /// Every option but the varied ones must be identical across trials; the first trial's are
+    /// the series' `base`.
     fn check_identical(
         &mut self,
         spec: &Map<String, Value>,
@@ -483,47 +572,12 @@ impl Sweep<'_> {
     }
 }
 
-fn summarize(
-    index: usize,
-    values: Map<String, Value>,
-    load: Option<String>,
-    r: MeasureResult,
-    duration_s: f64,
-) -> TrialRecord {
-    let last = r.phases.iter().rev().find(|p| !p.devices.is_empty());
-    TrialRecord {
-        index,
-        kind: PointKind::Measured,
-        values,
-        load,
-        status: r.status.into(),
-        out_of_memory: r.failure.as_ref().is_some_and(|f| f.out_of_memory),
-        peak_allocated_bytes: r.max_peak_allocated(),
-        peak_reserved_bytes: r.max_peak_reserved(),
-        end_allocated_bytes: last.and_then(|p| p.devices[0].end_allocated_bytes),
-        end_reserved_bytes: last.and_then(|p| p.devices[0].end_reserved_bytes),
-        failed_phase: r.failure.as_ref().and_then(|f| f.phase.clone()),
-        error: r.failure.as_ref().map(|f| {
-            format!(
-                "{} {}",
-                f.error_type.as_deref().unwrap_or(""),
-                f.message.as_deref().unwrap_or("")
-            )
-            .trim()
-            .to_string()
-        }),
-        duration_s,
-        result: Some(r),
-        prediction: None,
-    }
-}
-
 /// Where the predicted peak reaches `capacity`: the workload is predicted at the range's ends
 /// and middle (three predictions, fewer when the first already says), a curve is fitted through
 /// them and solved, snapped to the grid. Returns the hint and how many predictions it took.
-fn hint(
-    runner: &mut dyn TrialRunner,
-    base: &MeasurePlan,
+fn predict_hint(
+    runner: &dyn Runner,
+    plan: &SweepPlan,
     variable: Variable,
     b: Bounds,
     capacity: u64,
@@ -535,11 +589,19 @@ fn hint(
         if points.iter().any(|p| p.0 == v) {
             continue;
         }
-        let Ok(plan) = base.with(variable, v) else {
+        let Ok(cell) = plan.cell_at(variable, v) else {
             continue;
         };
         count += 1;
-        let Some(peak) = runner.predicted_peak(&plan) else {
+        // A prediction stopped by a signal or the timeout holds only its first phases.
+        let peak = match runner.run(&cell, &NoProgress) {
+            Ok(Ran::Trial(t)) => t
+                .prediction
+                .filter(|doc| !doc.stopped())
+                .and_then(|doc| doc.max_peak_reserved()),
+            _ => None,
+        };
+        let Some(peak) = peak else {
             return (None, count);
         };
         points.push((v, peak));
@@ -627,6 +689,7 @@ mod tests {
     use crate::commands::sweep::plan_of;
     use crate::measure::trial::mock::{MockRunner, Outcome};
     use crate::schema::spec::{WorkerSpec, WorkloadSpec};
+    use crate::sweep::runner::measured::Measured;
 
     fn plan(args: &[&str], output: &std::path::Path) -> SweepPlan {
         let mut argv = args.to_vec();
@@ -642,7 +705,7 @@ mod tests {
     }
 
     /// Runs `args` with `decide`; returns the series on disk, the mock and the finish.
-    fn sweep<F: FnMut(&WorkerSpec) -> Outcome>(
+    fn sweep<F: FnMut(&WorkerSpec) -> Outcome + Send>(
         args: &[&str],
         mock: &mut MockRunner<F>,
     ) -> (tempfile::TempDir, std::path::PathBuf, Result<Finish>) {
@@ -651,7 +714,8 @@ mod tests {
         let p = plan(args, &out);
         let finish = run(
             &p,
-            mock,
+            &Measured::new(mock),
+            None,
             Writer::new(&out).unwrap(),
             &crate::progress::NoProgress,
         );
@@ -689,10 +753,10 @@ mod tests {
     fn the_series_is_rewritten_after_every_trial() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("series.json");
-        let seen = std::cell::RefCell::new(Vec::new());
+        let seen = std::sync::Mutex::new(Vec::new());
         let mut mock = MockRunner::new(|_| {
             // What is on disk when the next trial starts.
-            seen.borrow_mut().push(if out.exists() {
+            seen.lock().unwrap().push(if out.exists() {
                 Some(on_disk(&out).trials.len())
             } else {
                 None
@@ -702,12 +766,13 @@ mod tests {
         let p = plan(&["--vary", "batch=1,2,3"], &out);
         run(
             &p,
-            &mut mock,
+            &Measured::new(&mut mock),
+            None,
             Writer::new(&out).unwrap(),
             &crate::progress::NoProgress,
         )
         .unwrap();
-        assert_eq!(*seen.borrow(), [None, Some(1), Some(2)]);
+        assert_eq!(*seen.lock().unwrap(), [None, Some(1), Some(2)]);
         assert_eq!(on_disk(&out).status, SeriesStatus::Complete);
     }
 

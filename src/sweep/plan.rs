@@ -3,17 +3,18 @@
 //! budget. Anything wrong is refused here, before a trial runs or a file is created.
 
 use anyhow::{Context, Result, bail};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use crate::cards;
+use crate::schema::alloc_conf::ALLOC_CONF;
 use crate::schema::dimensions::Variable;
 use crate::schema::prediction::Capacity;
 use crate::schema::series::{Limit, SweepMode};
 use crate::schema::target::Target;
 use crate::sweep::search::Bounds;
-use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg};
+use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg, grid_order};
 use crate::units::Bytes;
-use crate::workload::plan::{Acts, MeasureOptions, MeasurePlan};
+use crate::workload::plan::{Acts, MeasureOptions, MeasurePlan, Trial};
 
 /// A sweep as asked for, before validation (`commands/` fills it from the command line).
 #[derive(Clone, Debug)]
@@ -257,6 +258,121 @@ impl SweepPlan {
             },
         ))
     }
+}
+
+/// One trial of a sweep, whoever runs it: the plan, its varied values as the series records
+/// them, its load's name, and the emulated limit a measured trial runs under.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub plan: MeasurePlan,
+    pub values: Map<String, Value>,
+    pub load: Option<String>,
+    pub memory_limit: Option<u64>,
+}
+
+impl Cell {
+    /// The trial a worker runs: its output kept off the terminal, under the emulated limit.
+    pub fn trial(&self) -> Trial {
+        let mut trial = self.plan.trial();
+        trial.forward_output = false;
+        if self.memory_limit.is_some() {
+            trial.spec.memory_limit_bytes = self.memory_limit;
+        }
+        trial
+    }
+}
+
+/// A sweep's cells in the order they run, each planned when it is reached.
+pub type Cells<'a> = Box<dyn ExactSizeIterator<Item = Result<Cell>> + 'a>;
+
+impl SweepPlan {
+    /// The cells of every mode but the frontier (whose search picks them, [`Self::cell_at`]), in
+    /// order: a grid or an A/B walked so that neighbours differ by one variable.
+    pub fn cells(&self) -> Result<Cells<'_>> {
+        let base = &self.base;
+        Ok(match self.mode {
+            SweepMode::List => {
+                let v = &self.vary[0];
+                let Values::List(values) = &v.values else {
+                    bail!("internal: a list sweep without a list")
+                };
+                Box::new(values.iter().map(|&x| self.cell_at(v.variable, x)))
+            }
+            SweepMode::Grid => {
+                let (a, b) = (&self.vary[0], &self.vary[1]);
+                let (Values::List(outer), Values::List(inner)) = (&a.values, &b.values) else {
+                    bail!("internal: a grid without two lists")
+                };
+                Box::new(grid_order(outer, inner).into_iter().map(|(x, y)| {
+                    let mut values = one_value(a.variable, x);
+                    values.insert(b.variable.name().to_string(), json!(y));
+                    Ok(self.cell(base.with(a.variable, x)?.with(b.variable, y)?, values, None))
+                }))
+            }
+            SweepMode::Processes => Box::new((0..self.processes as usize).map(|i| {
+                let mut values = Map::new();
+                values.insert("process".into(), json!(i));
+                Ok(self.cell(base.clone(), values, None))
+            })),
+            SweepMode::Loads => Box::new(self.loads.iter().map(|load| {
+                let mut p = base.clone();
+                let mut values = Map::new();
+                for &(variable, n) in &load.values {
+                    p = p.with(variable, n)?;
+                    values.insert(variable.name().to_string(), json!(n));
+                }
+                Ok(self.cell(p, values, Some(load.name.clone())))
+            })),
+            SweepMode::AllocConf => {
+                // The settings outside, the listed values inside.
+                let settings: Vec<u64> = (0..self.alloc_confs.len() as u64).collect();
+                let (variable, list) = match self.vary.first() {
+                    Some(Vary {
+                        variable,
+                        values: Values::List(list),
+                    }) => (Some(*variable), list.clone()),
+                    Some(_) => bail!("internal: an allocator A/B over a range"),
+                    None => (None, vec![0]),
+                };
+                Box::new(grid_order(&settings, &list).into_iter().map(move |(s, x)| {
+                    let setting = self.alloc_confs[s as usize];
+                    let mut p = base.with_alloc_conf(setting);
+                    let mut values = Map::new();
+                    values.insert(ALLOC_CONF.into(), json!(setting.name()));
+                    if let Some(variable) = variable {
+                        p = p.with(variable, x)?;
+                        values.insert(variable.name().to_string(), json!(x));
+                    }
+                    Ok(self.cell(p, values, None))
+                }))
+            }
+            SweepMode::Frontier => bail!("internal: a frontier's search picks its cells"),
+        })
+    }
+
+    /// The cell with `variable` at `value` (a list's, or the one a frontier search picks).
+    pub fn cell_at(&self, variable: Variable, value: u64) -> Result<Cell> {
+        Ok(self.cell(
+            self.base.with(variable, value)?,
+            one_value(variable, value),
+            None,
+        ))
+    }
+
+    fn cell(&self, plan: MeasurePlan, values: Map<String, Value>, load: Option<String>) -> Cell {
+        Cell {
+            plan,
+            values,
+            load,
+            memory_limit: self.limit.as_ref().filter(|l| l.emulated).map(|l| l.bytes),
+        }
+    }
+}
+
+fn one_value(variable: Variable, v: u64) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(variable.name().to_string(), json!(v));
+    m
 }
 
 /// The most trials a sweep plans: each is a process that runs (or predicts) the workload, seconds

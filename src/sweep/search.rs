@@ -63,12 +63,13 @@ pub struct Probe {
 /// peak curve (a secant through the two largest successes) reaches the capacity; that value and
 /// its neighbour one resolution step away are tried, which closes the frontier when the curve is
 /// close to straight. Predictions alternate with plain bisection, so a misleading curve costs
-/// at most a factor of two over bisection.
+/// at most a factor of two over bisection. An oracle that answers `None` (its trial neither
+/// succeeded nor ran out of memory, or the sweep was stopped) ends the search where it stands.
 pub fn find_guided(
     b: Bounds,
     hint: Option<u64>,
     capacity: Option<u64>,
-    mut oracle: impl FnMut(u64) -> Probe,
+    mut oracle: impl FnMut(u64) -> Option<Probe>,
 ) -> Frontier {
     let b = Bounds {
         resolution: b.resolution.max(1),
@@ -83,14 +84,14 @@ pub fn find_guided(
                     ok: &mut Option<u64>,
                     fail: &mut Option<u64>,
                     points: &mut Vec<(u64, u64)>|
-     -> Option<bool> {
+     -> Result<bool, bool> {
         if let Some(&(_, r)) = trials.iter().find(|(x, _)| *x == v) {
-            return Some(r);
+            return Ok(r);
         }
         if trials.len() >= b.max_trials.max(1) {
-            return None;
+            return Err(true);
         }
-        let probe = oracle(v);
+        let probe = oracle(v).ok_or(false)?;
         trials.push((v, probe.ok));
         if probe.ok {
             *ok = Some(ok.map_or(v, |o| o.max(v)));
@@ -100,18 +101,19 @@ pub fn find_guided(
         } else {
             *fail = Some(fail.map_or(v, |f| f.min(v)));
         }
-        Some(probe.ok)
+        Ok(probe.ok)
     };
+    // A value's result, or the search as it stands (`Err(true)`: the budget ran out).
     macro_rules! t {
         ($v:expr) => {
             match test($v, &mut trials, &mut ok, &mut fail, &mut points) {
-                Some(r) => r,
-                None => {
+                Ok(r) => r,
+                Err(budget_exhausted) => {
                     return Frontier {
                         last_success: ok,
                         first_failure: fail,
                         trials,
-                        budget_exhausted: true,
+                        budget_exhausted,
                     };
                 }
             }
@@ -276,10 +278,12 @@ mod tests {
     }
 
     /// A pass/fail oracle that reports no peak.
-    fn pass_fail(ok: impl Fn(u64) -> bool) -> impl FnMut(u64) -> Probe {
-        move |v| Probe {
-            ok: ok(v),
-            peak: None,
+    fn pass_fail(ok: impl Fn(u64) -> bool) -> impl FnMut(u64) -> Option<Probe> {
+        move |v| {
+            Some(Probe {
+                ok: ok(v),
+                peak: None,
+            })
         }
     }
 
@@ -296,9 +300,11 @@ mod tests {
         // peak = 100 MB + 40 KiB per value; capacity 2 GiB (frontier 49,987).
         let peak = |v: u64| 100_000_000 + v * 40 * 1024;
         let cap = 2u64 << 30;
-        let f = find_guided(bounds(), None, Some(cap), |v| Probe {
-            ok: peak(v) <= cap,
-            peak: Some(peak(v)),
+        let f = find_guided(bounds(), None, Some(cap), |v| {
+            Some(Probe {
+                ok: peak(v) <= cap,
+                peak: Some(peak(v)),
+            })
         });
         assert!(f.trials.len() <= 5, "{:?}", f.trials);
         let t = (cap - 100_000_000) / (40 * 1024);
@@ -327,6 +333,19 @@ mod tests {
                 "{m}"
             );
         }
+    }
+
+    #[test]
+    fn an_oracle_that_stops_ends_the_search_where_it_stands() {
+        let f = find_guided(bounds(), None, None, |v| {
+            (v < 4096).then_some(Probe {
+                ok: true,
+                peak: None,
+            })
+        });
+        assert_eq!(f.trials, [(1024, true), (2048, true)]);
+        assert_eq!((f.last_success, f.first_failure), (Some(2048), None));
+        assert!(!f.budget_exhausted);
     }
 
     #[test]

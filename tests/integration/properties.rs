@@ -112,9 +112,11 @@ mod frontier {
         hint: Option<u64>,
         mut ok: impl FnMut(u64) -> bool,
     ) -> iteragpu::sweep::search::Frontier {
-        find_guided(b, hint, None, |v| Probe {
-            ok: ok(v),
-            peak: None,
+        find_guided(b, hint, None, |v| {
+            Some(Probe {
+                ok: ok(v),
+                peak: None,
+            })
         })
     }
 
@@ -177,7 +179,7 @@ mod frontier {
             let f = find_guided(b, hint, know_capacity.then_some(capacity), |v| {
                 calls += 1;
                 let p = peak(v);
-                Probe { ok: p <= capacity, peak: Some(p) }
+                Some(Probe { ok: p <= capacity, peak: Some(p) })
             });
             prop_assert!(calls <= b.max_trials);
             for (v, ok) in &f.trials {

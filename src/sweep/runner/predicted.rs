@@ -1,35 +1,22 @@
-//! `sweep --predict`: every trial a prediction (`prediction::run::predict`, the worker `predict`
-//! uses: the workload's own code on data-less CUDA tensors, on the CPU), held against a card's
+//! The predicting runner: each cell a prediction (`prediction::run`, the worker `predict` uses:
+//! the workload's own code on data-less CUDA tensors, on the CPU), held against a card's
 //! capacity: it fits when its highest predicted driver's view (peak reserved + the memory outside
-//! PyTorch's allocator) is at most the capacity.
-//!
-//! Lists, grids and loads predict their trials in parallel, each in its own process, up to the
-//! cores ([`parallelism`]), and identical configurations once (a prediction is deterministic);
-//! they are recorded in order, the series rewritten after each. The frontier search is a
-//! bisection: each trial decides the next, so it predicts one after the other.
+//! PyTorch's allocator) is at most the capacity. `sweep --predict` runs every trial through it,
+//! up to [`parallelism`] at once; a measured frontier asks it for its hint.
 
 use anyhow::{Result, bail};
-use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::Instant;
+use std::sync::Mutex;
 
-use crate::prediction::run::Outcome;
-use crate::progress::{NoProgress, Progress};
-use crate::schema::prediction::{
-    Capacity, PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus,
-};
+use crate::prediction::run::{Outcome, predict, predict_within};
+use crate::progress::Progress;
+use crate::schema::prediction::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
 use crate::schema::series::{
-    Deciding, DecidingAllocation, FrontierRecord, PointKind, Series, SweepMode, TrialRecord,
-    TrialStatus, Writer,
+    Deciding, DecidingAllocation, PointKind, SweepMode, TrialRecord, TrialStatus,
 };
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
-use crate::sweep::driver::{Finish, conclude, new_series, one_value};
-use crate::sweep::plan::SweepPlan;
-use crate::sweep::search;
-use crate::sweep::vary::{Values, grid_order};
+use crate::sweep::plan::{Cell, SweepPlan};
+use crate::sweep::runner::{Ran, Runner, blank};
 use crate::units::Bytes;
 use crate::workload::plan::MeasurePlan;
 use crate::workload::process::{StartError, available_memory};
@@ -55,553 +42,106 @@ pub fn parallelism() -> usize {
     cores.min(MAX_PARALLEL).min(memory).max(1)
 }
 
-/// Predicts one plan; shared by the threads of a list or a grid.
-pub trait Predictor: Sync {
-    fn predict(&self, plan: &MeasurePlan, progress: &dyn Progress) -> Result<Outcome, StartError>;
-    /// A signal asked iteragpu to stop (checked before each prediction starts).
-    fn stop_requested(&self) -> Option<Stop>;
-}
+/// How one plan is predicted: the worker for a card (a mock in tests).
+pub type Predict<'a> =
+    Box<dyn Fn(&MeasurePlan, &dyn Progress) -> Result<Outcome, StartError> + Sync + 'a>;
 
-/// The predicting worker, for a target card.
-pub struct WorkerPredictor {
-    target: Target,
-    capacity: Capacity,
+/// Predicts each cell and holds it against a capacity.
+pub struct Predicted<'a> {
+    predict: Predict<'a>,
+    /// The capacity each trial is held against (the hint's: none, it reads the peak alone).
+    capacity: u64,
     stop: &'static StopRequest,
 }
 
-impl WorkerPredictor {
-    pub fn new(target: Target, capacity: Capacity, stop: &'static StopRequest) -> WorkerPredictor {
-        WorkerPredictor {
-            target,
+impl<'a> Predicted<'a> {
+    pub fn new(predict: Predict<'a>, capacity: u64, stop: &'static StopRequest) -> Predicted<'a> {
+        Predicted {
+            predict,
             capacity,
             stop,
         }
     }
+
+    /// `sweep --predict`: the simulated card of the plan, its first allocation over the
+    /// capacity a predicted out-of-memory, later phases not reached.
+    pub fn for_card(plan: &SweepPlan, stop: &'static StopRequest) -> Result<Predicted<'static>> {
+        let (Some((target, applied)), Some(limit)) = (&plan.target, &plan.limit) else {
+            bail!("internal: a predicted sweep without a target card and a capacity");
+        };
+        let (target, applied) = (target.clone(), applied.clone());
+        let predict: Predict =
+            Box::new(move |plan, progress| predict_within(plan, &target, &applied, stop, progress));
+        Ok(Predicted::new(predict, limit.bytes, stop))
+    }
+
+    /// The measured frontier's hint: each cell predicted for the card of its first device, read
+    /// once per allocator backend.
+    pub fn for_device(stop: &'static StopRequest) -> Predicted<'static> {
+        let read: Mutex<Option<(String, Result<Target, String>)>> = Mutex::new(None);
+        let predict: Predict = Box::new(move |plan, progress| {
+            let Some(device) = plan.devices.first() else {
+                return Ok(Outcome::Unavailable("no device to predict for".into()));
+            };
+            let backend = plan.allocator_backend();
+            let target = {
+                let mut read = read.lock().unwrap_or_else(|e| e.into_inner());
+                if read.as_ref().is_none_or(|(b, _)| *b != backend) {
+                    let target = Target::of_device(&plan.python, device, &backend, Some(stop));
+                    *read = Some((backend, target.map_err(|e| e.to_string())));
+                }
+                read.as_ref().map(|(_, t)| t.clone())
+            };
+            match target {
+                Some(Ok(target)) => predict(plan, &target, stop, progress),
+                Some(Err(why)) => Ok(Outcome::Unavailable(why)),
+                None => Ok(Outcome::Unavailable("no card read".into())),
+            }
+        });
+        Predicted::new(predict, u64::MAX, stop)
+    }
 }
 
-impl Predictor for WorkerPredictor {
-    fn predict(&self, plan: &MeasurePlan, progress: &dyn Progress) -> Result<Outcome, StartError> {
-        // The simulated card: the first allocation over the capacity is a predicted
-        // out-of-memory, later phases not reached.
-        crate::prediction::run::predict_within(
-            plan,
-            &self.target,
-            &self.capacity,
-            self.stop,
-            progress,
-        )
+impl Runner for Predicted<'_> {
+    fn kind(&self) -> PointKind {
+        PointKind::Predicted
+    }
+
+    fn run(&self, cell: &Cell, progress: &dyn Progress) -> Result<Ran> {
+        Ok(match (self.predict)(&cell.plan, progress)? {
+            Outcome::Unavailable(reason) => Ran::Unavailable(reason),
+            Outcome::Predicted(doc) => Ran::Trial(Box::new(summarize(cell, doc, self.capacity))),
+        })
     }
 
     fn stop_requested(&self) -> Option<Stop> {
         self.stop.get()
     }
-}
 
-/// A stop signal seen while the trials were planned.
-#[derive(Debug, thiserror::Error)]
-#[error("stopped by {} while the trials were planned", .0.name())]
-struct Stopped(Stop);
-
-/// One trial to predict: its plan, its varied values and its load's name.
-struct Cell {
-    plan: MeasurePlan,
-    values: Map<String, Value>,
-    load: Option<String>,
-}
-
-struct Sweep<'a> {
-    plan: &'a SweepPlan,
-    predictor: &'a dyn Predictor,
-    series: Series,
-    writer: Writer,
-    progress: &'a dyn Progress,
-    /// The capacity the predicted driver's view is held against.
-    capacity: u64,
-    /// A stop signal seen before every trial was predicted.
-    stopped: Option<Stop>,
-}
-
-/// Predicts every trial of `plan`, writing the series through `writer` after each one.
-pub fn run(
-    plan: &SweepPlan,
-    predictor: &dyn Predictor,
-    writer: Writer,
-    progress: &dyn Progress,
-) -> Result<Finish> {
-    let (Some((target, _)), Some(limit)) = (&plan.target, &plan.limit) else {
-        bail!("internal: a predicted sweep without a target card and a capacity");
-    };
-    let mut series = new_series(plan);
-    series.kind = PointKind::Predicted;
-    series.target = Some(target.clone());
-    series.protocol = match plan.mode {
-        SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
-        _ => format!(
-            "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
-            parallelism(),
-            Bytes(
-                crate::workload::process::predict_memory_cap()
-                    .unwrap_or(crate::workload::process::PREDICT_MEMORY_CAP)
-            )
-            .both()
-        ),
-    };
-    let mut sweep = Sweep {
-        plan,
-        predictor,
-        series,
-        writer,
-        progress,
-        capacity: limit.bytes,
-        stopped: None,
-    };
-    let driven = sweep.drive();
-    conclude(driven, sweep.series, sweep.writer, sweep.stopped)
-}
-
-impl Sweep<'_> {
-    /// Predicts the trials of the mode; `Ok(Some(reason))` when PyTorch is missing.
-    fn drive(&mut self) -> Result<Option<String>> {
-        let plan = self.plan;
-        let base = &plan.base;
-        let cells: Result<Vec<Cell>> = match plan.mode {
-            SweepMode::List => {
-                let v = &plan.vary[0];
-                let Values::List(values) = &v.values else {
-                    bail!("internal: a list sweep without a list")
-                };
-                let stop = self.predictor;
-                values
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &value)| {
-                        if i % 256 == 0
-                            && let Some(signal) = stop.stop_requested()
-                        {
-                            bail!(Stopped(signal));
-                        }
-                        Ok(Cell {
-                            plan: base.with(v.variable, value)?,
-                            values: one_value(v.variable, value),
-                            load: None,
-                        })
-                    })
-                    .collect::<Result<_>>()
-            }
-            SweepMode::Grid => {
-                let (a, b) = (&plan.vary[0], &plan.vary[1]);
-                let (Values::List(outer), Values::List(inner)) = (&a.values, &b.values) else {
-                    bail!("internal: a grid without two lists")
-                };
-                let stop = self.predictor;
-                grid_order(outer, inner)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (x, y))| {
-                        if i % 256 == 0
-                            && let Some(signal) = stop.stop_requested()
-                        {
-                            bail!(Stopped(signal));
-                        }
-                        let mut values = one_value(a.variable, x);
-                        values.insert(b.variable.name().to_string(), json!(y));
-                        Ok(Cell {
-                            plan: base.with(a.variable, x)?.with(b.variable, y)?,
-                            values,
-                            load: None,
-                        })
-                    })
-                    .collect::<Result<_>>()
-            }
-            SweepMode::Loads => plan
-                .loads
-                .iter()
-                .map(|load| {
-                    let mut p = base.clone();
-                    let mut values = Map::new();
-                    for &(variable, n) in &load.values {
-                        p = p.with(variable, n)?;
-                        values.insert(variable.name().to_string(), json!(n));
-                    }
-                    Ok(Cell {
-                        plan: p,
-                        values,
-                        load: Some(load.name.clone()),
-                    })
-                })
-                .collect::<Result<_>>(),
-            SweepMode::Frontier => return self.frontier(),
-            SweepMode::Processes | SweepMode::AllocConf => {
-                bail!("internal: {} is refused with --predict", plan.mode)
-            }
-        };
-        let cells: Vec<Cell> = match cells {
-            Ok(cells) => cells,
-            Err(e) => match e.downcast_ref::<Stopped>() {
-                Some(Stopped(signal)) => return Ok(self.stop_while_planning(*signal)),
-                None => return Err(e),
-            },
-        };
-        self.in_parallel(&cells)
+    fn parallelism(&self) -> Option<usize> {
+        Some(parallelism())
     }
 
-    /// Predicts `cells` up to [`parallelism`] at a time and records them in order as they
-    /// complete; a configuration already predicted is not predicted again.
-    fn in_parallel(&mut self, cells: &[Cell]) -> Result<Option<String>> {
-        // The first trial of each configuration, by a hash of its specification's text: one
-        // pass, O(n) (a search per trial was O(n²): 20,000 values took 11 s to plan). A stop
-        // signal is seen between trials while planning, too.
-        let mut first_seen: std::collections::HashMap<String, usize> =
-            std::collections::HashMap::with_capacity(cells.len());
-        let mut first_of: Vec<usize> = Vec::with_capacity(cells.len());
-        for (i, c) in cells.iter().enumerate() {
-            if i % 256 == 0
-                && let Some(signal) = self.predictor.stop_requested()
-            {
-                return Ok(self.stop_while_planning(signal));
-            }
-            let key = serde_json::to_string(&c.plan.trial().spec.to_map())?;
-            first_of.push(*first_seen.entry(key).or_insert(i));
+    fn protocol(&self, plan: &SweepPlan) -> String {
+        match plan.mode {
+            SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
+            _ => format!(
+                "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
+                parallelism(),
+                Bytes(
+                    crate::workload::process::predict_memory_cap()
+                        .unwrap_or(crate::workload::process::PREDICT_MEMORY_CAP)
+                )
+                .both()
+            ),
         }
-        let unique: Vec<usize> = (0..cells.len()).filter(|&i| first_of[i] == i).collect();
-        let workers = parallelism().min(unique.len()).max(1);
-        // The workers' own output (transformers' warnings) goes above the progress line, never
-        // into it.
-        let shown: std::sync::Arc<dyn Progress> = self
-            .progress
-            .forwarder()
-            .unwrap_or_else(|| std::sync::Arc::new(NoProgress));
-        self.progress.set_length(cells.len() as u64);
-        self.progress.set_message(&format!(
-            "predicting {} trial(s), {workers} at a time",
-            unique.len()
-        ));
-        let next = AtomicUsize::new(0);
-        let cancel = AtomicBool::new(false);
-        let predictor = self.predictor;
-        let (tx, rx) = mpsc::channel::<(usize, Result<Outcome, StartError>, f64)>();
-        let mut outcome: Result<Option<String>> = Ok(None);
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                let tx = tx.clone();
-                let (next, cancel, unique, shown) = (&next, &cancel, &unique, &shown);
-                scope.spawn(move || {
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        if k >= unique.len()
-                            || cancel.load(Ordering::Relaxed)
-                            || predictor.stop_requested().is_some()
-                        {
-                            break;
-                        }
-                        let i = unique[k];
-                        let began = Instant::now();
-                        let predicted = predictor.predict(&cells[i].plan, &**shown);
-                        if tx
-                            .send((i, predicted, began.elapsed().as_secs_f64()))
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                });
-            }
-            drop(tx);
-            let mut arrived: BTreeMap<usize, (Result<Outcome, StartError>, f64)> = BTreeMap::new();
-            let mut recorded = 0;
-            for (i, predicted, duration_s) in rx {
-                if outcome.is_err() || matches!(outcome, Ok(Some(_))) {
-                    continue;
-                }
-                arrived.insert(i, (predicted, duration_s));
-                // Record every trial whose turn has come: its own prediction, or the one of the
-                // identical configuration before it.
-                while recorded < cells.len() {
-                    let j = recorded;
-                    let step = if first_of[j] == j {
-                        let Some((predicted, duration_s)) = arrived.remove(&j) else {
-                            break;
-                        };
-                        self.record(&cells[j], predicted, duration_s)
-                    } else {
-                        self.reuse(&cells[j], first_of[j])
-                    };
-                    recorded += 1;
-                    match step {
-                        Ok(None) => {}
-                        Ok(Some(reason)) => {
-                            outcome = Ok(Some(reason));
-                            cancel.store(true, Ordering::Relaxed);
-                            break;
-                        }
-                        Err(e) => {
-                            outcome = Err(e);
-                            cancel.store(true, Ordering::Relaxed);
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        if outcome.is_ok()
-            && self.series.trials.len() < cells.len()
-            && let Some(signal) = self.predictor.stop_requested()
-        {
-            self.stopped = Some(signal);
-            self.series.notes.push(format!(
-                "stopped by {} before trial {}",
-                signal.name(),
-                self.series.trials.len() + 1
-            ));
-        }
-        outcome
-    }
-
-    /// A stop signal seen while the trials were planned: nothing was predicted, said in a note.
-    fn stop_while_planning(&mut self, signal: Stop) -> Option<String> {
-        self.stopped = Some(signal);
-        self.series.notes.push(format!(
-            "stopped by {} while the trials were planned: nothing was predicted",
-            signal.name()
-        ));
-        None
-    }
-
-    /// The bisection over the range, one prediction after the other, guided by the predicted
-    /// peaks (their curve reaches the capacity less the memory outside the allocator).
-    fn frontier(&mut self) -> Result<Option<String>> {
-        let plan = self.plan;
-        let Some((variable, bounds)) = plan.bounds() else {
-            bail!("internal: a frontier without a range")
-        };
-        let outside = plan.target.as_ref().map_or(0, |(t, _)| t.context_bytes);
-        let for_peaks = self.capacity.saturating_sub(outside);
-        // A search stops when it has closed the frontier: its trial count is not known ahead,
-        // only its bound (the guided bisection costs at most twice a bisection's steps), so the
-        // display says "trial k" and that bound, never "of N" as if N were planned.
-        let steps = (bounds.hi.saturating_sub(bounds.lo) / bounds.resolution.max(1))
-            .max(1)
-            .ilog2() as usize
-            + 1;
-        let at_most = (2 * steps + 2).min(bounds.max_trials);
-        let mut stop: Option<Result<Option<String>>> = None;
-        let found = search::find_guided(bounds, None, Some(for_peaks), |value| {
-            let no = search::Probe {
-                ok: false,
-                peak: None,
-            };
-            if stop.is_some() {
-                return no;
-            }
-            if let Some(signal) = self.predictor.stop_requested() {
-                self.stopped = Some(signal);
-                self.series.notes.push(format!(
-                    "stopped by {} before trial {}",
-                    signal.name(),
-                    self.series.trials.len() + 1
-                ));
-                stop = Some(Ok(None));
-                return no;
-            }
-            let step = plan.base.with(variable, value).and_then(|p| {
-                let cell = Cell {
-                    plan: p,
-                    values: one_value(variable, value),
-                    load: None,
-                };
-                let began = Instant::now();
-                self.progress.set_message(&format!(
-                    "predicting {variable}={value} (a bisection: at most {at_most} trials)"
-                ));
-                let predicted = self.predictor.predict(&cell.plan, self.progress);
-                self.record(&cell, predicted, began.elapsed().as_secs_f64())
-            });
-            match step {
-                Ok(Some(reason)) => {
-                    stop = Some(Ok(Some(reason)));
-                    return no;
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    return no;
-                }
-                Ok(None) => {}
-            }
-            let Some(last) = self.series.trials.last() else {
-                return no;
-            };
-            let ok = last.status.is_ok();
-            // Only a prediction that says "does not fit" places the frontier: a gap or a failure
-            // stops the search, with the trial saying why.
-            if !ok && !last.out_of_memory {
-                stop = Some(Ok(None));
-            }
-            search::Probe {
-                ok,
-                peak: if ok { last.peak_reserved_bytes } else { None },
-            }
-        });
-        if let Some(s) = stop {
-            let s = s?;
-            if s.is_some() {
-                return Ok(s);
-            }
-            if self.stopped.is_none() {
-                self.series.notes.push("the search stopped early: a prediction was unpredictable, failed or was stopped (its trial says why); the frontier is where the search stood".into());
-            }
-        }
-        // The bounds from the trials themselves: once the search stopped, its later probes were
-        // not predictions and place nothing.
-        let value_of = |t: &TrialRecord| t.values.get(variable.name()).and_then(Value::as_u64);
-        let first_failure = self
-            .series
-            .trials
-            .iter()
-            .filter(|t| t.out_of_memory)
-            .filter_map(value_of)
-            .min();
-        let last_success = self
-            .series
-            .trials
-            .iter()
-            .filter(|t| t.status.is_ok())
-            .filter_map(value_of)
-            .filter(|v| first_failure.is_none_or(|f| *v < f))
-            .max();
-        let deciding = first_failure.and_then(|v| {
-            let t = self.series.trials.iter().find(|t| {
-                t.out_of_memory && t.values.get(variable.name()).and_then(Value::as_u64) == Some(v)
-            })?;
-            deciding(t.prediction.as_deref()?, v, self.capacity)
-        });
-        self.series.frontier = Some(FrontierRecord {
-            variable,
-            last_success,
-            first_failure,
-            resolution: bounds.resolution,
-            trials: self.series.trials.len(),
-            strategy: "predicted-peak curve: bisection guided by the predicted peaks".into(),
-            hint: None,
-            predictions: self.series.trials.len(),
-            budget_exhausted: found.budget_exhausted,
-            deciding,
-        });
-        Ok(None)
-    }
-
-    /// Records the trial of `cell` from its prediction; `Ok(Some(reason))` when PyTorch (or what
-    /// the prediction needs) is missing at the first trial: nothing is written then.
-    fn record(
-        &mut self,
-        cell: &Cell,
-        predicted: Result<Outcome, StartError>,
-        duration_s: f64,
-    ) -> Result<Option<String>> {
-        let index = self.series.trials.len();
-        let mut record = match predicted? {
-            Outcome::Unavailable(reason) => {
-                if self.series.trials.is_empty() {
-                    return Ok(Some(reason));
-                }
-                let mut t = blank(index, cell, TrialStatus::Unavailable);
-                t.error = Some(reason);
-                t
-            }
-            Outcome::Predicted(doc) => summarize(index, cell, doc, self.capacity),
-        };
-        record.duration_s = duration_s;
-        if index == 0 {
-            self.series.base = base_of(&cell.plan, &cell.values, &self.plan.script_args_template);
-        }
-        self.push(record)?;
-        Ok(None)
-    }
-
-    /// Records `cell` with the prediction of the identical trial `first` (predicted once).
-    fn reuse(&mut self, cell: &Cell, first: usize) -> Result<Option<String>> {
-        let Some(earlier) = self.series.trials.get(first) else {
-            bail!("internal: trial {} reuses a trial not recorded", first + 1)
-        };
-        let mut t = earlier.clone();
-        t.index = self.series.trials.len();
-        t.values = cell.values.clone();
-        t.load = cell.load.clone();
-        t.duration_s = 0.0;
-        let note = format!(
-            "trial {} is the configuration of trial {}: its prediction is reused (a prediction is deterministic)",
-            t.index + 1,
-            first + 1
-        );
-        self.series.notes.push(note);
-        self.push(t)?;
-        Ok(None)
-    }
-
-    fn push(&mut self, record: TrialRecord) -> Result<()> {
-        let label = record
-            .values
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .chain(record.load.clone())
-            .collect::<Vec<_>>()
-            .join(" ");
-        self.progress.println(&format!(
-            "trial {:>3} {label:<28} {:<22} predicted peak reserved {}",
-            record.index + 1,
-            crate::sweep::render::status_label(&record),
-            record
-                .peak_reserved_bytes
-                .map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib()))
-        ));
-        self.series.trials.push(record);
-        self.series.updated_at = chrono::Utc::now().to_rfc3339();
-        self.writer.save(&self.series)?;
-        self.progress.inc();
-        Ok(())
-    }
-}
-
-/// The worker specification every trial shares: the first trial's, its varied keys removed.
-fn base_of(
-    plan: &MeasurePlan,
-    values: &Map<String, Value>,
-    template: &[String],
-) -> Map<String, Value> {
-    let mut spec = plan.trial().spec.to_map();
-    for k in values.keys() {
-        spec.remove(&k.replace('-', "_"));
-    }
-    plan.record_given_lengths(&mut spec, values);
-    if spec.remove("script_args").is_some() {
-        spec.insert("script_args_template".into(), json!(template));
-    }
-    spec
-}
-
-fn blank(index: usize, cell: &Cell, status: TrialStatus) -> TrialRecord {
-    TrialRecord {
-        index,
-        kind: PointKind::Predicted,
-        values: cell.values.clone(),
-        load: cell.load.clone(),
-        status,
-        out_of_memory: false,
-        peak_allocated_bytes: None,
-        peak_reserved_bytes: None,
-        end_allocated_bytes: None,
-        end_reserved_bytes: None,
-        failed_phase: None,
-        error: None,
-        duration_s: 0.0,
-        result: None,
-        prediction: None,
     }
 }
 
 /// A predicted trial: fits (`ok`), predicted not to fit (`failed`, `out_of_memory`, the phase
 /// that decides), a gap (`unpredictable`: no figure, the reason), or the prediction's own failure
 /// or stop.
-fn summarize(index: usize, cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) -> TrialRecord {
+fn summarize(cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) -> TrialRecord {
     let predicted: Vec<&PredictedPhase> = doc
         .phases
         .iter()
@@ -611,7 +151,7 @@ fn summarize(index: usize, cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) 
     if let Some(oom) = &doc.out_of_memory {
         // The simulated card's out-of-memory: the allocation that did not fit decides; the
         // figures are the whole run's need (the same events replayed without the capacity).
-        let mut t = blank(index, cell, TrialStatus::Failed);
+        let mut t = blank(PointKind::Predicted, cell, TrialStatus::Failed);
         t.out_of_memory = true;
         t.failed_phase = oom.phase.clone();
         t.peak_reserved_bytes = oom.unlimited_peak_reserved_bytes;
@@ -646,7 +186,7 @@ fn summarize(index: usize, cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) 
         (PredictionStatus::Partial, None) => TrialStatus::Unpredictable,
         (PredictionStatus::Complete, None) => TrialStatus::Ok,
     };
-    let mut t = blank(index, cell, status);
+    let mut t = blank(PointKind::Predicted, cell, status);
     if status == TrialStatus::Unpredictable {
         // A gap: no figure at all, the reason instead.
         t.error = Some(unpredictable_reason(&doc));
@@ -731,7 +271,7 @@ fn first_over(doc: &PredictionDoc, capacity: u64) -> Option<&PredictedPhase> {
 
 /// What decides at `value`, the first value predicted not to fit: the simulated card's
 /// out-of-memory (its phase and allocation), else the first phase over the capacity.
-fn deciding(doc: &PredictionDoc, value: u64, capacity: u64) -> Option<Deciding> {
+pub(crate) fn deciding(doc: &PredictionDoc, value: u64, capacity: u64) -> Option<Deciding> {
     if let Some(oom) = &doc.out_of_memory {
         return Some(Deciding {
             value,
@@ -771,9 +311,12 @@ mod tests {
 
     use super::*;
     use crate::commands::sweep::plan_of;
+    use crate::progress::NoProgress;
+    use crate::schema::series::{Series, Writer};
     use crate::schema::spec::{WorkerSpec, WorkloadSpec};
     use crate::schema::trace::Unpredictable;
-    use std::sync::Mutex;
+    use crate::sweep::driver::{Finish, run};
+    use serde_json::json;
 
     #[test]
     fn the_available_memory_bounds_the_parallel_predictions() {
@@ -816,8 +359,15 @@ mod tests {
             .unwrap()
     }
 
-    impl<F: Fn(&WorkerSpec) -> Mock + Sync> Predictor for MockPredictor<F> {
-        fn predict(&self, plan: &MeasurePlan, _: &dyn Progress) -> Result<Outcome, StartError> {
+    impl<F: Fn(&WorkerSpec) -> Mock + Sync> MockPredictor<F> {
+        /// The predicting runner with this mock for its worker, held against the plan's capacity.
+        fn runner(&self, plan: &SweepPlan) -> Predicted<'_> {
+            static NEVER: StopRequest = StopRequest::never();
+            let capacity = plan.limit.as_ref().unwrap().bytes;
+            Predicted::new(Box::new(|p, _| self.predict(p)), capacity, &NEVER)
+        }
+
+        fn predict(&self, plan: &MeasurePlan) -> Result<Outcome, StartError> {
             let spec = plan.worker_spec();
             self.specs.lock().unwrap().push(spec.clone());
             let mut doc = fixture();
@@ -844,10 +394,6 @@ mod tests {
             }
             Ok(Outcome::Predicted(Box::new(doc)))
         }
-
-        fn stop_requested(&self) -> Option<Stop> {
-            None
-        }
     }
 
     fn dense(spec: &WorkerSpec) -> &crate::schema::spec::DenseSpec {
@@ -869,7 +415,13 @@ mod tests {
         argv.extend(args);
         argv.extend(["--output", out.to_str().unwrap()]);
         let plan = plan_of(&argv).unwrap();
-        let finish = run(&plan, mock, Writer::new(&out).unwrap(), &NoProgress);
+        let finish = run(
+            &plan,
+            &mock.runner(&plan),
+            None,
+            Writer::new(&out).unwrap(),
+            &NoProgress,
+        );
         (dir, out, finish)
     }
 
@@ -997,7 +549,8 @@ mod tests {
         ];
         let plan = plan_of(&argv).unwrap();
         let shown = Recorded::default();
-        let series = done(run(&plan, &mock, Writer::new(&out).unwrap(), &shown));
+        let writer = Writer::new(&out).unwrap();
+        let series = done(run(&plan, &mock.runner(&plan), None, writer, &shown));
         assert_eq!(*shown.lengths.lock().unwrap(), Vec::<u64>::new());
         let messages = shown.messages.lock().unwrap();
         assert!(!messages.is_empty());

@@ -1,0 +1,71 @@
+//! What runs a sweep's cells: one trait, a measuring implementation (`measured`: a fresh worker
+//! per trial, on the GPU) and a predicting one (`predicted`: a prediction for a card, on the
+//! CPU; beside a measured frontier, its hint). A runner turns one cell into one trial record; the
+//! driver owns the order, the parallelism, the stops and the failures.
+
+pub(crate) mod measured;
+pub(crate) mod predicted;
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::progress::Progress;
+use crate::schema::series::{PointKind, TrialRecord, TrialStatus};
+use crate::signals::Stop;
+use crate::sweep::plan::{Cell, SweepPlan};
+
+/// What a runner made of one cell.
+pub enum Ran {
+    /// The trial's record (the driver numbers and times it).
+    Trial(Box<TrialRecord>),
+    /// PyTorch, a GPU or what the runner needs is missing: why.
+    Unavailable(String),
+}
+
+/// Runs a sweep's cells, one call per cell; shared by the driver's threads.
+pub trait Runner: Sync {
+    /// Whether its trials are measured or predicted (the series' kind and its wording).
+    fn kind(&self) -> PointKind;
+
+    /// Runs one cell to its end; `progress` (a terminal display, if any) shows the phase.
+    fn run(&self, cell: &Cell, progress: &dyn Progress) -> Result<Ran>;
+
+    /// A signal asked iteragpu to stop (checked before each cell starts).
+    fn stop_requested(&self) -> Option<Stop>;
+
+    /// `None`: one cell after the other, each recorded before the next starts; `Some(n)`: up to
+    /// `n` cells at once, recorded in order as they end.
+    fn parallelism(&self) -> Option<usize> {
+        None
+    }
+
+    /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
+    fn device_total(&self, _python: &Path, _device: &str) -> Option<u64> {
+        None
+    }
+
+    /// How its trials run, as the series' `protocol` says.
+    fn protocol(&self, plan: &SweepPlan) -> String;
+}
+
+/// A record of `cell` with no figure yet.
+pub(crate) fn blank(kind: PointKind, cell: &Cell, status: TrialStatus) -> TrialRecord {
+    TrialRecord {
+        index: 0,
+        kind,
+        values: cell.values.clone(),
+        load: cell.load.clone(),
+        status,
+        out_of_memory: false,
+        peak_allocated_bytes: None,
+        peak_reserved_bytes: None,
+        end_allocated_bytes: None,
+        end_reserved_bytes: None,
+        failed_phase: None,
+        error: None,
+        duration_s: 0.0,
+        result: None,
+        prediction: None,
+    }
+}
