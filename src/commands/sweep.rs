@@ -26,8 +26,8 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let display = progress::trials(m.json);
     let finish = if plan.predict {
         // `--predict`: each trial predicted on the CPU, for the target card.
-        let predicted = Predicted::for_card(&plan, stop)?;
-        driver::run(&plan, &predicted, None, writer, &*display)
+        Predicted::for_card(&plan, stop)
+            .and_then(|predicted| driver::run(&plan, &predicted, None, writer, &*display))
     } else {
         // Measured, with a frontier's hint predicted for this machine's card.
         let mut process = ProcessRunner::new(stop);

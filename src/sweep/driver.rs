@@ -844,6 +844,9 @@ mod tests {
             assert_eq!(series.trials.last().unwrap().status, status);
             assert!(!series.trials.last().unwrap().out_of_memory);
             assert!(series.notes.iter().any(|n| n.contains("stopped early")));
+            let f = series.frontier.as_ref().unwrap();
+            assert_eq!(f.first_failure, None, "a {status} places no frontier");
+            assert_eq!(f.trials, series.trials.len());
             assert!(failed(&series));
         }
     }
