@@ -538,8 +538,8 @@ impl Sweep<'_> {
         ));
     }
 
-    /// Every option but the varied ones must be identical across trials; the first trial's are
-    /// the series' `base`.
+    /// Every option but the varied ones must be identical across measured trials; the first
+    /// trial's are the series' `base`.
     fn check_identical(
         &mut self,
         spec: &Map<String, Value>,
@@ -562,7 +562,14 @@ impl Sweep<'_> {
                 self.series.base = spec.clone();
                 self.base_spec = Some(spec);
             }
-            Some(base) if *base != spec && self.series.mode != SweepMode::Loads => {
+            // Predicted trials are not held to it (they never were): a resolution also sets
+            // height and width, a VLM's request count cycles its lengths, derived keys the check
+            // would take for a difference.
+            Some(base)
+                if *base != spec
+                    && self.series.mode != SweepMode::Loads
+                    && self.runner.kind() == PointKind::Measured =>
+            {
                 self.series.identical_across_trials = false;
                 bail!("internal: a trial differs from the first in more than the varied dimension");
             }
