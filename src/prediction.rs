@@ -21,11 +21,11 @@ use crate::estimate::kv_cache::{self, CacheKind, CacheOptions, CacheStrategy, Qu
 use crate::schema::check::CacheEstimate;
 use crate::schema::measure::MeasureResult;
 use crate::schema::target::{self, Target};
-use crate::workload::plan::{MeasurePlan, WorkloadPlan};
+use crate::workload::plan::{RunPlan, WorkloadPlan};
 
 /// The estimate's KV-cache bytes after the prefill and after decoding, for causal-lm generation
 /// (compared with the cache object's real size); empty for other workloads.
-pub fn kv_estimates(plan: &MeasurePlan) -> Result<Vec<CacheEstimate>> {
+pub fn kv_estimates(plan: &RunPlan) -> Result<Vec<CacheEstimate>> {
     let WorkloadPlan::CausalLm(p) = &plan.workload else {
         return Ok(Vec::new());
     };

@@ -17,14 +17,14 @@ use crate::schema::check;
 use crate::schema::history::HistoryMode;
 use crate::schema::measure::MeasureResult;
 use crate::signals::StopRequest;
-use crate::workload::plan::MeasurePlan;
+use crate::workload::plan::RunPlan;
 use crate::{prediction, signals};
 
 pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
     let output_path = super::required_output(&args.run)?;
-    let plan = MeasurePlan::new(&options::measure(args))?;
+    let plan = RunPlan::new(&options::measure(args))?;
     let kv_estimates = prediction::kv_estimates(&plan)?;
     let mut trial = plan.trial();
     output::check_new(output_path)?;
@@ -78,7 +78,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
 /// The prediction for the measured card, run after the measurement (on the CPU, every GPU hidden
 /// from it), compared phase by phase; a note says why when there is none.
 fn predict_next_to(
-    plan: &MeasurePlan,
+    plan: &RunPlan,
     result: &mut MeasureResult,
     stop: &'static StopRequest,
     display: &dyn Progress,

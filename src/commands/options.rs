@@ -11,10 +11,10 @@ use crate::cli::{
 };
 use crate::schema::dimensions::Variable;
 use crate::sweep::plan::SweepOptions;
-use crate::workload::plan::{Acts, MeasureOptions, Scope, Written};
+use crate::workload::plan::{Acts, RunOptions, Scope, Written};
 
 /// The measurement `measure` asks for.
-pub fn measure(args: &MeasureArgs) -> MeasureOptions {
+pub fn measure(args: &MeasureArgs) -> RunOptions {
     let extra = Extra {
         distributed: Some(&args.distributed),
         history: Some(&args.history),
@@ -24,12 +24,12 @@ pub fn measure(args: &MeasureArgs) -> MeasureOptions {
 }
 
 /// The workload `predict` follows (no torchrun job, no allocator records).
-pub fn predict(args: &PredictArgs) -> MeasureOptions {
+pub fn predict(args: &PredictArgs) -> RunOptions {
     workload(&args.workload, Extra::default(), &args.run, &args.given)
 }
 
 /// The sweep, and the measurement each of its trials starts from.
-pub fn sweep(args: &SweepArgs) -> (SweepOptions, MeasureOptions) {
+pub fn sweep(args: &SweepArgs) -> (SweepOptions, RunOptions) {
     let extra = Extra {
         distributed: Some(&args.distributed),
         history: Some(&args.history),
@@ -61,11 +61,11 @@ struct Extra<'a> {
     timeline: Option<&'a TimelineArgs>,
 }
 
-fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> MeasureOptions {
+fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> RunOptions {
     let (workload, dense, generation, training) =
         (&w.workload, &w.dense, &w.generation, &w.training);
     let distributed = extra.distributed;
-    MeasureOptions {
+    RunOptions {
         workload: workload.workload,
         script: workload.script.clone(),
         script_args: workload.script_args.clone(),
@@ -177,7 +177,7 @@ mod tests {
     use crate::cli::{Cli, Command};
     use clap::Parser;
 
-    fn measure_options(args: &[&str]) -> MeasureOptions {
+    fn measure_options(args: &[&str]) -> RunOptions {
         let argv = ["iteragpu", "measure"].iter().chain(args);
         let Command::Measure(m) = Cli::try_parse_from(argv).unwrap().command else {
             unreachable!("parsed as measure")
@@ -313,14 +313,14 @@ mod tests {
     /// bitsandbytes `quantization_config`, and is refused where it cannot act.
     #[test]
     fn quantize_reaches_the_worker_spec_and_is_refused_where_it_cannot_act() {
-        use crate::workload::plan::MeasurePlan;
+        use crate::workload::plan::RunPlan;
         let model = |name: &str| {
             format!(
                 "{}/tests/fixtures/models/{name}",
                 env!("CARGO_MANIFEST_DIR")
             )
         };
-        let plan = |args: &[&str]| MeasurePlan::new(&measure_options(args));
+        let plan = |args: &[&str]| RunPlan::new(&measure_options(args));
         let spec = |args: &[&str]| serde_json::to_value(plan(args).unwrap().worker_spec()).unwrap();
         let llama = model("llama-3-8b");
         let qlora = [

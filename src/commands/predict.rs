@@ -13,12 +13,12 @@ use crate::prediction::run::{Outcome, predict_within};
 use crate::schema::target::Target;
 use crate::schema::versions;
 use crate::signals;
-use crate::workload::plan::MeasurePlan;
+use crate::workload::plan::RunPlan;
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let stop = signals::stop_request();
     let workload = options::predict(args);
-    let plan = MeasurePlan::for_prediction(&workload, args.world_size)?;
+    let plan = RunPlan::for_prediction(&workload, args.world_size)?;
     let m = &args.run;
     if plan.devices.len() > 1 {
         refuse!(

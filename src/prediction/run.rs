@@ -19,7 +19,7 @@ use crate::schema::prediction::{
 };
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
-use crate::workload::plan::MeasurePlan;
+use crate::workload::plan::RunPlan;
 use crate::workload::process::{self, Exit, StartError, WorkerCommand};
 
 /// How a prediction ended.
@@ -54,7 +54,7 @@ struct Collected {
 /// outside `versions::SUPPORTED_TORCH` is refused as soon as the worker reports its environment:
 /// the worker is killed then, before it runs anything.
 pub fn predict(
-    plan: &MeasurePlan,
+    plan: &RunPlan,
     target: &Target,
     stop: &StopRequest,
     progress: &dyn Progress,
@@ -65,7 +65,7 @@ pub fn predict(
 /// [`predict`] within `capacity` (`oom::capacity`: the card's, or `--memory-limit`): the first
 /// allocation that does not fit is a predicted out-of-memory (`PredictionDoc::out_of_memory`).
 pub fn predict_within(
-    plan: &MeasurePlan,
+    plan: &RunPlan,
     target: &Target,
     capacity: &Capacity,
     stop: &StopRequest,
@@ -97,7 +97,7 @@ pub fn predict_within(
         abandon: Some(Arc::new(AtomicBool::new(false))),
         keep_children: trial.keep_children,
         answers: Some(pipe.clone()),
-        // Checked when the plan was built (`MeasurePlan::for_prediction`).
+        // Checked when the plan was built (`RunPlan::for_prediction`).
         memory_cap: Some(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)),
     };
     let abandon = cmd.abandon.clone();

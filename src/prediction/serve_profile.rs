@@ -12,7 +12,7 @@ use crate::schema::spec::{Task, Workload};
 use crate::schema::target::Target;
 use crate::signals::StopRequest;
 use crate::units::Bytes;
-use crate::workload::plan::{MeasureOptions, MeasurePlan};
+use crate::workload::plan::{RunOptions, RunPlan};
 
 pub use crate::estimate::serving::ProfileShape;
 
@@ -56,8 +56,8 @@ pub fn predict_peak(
     std::fs::write(&script, text)
         .map_err(|e| ProfileError::Failed(format!("{}: {e}", script.display())))?;
     let options = options(shape, &script, python);
-    let plan = MeasurePlan::for_prediction(&options, None)
-        .map_err(|e| ProfileError::Failed(e.to_string()))?;
+    let plan =
+        RunPlan::for_prediction(&options, None).map_err(|e| ProfileError::Failed(e.to_string()))?;
     let target = Target::named(Some(card), &plan.allocator_backend())
         .map_err(|e| ProfileError::Failed(e.to_string()))?;
     let outcome = super::run::predict(&plan, &target, stop, progress)
@@ -129,8 +129,8 @@ pub fn predict_peak(
     })
 }
 
-fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> MeasureOptions {
-    MeasureOptions {
+fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> RunOptions {
+    RunOptions {
         workload: Workload::Dense,
         script: Some(script.to_path_buf()),
         script_args: vec![

@@ -14,7 +14,7 @@ use crate::schema::target::Target;
 use crate::sweep::search::Bounds;
 use crate::sweep::vary::{AllocConf, Search, Values, Vary, VaryArg, grid_order};
 use crate::units::Bytes;
-use crate::workload::plan::{Acts, MeasureOptions, MeasurePlan, Trial};
+use crate::workload::plan::{Acts, RunOptions, RunPlan, Trial};
 
 /// A sweep as asked for, before validation (`commands/` fills it from the command line).
 #[derive(Clone, Debug)]
@@ -46,7 +46,7 @@ pub struct Load {
 pub struct SweepPlan {
     pub mode: SweepMode,
     /// The configuration every trial starts from.
-    pub base: MeasurePlan,
+    pub base: RunPlan,
     pub vary: Vec<Vary>,
     /// `--vary alloc_conf=…`: the allocator settings compared (mode `alloc-conf`).
     pub alloc_confs: Vec<AllocConf>,
@@ -71,7 +71,7 @@ pub struct SweepPlan {
 
 impl SweepPlan {
     /// Validates a sweep and the measurement every trial starts from (`m`).
-    pub fn new(args: &SweepOptions, m: &MeasureOptions) -> Result<SweepPlan> {
+    pub fn new(args: &SweepOptions, m: &RunOptions) -> Result<SweepPlan> {
         let mut vary: Vec<Vary> = Vec::new();
         let mut alloc_confs: Option<Vec<AllocConf>> = None;
         for v in &args.vary {
@@ -194,7 +194,7 @@ impl SweepPlan {
         }
         let limit = limit(args)?;
         // Validate the base configuration before anything runs (bad input exits 1).
-        let base = MeasurePlan::new(m)?;
+        let base = RunPlan::new(m)?;
         crate::prediction::kv_estimates(&base)?;
         let target = if args.predict {
             Some(prediction_target(args, &base)?)
@@ -264,7 +264,7 @@ impl SweepPlan {
 /// them, its load's name, and the emulated limit a measured trial runs under.
 #[derive(Clone, Debug)]
 pub struct Cell {
-    pub plan: MeasurePlan,
+    pub plan: RunPlan,
     pub values: Map<String, Value>,
     pub load: Option<String>,
     pub memory_limit: Option<u64>,
@@ -359,7 +359,7 @@ impl SweepPlan {
         ))
     }
 
-    fn cell(&self, plan: MeasurePlan, values: Map<String, Value>, load: Option<String>) -> Cell {
+    fn cell(&self, plan: RunPlan, values: Map<String, Value>, load: Option<String>) -> Cell {
         Cell {
             plan,
             values,
@@ -406,7 +406,7 @@ fn check_trial_count(vary: &[Vary]) -> Result<()> {
 }
 
 /// What `--predict` cannot do, refused with the fix before anything runs.
-fn refuse_for_prediction(args: &SweepOptions, m: &MeasureOptions, mode: SweepMode) -> Result<()> {
+fn refuse_for_prediction(args: &SweepOptions, m: &RunOptions, mode: SweepMode) -> Result<()> {
     if args.card.is_none() && args.memory_limit.is_none() {
         bail!(
             "sweep --predict needs the capacity its predictions are held against: give --card NAME (a card of `iteragpu cards`, e.g. --card \"A100 40GB\") or --memory-limit BYTES (a custom capacity, e.g. 24GB)"
@@ -505,7 +505,7 @@ fn predicted_capacity(args: &SweepOptions) -> Result<Limit> {
 /// The card `--predict` predicts for (the catalog's `--card`, else the default card) and the
 /// capacity each prediction applies (`prediction::oom::capacity`, as `predict --memory-limit`
 /// applies it: a memory fraction of that card).
-fn prediction_target(args: &SweepOptions, base: &MeasurePlan) -> Result<(Target, Capacity)> {
+fn prediction_target(args: &SweepOptions, base: &RunPlan) -> Result<(Target, Capacity)> {
     let backend = base.allocator_backend();
     let target = Target::named(args.card.as_deref(), &backend)?;
     let capacity = crate::prediction::oom::capacity(&target, args.memory_limit)?;

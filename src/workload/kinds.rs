@@ -10,7 +10,7 @@ use crate::estimate::kv_cache::CacheKind;
 use crate::model::quantization::QuantizeMethod;
 use crate::model::{Architecture, Config, ModelError};
 use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, TrainShard};
-use crate::workload::options::MeasureOptions;
+use crate::workload::options::RunOptions;
 
 /// The workload and its validated settings.
 #[derive(Clone, Debug)]
@@ -139,7 +139,7 @@ pub struct LoraPlan {
 }
 
 /// The dtype of the weights: training precision decides; else --dtype; else the default.
-pub(super) fn weights_dtype(args: &MeasureOptions, default: Dtype) -> Result<Dtype> {
+pub(super) fn weights_dtype(args: &RunOptions, default: Dtype) -> Result<Dtype> {
     if args.task == Task::Train {
         let precision = args.precision.unwrap_or(TrainPrecision::Fp32);
         // A frozen LoRA base is kept in the compute dtype (as `estimate` counts it, and as people
@@ -175,7 +175,7 @@ pub(super) fn weights_dtype(args: &MeasureOptions, default: Dtype) -> Result<Dty
 }
 
 /// The training loop's settings, or `None` for inference (where training options are refused).
-pub(super) fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
+pub(super) fn training(args: &RunOptions) -> Result<Option<TrainingPlan>> {
     if args.task != Task::Train {
         if args.gradient_checkpointing || args.lora_rank.is_some() {
             bail!(
@@ -193,7 +193,7 @@ pub(super) fn training(args: &MeasureOptions) -> Result<Option<TrainingPlan>> {
     }))
 }
 
-pub(super) fn dense(args: &MeasureOptions) -> Result<DensePlan> {
+pub(super) fn dense(args: &RunOptions) -> Result<DensePlan> {
     if args.model.is_some() {
         bail!("--model applies to --workload causal-lm or vision");
     }
@@ -213,7 +213,7 @@ pub(super) fn dense(args: &MeasureOptions) -> Result<DensePlan> {
     })
 }
 
-pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
+pub(super) fn causal_lm(args: &RunOptions) -> Result<CausalLmPlan> {
     let Some(model) = &args.model else {
         bail!("--workload causal-lm needs --model PATH (a config.json or a folder holding one)");
     };
@@ -283,7 +283,7 @@ pub(super) fn causal_lm(args: &MeasureOptions) -> Result<CausalLmPlan> {
 }
 
 /// `--quantize` and `--double-quant`, or the checkpoint's own bitsandbytes `quantization_config`.
-fn quantize(args: &MeasureOptions, arch: Option<&Architecture>) -> Result<Option<QuantizePlan>> {
+fn quantize(args: &RunOptions, arch: Option<&Architecture>) -> Result<Option<QuantizePlan>> {
     if args.double_quant && args.quantize == Some(QuantizeMethod::Int8) {
         bail!(
             "--double-quant quantizes the absmax of 4-bit blocks; LLM.int8 (--quantize int8) has none: drop --double-quant, or use --quantize nf4"
@@ -332,7 +332,7 @@ fn quantize(args: &MeasureOptions, arch: Option<&Architecture>) -> Result<Option
 /// `--workload vision --model CONFIG_OR_DIR|timm:NAME`, validated: a transformers config must
 /// describe an image model (its own `image_size`, `num_channels` or `patch_size`, or a
 /// `vision_config` whose tower is run), so a language model's config is refused here by name.
-pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
+pub(super) fn vision(args: &RunOptions) -> Result<VisionPlan> {
     let Some(model) = &args.model else {
         bail!(
             "--workload vision needs --model PATH (a config.json or a folder holding one) or --model timm:NAME"
@@ -407,7 +407,7 @@ pub(super) fn vision(args: &MeasureOptions) -> Result<VisionPlan> {
 /// `--requests`, `--prompt-lengths`, `--output-lengths` as concurrent requests (a length list
 /// alone is that many requests); `None` when none is given. A list longer than `--requests` is
 /// refused.
-fn requests(args: &MeasureOptions) -> Result<Option<RequestsPlan>> {
+fn requests(args: &RunOptions) -> Result<Option<RequestsPlan>> {
     if args.requests.is_none() && args.prompt_lengths.is_empty() && args.output_lengths.is_empty() {
         return Ok(None);
     }
@@ -435,7 +435,7 @@ pub use crate::model::VLM_FAMILIES;
 /// `--workload vlm --model DIR`, validated: the folder holds the model's config.json, a
 /// multimodal one (a `vision_config` of a family the worker follows), and the image processor's
 /// preprocessor_config.json (the image tokens come from it); training is refused.
-pub(super) fn vlm(args: &MeasureOptions) -> Result<VlmPlan> {
+pub(super) fn vlm(args: &RunOptions) -> Result<VlmPlan> {
     let Some(model) = &args.model else {
         bail!(
             "--workload vlm needs --model DIR, a folder holding the model's config.json and preprocessor_config.json"

@@ -12,7 +12,7 @@ use crate::schema::spec::{EmptyCache, Task, TrainOptimizer, TrainPrecision, Trai
 
 /// A measurement as asked for, before validation (`None`: the default the help states).
 #[derive(Clone, Debug)]
-pub struct MeasureOptions {
+pub struct RunOptions {
     pub workload: Workload,
     pub script: Option<PathBuf>,
     pub script_args: Vec<String>,
@@ -81,7 +81,7 @@ pub struct Written {
 /// Where a written option acts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acts {
-    /// A dimension acts where [`MeasurePlan::uses`] says (a script sees it only through
+    /// A dimension acts where [`RunPlan::uses`] says (a script sees it only through
     /// `{name}` in its arguments).
     Dimension(Variable),
     /// Any other option acts on the workloads of its scope.

@@ -1,6 +1,6 @@
-//! A measurement request, validated once ([`MeasureOptions`] as given → a typed plan, as
+//! A measurement request, validated once ([`RunOptions`] as given → a typed plan, as
 //! hyperfine's `Options` or ripgrep's validated arguments). The runner, the prediction and the
-//! sweep consume plans; a sweep varies a plan with [`MeasurePlan::with`]. The options are the
+//! sweep consume plans; a sweep varies a plan with [`RunPlan::with`]. The options are the
 //! domain's own struct: `commands/` fills it from the command line, so no plan imports `cli`.
 
 use anyhow::{Result, bail};
@@ -25,15 +25,17 @@ pub use crate::workload::kinds::{
     VisionPlan, VisionSource, VlmPlan, WorkloadPlan,
 };
 use crate::workload::kinds::{causal_lm, config_image_size, dense, vision, vlm};
-pub use crate::workload::options::{Acts, MeasureOptions, Scope, Written};
+pub use crate::workload::options::{Acts, RunOptions, Scope, Written};
 
 /// The largest world size `predict` follows: the fake process group's cost grows with the ranks
 /// (about linearly: 16,384 ranks took 229 s on this 2-core machine; 4,096 stay within a minute).
 pub const MAX_PREDICTED_WORLD_SIZE: u64 = 4096;
 
-/// What to measure, where, with which interpreter and for how long.
+/// One run of a workload as asked for, validated: what `measure` measures in a fresh process and
+/// what `predict` follows on data-less tensors (the same plan, so that both run the same code), where,
+/// with which interpreter and for how long.
 #[derive(Clone, Debug)]
-pub struct MeasurePlan {
+pub struct RunPlan {
     pub workload: WorkloadPlan,
     pub dims: Dimensions,
     pub devices: Vec<String>,
@@ -53,15 +55,15 @@ pub struct MeasurePlan {
     pub history: Option<HistorySpec>,
 }
 
-impl MeasurePlan {
+impl RunPlan {
     /// Validates the options of `measure` (and of the base configuration of a sweep).
-    pub fn new(args: &MeasureOptions) -> Result<MeasurePlan> {
+    pub fn new(args: &RunOptions) -> Result<RunPlan> {
         Self::build(args, None)
     }
 
     /// Validates the options of `predict`, for rank 0 of `world_size` ranks when given (at most
     /// `MAX_PREDICTED_WORLD_SIZE`).
-    pub fn for_prediction(args: &MeasureOptions, world_size: Option<u64>) -> Result<MeasurePlan> {
+    pub fn for_prediction(args: &RunOptions, world_size: Option<u64>) -> Result<RunPlan> {
         if args.nproc_per_node.is_some() {
             bail!(
                 "predict runs no torchrun job: give the job's size with --world-size N (rank 0 is predicted on PyTorch's fake process group)"
@@ -94,7 +96,7 @@ impl MeasurePlan {
             .or(self.predicted_world_size)
     }
 
-    fn build(args: &MeasureOptions, predicted_world_size: Option<u64>) -> Result<MeasurePlan> {
+    fn build(args: &RunOptions, predicted_world_size: Option<u64>) -> Result<RunPlan> {
         // ITERAGPU_WORKER_MEMORY is checked here, before anything runs, for both kinds of worker.
         crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
         let torchrun = torchrun(args)?;
@@ -175,7 +177,7 @@ impl MeasurePlan {
             dims.resolution = h;
             dims.resolution_width = w;
         }
-        let plan = MeasurePlan {
+        let plan = RunPlan {
             workload,
             dims,
             devices,
@@ -297,7 +299,7 @@ impl MeasurePlan {
 
     /// The same plan with one dimension changed, validated again (varying `requests` makes a
     /// generation one of concurrent requests).
-    pub fn with(&self, variable: Variable, value: u64) -> Result<MeasurePlan> {
+    pub fn with(&self, variable: Variable, value: u64) -> Result<RunPlan> {
         let mut plan = self.clone();
         plan.dims.set(variable, value);
         if variable == Variable::Requests {
@@ -865,8 +867,8 @@ impl MeasurePlan {
     }
 
     /// The same plan with another allocator setting.
-    pub fn with_alloc_conf(&self, alloc_conf: AllocConf) -> MeasurePlan {
-        MeasurePlan {
+    pub fn with_alloc_conf(&self, alloc_conf: AllocConf) -> RunPlan {
+        RunPlan {
             alloc_conf: Some(alloc_conf),
             ..self.clone()
         }
@@ -935,7 +937,7 @@ const DEFAULTS: Dimensions = Dimensions {
 };
 
 /// `--nproc-per-node` and the multi-node options, validated.
-fn torchrun(args: &MeasureOptions) -> Result<Option<Torchrun>> {
+fn torchrun(args: &RunOptions) -> Result<Option<Torchrun>> {
     let Some(nproc_per_node) = args.nproc_per_node else {
         return Ok(None);
     };
@@ -992,7 +994,7 @@ fn torchrun(args: &MeasureOptions) -> Result<Option<Torchrun>> {
 
 /// Every option must act or be refused: an option written for a workload that would ignore it is
 /// an error that names where it applies (the dimensions first).
-fn refuse_ignored(args: &MeasureOptions, plan: &MeasurePlan) -> Result<()> {
+fn refuse_ignored(args: &RunOptions, plan: &RunPlan) -> Result<()> {
     for variable in args.written.iter().filter_map(|w| match w.acts {
         Acts::Dimension(v) => Some(v),
         Acts::On(_) => None,

@@ -68,7 +68,7 @@ pub const PREDICT_MEMORY_CAP: u64 = 4 << 30;
 /// The cap of a measuring worker: only the one the user sets in [`MEMORY_CAP_ENV`]. A measured
 /// run is the user's real job, which may hold a dataset or optimizer states offloaded to the CPU,
 /// and the CUDA driver's own host memory grows with the GPU's use: no default fits every job, so
-/// none is imposed. `MeasurePlan` checks the variable before anything runs.
+/// none is imposed. `RunPlan` checks the variable before anything runs.
 pub fn measure_memory_cap() -> Option<u64> {
     std::env::var_os(MEMORY_CAP_ENV).and_then(|_| predict_memory_cap().ok())
 }

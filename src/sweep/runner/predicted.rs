@@ -18,7 +18,7 @@ use crate::signals::{Stop, StopRequest};
 use crate::sweep::plan::{Cell, SweepPlan};
 use crate::sweep::runner::{Ran, Runner, blank};
 use crate::units::Bytes;
-use crate::workload::plan::MeasurePlan;
+use crate::workload::plan::RunPlan;
 use crate::workload::process::{StartError, available_memory};
 
 /// At most this many predictions at once: each is a Python process importing torch (a few
@@ -44,7 +44,7 @@ pub fn parallelism() -> usize {
 
 /// How one plan is predicted: the worker for a card (a mock in tests).
 pub type Predict<'a> =
-    Box<dyn Fn(&MeasurePlan, &dyn Progress) -> Result<Outcome, StartError> + Sync + 'a>;
+    Box<dyn Fn(&RunPlan, &dyn Progress) -> Result<Outcome, StartError> + Sync + 'a>;
 
 /// Predicts each cell and holds it against a capacity.
 pub struct Predicted<'a> {
@@ -367,7 +367,7 @@ mod tests {
             Predicted::new(Box::new(|p, _| self.predict(p)), capacity, &NEVER)
         }
 
-        fn predict(&self, plan: &MeasurePlan) -> Result<Outcome, StartError> {
+        fn predict(&self, plan: &RunPlan) -> Result<Outcome, StartError> {
             let spec = plan.worker_spec();
             self.specs.lock().unwrap().push(spec.clone());
             let mut doc = fixture();
