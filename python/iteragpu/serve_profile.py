@@ -169,6 +169,8 @@ def _vllm_llama_forward(text: Any, tokens: int, dtype: Any) -> Any:
         del act, out
         return down, residual
 
+    # The first layer's first matmul creates the thread's cuBLAS workspaces, held from there on.
+    torch.mm(torch.empty(1, 1, **new), torch.empty(1, 1, **new))
     hidden = torch.empty(tokens, h, **new)  # embed_tokens
     residual = None
     for _ in range(2):
