@@ -300,6 +300,11 @@ torch.cuda.profiler.start()
 torch.cuda.profiler.stop()
 check(torch.cuda.utilization() == 0 and torch.cuda.mem_get_info()[1] == 150_100_000_000, "telemetry and mem_get_info")
 check(not torch.cuda.graphs.is_current_stream_capturing(), "is_current_stream_capturing through torch.cuda.graphs")
+# torch.accelerator (2.6 on) answers the predicted device: accelerate >= 1.16 asks it, not torch.cuda.
+if hasattr(torch, "accelerator"):
+    accelerator = torch.accelerator
+    check(accelerator.current_accelerator() == torch.device("cuda") and accelerator.is_available(), "torch.accelerator is the predicted CUDA device")
+    check(accelerator.device_count() == 1, "torch.accelerator counts one device")
 # The exclusions said to reach no driver: TunableOp's getters answer on this CPU-only machine.
 tunable = torch.cuda.tunable
 for getter in ("is_enabled", "tuning_is_enabled", "record_untuned_is_enabled", "get_max_tuning_duration", "get_max_tuning_iterations", "get_filename", "get_cublaslt_requested_algo_count", "wildcard_fallback_is_enabled"):

@@ -409,6 +409,28 @@ def install(torch: Any, target: dict[str, Any], tracker: Any) -> None:
             if answer is not None and value is not answer:
                 namespace[key] = answer
     del keep
+    install_accelerator(torch)
+
+
+def install_accelerator(torch: Any) -> None:
+    """`torch.accelerator` (torch 2.6 on) answers for the predicted CUDA device as torch.cuda does.
+    On torch 2.6-2.x its `current_accelerator()` asks the C++ runtime, which raises on a CPU-only
+    build ("Cannot access accelerator device when none is available"); accelerate >= 1.16
+    (`get_torch_accelerator_backend`) then found no GPU and a Trainer left its batches on the CPU.
+    Later torch answers from torch.cuda already; the same answers are bound there."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return
+    table: dict[str, Callable[..., Any]] = {
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "is_available": lambda: True,
+        "device_count": lambda: torch.cuda.device_count(),
+        "current_device_index": lambda: torch.cuda.current_device(),
+        "current_device_idx": lambda: torch.cuda.current_device(),
+    }
+    for name, answer in table.items():
+        if name in vars(accelerator):
+            setattr(accelerator, name, answer)
 
 
 _ABSENT: Any = object()
