@@ -5,6 +5,8 @@ pub mod attention;
 pub mod config;
 pub mod families;
 pub mod files;
+pub mod hub;
+pub mod hub_cache;
 pub mod inventory;
 pub mod kv_layout;
 pub mod quantization;
