@@ -397,6 +397,101 @@ fn every_estimate_mode_takes_a_hub_id() {
     assert_eq!(train["hub"]["repo"], "org/gpt2");
 }
 
+/// `measure` and `predict` resolve the id before their worker starts: the worker gets the
+/// snapshot folder (here the fake torch has no transformers: the workload stops there, exit 2,
+/// after the folder was fetched and checked).
+#[test]
+fn workers_get_the_snapshot_folder() {
+    let hub = Hub::start(fixture_repos());
+    let home = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let pythonpath =
+        std::env::join_paths([fixture("no_transformers"), fixture("../fake_torch")]).unwrap();
+    let out = super::common::with_fake_torch()
+        .env("PYTHONPATH", pythonpath)
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_TOKEN")
+        .args([
+            "measure",
+            "--workload",
+            "causal-lm",
+            "--model",
+            "org/tiny-llama",
+        ])
+        .args([
+            "--batch",
+            "1",
+            "--prompt-tokens",
+            "8",
+            "--new-tokens",
+            "2",
+            "--output",
+        ])
+        .arg(out_dir.path().join("m.json"))
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs transformers"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        snapshot(home.path(), "org/tiny-llama")
+            .join("config.json")
+            .is_file()
+    );
+}
+
+/// A prediction from a Hub id: built by transformers from the snapshot folder, offline, and the
+/// document names the repository and its commit.
+#[test]
+#[ignore = "needs torch and transformers (ITERAGPU_TEST_PYTHON)"]
+fn a_prediction_from_a_hub_id_records_its_commit() {
+    let python = super::common::torch_python();
+    let hub = Hub::start(fixture_repos());
+    let home = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let doc_path = out_dir.path().join("p.json");
+    let out = run(
+        Some(&hub),
+        home.path(),
+        &[
+            "predict",
+            "--workload",
+            "causal-lm",
+            "--model",
+            "org/tiny-llama",
+            "--batch",
+            "1",
+            "--prompt-tokens",
+            "8",
+            "--new-tokens",
+            "2",
+            "--card",
+            "A100 40GB",
+            "--python",
+            &python,
+            "--output",
+            doc_path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = super::common::read_json(&doc_path);
+    let dims = &doc["dimensions"];
+    assert_eq!(dims["model_repo"], "org/tiny-llama", "{dims}");
+    assert_eq!(dims["model_commit"], commit_of("org/tiny-llama").as_str());
+    let model = dims["model"].as_str().unwrap();
+    assert!(
+        model.starts_with(snapshot(home.path(), "org/tiny-llama").to_str().unwrap()),
+        "{model}"
+    );
+}
+
 /// huggingface_hub reads what the tool cached as its own: the file, the ref, the scan.
 #[test]
 #[ignore = "needs huggingface_hub and transformers (ITERAGPU_TEST_PYTHON)"]

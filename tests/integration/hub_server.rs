@@ -548,6 +548,11 @@ pub fn fixture_repos() -> BTreeMap<String, Repo> {
         vl.into(),
         small_repo(vl, "qwen2-vl-2b-instruct", Behaviour::Normal),
     );
+    let tiny = "org/tiny-llama";
+    repos.insert(
+        tiny.into(),
+        small_repo(tiny, "../tiny/llama", Behaviour::Normal),
+    );
     let vit = "google/vit-base-patch16-224";
     repos.insert(
         vit.into(),
