@@ -182,6 +182,18 @@ pub fn written_in<A: Args>(given: &Given) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `--model VALUE` as a local path: a Hub id (`ORG/NAME[@REVISION]`) that is no local path becomes
+/// its snapshot folder in the Hugging Face cache, fetched if need be ([`crate::model::hub`]); every
+/// command reads the model, and every worker builds it, from that folder.
+pub fn model_path(
+    value: Option<&std::path::Path>,
+    needs: Needs,
+) -> Result<Option<std::path::PathBuf>, HubError> {
+    value
+        .map(|v| crate::model::hub::resolve(v, needs))
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,16 +440,4 @@ mod tests {
             assert!(err.contains(words), "{args:?}: {err}");
         }
     }
-}
-
-/// `--model VALUE` as a local path: a Hub id (`ORG/NAME[@REVISION]`) that is no local path becomes
-/// its snapshot folder in the Hugging Face cache, fetched if need be ([`crate::model::hub`]); every
-/// command reads the model, and every worker builds it, from that folder.
-pub fn model_path(
-    value: Option<&std::path::Path>,
-    needs: Needs,
-) -> Result<Option<std::path::PathBuf>, HubError> {
-    value
-        .map(|v| crate::model::hub::resolve(v, needs))
-        .transpose()
 }

@@ -10,7 +10,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::files::{FileError, read_capped, regular_file};
-use super::safetensors::HEADER_CAP;
 
 /// Where a model folder came from on the Hub: written with every estimate, prediction and result
 /// made from it.
@@ -128,9 +127,10 @@ pub fn cached_shards(snapshot: &Path) -> Vec<String> {
 }
 
 /// A cached header: the shard's length, then its first bytes (8-byte length and JSON header).
-/// The file holds the length as 8 little-endian bytes, then those bytes as the shard has them.
-pub fn read_header(path: &Path) -> Result<(u64, Vec<u8>), FileError> {
-    let mut bytes = read_capped(path, 16 + HEADER_CAP, "cached safetensors header")?;
+/// The file holds the length as 8 little-endian bytes, then those bytes as the shard has them;
+/// one over `cap` bytes is refused unread.
+pub fn read_header(path: &Path, cap: u64) -> Result<(u64, Vec<u8>), FileError> {
+    let mut bytes = read_capped(path, cap, "cached safetensors header")?;
     if bytes.len() < 8 {
         return Ok((0, Vec::new()));
     }
@@ -181,7 +181,7 @@ mod tests {
     fn a_header_is_kept_with_its_length() {
         let dir = tempfile::tempdir().unwrap();
         write_header(dir.path(), "a.safetensors", 1234, b"headbytes").unwrap();
-        let (len, head) = read_header(&dir.path().join("a.safetensors.header")).unwrap();
+        let (len, head) = read_header(&dir.path().join("a.safetensors.header"), 100).unwrap();
         assert_eq!((len, head.as_slice()), (1234, &b"headbytes"[..]));
     }
 }

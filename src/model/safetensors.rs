@@ -227,7 +227,8 @@ fn scan_cached(dir: &Path, name: &str) -> Result<(Shard, u64), HeaderError> {
     let path = hub_cache::cached_header(dir, name).ok_or_else(|| FileError::Missing {
         path: dir.join(name),
     })?;
-    let (file_len, head) = hub_cache::read_header(&path)?;
+    // The shard's length, its 8-byte header length, and the header.
+    let (file_len, head) = hub_cache::read_header(&path, 16 + HEADER_CAP)?;
     let (mut shard, read) = scan_reader(&path, std::io::Cursor::new(head), file_len)?;
     shard.file = name.to_string();
     Ok((shard, read))

@@ -276,10 +276,8 @@ fn route(state: &State, request: &Request) -> Option<Answer> {
     match repo.behaviour {
         Behaviour::Slow(wait) => std::thread::sleep(wait),
         Behaviour::DropAlways => return None,
-        Behaviour::DropFirst(n) => {
-            if state.dropped.fetch_add(1, Ordering::Relaxed) < n {
-                return None;
-            }
+        Behaviour::DropFirst(n) if state.dropped.fetch_add(1, Ordering::Relaxed) < n => {
+            return None;
         }
         Behaviour::Gated => {
             let (status, why) = if authorized(request) {
