@@ -27,7 +27,7 @@ pub enum ModelError {
     #[error(transparent)]
     File(#[from] files::FileError),
     #[error(
-        "{0} does not exist; check the path (--model takes a config.json or a folder holding one)"
+        "{0} does not exist; check the path (--model takes a config.json, a folder holding one, or a Hugging Face Hub id ORG/NAME[@REVISION])"
     )]
     NotFound(PathBuf),
     #[error(
