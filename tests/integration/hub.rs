@@ -387,6 +387,8 @@ fn every_estimate_mode_takes_a_hub_id() {
             .join("preprocessor_config.json")
             .is_file()
     );
+    // The tokenizer is the vlm workload's need, not the estimate's.
+    assert!(!snapshot(home.path(), vl).join("tokenizer.json").exists());
     // A training estimate reads the same folder.
     let train = json_of(&run(
         Some(&hub),
@@ -444,6 +446,33 @@ fn workers_get_the_snapshot_folder() {
             .join("config.json")
             .is_file()
     );
+    // The vlm workload's processor reads the tokenizer: its files come with the folder.
+    let vl = "Qwen/Qwen2-VL-2B-Instruct";
+    let pythonpath =
+        std::env::join_paths([fixture("no_transformers"), fixture("../fake_torch")]).unwrap();
+    let out = super::common::with_fake_torch()
+        .env("PYTHONPATH", pythonpath)
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env_remove("HF_HUB_OFFLINE")
+        .args(["measure", "--workload", "vlm", "--model", vl, "--output"])
+        .arg(out_dir.path().join("v.json"))
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    for f in [
+        "config.json",
+        "preprocessor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(
+            snapshot(home.path(), vl).join(f).is_file(),
+            "{f}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 /// A prediction from a Hub id: built by transformers from the snapshot folder, offline, and the

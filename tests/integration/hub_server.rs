@@ -542,10 +542,13 @@ pub fn fixture_repos() -> BTreeMap<String, Repo> {
         repos.insert(id.to_string(), small_repo(id, "gpt2", behaviour));
     }
     let vl = "Qwen/Qwen2-VL-2B-Instruct";
-    repos.insert(
-        vl.into(),
-        small_repo(vl, "qwen2-vl-2b-instruct", Behaviour::Normal),
-    );
+    let mut qwen_vl = small_repo(vl, "qwen2-vl-2b-instruct", Behaviour::Normal);
+    for tokenizer in ["tokenizer.json", "tokenizer_config.json"] {
+        qwen_vl
+            .files
+            .insert(tokenizer.into(), File::Bytes(b"{}".to_vec()));
+    }
+    repos.insert(vl.into(), qwen_vl);
     let tiny = "org/tiny-llama";
     repos.insert(
         tiny.into(),
