@@ -422,6 +422,32 @@ mod tests {
     }
 
     #[test]
+    fn a_hub_snapshot_reads_its_cached_headers() {
+        let hf = tempfile::tempdir().unwrap();
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let snap = hf.path().join("hub/models--org--m/snapshots").join(commit);
+        std::fs::create_dir_all(&snap).unwrap();
+        let headers = hub_cache::headers_dir(&snap).unwrap();
+        let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8])]);
+        let len = bytes.len() as u64 + data;
+        hub_cache::write_header(&headers, "model.safetensors", len, &bytes).unwrap();
+        // No index: the cached shards are the folder's.
+        let stored = scan_folder(&snap).unwrap().unwrap();
+        assert_eq!(stored.shards[0].file, "model.safetensors");
+        assert_eq!((stored.elements, stored.data_bytes), (32, 64));
+        // An index naming a shard neither in the folder nor cached is still refused.
+        std::fs::write(
+            snap.join("model.safetensors.index.json"),
+            r#"{"weight_map": {"a": "model.safetensors", "b": "other.safetensors"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            scan_folder(&snap),
+            Err(HeaderError::MissingShard { shard, .. }) if shard == "other.safetensors"
+        ));
+    }
+
+    #[test]
     fn refuses_truncated_and_oversized() {
         let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8])]);
         let short = bytes.len() as u64 + data - 1;

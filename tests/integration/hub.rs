@@ -446,6 +446,36 @@ fn workers_get_the_snapshot_folder() {
             .join("config.json")
             .is_file()
     );
+    // A sweep resolves the id once, before its first trial.
+    let pythonpath =
+        std::env::join_paths([fixture("no_transformers"), fixture("../fake_torch")]).unwrap();
+    let out = super::common::with_fake_torch()
+        .env("PYTHONPATH", pythonpath)
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env_remove("HF_HUB_OFFLINE")
+        .args(["sweep", "--workload", "causal-lm", "--model", "org/gpt2"])
+        .args([
+            "--vary",
+            "batch=1,2",
+            "--prompt-tokens",
+            "8",
+            "--new-tokens",
+            "2",
+            "--output",
+        ])
+        .arg(out_dir.path().join("s.json"))
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    assert!(
+        snapshot(home.path(), "org/gpt2")
+            .join("config.json")
+            .is_file(),
+        "{}",
+        stderr(&out)
+    );
     // The vlm workload's processor reads the tokenizer: its files come with the folder.
     let vl = "Qwen/Qwen2-VL-2B-Instruct";
     let pythonpath =
