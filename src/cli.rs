@@ -362,10 +362,12 @@ pub struct WorkloadArgs {
     /// Arguments for --script (after `--`).
     #[arg(last = true, value_name = "ARGS")]
     pub script_args: Vec<String>,
-    /// causal-lm, vision: a config.json, or a folder holding one (weights are random; nothing is
+    /// causal-lm, vision: a config.json, or a folder holding one (weights are random; no weight is
     /// downloaded); vision also takes `timm:NAME` (a timm model, where timm is installed); vlm: a
-    /// folder holding config.json and preprocessor_config.json.
-    #[arg(long, value_name = "PATH")]
+    /// folder holding config.json and preprocessor_config.json. Or a Hugging Face Hub id,
+    /// ORG/NAME[@REVISION]: its configs are fetched into the Hugging Face cache (HF_HOME,
+    /// HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE as huggingface_hub reads them).
+    #[arg(long, value_name = "PATH|ORG/NAME")]
     pub model: Option<PathBuf>,
     /// Inference or a training loop (forward, loss, backward, optimizer_step, zero_grad per step).
     #[arg(long, value_enum, default_value = "infer")]
@@ -693,8 +695,10 @@ pub struct EstimateArgs {
     /// Bits per stored parameter: 4, 8, 16, 32 or an effective width such as 4.5.
     #[arg(long, allow_negative_numbers = true, value_name = "B", value_parser = bits, requires = "parameters")]
     pub bits: Option<Decimal>,
-    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards.
-    #[arg(long, value_name = "PATH")]
+    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards;
+    /// or a Hub id, ORG/NAME[@REVISION] (its configs and its shards' headers are fetched, never a
+    /// weight; HF_HOME, HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE as huggingface_hub reads them).
+    #[arg(long, value_name = "PATH|ORG/NAME")]
     pub model: Option<PathBuf>,
     /// Compute dtype of the weights (default: the config's torch_dtype, else float32).
     #[arg(long, value_name = "DTYPE")]
@@ -814,8 +818,8 @@ pub struct EstimateVisionArgs {
     #[command(flatten)]
     pub given: Given,
     /// An image model's config.json (ViT, DeiT, ConvNeXt, Swin, a CLIP or SigLIP vision tower),
-    /// or a folder holding one.
-    #[arg(long, value_name = "PATH", required = true)]
+    /// or a folder holding one; or a Hub id, ORG/NAME[@REVISION].
+    #[arg(long, value_name = "PATH|ORG/NAME", required = true)]
     pub model: PathBuf,
     /// Compute dtype of the weights (default: the config's torch_dtype, else float32).
     #[arg(long, value_name = "DTYPE")]
@@ -982,8 +986,9 @@ pub struct EstimateServeArgs {
     /// The engine whose rules plan the GPU's memory.
     #[arg(id = "serve", value_enum, value_name = "ENGINE")]
     pub engine: crate::estimate::serving::Engine,
-    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards.
-    #[arg(long, value_name = "PATH", required = true)]
+    /// A Hugging Face config.json, or a folder holding one and optionally *.safetensors shards;
+    /// or a Hub id, ORG/NAME[@REVISION].
+    #[arg(long, value_name = "PATH|ORG/NAME", required = true)]
     pub model: PathBuf,
     /// The dtype served [default: the engine's `auto` rule on the config's torch_dtype].
     #[arg(long, value_name = "DTYPE")]

@@ -119,6 +119,10 @@ pub struct Estimate {
     pub left_out: Vec<String>,
     pub notes: Vec<String>,
     pub model: Option<ModelSummary>,
+    /// The Hub repository and commit the model's folder holds (`--model ORG/NAME[@REVISION]`, or
+    /// any snapshot folder of the Hugging Face cache); absent for another folder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hub: Option<crate::model::hub_cache::HubOrigin>,
     /// The stored format read from safetensors headers, apart from the config-based count.
     pub stored: Option<Stored>,
     /// Sharded training (`--shard`): strategy, ranks, offload, the host memory and the
@@ -278,6 +282,11 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         Some(WeightsSource::Model(m)) => m.stored.clone(),
         _ => None,
     };
+    let model_path = match (&req.weights, &req.vision) {
+        (Some(WeightsSource::Model(m)), _) => Some(m.path.as_str()),
+        (_, Some(v)) => Some(v.path.as_str()),
+        _ => None,
+    };
     Ok(Estimate {
         schema: SCHEMA,
         tool_version: env!("CARGO_PKG_VERSION"),
@@ -285,6 +294,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, EstimateError> {
         total_bytes,
         left_out,
         notes,
+        hub: model_path.and_then(|p| crate::model::hub_cache::origin(std::path::Path::new(p))),
         model,
         stored,
         sharding,

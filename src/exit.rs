@@ -95,6 +95,7 @@ bad_input_from!(
     crate::estimate::kv_cache::CacheError,
     crate::estimate::EstimateError,
     crate::model::ModelError,
+    crate::model::hub::HubError,
     crate::model::safetensors::HeaderError,
 );
 

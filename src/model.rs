@@ -5,6 +5,8 @@ pub mod attention;
 pub mod config;
 pub mod families;
 pub mod files;
+pub mod hub;
+pub mod hub_cache;
 pub mod inventory;
 pub mod kv_layout;
 pub mod quantization;
@@ -25,7 +27,7 @@ pub enum ModelError {
     #[error(transparent)]
     File(#[from] files::FileError),
     #[error(
-        "{0} does not exist; check the path (--model takes a config.json or a folder holding one)"
+        "{0} does not exist; check the path (--model takes a config.json, a folder holding one, or a Hugging Face Hub id ORG/NAME[@REVISION])"
     )]
     NotFound(PathBuf),
     #[error(

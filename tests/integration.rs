@@ -12,6 +12,10 @@ mod estimate;
 mod explain;
 #[path = "integration/honesty.rs"]
 mod honesty;
+#[path = "integration/hub.rs"]
+mod hub;
+#[path = "integration/hub_server.rs"]
+mod hub_server;
 #[path = "integration/limits.rs"]
 mod limits;
 #[path = "integration/measure.rs"]

@@ -14,9 +14,9 @@ use crate::prediction::serve_profile::{self, ProfileError};
 
 pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let (est, json) = match (&args.mode, args.serve.serve) {
-        (Some(EstimateMode::Serve(s)), _) => (serve(&options::serving(s))?, s.json),
+        (Some(EstimateMode::Serve(s)), _) => (serve(&options::serving(s)?)?, s.json),
         (Some(EstimateMode::Vision(v)), _) => (
-            estimate::estimate(&plan::vision_plan(&options::vision(v))?)?,
+            estimate::estimate(&plan::vision_plan(&options::vision(v)?)?)?,
             v.json,
         ),
         (None, Some(engine)) => {
@@ -39,7 +39,7 @@ pub fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             (with_note(estimate::estimate(&request)?, note), args.json)
         }
         (None, None) => (
-            estimate::estimate(&plan::plan(&options::estimate(args))?)?,
+            estimate::estimate(&plan::plan(&options::estimate(args)?)?)?,
             args.json,
         ),
     };

@@ -24,7 +24,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     // Handlers first: a signal from here on is recorded, never the default sudden death.
     let stop = signals::stop_request();
     let output_path = super::required_output(&args.run)?;
-    let plan = RunPlan::new(&options::measure(args))?;
+    let plan = RunPlan::new(&options::measure(args)?)?;
     let kv_estimates = prediction::kv_estimates(&plan)?;
     let mut trial = plan.trial();
     output::check_new(output_path)?;

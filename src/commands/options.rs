@@ -9,12 +9,14 @@ use crate::cli::{
     MeasureArgs, PredictArgs, QuantizeArgs, RunArgs, SlidingWindowArgs, SweepArgs, TimelineArgs,
     TrainingArgs, VisionArgs, WorkloadArgs, WorkloadGroups,
 };
+use crate::model::hub::{HubError, Needs};
 use crate::schema::dimensions::Variable;
+use crate::schema::spec::Workload;
 use crate::sweep::plan::SweepOptions;
 use crate::workload::plan::{Acts, RunOptions, Scope, Written};
 
 /// The measurement `measure` asks for.
-pub fn measure(args: &MeasureArgs) -> RunOptions {
+pub fn measure(args: &MeasureArgs) -> Result<RunOptions, HubError> {
     let extra = Extra {
         distributed: Some(&args.distributed),
         history: Some(&args.history),
@@ -24,12 +26,12 @@ pub fn measure(args: &MeasureArgs) -> RunOptions {
 }
 
 /// The workload `predict` follows (no torchrun job, no allocator records).
-pub fn predict(args: &PredictArgs) -> RunOptions {
+pub fn predict(args: &PredictArgs) -> Result<RunOptions, HubError> {
     workload(&args.workload, Extra::default(), &args.run, &args.given)
 }
 
 /// The sweep, and the measurement each of its trials starts from.
-pub fn sweep(args: &SweepArgs) -> (SweepOptions, RunOptions) {
+pub fn sweep(args: &SweepArgs) -> Result<(SweepOptions, RunOptions), HubError> {
     let extra = Extra {
         distributed: Some(&args.distributed),
         history: Some(&args.history),
@@ -47,10 +49,10 @@ pub fn sweep(args: &SweepArgs) -> (SweepOptions, RunOptions) {
         no_prediction: args.no_prediction,
         predict: args.predict,
     };
-    (
+    Ok((
         sweep,
-        workload(&args.workload, extra, &args.run, &args.given),
-    )
+        workload(&args.workload, extra, &args.run, &args.given)?,
+    ))
 }
 
 /// The groups a command accepts besides the workload's (`None`: the command has no such group).
@@ -61,15 +63,24 @@ struct Extra<'a> {
     timeline: Option<&'a TimelineArgs>,
 }
 
-fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> RunOptions {
+fn workload(
+    w: &WorkloadGroups,
+    extra: Extra,
+    run: &RunArgs,
+    given: &Given,
+) -> Result<RunOptions, HubError> {
     let (workload, dense, generation, training) =
         (&w.workload, &w.dense, &w.generation, &w.training);
     let distributed = extra.distributed;
-    RunOptions {
+    // The vlm workload's processor reads the tokenizer's files too.
+    let needs = Needs {
+        tokenizer: workload.workload == Workload::Vlm,
+    };
+    Ok(RunOptions {
         workload: workload.workload,
         script: workload.script.clone(),
         script_args: workload.script_args.clone(),
-        model: workload.model.clone(),
+        model: model_path(workload.model.as_deref(), needs)?,
         task: workload.task,
         device: workload.device.clone(),
         batch: workload.batch,
@@ -114,7 +125,7 @@ fn workload(w: &WorkloadGroups, extra: Extra, run: &RunArgs, given: &Given) -> R
         python: run.python.clone(),
         timeout_s: run.timeout,
         written: written(given),
-    }
+    })
 }
 
 /// The options written on the command line that act only on some workloads: the dimensions
@@ -171,6 +182,18 @@ pub fn written_in<A: Args>(given: &Given) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `--model VALUE` as a local path: a Hub id (`ORG/NAME[@REVISION]`) that is no local path becomes
+/// its snapshot folder in the Hugging Face cache, fetched if need be ([`crate::model::hub`]); every
+/// command reads the model, and every worker builds it, from that folder.
+pub fn model_path(
+    value: Option<&std::path::Path>,
+    needs: Needs,
+) -> Result<Option<std::path::PathBuf>, HubError> {
+    value
+        .map(|v| crate::model::hub::resolve(v, needs))
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +205,7 @@ mod tests {
         let Command::Measure(m) = Cli::try_parse_from(argv).unwrap().command else {
             unreachable!("parsed as measure")
         };
-        measure(&m)
+        measure(&m).unwrap()
     }
 
     /// The help stays true: `sweep --vary` names every dimension that can be varied, and the

@@ -17,7 +17,7 @@ use crate::workload::plan::RunPlan;
 
 pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let stop = signals::stop_request();
-    let workload = options::predict(args);
+    let workload = options::predict(args)?;
     let plan = RunPlan::for_prediction(&workload, args.world_size)?;
     let m = &args.run;
     if plan.devices.len() > 1 {

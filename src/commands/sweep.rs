@@ -82,6 +82,6 @@ pub(crate) fn plan_of(args: &[&str]) -> anyhow::Result<SweepPlan> {
 
 /// The sweep the arguments ask for, validated.
 fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
-    let (sweep, base) = options::sweep(args);
+    let (sweep, base) = options::sweep(args)?;
     SweepPlan::new(&sweep, &base)
 }

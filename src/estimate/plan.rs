@@ -731,6 +731,7 @@ pub fn serve<E: From<EstimateError>>(
         total_bytes,
         left_out: serving::left_out(engine),
         notes,
+        hub: crate::model::hub_cache::origin(std::path::Path::new(&m.path)),
         model: Some(ModelSummary {
             path: m.path.clone(),
             parameters: u64::try_from(m.architecture.parameters()).unwrap_or(u64::MAX),

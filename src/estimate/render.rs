@@ -16,6 +16,9 @@ pub fn table(est: &Estimate) -> String {
         out,
         "iteragpu estimate: arithmetic before any GPU is touched"
     );
+    if let Some(hub) = &est.hub {
+        let _ = writeln!(out, "from the Hub: {} at commit {}", hub.repo, hub.commit);
+    }
     if let Some(model) = &est.model {
         let a = &model.architecture;
         let _ = writeln!(

@@ -13,6 +13,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::files::{FileError, read_capped, regular_file, resolve_inside};
+use super::hub_cache;
 
 /// Largest header accepted: the limit of the reference implementation (`safetensors` crate).
 pub const HEADER_CAP: u64 = 100_000_000;
@@ -204,6 +205,35 @@ pub fn scan_file(path: &Path) -> Result<(Shard, u64), HeaderError> {
     scan_reader(path, file, len)
 }
 
+/// Where a shard's header is read: the shard itself, or (a Hub snapshot fetched by id, which holds
+/// no weights) the header alone, kept in the tool's cache beside the Hub's
+/// ([`hub_cache::cached_header`]).
+enum Source {
+    File(PathBuf),
+    Cached(String),
+}
+
+impl Source {
+    fn name(&self) -> &std::ffi::OsStr {
+        match self {
+            Source::File(path) => path.file_name().unwrap_or_default(),
+            Source::Cached(name) => std::ffi::OsStr::new(name),
+        }
+    }
+}
+
+/// Reads shard `name`'s cached header as if it were the shard: same checks, same figures.
+fn scan_cached(dir: &Path, name: &str) -> Result<(Shard, u64), HeaderError> {
+    let path = hub_cache::cached_header(dir, name).ok_or_else(|| FileError::Missing {
+        path: dir.join(name),
+    })?;
+    // The shard's length, its 8-byte header length, and the header.
+    let (file_len, head) = hub_cache::read_header(&path, 16 + HEADER_CAP)?;
+    let (mut shard, read) = scan_reader(&path, std::io::Cursor::new(head), file_len)?;
+    shard.file = name.to_string();
+    Ok((shard, read))
+}
+
 /// Scans every shard of a folder: those listed by `model.safetensors.index.json` when present,
 /// else every `*.safetensors` file. `Ok(None)` when the folder holds none. A shard that is not a
 /// regular file (dangling or looping link, directory, FIFO) or that resolves outside the folder is
@@ -252,7 +282,10 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
         let mut files = Vec::with_capacity(names.len());
         for name in names {
             match resolve_inside(dir, Path::new(name), &index_path) {
-                Ok(path) => files.push(path),
+                Ok(path) => files.push(Source::File(path)),
+                Err(FileError::Missing { .. }) if hub_cache::cached_header(dir, name).is_some() => {
+                    files.push(Source::Cached(name.to_string()));
+                }
                 Err(FileError::Missing { .. }) => {
                     return Err(HeaderError::MissingShard {
                         index: index_path.clone(),
@@ -284,19 +317,25 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
     let files = match listed_by_index {
         Some(files) => {
             for name in in_folder {
-                if !files
-                    .iter()
-                    .any(|f| f.file_name() == Some(name.as_os_str()))
-                {
+                if !files.iter().any(|f| f.name() == name.as_os_str()) {
                     unlisted.push(name.display().to_string());
                 }
             }
             files
         }
-        None => in_folder
-            .iter()
-            .map(|name| resolve_inside(dir, name, dir))
-            .collect::<Result<Vec<_>, _>>()?,
+        None => {
+            let mut files = in_folder
+                .iter()
+                .map(|name| resolve_inside(dir, name, dir).map(Source::File))
+                .collect::<Result<Vec<_>, _>>()?;
+            // A snapshot fetched by Hub id holds no shard, only its header in the tool's cache.
+            for name in hub_cache::cached_shards(dir) {
+                if !in_folder.iter().any(|f| f.as_os_str() == name.as_str()) {
+                    files.push(Source::Cached(name));
+                }
+            }
+            files
+        }
     };
     if files.is_empty() {
         return Ok(None);
@@ -319,7 +358,10 @@ pub fn scan_folder(dir: &Path) -> Result<Option<Stored>, HeaderError> {
         Ok(())
     };
     for file in files {
-        let (shard, read) = scan_file(&file)?;
+        let (shard, read) = match &file {
+            Source::File(path) => scan_file(path)?,
+            Source::Cached(name) => scan_cached(dir, name)?,
+        };
         add(&mut stored.bytes_read, read)?;
         add(&mut stored.data_bytes, shard.data_bytes)?;
         add(&mut stored.tensors, shard.tensors)?;
@@ -377,6 +419,32 @@ mod tests {
         assert_eq!(shard.by_dtype["BF16"].bytes, 64);
         assert_eq!(shard.by_dtype["F32"].elements, 3);
         assert_eq!(read, bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_hub_snapshot_reads_its_cached_headers() {
+        let hf = tempfile::tempdir().unwrap();
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let snap = hf.path().join("hub/models--org--m/snapshots").join(commit);
+        std::fs::create_dir_all(&snap).unwrap();
+        let headers = hub_cache::headers_dir(&snap).unwrap();
+        let (bytes, data) = header_bytes(&[("a", "BF16", vec![4, 8])]);
+        let len = bytes.len() as u64 + data;
+        hub_cache::write_header(&headers, "model.safetensors", len, &bytes).unwrap();
+        // No index: the cached shards are the folder's.
+        let stored = scan_folder(&snap).unwrap().unwrap();
+        assert_eq!(stored.shards[0].file, "model.safetensors");
+        assert_eq!((stored.elements, stored.data_bytes), (32, 64));
+        // An index naming a shard neither in the folder nor cached is still refused.
+        std::fs::write(
+            snap.join("model.safetensors.index.json"),
+            r#"{"weight_map": {"a": "model.safetensors", "b": "other.safetensors"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            scan_folder(&snap),
+            Err(HeaderError::MissingShard { shard, .. }) if shard == "other.safetensors"
+        ));
     }
 
     #[test]

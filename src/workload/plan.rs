@@ -754,7 +754,7 @@ impl RunPlan {
             "gradient_checkpointing",
             "shard",
         ];
-        let (dimensions, seed, first_pass, warmup, repeats) = match &self.workload {
+        let (mut dimensions, seed, first_pass, warmup, repeats) = match &self.workload {
             WorkloadPlan::Script(_) => (
                 Map::new(),
                 None,
@@ -823,6 +823,16 @@ impl RunPlan {
                 (dims, Some(self.seed), "prefill".to_string(), 0, 1)
             }
         };
+        // A model folder of the Hugging Face cache (`--model ORG/NAME`): the repository and the
+        // commit are recorded with the folder.
+        let origin = dimensions
+            .get("model")
+            .and_then(Value::as_str)
+            .and_then(|m| crate::model::hub_cache::origin(std::path::Path::new(m)));
+        if let Some(origin) = origin {
+            dimensions.insert("model_repo".into(), json!(origin.repo));
+            dimensions.insert("model_commit".into(), json!(origin.commit));
+        }
         let empty_cache = match &self.workload {
             WorkloadPlan::Dense(p) => p.empty_cache,
             _ => EmptyCache::Never,

@@ -8,6 +8,7 @@ use crate::cli::{
     KvCacheArgs, KvLoadArgs, KvShapeArgs, QuantizedCacheArgs, ReserveArgs, ServeArgs, ServeKvDtype,
     ServeOptions, ShardOptionsArgs, TrainStepArgs, VisionLegacyArgs,
 };
+use crate::commands::options::model_path;
 use crate::dtype::Dtype;
 use crate::estimate::Reserve;
 use crate::estimate::plan::{
@@ -15,15 +16,16 @@ use crate::estimate::plan::{
 };
 use crate::estimate::serving::Engine;
 use crate::exit::CliError;
+use crate::model::hub::{HubError, Needs};
 
 /// `estimate` (a language model).
-pub fn estimate(args: &EstimateArgs) -> EstimateOptions {
+pub fn estimate(args: &EstimateArgs) -> Result<EstimateOptions, HubError> {
     let (load, cache, quantized) = (&args.load, &args.kv_cache, &args.quantized);
     let shard = &args.shard_options;
-    EstimateOptions {
+    Ok(EstimateOptions {
         parameters: args.parameters,
         bits: args.bits,
-        model: args.model.clone(),
+        model: model_path(args.model.as_deref(), Needs::default())?,
         dtype: args.dtype,
         images_per_request: args.vision.images.images_per_request.clone(),
         quantize: args.quantize.quantize,
@@ -70,13 +72,13 @@ pub fn estimate(args: &EstimateArgs) -> EstimateOptions {
             activations: written::<ActivationArgs>(&args.given),
             shard_options: written::<ShardOptionsArgs>(&args.given),
         },
-    }
+    })
 }
 
 /// `estimate vision`.
-pub fn vision(args: &EstimateVisionArgs) -> VisionOptions {
-    VisionOptions {
-        model: args.model.clone(),
+pub fn vision(args: &EstimateVisionArgs) -> Result<VisionOptions, HubError> {
+    Ok(VisionOptions {
+        model: hub_path(&args.model)?,
         dtype: args.dtype,
         resolution: args.images.resolution,
         images: args.images.images,
@@ -84,7 +86,7 @@ pub fn vision(args: &EstimateVisionArgs) -> VisionOptions {
         step: step(&args.step, &args.given),
         gradient_checkpointing: args.gradient_checkpointing,
         reserve: reserve(&args.stated),
-    }
+    })
 }
 
 /// The old `estimate --workload vision`: every option `estimate vision` does not take is refused
@@ -99,7 +101,7 @@ pub fn legacy_vision(args: &EstimateArgs) -> Result<VisionOptions, CliError> {
     };
     let images = &args.vision.images;
     Ok(VisionOptions {
-        model: model.clone(),
+        model: hub_path(model)?,
         dtype: args.dtype,
         resolution: images.resolution,
         images: images.images,
@@ -111,8 +113,13 @@ pub fn legacy_vision(args: &EstimateArgs) -> Result<VisionOptions, CliError> {
 }
 
 /// `estimate serve ENGINE`.
-pub fn serving(args: &EstimateServeArgs) -> ServingOptions {
-    serving_of(args.engine, &args.model, args.dtype, &args.options)
+pub fn serving(args: &EstimateServeArgs) -> Result<ServingOptions, HubError> {
+    Ok(serving_of(
+        args.engine,
+        &hub_path(&args.model)?,
+        args.dtype,
+        &args.options,
+    ))
 }
 
 /// The old `estimate --serve ENGINE`: every option `estimate serve` does not take is refused by
@@ -127,7 +134,12 @@ pub fn legacy_serving(args: &EstimateArgs, engine: Engine) -> Result<ServingOpti
             "a serving plan needs --model DIR (a Hugging Face config.json) and --card NAME (iteragpu cards): `iteragpu estimate serve {engine} --model DIR --card NAME`"
         );
     };
-    Ok(serving_of(engine, model, args.dtype, &args.serve.options))
+    Ok(serving_of(
+        engine,
+        &hub_path(model)?,
+        args.dtype,
+        &args.serve.options,
+    ))
 }
 
 fn serving_of(
@@ -158,6 +170,11 @@ fn serving_of(
         kv_cache_memory: s.kv_cache_memory,
         concurrency_at: s.concurrency_at.clone(),
     }
+}
+
+/// A model folder given by `--model` (a Hub id becomes its snapshot folder).
+fn hub_path(model: &std::path::Path) -> Result<std::path::PathBuf, HubError> {
+    crate::model::hub::resolve(model, Needs::default())
 }
 
 fn step(args: &TrainStepArgs, given: &Given) -> TrainStep {

@@ -1,0 +1,187 @@
+//! The Hugging Face cache on disk, in huggingface_hub's own layout (`HF_HUB_CACHE`, else
+//! `HF_HOME/hub`: `models--ORG--NAME/{refs,blobs,snapshots/COMMIT}`), so that a model fetched by
+//! its Hub id is the model transformers finds, and one the user already has is not fetched again;
+//! and the tool's own cache of safetensors headers beside it (`HF_HOME/iteragpu/safetensors-headers`),
+//! since huggingface_hub has no place for part of a file. Everything here follows from a
+//! snapshot's path alone: whoever reads the folder finds its headers and its origin.
+
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::files::{FileError, read_capped, regular_file};
+
+/// Where a model folder came from on the Hub: written with every estimate, prediction and result
+/// made from it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct HubOrigin {
+    /// `ORG/NAME`.
+    pub repo: String,
+    /// The commit the files are from (40 hexadecimal digits).
+    pub commit: String,
+}
+
+/// huggingface_hub's hub cache: `HF_HUB_CACHE`, else `HF_HOME/hub`, else
+/// `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`.
+pub fn hub_dir() -> Option<PathBuf> {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("HF_HUB_CACHE").or_else(|| var("HUGGINGFACE_HUB_CACHE")) {
+        return Some(PathBuf::from(dir));
+    }
+    Some(home_dir()?.join("hub"))
+}
+
+/// huggingface_hub's `HF_HOME` (where its token file is).
+pub fn home_dir() -> Option<PathBuf> {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(home) = var("HF_HOME") {
+        return Some(PathBuf::from(home));
+    }
+    let cache = var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("huggingface"))
+}
+
+/// `models--ORG--NAME`, huggingface_hub's folder for a model repository.
+pub fn repo_folder(repo: &str) -> String {
+    format!("models--{}", repo.replace('/', "--"))
+}
+
+/// Whether `text` is a full commit hash (what a snapshot folder is named by).
+pub fn is_commit(text: &str) -> bool {
+    text.len() == 40
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The repository and commit of a snapshot folder `…/models--ORG--NAME/snapshots/COMMIT` (or a
+/// file in it), else `None`.
+pub fn origin(path: &Path) -> Option<HubOrigin> {
+    let (_, repo, commit) = parts(path).or_else(|| parts(path.parent()?))?;
+    Some(HubOrigin { repo, commit })
+}
+
+/// (hub cache, `ORG/NAME`, commit) of a snapshot folder.
+fn parts(dir: &Path) -> Option<(PathBuf, String, String)> {
+    let commit = dir.file_name()?.to_str()?;
+    let snapshots = dir.parent()?;
+    let repo_dir = snapshots.parent()?;
+    let folder = repo_dir.file_name()?.to_str()?;
+    let name = folder.strip_prefix("models--")?;
+    let (org, model) = name.split_once("--")?;
+    let ok = snapshots.file_name()? == "snapshots"
+        && is_commit(commit)
+        && !org.is_empty()
+        && !model.is_empty()
+        && !model.contains("--");
+    ok.then(|| {
+        (
+            repo_dir.parent().unwrap_or(Path::new("")).to_path_buf(),
+            format!("{org}/{model}"),
+            commit.to_string(),
+        )
+    })
+}
+
+/// The tool's header cache for a hub cache: beside it, in `iteragpu/safetensors-headers`.
+pub fn headers_root(hub: &Path) -> PathBuf {
+    hub.parent()
+        .unwrap_or(hub)
+        .join("iteragpu")
+        .join("safetensors-headers")
+}
+
+/// Where the headers of a snapshot folder's shards are kept (`None`: not a snapshot folder).
+pub fn headers_dir(snapshot: &Path) -> Option<PathBuf> {
+    let (hub, repo, commit) = parts(snapshot)?;
+    Some(headers_root(&hub).join(repo_folder(&repo)).join(commit))
+}
+
+const SUFFIX: &str = ".header";
+
+/// The cached header of shard `name` of a snapshot folder, when there is one.
+pub fn cached_header(snapshot: &Path, name: &str) -> Option<PathBuf> {
+    let path = headers_dir(snapshot)?.join(format!("{name}{SUFFIX}"));
+    regular_file(&path).is_ok().then_some(path)
+}
+
+/// The shards of a snapshot folder whose header is cached, by name, sorted.
+pub fn cached_shards(snapshot: &Path) -> Vec<String> {
+    let Some(dir) = headers_dir(snapshot) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(SUFFIX)?.to_string())
+        })
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A cached header: the shard's length, then its first bytes (8-byte length and JSON header).
+/// The file holds the length as 8 little-endian bytes, then those bytes as the shard has them;
+/// one over `cap` bytes is refused unread.
+pub fn read_header(path: &Path, cap: u64) -> Result<(u64, Vec<u8>), FileError> {
+    let mut bytes = read_capped(path, cap, "cached safetensors header")?;
+    if bytes.len() < 8 {
+        return Ok((0, Vec::new()));
+    }
+    let rest = bytes.split_off(8);
+    let len = u64::from_le_bytes(bytes.try_into().expect("eight bytes"));
+    Ok((len, rest))
+}
+
+/// Keeps a shard's first bytes (`head`: the 8-byte length and the header) and its length, written
+/// whole or not at all (a temporary file renamed into place).
+pub fn write_header(dir: &Path, name: &str, file_len: u64, head: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&file_len.to_le_bytes())?;
+    tmp.write_all(head)?;
+    tmp.persist(dir.join(format!("{name}{SUFFIX}")))
+        .map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn a_snapshot_names_its_origin_and_headers() {
+        let snap = PathBuf::from(format!(
+            "/c/hub/models--meta-llama--Llama-3.1-8B/snapshots/{COMMIT}"
+        ));
+        let origin = origin(&snap).unwrap();
+        assert_eq!(origin.repo, "meta-llama/Llama-3.1-8B");
+        assert_eq!(origin.commit, COMMIT);
+        assert_eq!(super::origin(&snap.join("config.json")), Some(origin));
+        assert_eq!(
+            headers_dir(&snap).unwrap(),
+            PathBuf::from(format!(
+                "/c/iteragpu/safetensors-headers/models--meta-llama--Llama-3.1-8B/{COMMIT}"
+            ))
+        );
+        for other in ["/c/models/llama", "/c/hub/models--x--y/snapshots/main"] {
+            assert_eq!(super::origin(Path::new(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_header_is_kept_with_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        write_header(dir.path(), "a.safetensors", 1234, b"headbytes").unwrap();
+        let (len, head) = read_header(&dir.path().join("a.safetensors.header"), 100).unwrap();
+        assert_eq!((len, head.as_slice()), (1234, &b"headbytes"[..]));
+    }
+}
