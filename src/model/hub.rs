@@ -327,8 +327,8 @@ enum Attempt {
     Final(HubError),
 }
 
-/// Runs `call` up to `s.tries` times, each bounded by `s.timeout`: the call runs on its own thread
-/// (hf-hub's agent has no timeout), abandoned if it does not answer in time.
+/// Runs `call` up to `s.tries` times (as [`tried`]), each bounded by `s.timeout`: the call runs
+/// on its own thread (hf-hub's agent has no timeout), abandoned if it does not answer in time.
 fn bounded<T: Send + 'static>(
     s: &Settings,
     id: &HubId,
@@ -336,29 +336,19 @@ fn bounded<T: Send + 'static>(
     call: impl Fn() -> Result<T, Attempt> + Send + Sync + 'static,
 ) -> Result<T, HubError> {
     let call = Arc::new(call);
-    let mut last = String::new();
-    for attempt in 0..s.tries {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(200 * 2u64.pow(attempt)));
-        }
+    let timeout = s.timeout;
+    tried(s, id, what, || {
         let (tx, rx) = std::sync::mpsc::channel();
         let call = Arc::clone(&call);
         std::thread::spawn(move || {
             let _ = tx.send(call());
         });
-        match rx.recv_timeout(s.timeout) {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(Attempt::Final(e))) => return Err(e),
-            Ok(Err(Attempt::Again(reason))) => last = reason,
-            Err(_) => last = format!("no answer within {} s", s.timeout.as_secs_f64()),
-        }
-    }
-    Err(HubError::Unreachable {
-        id: display(id),
-        what: what.to_string(),
-        tries: s.tries,
-        seconds: s.timeout.as_secs_f64().ceil() as u64,
-        reason: last,
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(Attempt::Again(format!(
+                "no answer within {} s",
+                timeout.as_secs_f64()
+            )))
+        })
     })
 }
 
