@@ -6,7 +6,9 @@
 //! wrap is a panic), never a negative or non-finite concurrency, and never fewer KV tokens on a
 //! card with more memory.
 
-use iteragpu::estimate::serving::{Engine, Rotary, ServeModel, ServeRequest, Version, plan};
+use iteragpu::estimate::serving::{
+    Engine, Rotary, ServeModel, ServeRequest, Version, VisionEncoder, plan,
+};
 use iteragpu::units::Bytes;
 
 /// Bytes read from the front of an input.
@@ -66,6 +68,13 @@ pub fn case(b: &[u8]) -> (ServeModel, ServeRequest) {
                 dim: pick(b, 36, 128),
             })
         },
+        encoder: (byte(93) % 3 == 0).then(|| VisionEncoder {
+            image_size: pick(b, 94, 896),
+            patches: pick(b, 97, 4096),
+            hidden: pick(b, 100, 1152),
+            intermediate: pick(b, 103, 4304),
+            tokens_per_item: pick(b, 106, 256),
+        }),
     };
     let opt = |k: usize, sane: u64| (byte(k) % 2 == 1).then(|| pick(b, k + 1, sane));
     let utilization = match byte(39) % 8 {

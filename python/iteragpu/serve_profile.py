@@ -189,6 +189,16 @@ def _llama_layout(raw: dict[str, Any], text: Any) -> bool:
     )
 
 
+def _encoder_batch(model: Any, images: int, side: int, dtype: Any) -> tuple[Any, Any]:
+    """V1's multimodal dummy batch (`profile_run`, 0.9-0.11): `images` dummy images of the largest
+    size, float32 from the processor, through the vision tower and its projector; the batch (a
+    local of `profile_run`) and the embeddings (the encoder cache) stay held through the language
+    model's dummy run."""
+    pixels = torch.empty(images, 3, side, side, dtype=torch.float32, device="cuda")
+    features = model.get_image_features(pixel_values=pixels.to(dtype))
+    return pixels, features
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--config", required=True, help="the model's config.json")
@@ -197,6 +207,8 @@ def main() -> None:
     p.add_argument("--dtype", required=True, help="the compute dtype (bfloat16, float16, float32)")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size: one rank's shard")
     p.add_argument("--engine", choices=("v0", "v1"), default="v0", help="the release's engine: V0 (< 0.8) or V1")
+    p.add_argument("--images", type=int, default=0, help="V1's multimodal dummy batch: images through the vision tower first")
+    p.add_argument("--image-size", type=int, default=0, help="the dummy images' side in pixels")
     a = p.parse_args()
     transformers, config = _config(a.config, a.tp)
     with open(a.config, encoding="utf-8") as f:
@@ -221,8 +233,11 @@ def main() -> None:
         length = -(-a.tokens // requests)
         ids = torch.randint(0, vocab, (requests, length), device="cuda")
     run = {"requests": requests, "length": length, "tokens": a.tokens if layout else requests * length}
+    if a.images:
+        run["images"] = a.images
     with phase("profile_run", **run) as info:
         with torch.inference_mode():
+            encoder = _encoder_batch(model, a.images, a.image_size, dtype) if a.images else None
             if layout:
                 hidden = _vllm_llama_forward(text, a.tokens, dtype)
                 rows = torch.tensor(ends, device="cuda")
@@ -247,7 +262,7 @@ def main() -> None:
                 if layout:
                     del last  # the logits processor's pruned rows are its own
                 _sampler_v0(logits, vocab)
-            del logits, hidden
+            del logits, hidden, encoder
         info["attention_implementation"] = "vllm-llama-layout" if layout else getattr(model.config, "_attn_implementation", None)
         info["forward"] = "vllm-llama-layout" if layout else "transformers"
 

@@ -695,13 +695,19 @@ pub fn serve<E: From<EstimateError>>(
                 "--activation-peak predict runs vLLM's profile run; SGLang runs none (it sizes its pool without one): drop it for SGLang"
             );
         };
+        let v1 = version.unwrap_or(serving::Version(0, 11, 0)) >= serving::Version(0, 8, 0);
         let shape = ProfileShape {
             config: config_file(path),
             tokens,
             seqs,
             dtype: m.compute_dtype.torch_name().to_string(),
             tensor_parallel_size: request.tensor_parallel_size,
-            v1: version.unwrap_or(serving::Version(0, 11, 0)) >= serving::Version(0, 8, 0),
+            v1,
+            encoder_images: model.encoder.filter(|_| v1).map(|enc| {
+                let items =
+                    serving::profile::encoder_items(&enc, tokens, seqs, request.max_model_len);
+                (items, enc.image_size)
+            }),
         };
         request.activation_peak = Some(predict_profile(&shape, &card.name)?);
         p = serving::plan_with(&model, &request, &facts)?;

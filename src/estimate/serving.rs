@@ -11,7 +11,7 @@ use crate::units::{Bytes, GIB};
 
 pub mod config;
 pub mod defaults;
-mod profile;
+pub mod profile;
 pub mod refusal;
 pub use profile::ProfileShape;
 use profile::activation_term;
@@ -85,6 +85,23 @@ pub struct ServeModel {
     pub weights: Bytes,
     /// vLLM's rotary cos/sin cache, when the config's rope is one it sizes plainly; else why not.
     pub rotary: Result<Rotary, String>,
+    /// A multimodal model's vision tower, which V1's profile run exercises with a dummy batch.
+    pub encoder: Option<VisionEncoder>,
+}
+
+/// The vision tower of a multimodal model as vLLM V1's profile run exercises it: a dummy batch of
+/// images of the largest size, through the tower, their embeddings held in the encoder cache
+/// while the language model's dummy run follows (v1/worker/gpu_model_runner.py `profile_run`).
+#[derive(Clone, Copy, Debug)]
+pub struct VisionEncoder {
+    /// The image's side in pixels (the processor's size, the tower's `image_size`).
+    pub image_size: u64,
+    /// Patches per image the tower runs over: (image_size / patch_size)².
+    pub patches: u64,
+    pub hidden: u64,
+    pub intermediate: u64,
+    /// Embeddings one image takes in the language model (`mm_tokens_per_image`).
+    pub tokens_per_item: u64,
 }
 
 /// The `cos_sin_cache` buffer of vLLM's `RotaryEmbedding`: `positions × rotary_dim` elements in
@@ -360,7 +377,7 @@ pub fn plan_with(
     }
     let release = release_note(r.engine, r.version).map_err(input_err)?;
     let mut p = match r.engine {
-        Engine::Vllm => vllm(m, r),
+        Engine::Vllm => vllm(m, r, facts.free_at_start),
         Engine::Sglang => sglang(m, r),
     }?;
     if let Some(note) = release {
@@ -746,7 +763,31 @@ fn non_torch_term(r: &ServeRequest, cite: &str) -> Term {
     .input("from_log", r.non_torch.is_some())
 }
 
-fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
+/// `free_at_start`: what the device had free before the engine started (`--free-at-start`), which
+/// 0.8.x's V1 charges to its budget.
+/// 0.8.x's V1 counts everything used on the device that is not its torch allocations as its own
+/// non-torch memory, other processes' included (v1/worker/gpu_worker.py determine_available_memory
+/// 0.8.5:190-203: `total_allocated_bytes = mem_get_info()[1] - mem_get_info()[0]`; fixed by
+/// PR #19312 in 0.9): what was in use before the engine started is added to the term.
+fn other_processes_charged(mut non_torch: Term, total: u64, free_at_start: Bytes) -> Term {
+    let others = total.saturating_sub(free_at_start.get());
+    if others > 0 {
+        non_torch.formula = format!(
+            "{} + {} bytes in use before the engine started (device total − --free-at-start {}): 0.8.x's V1 charges other processes' memory to its budget as non-torch memory (v1/worker/gpu_worker.py determine_available_memory 0.8.5:190-203; fixed in 0.9 by PR #19312)",
+            non_torch.formula,
+            g(others),
+            g(free_at_start.get())
+        );
+        non_torch.bytes = Bytes(non_torch.bytes.get().saturating_add(others));
+    }
+    non_torch
+}
+
+fn vllm(
+    m: &ServeModel,
+    r: &ServeRequest,
+    free_at_start: Option<Bytes>,
+) -> Result<Plan, EstimateError> {
     let mut notes = Vec::new();
     let mut defaults = Vec::new();
     let version = r.version.unwrap_or(Version(0, 11, 0));
@@ -822,6 +863,14 @@ fn vllm(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     check_given_budget(r, &weights, "vLLM", &mut notes)?;
     let act = activation_term(m, r, mnbt, seqs, profile_cite);
     let non_torch = non_torch_term(r, "memory_profiling in vllm/utils.py: non_torch_increase");
+    let non_torch = match free_at_start {
+        Some(free) if !v0 && !grouped => other_processes_charged(non_torch, total, free),
+        None if !v0 && !grouped => {
+            notes.push(format!("vLLM {version}'s V1 charges every byte in use on the device to its budget, other processes' included (fixed in 0.9): on a shared GPU give what is free before the engine starts with --free-at-start"));
+            non_torch
+        }
+        _ => non_torch,
+    };
     let graphs_charged = version >= Version(0, 21, 0) && !r.enforce_eager;
     let graphs = if r.enforce_eager {
         Term::new(
@@ -1209,6 +1258,7 @@ mod tests {
                 positions: 8192,
                 dim: 128,
             }),
+            encoder: None,
         }
     }
 
@@ -1402,6 +1452,99 @@ mod tests {
         assert_eq!(
             assumed.summary.kv_budget_bytes - predicted.summary.kv_budget_bytes,
             GIB as i128 - a.get() as i128
+        );
+    }
+
+    #[test]
+    fn v1_runs_a_multimodal_encoders_dummy_batch_first_and_v0_says_it_is_not_modelled() {
+        let text_only = llama(vec![None; 32]);
+        let m = ServeModel {
+            encoder: Some(VisionEncoder {
+                image_size: 896,
+                patches: 4096,
+                hidden: 1152,
+                intermediate: 4304,
+                tokens_per_item: 256,
+            }),
+            ..llama(vec![None; 32])
+        };
+        let act = |m: &ServeModel, r: &ServeRequest| {
+            plan(m, r)
+                .unwrap()
+                .terms
+                .into_iter()
+                .find(|t| t.id == TermId::ServeActivationPeak)
+                .unwrap()
+        };
+        let mut r = request("0.11.0");
+        r.kv_cache_memory = None;
+        // Few requests: the sampler is small, the tower's 32 images set the peak.
+        r.max_num_seqs = Some(4);
+        let (with, without) = (act(&m, &r), act(&text_only, &r));
+        assert!(
+            with.bytes > without.bytes,
+            "{} ≤ {}",
+            with.bytes.get(),
+            without.bytes.get()
+        );
+        assert!(
+            with.formula
+                .contains(": the multimodal encoder's dummy batch;"),
+            "{}",
+            with.formula
+        );
+        // An H100's default 1,024 requests: the sampler's sort sets it, the batch's pixels and
+        // embeddings are held beside it.
+        r.max_num_seqs = Some(1024);
+        let (with, without) = (act(&m, &r), act(&text_only, &r));
+        let held = 32 * 3 * 896 * 896 * 4 + 32 * 256 * 4096 * 2;
+        assert_eq!(with.bytes.get() - without.bytes.get(), held);
+        assert!(
+            with.formula.contains(": the sampler's sort;"),
+            "{}",
+            with.formula
+        );
+        let v0 = act(&m, &request("0.6.5"));
+        assert!(
+            v0.formula
+                .contains("dummy batch of V0's profile run not modelled"),
+            "{}",
+            v0.formula
+        );
+    }
+
+    #[test]
+    fn v1_of_0_8_charges_other_processes_memory_and_0_9_does_not() {
+        let m = llama(vec![None; 32]);
+        let mut r = request("0.8.5");
+        r.kv_cache_memory = None;
+        let free = |b: u64| refusal::StartFacts {
+            attention_heads: None,
+            free_at_start: Some(Bytes(b)),
+            compute_capability: None,
+            dtype_explicit: false,
+        };
+        let alone = plan_with(&m, &r, &free(80 * GIB)).unwrap();
+        let shared = plan_with(&m, &r, &free(60 * GIB)).unwrap();
+        assert_eq!(
+            alone.summary.kv_budget_bytes - shared.summary.kv_budget_bytes,
+            20 * GIB as i128
+        );
+        let unknown = plan(&m, &r).unwrap();
+        assert!(
+            unknown
+                .notes
+                .iter()
+                .any(|n| n.contains("other processes' included")),
+            "{:?}",
+            unknown.notes
+        );
+        r.version = Some(Version(0, 9, 0));
+        let alone = plan_with(&m, &r, &free(80 * GIB)).unwrap();
+        let shared = plan_with(&m, &r, &free(79 * GIB)).unwrap();
+        assert_eq!(
+            alone.summary.kv_budget_bytes,
+            shared.summary.kv_budget_bytes
         );
     }
 

@@ -120,10 +120,16 @@ pub fn predict_peak(
     } else {
         "V0's sampler (model_executor/layers/sampler.py 0.6.4–0.7.3: fp32 logits, _apply_top_k_top_p, probabilities, log-probabilities, _multinomial)"
     };
+    let encoder = match shape.encoder_images {
+        Some((items, side)) => format!(
+            "the multimodal encoder's dummy batch ({items} image(s) of {side}×{side}, float32 pixels, through transformers' vision tower and projector, batch and embeddings held), then "
+        ),
+        None => String::new(),
+    };
     Ok(PredictedPeak {
         bytes: Bytes(peak.saturating_sub(start)),
         how: format!(
-            "{forward} in {} with the final hidden states held, then {sampler} on {requests} last tokens, the whole-vocabulary sort's kernel scratch (20 bytes per logit, PyTorch's SortStable.cu) charged, on torch {torch}'s data-less CUDA tensors for {card}",
+            "{encoder}{forward} in {} with the final hidden states held, then {sampler} on {requests} last tokens, the whole-vocabulary sort's kernel scratch (20 bytes per logit, PyTorch's SortStable.cu) charged, on torch {torch}'s data-less CUDA tensors for {card}",
             shape.dtype
         ),
     })
@@ -146,7 +152,17 @@ fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> RunO
             shape.tensor_parallel_size.to_string(),
             "--engine".into(),
             if shape.v1 { "v1" } else { "v0" }.into(),
-        ],
+        ]
+        .into_iter()
+        .chain(shape.encoder_images.into_iter().flat_map(|(items, side)| {
+            [
+                "--images".to_string(),
+                items.to_string(),
+                "--image-size".to_string(),
+                side.to_string(),
+            ]
+        }))
+        .collect(),
         model: None,
         task: Task::Infer,
         device: Vec::new(),

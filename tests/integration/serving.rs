@@ -1387,3 +1387,184 @@ fn serving_defaults_applied_by_card_and_release() {
         "{lines}"
     );
 }
+
+/// Logs 17–24, found after the planner was built (tests/fixtures/serving/logs/INDEX.md): each
+/// started or refused as the planner says with the log's own figures fed in, blocks or tokens
+/// within 5%, a refusal in the engine's own words.
+#[test]
+fn later_logs_start_or_refuse_as_logged() {
+    // 19: Qwen2.5-32B, 2 × L40S, 0.7.1 (V0), TP 2: 3,947 blocks.
+    let (code, doc) = serve_status(&[
+        "--model",
+        &fixture("models/qwen2.5-32b-layout").display().to_string(),
+        "--card",
+        "L40S",
+        "--engine-version",
+        "0.7.1",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "10000",
+        "--device-total",
+        "44.42GiB",
+        "--weights-memory",
+        "30.7098GiB",
+        "--non-torch",
+        "0.30GiB",
+        "--activation-peak",
+        "1.26GiB",
+    ]);
+    let logged = log("19-qwen25-32b-2xl40s-tp2-v071-10k")["figures"]["gpu_blocks"]
+        .as_f64()
+        .unwrap();
+    let blocks = doc["serving"]["num_blocks"].as_f64().unwrap();
+    assert_eq!(code, 0);
+    assert!(err(blocks, logged).abs() < 5.0, "19: {blocks} vs {logged}");
+    // 24: Qwen3-1.7B, V1 (~0.14), a given budget of 18.78 GiB: 175,856 tokens.
+    let doc = serve(&[
+        "--model",
+        &fixture("models/qwen3-1.7b-layout").display().to_string(),
+        "--card",
+        "RTX 4090",
+        "--engine-version",
+        "0.14",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "1",
+        "--max-num-batched-tokens",
+        "8192",
+        "--kv-cache-memory",
+        "18.78GiB",
+    ]);
+    let logged = log("24-qwen3-1.7b-24gb-v1-maxseqs1-1024")["figures"]["kv_cache_tokens"]
+        .as_f64()
+        .unwrap();
+    let tokens = doc["serving"]["kv_tokens"].as_f64().unwrap();
+    assert!(err(tokens, logged).abs() < 5.0, "24: {tokens} vs {logged}");
+    // 21 and 23: too little free at start for total × gpu_memory_utilization (0.9.1), in the
+    // engine's words.
+    for (model, card, tp, total, free, u) in [
+        (
+            "mixtral-8x7b-v0.1",
+            "H100 80GB",
+            "8",
+            "79.18GiB",
+            "5.31GiB",
+            "0.9",
+        ),
+        (
+            "llama-3.1-8b",
+            "RTX 6000 Ada",
+            "1",
+            "47.38GiB",
+            "31.44GiB",
+            "0.95",
+        ),
+    ] {
+        let (code, doc) = serve_status(&[
+            "--model",
+            &fixture(&format!("models/{model}")).display().to_string(),
+            "--card",
+            card,
+            "--engine-version",
+            "0.9.1",
+            "--tensor-parallel-size",
+            tp,
+            "--gpu-memory-utilization",
+            u,
+            "--max-model-len",
+            "8192",
+            "--device-total",
+            total,
+            "--free-at-start",
+            free,
+        ]);
+        assert_eq!(code, 3, "{model}");
+        let r = first_refusal(&doc);
+        assert_eq!(r["rule"], "free_memory_below_utilization", "{model}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Free memory on device ("),
+            "{model}: {r}"
+        );
+    }
+    // 17: 0.8.5's V1 on a shared A800 (V0 started): the memory other processes hold is charged.
+    let shared = |free: &str| {
+        serve_status(&[
+            "--model",
+            &fixture("models/qwen3-8b").display().to_string(),
+            "--card",
+            "A100 80GB",
+            "--engine-version",
+            "0.8.5",
+            "--gpu-memory-utilization",
+            "0.4",
+            "--device-total",
+            "79.15GiB",
+            "--free-at-start",
+            free,
+        ])
+        .0
+    };
+    assert_eq!((shared("79GiB"), shared("60GiB")), (0, 3));
+}
+
+/// V1's profile run of a multimodal model (Gemma 3) sends its dummy images through the vision
+/// tower first and holds them: predicted with few requests (the tower sets the peak), the figure
+/// stands above the language model's alone and the formula says how many images ran.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn serving_profile_run_predicts_the_encoders_dummy_batch() {
+    let python = crate::common::torch_python();
+    let run = |extra: &[&str]| {
+        let out = crate::common::Run::command("estimate")
+            .env("ITERAGPU_PYTHON", &python)
+            .args([
+                "serve",
+                "vllm",
+                "--json",
+                "--model",
+                &model("gemma-3-4b-it"),
+            ])
+            .args([
+                "--card",
+                "H100 80GB",
+                "--max-model-len",
+                "8192",
+                "--max-num-seqs",
+                "4",
+            ])
+            .args(extra)
+            .expect_status(0)
+            .stdout();
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("estimate --json");
+        let term = crate::common::term_by_id(&doc, "serve_activation_peak").clone();
+        (
+            term["bytes"].as_f64().unwrap(),
+            term["formula"].as_str().unwrap().to_string(),
+        )
+    };
+    let (assumed, rule) = run(&[]);
+    assert!(rule.contains("= 32 image(s) of 896×896"), "{rule}");
+    assert!(
+        rule.contains(": the multimodal encoder's dummy batch;"),
+        "{rule}"
+    );
+    let (predicted, how) = run(&["--activation-peak", "predict"]);
+    assert!(
+        how.contains("the multimodal encoder's dummy batch (32 image(s) of 896×896"),
+        "{how}"
+    );
+    // The tower's layer alone is 2.86 GB at these shapes; transformers' modules (not vLLM's)
+    // land within 30% of the rule.
+    assert!(predicted > 2.86e9, "{predicted}");
+    assert!(
+        (predicted / assumed - 1.0).abs() < 0.3,
+        "{predicted} vs {assumed}"
+    );
+}

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{Engine, Rotary, ServeModel, Version};
+use super::{Engine, Rotary, ServeModel, Version, VisionEncoder};
 use crate::dtype::Dtype;
 use crate::estimate::EstimateError;
 use crate::estimate::weights::ModelWeights;
@@ -144,6 +144,7 @@ pub fn read(g: &ReadRequest<'_>) -> Result<Read, EstimateError> {
         dtype_rule,
         weights,
         rotary: rotary_cache(arch, mla, rope_type, rope, position_limit, &text, &fields),
+        encoder: vision_encoder(arch, &fields)?,
     };
     Ok(Read {
         attention_heads: d.num_heads,
@@ -186,6 +187,31 @@ fn unreadable(
             "{config}: model_type `{model_type}` is not a family `estimate serve` reads ({supported}); the planner needs the KV layout from such a config, so --parameters/--bits does not apply to a serving plan: give a config.json of a supported family with the same layers, KV heads and head size"
         ))
     }
+}
+
+/// Gemma 3's SigLIP tower, read as the weights are (`model::families`): the sizes the profile
+/// run's dummy images go through (vLLM's `Gemma3ProcessingInfo`: one 896-pixel image, pan-and-scan
+/// off by default, is `mm_tokens_per_image` embeddings).
+fn vision_encoder(
+    arch: &Architecture,
+    fields: &Fields<'_>,
+) -> Result<Option<VisionEncoder>, EstimateError> {
+    if arch.family != Family::Gemma3 {
+        return Ok(None);
+    }
+    let Some(v) = fields.section("vision_config")? else {
+        return Ok(None);
+    };
+    let image_size = v.positive_or("image_size", 224)?;
+    let patch = v.positive_or("patch_size", 16)?;
+    let side = image_size / patch;
+    Ok(Some(VisionEncoder {
+        image_size,
+        patches: side * side,
+        hidden: v.positive_or("hidden_size", 768)?,
+        intermediate: v.positive_or("intermediate_size", 3072)?,
+        tokens_per_item: fields.positive_or("mm_tokens_per_image", 256)?,
+    }))
 }
 
 /// vLLM's rotary cache for `estimate serve`: the positions it precomputes and the rotary width,

@@ -17,6 +17,26 @@ pub struct ProfileShape {
     pub tensor_parallel_size: u64,
     /// V1 (vLLM ≥ 0.8): its dummy sampler run and native sampler; else V0's profile run.
     pub v1: bool,
+    /// V1 and a multimodal model: the dummy images its encoder runs first, and their side in
+    /// pixels ([`encoder_items`]).
+    pub encoder_images: Option<(u64, u64)>,
+}
+
+/// How many dummy images V1's profile run sends through the tower (v1/worker/utils.py
+/// `MultiModalBudget` 0.11): the encoder budget is max(max_num_batched_tokens, one item's
+/// embeddings) (v1/core/encoder_cache_manager.py `compute_mm_encoder_budget`), the items
+/// min(budget ÷ item, requests × items per prompt), at least one.
+pub fn encoder_items(
+    enc: &super::VisionEncoder,
+    tokens: u64,
+    seqs: u64,
+    max_model_len: u64,
+) -> u64 {
+    let per_item = enc.tokens_per_item.max(1);
+    let per_prompt = (max_model_len / per_item).clamp(1, MM_LIMIT_PER_PROMPT);
+    (tokens.max(per_item) / per_item)
+        .min(seqs.saturating_mul(per_prompt))
+        .max(1)
 }
 
 /// How far the prediction stands from the logs that print the figure (docs/serving.md), and what
@@ -83,7 +103,7 @@ pub(super) fn activation_term(
             "cuBLAS 8.1 MiB + cuBLASLt 1 MiB (the card's compute capability unknown: before sm90 assumed)",
         ),
     };
-    let (peak, what) = [
+    let (lm_peak, what) = [
         (mlp, "the forward's MLP: T·(3·h + 3·I/TP)"),
         (
             attention,
@@ -94,13 +114,33 @@ pub(super) fn activation_term(
     .into_iter()
     .max_by_key(|(b, _)| *b)
     .unwrap_or((0, "nothing"));
-    let bytes = Bytes(u64::try_from(peak + workspace).unwrap_or(u64::MAX));
+    let encoder = m
+        .encoder
+        .filter(|_| v1)
+        .map(|enc| encoder_batch(&enc, tokens, seqs, r.max_model_len, h, e));
+    let (peak, what) = match &encoder {
+        Some(b) if b.transient > b.outputs.saturating_add(lm_peak) => (
+            b.held.saturating_add(b.transient),
+            "the multimodal encoder's dummy batch",
+        ),
+        Some(b) => (
+            b.held.saturating_add(b.outputs).saturating_add(lm_peak),
+            what,
+        ),
+        None => (lm_peak, what),
+    };
+    let encoder_text = match &encoder {
+        Some(b) => format!("; {}", b.formula),
+        None if m.encoder.is_some() => "; the multimodal encoder's dummy batch of V0's profile run not modelled (each dummy request carries its images through the forward)".to_string(),
+        None => String::new(),
+    };
+    let bytes = Bytes(u64::try_from(peak.saturating_add(workspace)).unwrap_or(u64::MAX));
     Term::new(
         TermId::ServeActivationPeak,
         bytes,
         Kind::Assumed,
         format!(
-            "ASSUMED rule (vLLM's Llama layout and {} sampler, docs/research/vllm-profile-run.md): profile run over max_num_batched_tokens={} tokens in min(max_num_seqs, tokens)={} requests ({cite}); the larger of the forward's MLP {} × (3·{} + 3·{}) × {e} = {} bytes, its attention {} × (3·{} + 2·{} + {}) × {e} = {} bytes and the sampler's sort {} × {} × {e} held hidden states{} + {} rows × vocab {} × {per_logit} bytes (model-dtype and fp32 logits, sorted values, int64 indices, the sort's 20-byte scratch) = {} bytes: {what}; + {workspace_rule}; other families' fused kernels (MoE, MLA), torch.compile and autotuning transients and FlashInfer's sampler not modelled (pass the log's figure with --activation-peak SIZE, or predict it with --activation-peak predict)",
+            "ASSUMED rule (vLLM's Llama layout and {} sampler, docs/research/vllm-profile-run.md): profile run over max_num_batched_tokens={} tokens in min(max_num_seqs, tokens)={} requests ({cite}); the larger of the forward's MLP {} × (3·{} + 3·{}) × {e} = {} bytes, its attention {} × (3·{} + 2·{} + {}) × {e} = {} bytes and the sampler's sort {} × {} × {e} held hidden states{} + {} rows × vocab {} × {per_logit} bytes (model-dtype and fp32 logits, sorted values, int64 indices, the sort's 20-byte scratch) = {} bytes{encoder_text}: {what}; + {workspace_rule}; other families' fused kernels (MoE, MLA), torch.compile and autotuning transients and FlashInfer's sampler not modelled (pass the log's figure with --activation-peak SIZE, or predict it with --activation-peak predict)",
             if v1 { "V1's native" } else { "V0's" },
             g(tokens), g(rows as u64),
             g(tokens), g(m.hidden), g(i as u64), g(u64::try_from(mlp).unwrap_or(u64::MAX)),
@@ -111,4 +151,103 @@ pub(super) fn activation_term(
         ),
     )
     .input("from_log", false)
+}
+
+/// V1's multimodal dummy batch, in bytes: what stays held through the language model's dummy run
+/// (the batch's float32 pixels, kept by `profile_run`'s local, and the embeddings in the encoder
+/// cache), and the tower's own transient.
+struct EncoderBatch {
+    held: u128,
+    outputs: u128,
+    transient: u128,
+    formula: String,
+}
+
+/// vLLM's default per-prompt limit of each modality (`MultiModalConfig.get_limit_per_prompt`,
+/// config/multimodal.py 0.9–0.11: 999 when `--limit-mm-per-prompt` does not name it).
+const MM_LIMIT_PER_PROMPT: u64 = 999;
+
+/// The dummy batch V1 runs through the tower ([`encoder_items`] images). A SigLIP layer's peak in steady state: the residual, the
+/// normed input and, in the MLP, fc1's output and the activation's; the attention's q, k, v and
+/// output (vLLM's `MultiHeadAttention`: no patches² matrix) weigh less.
+fn encoder_batch(
+    enc: &super::VisionEncoder,
+    tokens: u64,
+    seqs: u64,
+    max_model_len: u64,
+    text_hidden: u128,
+    e: u128,
+) -> EncoderBatch {
+    let per_item = enc.tokens_per_item.max(1);
+    let items = encoder_items(enc, tokens, seqs, max_model_len);
+    let (n, p, h, i) = (
+        items as u128,
+        enc.patches as u128,
+        enc.hidden as u128,
+        enc.intermediate as u128,
+    );
+    // Saturating: a config's sizes are the user's, and a product of five of them can pass u128.
+    let mul = |xs: &[u128]| xs.iter().fold(1u128, |a, x| a.saturating_mul(*x));
+    let area = mul(&[enc.image_size as u128, enc.image_size as u128]);
+    let pixels = mul(&[n, 3, area, 4]);
+    let mlp = mul(&[n, p, (2 * h).saturating_add(2 * i), e]);
+    let attention = mul(&[n, p, 6 * h, e]);
+    let transient = mlp.max(attention).saturating_add(mul(&[n, 3, area, e]));
+    let outputs = mul(&[n, per_item as u128, text_hidden, e]);
+    EncoderBatch {
+        held: pixels,
+        outputs,
+        transient,
+        formula: format!(
+            "the multimodal encoder's dummy batch first (V1 profile_run; MultiModalBudget 0.11: budget max(max_num_batched_tokens, {per_item}) ÷ {per_item} embeddings per image = {items} image(s) of {side}×{side}): float32 pixels {items} × 3 × {side}² × 4 = {} bytes held to the end, the tower's layer {items} × {} patches × (2·{} + 2·{}) × {e} = {} bytes, then its {items} × {per_item} × {} embeddings held in the encoder cache = {} bytes through the language model's run",
+            g(u64::try_from(pixels).unwrap_or(u64::MAX)),
+            g(enc.patches),
+            g(enc.hidden),
+            g(enc.intermediate),
+            g(u64::try_from(mlp.max(attention)).unwrap_or(u64::MAX)),
+            g(u64::try_from(text_hidden).unwrap_or(u64::MAX)),
+            g(u64::try_from(outputs).unwrap_or(u64::MAX)),
+            side = g(enc.image_size),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::serving::VisionEncoder;
+
+    /// Gemma 3's SigLIP (gemma-3-4b-it's vision_config).
+    const SIGLIP: VisionEncoder = VisionEncoder {
+        image_size: 896,
+        patches: 4096,
+        hidden: 1152,
+        intermediate: 4304,
+        tokens_per_item: 256,
+    };
+
+    #[test]
+    fn v1_sends_the_encoder_budget_in_images_through_the_tower() {
+        // Budget max(max_num_batched_tokens, 256) ÷ 256; the decoder's room caps it.
+        assert_eq!(encoder_items(&SIGLIP, 2048, 256, 8192), 8);
+        assert_eq!(encoder_items(&SIGLIP, 8192, 1024, 8192), 32);
+        // A budget below one image still runs one.
+        assert_eq!(encoder_items(&SIGLIP, 100, 256, 8192), 1);
+        // One request whose max_model_len holds 2 images: at most 2 items.
+        assert_eq!(encoder_items(&SIGLIP, 8192, 1, 600), 2);
+    }
+
+    #[test]
+    fn the_encoder_batch_holds_its_pixels_and_embeddings_and_its_layer_is_the_transient() {
+        let b = encoder_batch(&SIGLIP, 8192, 1024, 8192, 2560, 2);
+        assert_eq!(b.held, 32 * 3 * 896 * 896 * 4);
+        assert_eq!(b.outputs, 32 * 256 * 2560 * 2);
+        let mlp = 32 * 4096 * (2 * 1152 + 2 * 4304) * 2;
+        assert_eq!(b.transient, mlp + 32 * 3 * 896 * 896 * 2);
+        assert!(
+            b.formula.contains("32 image(s) of 896×896"),
+            "{}",
+            b.formula
+        );
+    }
 }

@@ -352,7 +352,9 @@ fn vllm(
     let profiling = out_of_memory(
         "oom_profile_run",
         "the weights, the profile run's activation peak and the memory outside PyTorch",
-        held.weights + held.activation_peak + held.non_torch,
+        held.weights
+            .saturating_add(held.activation_peak)
+            .saturating_add(held.non_torch),
         free,
         given,
         if v0 {
