@@ -862,6 +862,12 @@ fn vllm(
     );
     check_given_budget(r, &weights, "vLLM", &mut notes)?;
     let act = activation_term(m, r, mnbt, seqs, profile_cite);
+    if v0 && tp > 1 && matches!(r.activation_peak, Some(ActivationPeak::FromLog(_))) {
+        // worker/model_runner.py 0.6.4:1690: non-driver ranks return before sampling, so their
+        // peak is lower; the executor keeps the smallest block count (executor_base.py, the
+        // minimum over workers' determine_num_available_blocks).
+        notes.push("with tensor parallelism V0 keeps the smallest block count over the ranks: the driver's, whose profile run alone samples (its activation peak is the largest); give the driver's figures (the profiling line without \"(VllmWorkerProcess pid=…)\"), a worker's plan too many blocks".into());
+    }
     let non_torch = non_torch_term(r, "memory_profiling in vllm/utils.py: non_torch_increase");
     let non_torch = match free_at_start {
         Some(free) if !v0 && !grouped => other_processes_charged(non_torch, total, free),

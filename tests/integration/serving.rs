@@ -1493,6 +1493,26 @@ fn later_logs_start_or_refuse_as_logged() {
             "{model}: {r}"
         );
     }
+    // 18 quoted a worker's profiling line of a TP-2 V0 run: the plan says the driver's decides.
+    let (_, doc) = serve_status(&[
+        "--model",
+        &fixture("models/qwen2.5-32b-layout").display().to_string(),
+        "--card",
+        "RTX 4090",
+        "--engine-version",
+        "0.7.1",
+        "--tensor-parallel-size",
+        "2",
+        "--activation-peak",
+        "0.19GiB",
+    ]);
+    assert!(
+        doc["notes"]
+            .to_string()
+            .contains("keeps the smallest block count over the ranks"),
+        "{}",
+        doc["notes"]
+    );
     // 17: 0.8.5's V1 on a shared A800 (V0 started): the memory other processes hold is charged.
     let shared = |free: &str| {
         serve_status(&[
