@@ -152,7 +152,7 @@ pub enum HubError {
         reason: String,
     },
     #[error(
-        "{id}: {what} did not succeed in {tries} tries of at most {seconds} s each (last: {reason}); check the network, HF_ENDPOINT and the proxy variables, or raise HF_HUB_DOWNLOAD_TIMEOUT"
+        "{id}: network: {what} did not succeed in {tries} tries of at most {seconds} s each (last: {reason}); check the network, HF_ENDPOINT and the proxy variables (HTTPS_PROXY, NO_PROXY…), or raise HF_HUB_DOWNLOAD_TIMEOUT"
     )]
     Unreachable {
         id: String,
