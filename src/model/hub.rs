@@ -406,6 +406,11 @@ fn of_failure(s: &Settings, id: &HubId, failure: Failure, file: bool) -> Attempt
         Failure::Status(status, response) => refusal(s, id, status, *response, file),
         Failure::Transport(reason) => Attempt::Again(reason),
         Failure::Refused(problem) => Attempt::Final(bad_answer(s, id, problem)),
+        Failure::Proxy(reason) => Attempt::Final(HubError::Failed {
+            id: display(id),
+            what: "choosing a proxy".into(),
+            reason,
+        }),
     }
 }
 

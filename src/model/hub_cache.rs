@@ -90,9 +90,7 @@ pub fn store_file(
     std::fs::create_dir_all(&blobs)?;
     let blob_path = blobs.join(blob);
     if !blob_path.is_file() {
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".incomplete-")
-            .tempfile_in(&blobs)?;
+        let mut tmp = temporary(&blobs)?;
         tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;
         tmp.persist(&blob_path).map_err(|e| e.error)?;
@@ -118,13 +116,27 @@ pub fn store_file(
     Ok(path)
 }
 
+/// A temporary file in `dir`, to be renamed into place, readable as any file the user writes
+/// (0666 less the umask, as huggingface_hub leaves its blobs; tempfile's own default is 0600,
+/// which would hide a shared cache's files from the others who share it).
+fn temporary(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".incomplete-");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    builder.tempfile_in(dir)
+}
+
 /// Records that `revision` (a branch or tag, checked by the caller to stay inside `refs/`) is
 /// `commit`: `refs/REVISION` holds the hash, replaced whole.
 pub fn write_ref(repo_dir: &Path, revision: &str, commit: &str) -> std::io::Result<()> {
     let path = repo_dir.join("refs").join(revision);
     let dir = path.parent().unwrap_or(repo_dir);
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = temporary(dir)?;
     tmp.write_all(commit.as_bytes())?;
     tmp.persist(&path).map_err(|e| e.error)?;
     Ok(())
@@ -217,7 +229,7 @@ pub fn read_header(path: &Path, cap: u64) -> Result<(u64, Vec<u8>), FileError> {
 /// whole or not at all (a temporary file renamed into place).
 pub fn write_header(dir: &Path, name: &str, file_len: u64, head: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = temporary(dir)?;
     tmp.write_all(&file_len.to_le_bytes())?;
     tmp.write_all(head)?;
     tmp.persist(dir.join(format!("{name}{SUFFIX}")))
@@ -299,5 +311,19 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, [blob], "no temporary file is left");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // 0666 less the umask (Linux says it in /proc), as any file the user writes.
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let umask = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|m| u32::from_str_radix(m.trim(), 8).ok());
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            if let Some(umask) = umask {
+                assert_eq!(mode, 0o666 & !umask, "{mode:o}");
+            }
+        }
     }
 }

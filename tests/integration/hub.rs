@@ -733,6 +733,20 @@ fn proxies_from_the_environment_and_no_proxy() {
         let doc = json_of(&run(Some(&hub), fresh.path(), &args, &env(&[no_proxy])));
         assert_eq!(doc["hub"]["repo"], "org/gpt2", "{no_proxy:?}");
     }
+    // A proxy this client cannot use is said, with its variable (bad input, exit 1).
+    let fresh = tempfile::tempdir().unwrap();
+    let out = run(
+        Some(&hub),
+        fresh.path(),
+        &args,
+        &[("ALL_PROXY", "ftp://127.0.0.1:9")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ftp://127.0.0.1:9 (from ALL_PROXY) is not one this tool can use"),
+        "{}",
+        stderr(&out)
+    );
     // HTTPS_PROXY alone is for https: an http Hub is reached directly, as curl does.
     let fresh = tempfile::tempdir().unwrap();
     json_of(&run(

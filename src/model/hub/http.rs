@@ -43,6 +43,8 @@ pub enum Failure {
     Transport(String),
     /// An answer refused here (a redirect off http(s), down to http, or too many).
     Refused(String),
+    /// The environment names a proxy this client cannot use.
+    Proxy(String),
 }
 
 impl Client {
@@ -74,8 +76,8 @@ impl Client {
             .user_agent(concat!("iteragpu/", env!("CARGO_PKG_VERSION")));
         if let Some(p) = proxy {
             let parsed = ureq::Proxy::new(&p.url).map_err(|e| {
-                Failure::Refused(format!(
-                    "the proxy {} is not one this tool can use (http://, socks… are not built in): {e}",
+                Failure::Proxy(format!(
+                    "the proxy {} is not one this tool can use (http:// and socks5:// are; https:// is not): {e}; fix the variable, or name the host in NO_PROXY",
                     p.shown()
                 ))
             })?;
