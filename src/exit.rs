@@ -15,6 +15,10 @@ pub enum ExitStatus {
     MissingRuntime = 2,
     /// The workload failed, crashed, timed out or was interrupted: the results so far are kept.
     WorkloadFailed = 3,
+    /// The network failed: a server the command needs (the Hub for `--model ORG/NAME`) did not
+    /// answer in its tries, and no cached copy could stand in. Nothing was run; the same command
+    /// may succeed later, which is why a script is told apart from bad input.
+    Network = 4,
 }
 
 impl From<ExitStatus> for std::process::ExitCode {
@@ -95,9 +99,23 @@ bad_input_from!(
     crate::estimate::kv_cache::CacheError,
     crate::estimate::EstimateError,
     crate::model::ModelError,
-    crate::model::hub::HubError,
     crate::model::safetensors::HeaderError,
 );
+
+/// The Hub out of reach is the network's failure (exit 4); its refusals (gated, private, missing),
+/// a bad answer or the cache are the input's (exit 1).
+impl From<crate::model::hub::HubError> for CliError {
+    fn from(err: crate::model::hub::HubError) -> Self {
+        let status = match err {
+            crate::model::hub::HubError::Unreachable { .. } => ExitStatus::Network,
+            _ => ExitStatus::BadInput,
+        };
+        CliError {
+            message: chain(&err),
+            status,
+        }
+    }
+}
 
 /// The interpreter cannot be started: PyTorch is missing as far as the user can tell.
 impl From<crate::workload::process::StartError> for CliError {

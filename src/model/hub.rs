@@ -8,23 +8,25 @@
 //! ever run: the files are read as data, and workers get the local folder, so transformers never
 //! reaches the network from a worker.
 //!
-//! The client is Hugging Face's own (`hf-hub`, sync API): the repository's info, the small files
-//! and the cache layout (blobs, snapshot links, refs) are its. Two things it does not offer are done
-//! here: a bound on time (its agent has no timeout, so each call runs on a thread the caller stops
-//! waiting for after `HF_HUB_DOWNLOAD_TIMEOUT` seconds) and range reads of part of a file (done
-//! with `ureq`, the HTTP client hf-hub itself uses, with timeouts, proxies from the environment
-//! and the token sent only to the Hub's own host).
+//! The requests are made here ([`http`]: ureq with timeouts, proxies and `NO_PROXY` from the
+//! environment, redirects checked hop by hop, the token sent only to the Hub's own origin), and
+//! the files written in huggingface_hub's cache layout by [`super::hub_cache`]. Hugging Face's
+//! Rust client (`hf-hub` 0.4) was used before; it names a blob after the server's ETag and writes
+//! it before anything checks the name, so a hostile `HF_ENDPOINT` could write outside the cache,
+//! and its agent has no timeout and no `NO_PROXY`. Here no name from the server (commit, ETag,
+//! redirect, file name) reaches a path before it is checked: a commit is 40 hexadecimal digits,
+//! an ETag a git or LFS hash (40 or 64), a file one of the names asked for, a shard a plain name.
+
+mod http;
+mod proxy;
 
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hf_hub::api::sync::{ApiBuilder, ApiError};
-use hf_hub::{Cache, Repo, RepoType};
-
+use self::http::{Client, Failure};
 use super::hub_cache::{self, is_commit, repo_folder};
 use super::safetensors::HEADER_CAP;
 
@@ -152,7 +154,7 @@ pub enum HubError {
         reason: String,
     },
     #[error(
-        "{id}: {what} did not succeed in {tries} tries of at most {seconds} s each (last: {reason}); check the network, HF_ENDPOINT and the proxy variables, or raise HF_HUB_DOWNLOAD_TIMEOUT"
+        "{id}: network: {what} did not succeed in {tries} tries of at most {seconds} s each (last: {reason}); check the network, HF_ENDPOINT and the proxy variables (HTTPS_PROXY, NO_PROXY…), or raise HF_HUB_DOWNLOAD_TIMEOUT"
     )]
     Unreachable {
         id: String,
@@ -170,9 +172,13 @@ pub enum HubError {
         missing: String,
     },
     #[error(
-        "{id}: the Hub's answer is not usable ({problem}); check HF_ENDPOINT points at a Hugging Face Hub"
+        "{id}: the answer of the Hub at {endpoint} is not usable ({problem}); nothing was written from it. Check HF_ENDPOINT points at a Hugging Face Hub"
     )]
-    BadAnswer { id: String, problem: String },
+    BadAnswer {
+        id: String,
+        endpoint: String,
+        problem: String,
+    },
     #[error(
         "{id}: shard {shard} declares a {declared}-byte safetensors header, above the {HEADER_CAP}-byte cap; the file is corrupt or not a safetensors file"
     )]
@@ -327,31 +333,6 @@ enum Attempt {
     Final(HubError),
 }
 
-/// Runs `call` up to `s.tries` times (as [`tried`]), each bounded by `s.timeout`: the call runs
-/// on its own thread (hf-hub's agent has no timeout), abandoned if it does not answer in time.
-fn bounded<T: Send + 'static>(
-    s: &Settings,
-    id: &HubId,
-    what: &str,
-    call: impl Fn() -> Result<T, Attempt> + Send + Sync + 'static,
-) -> Result<T, HubError> {
-    let call = Arc::new(call);
-    let timeout = s.timeout;
-    tried(s, id, what, || {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let call = Arc::clone(&call);
-        std::thread::spawn(move || {
-            let _ = tx.send(call());
-        });
-        rx.recv_timeout(timeout).unwrap_or_else(|_| {
-            Err(Attempt::Again(format!(
-                "no answer within {} s",
-                timeout.as_secs_f64()
-            )))
-        })
-    })
-}
-
 /// What the Hub said about a refused request, in its own words (`X-Error-Message`).
 fn refusal(s: &Settings, id: &HubId, status: u16, response: ureq::Response, file: bool) -> Attempt {
     let code = response.header("x-error-code").unwrap_or("").to_string();
@@ -370,6 +351,7 @@ fn refusal(s: &Settings, id: &HubId, status: u16, response: ureq::Response, file
         })
         .unwrap_or_default();
     let message = crate::output::terminal_safe(&message).into_owned();
+    let code = crate::output::terminal_safe(&code).into_owned();
     let reason = match (code.as_str(), message.as_str()) {
         ("", "") => String::new(),
         ("", m) => format!(": the Hub says \"{m}\""),
@@ -418,65 +400,191 @@ fn refusal(s: &Settings, id: &HubId, status: u16, response: ureq::Response, file
     Attempt::Final(e)
 }
 
-/// An error of ureq (hf-hub's or ours) as an attempt: a refusal is final, a transport error is
-/// tried again.
-fn of_ureq(s: &Settings, id: &HubId, e: ureq::Error, file: bool) -> Attempt {
-    match e {
-        ureq::Error::Status(status, response) => refusal(s, id, status, response, file),
-        ureq::Error::Transport(t) => Attempt::Again(t.to_string()),
+/// A failed request as an attempt: a refusal is final, no answer is tried again.
+fn of_failure(s: &Settings, id: &HubId, failure: Failure, file: bool) -> Attempt {
+    match failure {
+        Failure::Status(status, response) => refusal(s, id, status, *response, file),
+        Failure::Transport(reason) => Attempt::Again(reason),
+        Failure::Refused(problem) => Attempt::Final(bad_answer(s, id, problem)),
+        Failure::Proxy(reason) => Attempt::Final(HubError::Failed {
+            id: display(id),
+            what: "choosing a proxy".into(),
+            reason,
+        }),
     }
 }
 
-fn of_api(s: &Settings, id: &HubId, e: ApiError, file: bool) -> Attempt {
-    match e {
-        ApiError::RequestError(e) => of_ureq(s, id, *e, file),
-        ApiError::TooManyRetries(e) => of_api(s, id, *e, file),
-        ApiError::IoError(e) if e.kind() != std::io::ErrorKind::PermissionDenied => {
-            Attempt::Again(e.to_string())
-        }
-        other => Attempt::Final(HubError::Failed {
-            id: display(id),
-            what: "hf-hub".into(),
-            reason: other.to_string(),
-        }),
+fn bad_answer(s: &Settings, id: &HubId, problem: String) -> HubError {
+    HubError::BadAnswer {
+        id: display(id),
+        endpoint: s.endpoint.clone(),
+        problem,
     }
+}
+
+/// A value the server chose, as a message shows it: control characters escaped, at most 100.
+fn shown(value: &str) -> String {
+    let safe = crate::output::terminal_safe(value);
+    match safe.char_indices().nth(100) {
+        Some((at, _)) => format!("{}…", &safe[..at]),
+        None => safe.into_owned(),
+    }
+}
+
+/// Bytes of a small file (a config, an index, a tokenizer) read at most.
+const FILE_CAP: u64 = 128 << 20;
+/// Bytes of the repository's description (its commit and file list) read at most.
+const INFO_CAP: u64 = 32 << 20;
+
+/// The body of `response`, at most `cap` bytes (more is refused, as a corrupt answer).
+fn body(
+    s: &Settings,
+    id: &HubId,
+    response: ureq::Response,
+    cap: u64,
+    what: &str,
+) -> Result<Vec<u8>, Attempt> {
+    let mut bytes = Vec::new();
+    response
+        .into_reader()
+        .take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Attempt::Again(e.to_string()))?;
+    if bytes.len() as u64 > cap {
+        return Err(Attempt::Final(bad_answer(
+            s,
+            id,
+            format!("{what} is over {cap} bytes"),
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The repository's commit at the revision asked for, and its files (huggingface_hub's
+/// `model_info`: `GET /api/models/ORG/NAME/revision/REV`).
+fn repo_info(s: &Settings, id: &HubId, client: &Client) -> Result<(String, Vec<String>), Attempt> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        sha: Option<String>,
+        #[serde(default)]
+        siblings: Vec<Sibling>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Sibling {
+        rfilename: String,
+    }
+    let url = format!(
+        "{}/api/models/{}/revision/{}",
+        s.endpoint,
+        id.repo,
+        encode(id.revision())
+    );
+    let reply = client
+        .get(&url, None)
+        .map_err(|f| of_failure(s, id, f, false))?;
+    let bytes = body(
+        s,
+        id,
+        reply.response,
+        INFO_CAP,
+        "the repository's description",
+    )?;
+    let info: Info = serde_json::from_slice(&bytes).map_err(|e| {
+        Attempt::Final(bad_answer(
+            s,
+            id,
+            format!("the repository's description is not its JSON: {e}"),
+        ))
+    })?;
+    let sha = info.sha.unwrap_or_default();
+    if !is_commit(&sha) {
+        return Err(Attempt::Final(bad_answer(
+            s,
+            id,
+            format!("the commit `{}` is not 40 hexadecimal digits", shown(&sha)),
+        )));
+    }
+    Ok((
+        sha,
+        info.siblings.into_iter().map(|f| f.rfilename).collect(),
+    ))
+}
+
+/// A revision as one segment of a URL path (`refs/pr/1` → `refs%2Fpr%2F1`, as huggingface_hub
+/// quotes it).
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// One small file of the repository at `commit`, into the cache; its commit and ETag are checked
+/// before a byte is written.
+fn download(
+    s: &Settings,
+    id: &HubId,
+    client: &Client,
+    commit: &str,
+    file: &str,
+    repo_dir: &Path,
+) -> Result<(), Attempt> {
+    let url = format!("{}/{}/resolve/{commit}/{file}", s.endpoint, id.repo);
+    let reply = client
+        .get(&url, None)
+        .map_err(|f| of_failure(s, id, f, true))?;
+    let refuse = |problem: String| Attempt::Final(bad_answer(s, id, problem));
+    match reply.commit.as_deref() {
+        Some(c) if c == commit => {}
+        Some(c) if is_commit(c) => {
+            return Err(refuse(format!(
+                "{file} came from commit {c}, not the commit {commit} asked for"
+            )));
+        }
+        Some(c) => {
+            return Err(refuse(format!(
+                "the X-Repo-Commit `{}` of {file} is not 40 hexadecimal digits",
+                shown(c)
+            )));
+        }
+        None => return Err(refuse(format!("{file} came with no X-Repo-Commit"))),
+    }
+    let etag = reply.etag.as_deref().unwrap_or_default();
+    let Some(blob) = hub_cache::blob_name(etag) else {
+        return Err(refuse(format!(
+            "the ETag `{}` of {file} is not a git or LFS hash (40 or 64 lowercase hexadecimal digits), the name huggingface_hub gives a blob",
+            shown(etag)
+        )));
+    };
+    let bytes = body(s, id, reply.response, FILE_CAP, file)?;
+    hub_cache::store_file(repo_dir, commit, file, &blob, &bytes).map_err(|reason| {
+        Attempt::Final(HubError::Cache {
+            path: repo_dir.to_path_buf(),
+            reason,
+        })
+    })?;
+    Ok(())
 }
 
 /// The repository's commit and files, its small files in the cache, its shards' headers in the
 /// tool's cache.
 fn fetch(s: &Settings, id: &HubId, needs: Needs) -> Result<PathBuf, HubError> {
-    let api = ApiBuilder::from_cache(Cache::new(s.cache.clone()))
-        .with_endpoint(s.endpoint.clone())
-        .with_token(s.token.clone())
-        .with_progress(false)
-        .with_user_agent("iteragpu", env!("CARGO_PKG_VERSION"))
-        .build()
-        .map_err(|e| HubError::Failed {
+    let client = Client::new(&s.endpoint, s.token.clone(), s.timeout).map_err(|reason| {
+        HubError::Failed {
             id: display(id),
-            what: "starting hf-hub".into(),
-            reason: e.to_string(),
-        })?;
-    let repo = Repo::with_revision(id.repo.clone(), RepoType::Model, id.revision().into());
-    let info = {
-        let (s2, id2, api, repo) = (s.clone(), id.clone(), api.clone(), repo.clone());
-        bounded(s, id, "reading the repository's file list", move || {
-            api.repo(repo.clone())
-                .info()
-                .map_err(|e| of_api(&s2, &id2, e, false))
-        })?
-    };
-    let bad = |problem: String| HubError::BadAnswer {
-        id: display(id),
-        problem,
-    };
-    if !is_commit(&info.sha) {
-        return Err(bad(format!(
-            "the commit `{}` is not 40 hexadecimal digits",
-            crate::output::terminal_safe(&info.sha)
-        )));
-    }
-    let commit = info.sha.clone();
-    let files: BTreeSet<&str> = info.siblings.iter().map(|f| f.rfilename.as_str()).collect();
+            what: format!("reading HF_ENDPOINT `{}`", shown(&s.endpoint)),
+            reason,
+        }
+    })?;
+    let (commit, siblings) = tried(s, id, "reading the repository's file list", || {
+        repo_info(s, id, &client)
+    })?;
+    let files: BTreeSet<&str> = siblings.iter().map(String::as_str).collect();
     if !files.contains("config.json") {
         return Err(HubError::Failed {
             id: display(id),
@@ -488,8 +596,6 @@ fn fetch(s: &Settings, id: &HubId, needs: Needs) -> Result<PathBuf, HubError> {
     }
     let repo_dir = s.cache.join(repo_folder(&id.repo));
     let snapshot = repo_dir.join("snapshots").join(&commit);
-    let commit_ref = repo_dir.join("refs").join(&commit);
-    let had_commit_ref = commit_ref.exists();
     let wanted = CONFIGS
         .iter()
         .chain(if needs.tokenizer { &TOKENIZER[..] } else { &[] })
@@ -499,48 +605,21 @@ fn fetch(s: &Settings, id: &HubId, needs: Needs) -> Result<PathBuf, HubError> {
         if snapshot.join(file).is_file() {
             continue;
         }
-        let pinned = Repo::with_revision(id.repo.clone(), RepoType::Model, commit.clone());
-        let (s2, id2, api, name) = (s.clone(), id.clone(), api.clone(), file.to_string());
-        let path = bounded(s, id, &format!("downloading {file}"), move || {
-            api.repo(pinned.clone())
-                .download(&name)
-                .map_err(|e| of_api(&s2, &id2, e, true))
+        tried(s, id, &format!("downloading {file}"), || {
+            download(s, id, &client, &commit, file, &repo_dir)
         })?;
-        if path != snapshot.join(file) {
-            return Err(bad(format!(
-                "{file} was filed under {}, not under commit {commit}",
-                path.display()
-            )));
-        }
         fetched += 1;
     }
-    // hf-hub records the pinned commit as a ref of its own name and leaves its lock files;
-    // huggingface_hub does neither: the cache is left as it would leave it.
-    if !had_commit_ref {
-        let _ = std::fs::remove_file(&commit_ref);
-    }
-    if let Ok(blobs) = std::fs::read_dir(repo_dir.join("blobs")) {
-        for blob in blobs.flatten() {
-            if blob.path().extension().is_some_and(|e| e == "lock") {
-                let _ = std::fs::remove_file(blob.path());
-            }
-        }
-    }
     if id.revision() != commit {
-        Cache::new(s.cache.clone())
-            .repo(Repo::with_revision(
-                id.repo.clone(),
-                RepoType::Model,
-                id.revision().into(),
-            ))
-            .create_ref(&commit)
-            .map_err(|reason| HubError::Cache {
+        hub_cache::write_ref(&repo_dir, id.revision(), &commit).map_err(|reason| {
+            HubError::Cache {
                 path: repo_dir.join("refs"),
                 reason,
-            })?;
+            }
+        })?;
     }
-    let shards = shard_names(&snapshot, &files).map_err(bad)?;
-    let headers = fetch_headers(s, id, &commit, &snapshot, &shards)?;
+    let shards = shard_names(&snapshot, &files).map_err(|p| bad_answer(s, id, p))?;
+    let headers = fetch_headers(s, id, &client, &commit, &snapshot, &shards)?;
     if fetched + headers > 0 {
         crate::say!(
             "{}: commit {commit}, {fetched} file(s) and {headers} safetensors header(s) fetched from {} into {}",
@@ -598,6 +677,7 @@ fn shard_names(snapshot: &Path, files: &BTreeSet<&str>) -> Result<Vec<String>, S
 fn fetch_headers(
     s: &Settings,
     id: &HubId,
+    client: &Client,
     commit: &str,
     snapshot: &Path,
     shards: &[String],
@@ -613,14 +693,6 @@ fn fetch_headers(
     if todo.is_empty() {
         return Ok(0);
     }
-    let agent = ureq::AgentBuilder::new()
-        .try_proxy_from_env(true)
-        .timeout_connect(s.timeout)
-        .timeout(s.timeout)
-        .redirects(5)
-        .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
-        .user_agent(concat!("iteragpu/", env!("CARGO_PKG_VERSION")))
-        .build();
     let next = AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -630,7 +702,7 @@ fn fetch_headers(
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(name) = todo.get(i) else { break };
                     let url = format!("{}/{}/resolve/{commit}/{name}", s.endpoint, id.repo);
-                    let result = header_of(s, id, &agent, &url, name).and_then(|(len, head)| {
+                    let result = header_of(s, id, client, &url, name).and_then(|(len, head)| {
                         hub_cache::write_header(&dir, name, len, &head).map_err(|reason| {
                             HubError::Cache {
                                 path: dir.clone(),
@@ -660,12 +732,12 @@ fn fetch_headers(
 fn header_of(
     s: &Settings,
     id: &HubId,
-    agent: &ureq::Agent,
+    client: &Client,
     url: &str,
     name: &str,
 ) -> Result<(u64, Vec<u8>), HubError> {
     let what = format!("reading the header of {name}");
-    let (first, len) = tried(s, id, &what, || range(s, id, agent, url, 0, 8))?;
+    let (first, len) = tried(s, id, &what, || range(s, id, client, url, 0, 8))?;
     if first.len() < 8 {
         // Shorter than a length: the parser says so, as for a local shard.
         return Ok((len, first));
@@ -680,14 +752,14 @@ fn header_of(
     }
     let mut head = first;
     if declared > 0 && 8 + declared <= len {
-        let (rest, _) = tried(s, id, &what, || range(s, id, agent, url, 8, declared))?;
+        let (rest, _) = tried(s, id, &what, || range(s, id, client, url, 8, declared))?;
         head.extend_from_slice(&rest);
     }
     // A header longer than the file is reported by the parser, as for a local shard.
     Ok((len, head))
 }
 
-/// Tries `call` (already bounded in time by the agent's timeouts) up to `s.tries` times.
+/// Tries `call` (bounded in time by the client's timeouts) up to `s.tries` times.
 fn tried<T>(
     s: &Settings,
     id: &HubId,
@@ -719,24 +791,16 @@ fn tried<T>(
 fn range(
     s: &Settings,
     id: &HubId,
-    agent: &ureq::Agent,
+    client: &Client,
     url: &str,
     start: u64,
     count: u64,
 ) -> Result<(Vec<u8>, u64), Attempt> {
-    let mut request = agent
-        .get(url)
-        .set("Range", &format!("bytes={start}-{}", start + count - 1));
-    if let Some(token) = &s.token {
-        request = request.set("Authorization", &format!("Bearer {token}"));
-    }
-    let response = request.call().map_err(|e| of_ureq(s, id, e, true))?;
-    let bad = |problem: String| {
-        Attempt::Final(HubError::BadAnswer {
-            id: display(id),
-            problem,
-        })
-    };
+    let response = client
+        .get(url, Some((start, count)))
+        .map_err(|f| of_failure(s, id, f, true))?
+        .response;
+    let bad = |problem: String| Attempt::Final(bad_answer(s, id, problem));
     if response.status() != 206 {
         return Err(bad(format!(
             "{url} answered {} to a range request instead of 206 Partial Content",

@@ -56,6 +56,92 @@ pub fn is_commit(text: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The blob name an ETag gives, as huggingface_hub names blobs: the value without `W/` and its
+/// quotes, which must be a git blob's sha1 (40 lowercase hexadecimal digits) or an LFS file's
+/// sha256 (64); `None` for anything else (it would name a path chosen by the server).
+pub fn blob_name(etag: &str) -> Option<String> {
+    let name = etag.trim();
+    let name = name.strip_prefix("W/").unwrap_or(name).trim_matches('"');
+    let hex = name
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex && (name.len() == 40 || name.len() == 64)).then(|| name.to_string())
+}
+
+/// Keeps `bytes` as huggingface_hub does: the blob `blobs/BLOB` of `repo_dir`, and
+/// `snapshots/COMMIT/FILE` a relative link to it, each written whole or not at all (a temporary
+/// name in the same folder, renamed into place). `blob` and `commit` must be checked names
+/// ([`blob_name`], [`is_commit`]) and `file` a plain file name; anything else is refused here too.
+pub fn store_file(
+    repo_dir: &Path,
+    commit: &str,
+    file: &str,
+    blob: &str,
+    bytes: &[u8],
+) -> std::io::Result<PathBuf> {
+    let plain = !file.is_empty() && !file.contains(['/', '\\']) && !file.starts_with('.');
+    if blob_name(blob).as_deref() != Some(blob) || !is_commit(commit) || !plain {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("refused cache names: blob {blob:?}, commit {commit:?}, file {file:?}"),
+        ));
+    }
+    let blobs = repo_dir.join("blobs");
+    std::fs::create_dir_all(&blobs)?;
+    let blob_path = blobs.join(blob);
+    if !blob_path.is_file() {
+        let mut tmp = temporary(&blobs)?;
+        tmp.write_all(bytes)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&blob_path).map_err(|e| e.error)?;
+    }
+    let snapshot = repo_dir.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot)?;
+    let path = snapshot.join(file);
+    let tmp_name = snapshot.join(format!(
+        ".{file}.{}.{}.tmp",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(Path::new("../../blobs").join(blob), &tmp_name)?;
+    #[cfg(not(unix))]
+    std::fs::copy(&blob_path, &tmp_name)?;
+    if let Err(e) = std::fs::rename(&tmp_name, &path) {
+        let _ = std::fs::remove_file(&tmp_name);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// A temporary file in `dir`, to be renamed into place, readable as any file the user writes
+/// (0666 less the umask, as huggingface_hub leaves its blobs; tempfile's own default is 0600,
+/// which would hide a shared cache's files from the others who share it).
+fn temporary(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".incomplete-");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    builder.tempfile_in(dir)
+}
+
+/// Records that `revision` (a branch or tag, checked by the caller to stay inside `refs/`) is
+/// `commit`: `refs/REVISION` holds the hash, replaced whole.
+pub fn write_ref(repo_dir: &Path, revision: &str, commit: &str) -> std::io::Result<()> {
+    let path = repo_dir.join("refs").join(revision);
+    let dir = path.parent().unwrap_or(repo_dir);
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = temporary(dir)?;
+    tmp.write_all(commit.as_bytes())?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// The repository and commit of a snapshot folder `…/models--ORG--NAME/snapshots/COMMIT` (or a
 /// file in it), else `None`.
 pub fn origin(path: &Path) -> Option<HubOrigin> {
@@ -143,7 +229,7 @@ pub fn read_header(path: &Path, cap: u64) -> Result<(u64, Vec<u8>), FileError> {
 /// whole or not at all (a temporary file renamed into place).
 pub fn write_header(dir: &Path, name: &str, file_len: u64, head: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = temporary(dir)?;
     tmp.write_all(&file_len.to_le_bytes())?;
     tmp.write_all(head)?;
     tmp.persist(dir.join(format!("{name}{SUFFIX}")))
@@ -183,5 +269,61 @@ mod tests {
         write_header(dir.path(), "a.safetensors", 1234, b"headbytes").unwrap();
         let (len, head) = read_header(&dir.path().join("a.safetensors.header"), 100).unwrap();
         assert_eq!((len, head.as_slice()), (1234, &b"headbytes"[..]));
+    }
+
+    #[test]
+    fn only_hashes_name_blobs() {
+        let sha1 = "0123456789abcdef0123456789abcdef01234567";
+        let sha256 = format!("{sha1}{}", &sha1[..24]);
+        assert_eq!(blob_name(&format!("\"{sha1}\"")).as_deref(), Some(sha1));
+        assert_eq!(blob_name(&format!("W/\"{sha256}\"")), Some(sha256));
+        for bad in [
+            "\"../../../../tmp/x\"",
+            "",
+            "\"\"",
+            &sha1.to_uppercase(),
+            &sha1[..39],
+            &format!("{sha1}/x"),
+        ] {
+            assert_eq!(blob_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_is_a_blob_and_a_relative_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let blob = "0123456789abcdef0123456789abcdef01234567";
+        let path = store_file(dir.path(), COMMIT, "config.json", blob, b"{}").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        #[cfg(unix)]
+        assert_eq!(
+            std::fs::read_link(&path).unwrap(),
+            Path::new("../../blobs").join(blob)
+        );
+        assert!(store_file(dir.path(), COMMIT, "config.json", "../x", b"{}").is_err());
+        assert!(store_file(dir.path(), "../x", "config.json", blob, b"{}").is_err());
+        write_ref(dir.path(), "refs/pr/1", COMMIT).unwrap();
+        let refs = dir.path().join("refs/refs/pr/1");
+        assert_eq!(std::fs::read_to_string(refs).unwrap(), COMMIT);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path().join("blobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, [blob], "no temporary file is left");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // 0666 less the umask (Linux says it in /proc), as any file the user writes.
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let umask = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|m| u32::from_str_radix(m.trim(), 8).ok());
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            if let Some(umask) = umask {
+                assert_eq!(mode, 0o666 & !umask, "{mode:o}");
+            }
+        }
     }
 }

@@ -32,6 +32,8 @@ fn run(
         "http_proxy",
         "https_proxy",
         "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
     ] {
         cmd.env_remove(var);
     }
@@ -300,7 +302,8 @@ fn slow_and_dropped_answers_are_bounded_and_tried_again() {
             &["estimate", "--model", id],
             &timeout,
         );
-        assert_eq!(out.status.code(), Some(1), "{id}");
+        // The network's failure, told apart from bad input (README, "Exit codes").
+        assert_eq!(out.status.code(), Some(4), "{id}");
         assert!(
             start.elapsed() < Duration::from_secs(15),
             "{id}: {:?}",
@@ -308,7 +311,8 @@ fn slow_and_dropped_answers_are_bounded_and_tried_again() {
         );
         let err = stderr(&out);
         assert!(
-            err.contains("did not succeed in 3 tries of at most 1 s")
+            err.contains("network: ")
+                && err.contains("did not succeed in 3 tries of at most 1 s")
                 && err.contains("HF_HUB_DOWNLOAD_TIMEOUT"),
             "{id}: {err}"
         );
@@ -599,4 +603,156 @@ print("1 passed, 0 failed")
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every file under `dir`, links included (not followed), as paths relative to it.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out
+}
+
+/// A hostile HF_ENDPOINT names a blob `../../../../tmp/x` or a commit that is a path, or sends a
+/// file to another host that asks for the token: each is refused, naming the value and the
+/// endpoint, before anything is written from it; nothing lands outside HF_HOME, and the token
+/// never leaves the Hub's origin.
+#[test]
+fn a_hostile_hub_writes_nothing_outside_the_cache_and_gets_no_token_elsewhere() {
+    let hub = Hub::start(fixture_repos());
+    let outer = tempfile::tempdir().unwrap();
+    let home = outer.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    for (id, value) in [
+        ("org/hostile-etag", "../../../../tmp/x"),
+        ("org/hostile-commit", "../../../../tmp/x"),
+    ] {
+        let out = run(
+            Some(&hub),
+            &home,
+            &["estimate", "--model", id, "--json"],
+            &[("HF_TOKEN", TOKEN)],
+        );
+        assert_eq!(out.status.code(), Some(1), "{id}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(value) && err.contains(&hub.endpoint) && err.contains("not usable"),
+            "{id}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        let repo_dir = home.join(format!("hub/models--{}", id.replace('/', "--")));
+        assert!(
+            !repo_dir.join("blobs").exists() || tree(&repo_dir.join("blobs")).is_empty(),
+            "{id}: {:?}",
+            tree(&repo_dir)
+        );
+    }
+    let out = run(
+        Some(&hub),
+        &home,
+        &["estimate", "--model", "org/redirect-away", "--json"],
+        &[("HF_TOKEN", TOKEN)],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("localhost") && err.contains("the token goes only to the Hub"),
+        "{err}"
+    );
+    let seen = hub.seen();
+    let away: Vec<_> = seen
+        .iter()
+        .filter(|r| r.host.starts_with("localhost"))
+        .collect();
+    assert!(!away.is_empty(), "the redirect was followed: {seen:?}");
+    assert!(away.iter().all(|r| !r.token), "{away:?}");
+    assert!(
+        seen.iter()
+            .filter(|r| r.host.starts_with("127.0.0.1"))
+            .all(|r| r.token),
+        "the Hub itself gets the token: {seen:?}"
+    );
+    // Nothing beside HF_HOME, nothing in /tmp of that name from here.
+    let beside: Vec<_> = std::fs::read_dir(outer.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(beside, ["home"]);
+    assert!(
+        tree(&home)
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("..")),
+        "{:?}",
+        tree(&home)
+    );
+}
+
+/// The proxy variables as curl and huggingface_hub read them: a proxy for the scheme, and
+/// NO_PROXY's hosts reached directly.
+#[test]
+fn proxies_from_the_environment_and_no_proxy() {
+    let hub = Hub::start(fixture_repos());
+    let home = tempfile::tempdir().unwrap();
+    let dead = "http://user:secret@127.0.0.1:9";
+    let proxied = [("HTTP_PROXY", dead), ("HTTPS_PROXY", dead)];
+    let args = ["estimate", "--model", "org/gpt2", "--json"];
+    let env = |extra: &[(&'static str, &'static str)]| {
+        let mut env = vec![("HF_HUB_DOWNLOAD_TIMEOUT", "2")];
+        env.extend_from_slice(&proxied);
+        env.extend_from_slice(extra);
+        env
+    };
+    // Through the dead proxy: the network's failure, naming the proxy (not its password).
+    let out = run(Some(&hub), home.path(), &args, &env(&[]));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("through the proxy http://127.0.0.1:9 (from HTTP_PROXY)"),
+        "{err}"
+    );
+    assert!(!err.contains("secret"), "{err}");
+    assert!(hub.requests().is_empty(), "{:?}", hub.requests());
+    // NO_PROXY names the Hub's host (an address, a host:port, or every host): reached directly.
+    let port_entry: &'static str =
+        Box::leak(format!("example.com, 127.0.0.1:{}", hub.port()).into_boxed_str());
+    for no_proxy in [
+        ("NO_PROXY", "127.0.0.1"),
+        ("no_proxy", port_entry),
+        ("NO_PROXY", "*"),
+    ] {
+        let fresh = tempfile::tempdir().unwrap();
+        let doc = json_of(&run(Some(&hub), fresh.path(), &args, &env(&[no_proxy])));
+        assert_eq!(doc["hub"]["repo"], "org/gpt2", "{no_proxy:?}");
+    }
+    // A proxy this client cannot use is said, with its variable (bad input, exit 1).
+    let fresh = tempfile::tempdir().unwrap();
+    let out = run(
+        Some(&hub),
+        fresh.path(),
+        &args,
+        &[("ALL_PROXY", "ftp://127.0.0.1:9")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ftp://127.0.0.1:9 (from ALL_PROXY) is not one this tool can use"),
+        "{}",
+        stderr(&out)
+    );
+    // HTTPS_PROXY alone is for https: an http Hub is reached directly, as curl does.
+    let fresh = tempfile::tempdir().unwrap();
+    json_of(&run(
+        Some(&hub),
+        fresh.path(),
+        &args,
+        &[("HTTPS_PROXY", dead)],
+    ));
 }

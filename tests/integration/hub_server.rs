@@ -4,7 +4,9 @@
 //! requests, and shards redirected to a CDN route as the Hub redirects LFS files), serving a few
 //! repositories built from the committed configs (`tests/fixtures/models/`), with the ways a real
 //! Hub fails: gated (401/403 with `X-Error-Code: GatedRepo`), private, a missing repository,
-//! revision or file, a slow answer and dropped connections. It counts what it sends.
+//! revision or file, a slow answer and dropped connections; and the ways a hostile one could try
+//! to write outside the cache or get the token elsewhere (an ETag or a commit that is a path, a
+//! redirect to another host). It counts what it sends and notes who got the token.
 
 #![allow(dead_code)]
 
@@ -74,6 +76,23 @@ pub enum Behaviour {
     DropFirst(u32),
     /// Every connection to a file route is closed without an answer.
     DropAlways,
+    /// Its small files are answered with this ETag (quotes included).
+    HostileEtag(&'static str),
+    /// Its small files are answered with this X-Repo-Commit.
+    HostileCommit(&'static str),
+    /// Its small files are redirected to `localhost` (another host than 127.0.0.1), which wants
+    /// the token (401 without it).
+    RedirectAway,
+}
+
+/// A request as the server saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// The Host header (`127.0.0.1:PORT`, `localhost:PORT`).
+    pub host: String,
+    pub path: String,
+    /// Whether it carried an Authorization header.
+    pub token: bool,
 }
 
 pub const TOKEN: &str = "hf_test_token";
@@ -89,6 +108,7 @@ struct State {
     endpoint: String,
     bytes_sent: AtomicU64,
     requests: Mutex<Vec<String>>,
+    seen: Mutex<Vec<Seen>>,
     dropped: AtomicU32,
     stop: AtomicBool,
 }
@@ -108,6 +128,7 @@ impl Hub {
             endpoint: endpoint.clone(),
             bytes_sent: AtomicU64::new(0),
             requests: Mutex::new(Vec::new()),
+            seen: Mutex::new(Vec::new()),
             dropped: AtomicU32::new(0),
             stop: AtomicBool::new(false),
         });
@@ -135,6 +156,16 @@ impl Hub {
     /// `METHOD PATH [Range]` of every request so far.
     pub fn requests(&self) -> Vec<String> {
         self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Every request so far, with its host and whether it carried a token.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// The port it listens on (of 127.0.0.1; `localhost` reaches it too).
+    pub fn port(&self) -> u16 {
+        self.endpoint.rsplit(':').next().unwrap().parse().unwrap()
     }
 
     pub fn reset_counts(&self) {
@@ -207,6 +238,11 @@ fn serve(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         .lock()
         .unwrap()
         .push(format!("GET {} {range}", request.path));
+    state.seen.lock().unwrap().push(Seen {
+        host: request.headers.get("host").cloned().unwrap_or_default(),
+        path: request.path.clone(),
+        token: request.headers.contains_key("authorization"),
+    });
     let answer = match route(state, &request) {
         Some(a) => a,
         // Dropped: the connection closes without a byte.
@@ -255,6 +291,13 @@ fn route(state: &State, request: &Request) -> Option<Answer> {
         let (org, name, _commit, file) =
             (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         let repo = state.repos.get(&format!("{org}/{name}"))?;
+        if repo.behaviour == Behaviour::RedirectAway && !authorized(request) {
+            return Some(Answer::error(
+                401,
+                "",
+                "Invalid credentials in Authorization header",
+            ));
+        }
         let f = repo.files.get(file)?;
         return Some(content(request, f, vec![]));
     }
@@ -331,6 +374,27 @@ fn route(state: &State, request: &Request) -> Option<Answer> {
             body: Vec::new(),
         });
     }
+    match repo.behaviour {
+        Behaviour::HostileCommit(commit) => headers[0].1 = commit.to_string(),
+        Behaviour::HostileEtag(etag) => headers.push(("ETag".into(), etag.into())),
+        Behaviour::RedirectAway => {
+            let port = state.endpoint.rsplit(':').next().unwrap_or_default();
+            headers.push(("ETag".into(), format!("\"{}\"", f.etag())));
+            headers.push((
+                "Location".into(),
+                format!(
+                    "http://localhost:{port}/cdn/{repo_id}/{}/{file}",
+                    repo.commit
+                ),
+            ));
+            return Some(Answer {
+                status: 302,
+                headers,
+                body: Vec::new(),
+            });
+        }
+        _ => {}
+    }
     Some(content(request, f, headers))
 }
 
@@ -369,7 +433,9 @@ fn api(state: &State, request: &Request, repo_id: &str, rev: &str) -> Answer {
 
 /// The file's bytes, or the range asked for (`bytes=A-B`, `bytes=A-`) with its Content-Range.
 fn content(request: &Request, f: &File, mut headers: Vec<(String, String)>) -> Answer {
-    headers.push(("ETag".into(), format!("\"{}\"", f.etag())));
+    if !headers.iter().any(|(k, _)| k == "ETag") {
+        headers.push(("ETag".into(), format!("\"{}\"", f.etag())));
+    }
     headers.push(("Accept-Ranges".into(), "bytes".into()));
     let len = f.len();
     let Some(spec) = request
@@ -570,6 +636,19 @@ pub fn fixture_repos() -> BTreeMap<String, Repo> {
         },
     );
     repos.insert("org/huge-header".into(), huge);
+    for (id, behaviour) in [
+        (
+            "org/hostile-etag",
+            Behaviour::HostileEtag("\"../../../../tmp/x\""),
+        ),
+        (
+            "org/hostile-commit",
+            Behaviour::HostileCommit("../../../../tmp/x"),
+        ),
+        ("org/redirect-away", Behaviour::RedirectAway),
+    ] {
+        repos.insert(id.to_string(), small_repo(id, "gpt2", behaviour));
+    }
     let mut nameless = small_repo("org/no-config", "gpt2", Behaviour::Normal);
     nameless.files.remove("config.json");
     repos.insert("org/no-config".into(), nameless);
