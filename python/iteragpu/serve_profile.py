@@ -110,6 +110,21 @@ def _sampler_v0(logits: Any, vocab: int) -> None:
     del probs, logprobs, chosen, q
 
 
+def _sampler_v1_triton(logits: Any) -> None:
+    """V1's `_dummy_sampler_run` where the release's top-k/top-p is the Triton kernel
+    (`v1/sample/ops/topk_topp_triton.py`, 0.17+ for 8 rows or more, every batch from 0.30): no sort;
+    the kernel's cached buffer is at most SMs x vocab float32 (132 SMs assumed), then
+    `random_sample`'s probabilities and exponential draws."""
+    rows, vocab = logits.shape
+    logits = logits.to(torch.float32)
+    logits.argmax(dim=-1)
+    buffer = torch.empty(min(rows, 132), vocab, dtype=torch.float32, device=logits.device)
+    probs = logits.softmax(dim=-1, dtype=torch.float32)
+    q = torch.empty_like(probs).exponential_()
+    probs.div_(q).argmax(dim=-1)
+    del buffer, probs, q
+
+
 def _sampler_v1(logits: Any, vocab: int) -> None:
     """V1's `_dummy_sampler_run` (`v1/worker/gpu_model_runner.py` 0.9-0.11: temperature 0.5, top_p
     0.9, top_k vocab - 1, no penalties, no logprobs) through `v1/sample/sampler.py` with the
@@ -207,6 +222,7 @@ def main() -> None:
     p.add_argument("--dtype", required=True, help="the compute dtype (bfloat16, float16, float32)")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size: one rank's shard")
     p.add_argument("--engine", choices=("v0", "v1"), default="v0", help="the release's engine: V0 (< 0.8) or V1")
+    p.add_argument("--top-k-top-p", choices=("sort", "triton"), default="sort", help="V1's top-k/top-p: the whole-vocabulary sort or the Triton kernel")
     p.add_argument("--images", type=int, default=0, help="V1's multimodal dummy batch: images through the vision tower first")
     p.add_argument("--image-size", type=int, default=0, help="the dummy images' side in pixels")
     a = p.parse_args()
@@ -255,7 +271,10 @@ def main() -> None:
             if a.engine == "v1":
                 dummy = torch.rand_like(last)  # _dummy_sampler_run's hidden states
                 logits = head(dummy)
-                _sampler_v1(logits, vocab)
+                if a.top_k_top_p == "triton":
+                    _sampler_v1_triton(logits)
+                else:
+                    _sampler_v1(logits, vocab)
                 del dummy
             else:
                 logits = head(last)

@@ -708,6 +708,11 @@ pub fn serve<E: From<EstimateError>>(
                     serving::profile::encoder_items(&enc, tokens, seqs, request.max_model_len);
                 (items, enc.image_size)
             }),
+            top_k_top_p: serving::profile::top_k_top_p(
+                version.unwrap_or(serving::Version(0, 11, 0)),
+                v1,
+                seqs.min(tokens),
+            ),
         };
         request.activation_peak = Some(predict_profile(&shape, &card.name)?);
         p = serving::plan_with(&model, &request, &facts)?;

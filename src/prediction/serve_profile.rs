@@ -15,6 +15,7 @@ use crate::units::Bytes;
 use crate::workload::plan::{RunOptions, RunPlan};
 
 pub use crate::estimate::serving::ProfileShape;
+use crate::estimate::serving::profile::TopKTopP;
 
 /// The predicted peak above the weights, and what ran.
 #[derive(Clone, Debug)]
@@ -115,7 +116,9 @@ pub fn predict_peak(
             "transformers' forward{rank} ran {requests} requests × {length} tokens (the split padded to equal lengths) with no KV cache, attention `{attention}` (its modules, not vLLM's fused ones)"
         )
     };
-    let sampler = if shape.v1 {
+    let sampler = if shape.v1 && shape.top_k_top_p == TopKTopP::Triton {
+        "V1's dummy sampler run (v1/worker/gpu_model_runner.py _dummy_sampler_run; the release's Triton top-k/top-p, v1/sample/ops/topk_topp_triton.py 0.17+: no sort, its buffer of min(rows, 132 SMs assumed) × vocab float32; FlashInfer's pass, which runs before it from 0.21 and takes less, not modelled)"
+    } else if shape.v1 {
         "V1's dummy sampler run (v1/worker/gpu_model_runner.py _dummy_sampler_run; the native top-k/top-p sampler, v1/sample/ops/topk_topp_sampler.py; FlashInfer's, used when flashinfer-python is installed, not modelled)"
     } else {
         "V0's sampler (model_executor/layers/sampler.py 0.6.4–0.7.3: fp32 logits, _apply_top_k_top_p, probabilities, log-probabilities, _multinomial)"
@@ -152,6 +155,12 @@ fn options(shape: &ProfileShape, script: &Path, python: Option<PathBuf>) -> RunO
             shape.tensor_parallel_size.to_string(),
             "--engine".into(),
             if shape.v1 { "v1" } else { "v0" }.into(),
+            "--top-k-top-p".into(),
+            match shape.top_k_top_p {
+                TopKTopP::Sort => "sort",
+                TopKTopP::Triton => "triton",
+            }
+            .into(),
         ]
         .into_iter()
         .chain(shape.encoder_images.into_iter().flat_map(|(items, side)| {

@@ -135,18 +135,16 @@ pub fn vllm_batch(
             } else {
                 (256, format!("for a card {large_why}"))
             };
-            // From 0.10 the default is held at or below max_num_batched_tokens, which the
-            // scheduler requires (config.py SchedulerConfig._verify_args).
-            let capped = if version >= Version(0, 10, 0) && n > tokens {
-                format!(", capped at max_num_batched_tokens {tokens} (0.10+)")
+            // 0.10.0–0.11.0 hold the default at or below max_num_batched_tokens, which the
+            // scheduler requires (config.py SchedulerConfig._verify_args); 0.11.1 dropped the cap
+            // (engine/arg_utils.py get_batch_defaults, read in the 0.11.1 wheel).
+            let caps = version >= Version(0, 10, 0) && version < Version(0, 11, 1);
+            let capped = if caps && n > tokens {
+                format!(", capped at max_num_batched_tokens {tokens} (0.10.0–0.11.0)")
             } else {
                 String::new()
             };
-            let n = if version >= Version(0, 10, 0) {
-                n.min(tokens)
-            } else {
-                n
-            };
+            let n = if caps { n.min(tokens) } else { n };
             lines.push(format!("--max-num-seqs {n}: {why}{capped}"));
             n
         }

@@ -20,6 +20,8 @@ pub struct ProfileShape {
     /// V1 and a multimodal model: the dummy images its encoder runs first, and their side in
     /// pixels ([`encoder_items`]).
     pub encoder_images: Option<(u64, u64)>,
+    /// How the release's dummy sampler run applies top-k/top-p ([`top_k_top_p`]).
+    pub top_k_top_p: TopKTopP,
 }
 
 /// How many dummy images V1's profile run sends through the tower (v1/worker/utils.py
@@ -91,10 +93,20 @@ pub(super) fn activation_term(
     let rows = seqs.min(tokens) as u128;
     let v1 = r.version.unwrap_or(super::Version(0, 11, 0)) >= super::Version(0, 8, 0);
     // Held hidden states; V1's last rows and their `rand_like`; per logit the model-dtype logits,
-    // fp32 logits, sorted values (4), int64 indices (8) and the sort's kernel scratch (20).
-    let per_logit = e + 4 + 4 + 8 + 20;
-    let sampler =
-        t * h * e + if v1 { 2 * rows * h * e } else { 0 } + rows * m.vocab as u128 * per_logit;
+    // fp32 logits, sorted values (4), int64 indices (8) and the sort's kernel scratch (20); or,
+    // where the release's top-k/top-p is the Triton kernel, the fp32 logits, probabilities and
+    // exponential draws (4 + 4 + 4) and the kernel's buffer.
+    let version = r.version.unwrap_or(super::Version(0, 11, 0));
+    let topk = top_k_top_p(version, v1, rows as u64);
+    let vocab = m.vocab as u128;
+    let (per_logit, kernel_buffer) = match topk {
+        TopKTopP::Sort => (e + 4 + 4 + 8 + 20, 0),
+        TopKTopP::Triton => (e + 4 + 4 + 4, rows.min(TRITON_SMS) * vocab * 4),
+    };
+    let sampler = t * h * e
+        + if v1 { 2 * rows * h * e } else { 0 }
+        + rows * vocab * per_logit
+        + kernel_buffer;
     let (workspace, workspace_rule) = match r.compute_major {
         Some(major) if major >= 9 => (34_603_008u128, "cuBLAS 32 MiB + cuBLASLt 1 MiB (sm90)"),
         Some(_) => (9_568_256, "cuBLAS 8.1 MiB + cuBLASLt 1 MiB (before sm90)"),
@@ -109,7 +121,13 @@ pub(super) fn activation_term(
             attention,
             "the forward's attention: T·(3·h + 2·q/TP + 2·kv/TP)",
         ),
-        (sampler, "the sampler's sort"),
+        (
+            sampler,
+            match topk {
+                TopKTopP::Sort => "the sampler's sort",
+                TopKTopP::Triton => "the sampler (Triton top-k/top-p)",
+            },
+        ),
     ]
     .into_iter()
     .max_by_key(|(b, _)| *b)
@@ -140,17 +158,56 @@ pub(super) fn activation_term(
         bytes,
         Kind::Assumed,
         format!(
-            "ASSUMED rule (vLLM's Llama layout and {} sampler, docs/research/vllm-profile-run.md): profile run over max_num_batched_tokens={} tokens in min(max_num_seqs, tokens)={} requests ({cite}); the larger of the forward's MLP {} × (3·{} + 3·{}) × {e} = {} bytes, its attention {} × (3·{} + 2·{} + {}) × {e} = {} bytes and the sampler's sort {} × {} × {e} held hidden states{} + {} rows × vocab {} × {per_logit} bytes (model-dtype and fp32 logits, sorted values, int64 indices, the sort's 20-byte scratch) = {} bytes{encoder_text}: {what}; + {workspace_rule}; other families' fused kernels (MoE, MLA), torch.compile and autotuning transients and FlashInfer's sampler not modelled (pass the log's figure with --activation-peak SIZE, or predict it with --activation-peak predict)",
+            "ASSUMED rule (vLLM's Llama layout and {} sampler, docs/research/vllm-profile-run.md): profile run over max_num_batched_tokens={} tokens in min(max_num_seqs, tokens)={} requests ({cite}); the larger of the forward's MLP {} × (3·{} + 3·{}) × {e} = {} bytes, its attention {} × (3·{} + 2·{} + {}) × {e} = {} bytes and the sampler {} × {} × {e} held hidden states{} + {} rows × vocab {} × {per_logit} bytes ({}) = {} bytes{encoder_text}: {what}; + {workspace_rule}; other families' fused kernels (MoE, MLA), torch.compile and autotuning transients and FlashInfer's sampler not modelled (pass the log's figure with --activation-peak SIZE, or predict it with --activation-peak predict)",
             if v1 { "V1's native" } else { "V0's" },
             g(tokens), g(rows as u64),
             g(tokens), g(m.hidden), g(i as u64), g(u64::try_from(mlp).unwrap_or(u64::MAX)),
             g(tokens), g(m.hidden), g(q as u64), g(kv as u64), g(u64::try_from(attention).unwrap_or(u64::MAX)),
             g(tokens), g(m.hidden),
             if v1 { " + V1's last rows and their rand_like, 2 × rows × hidden × e" } else { "" },
-            g(rows as u64), g(m.vocab), g(u64::try_from(sampler).unwrap_or(u64::MAX)),
+            g(rows as u64), g(m.vocab), topk.wording(), g(u64::try_from(sampler).unwrap_or(u64::MAX)),
         ),
     )
     .input("from_log", false)
+}
+
+/// How the release's dummy sampler run applies top-k/top-p (`_dummy_sampler_run` always sets
+/// top_p 0.9 and top_k vocab − 1). docs/research/vllm-v1-sampler-by-release.md, read in the
+/// released wheels: the PyTorch path sorts the whole vocabulary through 0.16; from 0.17 the Triton
+/// kernel (`ops/topk_topp_triton.py`) takes batches of 8 rows or more;
+/// from 0.21 FlashInfer's sampler runs first (≈ 8 bytes per logit, below either) and the PyTorch
+/// path after it, so that path still sets the peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopKTopP {
+    Sort,
+    Triton,
+}
+
+/// The SMs the Triton kernel's cached buffer is sized by (at most SMs × vocab × 4 bytes): an
+/// H100 SXM's 132, assumed for every card.
+const TRITON_SMS: u128 = 132;
+
+pub fn top_k_top_p(version: super::Version, v1: bool, rows: u64) -> TopKTopP {
+    use super::Version;
+    // 0.30 takes every batch to the kernel, but the planner's releases end before it.
+    if v1 && version >= Version(0, 17, 0) && rows >= 8 {
+        TopKTopP::Triton
+    } else {
+        TopKTopP::Sort
+    }
+}
+
+impl TopKTopP {
+    fn wording(self) -> &'static str {
+        match self {
+            TopKTopP::Sort => {
+                "model-dtype and fp32 logits, sorted values, int64 indices, the sort's 20-byte scratch"
+            }
+            TopKTopP::Triton => {
+                "model-dtype and fp32 logits, probabilities and exponential draws: the release's Triton top-k/top-p (0.17+, 8 rows or more) sorts nothing; + its buffer, min(rows, 132 SMs assumed) × vocab × 4"
+            }
+        }
+    }
 }
 
 /// V1's multimodal dummy batch, in bytes: what stays held through the language model's dummy run
