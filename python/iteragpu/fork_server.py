@@ -51,12 +51,12 @@ def preload(spec: dict[str, Any]) -> str:
     import importlib
 
     import torch
-    import torch._subclasses.fake_tensor  # noqa: F401  (every prediction's FakeTensorMode)
 
     # FakeTensorMode's constructor imports torch._dynamo (3 s of a 2-core machine's 4 s dense
     # prediction): an import, nothing run. On torch 2.6 it makes a temporary folder, the
     # server's (each child forgets its finalizer; the server removes it as it ends).
     import torch._dynamo  # noqa: F401
+    import torch._subclasses.fake_tensor  # noqa: F401  (every prediction's FakeTensorMode)
 
     from . import predict, worker, workload  # noqa: F401
     from .predict import memory, native, session, steady, tracker  # noqa: F401
@@ -188,9 +188,10 @@ def serve(control: socket.socket) -> int:
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (request id, pid)
     try:
         while True:
-            ready, _, _ = select.select([control, *children], [], [])
+            waited: list[Any] = [control, *children]
+            ready, _, _ = select.select(waited, [], [])
             for ready_fd in ready:
-                if ready_fd in children:
+                if isinstance(ready_fd, int):
                     ident, pid = children.pop(ready_fd)
                     _, status = os.waitpid(pid, 0)
                     os.close(ready_fd)
