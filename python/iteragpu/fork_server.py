@@ -89,6 +89,9 @@ def preload(spec: dict[str, Any]) -> str:
             del transformers
         except Exception:  # transformers missing or broken: each child says so as a fresh worker does
             pass
+    # What each child must set up itself, as a fresh worker does: checked, never assumed.
+    if native._ENABLED or torch.cuda.is_initialized():
+        raise RuntimeError("importing the workload's libraries set up CUDA state (the shims or a CUDA context) before any fork")
     return str(torch.__version__)
 
 

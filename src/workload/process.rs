@@ -71,7 +71,7 @@ pub trait Forker: Send + Sync + std::fmt::Debug {
         &self,
         spec: &Value,
         env: &[(String, Option<String>)],
-        streams: [std::os::fd::OwnedFd; 3],
+        streams: [OwnedFd; 3],
     ) -> Result<Forked, String>;
 }
 
@@ -348,7 +348,7 @@ static LIVE_WORKERS: Mutex<std::collections::BTreeSet<u32>> =
     Mutex::new(std::collections::BTreeSet::new());
 
 /// Keeps a long-lived child of this process (a fork server) off the list of what a worker's
-/// workload left running, while it lives; registered before it is spawned (`register`).
+/// workload left running, while it lives (registered as it is spawned: `LiveProcess::spawn`).
 #[derive(Debug)]
 pub struct LiveProcess(u32);
 
