@@ -26,6 +26,8 @@ mod notebook;
 mod outputs;
 #[path = "integration/predict.rs"]
 mod predict;
+#[path = "integration/predict_fork.rs"]
+mod predict_fork;
 #[path = "integration/predict_scripts.rs"]
 mod predict_scripts;
 #[path = "integration/predict_speed.rs"]

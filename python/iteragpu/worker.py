@@ -116,7 +116,13 @@ def main() -> int:
         channel = Channel(ranks.connect())  # the CLI's socket (iteragpu.ranks)
         ranks.stop_on_signals(channel)
     with open(sys.argv[1], encoding="utf-8") as f:
-        spec = specs.parse(json.load(f))
+        doc = json.load(f)
+    return run_spec(channel, doc, rank)
+
+
+def run_spec(channel: Channel, doc: Any, rank: dict[str, Any] | None = None) -> int:
+    """The worker on a spec already read (a fork server's child gets it in its request)."""
+    spec = specs.parse(doc)
     if rank is not None:
         spec = ranks.for_rank(spec, rank)
     code = run(channel, spec, rank)

@@ -116,6 +116,7 @@ pub fn build_result(events: impl BufRead) -> Result<MeasureResult> {
             stderr_tail: Vec::new(),
             closed: Vec::new(),
             left_running: Vec::new(),
+            not_forked: None,
         },
         interval: None,
     };

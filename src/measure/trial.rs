@@ -123,6 +123,7 @@ fn run_in_process(
         keep_children: trial.keep_children,
         answers: None,
         memory_cap: process::measure_memory_cap(),
+        forker: None,
     };
     let run = process::run(&cmd, stop, |source, line| {
         while sources.len() <= source {

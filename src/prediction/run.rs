@@ -71,6 +71,30 @@ pub fn predict_within(
     stop: &StopRequest,
     progress: &dyn Progress,
 ) -> Result<Outcome, StartError> {
+    predict_served(plan, target, capacity, stop, progress, None)
+}
+
+/// [`predict_within`] in a child of the sweep's fork server (`prediction::fork_server`) when
+/// one is given and starts, else in a fresh process; the prediction is the same either way, and
+/// a server that could not start is said in the notes.
+pub fn predict_served(
+    plan: &RunPlan,
+    target: &Target,
+    capacity: &Capacity,
+    stop: &StopRequest,
+    progress: &dyn Progress,
+    server: Option<&crate::prediction::fork_server::Shared>,
+) -> Result<Outcome, StartError> {
+    let (forker, not_served) = match server.and_then(|s| s.get(plan)) {
+        None => (None, None),
+        Some(Ok(forker)) => (Some(forker), None),
+        Some(Err(why)) => (
+            None,
+            Some(format!(
+                "the fork server could not start ({why}): this prediction ran in a fresh process, importing torch itself"
+            )),
+        ),
+    };
     let trial = plan.trial();
     let mut spec = trial.spec.clone();
     spec.devices.truncate(1);
@@ -99,6 +123,7 @@ pub fn predict_within(
         answers: Some(pipe.clone()),
         // Checked when the plan was built (`RunPlan::for_prediction`).
         memory_cap: Some(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)),
+        forker,
     };
     let abandon = cmd.abandon.clone();
     let mut c = Collected::default();
@@ -246,6 +271,12 @@ pub fn predict_within(
     notes.extend(judged.notes);
     notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));
+    notes.extend(not_served);
+    if let Some(why) = &run.not_forked {
+        notes.push(format!(
+            "the fork server could not start this prediction ({why}): it ran in a fresh process"
+        ));
+    }
     notes.push(format!(
         "the predicting worker's own memory on the host was capped at {} (RssAnon: the data it keeps on the CPU, read every 200 ms; a file it maps is not counted); above it, iteragpu stops it and says so, never letting it take the machine's memory ({}=SIZE sets another cap)",
         crate::units::Bytes(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)).both(),

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -53,6 +54,63 @@ pub struct WorkerCommand {
     /// run loop): a predicting worker gets [`predict_memory_cap`]; a measuring worker only
     /// [`measure_memory_cap`], the cap the user set (`None`: unwatched).
     pub memory_cap: Option<u64>,
+    /// Start the worker as a child of this fork server instead of a fresh interpreter
+    /// (`sweep --predict`: `prediction::fork_server`); `Launch::Worker` only.
+    pub forker: Option<Arc<dyn Forker>>,
+}
+
+/// Starts a worker as a child forked from a process that already imported what it needs (a
+/// predicting fork server), instead of a fresh `python -m iteragpu.worker`. The child is the
+/// worker a fresh process would be: the same spec, environment changes and standard streams, its
+/// own process group; the run loop treats it as it treats a spawned one (events, timeout,
+/// signals, memory cap), reading its end from [`Forked::ended`].
+pub trait Forker: Send + Sync + std::fmt::Debug {
+    /// Forks one worker for `spec` with `env` applied in order, its standard input, output and
+    /// error the three descriptors given. `Err`: why it could not (the trial then starts fresh).
+    fn fork(
+        &self,
+        spec: &Value,
+        env: &[(String, Option<String>)],
+        streams: [OwnedFd; 3],
+    ) -> Result<Forked, String>;
+}
+
+/// A forked worker: its pid (its process group) and its end.
+pub struct Forked {
+    pub pid: u32,
+    /// The raw wait status once it ended; disconnected when the server died (its children are
+    /// killed with it).
+    pub ended: mpsc::Receiver<i32>,
+}
+
+/// The worker being run: spawned here, or forked by a server (not this process's child).
+enum Proc {
+    Spawned(std::process::Child),
+    Forked {
+        ended: mpsc::Receiver<i32>,
+        status: Option<std::process::ExitStatus>,
+    },
+}
+
+impl Proc {
+    fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        match self {
+            Proc::Spawned(child) => child.try_wait().ok().flatten(),
+            Proc::Forked { ended, status } => {
+                if status.is_none() {
+                    *status = match ended.try_recv() {
+                        Ok(raw) => Some(std::process::ExitStatus::from_raw(raw)),
+                        Err(mpsc::TryRecvError::Empty) => None,
+                        // The server is gone, and its children with it (they die with it).
+                        Err(mpsc::TryRecvError::Disconnected) => {
+                            Some(std::process::ExitStatus::from_raw(libc::SIGKILL))
+                        }
+                    };
+                }
+                *status
+            }
+        }
+    }
 }
 
 /// The host memory a predicting worker may hold by default: its anonymous resident memory
@@ -118,7 +176,7 @@ fn resident_anonymous(pid: u32) -> Option<u64> {
 /// `torch.cuda` memory calls (`prediction::answers`). The worker keeps its standard input for
 /// them (the workload's own reads nothing); set once the worker is started.
 #[derive(Clone, Debug, Default)]
-pub struct AnswerPipe(Arc<Mutex<Option<std::process::ChildStdin>>>);
+pub struct AnswerPipe(Arc<Mutex<Option<std::fs::File>>>);
 
 impl AnswerPipe {
     /// Writes one line; false when the worker is gone (or never started).
@@ -137,7 +195,7 @@ impl AnswerPipe {
         sent.is_ok()
     }
 
-    fn set(&self, stdin: Option<std::process::ChildStdin>) {
+    fn set(&self, stdin: Option<std::fs::File>) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = stdin;
     }
 }
@@ -193,6 +251,8 @@ pub struct WorkerRun {
     /// Processes the workload started that outlived the worker (a detached child, a daemon),
     /// found as this process's adopted children and ended: `pid (command)`.
     pub left_running: Vec<String>,
+    /// Why the fork server could not start this worker, which then ran in a fresh process.
+    pub not_forked: Option<String>,
 }
 
 impl WorkerRun {
@@ -286,6 +346,36 @@ fn become_subreaper() {
 /// mistaken for what another worker's workload left running.
 static LIVE_WORKERS: Mutex<std::collections::BTreeSet<u32>> =
     Mutex::new(std::collections::BTreeSet::new());
+
+/// Keeps a long-lived child of this process (a fork server) off the list of what a worker's
+/// workload left running, while it lives (registered as it is spawned: `LiveProcess::spawn`).
+#[derive(Debug)]
+pub struct LiveProcess(u32);
+
+impl LiveProcess {
+    /// Spawns with `spawn` and registers the child it returns, with no worker's end in between
+    /// (a worker ending meanwhile never takes it for something its workload left running).
+    pub fn spawn(
+        spawn: impl FnOnce() -> std::io::Result<std::process::Child>,
+    ) -> std::io::Result<(std::process::Child, LiveProcess)> {
+        // What its children leave running is adopted here, as a worker's is.
+        become_subreaper();
+        let mut live = LIVE_WORKERS.lock().unwrap_or_else(|e| e.into_inner());
+        let child = spawn()?;
+        live.insert(child.id());
+        let pid = child.id();
+        Ok((child, LiveProcess(pid)))
+    }
+}
+
+impl Drop for LiveProcess {
+    fn drop(&mut self) {
+        LIVE_WORKERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.0);
+    }
+}
 
 /// The processes this process adopted (their parent is us) other than `except` and the workers
 /// still running: what the workload left running after the worker ended. Each is killed with its
@@ -466,9 +556,19 @@ const RANK_FAILURE_GRACE: Duration = Duration::from_secs(10);
 pub fn run(
     cmd: &WorkerCommand,
     stop: &StopRequest,
-    mut on_line: impl FnMut(usize, Line),
+    on_line: impl FnMut(usize, Line),
 ) -> Result<WorkerRun, StartError> {
     become_subreaper();
+    // The channel's token: only lines that carry it are the worker's, or a rank's under
+    // torchrun (which hands its environment to each rank); schema/events.rs.
+    let token = new_token();
+    let mut not_forked = None;
+    if let (Some(forker), Launch::Worker) = (&cmd.forker, &cmd.launch) {
+        match fork(cmd, forker.as_ref(), &token) {
+            Ok(started) => return supervise(cmd, stop, on_line, started, token, None),
+            Err(why) => not_forked = Some(why),
+        }
+    }
     let package = Package::write().map_err(StartError::Files)?;
     let spec_path = package.root().join("spec.json");
     std::fs::write(&spec_path, cmd.spec.to_string()).map_err(StartError::Files)?;
@@ -516,9 +616,6 @@ pub fn run(
             None => command.env_remove(key),
         };
     }
-    // The channel's token: only lines that carry it are the worker's, or a rank's under
-    // torchrun (which hands its environment to each rank); schema/events.rs.
-    let token = new_token();
     command.env(TOKEN_ENV, &token);
     crate::signals::die_with_parent(&mut command);
     // Registered while spawned, so that a worker ending meanwhile on another thread never takes
@@ -531,12 +628,105 @@ pub fn run(
     let pid = child.id();
     live.insert(pid);
     drop(live);
+    let started = Started {
+        pid,
+        stdin: child
+            .stdin
+            .take()
+            .map(|s| std::fs::File::from(OwnedFd::from(s))),
+        stdout: Box::new(child.stdout.take().expect("stdout is piped")),
+        stderr: Box::new(child.stderr.take().expect("stderr is piped")),
+        proc: Proc::Spawned(child),
+    };
+    let mut run = supervise(
+        cmd,
+        stop,
+        on_line,
+        started,
+        token,
+        Some((listener, socket_dir)),
+    )?;
+    run.not_forked = not_forked;
+    drop(package);
+    Ok(run)
+}
+
+/// A worker just started, its standard streams (ours to read and write).
+struct Started {
+    pid: u32,
+    proc: Proc,
+    stdin: Option<std::fs::File>,
+    stdout: Box<dyn std::io::Read + Send>,
+    stderr: Box<dyn std::io::Read + Send>,
+}
+
+/// Asks `forker` for a worker running `cmd`, on three fresh pipes.
+fn fork(cmd: &WorkerCommand, forker: &dyn Forker, token: &str) -> Result<Started, String> {
+    let pipes = || std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"));
+    let (stdin_read, stdin_write) = pipes()?;
+    let (stdout_read, stdout_write) = pipes()?;
+    let (stderr_read, stderr_write) = pipes()?;
+    let stdin_child = if cmd.answers.is_some() {
+        OwnedFd::from(stdin_read)
+    } else {
+        // Standard input reads nothing, as a fresh worker's.
+        drop(stdin_read);
+        OwnedFd::from(
+            std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?,
+        )
+    };
+    let mut env = vec![
+        ("PYTHONUNBUFFERED".to_string(), Some("1".to_string())),
+        (TOKEN_ENV.to_string(), Some(token.to_string())),
+    ];
+    env.extend(cmd.env.iter().cloned());
+    let forked = forker.fork(
+        &cmd.spec,
+        &env,
+        [
+            stdin_child,
+            OwnedFd::from(stdout_write),
+            OwnedFd::from(stderr_write),
+        ],
+    )?;
+    Ok(Started {
+        pid: forked.pid,
+        proc: Proc::Forked {
+            ended: forked.ended,
+            status: None,
+        },
+        stdin: cmd
+            .answers
+            .is_some()
+            .then(|| std::fs::File::from(OwnedFd::from(stdin_write))),
+        stdout: Box::new(stdout_read),
+        stderr: Box::new(stderr_read),
+    })
+}
+
+/// Follows a started worker to its end (see [`run`]); `torchrun` holds the ranks' socket and its
+/// folder under torchrun.
+fn supervise(
+    cmd: &WorkerCommand,
+    stop: &StopRequest,
+    mut on_line: impl FnMut(usize, Line),
+    started: Started,
+    token: String,
+    torchrun: Option<(Option<UnixListener>, Option<tempfile::TempDir>)>,
+) -> Result<WorkerRun, StartError> {
+    let Started {
+        pid,
+        proc: mut child,
+        stdin,
+        stdout,
+        stderr,
+    } = started;
+    let (listener, socket_dir) = torchrun.unwrap_or((None, None));
     if let Some(answers) = &cmd.answers {
-        answers.set(child.stdin.take());
+        answers.set(stdin);
     }
     let (tx, rx) = mpsc::channel();
     let tail = Arc::new(Mutex::new(VecDeque::new()));
-    let stdout = child.stdout.take().expect("stdout is piped");
     let finished = Arc::new(AtomicBool::new(false));
     let mute = Arc::new(AtomicBool::new(false));
     let mut forwarders = match listener {
@@ -563,7 +753,6 @@ pub fn run(
         }
     };
     drop(tx);
-    let stderr = child.stderr.take().expect("stderr is piped");
     forwarders.push(forward_lines(
         stderr,
         cmd.forward_output,
@@ -598,7 +787,7 @@ pub fn run(
             kill_group(pid, libc::SIGKILL);
             ch.kill_ranks();
         }
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Some(status) = child.try_wait() {
             break status;
         }
         if forced.is_none()
@@ -638,7 +827,7 @@ pub fn run(
                 Duration::from_secs(2)
             };
             while grace.elapsed() < limit {
-                if let Ok(Some(_)) = child.try_wait() {
+                if child.try_wait().is_some() {
                     break;
                 }
                 while let Ok(msg) = rx.try_recv() {
@@ -701,6 +890,7 @@ pub fn run(
         stderr_tail,
         closed: ch.closed,
         left_running,
+        not_forked: None,
     })
 }
 

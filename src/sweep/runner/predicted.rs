@@ -7,7 +7,9 @@
 use anyhow::{Result, bail};
 use std::sync::Mutex;
 
-use crate::prediction::run::{Outcome, predict, predict_within};
+use crate::prediction::fork_server::{self, Shared};
+use crate::prediction::oom;
+use crate::prediction::run::{Outcome, predict_served};
 use crate::progress::Progress;
 use crate::schema::prediction::{PhaseStatus, PredictedPhase, PredictionDoc, PredictionStatus};
 use crate::schema::series::{
@@ -70,8 +72,11 @@ impl<'a> Predicted<'a> {
             bail!("internal: a predicted sweep without a target card and a capacity");
         };
         let (target, applied) = (target.clone(), applied.clone());
-        let predict: Predict =
-            Box::new(move |plan, progress| predict_within(plan, &target, &applied, stop, progress));
+        // One fork server for the sweep: torch imported once (`prediction::fork_server`).
+        let server = Shared::default();
+        let predict: Predict = Box::new(move |plan, progress| {
+            predict_served(plan, &target, &applied, stop, progress, Some(&server))
+        });
         Ok(Predicted::new(predict, limit.bytes, stop))
     }
 
@@ -79,6 +84,7 @@ impl<'a> Predicted<'a> {
     /// once per allocator backend.
     pub fn for_device(stop: &'static StopRequest) -> Predicted<'static> {
         let read: Mutex<Option<(String, Result<Target, String>)>> = Mutex::new(None);
+        let server = Shared::default();
         let predict: Predict = Box::new(move |plan, progress| {
             let Some(device) = plan.devices.first() else {
                 return Ok(Outcome::Unavailable("no device to predict for".into()));
@@ -93,7 +99,14 @@ impl<'a> Predicted<'a> {
                 read.as_ref().map(|(_, t)| t.clone())
             };
             match target {
-                Some(Ok(target)) => predict(plan, &target, stop, progress),
+                Some(Ok(target)) => predict_served(
+                    plan,
+                    &target,
+                    &oom::of_card(&target),
+                    stop,
+                    progress,
+                    Some(&server),
+                ),
                 Some(Err(why)) => Ok(Outcome::Unavailable(why)),
                 None => Ok(Outcome::Unavailable("no card read".into())),
             }
@@ -124,9 +137,13 @@ impl Runner for Predicted<'_> {
 
     fn protocol(&self, plan: &SweepPlan) -> String {
         match plan.mode {
-            SweepMode::Frontier => "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other".into(),
+            SweepMode::Frontier => format!(
+                "each trial predicted in {} on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other",
+                worker()
+            ),
             _ => format!(
-                "each trial predicted in a fresh CPU process on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
+                "each trial predicted in {} on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
+                worker(),
                 parallelism(),
                 Bytes(
                     crate::workload::process::predict_memory_cap()
@@ -135,6 +152,15 @@ impl Runner for Predicted<'_> {
                 .both()
             ),
         }
+    }
+}
+
+/// Where each trial is predicted, as the protocol says.
+fn worker() -> &'static str {
+    if fork_server::enabled() {
+        "a CPU process forked from one Python that imported torch and the workload's libraries once (a fresh process where that server cannot start, said in the trial's notes)"
+    } else {
+        "a fresh CPU process"
     }
 }
 
