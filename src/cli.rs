@@ -273,6 +273,15 @@ pub struct SweepArgs {
     /// against --card NAME or --memory-limit SIZE: a predicted frontier, labelled as predicted.
     #[arg(long, help_heading = "Sweep")]
     pub predict: bool,
+    /// Measure on these GPUs of this machine at once, one trial per GPU, each trial a fresh
+    /// process that sees only its GPU (CUDA_VISIBLE_DEVICES; cuda:0 to the workload): indices
+    /// (0,1,2,3), UUIDs, or all (every GPU NVML lists). A frontier search tries as many values per
+    /// round. GPUs of different models are refused.
+    #[arg(long, value_name = "LIST|all", help_heading = "Sweep")]
+    pub gpus: Option<crate::measure::gpus::Gpus>,
+    /// With --gpus: run on GPUs of different models anyway (the series and its table say so).
+    #[arg(long, requires = "gpus", help_heading = "Sweep")]
+    pub allow_mixed: bool,
     #[command(flatten)]
     pub workload: WorkloadGroups,
     #[command(flatten)]

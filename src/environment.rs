@@ -8,7 +8,7 @@ pub mod render;
 use serde::{Deserialize, Serialize};
 
 pub use nvml::DriverView;
-pub use python::{PROBE_TIMEOUT, ProbeError, PythonEnvironment, device_index, probe};
+pub use python::{PROBE_TIMEOUT, ProbeError, PythonEnvironment, device_index, probe, probe_seeing};
 
 /// The whole environment report (`iteragpu environment --json`, and embedded in every result).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -116,14 +116,17 @@ def collect(torch: Any, devices: list[str]) -> dict[str, Any]:
         if props is None:
             t["devices"].append({"index": index, "name": None, "total_memory": None, "reason": why})
             continue
-        t["devices"].append(
-            {
-                "index": index,
-                "name": getattr(props, "name", None),
-                "total_memory": int(getattr(props, "total_memory", 0)) or None,
-                "capability": [getattr(props, "major", None), getattr(props, "minor", None)],
-            }
-        )
+        device = {
+            "index": index,
+            "name": getattr(props, "name", None),
+            "total_memory": int(getattr(props, "total_memory", 0)) or None,
+            "capability": [getattr(props, "major", None), getattr(props, "minor", None)],
+        }
+        # The GPU's UUID where this PyTorch declares one (`sweep --gpus` records it).
+        uuid = getattr(props, "uuid", None)
+        if uuid is not None:
+            device["uuid"] = str(uuid)
+        t["devices"].append(device)
     t["allocator_backend"], why = _try(lambda: torch.cuda.get_allocator_backend())
     if why:
         reasons["allocator_backend"] = why

@@ -48,6 +48,8 @@ pub fn sweep(args: &SweepArgs) -> Result<(SweepOptions, RunOptions), HubError> {
         processes: args.processes,
         no_prediction: args.no_prediction,
         predict: args.predict,
+        gpus: args.gpus.clone(),
+        allow_mixed: args.allow_mixed,
     };
     Ok((
         sweep,

@@ -29,16 +29,16 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         Predicted::for_card(&plan, stop)
             .and_then(|predicted| driver::run(&plan, &predicted, None, writer, &*display))
     } else {
-        // Measured, with a frontier's hint predicted for this machine's card.
-        let mut process = ProcessRunner::new(stop);
+        // Measured, with a frontier's hint predicted for this machine's card; with --gpus, one
+        // trial per GPU at once, the GPUs named and checked before any trial.
+        let process = ProcessRunner::new(stop);
         let hint = Predicted::for_device(stop);
-        driver::run(
-            &plan,
-            &Measured::new(&mut process),
-            Some(&hint),
-            writer,
-            &*display,
-        )
+        let measured = match &plan.gpus {
+            None => Ok(Measured::new(&process)),
+            Some(gpus) => resolve(gpus, &plan.base.python, stop, plan.allow_mixed)
+                .map(|devices| Measured::on_gpus(&process, devices)),
+        };
+        measured.and_then(|measured| driver::run(&plan, &measured, Some(&hint), writer, &*display))
     };
     display.finish();
     let (series, moved) = match finish? {
@@ -78,6 +78,17 @@ pub(crate) fn plan_of(args: &[&str]) -> anyhow::Result<SweepPlan> {
         unreachable!("parsed as sweep")
     };
     plan(&args)
+}
+
+/// The GPUs of `--gpus`, named and of one model (unless `--allow-mixed`).
+fn resolve(
+    gpus: &crate::measure::gpus::Gpus,
+    python: &std::path::Path,
+    stop: &'static signals::StopRequest,
+    allow_mixed: bool,
+) -> anyhow::Result<crate::schema::series::Devices> {
+    let named = crate::measure::gpus::resolve(gpus, python, stop)?;
+    crate::measure::gpus::devices(named, allow_mixed)
 }
 
 /// The sweep the arguments ask for, validated.

@@ -97,9 +97,24 @@ pub fn probe(
     timeout: Duration,
     stop: Option<&StopRequest>,
 ) -> Result<PythonEnvironment, ProbeError> {
+    probe_seeing(python, devices, None, timeout, stop)
+}
+
+/// [`probe`] with `CUDA_VISIBLE_DEVICES` set to `visible` (`None`: ours): what PyTorch sees of
+/// exactly those GPUs, in that order.
+pub fn probe_seeing(
+    python: &Path,
+    devices: &[String],
+    visible: Option<&str>,
+    timeout: Duration,
+    stop: Option<&StopRequest>,
+) -> Result<PythonEnvironment, ProbeError> {
     let package = Package::write().map_err(ProbeError::Files)?;
     let request = serde_json::json!({ "devices": devices }).to_string();
     let mut command = Command::new(python);
+    if let Some(visible) = visible {
+        command.env("CUDA_VISIBLE_DEVICES", visible);
+    }
     command
         .args(["-m", "iteragpu.probe", &request])
         .env("PYTHONPATH", package.pythonpath())

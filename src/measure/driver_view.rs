@@ -6,9 +6,16 @@ use crate::environment::DriverView;
 use crate::measure::sampler::Sampler;
 use crate::schema::events::{DriverPhase, PhaseRecord};
 
-/// CUDA device → NVML index, honouring CUDA_VISIBLE_DEVICES (indices or UUIDs).
-pub fn nvml_indices(devices: &[String], driver: Option<&DriverView>) -> Vec<Option<u32>> {
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+/// CUDA device → NVML index, honouring CUDA_VISIBLE_DEVICES (indices or UUIDs): the worker's own
+/// (`visible`, a sweep's GPU) when it is given one, else the one it inherits from ours.
+pub fn nvml_indices(
+    devices: &[String],
+    visible: Option<&str>,
+    driver: Option<&DriverView>,
+) -> Vec<Option<u32>> {
+    let visible = visible
+        .map(str::to_string)
+        .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
     devices
         .iter()
         .map(|d| {

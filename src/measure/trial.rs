@@ -17,22 +17,24 @@ use crate::workload::plan::Trial;
 use crate::workload::process::{self, Exit, Launch, StartError, WorkerCommand};
 
 /// Runs trials (hyperfine's `Executor`): the process runner for real, a mock in tests.
-pub trait TrialRunner {
+/// Shared by a sweep's threads: trials on different GPUs run at once.
+pub trait TrialRunner: Sync {
     /// Runs one trial to its end; `progress` (a terminal display, if any) shows the phase.
     fn run(
-        &mut self,
+        &self,
         trial: &Trial,
         progress: &dyn ProgressDisplay,
     ) -> Result<TrialOutcome, StartError>;
 
     /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
-    fn device_total(&mut self, python: &Path, device: &str) -> Option<u64>;
+    fn device_total(&self, python: &Path, device: &str) -> Option<u64>;
 
     /// A signal asked iteragpu to stop (checked between trials).
     fn stop_requested(&self) -> Option<Stop>;
 }
 
-/// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it.
+/// Runs each trial in a fresh `python -m iteragpu.worker` process, with NVML sampled beside it;
+/// several at once from several threads (each trial its own process and sampler).
 pub struct ProcessRunner {
     stop: &'static StopRequest,
 }
@@ -46,14 +48,14 @@ impl ProcessRunner {
 
 impl TrialRunner for ProcessRunner {
     fn run(
-        &mut self,
+        &self,
         trial: &Trial,
         progress: &dyn ProgressDisplay,
     ) -> Result<TrialOutcome, StartError> {
         run_in_process(trial, self.stop, progress)
     }
 
-    fn device_total(&mut self, python: &Path, device: &str) -> Option<u64> {
+    fn device_total(&self, python: &Path, device: &str) -> Option<u64> {
         let env = crate::environment::probe(
             python,
             &[device.to_string()],
@@ -82,7 +84,11 @@ fn run_in_process(
         Err(reason) => (None, Some(reason)),
     };
     let view = nvml.as_deref().map(nvml::read);
-    let indices = nvml_indices(&trial.devices, view.as_ref());
+    let indices = nvml_indices(
+        &trial.devices,
+        trial.visible_devices.as_deref(),
+        view.as_ref(),
+    );
     let side = DriverSide {
         nvml,
         reason,
@@ -114,7 +120,15 @@ fn run_in_process(
         env: trial
             .alloc_conf
             .map(crate::schema::alloc_conf::AllocConf::environment)
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .chain(
+                trial
+                    .visible_devices
+                    .clone()
+                    .map(|v| ("CUDA_VISIBLE_DEVICES".to_string(), Some(v))),
+            )
+            .collect(),
         launch: match &trial.torchrun {
             None => Launch::Worker,
             Some(t) => Launch::Torchrun(t.clone()),
@@ -233,38 +247,86 @@ pub(crate) mod mock {
         Unavailable,
     }
 
+    /// What a mock trial saw: its spec, allocator setting and `CUDA_VISIBLE_DEVICES`, and how
+    /// many trials ran at once while it did.
+    #[derive(Clone, Debug)]
+    pub struct Seen {
+        pub spec: WorkerSpec,
+        pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
+        pub visible: Option<String>,
+        pub at_once: usize,
+    }
+
     pub struct MockRunner<F: FnMut(&WorkerSpec) -> Outcome> {
-        pub decide: F,
+        decide: std::sync::Mutex<F>,
         pub device_total: Option<u64>,
         /// A stop signal that "arrives" once this many trials have run.
         pub stop_after: Option<(usize, Stop)>,
-        /// Every spec run, in order.
-        pub specs: Vec<WorkerSpec>,
-        /// The allocator setting of every trial run, in order.
-        pub alloc_confs: Vec<Option<crate::schema::alloc_conf::AllocConf>>,
+        /// How long each trial lasts (concurrent trials overlap for that long).
+        pub hold: std::time::Duration,
+        seen: std::sync::Mutex<Vec<Seen>>,
+        running: std::sync::Mutex<Vec<Option<String>>>,
     }
 
     impl<F: FnMut(&WorkerSpec) -> Outcome> MockRunner<F> {
         pub fn new(decide: F) -> Self {
             MockRunner {
-                decide,
+                decide: std::sync::Mutex::new(decide),
                 device_total: None,
                 stop_after: None,
-                specs: Vec::new(),
-                alloc_confs: Vec::new(),
+                hold: std::time::Duration::ZERO,
+                seen: Default::default(),
+                running: Default::default(),
             }
+        }
+
+        /// Every trial run, in the order they started.
+        pub fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+
+        /// Every spec run, in the order they started.
+        pub fn specs(&self) -> Vec<WorkerSpec> {
+            self.seen().into_iter().map(|s| s.spec).collect()
+        }
+
+        /// The allocator setting of every trial run, in order.
+        pub fn alloc_confs(&self) -> Vec<Option<crate::schema::alloc_conf::AllocConf>> {
+            self.seen().into_iter().map(|s| s.alloc_conf).collect()
         }
     }
 
-    impl<F: FnMut(&WorkerSpec) -> Outcome> TrialRunner for MockRunner<F> {
+    impl<F: FnMut(&WorkerSpec) -> Outcome + Send> TrialRunner for MockRunner<F> {
         fn run(
-            &mut self,
+            &self,
             trial: &Trial,
             _progress: &dyn crate::progress::Progress,
         ) -> Result<TrialOutcome, StartError> {
-            self.specs.push(trial.spec.clone());
-            self.alloc_confs.push(trial.alloc_conf);
-            let outcome = (self.decide)(&trial.spec);
+            let visible = trial.visible_devices.clone();
+            let trials_so_far = {
+                let mut running = self.running.lock().unwrap();
+                assert!(
+                    visible.is_none() || !running.contains(&visible),
+                    "two trials at once on GPU {visible:?}"
+                );
+                running.push(visible.clone());
+                let mut seen = self.seen.lock().unwrap();
+                seen.push(Seen {
+                    spec: trial.spec.clone(),
+                    alloc_conf: trial.alloc_conf,
+                    visible: visible.clone(),
+                    at_once: running.len(),
+                });
+                seen.len()
+            };
+            let outcome = (self.decide.lock().unwrap_or_else(|e| e.into_inner()))(&trial.spec);
+            std::thread::sleep(self.hold);
+            {
+                let mut running = self.running.lock().unwrap();
+                if let Some(k) = running.iter().position(|v| *v == visible) {
+                    running.remove(k);
+                }
+            }
             let (status, peak, error) = match outcome {
                 Outcome::Unavailable => {
                     return Ok(TrialOutcome::Unavailable {
@@ -371,7 +433,7 @@ pub(crate) mod mock {
                 warm_summary: Vec::new(),
                 failure,
                 worker: WorkerInfo {
-                    pid: Some(self.specs.len() as u32),
+                    pid: Some(trials_so_far as u32),
                     exit_code: None,
                     signal: None,
                     stderr_tail: Vec::new(),
@@ -388,14 +450,13 @@ pub(crate) mod mock {
             })))
         }
 
-        fn device_total(&mut self, _python: &Path, _device: &str) -> Option<u64> {
+        fn device_total(&self, _python: &Path, _device: &str) -> Option<u64> {
             self.device_total
         }
 
         fn stop_requested(&self) -> Option<Stop> {
-            self.stop_after
-                .filter(|(n, _)| self.specs.len() >= *n)
-                .map(|(_, s)| s)
+            let ran = self.seen.lock().unwrap().len();
+            self.stop_after.filter(|(n, _)| ran >= *n).map(|(_, s)| s)
         }
     }
 }

@@ -139,6 +139,36 @@ pub struct TrialRecord {
     /// The trial's full prediction (predicted trials): never in `result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<Box<PredictionDoc>>,
+    /// `sweep --gpus`: the GPU this trial ran on (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Gpu>,
+}
+
+/// One GPU of `sweep --gpus`, the worker's only one (its `cuda:0`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Its `CUDA_VISIBLE_DEVICES` entry, as given (an index, or with `all` NVML's UUID).
+    pub visible: String,
+    /// NVML's index, when NVML sees it.
+    pub nvml_index: Option<u32>,
+    /// The model, as `source` declares it (`NVIDIA H200`).
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    /// `total_memory` as PyTorch declares it.
+    pub total_memory: Option<u64>,
+    /// Who declared the name and UUID: `NVML`, else `PyTorch`.
+    pub source: String,
+}
+
+/// Where the trials of `sweep --gpus` ran: each trial on one of `gpus`, never two at once on one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Devices {
+    pub gpus: Vec<Gpu>,
+    /// `4 × NVIDIA H200`; several models (`--allow-mixed`): `2 × NVIDIA H200, 1 × NVIDIA A100`.
+    pub models: String,
+    /// More than one model (only with `--allow-mixed`): a peak is its GPU's, and the frontier
+    /// and fit mix them.
+    pub mixed: bool,
 }
 
 impl TrialRecord {
@@ -284,6 +314,10 @@ pub struct Series {
     /// is not the same protocol as N repeats in one process).
     pub protocol: String,
     pub limit: Option<Limit>,
+    /// `sweep --gpus`: the GPUs the trials ran on, one trial per GPU at a time (absent: the one
+    /// `--device` names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Devices>,
     pub trials: Vec<TrialRecord>,
     pub frontier: Option<FrontierRecord>,
     pub fit: Option<FitRecord>,

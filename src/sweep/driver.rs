@@ -141,6 +141,7 @@ fn conclude(
 /// A series about to run `plan` through `runner`: its header, no trial yet.
 fn new_series(plan: &SweepPlan, runner: &dyn Runner) -> Series {
     let now = chrono::Utc::now().to_rfc3339();
+    let devices = runner.devices();
     Series {
         schema: crate::schema::series::SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -156,10 +157,21 @@ fn new_series(plan: &SweepPlan, runner: &dyn Runner) -> Series {
         identical_across_trials: true,
         protocol: runner.protocol(plan),
         limit: plan.limit.clone(),
+        notes: devices
+            .as_ref()
+            .filter(|d| d.mixed)
+            .map(|d| {
+                format!(
+                    "trials ran on GPUs of different models ({}, --allow-mixed): each peak is its own GPU's (the CUDA context, the libraries' workspaces and the capacity differ by model), and the frontier and the fit mix them",
+                    d.models
+                )
+            })
+            .into_iter()
+            .collect(),
+        devices,
         trials: Vec::new(),
         frontier: None,
         fit: None,
-        notes: Vec::new(),
     }
 }
 
@@ -713,7 +725,7 @@ mod tests {
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!("unavailable")
         };
-        let batches: Vec<u64> = mock.specs.iter().map(|s| dense(s).batch).collect();
+        let batches: Vec<u64> = mock.specs().iter().map(|s| dense(s).batch).collect();
         assert_eq!(batches, [1, 2, 4, 8]);
         assert_eq!(series.status, SeriesStatus::Complete);
         assert_eq!(series.trials.len(), 4);
@@ -725,6 +737,128 @@ mod tests {
         assert!((fit.fit.predict(16.0) - 16e6).abs() < 1.0);
         assert!(!failed(&series));
         assert_eq!(on_disk(&out).trials.len(), 4, "the file holds every trial");
+    }
+
+    fn two_gpus(second: &str) -> crate::schema::series::Devices {
+        let gpu = |visible: &str, name: &str| crate::schema::series::Gpu {
+            visible: visible.into(),
+            nvml_index: visible.parse().ok(),
+            name: Some(name.into()),
+            uuid: Some(format!("GPU-{visible}")),
+            total_memory: Some(16 << 30),
+            source: "NVML".into(),
+        };
+        crate::measure::gpus::devices(vec![gpu("0", "NVIDIA H200"), gpu("1", second)], true)
+            .unwrap()
+    }
+
+    #[test]
+    fn on_two_gpus_a_list_runs_two_trials_at_once_each_alone_on_its_gpu() {
+        let mut mock = MockRunner::new(|s| Outcome::Ok {
+            peak: dense(s).batch << 20,
+        });
+        mock.hold = std::time::Duration::from_millis(150);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let p = plan(&["--vary", "batch=1,2,3,4", "--gpus", "0,1"], &out);
+        let Finish::Done { series, .. } = run(
+            &p,
+            &Measured::on_gpus(&mock, two_gpus("NVIDIA H200")),
+            None,
+            Writer::new(&out).unwrap(),
+            &crate::progress::NoProgress,
+        )
+        .unwrap() else {
+            panic!("unavailable")
+        };
+        let seen = mock.seen();
+        assert_eq!(seen.len(), 4);
+        assert!(seen.iter().all(|s| s.at_once <= 2), "never more than two");
+        assert!(seen.iter().any(|s| s.at_once == 2), "two at once");
+        let gpus: std::collections::BTreeSet<_> =
+            seen.iter().map(|s| s.visible.clone().unwrap()).collect();
+        assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["0", "1"]);
+        let devices = series.devices.as_ref().unwrap();
+        assert_eq!(
+            (devices.models.as_str(), devices.mixed),
+            ("2 × NVIDIA H200", false)
+        );
+        assert_eq!(values_of(&series), [1, 2, 3, 4], "recorded in order");
+        for t in &series.trials {
+            let gpu = t.gpu.as_ref().expect("each trial names its GPU");
+            assert!(["0", "1"].contains(&gpu.visible.as_str()));
+            assert_eq!(gpu.name.as_deref(), Some("NVIDIA H200"));
+        }
+        assert!(
+            series.protocol.contains("up to 2 at once"),
+            "{}",
+            series.protocol
+        );
+        assert!(series.notes.is_empty(), "{:?}", series.notes);
+        let table = super::super::render::table(&series, &out);
+        assert!(
+            table.contains("trials ran on 2 × NVIDIA H200 (0,1)"),
+            "{table}"
+        );
+
+        // Mixed models, allowed: said in the series and its table.
+        let mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let out = dir.path().join("mixed.json");
+        let p = plan(
+            &["--vary", "batch=1,2", "--gpus", "0,1", "--allow-mixed"],
+            &out,
+        );
+        let Finish::Done { series, .. } = run(
+            &p,
+            &Measured::on_gpus(&mock, two_gpus("NVIDIA A100")),
+            None,
+            Writer::new(&out).unwrap(),
+            &crate::progress::NoProgress,
+        )
+        .unwrap() else {
+            panic!("unavailable")
+        };
+        assert!(series.devices.as_ref().unwrap().mixed);
+        assert!(
+            series.notes[0].contains("different models"),
+            "{:?}",
+            series.notes
+        );
+        assert!(super::super::render::table(&series, &out).contains("DIFFERENT MODELS"));
+    }
+
+    #[test]
+    fn gpus_refuse_what_gives_a_trial_more_than_its_gpu() {
+        let refused = |args: &[&str]| {
+            let mut argv = args.to_vec();
+            argv.extend(["--output", "/tmp/never-written.json"]);
+            plan_of(&argv).unwrap_err().to_string()
+        };
+        let list = ["--vary", "batch=1,2", "--gpus", "0,1"];
+        fn with<'a>(list: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+            [list, extra].concat()
+        }
+        assert!(refused(&with(&list, &["--device", "cuda:1"])).contains("drop --device"));
+        assert!(refused(&with(&list, &["--predict", "--card", "L4"])).contains("--predict"));
+        assert!(refused(&with(&list, &["--nproc-per-node", "2"])).contains("torchrun"));
+        assert!(refused(&["--vary", "batch=1,2", "--allow-mixed"]).contains("--gpus"));
+        assert!(refused(&["--vary", "batch=1", "--gpus", "0,0"]).contains("twice"));
+        plan_of(
+            &[
+                &with(&list, &["--device", "cuda:0"])[..],
+                &["--output", "/tmp/x.json"],
+            ]
+            .concat(),
+        )
+        .expect("cuda:0 is what each trial sees");
+    }
+
+    fn values_of(series: &Series) -> Vec<u64> {
+        series
+            .trials
+            .iter()
+            .map(|t| t.values["batch"].as_u64().unwrap())
+            .collect()
     }
 
     #[test]
@@ -785,7 +919,7 @@ mod tests {
         assert_eq!(f.trials, series.trials.len());
         assert!(series.trials.iter().any(|t| t.out_of_memory));
         assert!(
-            mock.specs
+            mock.specs()
                 .iter()
                 .all(|s| s.memory_limit_bytes == Some(300_000_000)),
             "every trial runs under the emulated limit"
@@ -839,7 +973,7 @@ mod tests {
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
-        assert_eq!(mock.specs.len(), 3, "batch 8 never ran");
+        assert_eq!(mock.specs().len(), 3, "batch 8 never ran");
         assert_eq!(series.status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).status, SeriesStatus::Interrupted);
         assert_eq!(on_disk(&out).trials.len(), 3);
@@ -874,7 +1008,7 @@ mod tests {
         );
         let err = finish.err().expect("refused").to_string();
         assert!(err.contains("more than cuda:0 has"), "{err}");
-        assert!(mock.specs.is_empty() && !out.exists());
+        assert!(mock.specs().is_empty() && !out.exists());
     }
 
     #[test]
@@ -889,7 +1023,7 @@ mod tests {
             let Finish::Done { series, .. } = finish.unwrap() else {
                 panic!()
             };
-            assert_eq!(mock.specs.len(), 2, "no trial starts after the signal");
+            assert_eq!(mock.specs().len(), 2, "no trial starts after the signal");
             assert_eq!(series.status, status);
             let disk = on_disk(&out);
             assert_eq!((disk.status, disk.trials.len()), (status, 2));
@@ -904,7 +1038,7 @@ mod tests {
         let (_d, out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
         assert!(matches!(finish.unwrap(), Finish::Unavailable(r) if r.contains("no GPU")));
         assert!(!out.exists());
-        assert_eq!(mock.specs.len(), 1);
+        assert_eq!(mock.specs().len(), 1);
     }
 
     #[test]
@@ -930,7 +1064,7 @@ mod tests {
         );
         assert!(matches!(finish.unwrap(), Finish::Done { .. }));
         let cells: Vec<(u64, u64)> = mock
-            .specs
+            .specs()
             .iter()
             .map(|s| (dense(s).batch, dense(s).context))
             .collect();
@@ -949,7 +1083,7 @@ mod tests {
             panic!()
         };
         let cells: Vec<(u64, u64)> = mock
-            .specs
+            .specs()
             .iter()
             .map(|s| (dense(s).batch, dense(s).context))
             .collect();
@@ -965,8 +1099,8 @@ mod tests {
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
-        assert_eq!(mock.specs.len(), 3);
-        assert!(mock.specs.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(mock.specs().len(), 3);
+        assert!(mock.specs().windows(2).all(|w| w[0] == w[1]));
         assert!(series.protocol.contains("3 fresh processes"));
     }
 
@@ -998,8 +1132,8 @@ mod tests {
             Some(AllocConf::ExpandableSegments),
             Some(AllocConf::Default),
         );
-        assert_eq!(mock.alloc_confs, [d, d, e, e]);
-        let batches: Vec<u64> = mock.specs.iter().map(|s| dense(s).batch).collect();
+        assert_eq!(mock.alloc_confs(), [d, d, e, e]);
+        let batches: Vec<u64> = mock.specs().iter().map(|s| dense(s).batch).collect();
         assert_eq!(batches, [1, 2, 2, 1], "neighbours differ by one variable");
         assert_eq!(series.mode, SweepMode::AllocConf);
         assert!(series.identical_across_trials);
@@ -1027,7 +1161,7 @@ mod tests {
             sweep(&["--vary", "alloc_conf=default,cudaMallocAsync"], &mut mock);
         assert!(matches!(finish.unwrap(), Finish::Done { .. }));
         assert_eq!(
-            mock.alloc_confs,
+            mock.alloc_confs(),
             [Some(AllocConf::Default), Some(AllocConf::CudaMallocAsync)]
         );
     }

@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
 
 use crate::cards;
+use crate::measure::gpus::Gpus;
 use crate::schema::alloc_conf::ALLOC_CONF;
 use crate::schema::dimensions::Variable;
 use crate::schema::prediction::Capacity;
@@ -32,6 +33,10 @@ pub struct SweepOptions {
     /// `--predict`: every trial a prediction on data-less tensors, held against `card` or
     /// `memory_limit`.
     pub predict: bool,
+    /// `--gpus`: measured trials spread over these GPUs, one per GPU at a time.
+    pub gpus: Option<Gpus>,
+    /// `--allow-mixed`: GPUs of different models are run on, said in the series.
+    pub allow_mixed: bool,
 }
 
 /// A named reference load (`--loads`): the dimensions it sets.
@@ -67,6 +72,9 @@ pub struct SweepPlan {
     /// `--predict`: the card the predictions are made for, and the capacity they apply (the
     /// card's `total_memory`, or `--memory-limit`).
     pub target: Option<(Target, Capacity)>,
+    /// `--gpus`: the GPUs the measured trials spread over (named, resolved when the sweep starts).
+    pub gpus: Option<Gpus>,
+    pub allow_mixed: bool,
 }
 
 impl SweepPlan {
@@ -182,6 +190,9 @@ impl SweepPlan {
         if args.predict {
             refuse_for_prediction(args, m, mode)?;
         }
+        if args.gpus.is_some() {
+            refuse_for_gpus(args, m)?;
+        }
         if args.no_prediction && mode != SweepMode::Frontier {
             bail!(
                 "--no-prediction applies to --search frontier (its hint); drop it (sweep trials are measured, not predicted)"
@@ -239,6 +250,8 @@ impl SweepPlan {
             no_prediction: args.no_prediction,
             predict: args.predict,
             target,
+            gpus: args.gpus.clone(),
+            allow_mixed: args.allow_mixed,
         })
     }
 
@@ -403,6 +416,28 @@ fn check_trial_count(vary: &[Vary]) -> Result<()> {
         crate::units::group_thousands(trials),
         crate::units::group_thousands(MAX_TRIALS)
     )
+}
+
+/// What `--gpus` cannot go with, refused with the fix before anything runs: each trial has one
+/// GPU of its own, which the workload sees as `cuda:0`.
+fn refuse_for_gpus(args: &SweepOptions, m: &RunOptions) -> Result<()> {
+    if args.predict {
+        bail!(
+            "--gpus spreads measured trials over this machine's GPUs, and --predict predicts on the CPU: drop one"
+        );
+    }
+    if m.nproc_per_node.is_some() || m.nnodes.is_some() {
+        bail!(
+            "--gpus gives each trial one GPU, and --nproc-per-node/--nnodes run each trial on several under torchrun: drop --gpus (torchrun's trials run one after the other on the GPUs --device lists)"
+        );
+    }
+    if !m.device.is_empty() && m.device != ["cuda:0"] {
+        bail!(
+            "--gpus gives each trial one GPU, which the workload sees as cuda:0, and --device {} names others: drop --device (list the GPUs in --gpus instead)",
+            m.device.join(",")
+        );
+    }
+    Ok(())
 }
 
 /// What `--predict` cannot do, refused with the fix before anything runs.

@@ -55,6 +55,23 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
             l.method
         );
     }
+    if let Some(d) = &s.devices {
+        let _ = writeln!(
+            o,
+            "GPUs: trials ran on {} ({}), one trial per GPU at a time{}",
+            d.models,
+            d.gpus
+                .iter()
+                .map(|g| g.visible.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            if d.mixed {
+                " — DIFFERENT MODELS (--allow-mixed): each peak is its own GPU's"
+            } else {
+                ""
+            }
+        );
+    }
     let gib = |v: Option<u64>| v.map_or("null".into(), |b| format!("{:.3} GiB", Bytes(b).gib()));
     let mut trials = Table::new(vec![
         Column::right("").min(3),

@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::progress::Progress;
-use crate::schema::series::{PointKind, TrialRecord, TrialStatus};
+use crate::schema::series::{Devices, PointKind, TrialRecord, TrialStatus};
 use crate::signals::Stop;
 use crate::sweep::plan::{Cell, SweepPlan};
 
@@ -59,6 +59,12 @@ pub trait Runner: Sync {
 
     /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
     fn device_total(&self, _python: &Path, _device: &str) -> Option<u64> {
+        None
+    }
+
+    /// The GPUs its trials run on, one trial per GPU at a time (`sweep --gpus`); `None`: the
+    /// devices the plan names.
+    fn devices(&self) -> Option<Devices> {
         None
     }
 
@@ -125,5 +131,6 @@ pub(crate) fn blank(kind: PointKind, cell: &Cell, status: TrialStatus) -> TrialR
         duration_s: 0.0,
         result: None,
         prediction: None,
+        gpu: None,
     }
 }

@@ -864,6 +864,7 @@ impl RunPlan {
             keep_children: self.keep_children,
             alloc_conf: self.alloc_conf,
             torchrun: self.torchrun.clone(),
+            visible_devices: None,
         }
     }
 
@@ -1093,6 +1094,9 @@ pub struct Trial {
     pub alloc_conf: Option<crate::schema::alloc_conf::AllocConf>,
     /// `--nproc-per-node`: one worker per local rank under torchrun.
     pub torchrun: Option<crate::schema::torchrun::Torchrun>,
+    /// The `CUDA_VISIBLE_DEVICES` the worker starts with (`sweep --gpus`: the one GPU it runs on,
+    /// which it sees as `cuda:0`); `None`: the environment's.
+    pub visible_devices: Option<String>,
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The measuring runner: each cell a fresh worker through `measure::trial::TrialRunner`, its
-//! result summarized into the trial record (the result itself kept in it).
+//! result summarized into the trial record (the result itself kept in it). With `sweep --gpus`
+//! it runs up to one trial per GPU at once, each worker started with `CUDA_VISIBLE_DEVICES` set to
+//! a GPU no other trial holds (a pool of free GPUs), and records that GPU in the trial.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use anyhow::Result;
 
@@ -10,26 +12,80 @@ use crate::measure::build::TrialOutcome;
 use crate::measure::trial::TrialRunner;
 use crate::progress::Progress;
 use crate::schema::measure::MeasureResult;
-use crate::schema::series::{PointKind, SweepMode, TrialRecord};
+use crate::schema::series::{Devices, Gpu, PointKind, SweepMode, TrialRecord};
 use crate::signals::Stop;
 use crate::sweep::plan::{Cell, SweepPlan};
 use crate::sweep::runner::{Ran, Runner};
 
-/// Measures each cell with a [`TrialRunner`] (the process runner; a mock in tests), one at a time.
+/// Measures each cell with a [`TrialRunner`] (the process runner; a mock in tests): one at a
+/// time on the `--device`, or one per GPU at once with `--gpus`.
 pub struct Measured<'a> {
-    runner: Mutex<&'a mut (dyn TrialRunner + Send)>,
+    runner: &'a dyn TrialRunner,
+    gpus: Option<Pool>,
 }
 
-impl<'a> Measured<'a> {
-    pub fn new(runner: &'a mut (dyn TrialRunner + Send)) -> Measured<'a> {
-        Measured {
-            runner: Mutex::new(runner),
+/// The GPUs of `--gpus` and which of them no trial holds.
+struct Pool {
+    devices: Devices,
+    free: Mutex<Vec<usize>>,
+    freed: Condvar,
+}
+
+/// A GPU held by one trial, back in the pool when dropped (a panicking trial included).
+struct Held<'p> {
+    pool: &'p Pool,
+    k: usize,
+}
+
+impl Pool {
+    fn new(devices: Devices) -> Pool {
+        let free = (0..devices.gpus.len()).rev().collect();
+        Pool {
+            devices,
+            free: Mutex::new(free),
+            freed: Condvar::new(),
         }
     }
 
-    fn runner(&self) -> std::sync::MutexGuard<'_, &'a mut (dyn TrialRunner + Send)> {
-        // A poisoned lock is a panic already on its way up.
-        self.runner.lock().unwrap_or_else(|e| e.into_inner())
+    /// A free GPU, waiting for one (the driver starts at most one trial per GPU, so it waits
+    /// only if a caller starts more).
+    fn take(&self) -> Held<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(k) = free.pop() {
+                return Held { pool: self, k };
+            }
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Held<'_> {
+    fn gpu(&self) -> &Gpu {
+        &self.pool.devices.gpus[self.k]
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(self.k);
+        self.pool.freed.notify_one();
+    }
+}
+
+impl<'a> Measured<'a> {
+    /// Trials one after the other, on the devices the plan names.
+    pub fn new(runner: &'a dyn TrialRunner) -> Measured<'a> {
+        Measured { runner, gpus: None }
+    }
+
+    /// Trials in parallel over `devices` (`sweep --gpus`), never two on one GPU.
+    pub fn on_gpus(runner: &'a dyn TrialRunner, devices: Devices) -> Measured<'a> {
+        Measured {
+            runner,
+            gpus: Some(Pool::new(devices)),
+        }
     }
 }
 
@@ -40,31 +96,72 @@ impl Runner for Measured<'_> {
 
     fn run(&self, cell: &Cell, progress: &dyn Progress) -> Result<Ran> {
         let kv_estimates = crate::prediction::kv_estimates(&cell.plan)?;
-        Ok(match self.runner().run(&cell.trial(), progress)? {
-            TrialOutcome::Unavailable { reason } => Ran::Unavailable(reason),
+        let mut trial = cell.trial();
+        let held = self.gpus.as_ref().map(Pool::take);
+        let gpu = held.as_ref().map(|h| h.gpu().clone());
+        trial.visible_devices = gpu.as_ref().map(|g| g.visible.clone());
+        let outcome = self.runner.run(&trial, progress)?;
+        drop(held);
+        Ok(match outcome {
+            TrialOutcome::Unavailable { reason } => Ran::Unavailable(match &gpu {
+                Some(g) => format!("on GPU {}: {reason}", g.visible),
+                None => reason,
+            }),
             TrialOutcome::Measured(mut result) => {
                 crate::schema::check::kv_cache(&mut result, &kv_estimates);
-                Ran::Trial(Box::new(summarize(cell, *result)))
+                let mut record = summarize(cell, *result);
+                record.gpu = gpu;
+                Ran::Trial(Box::new(record))
             }
         })
     }
 
     fn stop_requested(&self) -> Option<Stop> {
-        self.runner().stop_requested()
+        self.runner.stop_requested()
+    }
+
+    fn parallelism(&self) -> Option<usize> {
+        self.gpus
+            .as_ref()
+            .map(|p| p.devices.gpus.len())
+            .filter(|&n| n > 1)
     }
 
     fn device_total(&self, python: &Path, device: &str) -> Option<u64> {
-        self.runner().device_total(python, device)
+        match &self.gpus {
+            // The smallest of them, as PyTorch declared it when the GPUs were named.
+            Some(pool) => pool
+                .devices
+                .gpus
+                .iter()
+                .map(|g| g.total_memory)
+                .collect::<Option<Vec<u64>>>()?
+                .into_iter()
+                .min(),
+            None => self.runner.device_total(python, device),
+        }
+    }
+
+    fn devices(&self) -> Option<Devices> {
+        self.gpus.as_ref().map(|p| p.devices.clone())
     }
 
     fn protocol(&self, plan: &SweepPlan) -> String {
-        if plan.mode == SweepMode::Processes {
+        let each = if plan.mode == SweepMode::Processes {
             format!(
                 "the same configuration in {} fresh processes (not {} repeats in one process)",
                 plan.processes, plan.processes
             )
         } else {
             "fresh process per trial".into()
+        };
+        match &self.gpus {
+            None => each,
+            Some(pool) => format!(
+                "{each}, up to {} at once, each alone on its GPU (CUDA_VISIBLE_DEVICES): {}",
+                pool.devices.gpus.len(),
+                pool.devices.models
+            ),
         }
     }
 }
@@ -95,5 +192,6 @@ fn summarize(cell: &Cell, r: MeasureResult) -> TrialRecord {
         duration_s: 0.0,
         result: Some(r),
         prediction: None,
+        gpu: None,
     }
 }
