@@ -712,3 +712,110 @@ fn sweep_predict_refuses_without_a_capacity_and_what_it_cannot_predict() {
         .stderr_has("nothing predicted");
     assert!(!out.exists());
 }
+
+/// `--gpus 0,1`: four trials two at a time, each worker alone on its GPU (its own
+/// CUDA_VISIBLE_DEVICES), the GPUs' model said; GPUs of two models refused before any trial.
+#[test]
+fn trials_spread_over_two_gpus_two_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    std::fs::create_dir(&trace).unwrap();
+    let doc = sweep(
+        &["--vary", "batch=1,2,3,4", "--width", "64", "--gpus", "0,1"],
+        &dir.path().join("series.json"),
+    )
+    .env("FAKE_TORCH_DEVICES", "2")
+    .env("FAKE_TORCH_NAMES", "Fake H200,Fake H200")
+    .env("FAKE_TORCH_TRACE", &trace)
+    .env("FAKE_TORCH_TRACE_HOLD", "1.5")
+    .succeeds()
+    .stdout_has("trials ran on 2 × Fake H200 (0,1)")
+    .series();
+    assert_eq!(doc.status, SeriesStatus::Complete);
+    assert_eq!(values(&doc, "batch"), [1, 2, 3, 4], "recorded in order");
+    let devices = doc.devices.as_ref().expect("where the trials ran");
+    assert_eq!(
+        (devices.models.as_str(), devices.mixed),
+        ("2 × Fake H200", false)
+    );
+    for t in &doc.trials {
+        assert_eq!(t.status, TrialStatus::Ok);
+        let gpu = t.gpu.as_ref().expect("each trial names its GPU");
+        assert_eq!(gpu.name.as_deref(), Some("Fake H200"));
+        assert_eq!(
+            gpu.uuid.as_deref(),
+            Some(format!("fake-{}", gpu.visible).as_str())
+        );
+        assert_eq!(gpu.source, "PyTorch", "no NVML here");
+    }
+    // What the workers themselves recorded: (visible, start, end) per process.
+    let runs: Vec<(String, f64, f64)> = std::fs::read_dir(&trace)
+        .unwrap()
+        .map(|e| read_json(&e.unwrap().path()))
+        .map(|r| {
+            (
+                r["visible"]
+                    .as_str()
+                    .expect("CUDA_VISIBLE_DEVICES set")
+                    .to_string(),
+                r["start"].as_f64().unwrap(),
+                r["end"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(runs.len(), 4, "four fresh workers: {runs:?}");
+    let on = |gpu: &str| runs.iter().filter(|r| r.0 == gpu).count();
+    assert_eq!((on("0"), on("1")), (2, 2), "{runs:?}");
+    let overlap = |a: &(String, f64, f64), b: &(String, f64, f64)| a.1 < b.2 && b.1 < a.2;
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            if a.0 == b.0 {
+                assert!(
+                    !overlap(a, b),
+                    "two trials at once on GPU {}: {runs:?}",
+                    a.0
+                );
+            }
+        }
+        let at_once = runs.iter().filter(|b| overlap(a, b)).count();
+        assert!(at_once <= 2, "at most two at once: {runs:?}");
+    }
+    assert!(
+        runs.iter()
+            .enumerate()
+            .any(|(i, a)| runs[i + 1..].iter().any(|b| overlap(a, b))),
+        "two trials ran at once: {runs:?}"
+    );
+
+    // Two models: refused before any trial, unless --allow-mixed.
+    let mixed = |out: &str, extra: &[&str]| {
+        let args = [
+            &["--vary", "batch=1,2", "--width", "64", "--gpus", "1,0"],
+            extra,
+        ]
+        .concat();
+        sweep(&args, &dir.path().join(out))
+            .env("FAKE_TORCH_DEVICES", "2")
+            .env("FAKE_TORCH_NAMES", "Fake H200,Fake A100")
+    };
+    mixed("refused.json", &[])
+        .expect_status(1)
+        .stderr_has("different models (1 × Fake A100, 1 × Fake H200)")
+        .stderr_has("--allow-mixed")
+        .wrote_nothing();
+    let doc = mixed("mixed.json", &["--allow-mixed"])
+        .succeeds()
+        .stdout_has("DIFFERENT MODELS")
+        .series();
+    assert!(doc.devices.as_ref().unwrap().mixed);
+    assert!(doc.notes.iter().any(|n| n.contains("different models")));
+    // A GPU PyTorch does not see is refused before any trial.
+    sweep(
+        &["--vary", "batch=1,2", "--gpus", "0,5"],
+        &dir.path().join("missing.json"),
+    )
+    .env("FAKE_TORCH_DEVICES", "2")
+    .expect_status(1)
+    .stderr_has("PyTorch sees 1 of these 2 GPUs")
+    .wrote_nothing();
+}

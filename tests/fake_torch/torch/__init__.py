@@ -15,6 +15,12 @@ Controls (environment variables):
   FAKE_TORCH_NOISE=1            writes noise to stdout (print and raw fd 1) on every randn()
   FAKE_TORCH_BACKEND=NAME       allocator backend name (default "native")
   FAKE_TORCH_HANG_ABOVE=BYTES   an allocation larger than BYTES sleeps for an hour
+  FAKE_TORCH_NAMES=A,B,…        the model of each of the FAKE_TORCH_DEVICES devices (default: one fake name)
+  FAKE_TORCH_TRACE=DIR          a worker writes DIR/PID.json at its exit: its pid, CUDA_VISIBLE_DEVICES,
+                                start and end times; and lasts FAKE_TORCH_TRACE_HOLD seconds at least
+
+CUDA_VISIBLE_DEVICES is honoured as CUDA does: the devices are those it lists (indices into the
+FAKE_TORCH_DEVICES devices, or their UUIDs GPU-fake-N), up to the first entry that names none.
 
 Besides the counters, the fake lays its memory out as PyTorch's snapshot shows it: segments (one
 per growth of the reserved bytes, at made-up addresses) split into blocks, each allocated or
@@ -35,7 +41,57 @@ import time
 __version__ = "0.0.0+fake"
 IS_ITERAGPU_FAKE = True
 
-_DEVICES = int(os.environ.get("FAKE_TORCH_DEVICES", "1"))
+_PHYSICAL = int(os.environ.get("FAKE_TORCH_DEVICES", "1"))
+_NAMES = [n for n in os.environ.get("FAKE_TORCH_NAMES", "").split(",") if n]
+
+
+def _visible():
+    """The physical devices CUDA_VISIBLE_DEVICES leaves visible, in its order."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return list(range(_PHYSICAL))
+    seen = []
+    for entry in listed.split(","):
+        entry = entry.strip()
+        index = int(entry) if entry.isdigit() else None
+        if entry.startswith("GPU-fake-") and entry[9:].isdigit():
+            index = int(entry[9:])
+        if index is None or index >= _PHYSICAL or index in seen:
+            break
+        seen.append(index)
+    return seen
+
+
+_VISIBLE = _visible()
+_DEVICES = len(_VISIBLE)
+
+
+def _trace():
+    """FAKE_TORCH_TRACE: a worker records when and where it ran (sweep --gpus's tests)."""
+    folder = os.environ.get("FAKE_TORCH_TRACE")
+    if not folder or "iteragpu.worker" not in getattr(sys, "orig_argv", sys.argv):
+        return
+    import atexit
+    import builtins
+    import json
+
+    start = time.time()
+
+    def write():
+        time.sleep(max(0.0, start + builtins.float(os.environ.get("FAKE_TORCH_TRACE_HOLD", "0")) - time.time()))
+        record = {
+            "pid": os.getpid(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "start": start,
+            "end": time.time(),
+        }
+        with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
+            json.dump(record, f)
+
+    atexit.register(write)
+
+
+_trace()
 _CAPACITY = int(os.environ.get("FAKE_TORCH_CAPACITY", str(16 << 30)))
 _SYNCS = 0
 

@@ -32,10 +32,14 @@ def device_count():
 
 class _Props:
     def __init__(self, index):
-        self.name = "Fake GPU (iteragpu tests, not a real device)"
+        physical = _torch._VISIBLE[index] if index < len(_torch._VISIBLE) else index
+        names = _torch._NAMES
+        self.name = names[physical] if physical < len(names) else "Fake GPU (iteragpu tests, not a real device)"
         self.total_memory = _torch._CAPACITY
         self.major, self.minor = 9, 0
         self.index = index
+        if names:
+            self.uuid = f"fake-{physical}"
 
 
 def get_device_properties(index):
