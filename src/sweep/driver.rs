@@ -339,35 +339,26 @@ impl Sweep<'_> {
         };
         // A search stops when it has closed the frontier: its trial count is not known ahead,
         // only its bound (the guided bisection costs at most twice a bisection's steps), so the
-        // display says that bound, never "of N" as if N were planned.
-        let steps = (bounds.hi.saturating_sub(bounds.lo) / bounds.resolution.max(1))
-            .max(1)
-            .ilog2() as usize
-            + 1;
-        let at_most = (2 * steps + 2).min(bounds.max_trials);
+        // display says that bound, never "of N" as if N were planned. Measured on k GPUs
+        // (`--gpus`), each round tries k values at once. A predicted frontier keeps one
+        // prediction after the other: its rounds would depend on the machine's cores.
+        let k = match kind {
+            PointKind::Measured => self.runner.parallelism().unwrap_or(1).max(1),
+            PointKind::Predicted => 1,
+        };
+        let rounds_bound = search::round_bound(&bounds, k);
+        let at_most = (k * rounds_bound).min(bounds.max_trials);
         let mut ended: Option<Result<Option<String>>> = None;
-        let found = search::find_guided(bounds, hint, capacity, |value| {
-            let step = plan
-                .cell_at(variable, value)
-                .and_then(|cell| self.trial(&cell, Some(at_most)));
-            let stop = match step {
-                Ok(Step::Done) => None,
-                Ok(Step::Unavailable(reason)) => Some(Ok(Some(reason))),
-                Ok(Step::Stop) => Some(Ok(None)),
-                Err(e) => Some(Err(e)),
-            };
-            let last = self.series.trials.last();
-            // Only a success or an out-of-memory places the frontier: anything else stops the
-            // search, the trial saying why.
-            let places = last.is_some_and(|t| {
-                t.status == TrialStatus::Ok || (t.status == TrialStatus::Failed && t.out_of_memory)
-            });
-            ended = stop.or_else(|| (!places).then_some(Ok(None)));
-            let ok = last.filter(|_| ended.is_none())?.status.is_ok();
-            Some(Probe {
-                ok,
-                peak: last.and_then(|t| t.peak_reserved_bytes).filter(|_| ok),
-            })
+        let mut round = 0;
+        let (found, rounds) = search::find_rounds(bounds, hint, capacity, k, |values| {
+            if k == 1 {
+                let step = plan
+                    .cell_at(variable, values[0])
+                    .and_then(|cell| self.trial(&cell, Some(at_most)));
+                return vec![self.probe(step, &mut ended)];
+            }
+            round += 1;
+            self.round(values, variable, (round, rounds_bound, at_most), &mut ended)
         });
         if let Some(ended) = ended {
             if let Some(reason) = ended? {
@@ -392,15 +383,28 @@ impl Sweep<'_> {
             first_failure: found.first_failure,
             resolution: bounds.resolution,
             trials,
-            strategy: match (kind, hint, capacity) {
-                (PointKind::Predicted, _, _) => {
+            strategy: match (kind, hint, capacity, k) {
+                (PointKind::Predicted, _, _, _) => {
                     "predicted-peak curve: bisection guided by the predicted peaks".into()
                 }
-                (_, Some(_), _) => format!(
+                (_, Some(_), _, 1) => format!(
                     "prediction hint ({predictions} prediction(s) of the workload), then measured-peak curve"
                 ),
-                (_, None, Some(_)) => "measured-peak curve".into(),
-                (_, None, None) => "grow-then-bisect".into(),
+                (_, None, Some(_), 1) => "measured-peak curve".into(),
+                (_, None, None, 1) => "grow-then-bisect".into(),
+                (_, hint, capacity, k) => format!(
+                    "{k}-ary search, {k} trials at once: {}{}; {trials} trial(s) in {rounds} round(s) (at most {at_most} in {rounds_bound})",
+                    match hint {
+                        Some(_) => format!(
+                            "prediction hint ({predictions} prediction(s) of the workload), then "
+                        ),
+                        None => String::new(),
+                    },
+                    match capacity {
+                        Some(_) => "measured-peak curve alternating with equal splits",
+                        None => "equal splits of the values left",
+                    }
+                ),
             },
             hint,
             predictions: match kind {
@@ -411,6 +415,110 @@ impl Sweep<'_> {
             deciding,
         });
         Ok(None)
+    }
+
+    /// What a recorded trial tells the search (`None`: it ends it, `ended` says how).
+    fn probe(
+        &mut self,
+        step: Result<Step>,
+        ended: &mut Option<Result<Option<String>>>,
+    ) -> Option<Probe> {
+        let stop = match step {
+            Ok(Step::Done) => None,
+            Ok(Step::Unavailable(reason)) => Some(Ok(Some(reason))),
+            Ok(Step::Stop) => Some(Ok(None)),
+            Err(e) => Some(Err(e)),
+        };
+        let last = self.series.trials.last();
+        // Only a success or an out-of-memory places the frontier: anything else stops the
+        // search, the trial saying why.
+        let places = last.is_some_and(|t| {
+            t.status == TrialStatus::Ok || (t.status == TrialStatus::Failed && t.out_of_memory)
+        });
+        if let Some(this) = stop.or_else(|| (!places).then_some(Ok(None))) {
+            if ended.is_none() {
+                *ended = Some(this);
+            }
+            return None;
+        }
+        let ok = last?.status.is_ok();
+        Some(Probe {
+            ok,
+            peak: last.and_then(|t| t.peak_reserved_bytes).filter(|_| ok),
+        })
+    }
+
+    /// One round of a k-ary search: its values run at once through the runner's `run_many`,
+    /// recorded in the order of the values; `(round, of at most, trials at most)` for the display.
+    fn round(
+        &mut self,
+        values: &[u64],
+        variable: Variable,
+        (round, rounds_bound, at_most): (usize, usize, usize),
+        ended: &mut Option<Result<Option<String>>>,
+    ) -> Vec<Option<Probe>> {
+        if let Some(signal) = self.runner.stop_requested() {
+            self.stop_before(signal);
+            *ended = Some(Ok(None));
+            return Vec::new();
+        }
+        let mut cells = Vec::with_capacity(values.len());
+        for &v in values {
+            let cell = self.plan.cell_at(variable, v).and_then(|cell| {
+                self.check_identical(&cell.trial().spec.to_map(), &cell.values)?;
+                Ok(cell)
+            });
+            match cell {
+                Ok(cell) => cells.push(cell),
+                Err(e) => {
+                    *ended = Some(Err(e));
+                    return Vec::new();
+                }
+            }
+        }
+        self.progress.set_message(&format!(
+            "{} {}={} (round {round} of at most {rounds_bound}, {} at once; at most {at_most} trials)",
+            self.verb(),
+            variable.name(),
+            values
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            values.len()
+        ));
+        let shown: std::sync::Arc<dyn Progress> = self
+            .progress
+            .forwarder()
+            .unwrap_or_else(|| std::sync::Arc::new(NoProgress));
+        let refs: Vec<&Cell> = cells.iter().collect();
+        let mut results: Vec<Option<(Result<Ran>, f64)>> = (0..cells.len()).map(|_| None).collect();
+        self.runner
+            .run_many(&refs, &*shown, &mut |i, ran, duration_s| {
+                results[i] = Some((ran, duration_s));
+                true
+            });
+        let mut probes = Vec::with_capacity(cells.len());
+        for (cell, result) in cells.iter().zip(results) {
+            let probe = match result {
+                // Not started: a stop was asked for.
+                None => None,
+                Some(_) if matches!(ended, Some(Err(_)) | Some(Ok(Some(_)))) => None,
+                Some((ran, duration_s)) => {
+                    let step = ran.and_then(|ran| self.record(cell, ran, duration_s));
+                    self.probe(step, ended)
+                }
+            };
+            probes.push(probe);
+        }
+        if probes.iter().any(Option::is_none)
+            && ended.is_none()
+            && let Some(signal) = self.runner.stop_requested()
+        {
+            self.stop_before(signal);
+            *ended = Some(Ok(None));
+        }
+        probes
     }
 
     fn verb(&self) -> &'static str {
@@ -825,6 +933,134 @@ mod tests {
             series.notes
         );
         assert!(super::super::render::table(&series, &out).contains("DIFFERENT MODELS"));
+    }
+
+    fn gpus(n: usize) -> crate::schema::series::Devices {
+        let gpus = (0..n)
+            .map(|i| crate::schema::series::Gpu {
+                visible: i.to_string(),
+                nvml_index: Some(i as u32),
+                name: Some("NVIDIA H200".into()),
+                uuid: None,
+                total_memory: Some(1 << 40),
+                source: "NVML".into(),
+            })
+            .collect();
+        crate::measure::gpus::devices(gpus, false).unwrap()
+    }
+
+    #[test]
+    fn on_k_gpus_the_frontier_runs_k_trials_a_round_and_closes_within_the_bound() {
+        let peak = |c: u64| 10_000_000 + 1_000_000 * c;
+        for k in [2, 4, 8] {
+            let mock = MockRunner::new(|s| {
+                let p = peak(dense(s).context);
+                if s.memory_limit_bytes.is_some_and(|l| p > l) {
+                    Outcome::OutOfMemory { peak: p }
+                } else {
+                    Outcome::Ok { peak: p }
+                }
+            });
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("series.json");
+            let gpus_arg = (0..k).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+            let p = plan(
+                &[
+                    "--vary",
+                    "context=1..1000",
+                    "--search",
+                    "frontier",
+                    "--memory-limit",
+                    "300000000",
+                    "--gpus",
+                    &gpus_arg,
+                ],
+                &out,
+            );
+            let Finish::Done { series, .. } = run(
+                &p,
+                &Measured::on_gpus(&mock, gpus(k)),
+                None,
+                Writer::new(&out).unwrap(),
+                &crate::progress::NoProgress,
+            )
+            .unwrap() else {
+                panic!("unavailable")
+            };
+            let f = series.frontier.as_ref().unwrap();
+            assert_eq!(
+                (f.last_success, f.first_failure),
+                (Some(290), Some(291)),
+                "k={k}"
+            );
+            let bound = search::round_bound(&p.bounds().unwrap().1, k);
+            assert!(
+                f.strategy.starts_with(&format!("{k}-ary search")),
+                "{}",
+                f.strategy
+            );
+            assert!(
+                f.strategy.contains(&format!("in {bound})")),
+                "{}",
+                f.strategy
+            );
+            assert!(
+                series.trials.len() <= k * bound,
+                "k={k}: {}",
+                series.trials.len()
+            );
+            assert!(mock.seen().iter().all(|s| s.at_once <= k));
+            assert!(series.trials.iter().all(|t| t.gpu.is_some()));
+            assert_eq!(series.status, SeriesStatus::Complete);
+        }
+    }
+
+    #[test]
+    fn on_k_gpus_a_crash_ends_the_frontier_after_its_round() {
+        let mock = MockRunner::new(|s| {
+            if dense(s).context > 100 {
+                Outcome::Crash
+            } else {
+                Outcome::Ok {
+                    peak: dense(s).context << 20,
+                }
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("series.json");
+        let p = plan(
+            &[
+                "--vary",
+                "context=1..1000",
+                "--search",
+                "frontier",
+                "--gpus",
+                "0,1,2,3",
+            ],
+            &out,
+        );
+        let Finish::Done { series, .. } = run(
+            &p,
+            &Measured::on_gpus(&mock, gpus(4)),
+            None,
+            Writer::new(&out).unwrap(),
+            &crate::progress::NoProgress,
+        )
+        .unwrap() else {
+            panic!("unavailable")
+        };
+        // The first round (four values above 100) crashes: no other round runs.
+        assert_eq!(series.trials.len(), 4);
+        assert!(
+            series
+                .trials
+                .iter()
+                .all(|t| t.status == TrialStatus::Crashed)
+        );
+        assert!(series.notes.iter().any(|n| n.contains("stopped early")));
+        let f = series.frontier.as_ref().unwrap();
+        assert_eq!(f.first_failure, None, "a crash places no frontier");
+        assert!(failed(&series));
     }
 
     #[test]

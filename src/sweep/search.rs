@@ -205,6 +205,168 @@ pub fn find_guided(
     }
 }
 
+/// The guided search in rounds of up to `k` values tried at once (`sweep --gpus` with k GPUs,
+/// a predicted sweep on k cores): `oracle` gets a round's values, ascending, and answers each
+/// (`None`: that trial neither succeeded nor ran out of memory, or the sweep stopped; the search
+/// then ends where it stands, with the rest of the round taken into account). Returns the
+/// frontier and the rounds it took. `k = 1` is [`find_guided`], one value per round.
+///
+/// With `k ≥ 2` the values are the grid's (`lo + j·resolution`, and `hi`): a round is either
+/// *pure*, `k` values splitting the values still unknown into `k + 1` equal parts, or *guided*,
+/// the hint (first round) or the measured-peak curve's value with its neighbours one step away,
+/// the round's other values splitting the rest. Guided rounds alternate with pure ones, so the
+/// search takes at most [`round_bound`] rounds, however wrong the guidance.
+pub fn find_rounds(
+    b: Bounds,
+    hint: Option<u64>,
+    capacity: Option<u64>,
+    k: usize,
+    mut oracle: impl FnMut(&[u64]) -> Vec<Option<Probe>>,
+) -> (Frontier, usize) {
+    if k <= 1 {
+        let f = find_guided(b, hint, capacity, |v| oracle(&[v]).pop().flatten());
+        let rounds = f.trials.len();
+        return (f, rounds);
+    }
+    let b = Bounds {
+        resolution: b.resolution.max(1),
+        hi: b.hi.max(b.lo),
+        ..b
+    };
+    let grid = Grid::of(&b);
+    let mut trials: Vec<(u64, bool)> = Vec::new();
+    let mut points: Vec<(u64, u64)> = Vec::new();
+    // The indices of the largest success and the smallest failure (`-1` and `n`: none yet).
+    let (mut a, mut z): (i64, i64) = (-1, grid.n as i64);
+    let mut rounds = 0;
+    let mut guided_next = true;
+    let end = |trials: Vec<(u64, bool)>, a: i64, z: i64, budget_exhausted: bool| Frontier {
+        last_success: (a >= 0).then(|| grid.value(a as u64)),
+        first_failure: (z < grid.n as i64).then(|| grid.value(z as u64)),
+        trials,
+        budget_exhausted,
+    };
+    while z - a > 1 {
+        let room = k.min(b.max_trials.max(1).saturating_sub(trials.len()));
+        if room == 0 {
+            return (end(trials, a, z, true), rounds);
+        }
+        // The guidance, as grid indices inside the unknown (a, z).
+        let inside = |i: i64| i > a && i < z;
+        let centre = match (rounds, guided_next) {
+            (0, _) => hint.map(|h| grid.index(snap(&b, h))),
+            (_, true) => secant(&points, capacity, &b).map(|v| grid.index(v)),
+            _ => None,
+        };
+        let mut chosen: Vec<i64> = Vec::with_capacity(room);
+        if let Some(c) = centre {
+            // The guess and the step after it (success there and failure one step above close
+            // the frontier), then the step below.
+            for i in [c, c + 1, c - 1] {
+                if chosen.len() < room && inside(i) && !chosen.contains(&i) {
+                    chosen.push(i);
+                }
+            }
+        }
+        guided_next = chosen.is_empty();
+        // The rest split the unknown into equal parts.
+        let m = (room - chosen.len()) as i64;
+        for j in 1..=m {
+            let i = a + (j * (z - a)) / (m + 1);
+            if chosen.len() < room && inside(i) && !chosen.contains(&i) {
+                chosen.push(i);
+            }
+        }
+        chosen.sort_unstable();
+        let values: Vec<u64> = chosen.iter().map(|&i| grid.value(i as u64)).collect();
+        let answers = oracle(&values);
+        rounds += 1;
+        let mut stopped = answers.len() < values.len();
+        for (&i, (&v, answer)) in chosen.iter().zip(values.iter().zip(answers)) {
+            let Some(probe) = answer else {
+                stopped = true;
+                continue;
+            };
+            trials.push((v, probe.ok));
+            if probe.ok {
+                a = a.max(i);
+                if let Some(p) = probe.peak {
+                    points.push((v, p));
+                }
+            } else {
+                z = z.min(i);
+            }
+        }
+        if stopped {
+            return (end(trials, a, z, false), rounds);
+        }
+    }
+    (end(trials, a, z, false), rounds)
+}
+
+/// The most rounds [`find_rounds`] takes over `b` with `k` values a round, before its trial
+/// budget: pure rounds shrink the unknown values `n` to at most `n/(k+1)` each, and guided ones
+/// alternate with them (the first may be one more). With `k = 1`, the guided search's bound.
+pub fn round_bound(b: &Bounds, k: usize) -> usize {
+    let steps = |base: u128| {
+        let n = Grid::of(b).n as u128 + 1;
+        let (mut r, mut reach) = (0usize, 1u128);
+        while reach < n {
+            reach = reach.saturating_mul(base);
+            r += 1;
+        }
+        r
+    };
+    match k {
+        // The guided search costs at most twice a bisection's steps.
+        0 | 1 => {
+            2 * ((b.hi.saturating_sub(b.lo) / b.resolution.max(1))
+                .max(1)
+                .ilog2() as usize
+                + 1)
+                + 2
+        }
+        k => 2 * steps(k as u128 + 1) + 1,
+    }
+}
+
+/// The values a search with more than one value a round tries: `lo + j·resolution` below `hi`,
+/// then `hi`.
+struct Grid {
+    lo: u64,
+    hi: u64,
+    resolution: u64,
+    /// How many values.
+    n: u64,
+}
+
+impl Grid {
+    fn of(b: &Bounds) -> Grid {
+        let resolution = b.resolution.max(1);
+        let hi = b.hi.max(b.lo);
+        Grid {
+            lo: b.lo,
+            hi,
+            resolution,
+            n: (hi - b.lo).div_ceil(resolution) + 1,
+        }
+    }
+
+    fn value(&self, i: u64) -> u64 {
+        self.lo
+            .saturating_add(i.saturating_mul(self.resolution))
+            .min(self.hi)
+    }
+
+    /// The index of a grid value (a value between two: the one below).
+    fn index(&self, v: u64) -> i64 {
+        if v >= self.hi {
+            return self.n as i64 - 1;
+        }
+        (v.saturating_sub(self.lo) / self.resolution) as i64
+    }
+}
+
 /// Where the measured peak curve reaches `capacity`, snapped down to the grid: a parabola through
 /// the three largest successful (value, peak) points when it rises there, else the secant through
 /// the two largest.
@@ -346,6 +508,142 @@ mod tests {
         assert_eq!(f.trials, [(1024, true), (2048, true)]);
         assert_eq!((f.last_success, f.first_failure), (Some(2048), None));
         assert!(!f.budget_exhausted);
+    }
+
+    /// Runs `find_rounds` over `b` with a frontier at `t` (values ≤ t succeed, peak linear).
+    fn rounds_at(
+        b: Bounds,
+        t: u64,
+        k: usize,
+        hint: Option<u64>,
+        capacity: Option<u64>,
+    ) -> (Frontier, usize, Vec<usize>) {
+        let mut sizes = Vec::new();
+        let peak = |v: u64| 1_000 + v * 10;
+        let (f, rounds) = find_rounds(b, hint, capacity, k, |values| {
+            sizes.push(values.len());
+            assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+            values
+                .iter()
+                .map(|&v| {
+                    Some(Probe {
+                        ok: v <= t,
+                        peak: Some(peak(v)),
+                    })
+                })
+                .collect()
+        });
+        (f, rounds, sizes)
+    }
+
+    #[test]
+    fn k_values_a_round_close_within_the_resolution_and_the_bound() {
+        let b = Bounds {
+            lo: 1,
+            hi: 4096,
+            resolution: 1,
+            max_trials: 1000,
+        };
+        let coarse = Bounds {
+            lo: 1024,
+            hi: 65_000,
+            resolution: 256,
+            max_trials: 1000,
+        };
+        for b in [b, coarse] {
+            for k in [2, 3, 4, 8] {
+                let bound = round_bound(&b, k);
+                for t in [
+                    0,
+                    b.lo,
+                    b.lo + 1,
+                    7,
+                    300,
+                    2047,
+                    4095,
+                    30_000,
+                    b.hi,
+                    b.hi + 5,
+                ] {
+                    let capacity = Some(1_000 + t * 10 + 5);
+                    for (hint, capacity) in [
+                        (None, None),
+                        (Some(t), None),
+                        (Some(b.hi / 3), capacity),
+                        (None, capacity),
+                    ] {
+                        let (f, rounds, sizes) = rounds_at(b, t, k, hint, capacity);
+                        let case = format!("k={k} t={t} hint={hint:?} cap={capacity:?}: {f:?}");
+                        assert!(rounds <= bound, "{rounds} rounds > {bound}: {case}");
+                        assert!(sizes.iter().all(|&n| n >= 1 && n <= k), "{case}");
+                        assert_eq!(f.trials.len(), sizes.iter().sum::<usize>(), "{case}");
+                        assert!(!f.budget_exhausted, "{case}");
+                        match (f.last_success, f.first_failure) {
+                            (Some(o), Some(x)) => {
+                                assert!(o <= t && x > t && x - o <= b.resolution, "{case}")
+                            }
+                            (None, Some(x)) => assert!(x == b.lo && t < b.lo, "{case}"),
+                            (Some(o), None) => assert!(o == b.hi && t >= b.hi, "{case}"),
+                            (None, None) => panic!("nothing found: {case}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn more_values_a_round_take_fewer_rounds_and_an_accurate_hint_one() {
+        let b = bounds();
+        let rounds = |k| rounds_at(b, 20_000, k, None, None).1;
+        assert!(
+            rounds(8) < rounds(4) && rounds(4) < rounds(2),
+            "{:?}",
+            [rounds(2), rounds(4), rounds(8)]
+        );
+        let (f, r, sizes) = rounds_at(b, 20_000, 4, Some(19_968), None);
+        assert_eq!(
+            (r, f.last_success, f.first_failure),
+            (1, Some(19_968), Some(20_224))
+        );
+        assert_eq!(sizes, [4]);
+        // k = 1 is the guided search itself.
+        let one = rounds_at(b, 20_000, 1, None, None);
+        let guided = find_guided(b, None, None, pass_fail(|v| v <= 20_000));
+        assert_eq!((one.0, one.1), (guided.clone(), guided.trials.len()));
+    }
+
+    #[test]
+    fn a_round_that_stops_ends_the_k_ary_search_and_the_budget_holds() {
+        // A value above 3000 crashes (no answer): the round is kept, no other round runs.
+        let mut calls = 0;
+        let (f, rounds) = find_rounds(bounds(), None, None, 4, |values| {
+            calls += 1;
+            values
+                .iter()
+                .map(|&v| {
+                    (v <= 3000).then_some(Probe {
+                        ok: true,
+                        peak: None,
+                    })
+                })
+                .collect()
+        });
+        assert_eq!((calls, rounds), (1, 1));
+        assert!(f.first_failure.is_none() && !f.budget_exhausted);
+        assert_eq!(
+            f.trials.len(),
+            0,
+            "every value of the first round is above 3000: {f:?}"
+        );
+        // A budget of 6 trials with 4 a round: two rounds, the second of 2.
+        let b = Bounds {
+            max_trials: 6,
+            ..bounds()
+        };
+        let (f, rounds, sizes) = rounds_at(b, 20_000, 4, None, None);
+        assert_eq!((rounds, sizes), (2, vec![4, 2]));
+        assert!(f.budget_exhausted && f.trials.len() == 6);
     }
 
     #[test]
