@@ -7,7 +7,7 @@ mod support {
     pub mod doubling;
 }
 
-use iteragpu::sweep::search::{Bounds, Probe, find_guided};
+use iteragpu::sweep::search::{Bounds, Probe, find_guided, find_rounds, round_bound};
 use support::doubling::doubling_then_bisection;
 
 struct Case {
@@ -119,5 +119,41 @@ fn main() {
     );
     println!(
         "iteragpu: the guided search (measured peaks + capacity); hints are the estimator's predicted frontier (exact, ±2%, 10% high, 10% low)."
+    );
+    // With k GPUs (`sweep --gpus`), k trials a round: the rounds (wall time) and trials it takes.
+    println!(
+        "\n{:<46} {:>13} {:>13} {:>13} {:>13}",
+        "rounds (trials) with k at once, no hint", "k=1", "k=2", "k=4", "k=8"
+    );
+    for c in &cases {
+        let t = threshold(c);
+        let rounds = |k: usize| {
+            let (f, rounds) = find_rounds(c.bounds, None, Some(c.capacity), k, |values| {
+                values
+                    .iter()
+                    .map(|&v| {
+                        let p = (c.peak)(v);
+                        Some(Probe {
+                            ok: p <= c.capacity,
+                            peak: Some(p),
+                        })
+                    })
+                    .collect()
+            });
+            assert!(f.last_success.is_none_or(|s| s <= t) && f.first_failure.is_none_or(|x| x > t));
+            assert!(rounds <= round_bound(&c.bounds, k));
+            format!("{rounds} ({})", f.trials.len())
+        };
+        println!(
+            "{:<46} {:>13} {:>13} {:>13} {:>13}",
+            c.name,
+            rounds(1),
+            rounds(2),
+            rounds(4),
+            rounds(8)
+        );
+    }
+    println!(
+        "a round's trials run at once, one per GPU: rounds are the search's wall time in trials."
     );
 }

@@ -1049,13 +1049,17 @@ mod tests {
         .unwrap() else {
             panic!("unavailable")
         };
-        // The first round (four values above 100) crashes: no other round runs.
-        assert_eq!(series.trials.len(), 4);
-        assert!(
-            series
-                .trials
-                .iter()
-                .all(|t| t.status == TrialStatus::Crashed)
+        // The first round (1 and 2 for the curve's slope, two values above 100) crashes: no
+        // other round runs.
+        let statuses: Vec<TrialStatus> = series.trials.iter().map(|t| t.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                TrialStatus::Ok,
+                TrialStatus::Ok,
+                TrialStatus::Crashed,
+                TrialStatus::Crashed
+            ]
         );
         assert!(series.notes.iter().any(|n| n.contains("stopped early")));
         let f = series.frontier.as_ref().unwrap();

@@ -213,9 +213,11 @@ pub fn find_guided(
 ///
 /// With `k ≥ 2` the values are the grid's (`lo + j·resolution`, and `hi`): a round is either
 /// *pure*, `k` values splitting the values still unknown into `k + 1` equal parts, or *guided*,
-/// the hint (first round) or the measured-peak curve's value with its neighbours one step away,
-/// the round's other values splitting the rest. Guided rounds alternate with pure ones, so the
-/// search takes at most [`round_bound`] rounds, however wrong the guidance.
+/// the hint (first round; without one but with a capacity, `lo` and the step above it, whose
+/// peaks give the curve its slope) or the measured-peak curve's value with its neighbours one
+/// step away, the round's other values splitting the rest. A guided round that narrowed the
+/// unknown less than a pure one would is followed by a pure one, so the search takes at most
+/// [`round_bound`] rounds, however wrong the guidance.
 pub fn find_rounds(
     b: Bounds,
     hint: Option<u64>,
@@ -259,6 +261,10 @@ pub fn find_rounds(
             _ => None,
         };
         let mut chosen: Vec<i64> = Vec::with_capacity(room);
+        if rounds == 0 && hint.is_none() && capacity.is_some() {
+            // The first two values: their peaks give the curve its slope.
+            chosen.extend([0, 1].into_iter().filter(|&i| inside(i)).take(room));
+        }
         if let Some(c) = centre {
             // The guess and the step after it (success there and failure one step above close
             // the frontier), then the step below.
@@ -268,7 +274,8 @@ pub fn find_rounds(
                 }
             }
         }
-        guided_next = chosen.is_empty();
+        let guided = !chosen.is_empty();
+        let unknown = z - a - 1;
         // The rest split the unknown into equal parts.
         let m = (room - chosen.len()) as i64;
         for j in 1..=m {
@@ -300,6 +307,8 @@ pub fn find_rounds(
         if stopped {
             return (end(trials, a, z, false), rounds);
         }
+        // Guidance again only after a pure round, or a guided one that narrowed as much.
+        guided_next = !guided || (z - a - 1) * (k as i64 + 1) <= unknown;
     }
     (end(trials, a, z, false), rounds)
 }
