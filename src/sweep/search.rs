@@ -261,7 +261,8 @@ pub fn find_rounds(
             _ => None,
         };
         let mut chosen: Vec<i64> = Vec::with_capacity(room);
-        if rounds == 0 && hint.is_none() && capacity.is_some() {
+        let slope = rounds == 0 && hint.is_none() && capacity.is_some();
+        if slope {
             // The first two values: their peaks give the curve its slope.
             chosen.extend([0, 1].into_iter().filter(|&i| inside(i)).take(room));
         }
@@ -307,15 +308,16 @@ pub fn find_rounds(
         if stopped {
             return (end(trials, a, z, false), rounds);
         }
-        // Guidance again only after a pure round, or a guided one that narrowed as much.
-        guided_next = !guided || (z - a - 1) * (k as i64 + 1) <= unknown;
+        // Guidance again only after a pure round, a guided one that narrowed as much, or the
+        // first two values (they only give the curve its slope).
+        guided_next = slope || !guided || (z - a - 1) * (k as i64 + 1) <= unknown;
     }
     (end(trials, a, z, false), rounds)
 }
 
 /// The most rounds [`find_rounds`] takes over `b` with `k` values a round, before its trial
 /// budget: pure rounds shrink the unknown values `n` to at most `n/(k+1)` each, and guided ones
-/// alternate with them (the first may be one more). With `k = 1`, the guided search's bound.
+/// that shrink them less alternate with them (the first two rounds may both be guided). With `k = 1`, the guided search's bound.
 pub fn round_bound(b: &Bounds, k: usize) -> usize {
     let steps = |base: u128| {
         let n = Grid::of(b).n as u128 + 1;
@@ -335,7 +337,7 @@ pub fn round_bound(b: &Bounds, k: usize) -> usize {
                 + 1)
                 + 2
         }
-        k => 2 * steps(k as u128 + 1) + 1,
+        k => 2 * steps(k as u128 + 1) + 2,
     }
 }
 
