@@ -805,7 +805,7 @@ mod tests {
     /// Runs `args` with `decide`; returns the series on disk, the mock and the finish.
     fn sweep<F: FnMut(&WorkerSpec) -> Outcome + Send>(
         args: &[&str],
-        mock: &mut MockRunner<F>,
+        mock: &MockRunner<F>,
     ) -> (tempfile::TempDir, std::path::PathBuf, Result<Finish>) {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("series.json");
@@ -826,10 +826,10 @@ mod tests {
 
     #[test]
     fn a_list_runs_each_value_in_order_and_fits_the_peaks() {
-        let mut mock = MockRunner::new(|s| Outcome::Ok {
+        let mock = MockRunner::new(|s| Outcome::Ok {
             peak: 1_000_000 * dense(s).batch,
         });
-        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!("unavailable")
         };
@@ -1106,7 +1106,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("series.json");
         let seen = std::sync::Mutex::new(Vec::new());
-        let mut mock = MockRunner::new(|_| {
+        let mock = MockRunner::new(|_| {
             // What is on disk when the next trial starts.
             seen.lock().unwrap().push(if out.exists() {
                 Some(on_disk(&out).trials.len())
@@ -1118,7 +1118,7 @@ mod tests {
         let p = plan(&["--vary", "batch=1,2,3"], &out);
         run(
             &p,
-            &Measured::new(&mut mock),
+            &Measured::new(&mock),
             None,
             Writer::new(&out).unwrap(),
             &crate::progress::NoProgress,
@@ -1132,7 +1132,7 @@ mod tests {
     fn out_of_memory_is_a_finding_and_the_frontier_closes_within_the_resolution() {
         // peak = 10 MB + 1 MB per context unit: the limit of 300 MB is reached at 290.
         let peak = |c: u64| 10_000_000 + 1_000_000 * c;
-        let mut mock = MockRunner::new(|s| {
+        let mock = MockRunner::new(|s| {
             let p = peak(dense(s).context);
             if s.memory_limit_bytes.is_some_and(|l| p > l) {
                 Outcome::OutOfMemory { peak: p }
@@ -1149,7 +1149,7 @@ mod tests {
                 "--memory-limit",
                 "300000000",
             ],
-            &mut mock,
+            &mock,
         );
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
@@ -1186,7 +1186,7 @@ mod tests {
             mock.device_total = Some(1 << 40);
             let (_d, _out, finish) = sweep(
                 &["--vary", "context=1..1000", "--search", "frontier"],
-                &mut mock,
+                &mock,
             );
             let Finish::Done { series, .. } = finish.unwrap() else {
                 panic!()
@@ -1205,11 +1205,11 @@ mod tests {
 
     #[test]
     fn an_interruption_stops_the_sweep_and_keeps_the_finished_trials() {
-        let mut mock = MockRunner::new(|s| match dense(s).batch {
+        let mock = MockRunner::new(|s| match dense(s).batch {
             4 => Outcome::Interrupted,
             b => Outcome::Ok { peak: b << 20 },
         });
-        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
@@ -1222,11 +1222,11 @@ mod tests {
 
     #[test]
     fn a_failure_other_than_out_of_memory_fails_the_sweep() {
-        let mut mock = MockRunner::new(|s| match dense(s).batch {
+        let mock = MockRunner::new(|s| match dense(s).batch {
             1 => Outcome::Ok { peak: 1 << 20 },
             _ => Outcome::Error,
         });
-        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
@@ -1242,10 +1242,7 @@ mod tests {
     fn a_limit_above_the_device_is_refused_before_any_trial() {
         let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 });
         mock.device_total = Some(4 << 30);
-        let (_d, out, finish) = sweep(
-            &["--vary", "batch=1,2", "--memory-limit", "8GiB"],
-            &mut mock,
-        );
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2", "--memory-limit", "8GiB"], &mock);
         let err = finish.err().expect("refused").to_string();
         assert!(err.contains("more than cuda:0 has"), "{err}");
         assert!(mock.specs().is_empty() && !out.exists());
@@ -1259,7 +1256,7 @@ mod tests {
         ] {
             let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
             mock.stop_after = Some((2, stop));
-            let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mut mock);
+            let (_d, out, finish) = sweep(&["--vary", "batch=1,2,4,8"], &mock);
             let Finish::Done { series, .. } = finish.unwrap() else {
                 panic!()
             };
@@ -1274,8 +1271,8 @@ mod tests {
 
     #[test]
     fn missing_pytorch_at_the_first_trial_writes_nothing() {
-        let mut mock = MockRunner::new(|_| Outcome::Unavailable);
-        let (_d, out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        let mock = MockRunner::new(|_| Outcome::Unavailable);
+        let (_d, out, finish) = sweep(&["--vary", "batch=1,2"], &mock);
         assert!(matches!(finish.unwrap(), Finish::Unavailable(r) if r.contains("no GPU")));
         assert!(!out.exists());
         assert_eq!(mock.specs().len(), 1);
@@ -1283,11 +1280,11 @@ mod tests {
 
     #[test]
     fn missing_pytorch_later_is_recorded_and_fails_the_sweep() {
-        let mut mock = MockRunner::new(|s| match dense(s).batch {
+        let mock = MockRunner::new(|s| match dense(s).batch {
             1 => Outcome::Ok { peak: 1 << 20 },
             _ => Outcome::Unavailable,
         });
-        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mut mock);
+        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2"], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
@@ -1297,11 +1294,8 @@ mod tests {
 
     #[test]
     fn a_grid_walks_one_variable_at_a_time_and_loads_set_their_values() {
-        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
-        let (_d, _out, finish) = sweep(
-            &["--vary", "batch=1,2", "--vary", "context=8,16"],
-            &mut mock,
-        );
+        let mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--vary", "batch=1,2", "--vary", "context=8,16"], &mock);
         assert!(matches!(finish.unwrap(), Finish::Done { .. }));
         let cells: Vec<(u64, u64)> = mock
             .specs()
@@ -1317,8 +1311,8 @@ mod tests {
             r#"{"loads": [{"name": "short", "batch": 1, "context": 8}, {"name": "long", "batch": 4, "context": 512}]}"#,
         )
         .unwrap();
-        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
-        let (_d, _out, finish) = sweep(&["--loads", loads.to_str().unwrap()], &mut mock);
+        let mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--loads", loads.to_str().unwrap()], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
@@ -1334,8 +1328,8 @@ mod tests {
 
     #[test]
     fn processes_run_the_same_spec_in_fresh_workers() {
-        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
-        let (_d, _out, finish) = sweep(&["--processes", "3"], &mut mock);
+        let mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--processes", "3"], &mock);
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
         };
@@ -1349,7 +1343,7 @@ mod tests {
         use crate::schema::alloc_conf::AllocConf;
         // Expandable segments reserve 10% less in this mock.
         let mut calls = 0u64;
-        let mut mock = MockRunner::new(|s| {
+        let mock = MockRunner::new(|s| {
             calls += 1;
             let peak = 1_000_000 * dense(s).batch;
             Outcome::Ok {
@@ -1363,7 +1357,7 @@ mod tests {
                 "--vary",
                 "batch=1,2",
             ],
-            &mut mock,
+            &mock,
         );
         let Finish::Done { series, .. } = finish.unwrap() else {
             panic!()
@@ -1396,9 +1390,8 @@ mod tests {
         assert!(table.contains("(-10.0%)"), "{table}");
 
         // The settings alone: one trial each.
-        let mut mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
-        let (_d, _out, finish) =
-            sweep(&["--vary", "alloc_conf=default,cudaMallocAsync"], &mut mock);
+        let mock = MockRunner::new(|_| Outcome::Ok { peak: 1 << 20 });
+        let (_d, _out, finish) = sweep(&["--vary", "alloc_conf=default,cudaMallocAsync"], &mock);
         assert!(matches!(finish.unwrap(), Finish::Done { .. }));
         assert_eq!(
             mock.alloc_confs(),
