@@ -8,8 +8,6 @@
 use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::Instant;
 
 use crate::cards;
@@ -262,65 +260,38 @@ impl Sweep<'_> {
             self.verb(),
             unique.len()
         ));
-        let next = AtomicUsize::new(0);
-        let cancel = AtomicBool::new(false);
         let runner = self.runner;
-        let (tx, rx) = mpsc::channel::<(usize, Result<Ran>, f64)>();
+        let todo: Vec<&Cell> = unique.iter().map(|&i| &cells[i]).collect();
+        let mut arrived: BTreeMap<usize, (Result<Ran>, f64)> = BTreeMap::new();
+        let mut recorded = 0;
         let mut outcome: Result<Option<String>> = Ok(None);
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                let tx = tx.clone();
-                let (next, cancel, unique, shown, cells) =
-                    (&next, &cancel, &unique, &shown, &cells);
-                scope.spawn(move || {
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        if k >= unique.len()
-                            || cancel.load(Ordering::Relaxed)
-                            || runner.stop_requested().is_some()
-                        {
-                            break;
-                        }
-                        let i = unique[k];
-                        let began = Instant::now();
-                        let ran = runner.run(&cells[i], &**shown);
-                        if tx.send((i, ran, began.elapsed().as_secs_f64())).is_err() {
-                            break;
-                        }
-                    }
-                });
+        runner.run_many(&todo, &*shown, &mut |k, ran, duration_s| {
+            if outcome.is_err() || matches!(outcome, Ok(Some(_))) {
+                return false;
             }
-            drop(tx);
-            let mut arrived: BTreeMap<usize, (Result<Ran>, f64)> = BTreeMap::new();
-            let mut recorded = 0;
-            for (i, ran, duration_s) in rx {
-                if outcome.is_err() || matches!(outcome, Ok(Some(_))) {
-                    continue;
-                }
-                arrived.insert(i, (ran, duration_s));
-                // Record every trial whose turn has come: its own, or the one of the identical
-                // configuration before it.
-                while recorded < cells.len() {
-                    let j = recorded;
-                    let step = if first_of[j] == j {
-                        let Some((ran, duration_s)) = arrived.remove(&j) else {
-                            break;
-                        };
-                        ran.and_then(|ran| self.record(&cells[j], ran, duration_s))
-                    } else {
-                        self.reuse(&cells[j], first_of[j])
+            arrived.insert(unique[k], (ran, duration_s));
+            // Record every trial whose turn has come: its own, or the one of the identical
+            // configuration before it.
+            while recorded < cells.len() {
+                let j = recorded;
+                let step = if first_of[j] == j {
+                    let Some((ran, duration_s)) = arrived.remove(&j) else {
+                        break;
                     };
-                    recorded += 1;
-                    let ended = match step {
-                        Ok(Step::Unavailable(reason)) => Ok(Some(reason)),
-                        Ok(_) => continue,
-                        Err(e) => Err(e),
-                    };
-                    outcome = ended;
-                    cancel.store(true, Ordering::Relaxed);
-                    break;
-                }
+                    ran.and_then(|ran| self.record(&cells[j], ran, duration_s))
+                } else {
+                    self.reuse(&cells[j], first_of[j])
+                };
+                recorded += 1;
+                let ended = match step {
+                    Ok(Step::Unavailable(reason)) => Ok(Some(reason)),
+                    Ok(_) => continue,
+                    Err(e) => Err(e),
+                };
+                outcome = ended;
+                return false;
             }
+            true
         });
         if outcome.is_ok()
             && self.series.trials.len() < cells.len()

@@ -7,6 +7,9 @@ pub(crate) mod measured;
 pub(crate) mod predicted;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::Result;
 
@@ -40,6 +43,20 @@ pub trait Runner: Sync {
         None
     }
 
+    /// Runs independent cells (a list's or a grid's, a frontier search's round) up to
+    /// `parallelism()` at once, calling `done(i, ran, duration_s)` as each ends (any order, `i`
+    /// its index in `cells`); starts no new cell once `done` returns false or a stop is requested.
+    /// A cell already started still reports through `done`. The default: a pool of threads each
+    /// calling [`Runner::run`], `done` called on the calling thread.
+    fn run_many(
+        &self,
+        cells: &[&Cell],
+        progress: &dyn Progress,
+        done: &mut dyn FnMut(usize, Result<Ran>, f64) -> bool,
+    ) {
+        in_threads(self, cells, progress, done);
+    }
+
     /// `total_memory` of `device` as the interpreter's PyTorch declares it, if it can tell.
     fn device_total(&self, _python: &Path, _device: &str) -> Option<u64> {
         None
@@ -47,6 +64,47 @@ pub trait Runner: Sync {
 
     /// How its trials run, as the series' `protocol` says.
     fn protocol(&self, plan: &SweepPlan) -> String;
+}
+
+/// [`Runner::run_many`]'s default: `runner.parallelism()` threads (one when `None`) take the
+/// cells in order, each through `runner.run`; their results come back over a channel to `done`,
+/// on the calling thread.
+pub(crate) fn in_threads<R: Runner + ?Sized>(
+    runner: &R,
+    cells: &[&Cell],
+    progress: &dyn Progress,
+    done: &mut dyn FnMut(usize, Result<Ran>, f64) -> bool,
+) {
+    let workers = runner.parallelism().unwrap_or(1).min(cells.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let cancel = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, Result<Ran>, f64)>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (next, cancel) = (&next, &cancel);
+            scope.spawn(move || {
+                loop {
+                    if cancel.load(Ordering::Relaxed) || runner.stop_requested().is_some() {
+                        break;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(cell) = cells.get(i) else { break };
+                    let began = Instant::now();
+                    let ran = runner.run(cell, progress);
+                    if tx.send((i, ran, began.elapsed().as_secs_f64())).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (i, ran, duration_s) in rx {
+            if !done(i, ran, duration_s) {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+    });
 }
 
 /// A record of `cell` with no figure yet.
