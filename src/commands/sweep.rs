@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use super::{options, progress};
-use crate::cli::SweepArgs;
+use crate::cli::{ClusterArgs, SweepArgs};
 use crate::exit::{CliError, ExitStatus};
 use crate::measure::trial::ProcessRunner;
 use crate::schema::series::Writer;
@@ -13,8 +13,11 @@ use crate::signals;
 use crate::sweep::driver::{self, Finish};
 use crate::sweep::plan::SweepPlan;
 use crate::sweep::render;
+use crate::sweep::resume::{self, Resumed};
+use crate::sweep::runner::Runner;
 use crate::sweep::runner::measured::Measured;
 use crate::sweep::runner::predicted::Predicted;
+use crate::sweep::runner::slurm::{self, Executor, Slurm, SlurmOptions, SweepCommand};
 
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
@@ -22,24 +25,74 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let plan = plan(args)?;
     let m = &args.run;
     let output_path = super::required_output(m)?;
+    let slurm = slurm_options(&args.cluster)?;
     let writer = Writer::new(output_path)?;
+    let job_dir = slurm::job_dir_for(output_path);
+    if let Some(options) = &slurm {
+        if std::fs::symlink_metadata(&job_dir).is_ok() {
+            refuse!(
+                "the job folder {} already exists; iteragpu never reuses one: choose another --output",
+                job_dir.display()
+            );
+        }
+        options.check()?;
+    }
     let display = progress::trials(m.json);
-    let finish = if plan.predict {
-        // `--predict`: each trial predicted on the CPU, for the target card.
-        Predicted::for_card(&plan, stop)
-            .and_then(|predicted| driver::run(&plan, &predicted, None, writer, &*display))
+    // The local runner: each trial measured (with a frontier's hint predicted for this
+    // machine's card), or with `--predict` predicted on the CPU for the target card. Under
+    // `--executor slurm` each task runs it on its node.
+    let mut process = ProcessRunner::new(stop);
+    let measured;
+    let predicted;
+    let (local, hint): (&dyn Runner, _) = if plan.predict {
+        predicted = Predicted::for_card(&plan, stop)?;
+        (&predicted, None)
     } else {
-        // Measured, with a frontier's hint predicted for this machine's card.
-        let mut process = ProcessRunner::new(stop);
-        let hint = Predicted::for_device(stop);
-        driver::run(
-            &plan,
-            &Measured::new(&mut process),
-            Some(&hint),
-            writer,
-            &*display,
-        )
+        measured = Measured::new(&mut process);
+        (&measured, Some(Predicted::for_device(stop)))
     };
+    let cluster = match slurm {
+        Some(options) => Some(Slurm::new(
+            local.kind(),
+            local.protocol(&plan),
+            options,
+            job_dir,
+            SweepCommand {
+                argv: std::env::args().collect(),
+                cwd: std::env::current_dir()?,
+                executable: std::env::current_exe()?,
+            },
+            stop,
+        )?),
+        None => None,
+    };
+    let runner: &dyn Runner = match &cluster {
+        Some(s) => s,
+        None => local,
+    };
+    let resumed = match &args.cluster.resume {
+        Some(path) => {
+            let r = Resumed::new(runner, resume::read(path, &plan, runner)?);
+            crate::say!(
+                "resuming {}: {} trial(s) kept (ok, out of memory or unpredictable), the others run again",
+                path.display(),
+                r.kept()
+            );
+            Some(r)
+        }
+        None => None,
+    };
+    let runner: &dyn Runner = match &resumed {
+        Some(r) => r,
+        None => runner,
+    };
+    let finish = driver::run(
+        &plan,
+        runner,
+        hint.as_ref().map(|h| h as &dyn Runner),
+        writer,
+        &*display,
+    );
     display.finish();
     let (series, moved) = match finish? {
         Finish::Unavailable(reason) if plan.predict => {
@@ -80,8 +133,27 @@ pub(crate) fn plan_of(args: &[&str]) -> anyhow::Result<SweepPlan> {
     plan(&args)
 }
 
+/// `--executor slurm`'s options; the Slurm options without it are refused.
+fn slurm_options(c: &ClusterArgs) -> Result<Option<SlurmOptions>, CliError> {
+    let options = SlurmOptions {
+        partition: c.partition.clone(),
+        gres: c.gres.clone(),
+        time: c.time.clone(),
+        account: c.account.clone(),
+        sbatch_args: c.sbatch_arg.clone(),
+    };
+    match c.executor {
+        Executor::Slurm => Ok(Some(options)),
+        Executor::Local if options.args().is_empty() => Ok(None),
+        Executor::Local => refuse!(
+            "{} apply to Slurm's sbatch: add --executor slurm (the trials run on this machine otherwise)",
+            options.args().join(" ")
+        ),
+    }
+}
+
 /// The sweep the arguments ask for, validated.
-fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
+pub(crate) fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
     let (sweep, base) = options::sweep(args)?;
     SweepPlan::new(&sweep, &base)
 }
