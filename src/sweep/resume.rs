@@ -83,6 +83,30 @@ impl Runner for Resumed<'_> {
         }
     }
 
+    /// The kept cells answered at once, the others run together through `inner`.
+    fn run_many(
+        &self,
+        cells: &[&Cell],
+        progress: &dyn Progress,
+        done: &mut dyn FnMut(usize, Result<Ran>, f64) -> bool,
+    ) {
+        let mut rest: Vec<usize> = Vec::new();
+        for (i, cell) in cells.iter().enumerate() {
+            match self.kept_for(cell) {
+                Some(t) => {
+                    if !done(i, Ok(Ran::Trial(Box::new(t.clone()))), 0.0) {
+                        return;
+                    }
+                }
+                None => rest.push(i),
+            }
+        }
+        let todo: Vec<&Cell> = rest.iter().map(|&i| cells[i]).collect();
+        self.inner.run_many(&todo, progress, &mut |k, ran, secs| {
+            done(rest[k], ran, secs)
+        });
+    }
+
     fn stop_requested(&self) -> Option<Stop> {
         self.inner.stop_requested()
     }

@@ -86,22 +86,21 @@ fn a_measured_sweep_runs_as_array_tasks_and_its_results_are_collected() {
         assert!(t.result.as_ref().unwrap().worker.pid.is_some());
         assert!(t.duration_s > 0.0);
     }
-    // The job folder: the command, and per array its script, cells, job id and each task's files.
+    // The job folder: the command, and the one array of the list: its script, cells, job id and
+    // each task's files.
     let jobs = dir.path().join("series.slurm");
     assert!(jobs.join("sweep.json").is_file());
-    for n in 1..=3 {
-        let array = jobs.join(format!("array-{n}"));
-        for f in [
-            "job.sh",
-            "cells.json",
-            "job_id",
-            "task-0.out",
-            "task-0.err",
-            "task-0.outcome.json",
-        ] {
-            assert!(array.join(f).is_file(), "{}/{f}", array.display());
+    let array = jobs.join("array-1");
+    for f in ["job.sh", "cells.json", "job_id"] {
+        assert!(array.join(f).is_file(), "{}/{f}", array.display());
+    }
+    for task in 0..3 {
+        for f in ["out", "err", "outcome.json"] {
+            let f = format!("task-{task}.{f}");
+            assert!(array.join(&f).is_file(), "{}/{f}", array.display());
         }
     }
+    assert!(!jobs.join("array-2").exists(), "one sbatch for the list");
     // A second run never reuses the folder.
     let again = dir.path().join("series.json.bak");
     std::fs::rename(&out, &again).unwrap();
@@ -297,7 +296,7 @@ fn a_predicted_sweep_runs_its_predictions_as_array_tasks() {
     }
     assert!(
         dir.path()
-            .join("series.slurm/array-2/task-0.outcome.json")
+            .join("series.slurm/array-1/task-1.outcome.json")
             .is_file()
     );
 }

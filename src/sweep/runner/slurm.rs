@@ -155,6 +155,10 @@ pub fn outcome_path(array_dir: &Path, task: usize) -> PathBuf {
     array_dir.join(format!("task-{task}.outcome.json"))
 }
 
+/// The most tasks of one array that run at once (sbatch's `--array=…%N`); a frontier search's
+/// rounds are as wide.
+pub const ARRAY_PARALLELISM: usize = 8;
+
 /// Runs each cell as a task of a Slurm job array.
 pub struct Slurm {
     kind: PointKind,
@@ -198,8 +202,79 @@ impl Slurm {
         })
     }
 
-    /// One `sbatch --array=0-(n-1)` for `cells`, followed to its end: each task's trial, in order.
-    pub fn run_array(&self, cells: &[&Cell]) -> Result<Vec<Ran>> {
+    /// One `sbatch --array=0-(n-1)` for `cells` (at most [`ARRAY_PARALLELISM`] tasks running at
+    /// once), followed to its end: `done(i, ran, seconds)` as each task ends. Once `done` says no
+    /// more, the tasks still pending are cancelled; a stop signal cancels the whole array. A task
+    /// cancelled before it started reports nothing, as a local cell never started.
+    fn run_array(&self, cells: &[&Cell], done: &mut dyn FnMut(usize, Result<Ran>, f64) -> bool) {
+        let began = Instant::now();
+        let (dir, id) = match self.submit(cells) {
+            Ok(submitted) => submitted,
+            Err(e) => {
+                done(0, Err(e), began.elapsed().as_secs_f64());
+                return;
+            }
+        };
+        let n = cells.len();
+        let mut states: BTreeMap<usize, TaskState> = BTreeMap::new();
+        let mut reported = vec![false; n];
+        let mut stopped: Option<Stop> = None;
+        let mut no_more = false;
+        let mut cancelled_at: Option<Instant> = None;
+        let mut wait = Duration::from_millis(300);
+        let mut unknown = 0;
+        while reported.iter().any(|r| !r) {
+            let until = Instant::now() + wait;
+            while Instant::now() < until {
+                if stopped.is_none()
+                    && let Some(s) = self.stop.get()
+                {
+                    stopped = Some(s);
+                    let _ = Command::new("scancel").arg(&id).status();
+                    cancelled_at = Some(Instant::now());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            wait = (wait * 3 / 2).min(Duration::from_secs(3));
+            match query(&id) {
+                Some(now) => {
+                    unknown = 0;
+                    states.extend(now);
+                }
+                None => unknown += 1,
+            }
+            // Slurm forgot the job (MinJobAge passed, no accounting), or a cancelled array
+            // outlives a minute: what was seen is what there is.
+            let give_up =
+                unknown >= 5 || cancelled_at.is_some_and(|t| t.elapsed() > Duration::from_secs(60));
+            for i in 0..n {
+                let state = states.get(&i);
+                if reported[i] || !(give_up || state.is_some_and(TaskState::ended)) {
+                    continue;
+                }
+                reported[i] = true;
+                let never_started =
+                    state.is_some_and(|s| s.state == "CANCELLED" && s.nodes.is_none());
+                if (stopped.is_some() || no_more) && never_started {
+                    continue;
+                }
+                let ran = self.collect(cells[i], &dir, &id, i, state, stopped);
+                if !done(i, Ok(ran), began.elapsed().as_secs_f64()) && !no_more {
+                    no_more = true;
+                    let _ = Command::new("scancel")
+                        .args(["--state=PENDING", &id])
+                        .status();
+                }
+            }
+            if give_up {
+                break;
+            }
+        }
+    }
+
+    /// Writes the array's folder and submits it: the folder and the job id.
+    fn submit(&self, cells: &[&Cell]) -> Result<(PathBuf, String)> {
         let n = self.arrays.fetch_add(1, Ordering::Relaxed) + 1;
         let dir = self.job_dir.join(format!("array-{n}"));
         std::fs::create_dir(&dir)?;
@@ -212,7 +287,7 @@ impl Slurm {
         let mut sbatch = Command::new("sbatch");
         sbatch
             .arg("--parsable")
-            .arg(format!("--array=0-{}", cells.len() - 1))
+            .arg(format!("--array=0-{}%{ARRAY_PARALLELISM}", cells.len() - 1))
             .arg(format!("--job-name=iteragpu-sweep-{n}"))
             .arg(format!("--chdir={}", self.command.cwd.display()))
             .arg(format!("--output={}", dir.join("task-%a.out").display()))
@@ -233,51 +308,7 @@ impl Slurm {
             bail!("sbatch answered no job id: {text:?}");
         }
         std::fs::write(dir.join("job_id"), &id)?;
-        let (states, stopped) = self.follow(&id, cells.len());
-        Ok((0..cells.len())
-            .map(|i| self.collect(cells[i], &dir, &id, i, states.get(&i), stopped))
-            .collect())
-    }
-
-    /// Polls the array until every task ended; a stop signal cancels it (once) and the wait goes
-    /// on until Slurm says the tasks ended. The last states seen, and the signal if any.
-    fn follow(&self, id: &str, n: usize) -> (BTreeMap<usize, TaskState>, Option<Stop>) {
-        let mut last: BTreeMap<usize, TaskState> = BTreeMap::new();
-        let mut stopped = None;
-        let mut wait = Duration::from_millis(300);
-        let mut cancelled_at: Option<Instant> = None;
-        let mut unknown = 0;
-        loop {
-            let until = Instant::now() + wait;
-            while Instant::now() < until {
-                if stopped.is_none()
-                    && let Some(s) = self.stop.get()
-                {
-                    stopped = Some(s);
-                    let _ = Command::new("scancel").arg(id).status();
-                    cancelled_at = Some(Instant::now());
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            wait = (wait * 3 / 2).min(Duration::from_secs(3));
-            match query(id) {
-                Some(now) => {
-                    unknown = 0;
-                    last.extend(now);
-                }
-                None => unknown += 1,
-            }
-            let all_ended = (0..n).all(|i| last.get(&i).is_some_and(TaskState::ended));
-            // Slurm forgot the job (MinJobAge passed, no accounting): what was seen stays.
-            if all_ended || unknown >= 5 {
-                return (last, stopped);
-            }
-            // A cancelled array that Slurm still shows after a minute: given up on, said.
-            if cancelled_at.is_some_and(|t| t.elapsed() > Duration::from_secs(60)) {
-                return (last, stopped);
-            }
-        }
+        Ok((dir, id))
     }
 
     /// Task `i`'s trial: its outcome when Slurm says it completed, else a record of Slurm's state.
@@ -390,23 +421,40 @@ impl Runner for Slurm {
         self.kind
     }
 
+    /// An array of one.
     fn run(&self, cell: &Cell, _progress: &dyn Progress) -> Result<Ran> {
-        let mut ran = self.run_array(&[cell])?;
-        Ok(ran.remove(0))
+        let mut got = None;
+        self.run_array(&[cell], &mut |_, ran, _| {
+            got = Some(ran);
+            true
+        });
+        got.unwrap_or_else(|| bail!("the task was cancelled before it started"))
+    }
+
+    /// One array for all the cells.
+    fn run_many(
+        &self,
+        cells: &[&Cell],
+        _progress: &dyn Progress,
+        done: &mut dyn FnMut(usize, Result<Ran>, f64) -> bool,
+    ) {
+        if !cells.is_empty() {
+            self.run_array(cells, done);
+        }
     }
 
     fn stop_requested(&self) -> Option<Stop> {
         self.stop.get()
     }
 
-    /// As many tasks at once as the driver gives: Slurm queues what the cluster cannot hold.
+    /// The array's throttle: Slurm queues the rest.
     fn parallelism(&self) -> Option<usize> {
-        Some(64)
+        Some(ARRAY_PARALLELISM)
     }
 
     fn protocol(&self, _plan: &SweepPlan) -> String {
         format!(
-            "{}; each trial a task of a Slurm job array ({})",
+            "{}; each trial a task of a Slurm job array, at most {ARRAY_PARALLELISM} running at once ({})",
             self.protocol,
             match self.options.args() {
                 a if a.is_empty() => "sbatch's defaults".into(),
