@@ -154,6 +154,16 @@ fn slurm_options(c: &ClusterArgs) -> Result<Option<SlurmOptions>, CliError> {
 
 /// The sweep the arguments ask for, validated.
 pub(crate) fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
-    let (sweep, base) = options::sweep(args)?;
+    let (sweep, mut base) = options::sweep(args)?;
+    // Under Slurm a torchrun trial over several nodes meets on its allocation's first node,
+    // which only the task knows: the plan holds a stand-in that each task replaces.
+    if args.cluster.executor == Executor::Slurm
+        && base.nnodes.is_some_and(|n| n > 1)
+        && base.rdzv_endpoint.is_none()
+        && base.rdzv_id.is_none()
+    {
+        base.rdzv_endpoint = Some(slurm::script::RDZV_STANDIN.into());
+        base.rdzv_id = Some("slurm".into());
+    }
     SweepPlan::new(&sweep, &base)
 }

@@ -181,6 +181,8 @@ impl Slurm {
         command: SweepCommand,
         stop: &'static StopRequest,
     ) -> Result<Slurm> {
+        // The tasks find it wherever they start.
+        let job_dir = std::path::absolute(&job_dir)?;
         std::fs::create_dir(&job_dir).with_context(|| {
             format!(
                 "cannot create the job folder {} (an existing one is never reused)",

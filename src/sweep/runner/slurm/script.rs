@@ -12,6 +12,9 @@ use crate::schema::torchrun::Torchrun;
 /// The environment variable a task reads the rendezvous endpoint of a multi-node trial from.
 pub const RDZV_ENV: &str = "ITERAGPU_SLURM_RDZV_ENDPOINT";
 
+/// The rendezvous a multi-node plan holds until its task replaces it with the first node's.
+pub const RDZV_STANDIN: &str = "first-node-of-the-allocation:29400";
+
 /// The port of the rendezvous on the first node.
 const RDZV_PORT: u16 = 29400;
 
