@@ -387,3 +387,49 @@ fn resume_works_for_a_local_sweep() {
         .expect_status(1)
         .stderr_has("already exists");
 }
+
+#[test]
+fn a_frontier_search_runs_its_trials_as_arrays_one_round_after_the_other() {
+    if !slurm_here("a_frontier_search_runs_its_trials_as_arrays") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frontier.json");
+    slurm_sweep(
+        &[
+            "--vary",
+            "context=1024..65536",
+            "--search",
+            "frontier",
+            "--frontier-step",
+            "4096",
+            "--width",
+            "1024",
+            "--memory-limit",
+            "1GiB",
+            "--no-prediction",
+        ],
+        &out,
+    )
+    .succeeds()
+    .stdout_has("frontier of context");
+    let doc = series(&out);
+    let frontier = doc.frontier.as_ref().expect("a frontier");
+    assert!(frontier.last_success.is_some() && frontier.first_failure.is_some());
+    // Each round an array of its own in the job folder.
+    let arrays = std::fs::read_dir(dir.path().join("frontier.slurm"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("array-")
+        })
+        .count();
+    assert!(
+        arrays >= 2 && arrays <= doc.trials.len(),
+        "{arrays} arrays, {} trials",
+        doc.trials.len()
+    );
+}
