@@ -105,7 +105,11 @@ impl SlurmOptions {
 
 /// The folder of the tasks' files beside the series `output` (`SERIES.slurm`).
 pub fn job_dir_for(output: &Path) -> PathBuf {
-    output.with_extension("slurm")
+    match output.extension() {
+        // `--output x.slurm`: the folder cannot take the series' own name.
+        Some(e) if e == "slurm" => output.with_extension("slurm-jobs"),
+        _ => output.with_extension("slurm"),
+    }
 }
 
 /// What the tasks need to plan their sweep again: the command as typed, where it was typed, and
