@@ -35,10 +35,12 @@ fn slurm_here(test: &str) -> bool {
     false
 }
 
-/// `iteragpu sweep --executor slurm --gres gpu:1 ARGS --output OUT` on the fake torch.
+/// `iteragpu sweep --executor slurm --gres gpu:1 ARGS --output OUT` on the fake torch, with
+/// the node's four GPUs (Slurm gives each task one through CUDA_VISIBLE_DEVICES).
 fn slurm_sweep(args: &[&str], out: &Path) -> Run {
     Run::sweep()
         .fake_torch()
+        .env("FAKE_TORCH_DEVICES", "4")
         .args(["--executor", "slurm", "--gres", "gpu:1"])
         .args(args)
         .output(out)
@@ -172,6 +174,7 @@ fn ctrl_c_cancels_the_array_and_saves_the_series_as_interrupted() {
     // Every trial hangs in its forward pass until cancelled.
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
         .env("PYTHONPATH", fixture("../fake_torch"))
+        .env("FAKE_TORCH_DEVICES", "4")
         .args(["sweep", "--executor", "slurm", "--gres", "gpu:1"])
         .args(["--vary", "batch=64", "--width", "256", "--output"])
         .arg(&out)
@@ -249,6 +252,7 @@ fn a_time_limit_is_a_timeout_and_resume_runs_it_again() {
     let second = dir.path().join("second.json");
     Run::sweep()
         .fake_torch()
+        .env("FAKE_TORCH_DEVICES", "4")
         .args(["--executor", "slurm", "--gres", "gpu:1", "--resume"])
         .arg(&first)
         .args(["--vary", "batch=1,64", "--width", "256"])

@@ -236,7 +236,10 @@ impl Slurm {
                     && let Some(s) = self.stop.get()
                 {
                     stopped = Some(s);
-                    let _ = Command::new("scancel").arg(&id).status();
+                    let _ = Command::new("scancel")
+                        .arg(&id)
+                        .stderr(std::process::Stdio::null())
+                        .status();
                     cancelled_at = Some(Instant::now());
                     break;
                 }
