@@ -86,6 +86,10 @@ pub enum Command {
     /// (the Recorder runs it on `save()`; by hand, for the events it kept when it could not).
     #[command(hide = true)]
     FromEvents(FromEventsArgs),
+    /// Run one trial of a sweep as a task of its Slurm job array (`sweep --executor slurm`
+    /// submits it; not for use by hand).
+    #[command(hide = true)]
+    SlurmTask(SlurmTaskArgs),
 }
 
 #[derive(Debug, Args)]
@@ -289,7 +293,48 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub history: HistoryArgs,
     #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// Where a sweep's trials run: here, or as the tasks of a Slurm job array; and a series resumed.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Cluster")]
+pub struct ClusterArgs {
+    /// Where the trials run: `local` (this machine) or `slurm` (a job array submitted with
+    /// sbatch, one task per trial, on a filesystem the nodes share).
+    #[arg(long, value_enum, default_value = "local")]
+    pub executor: crate::sweep::runner::slurm::Executor,
+    /// With --executor slurm: the partition (sbatch --partition).
+    #[arg(long, value_name = "NAME")]
+    pub partition: Option<String>,
+    /// With --executor slurm: the generic resources of each task, e.g. gpu:1 (sbatch --gres).
+    #[arg(long, value_name = "GRES")]
+    pub gres: Option<String>,
+    /// With --executor slurm: each task's time limit, in Slurm's format (minutes, or
+    /// [D-]HH:MM:SS; sbatch --time). A task stopped by it is a trial with status timeout.
+    #[arg(long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// With --executor slurm: the account charged (sbatch --account).
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
+    /// With --executor slurm: one more sbatch option, as one argument (repeat it), e.g.
+    /// --sbatch-arg=--qos=short.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_arg: Vec<String>,
+    /// A series written before (by the same sweep): its trials that ended ok, out of memory or
+    /// unpredictable are kept, the others (failed, crashed, timed out, cancelled) run again; the
+    /// result is a new series at --output.
+    #[arg(long, value_name = "SERIES.json")]
+    pub resume: Option<PathBuf>,
+}
+
+/// The hidden command a Slurm task runs: one cell of a sweep.
+#[derive(Debug, Args)]
+pub struct SlurmTaskArgs {
+    /// The array's folder (`SERIES.slurm/array-N`); the task is `SLURM_ARRAY_TASK_ID`.
+    pub array_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -66,4 +66,5 @@ mod options;
 pub mod predict;
 pub mod progress;
 pub mod report;
+pub mod slurm_task;
 pub mod sweep;

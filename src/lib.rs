@@ -106,6 +106,7 @@ fn dispatch(cli: &cli::Cli) -> ExitCode {
         cli::Command::Predict(args) => commands::predict::run(args, &mut stdout),
         cli::Command::Explain(args) => commands::explain::run(args, &mut stdout),
         cli::Command::FromEvents(args) => commands::from_events::run(args, &mut stdout),
+        cli::Command::SlurmTask(args) => commands::slurm_task::run(args, &mut stdout),
     };
     match result {
         Ok(status) => status.into(),

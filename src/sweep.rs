@@ -10,6 +10,7 @@
 pub(crate) mod driver;
 pub(crate) mod plan;
 pub(crate) mod render;
+pub(crate) mod resume;
 pub(crate) mod runner;
 pub mod search;
 pub(crate) mod vary;

@@ -48,6 +48,8 @@ mod requests;
 mod serving;
 #[path = "integration/signals.rs"]
 mod signals;
+#[path = "integration/slurm.rs"]
+mod slurm;
 #[path = "integration/snapshot.rs"]
 mod snapshot;
 #[path = "integration/snapshot_explain.rs"]

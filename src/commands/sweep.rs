@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use super::{options, progress};
-use crate::cli::SweepArgs;
+use crate::cli::{ClusterArgs, SweepArgs};
 use crate::exit::{CliError, ExitStatus};
 use crate::measure::trial::ProcessRunner;
 use crate::schema::series::Writer;
@@ -13,8 +13,11 @@ use crate::signals;
 use crate::sweep::driver::{self, Finish};
 use crate::sweep::plan::SweepPlan;
 use crate::sweep::render;
+use crate::sweep::resume::{self, Resumed};
+use crate::sweep::runner::Runner;
 use crate::sweep::runner::measured::Measured;
 use crate::sweep::runner::predicted::Predicted;
+use crate::sweep::runner::slurm::{self, Executor, Slurm, SlurmOptions, SweepCommand};
 
 pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     // Handlers first: a signal from here on is recorded, never the default sudden death.
@@ -22,24 +25,86 @@ pub fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let plan = plan(args)?;
     let m = &args.run;
     let output_path = super::required_output(m)?;
+    let slurm = slurm_options(&args.cluster)?;
+    if slurm.is_some() && plan.gpus.is_some() {
+        refuse!(
+            "--gpus picks this machine's GPUs; under --executor slurm each task gets its GPU from Slurm: ask with --gres gpu:1"
+        );
+    }
     let writer = Writer::new(output_path)?;
+    let job_dir = slurm::job_dir_for(output_path);
+    if let Some(options) = &slurm {
+        if std::fs::symlink_metadata(&job_dir).is_ok() {
+            refuse!(
+                "the job folder {} already exists; iteragpu never reuses one: choose another --output",
+                job_dir.display()
+            );
+        }
+        options.check()?;
+    }
     let display = progress::trials(m.json);
-    let finish = if plan.predict {
-        // `--predict`: each trial predicted on the CPU, for the target card.
-        Predicted::for_card(&plan, stop)
-            .and_then(|predicted| driver::run(&plan, &predicted, None, writer, &*display))
+    // The local runner: each trial measured (with a frontier's hint predicted for this
+    // machine's card), or with `--predict` predicted on the CPU for the target card. Under
+    // `--executor slurm` each task runs it on its node.
+    let process = ProcessRunner::new(stop);
+    let measured;
+    let predicted;
+    let (local, hint): (&dyn Runner, _) = if plan.predict {
+        predicted = Predicted::for_card(&plan, stop)?;
+        (&predicted, None)
     } else {
-        // Measured, with a frontier's hint predicted for this machine's card; with --gpus, one
-        // trial per GPU at once, the GPUs named and checked before any trial.
-        let process = ProcessRunner::new(stop);
-        let hint = Predicted::for_device(stop);
-        let measured = match &plan.gpus {
-            None => Ok(Measured::new(&process)),
-            Some(gpus) => resolve(gpus, &plan.base.python, stop, plan.allow_mixed)
-                .map(|devices| Measured::on_gpus(&process, devices)),
+        // With --gpus, one trial per GPU at once, the GPUs named and checked before any trial.
+        measured = match &plan.gpus {
+            None => Measured::new(&process),
+            Some(gpus) => Measured::on_gpus(
+                &process,
+                resolve(gpus, &plan.base.python, stop, plan.allow_mixed)?,
+            ),
         };
-        measured.and_then(|measured| driver::run(&plan, &measured, Some(&hint), writer, &*display))
+        (&measured, Some(Predicted::for_device(stop)))
     };
+    let cluster = match slurm {
+        Some(options) => Some(Slurm::new(
+            local.kind(),
+            local.protocol(&plan),
+            options,
+            job_dir,
+            SweepCommand {
+                argv: std::env::args().collect(),
+                cwd: std::env::current_dir()?,
+                executable: std::env::current_exe()?,
+            },
+            stop,
+        )?),
+        None => None,
+    };
+    let runner: &dyn Runner = match &cluster {
+        Some(s) => s,
+        None => local,
+    };
+    let resumed = match &args.cluster.resume {
+        Some(path) => {
+            let r = Resumed::new(runner, resume::read(path, &plan, runner)?);
+            crate::say!(
+                "resuming {}: {} trial(s) kept (ok, out of memory or unpredictable), the others run again",
+                path.display(),
+                r.kept()
+            );
+            Some(r)
+        }
+        None => None,
+    };
+    let runner: &dyn Runner = match &resumed {
+        Some(r) => r,
+        None => runner,
+    };
+    let finish = driver::run(
+        &plan,
+        runner,
+        hint.as_ref().map(|h| h as &dyn Runner),
+        writer,
+        &*display,
+    );
     display.finish();
     let (series, moved) = match finish? {
         Finish::Unavailable(reason) if plan.predict => {
@@ -80,6 +145,25 @@ pub(crate) fn plan_of(args: &[&str]) -> anyhow::Result<SweepPlan> {
     plan(&args)
 }
 
+/// `--executor slurm`'s options; the Slurm options without it are refused.
+fn slurm_options(c: &ClusterArgs) -> Result<Option<SlurmOptions>, CliError> {
+    let options = SlurmOptions {
+        partition: c.partition.clone(),
+        gres: c.gres.clone(),
+        time: c.time.clone(),
+        account: c.account.clone(),
+        sbatch_args: c.sbatch_arg.clone(),
+    };
+    match c.executor {
+        Executor::Slurm => Ok(Some(options)),
+        Executor::Local if options.args().is_empty() => Ok(None),
+        Executor::Local => refuse!(
+            "{} apply to Slurm's sbatch: add --executor slurm (the trials run on this machine otherwise)",
+            options.args().join(" ")
+        ),
+    }
+}
+
 /// The GPUs of `--gpus`, named and of one model (unless `--allow-mixed`).
 fn resolve(
     gpus: &crate::measure::gpus::Gpus,
@@ -92,7 +176,17 @@ fn resolve(
 }
 
 /// The sweep the arguments ask for, validated.
-fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
-    let (sweep, base) = options::sweep(args)?;
+pub(crate) fn plan(args: &SweepArgs) -> anyhow::Result<SweepPlan> {
+    let (sweep, mut base) = options::sweep(args)?;
+    // Under Slurm a torchrun trial over several nodes meets on its allocation's first node,
+    // which only the task knows: the plan holds a stand-in that each task replaces.
+    if args.cluster.executor == Executor::Slurm
+        && base.nnodes.is_some_and(|n| n > 1)
+        && base.rdzv_endpoint.is_none()
+        && base.rdzv_id.is_none()
+    {
+        base.rdzv_endpoint = Some(slurm::script::RDZV_STANDIN.into());
+        base.rdzv_id = Some("slurm".into());
+    }
     SweepPlan::new(&sweep, &base)
 }

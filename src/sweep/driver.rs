@@ -568,7 +568,10 @@ impl Sweep<'_> {
             Ran::Trial(t) => *t,
         };
         record.index = self.series.trials.len();
-        record.duration_s = duration_s;
+        // A runner that timed the trial itself (a Slurm task, a kept trial) keeps its time.
+        if record.duration_s == 0.0 {
+            record.duration_s = duration_s;
+        }
         let status = record.status;
         self.push(record)?;
         Ok(match status {

@@ -5,6 +5,7 @@
 
 pub(crate) mod measured;
 pub(crate) mod predicted;
+pub(crate) mod slurm;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
