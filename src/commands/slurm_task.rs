@@ -56,8 +56,8 @@ pub fn run(args: &SlurmTaskArgs, _out: &mut dyn Write) -> Result<ExitStatus, Cli
     let ran = if plan.predict {
         Predicted::for_card(&plan, stop)?.run(&cell, &NoProgress)?
     } else {
-        let mut process = ProcessRunner::new(stop);
-        Measured::new(&mut process).run(&cell, &NoProgress)?
+        let process = ProcessRunner::new(stop);
+        Measured::new(&process).run(&cell, &NoProgress)?
     };
     let ran = match ran {
         Ran::Trial(mut t) => {
