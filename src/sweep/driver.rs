@@ -644,6 +644,11 @@ impl Sweep<'_> {
             spec.remove(&k.replace('-', "_"));
         }
         self.plan.base.record_given_lengths(&mut spec, values);
+        if values.contains_key(Variable::Resolution.name()) {
+            // A resolution is the images' height and width.
+            spec.remove("height");
+            spec.remove("width");
+        }
         if spec.remove("script_args").is_some() {
             // The script's arguments carry the varied values: compare their template instead.
             spec.insert(
@@ -656,16 +661,25 @@ impl Sweep<'_> {
                 self.series.base = spec.clone();
                 self.base_spec = Some(spec);
             }
-            // Predicted trials are not held to it (they never were): a resolution also sets
-            // height and width, a VLM's request count cycles its lengths, derived keys the check
-            // would take for a difference.
+            // Predicted trials are not held to it (they never were).
             Some(base)
                 if *base != spec
                     && self.series.mode != SweepMode::Loads
                     && self.runner.kind() == PointKind::Measured =>
             {
                 self.series.identical_across_trials = false;
-                bail!("internal: a trial differs from the first in more than the varied dimension");
+                let differ: Vec<&str> = base
+                    .keys()
+                    .chain(spec.keys())
+                    .filter(|k| base.get(*k) != spec.get(*k))
+                    .map(String::as_str)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                bail!(
+                    "internal: a trial differs from the first in more than the varied dimension: {}",
+                    differ.join(", ")
+                );
             }
             Some(_) => {}
         }
@@ -848,6 +862,58 @@ mod tests {
         assert!((fit.fit.predict(16.0) - 16e6).abs() < 1.0);
         assert!(!failed(&series));
         assert_eq!(on_disk(&out).trials.len(), 4, "the file holds every trial");
+    }
+
+    /// A resolution is the images' height and width, and a VLM's request count derives its
+    /// lengths: neither is "more than the varied dimension" (measured sweeps were refused).
+    #[test]
+    fn a_resolution_or_a_request_count_differs_only_in_what_it_derives() {
+        let fixture = |m: &str| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/models")
+                .join(m)
+                .display()
+                .to_string()
+        };
+        let (vit, vlm) = (
+            fixture("vit-base-defaults"),
+            fixture("qwen2-vl-2b-instruct"),
+        );
+        for (args, derived) in [
+            (
+                [
+                    "--workload",
+                    "vision",
+                    "--model",
+                    &vit,
+                    "--vary",
+                    "resolution=224,384",
+                ],
+                ["height", "width"],
+            ),
+            (
+                [
+                    "--workload",
+                    "vlm",
+                    "--model",
+                    &vlm,
+                    "--vary",
+                    "requests=1,2",
+                ],
+                ["prompt_lengths", "output_lengths"],
+            ),
+        ] {
+            let mock = MockRunner::new(|_| Outcome::Ok { peak: 1_000_000 });
+            let (_d, _out, finish) = sweep(&args, &mock);
+            let Ok(Finish::Done { series, .. }) = finish else {
+                panic!("{args:?}: the sweep did not run")
+            };
+            assert_eq!(series.trials.len(), 2, "{args:?}");
+            assert!(series.identical_across_trials, "{args:?}");
+            for key in derived {
+                assert!(!series.base.contains_key(key), "{args:?}: {key}");
+            }
+        }
     }
 
     fn two_gpus(second: &str) -> crate::schema::series::Devices {

@@ -573,15 +573,13 @@ impl RunPlan {
     /// A sweep's base specification when the varied values reach the requests' lengths
     /// (`requests`, `prompt-tokens`, `new-tokens`): each trial cycles the lists over its own
     /// count, so the base records `--prompt-lengths` / `--output-lengths` as given, and drops a
-    /// list that was not given (`prompt_tokens` / `new_tokens` hold its one value).
+    /// list that was not given (`prompt_tokens` / `new_tokens` hold its one value, or the trial's
+    /// varied values do).
     pub fn record_given_lengths(&self, spec: &mut Map<String, Value>, varied: &Map<String, Value>) {
         let given = match &self.workload {
             WorkloadPlan::CausalLm(c) => c.requests.as_ref(),
             WorkloadPlan::Vlm(v) => v.requests.as_ref(),
             _ => None,
-        };
-        let Some(given) = given else {
-            return;
         };
         if ![
             Variable::Requests,
@@ -593,6 +591,12 @@ impl RunPlan {
         {
             return;
         }
+        let Some(given) = given else {
+            // None given: each trial derives its lists from its own varied values.
+            spec.remove("prompt_lengths");
+            spec.remove("output_lengths");
+            return;
+        };
         for (key, list) in [
             ("prompt_lengths", &given.prompt_lengths),
             ("output_lengths", &given.output_lengths),
