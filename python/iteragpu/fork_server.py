@@ -74,11 +74,17 @@ def preload(spec: dict[str, Any]) -> str:
                 with open(config, encoding="utf-8") as f:
                     model_type = json.load(f).get("model_type")
                 # transformers loads each model family's module lazily: the modeling module of
-                # this family, imported once here (an import, no model built).
-                if isinstance(model_type, str) and model_type.isidentifier():
-                    name = model_type.replace("-", "_")
+                # this family, imported once here (an import, no model built). The file's name
+                # reaches the import only as one of transformers' own model types.
+                from transformers.models.auto.configuration_auto import (
+                    CONFIG_MAPPING_NAMES,
+                    model_type_to_module_name,
+                )
+
+                if isinstance(model_type, str) and model_type in CONFIG_MAPPING_NAMES:  # allowlisted
+                    name = model_type_to_module_name(model_type)
                     try:
-                        __import__(f"transformers.models.{name}.modeling_{name}")
+                        importlib.import_module(f"transformers.models.{name}.modeling_{name}")
                     except Exception:  # a family with another module layout: the child imports it
                         pass
             if spec.get("lora_rank"):
