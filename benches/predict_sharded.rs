@@ -10,18 +10,14 @@
 use std::process::Command;
 use std::time::Instant;
 
+mod support {
+    pub mod python;
+}
+
 fn main() {
-    let python = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import torch, transformers"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!(
-            "{python} cannot import torch and transformers: nothing predicted (set ITERAGPU_TEST_PYTHON)"
-        );
+    let Some(python) = support::python::torch_python() else {
         return;
-    }
+    };
     let model = format!(
         "{}/tests/fixtures/models/llama-3-70b/config.json",
         env!("CARGO_MANIFEST_DIR")

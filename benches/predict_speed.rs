@@ -46,18 +46,14 @@ fn cpu_children_seconds() -> f64 {
     seconds(u.ru_utime) + seconds(u.ru_stime)
 }
 
+mod support {
+    pub mod python;
+}
+
 fn main() {
-    let python = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import torch, transformers"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!(
-            "{python} cannot import torch and transformers: nothing measured (set ITERAGPU_TEST_PYTHON)"
-        );
+    let Some(python) = support::python::torch_python() else {
         return;
-    }
+    };
     let root = env!("CARGO_MANIFEST_DIR");
     let llama = format!("{root}/tests/fixtures/models/llama-3-8b");
     let bert = format!("{root}/tests/fixtures/models/bert-large-uncased");

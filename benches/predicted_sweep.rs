@@ -49,18 +49,14 @@ struct Case {
     target: Option<f64>,
 }
 
+mod support {
+    pub mod python;
+}
+
 fn main() {
-    let python = std::env::var("ITERAGPU_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import torch, transformers"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!(
-            "{python} cannot import torch and transformers: nothing measured (set ITERAGPU_TEST_PYTHON)"
-        );
+    let Some(python) = support::python::torch_python() else {
         return;
-    }
+    };
     let root = env!("CARGO_MANIFEST_DIR");
     let dense: Vec<String> = [
         "--memory-limit",

@@ -180,16 +180,10 @@ def _child(control: socket.socket, request: dict[str, Any], fds: list[int], othe
 def _forget_parent_finalizers() -> None:
     """A temporary folder the server made at import is the server's: a child's exit never removes
     it (`predict.finish` removes the child's own)."""
-    import tempfile
-    import weakref
+    from .predict import temporary_directory_finalizers
 
-    cleanup = getattr(getattr(tempfile.TemporaryDirectory, "_cleanup", None), "__func__", None)
-    registry = getattr(weakref.finalize, "_registry", None)
-    if cleanup is None or not isinstance(registry, dict):
-        return
-    for finalizer, info in list(registry.items()):
-        if getattr(info.func, "__func__", None) is cleanup:
-            finalizer.detach()
+    for finalizer in temporary_directory_finalizers():
+        finalizer.detach()
 
 
 def serve(control: socket.socket) -> int:

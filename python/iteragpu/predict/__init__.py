@@ -158,16 +158,21 @@ def remove_temporary_directories() -> None:
     left in the user's temporary folder by every prediction. Only those finalizers run; nothing
     else registered at exit (a script's own handlers) is called.
     """
+    for finalizer in temporary_directory_finalizers():
+        try:
+            finalizer()
+        except Exception:  # a folder already gone or unremovable: exiting regardless
+            pass
+
+
+def temporary_directory_finalizers() -> list[Any]:
+    """The `weakref.finalize` entries of every `tempfile.TemporaryDirectory` still open (none where
+    this Python keeps them elsewhere)."""
     import tempfile
     import weakref
 
     cleanup = getattr(getattr(tempfile.TemporaryDirectory, "_cleanup", None), "__func__", None)
     registry = getattr(weakref.finalize, "_registry", None)
     if cleanup is None or not isinstance(registry, dict):
-        return
-    for finalizer, info in list(registry.items()):
-        if getattr(info.func, "__func__", None) is cleanup:
-            try:
-                finalizer()
-            except Exception:  # a folder already gone or unremovable: exiting regardless
-                pass
+        return []
+    return [f for f, info in list(registry.items()) if getattr(info.func, "__func__", None) is cleanup]
