@@ -4,6 +4,7 @@
 pub mod nvml;
 pub mod python;
 pub mod render;
+pub mod tested;
 
 use serde::{Deserialize, Serialize};
 

@@ -20,6 +20,8 @@ mod hub_server;
 mod limits;
 #[path = "integration/measure.rs"]
 mod measure;
+#[path = "integration/newest.rs"]
+mod newest;
 #[path = "integration/notebook.rs"]
 mod notebook;
 #[path = "integration/outputs.rs"]

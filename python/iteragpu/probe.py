@@ -22,6 +22,24 @@ SETTINGS: list[str] = [
     "CUDA_MODULE_LOADING",
 ]
 
+# The libraries of docs/tested-versions.md (the CLI says when one is outside the tested range);
+# a Rust test keeps the two lists equal.
+LIBRARIES: tuple[str, ...] = (
+    "torch",
+    "transformers",
+    "kernels",
+    "peft",
+    "accelerate",
+    "trl",
+    "bitsandbytes",
+    "torchao",
+    "lightning",
+    "timm",
+    "datasets",
+    "safetensors",
+    "pillow",
+)
+
 
 def _try(fn: Callable[[], Any]) -> tuple[Any, str | None]:
     try:
@@ -64,6 +82,7 @@ def collect(torch: Any, devices: list[str]) -> dict[str, Any]:
         "settings": {k: os.environ.get(k) for k in SETTINGS},
         "transformers_version": _version("transformers"),
         "peft_version": _version("peft"),
+        "libraries": {name: v for name in LIBRARIES if (v := _version(name)) is not None},
         "torch": None,
         "can_measure": False,
         "reason": None,

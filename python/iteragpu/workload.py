@@ -10,7 +10,7 @@ import traceback
 from types import FrameType
 from typing import Any, Callable, ContextManager, NoReturn
 
-from . import frames, recorder
+from . import frames, hub_kernels, recorder
 from .recorder import Emit, Recorder
 from .spec import CausalLm, Dense, Script, Vision, Vlm, WorkerSpec
 from .workloads import Missing
@@ -62,6 +62,7 @@ def run_workload(
         else:
             raise ValueError(f"unknown workload {spec.workload!r}")
     except BaseException as exc:  # the workload may raise anything, SystemExit included: reported in the done event
+        _hub_kernels(emit)
         emit(
             "done",
             {
@@ -74,8 +75,17 @@ def run_workload(
             },
         )
         return 3
+    _hub_kernels(emit)
     emit("done", {"status": "ok"})
     return 0
+
+
+def _hub_kernels(emit: Emit) -> None:
+    """The Hub kernels that ran (a prediction runs none), in the document's `declared.hub_kernels`."""
+    ran = hub_kernels.loaded()
+    if ran:
+        emit("describe", {"hub_kernels": ran})
+        emit("note", {"text": hub_kernels.said(ran)})
 
 
 def run_script(spec: Script) -> int:

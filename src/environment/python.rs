@@ -21,6 +21,11 @@ pub struct PythonEnvironment {
     pub settings: Value,
     pub transformers_version: Option<String>,
     pub peft_version: Option<String>,
+    /// The installed versions of the libraries the tested-versions table names
+    /// (`environment::tested`; `importlib.metadata`, the ones not installed left out). Older
+    /// workers said none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub libraries: std::collections::BTreeMap<String, String>,
     /// `version`, `cuda_version`, `hip_version`, `backend` (cuda or hip), `cudnn_version`,
     /// `cuda_available`, `device_count`, `devices` (name, total_memory as PyTorch declares it),
     /// `allocator_backend`, `null_reasons`. Null when PyTorch cannot be imported.

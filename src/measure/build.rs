@@ -314,6 +314,9 @@ pub(crate) fn build(
             p.garbage
         ));
     }
+    if let Some(env) = &p.environment {
+        notes.extend(crate::environment::tested::untested_notes(&env.libraries));
+    }
     if let Some(env) = &p.environment
         && env.allocator_backend() == Some("cudaMallocAsync")
     {

@@ -30,7 +30,7 @@ pub enum Outcome {
     /// phases predicted until then.
     Predicted(Box<PredictionDoc>),
     /// PyTorch, a C++ compiler for the shims, or a workload's package is missing, or the
-    /// interpreter's torch is outside `versions::SUPPORTED_TORCH`.
+    /// interpreter's torch is outside `versions::supported_torch()`.
     Unavailable(String),
 }
 
@@ -51,7 +51,7 @@ struct Collected {
 }
 
 /// Predicts `plan` for `target`, within the card's whole memory (`oom::of_card`). A torch
-/// outside `versions::SUPPORTED_TORCH` is refused as soon as the worker reports its environment:
+/// outside `versions::supported_torch()` is refused as soon as the worker reports its environment:
 /// the worker is killed then, before it runs anything.
 pub fn predict(
     plan: &RunPlan,
@@ -267,6 +267,9 @@ pub fn predict_served(
     let mut notes = c.notes;
     if c.forged > 0 {
         notes.push(crate::schema::events::forged_note(c.forged));
+    }
+    if let Some(env) = env {
+        notes.extend(crate::environment::tested::untested_notes(&env.libraries));
     }
     notes.extend(judged.notes);
     notes.extend(replay_notes);

@@ -14,12 +14,18 @@ use std::collections::BTreeMap;
 /// A PyTorch `major.minor` release.
 pub type Release = (u32, u32);
 
-/// The torch releases `predict` supports, both ends included: every minor from 2.6 to 2.15 (the
-/// newest published). The one place the range is declared.
-pub const SUPPORTED_TORCH: TorchRange = TorchRange {
-    min: (2, 6),
-    max: (2, 15),
-};
+/// The torch releases `predict` supports, both ends included: the torch row of the tested-versions
+/// table (docs/tested-versions.md, the one place the range is declared; CI installs its two ends).
+pub fn supported_torch() -> TorchRange {
+    match crate::environment::tested::torch_range() {
+        Some((min, max)) => TorchRange { min, max },
+        // No torch row: nothing is supported (environment::tested's tests keep the row there).
+        None => TorchRange {
+            min: (u32::MAX, u32::MAX),
+            max: (0, 0),
+        },
+    }
+}
 
 /// An inclusive range of torch releases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,16 +75,19 @@ pub fn refuse_torch(version: Option<&str>) -> Option<String> {
     match version {
         Some(v) if is_fake(v) => None,
         Some(v) => match torch_release(v) {
-            Some(release) if SUPPORTED_TORCH.contains(release) => None,
+            Some(release) if supported_torch().contains(release) => None,
             Some(_) => Some(format!(
-                "torch {v} is not supported by predict (supported: {SUPPORTED_TORCH}); {fix}"
+                "torch {v} is not supported by predict (supported: {}); {fix}",
+                supported_torch()
             )),
             None => Some(format!(
-                "torch's version `{v}` cannot be read as a release, so predict cannot tell whether it supports it (supported: {SUPPORTED_TORCH}); {fix}"
+                "torch's version `{v}` cannot be read as a release, so predict cannot tell whether it supports it (supported: {}); {fix}",
+                supported_torch()
             )),
         },
         None => Some(format!(
-            "torch did not report its version (torch.__version__), so predict cannot tell whether it supports it (supported: {SUPPORTED_TORCH}); {fix}"
+            "torch did not report its version (torch.__version__), so predict cannot tell whether it supports it (supported: {}); {fix}",
+            supported_torch()
         )),
     }
 }
@@ -293,7 +302,7 @@ mod tests {
 
     #[test]
     fn the_range_includes_both_ends_and_nothing_else() {
-        assert_eq!(SUPPORTED_TORCH.to_string(), "2.6 to 2.15");
+        assert_eq!(supported_torch().to_string(), "2.6 to 2.15");
         for ok in [
             "2.6.0",
             "2.6.0+cpu",

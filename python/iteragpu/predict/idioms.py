@@ -14,7 +14,9 @@ prediction's notes when it changes what runs:
 * `torch.compile` and `Module.compile` run eager, and say so (Inductor's memory planning is not
   traced); Triton kernels are not launched (their outputs are allocated by the caller, so the phase
   is still predicted), and said;
-* `format(t, ".4f")`, `.numpy()` and `.tolist()` of fake tensors read values (see tracker.py).
+* `format(t, ".4f")`, `.numpy()` and `.tolist()` of fake tensors read values (see tracker.py);
+* Hub kernels (the `kernels` package, transformers' default `use_kernels`) are never fetched or
+  run: each layer runs its own eager forward (hub_kernels.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from .. import names
+from .hub_kernels import HubKernels
 
 # What CUDA events answer for a duration that was never timed.
 ELAPSED_MS: float = 1.0
@@ -48,6 +51,7 @@ class Idioms:
         # (size, mtime_ns, {name: (shape, dtype, known values or None)}, metadata).
         self.written: dict[tuple[int, int], tuple[int, int, dict[str, Any], Any]] = {}
         self._written_file: Callable[[Any], Any] = lambda filename: None
+        self.hub_kernels = HubKernels(self.note)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -64,6 +68,7 @@ class Idioms:
         after_import("safetensors.torch", self._safetensors)
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
+        after_import("kernels", self.hub_kernels.install)
         for name in ("transformers.pytorch_utils", "accelerate.utils.modeling", "peft.utils.other", "safetensors.torch"):
             after_import(name, self._transformers_storage)
 

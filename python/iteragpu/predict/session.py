@@ -37,6 +37,7 @@ class Session:
         self.target = target
         self.mode_class = mode_class
         self.tracker = tracking.Tracker(emit, [tuple(w) for w in target.get("workspaces", [])])
+        self.idioms: idioms.Idioms | None = None
         # The script's torch.cuda memory calls: the CLI's model answers them over `answers`.
         self.tracker.memory = allocator.Memory(emit, answers, target)
         # Every op on the target device runs under this mode (tracker.py decides which ops).
@@ -104,7 +105,8 @@ class Session:
 
         warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
         self._hooks()
-        idioms.Idioms(torch, self.tracker, self.notes).install()
+        self.idioms = idioms.Idioms(torch, self.tracker, self.notes)
+        self.idioms.install()
         steady.Steadiness(self.tracker, self.tracker.note).install()
         cudnn_rnn.install(torch, self.tracker, self.notes, self.target)
         _route_sdpa(torch, self.target)
@@ -379,6 +381,9 @@ class Session:
     def _summary(self, events: Emit) -> None:
         for site, count in self.tracker.placeholders.items():
             events("placeholder_count", {"file": site[0], "line": site[1], "count": count})
+        for note in self.idioms.hub_kernels.notes() if self.idioms is not None else []:
+            if note not in self.notes:
+                self.notes.append(note)
         for note in self.notes:
             events("note", {"text": note})
 

@@ -1,0 +1,233 @@
+//! The newest releases as users install them (issue 42): transformers 5.25 kernelizes every
+//! `from_pretrained` model with kernels from the Hub by default; `predict` never fetches or runs
+//! one (each layer runs its own eager forward, each kernel named in the notes), with no network
+//! and without `USE_HUB_KERNELS=0`; `measure` records the kernels that ran. TRL's own
+//! `trl/scripts/sft.py` as shipped, with and without its QLoRA flags. A library outside the tested
+//! range (docs/tested-versions.md) is said.
+//!
+//! No test name here says "predict" where the oldest environment (torch 2.6, no trl) cannot run it.
+
+use crate::common::{PhaseStatus, PredictionDoc, PredictionStatus, Run, fixture, python_with};
+use std::path::Path;
+
+/// transformers' version in the prediction's environment (`5.25.0`) as numbers.
+fn transformers_at_least(doc: &PredictionDoc, min: (u64, u64)) -> bool {
+    let v = doc
+        .assumptions
+        .transformers_version
+        .clone()
+        .unwrap_or_default();
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= min
+}
+
+fn notes(doc: &PredictionDoc) -> String {
+    doc.notes.join("\n")
+}
+
+/// The inputs sft.py needs, made without a download: a tiny Llama checkpoint with a word-level
+/// tokenizer, and a local JSON Lines dataset folder.
+fn sft_inputs(python: &str, dir: &Path) -> (String, String) {
+    let made = std::process::Command::new(python)
+        .arg(fixture("scripts/setup/sft_inputs.py"))
+        .arg(fixture("tiny/llama"))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (
+        dir.join("model").display().to_string(),
+        dir.join("data").display().to_string(),
+    )
+}
+
+/// TRL's own script, as the installed trl ships it.
+fn trl_sft_script(python: &str) -> String {
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import os, trl; print(os.path.join(os.path.dirname(trl.__file__), 'scripts', 'sft.py'))",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `trl/scripts/sft.py` as shipped, offline (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE: a kernel fetch
+/// would fail, as it did before issue 42), with `USE_HUB_KERNELS` left as the user has it (unset in CI): every phase predicted, and
+/// with transformers 5.25 or newer the rotary and RMSNorm kernels named as left out.
+fn sft(python: &str, dir: &Path, name: &str, flags: &[&str]) -> PredictionDoc {
+    let (model, data) = sft_inputs(python, &dir.join(format!("inputs-{name}")));
+    let run = Run::predict()
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .args(["--python", python, "--card", "RTX 4090"])
+        .output(dir.join(format!("{name}.json")))
+        .arg("--script")
+        .arg(trl_sft_script(python))
+        .arg("--")
+        .args(["--model_name_or_path", &model, "--dataset_name", &data])
+        .arg("--output_dir")
+        .arg(dir.join(format!("out-{name}")))
+        .args([
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--max_length",
+            "32",
+            "--report_to",
+            "none",
+        ])
+        .args(flags)
+        .finish();
+    let stderr = run.stderr();
+    assert_eq!(run.code(), Some(0), "{name}: {stderr}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{name}: {stderr}");
+    assert!(
+        doc.phases.iter().any(|p| p.name.starts_with("backward")),
+        "{name}: {stderr}"
+    );
+    for phase in &doc.phases {
+        assert_eq!(
+            phase.status,
+            PhaseStatus::Predicted,
+            "{name} {}: {stderr}",
+            phase.name
+        );
+    }
+    if transformers_at_least(&doc, (5, 25)) {
+        let said = notes(&doc);
+        for kernel in [
+            "Hub kernel kernels-community/rotary",
+            "Hub kernel kernels-community/liger-kernels",
+        ] {
+            assert!(said.contains(kernel), "{name}: {kernel} not said: {said}");
+        }
+        // The tiny Llama has 3 decoder layers: one rotary per attention, 2 norms per layer + 1.
+        assert!(
+            said.contains("layer apply_rotary_transformers (3 modules)"),
+            "{said}"
+        );
+        assert!(said.contains("layer LigerRMSNorm (7 modules)"), "{said}");
+        assert!(
+            said.contains("`measure` on the GPU runs the kernel"),
+            "{said}"
+        );
+    }
+    doc
+}
+
+fn parameters_at_first_forward(doc: &PredictionDoc) -> u64 {
+    let forward = doc
+        .phases
+        .iter()
+        .find(|p| p.name.contains(".forward #1"))
+        .unwrap();
+    forward.at_peak.as_ref().unwrap().by_category["parameter"]
+}
+
+#[test]
+#[ignore = "needs torch, transformers, trl, peft, datasets and bitsandbytes"]
+fn trl_sft_script_as_shipped_with_and_without_qlora_offline() {
+    let python = python_with(&[
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "datasets",
+        "bitsandbytes",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let full = sft(&python, dir.path(), "full", &[]);
+    let qlora = sft(
+        &python,
+        dir.path(),
+        "qlora",
+        &[
+            "--load_in_4bit",
+            "--use_peft",
+            "--lora_target_modules",
+            "all-linear",
+            "--optim",
+            "paged_adamw_8bit",
+            "--gradient_checkpointing",
+        ],
+    );
+    assert!(
+        qlora
+            .phases
+            .iter()
+            .any(|p| p.name.starts_with("PeftModelForCausalLM.forward")),
+        "the QLoRA flags build a PEFT model: {:?}",
+        qlora.phases.iter().map(|p| &p.name).collect::<Vec<_>>()
+    );
+    // 4-bit linear weights: fewer parameter bytes than the full-precision run.
+    assert!(parameters_at_first_forward(&qlora) < parameters_at_first_forward(&full));
+}
+
+/// A script that calls the `kernels` package itself: the load fails with the reason (no eager
+/// forward is known for it), said in the notes; nothing is fetched.
+#[test]
+#[ignore = "needs torch and kernels"]
+fn a_hub_kernel_a_script_loads_itself_is_refused_with_the_reason() {
+    let python = python_with(&["torch", "kernels"]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("direct.py");
+    std::fs::write(
+        &script,
+        "import torch\nfrom kernels import get_kernel\nx = torch.ones(4, device='cuda')\nact = get_kernel('kernels-community/activation', version=1)\n",
+    )
+    .unwrap();
+    let run = Run::predict()
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["--python", &python, "--card", "H200"])
+        .output(dir.path().join("direct.json"))
+        .arg("--script")
+        .arg(&script)
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the Hub kernel kernels-community/activation was not fetched and not run"),
+        "{said}"
+    );
+    let doc = run.prediction();
+    assert!(
+        notes(&doc).contains(
+            "Hub kernel kernels-community/activation (version 1) left out: 1 load by the script"
+        ),
+        "{}",
+        notes(&doc)
+    );
+}
+
+/// `measure` records the Hub kernels the process loaded (`kernels.get_loaded_kernels()`), with
+/// their repository and commit, in the document and its notes.
+#[test]
+fn measure_records_the_hub_kernels_that_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::measure()
+        .fake_torch()
+        .arg("--script")
+        .arg(fixture("scripts/hub_kernels_ran.py"))
+        .output(dir.path().join("m.json"))
+        .succeeds();
+    let json = run.json();
+    let ran = &json["identity"]["declared"]["hub_kernels"][0];
+    assert_eq!(ran["repository"], "kernels-community/rotary");
+    assert_eq!(ran["revision"], "0123456789abcdef0123456789abcdef01234567");
+    assert_eq!(ran["name"], "rotary");
+    assert_eq!(ran["version"], 2);
+    let notes = json["notes"].to_string();
+    assert!(
+        notes
+            .contains("Hub kernels ran in this process: kernels-community/rotary@0123456789abcdef"),
+        "{notes}"
+    );
+}
