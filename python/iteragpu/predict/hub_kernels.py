@@ -30,6 +30,7 @@ from typing import Any, Callable
 LOADERS = ("get_kernel", "get_local_kernel", "get_locked_kernel", "load_kernel", "install_kernel")
 # transformers' own names for them (`from kernels import get_kernel as get_kernel_hub`).
 ALIASES = {"get_kernel_hub": "get_kernel"}
+LOAD = "load"  # the repositories' method that fetches their kernel
 REPOSITORIES = (
     "LayerRepository",
     "LocalLayerRepository",
@@ -95,10 +96,9 @@ class HubKernels:
         for module in modules:
             for name in REPOSITORIES:
                 cls = getattr(module, name, None)
-                repository: Any = cls
-                if isinstance(repository, type) and id(repository) not in self._patched:
-                    self._patched.add(id(repository))
-                    repository.load = self._repository_load(name)
+                if isinstance(cls, type) and id(cls) not in self._patched:
+                    self._patched.add(id(cls))
+                    setattr(cls, LOAD, self._repository_load(name))
             self._fall_back_on_load(module)
 
     def _loader(self, name: str) -> Callable[..., Any]:
