@@ -130,7 +130,7 @@ pub enum ActivationPeak {
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
     pub engine: Engine,
-    /// `None`: the rules of the latest release read (vLLM 0.11.0, SGLang 0.5.5).
+    /// `None`: the rules of the newest release read (vLLM 0.34.0, SGLang 0.5.23).
     pub version: Option<Version>,
     pub card: String,
     /// `torch.cuda.mem_get_info()[1]` of one device.
@@ -456,7 +456,8 @@ pub fn release_note(engine: Engine, version: Option<Version>) -> Result<Option<S
             }
         }
         Engine::Sglang => {
-            if v.0 != SGLANG_READ.0 || v.1 != SGLANG_READ.1 || v < SGLANG_READ || v > SGLANG_NEWEST {
+            if v.0 != SGLANG_READ.0 || v.1 != SGLANG_READ.1 || v < SGLANG_READ || v > SGLANG_NEWEST
+            {
                 Err(format!(
                     "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} and {SGLANG_NEWEST} (the releases between are planned by {SGLANG_NEWEST}'s rules); give --engine-version {SGLANG_NEWEST}, or `estimate serve vllm` if {v} is a vLLM release"
                 ))
@@ -797,7 +798,10 @@ fn extensible_context(free_at_start: Option<Bytes>, total: u64) -> (u64, String)
             "context {} bytes: ASSUMED 0.5 GiB of CUDA context, NCCL and cuBLAS handles created before the first snapshot (v1/worker/gpu_worker.py init_device 0.34.0:500-548){}",
             g(GIB / 2 + others),
             if others > 0 {
-                format!(" + {} bytes in use before the engine started (--free-at-start)", g(others))
+                format!(
+                    " + {} bytes in use before the engine started (--free-at-start)",
+                    g(others)
+                )
             } else {
                 String::new()
             }
@@ -836,7 +840,10 @@ fn vllm(
         None => {
             let (u, why) = releases::vllm_gmu_default(version);
             let (u, why) = if releases::extensible_kv_cache(version) && !extensible {
-                (0.92, "0.92: --kv-cache-memory turns the extensible KV cache off (config/cache.py 0.34.0:186)")
+                (
+                    0.92,
+                    "0.92: --kv-cache-memory turns the extensible KV cache off (config/cache.py 0.34.0:186)",
+                )
             } else {
                 (u, why)
             };
@@ -953,8 +960,7 @@ fn vllm(
     if extensible {
         let (context, context_rule) = extensible_context(free_at_start, total);
         let held = weights.bytes.get() + non_torch.bytes.get() + graphs.bytes.get();
-        let (b, by_request) =
-            releases::extensible_budget(total, u, held, act.bytes.get(), context);
+        let (b, by_request) = releases::extensible_budget(total, u, held, act.bytes.get(), context);
         budget = b;
         notes.push(format!(
             "0.34.0 sizes its pool after warm-up and capture: min(total × gpu_memory_utilization − (weights + non-torch + CUDA graphs), total − context − the same − margin max(1 GiB, 0.75 × activation peak)) − activation peak, with the {context_rule}; here the {} bound applies",
@@ -970,9 +976,13 @@ fn vllm(
     let budget_rule = if r.kv_cache_memory.is_some() {
         given_budget_rule(version)
     } else if extensible {
-        format!("min(total × {u} − (weights + non-torch + CUDA graphs), total − context − (weights + non-torch + CUDA graphs) − max(1 GiB, 0.75 × activation peak)) − activation peak (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes 0.34.0:592-618, the extensible KV cache)")
+        format!(
+            "min(total × {u} − (weights + non-torch + CUDA graphs), total − context − (weights + non-torch + CUDA graphs) − max(1 GiB, 0.75 × activation peak)) − activation peak (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes 0.34.0:592-618, the extensible KV cache)"
+        )
     } else if releases::graphs_estimated(version) && !r.enforce_eager {
-        format!("math.ceil(total × {u}) − (weights + activation peak + non-torch) − CUDA graph estimate (v1/worker/gpu_worker.py determine_available_memory 0.20.0–0.33.0, v1/worker/utils.py request_memory)")
+        format!(
+            "math.ceil(total × {u}) − (weights + activation peak + non-torch) − CUDA graph estimate (v1/worker/gpu_worker.py determine_available_memory 0.20.0–0.33.0, v1/worker/utils.py request_memory)"
+        )
     } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
             .into()

@@ -79,7 +79,7 @@ fn large_card(version: Version, card: &str, total: u64) -> (bool, String) {
         (
             large,
             format!(
-                "{} (engine/arg_utils.py get_batch_defaults 0.9–0.11: `device_memory >= 70 * GiB_bytes and \"a100\" not in device_name`)",
+                "{} (engine/arg_utils.py get_batch_defaults 0.9–0.34: `device_memory >= 70 * GiB_bytes and \"a100\" not in device_name`)",
                 if large {
                     "≥ 70 GiB and not an A100"
                 } else if total >= 70 * GIB {

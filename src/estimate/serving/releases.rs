@@ -20,7 +20,10 @@ pub fn vllm_gmu_default(v: Version) -> (f64, &'static str) {
     } else if v >= Version(0, 20, 0) {
         (0.92, "config/cache.py CacheConfig, 0.20.0–0.33.0")
     } else {
-        (0.9, "engine/arg_utils.py / config/cache.py default, 0.5.5–0.19.x")
+        (
+            0.9,
+            "engine/arg_utils.py / config/cache.py default, 0.5.5–0.19.x",
+        )
     }
 }
 
@@ -59,7 +62,10 @@ pub fn default_block_size(v: Version) -> (u64, &'static str) {
             "config/cache.py DEFAULT_BLOCK_SIZE 0.34.0:185, kept by the CUDA backends (v1/attention/backend.py get_preferred_block_size)",
         )
     } else {
-        (16, "CUDA default (platforms/cuda.py; config/cache.py 0.11.0–0.33.0)")
+        (
+            16,
+            "CUDA default (platforms/cuda.py; config/cache.py 0.11.0–0.33.0)",
+        )
     }
 }
 
@@ -85,14 +91,17 @@ const DOCS: &str =
 fn hint(v: Version, u: f64) -> String {
     if extensible_kv_cache(v) {
         let used_by = "the model, its activations, CUDA graphs and warmup";
-        let graphs = " CUDA graphs take less with fewer or smaller capture sizes in the compilation config.";
+        let graphs =
+            " CUDA graphs take less with fewer or smaller capture sizes in the compilation config.";
         if u < 1.0 {
             format!(
                 "The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={}; increase it (with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`.{graphs}",
                 super::refusal::py_float(u)
             )
         } else {
-            format!("The extensible KV cache already takes all device memory left after {used_by}; decrease `max_model_len` or `max_num_seqs`, or the model needs a device with more memory.{graphs}")
+            format!(
+                "The extensible KV cache already takes all device memory left after {used_by}; decrease `max_model_len` or `max_num_seqs`, or the model needs a device with more memory.{graphs}"
+            )
         }
     } else {
         "Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name).".into()
@@ -102,7 +111,10 @@ fn hint(v: Version, u: f64) -> String {
 /// "No available memory for the cache blocks." as the release words it.
 pub fn no_kv_memory_message(v: Version, u: f64) -> String {
     if v >= Version(0, 22, 0) {
-        format!("No available memory for the cache blocks. {} {DOCS}", hint(v, u))
+        format!(
+            "No available memory for the cache blocks. {} {DOCS}",
+            hint(v, u)
+        )
     } else if v >= Version(0, 13, 0) {
         format!(
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. {DOCS}"
@@ -141,7 +153,11 @@ pub fn kv_capacity_message(
         }
     };
     let (needed, available) = (gib(needed_gib), gib(available_gib));
-    let models = if v >= Version(0, 22, 0) { "model's" } else { "models's" };
+    let models = if v >= Version(0, 22, 0) {
+        "model's"
+    } else {
+        "models's"
+    };
     let head = format!(
         "To serve at least one request with the {models} max seq len ({len}), ({needed} GiB KV cache is needed, which is larger than the available KV cache memory ({available} GiB)."
     );
@@ -189,10 +205,8 @@ pub fn extensible_budget(
 ) -> (i128, bool) {
     let requested = (total as f64 * u).ceil() as i128;
     let by_request = requested - held as i128;
-    let by_device = total as i128
-        - context as i128
-        - held as i128
-        - extensible_margin(transient_peak) as i128;
+    let by_device =
+        total as i128 - context as i128 - held as i128 - extensible_margin(transient_peak) as i128;
     (
         by_request.min(by_device) - transient_peak as i128,
         by_request <= by_device,
@@ -316,7 +330,10 @@ mod tests {
         // u = 1.0: the device bound applies: 80 − 0.5 − 20 − max(1, 0.75 × 2) − 2 GiB.
         let (b, by_request) = extensible_budget(total, 1.0, 20 * GIB, 2 * GIB, GIB / 2);
         assert!(!by_request);
-        assert_eq!(b, (80 * GIB - GIB / 2 - 20 * GIB - 3 * GIB / 2 - 2 * GIB) as i128);
+        assert_eq!(
+            b,
+            (80 * GIB - GIB / 2 - 20 * GIB - 3 * GIB / 2 - 2 * GIB) as i128
+        );
         // u = 0.5: the request bound: 40 − 20 − 2 GiB.
         let (b, by_request) = extensible_budget(total, 0.5, 20 * GIB, 2 * GIB, GIB / 2);
         assert!(by_request);
@@ -333,12 +350,18 @@ mod tests {
         // 24 GiB card, TP 1: 512 + 4096 × 1.5 + 128 + 48 × 2 + 50 × 8 MiB.
         let (f, _) = sglang_default_fraction_0523(24 * GIB, 1, false);
         let reserved = 512.0 + 6144.0 + 128.0 + 96.0 + 400.0;
-        assert_eq!(f, ((24576.0 - reserved) / 24576.0 * 1000.0_f64).round() / 1000.0);
+        assert_eq!(
+            f,
+            ((24576.0 - reserved) / 24576.0 * 1000.0_f64).round() / 1000.0
+        );
         // 80 GiB: 512 + 8192 × 1.5 + 128 + 256 × 2 + 58 × 8 = 13,904 MiB, above the 10 GiB floor.
         let (f, _) = sglang_default_fraction_0523(80 * GIB, 1, false);
         assert_eq!(f, 0.83);
         // MLA: 1.5 GiB for prefill graphs instead.
         let (f, _) = sglang_default_fraction_0523(80 * GIB, 1, true);
-        assert_eq!(f, ((81920.0 - 14976.0) / 81920.0 * 1000.0_f64).round() / 1000.0);
+        assert_eq!(
+            f,
+            ((81920.0 - 14976.0) / 81920.0 * 1000.0_f64).round() / 1000.0
+        );
     }
 }
