@@ -1085,7 +1085,7 @@ pub struct ServeOptions {
     /// No CUDA graph capture.
     #[arg(long, requires = "serve")]
     pub enforce_eager: bool,
-    /// The engine's release whose rules apply (0.6.3, 0.11) [default: vLLM 0.11.0, SGLang 0.5.5].
+    /// The engine's release whose rules apply (0.6.3, 0.11) [default: vLLM 0.34.0, SGLang 0.5.23].
     #[arg(long, value_name = "X.Y", requires = "serve")]
     pub engine_version: Option<String>,
     /// The device total the engine reads (the log's total_gpu_memory) [default: the catalog's].

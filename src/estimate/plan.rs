@@ -695,7 +695,7 @@ pub fn serve<E: From<EstimateError>>(
                 "--activation-peak predict runs vLLM's profile run; SGLang runs none (it sizes its pool without one): drop it for SGLang"
             );
         };
-        let v1 = version.unwrap_or(serving::Version(0, 11, 0)) >= serving::Version(0, 8, 0);
+        let v1 = version.unwrap_or(serving::releases::VLLM_DEFAULT) >= serving::Version(0, 8, 0);
         let shape = ProfileShape {
             config: config_file(path),
             tokens,
@@ -709,7 +709,7 @@ pub fn serve<E: From<EstimateError>>(
                 (items, enc.image_size)
             }),
             top_k_top_p: serving::profile::top_k_top_p(
-                version.unwrap_or(serving::Version(0, 11, 0)),
+                version.unwrap_or(serving::releases::VLLM_DEFAULT),
                 v1,
                 seqs.min(tokens),
             ),

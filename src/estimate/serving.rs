@@ -13,6 +13,7 @@ pub mod config;
 pub mod defaults;
 pub mod profile;
 pub mod refusal;
+pub mod releases;
 pub use profile::ProfileShape;
 use profile::activation_term;
 
@@ -129,7 +130,7 @@ pub enum ActivationPeak {
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
     pub engine: Engine,
-    /// `None`: the rules of the latest release read (vLLM 0.11.0, SGLang 0.5.5).
+    /// `None`: the rules of the newest release read (vLLM 0.34.0, SGLang 0.5.23).
     pub version: Option<Version>,
     pub card: String,
     /// `torch.cuda.mem_get_info()[1]` of one device.
@@ -415,14 +416,15 @@ pub fn plan_with(
 }
 
 /// The vLLM releases whose rules the planner holds: 0.2.x through logs 12–13 (the rotary cache
-/// per layer, 2023's budget), the source read from 0.5.5 to 0.11.0, the logs of 0.19.0–0.24.0
-/// (the CUDA-graph charge from 0.21.0).
+/// per layer, 2023's budget), the source read from 0.5.5 to 0.11.0, then the `.0` of every
+/// minor release to 0.34.0 (releases.rs).
 const VLLM_OLDEST: Version = Version(0, 2, 0);
 const VLLM_READ_FROM: Version = Version(0, 5, 5);
-const VLLM_READ_TO: Version = Version(0, 11, 0);
-const VLLM_NEWEST: Version = Version(0, 24, 0);
-/// SGLang: 0.5.5's source only.
+const VLLM_READ_TO: Version = releases::VLLM_DEFAULT;
+const VLLM_NEWEST: Version = releases::VLLM_DEFAULT;
+/// SGLang: 0.5.5's source, and 0.5.23's (releases.rs).
 const SGLANG_READ: Version = Version(0, 5, 5);
+const SGLANG_NEWEST: Version = releases::SGLANG_DEFAULT;
 
 /// Which known release's rules apply to `--engine-version`, said in a note where it is not one
 /// the planner read; a version outside the known range is refused (no rule of its is known).
@@ -438,31 +440,33 @@ pub fn release_note(engine: Engine, version: Option<Version>) -> Result<Option<S
                 ))
             } else if v >= Version(VLLM_NEWEST.0, VLLM_NEWEST.1 + 1, 0) {
                 Err(format!(
-                    "--engine-version {v} is newer than any vLLM release the planner knows (the newest: {VLLM_NEWEST}, from a log; the source read in full up to {VLLM_READ_TO}): its rules are not known; give --engine-version {VLLM_NEWEST} to plan by the newest known rules, and check the result against your engine's log"
+                    "--engine-version {v} is newer than any vLLM release the planner knows (the newest read: {VLLM_NEWEST}): its rules are not known; give --engine-version {VLLM_NEWEST} to plan by the newest known rules, and check the result against your engine's log"
                 ))
             } else if v < VLLM_READ_FROM {
                 Ok(Some(format!(
                     "vLLM {v} predates the oldest source read ({VLLM_READ_FROM}): {VLLM_READ_FROM}'s defaults and V0 budget rule apply, with 0.2.x's rotary cache per layer before 0.3.0, as logs 12–13 (0.2.x) check them; what changed between is not modelled"
                 )))
-            } else if v >= Version(VLLM_READ_TO.0, VLLM_READ_TO.1 + 1, 0) {
+            } else if v.1 > 11 && v.2 != 0 {
                 Ok(Some(format!(
-                    "vLLM {v} is newer than the latest release read in full ({VLLM_READ_TO}): {VLLM_READ_TO}'s rules apply, with CUDA graphs charged to the budget from 0.21.0 as a v0.21 log shows; other changes up to {VLLM_NEWEST} (the newest log) are not modelled"
+                    "vLLM {v}: the rules of {}.{}.0 apply (the .0 of each minor release was read from 0.11.0 to {VLLM_READ_TO}; patch releases were not)",
+                    v.0, v.1
                 )))
             } else {
                 Ok(None)
             }
         }
         Engine::Sglang => {
-            if v.0 == SGLANG_READ.0 && v.1 == SGLANG_READ.1 && v >= SGLANG_READ {
-                Ok((v != SGLANG_READ).then(|| {
-                    format!(
-                        "SGLang {v}: the rules of SGLang {SGLANG_READ} (the only release read) apply; its defaults may have changed since"
-                    )
-                }))
-            } else {
+            if v.0 != SGLANG_READ.0 || v.1 != SGLANG_READ.1 || v < SGLANG_READ || v > SGLANG_NEWEST
+            {
                 Err(format!(
-                    "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} only (later 0.5.x patches are planned by its rules); give --engine-version {SGLANG_READ}, or `estimate serve vllm` if {v} is a vLLM release"
+                    "--engine-version {v} is not an SGLang release the planner knows: it read SGLang {SGLANG_READ} and {SGLANG_NEWEST} (the releases between are planned by {SGLANG_NEWEST}'s rules); give --engine-version {SGLANG_NEWEST}, or `estimate serve vllm` if {v} is a vLLM release"
                 ))
+            } else if v == SGLANG_READ || v == SGLANG_NEWEST {
+                Ok(None)
+            } else {
+                Ok(Some(format!(
+                    "SGLang {v}: the rules of SGLang {SGLANG_NEWEST} apply (only {SGLANG_READ} and {SGLANG_NEWEST} were read in full); the default mem_fraction_static changed between them (0.5.8: piecewise prefill graphs 8 MiB each when on; 0.5.19–0.5.21: the 20–35 GB tier's chunked prefill 2048 → 4096): pass the mem_fraction_static your log prints with --gpu-memory-utilization"
+                )))
             }
         }
     }
@@ -620,7 +624,7 @@ fn rotary_bytes(m: &ServeModel, r: &ServeRequest) -> (u64, String) {
     }
     match m.rotary {
         Ok(rot) => {
-            let version = r.version.unwrap_or(Version(0, 11, 0));
+            let version = r.version.unwrap_or(releases::VLLM_DEFAULT);
             let (copies, how) = if version >= Version(0, 3, 0) {
                 (
                     1,
@@ -783,6 +787,28 @@ fn other_processes_charged(mut non_torch: Term, total: u64, free_at_start: Bytes
     non_torch
 }
 
+/// What is in use on the device at 0.34.0's first snapshot (CUDA context, NCCL, cuBLAS handles,
+/// other processes), which its device bound leaves out: ASSUMED 0.5 GiB, plus what was in use
+/// before the engine started when `--free-at-start` is given.
+fn extensible_context(free_at_start: Option<Bytes>, total: u64) -> (u64, String) {
+    let others = free_at_start.map_or(0, |f| total.saturating_sub(f.get()));
+    (
+        GIB / 2 + others,
+        format!(
+            "context {} bytes: ASSUMED 0.5 GiB of CUDA context, NCCL and cuBLAS handles created before the first snapshot (v1/worker/gpu_worker.py init_device 0.34.0:500-548){}",
+            g(GIB / 2 + others),
+            if others > 0 {
+                format!(
+                    " + {} bytes in use before the engine started (--free-at-start)",
+                    g(others)
+                )
+            } else {
+                String::new()
+            }
+        ),
+    )
+}
+
 fn vllm(
     m: &ServeModel,
     r: &ServeRequest,
@@ -790,12 +816,15 @@ fn vllm(
 ) -> Result<Plan, EstimateError> {
     let mut notes = Vec::new();
     let mut defaults = Vec::new();
-    let version = r.version.unwrap_or(Version(0, 11, 0));
+    let version = r.version.unwrap_or(releases::VLLM_DEFAULT);
     if r.version.is_none() {
-        defaults.push(
-            "--engine-version: the rules of vLLM 0.11.0 (the latest release read in full)".into(),
-        );
+        defaults.push(format!(
+            "--engine-version: the rules of vLLM {} (the newest release read)",
+            releases::VLLM_DEFAULT
+        ));
     }
+    // 0.34.0 on: the extensible KV cache, unless a budget is given (config/vllm.py 0.34.0:3201-3206).
+    let extensible = releases::extensible_kv_cache(version) && r.kv_cache_memory.is_none();
     let v0 = version < Version(0, 8, 0);
     let grouped = version >= Version(0, 9, 0);
     let generation = if v0 {
@@ -809,10 +838,17 @@ fn vllm(
     let u = match r.gpu_memory_utilization {
         Some(u) => u,
         None => {
-            defaults.push(
-                "--gpu-memory-utilization 0.9 (engine/arg_utils.py default, 0.5.5–0.11.0)".into(),
-            );
-            0.9
+            let (u, why) = releases::vllm_gmu_default(version);
+            let (u, why) = if releases::extensible_kv_cache(version) && !extensible {
+                (
+                    0.92,
+                    "0.92: --kv-cache-memory turns the extensible KV cache off (config/cache.py 0.34.0:186)",
+                )
+            } else {
+                (u, why)
+            };
+            defaults.push(format!("--gpu-memory-utilization {u} ({why})"));
+            u
         }
     };
     let len = r.max_model_len;
@@ -877,7 +913,7 @@ fn vllm(
         }
         _ => non_torch,
     };
-    let graphs_charged = version >= Version(0, 20, 0) && !r.enforce_eager;
+    let graphs_charged = (releases::graphs_estimated(version) || extensible) && !r.enforce_eager;
     let graphs = if r.enforce_eager {
         Term::new(
             TermId::CudaGraphs,
@@ -889,7 +925,12 @@ fn vllm(
         // Charged (0.20 on): vLLM's own estimate, which logs show at 0.13–0.78 GiB for 2–9B
         // models on 24–48 GB cards; before, captured after the pool in the headroom, where the
         // 1 GiB of vLLM's own warning is the prudent figure.
-        let (bytes, what) = if graphs_charged {
+        let (bytes, what) = if extensible {
+            (
+                GIB / 2,
+                "ASSUMED 0.5 GiB: 0.34.0's extensible KV cache sizes the pool after capture, from the memory then free, so the graphs' memory comes out of it (v1/worker/gpu_worker.py 0.34.0:1103-1235 compile_or_warm_up_model → measure_kv_cache_blocks; profile_cudagraph_memory returns 0, v1/worker/gpu/model_runner.py 0.34.0:1121-1125): read \"Graph capturing finished … took X GiB\" from your engine's log",
+            )
+        } else if graphs_charged {
             (
                 GIB / 2,
                 "ASSUMED 0.5 GiB: from 0.20 vLLM estimates the graphs' memory before sizing the pool and charges it to the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default 1 in the 0.20.0 wheel; v1/worker/gpu_worker.py: the two largest graphs per mode captured, the rest extrapolated); its logged estimates: 0.52 GiB (Qwen3-8B, 24 GB card), 0.64 and 0.78 GiB (Qwen3.5-4B and 9B), 0.13–0.17 GiB (3090s), none read on an H100 (max_num_seqs 1024 captures more): read \"CUDA graph memory\" from your engine's log",
@@ -916,6 +957,16 @@ fn vllm(
     if graphs_charged {
         budget -= graphs.bytes.get() as i128;
     }
+    if extensible {
+        let (context, context_rule) = extensible_context(free_at_start, total);
+        let held = weights.bytes.get() + non_torch.bytes.get() + graphs.bytes.get();
+        let (b, by_request) = releases::extensible_budget(total, u, held, act.bytes.get(), context);
+        budget = b;
+        notes.push(format!(
+            "0.34.0 sizes its pool after warm-up and capture: min(total × gpu_memory_utilization − (weights + non-torch + CUDA graphs), total − context − the same − margin max(1 GiB, 0.75 × activation peak)) − activation peak, with the {context_rule}; here the {} bound applies",
+            if by_request { "gpu_memory_utilization" } else { "device" }
+        ));
+    }
     let (weights, act, non_torch, graphs) = if let Some(given) = r.kv_cache_memory {
         budget = given.get() as i128;
         (weights.info(), act.info(), non_torch.info(), graphs.info())
@@ -924,6 +975,14 @@ fn vllm(
     };
     let budget_rule = if r.kv_cache_memory.is_some() {
         given_budget_rule(version)
+    } else if extensible {
+        format!(
+            "min(total × {u} − (weights + non-torch + CUDA graphs), total − context − (weights + non-torch + CUDA graphs) − max(1 GiB, 0.75 × activation peak)) − activation peak (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes 0.34.0:592-618, the extensible KV cache)"
+        )
+    } else if releases::graphs_estimated(version) && !r.enforce_eager {
+        format!(
+            "math.ceil(total × {u}) − (weights + activation peak + non-torch) − CUDA graph estimate (v1/worker/gpu_worker.py determine_available_memory 0.20.0–0.33.0, v1/worker/utils.py request_memory)"
+        )
     } else if v0 {
         "total × gpu_memory_utilization − (weights + activation peak + non-torch) (worker/worker.py determine_num_available_blocks, 0.6.6–0.10; ≤0.6.3 as total×u − peak since init)"
             .into()
@@ -1009,6 +1068,12 @@ fn vllm(
         }
     }
     let concurrency: Vec<(u64, f64)> = lengths.iter().map(|&l| (l, concurrency_at(l))).collect();
+    // 0.21.0 on prints int(max_concurrency × max_model_len) (releases.rs).
+    let tokens = if releases::tokens_from_concurrency(version) {
+        (concurrency[0].1 * len as f64) as u64
+    } else {
+        tokens
+    };
 
     let kv_pool = Bytes(num_blocks * page * if hybrid { n_sw.min(n_full) } else { layers });
     let kv = Term::new(
@@ -1115,10 +1180,12 @@ fn sglang_default_fraction(total: u64, tp: u64) -> (f64, String) {
 fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     let mut notes = Vec::new();
     let mut defaults = Vec::new();
-    let version = r.version.unwrap_or(Version(0, 5, 5));
+    let version = r.version.unwrap_or(releases::SGLANG_DEFAULT);
     if r.version.is_none() {
-        defaults
-            .push("--engine-version: the rules of SGLang 0.5.5 (the latest release read)".into());
+        defaults.push(format!(
+            "--engine-version: the rules of SGLang {} (the newest release read)",
+            releases::SGLANG_DEFAULT
+        ));
     }
     if r.block_size.is_some() || r.max_num_seqs.is_some() || r.activation_peak.is_some() {
         return Err(input_err(
@@ -1135,7 +1202,11 @@ fn sglang(m: &ServeModel, r: &ServeRequest) -> Result<Plan, EstimateError> {
     let frac = match r.gpu_memory_utilization {
         Some(f) => f,
         None => {
-            let (f, why) = sglang_default_fraction(total, tp);
+            let (f, why) = if version > Version(0, 5, 5) {
+                releases::sglang_default_fraction_0523(total, tp, m.mla)
+            } else {
+                sglang_default_fraction(total, tp)
+            };
             defaults.push(format!("mem_fraction_static {f}: {why}"));
             f
         }

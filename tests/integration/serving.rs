@@ -825,7 +825,7 @@ fn serving_states_or_refuses_unknown_engine_versions() {
     ];
     let e = serve_fails(&[&base[..], &["0.99.0"]].concat(), None);
     assert!(
-        e.contains("newer than any vLLM release") && e.contains("0.24.0"),
+        e.contains("newer than any vLLM release") && e.contains("0.34.0"),
         "{e}"
     );
     let e = serve_fails(&[&base[..], &["0.1.0"]].concat(), None);
@@ -852,13 +852,59 @@ fn serving_states_or_refuses_unknown_engine_versions() {
         "--card",
         "A100 80GB",
         "--engine-version",
-        "0.15.0",
+        "0.15.1",
     ]);
+    // A patch release after 0.11: its minor's .0 was read.
     assert!(
         doc["notes"][0]
             .as_str()
             .unwrap()
-            .contains("0.11.0's rules apply")
+            .contains("the rules of 0.15.0 apply"),
+        "{}",
+        doc["notes"]
+    );
+    // A read .0 release plans with no note; SGLang 0.5.12 by 0.5.23's rules, 0.5.24 refused.
+    let doc = serve(&[
+        "--model",
+        &llama,
+        "--card",
+        "A100 80GB",
+        "--engine-version",
+        "0.20.0",
+    ]);
+    assert!(!doc["notes"][0].as_str().unwrap().contains("rules of"));
+    let sg = estimate_json(&[
+        "serve",
+        "sglang",
+        "--model",
+        &llama,
+        "--card",
+        "A100 80GB",
+        "--engine-version",
+        "0.5.12",
+    ]);
+    assert!(
+        sg["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("the rules of SGLang 0.5.23 apply")
+    );
+    let e = serve_fails(
+        &[
+            "serve",
+            "sglang",
+            "--model",
+            &llama,
+            "--card",
+            "A100 80GB",
+            "--engine-version",
+            "0.5.24",
+        ],
+        None,
+    );
+    assert!(
+        e.contains("not an SGLang release") && e.contains("0.5.23"),
+        "{e}"
     );
     let e = serve_fails(
         &[
@@ -911,6 +957,8 @@ fn serving_a_card_too_small_says_the_engine_refuses_to_start() {
             "vllm",
             "--model",
             &model("llama-3-8b"),
+            "--engine-version",
+            "0.11.0",
             "--card",
             "T4",
         ])
@@ -1032,6 +1080,8 @@ fn serving_rtx_4090_default_is_refused_with_the_largest_length_that_starts() {
         "vllm",
         "--model",
         &model("llama-3.1-8b"),
+        "--engine-version",
+        "0.11.0",
         "--card",
         "RTX 4090",
     ]
@@ -1107,6 +1157,8 @@ fn serving_largest_length_of_a_sliding_window_model_is_the_engines_search() {
     let doc = refused(&[
         "--model",
         &model("gemma-2-9b"),
+        "--engine-version",
+        "0.11.0",
         "--card",
         "RTX 4090",
         "--gpu-memory-utilization",
@@ -1232,10 +1284,24 @@ fn serving_refusal_rules_in_the_engines_words() {
         "3.25GiB",
     ];
     rule(
-        &busy,
+        &[&busy[..], &["--engine-version", "0.11.0"]].concat(),
         "free_memory_below_utilization",
         "Free memory on device (3.25/23.99 GiB) on startup is less than desired GPU memory utilization (0.9, 21.59 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
         "v1/worker/gpu_worker.py",
+    );
+    // 0.14 names the device; 0.20 defaults to 0.92.
+    rule(
+        &[&busy[..], &["--engine-version", "0.20.0"]].concat(),
+        "free_memory_below_utilization",
+        "Free memory on device cuda:0 (3.25/23.99 GiB) on startup is less than desired GPU memory utilization (0.92, 22.07 GiB).",
+        "init_device",
+    );
+    // 0.34's extensible KV cache skips the check: the weights then run out of memory.
+    rule(
+        &[&busy[..], &["--engine-version", "0.34.0"]].concat(),
+        "oom_loading_weights",
+        "CUDA out of memory",
+        "load_model",
     );
     // 0.8.5 has no such check: it loads the weights into the 3.25 GiB and runs out of memory.
     rule(
@@ -1247,7 +1313,12 @@ fn serving_refusal_rules_in_the_engines_words() {
     let doc = refused(&[&busy[..], &["--engine-version", "0.8.5"]].concat());
     assert_eq!(first_refusal(&doc)["rule"], "oom_loading_weights");
     rule(
-        &with(&["--gpu-memory-utilization", "1"]),
+        &with(&[
+            "--gpu-memory-utilization",
+            "1",
+            "--engine-version",
+            "0.11.0",
+        ]),
         "free_memory_below_utilization",
         "desired GPU memory utilization (1.0,",
         "init_device",
@@ -1255,10 +1326,37 @@ fn serving_refusal_rules_in_the_engines_words() {
 
     // No KV budget: V1's wording (V0's is log 11's).
     rule(
-        &with(&["--gpu-memory-utilization", "0.2"]),
+        &with(&[
+            "--gpu-memory-utilization",
+            "0.2",
+            "--engine-version",
+            "0.11.0",
+        ]),
         "no_kv_memory",
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
         "check_enough_kv_cache_memory",
+    );
+    rule(
+        &with(&[
+            "--gpu-memory-utilization",
+            "0.2",
+            "--engine-version",
+            "0.22.0",
+        ]),
+        "no_kv_memory",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
+        "check_enough_kv_cache_memory",
+    );
+    rule(
+        &with(&[
+            "--gpu-memory-utilization",
+            "0.2",
+            "--engine-version",
+            "0.34.0",
+        ]),
+        "no_kv_memory",
+        "No available memory for the cache blocks. The KV cache gets what is left after the model, its activations, CUDA graphs and warmup within `gpu_memory_utilization`=0.2;",
+        "shrink_kv_cache_configs",
     );
     // Out of memory before any pool: loading the weights, then the profile run.
     rule(

@@ -62,11 +62,24 @@ fn large_card(version: Version, card: &str, total: u64) -> (bool, String) {
             ),
         )
     } else {
+        let (huge_tier, gb10_small) = super::releases::batch_tiers(version);
+        if huge_tier && total >= 160 * GIB {
+            return (
+                true,
+                "≥ 160 GiB (engine/arg_utils.py get_batch_defaults 0.28.0–0.34.0: `device_memory >= 160 * GiB_bytes`)".into(),
+            );
+        }
+        if gb10_small && name.contains("gb10") {
+            return (
+                false,
+                "a GB10, kept on the small tier (engine/arg_utils.py get_batch_defaults 0.33.0–0.34.0: compute capability 12.1)".into(),
+            );
+        }
         let large = total >= 70 * GIB && !name.contains("a100");
         (
             large,
             format!(
-                "{} (engine/arg_utils.py get_batch_defaults 0.9–0.11: `device_memory >= 70 * GiB_bytes and \"a100\" not in device_name`)",
+                "{} (engine/arg_utils.py get_batch_defaults 0.9–0.34: `device_memory >= 70 * GiB_bytes and \"a100\" not in device_name`)",
                 if large {
                     "≥ 70 GiB and not an A100"
                 } else if total >= 70 * GIB {
@@ -115,7 +128,14 @@ pub fn vllm_batch(
             n
         }
         None => {
-            let n = if large { 8192 } else { 2048 };
+            let huge = super::releases::batch_tiers(version).0 && total >= 160 * GIB;
+            let n = if huge {
+                16384
+            } else if large {
+                8192
+            } else {
+                2048
+            };
             lines.push(format!(
                 "--max-num-batched-tokens {n}: `vllm serve` (OPENAI_API_SERVER) default for a card {large_why}"
             ));
@@ -185,10 +205,14 @@ pub fn vllm_block_size(
         ),
         (Some(b), _) => (b, None),
         (None, Some((f, why))) => (f, Some(format!("--block-size {f}: {why}"))),
+        (None, None) if version >= Version(0, 34, 0) => {
+            let (b, why) = super::releases::default_block_size(version);
+            (b, Some(format!("--block-size {b}: {why}")))
+        }
         (None, None) => (
             16,
             Some(
-                "--block-size 16: CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81)"
+                "--block-size 16: CUDA default (platforms/cuda.py; engine/arg_utils.py 0.5.5:81; config/cache.py to 0.33.0)"
                     .into(),
             ),
         ),
@@ -203,8 +227,12 @@ pub fn vllm_cuda_graphs(version: Version, max_num_seqs: u64) -> String {
         )
     } else if version < Version(0, 11, 0) {
         "CUDA graphs captured (--enforce-eager off, the default): V1 piecewise graphs around attention (config.py CompilationConfig, 0.8–0.10)".into()
-    } else {
+    } else if version < Version(0, 20, 0) {
         "CUDA graphs captured (--enforce-eager off, the default): V1 cudagraph_mode FULL_AND_PIECEWISE (config/compilation.py, from 0.11.0)".into()
+    } else if version < Version(0, 34, 0) {
+        "CUDA graphs captured (--enforce-eager off, the default), their memory estimated before the pool is sized and charged to it (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, envs.py 0.20.0–0.33.0)".into()
+    } else {
+        "CUDA graphs captured (--enforce-eager off, the default) before 0.34.0's extensible KV cache is sized: the pool gets what they leave (v1/worker/gpu_worker.py compile_or_warm_up_model 0.34.0)".into()
     }
 }
 
@@ -224,6 +252,11 @@ mod tests {
         assert_eq!(b(Version(0, 11, 0), "A100 80GB", h100), (2048, 256));
         assert_eq!(b(Version(0, 11, 0), "RTX 4090", 24 * GIB), (2048, 256));
         assert_eq!(b(Version(0, 11, 0), "B200", 180 * GIB), (8192, 1024));
+        // 0.28 on: ≥ 160 GiB gets 16,384; 0.33 on: a GB10 stays small.
+        assert_eq!(b(Version(0, 27, 0), "B200", 180 * GIB), (8192, 1024));
+        assert_eq!(b(Version(0, 28, 0), "B200", 180 * GIB), (16384, 1024));
+        assert_eq!(b(Version(0, 32, 0), "GB10", 119 * GIB), (8192, 1024));
+        assert_eq!(b(Version(0, 33, 0), "GB10", 119 * GIB), (2048, 256));
         // 0.8.x: by name only; an A100 80GB is not an H100.
         assert_eq!(b(Version(0, 8, 5), "A100 80GB", h100), (2048, 256));
         assert_eq!(b(Version(0, 8, 5), "H200", 141 * GIB), (8192, 1024));
@@ -283,6 +316,14 @@ mod tests {
         assert_eq!(
             vllm_block_size(Version(0, 11, 0), false, Some(9), None).0,
             16
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 33, 0), false, Some(9), None).0,
+            16
+        );
+        assert_eq!(
+            vllm_block_size(Version(0, 34, 0), false, Some(9), None).0,
+            64
         );
     }
 }

@@ -91,12 +91,12 @@ pub(super) fn activation_term(
     let mlp = t * (3 * h + 3 * i) * e;
     let attention = t * (3 * h + 2 * q + kv) * e;
     let rows = seqs.min(tokens) as u128;
-    let v1 = r.version.unwrap_or(super::Version(0, 11, 0)) >= super::Version(0, 8, 0);
+    let v1 = r.version.unwrap_or(super::releases::VLLM_DEFAULT) >= super::Version(0, 8, 0);
     // Held hidden states; V1's last rows and their `rand_like`; per logit the model-dtype logits,
     // fp32 logits, sorted values (4), int64 indices (8) and the sort's kernel scratch (20); or,
     // where the release's top-k/top-p is the Triton kernel, the fp32 logits, probabilities and
     // exponential draws (4 + 4 + 4) and the kernel's buffer.
-    let version = r.version.unwrap_or(super::Version(0, 11, 0));
+    let version = r.version.unwrap_or(super::releases::VLLM_DEFAULT);
     let topk = top_k_top_p(version, v1, rows as u64);
     let vocab = m.vocab as u128;
     let (per_logit, kernel_buffer) = match topk {

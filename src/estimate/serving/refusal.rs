@@ -81,7 +81,7 @@ fn cdiv(a: u64, b: u64) -> u64 {
 }
 
 /// A float as Python's `str(round(x, 2))` prints it: 3.25, 23.4, 22.0.
-fn py2(x: f64) -> String {
+pub(super) fn py2(x: f64) -> String {
     let s = format!("{:.2}", (x * 100.0).round() / 100.0);
     let s = s.trim_end_matches('0');
     if s.ends_with('.') {
@@ -92,7 +92,7 @@ fn py2(x: f64) -> String {
 }
 
 /// A float as Python's `str()` prints a setting such as gpu_memory_utilization: 0.9, 1.0.
-fn py_float(x: f64) -> String {
+pub(super) fn py_float(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.1}")
     } else {
@@ -205,7 +205,7 @@ fn vllm(
     f: &StartFacts,
     held: &Held,
 ) -> StartCheck {
-    let version = r.version.unwrap_or(Version(0, 11, 0));
+    let version = r.version.unwrap_or(super::releases::VLLM_DEFAULT);
     let v0 = version < Version(0, 8, 0);
     let grouped = version >= Version(0, 9, 0);
     let tp = s.tensor_parallel_size;
@@ -306,7 +306,10 @@ fn vllm(
     // 3. The worker's first memory snapshot (V1 from 0.9).
     let total = s.device_total_bytes.get();
     let u = s.gpu_memory_utilization;
-    if grouped {
+    // 0.34.0's extensible KV cache skips the check: its budget is only a cap (v1/worker/utils.py
+    // request_memory 0.34.0:783-786).
+    let extensible = super::releases::extensible_kv_cache(version) && r.kv_cache_memory.is_none();
+    if grouped && !extensible {
         let requested = total as f64 * u;
         let (free, given) = free_at_start(s, f);
         if (free as f64) < requested {
@@ -314,7 +317,8 @@ fn vllm(
                 rule: "free_memory_below_utilization",
                 source: "v1/worker/gpu_worker.py init_device (0.9–0.11.0): init_snapshot.free_memory < total × gpu_memory_utilization".into(),
                 message: format!(
-                    "Free memory on device ({}/{} GiB) on startup is less than desired GPU memory utilization ({}, {} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+                    "Free memory on device {}({}/{} GiB) on startup is less than desired GPU memory utilization ({}, {} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+                    if super::releases::free_memory_names_device(version) { "cuda:0 " } else { "" },
                     py2(free as f64 / GIB as f64),
                     py2(total as f64 / GIB as f64),
                     py_float(u),
@@ -390,7 +394,7 @@ fn vllm(
             "worker/worker.py raise_if_cache_size_invalid (0.5.5–0.7.3)"
         };
         if blocks == 0 {
-            refusals.push(no_memory(cite, budget));
+            refusals.push(no_memory(cite, budget, version, s.gpu_memory_utilization));
         } else if len > blocks * bs {
             let cap = blocks * bs;
             refusals.push(Refusal {
@@ -410,11 +414,30 @@ fn vllm(
     } else {
         let cite = if version < Version(0, 9, 0) {
             "v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.8.5:510-552)"
-        } else {
+        } else if version < Version(0, 12, 0) {
             "v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.11.0:678-724)"
+        } else if version < Version(0, 33, 0) {
+            "v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.12.0–0.32.0; the null block held back from 0.29.0)"
+        } else if super::releases::extensible_kv_cache(version) && r.kv_cache_memory.is_none() {
+            "v1/core/kv_cache_planning.py shrink_kv_cache_configs after warm-up, the extensible KV cache (0.34.0:1827-1861)"
+        } else {
+            "v1/core/kv_cache_planning.py check_enough_kv_cache_memory (0.33.0–0.34.0)"
+        };
+        // 0.29.0 on: one block of every layer (the null block) is held back from the check.
+        let budget = if super::releases::null_block_held_back(version) && budget > 0 {
+            let n_sw = m.layers.iter().filter(|l| l.is_some()).count() as u64;
+            let n_full = m.layers.len() as u64 - n_sw;
+            let per_block = if grouped && n_sw > 0 && n_full > 0 {
+                n_sw.min(n_full)
+            } else {
+                m.layers.len() as u64
+            };
+            budget - (s.page_bytes.get() * per_block) as i128
+        } else {
+            budget
         };
         if budget <= 0 {
-            refusals.push(no_memory(cite, budget));
+            refusals.push(no_memory(cite, budget, version, s.gpu_memory_utilization));
         } else {
             let avail = budget as u128;
             // KVCacheSpec.max_memory_usage_bytes per layer, summed (max_memory_usage_bytes):
@@ -444,11 +467,22 @@ fn vllm(
                 refusals.push(Refusal {
                     rule: "max_model_len_above_kv_capacity",
                     source: cite.into(),
-                    message: format!(
-                        "To serve at least one request with the models's max seq len ({len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). {estimated_msg} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-                        need as f64 / GIB as f64,
-                        avail as f64 / GIB as f64
-                    ),
+                    message: if version >= Version(0, 12, 0) {
+                        super::releases::kv_capacity_message(
+                            version,
+                            u,
+                            len,
+                            need as f64 / GIB as f64,
+                            avail as f64 / GIB as f64,
+                            est,
+                        )
+                    } else {
+                        format!(
+                            "To serve at least one request with the models's max seq len ({len}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). {estimated_msg} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                            need as f64 / GIB as f64,
+                            avail as f64 / GIB as f64
+                        )
+                    },
                     fix: if est > 0 {
                         format!("give --max-model-len {est} or less, or raise --gpu-memory-utilization")
                     } else {
@@ -512,11 +546,15 @@ fn out_of_memory(
     })
 }
 
-fn no_memory(cite: &str, budget: i128) -> Refusal {
+fn no_memory(cite: &str, budget: i128, version: Version, u: f64) -> Refusal {
     Refusal {
         rule: "no_kv_memory",
         source: cite.into(),
-        message: "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.".into(),
+        message: if version >= Version(0, 12, 0) {
+            super::releases::no_kv_memory_message(version, u)
+        } else {
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.".into()
+        },
         fix: format!(
             "the KV budget is {} bytes: raise --gpu-memory-utilization, lower --max-num-batched-tokens/--max-num-seqs, or split the model over more GPUs (--tensor-parallel-size)",
             signed(budget)
