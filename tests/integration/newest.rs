@@ -231,3 +231,36 @@ fn measure_records_the_hub_kernels_that_ran() {
         "{notes}"
     );
 }
+
+/// `use_kernels=True` with a `KernelConfig` (transformers' documented choice of kernels): the
+/// replacements are not made, the forward runs eager and is predicted, the kernel is named.
+#[test]
+#[ignore = "needs torch, transformers and kernels"]
+fn a_kernel_config_runs_eager_and_names_its_kernel() {
+    let python = python_with(&["torch", "transformers", "kernels"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = sft_inputs(&python, dir.path());
+    let run = Run::predict()
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["--python", &python, "--card", "H200"])
+        .output(dir.path().join("kc.json"))
+        .arg("--script")
+        .arg(fixture("scripts/predict/kernel_config.py"))
+        .arg("--")
+        .arg(&model)
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    assert!(said.contains("logits (1, 16, "), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    let notes = notes(&doc);
+    assert!(
+        notes.contains("Hub kernel kernels-community/layer_norm (version 1) left out: layer LlamaRMSNorm (7 modules), 1 load outside kernelize"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("the KernelConfig's layer replacements and fusions were not made"),
+        "{notes}"
+    );
+}

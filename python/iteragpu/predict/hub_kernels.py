@@ -138,6 +138,30 @@ class HubKernels:
 
         return load
 
+    def install_transformers(self, module: ModuleType) -> None:
+        """transformers' `kernel_config=KernelConfig(...)` loads each kernel class before the
+        model is built (`register_kernel_replacements_and_fusions`, 5.2x): a kernel left out
+        there leaves the config's mapping as the user gave it, so `kernelize` then falls back
+        layer by layer (a stateful replacement or a fusion is not made: the model keeps its own
+        modules, said in the note)."""
+        original = getattr(module, "register_kernel_replacements_and_fusions", None)
+        if not callable(original) or getattr(original, "_iteragpu", False):
+            return
+
+        def register(cls: Any, config: Any, kernel_config: Any) -> None:
+            try:
+                original(cls, config, kernel_config)
+            except FileNotFoundError as exc:
+                if "iteragpu predict" not in str(exc):
+                    raise
+                self.note(
+                    "Hub kernels: the KernelConfig's layer replacements and fusions were not made (their kernels are not fetched): "
+                    "the model keeps its own modules, each running its eager forward"
+                )
+
+        register._iteragpu = True  # type: ignore[attr-defined]
+        module.register_kernel_replacements_and_fusions = register  # type: ignore[attr-defined]
+
     def _fall_back_on_load(self, module: ModuleType) -> None:
         """`kernelize(..., use_fallback=False)` or `KernelizeFallback.DEFAULT` would raise where the
         kernel cannot load: the prediction makes it fall back to the layer's own forward."""
@@ -178,14 +202,17 @@ class HubKernels:
     def notes(self) -> list[str]:
         """One note per kernel left out (said at the end, when the calls are counted)."""
         said = []
-        layers: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        for (repo, where, layer), modules in sorted(self.left_out.items()):
-            layers.setdefault((repo, where), []).append((layer, len(modules)))
+        layers: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+        for (repo, where, layer), ids in sorted(self.left_out.items()):
+            modules = sum(1 for i in ids if i >= 0)
+            layers.setdefault((repo, where), []).append((layer, modules, len(ids) - modules))
         for (repo, where), entries in layers.items():
-            named = [(layer, calls) for layer, calls in entries if layer]
-            what = ", ".join(f"layer {layer} ({calls} module{'s' if calls != 1 else ''})" for layer, calls in named) or (
-                f"{sum(c for _, c in entries)} load{'s' if sum(c for _, c in entries) != 1 else ''} by the script"
-            )
+            named = [(layer, modules) for layer, modules, _ in entries if layer and modules]
+            loads = sum(n for _, _, n in entries)
+            parts = [f"layer {layer} ({n} module{'s' if n != 1 else ''})" for layer, n in named]
+            if loads:
+                parts.append(f"{loads} load{'s' if loads != 1 else ''} {'outside kernelize' if named else 'by the script'}")
+            what = ", ".join(parts)
             if named:
                 effects = "; ".join(KNOWN_EFFECT.get(layer, UNKNOWN_EFFECT) for layer, _ in named)
                 instead = f"each layer ran its own eager forward on the data-less tensors; {effects}"

@@ -69,6 +69,7 @@ class Idioms:
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
         after_import("kernels", self.hub_kernels.install)
+        after_import("transformers.integrations.hub_kernels", self.hub_kernels.install_transformers)
         for name in ("transformers.pytorch_utils", "accelerate.utils.modeling", "peft.utils.other", "safetensors.torch"):
             after_import(name, self._transformers_storage)
 
