@@ -264,3 +264,51 @@ fn a_kernel_config_runs_eager_and_names_its_kernel() {
         "{notes}"
     );
 }
+
+/// A library newer than the newest tested release (docs/tested-versions.md) is said in the
+/// output and in the file's notes; one inside the range is not. The installed versions are what
+/// `importlib.metadata` reads: a distribution's metadata folder made here, beside the fake torch.
+#[test]
+fn a_library_newer_than_the_newest_tested_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    // peft at its newest tested release, as the table says it today.
+    let table = std::fs::read_to_string(fixture("../../docs/tested-versions.md")).unwrap();
+    let peft = table
+        .lines()
+        .find_map(|l| l.strip_prefix("| peft |"))
+        .and_then(|rest| rest.split('|').nth(1))
+        .unwrap()
+        .trim()
+        .to_string();
+    for (name, version) in [("transformers", "99.0.0"), ("peft", peft.as_str())] {
+        let info = site.join(format!("{name}-{version}.dist-info"));
+        std::fs::create_dir_all(&info).unwrap();
+        std::fs::write(
+            info.join("METADATA"),
+            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"),
+        )
+        .unwrap();
+    }
+    let path = format!("{}:{}", fixture("../fake_torch").display(), site.display());
+    let run = Run::measure()
+        .fake_torch()
+        .env("PYTHONPATH", path)
+        .arg("--script")
+        .arg(fixture("scripts/nested_markers.py"))
+        .output(dir.path().join("m.json"))
+        .succeeds();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    let expected = "transformers 99.0.0 is newer than the newest release iteragpu is tested on";
+    assert!(said.contains(expected), "{said}");
+    let notes = run.json()["notes"].to_string();
+    assert!(notes.contains(expected), "{notes}");
+    assert!(
+        !notes.contains("peft 0.21.2"),
+        "peft is in the range: {notes}"
+    );
+    assert_eq!(
+        run.json()["environment"]["python"]["libraries"]["transformers"],
+        "99.0.0"
+    );
+}
