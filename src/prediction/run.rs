@@ -282,6 +282,7 @@ pub fn predict_served(
         crate::units::Bytes(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)).both(),
         process::MEMORY_CAP_ENV
     ));
+    notes.push(total_memory_note(target));
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),
@@ -695,4 +696,16 @@ mod tests {
         let j = judged(&[start("a", 0)], error, Exit::Timeout);
         assert_eq!(j.failure_detail, None);
     }
+}
+
+/// Which total the script's `get_device_properties().total_memory` and `mem_get_info()[1]`
+/// were answered with: CUDA's total as public logs printed it, PyTorch's read on the card or the
+/// driver's when CUDA's is unknown (the target's `total_memory_source`).
+pub fn total_memory_note(target: &Target) -> String {
+    format!(
+        "the script's torch.cuda.get_device_properties().total_memory and torch.cuda.mem_get_info()[1] were answered with {} bytes ({}): {}",
+        crate::units::Bytes(target.total_memory).grouped(),
+        crate::units::Bytes(target.total_memory).both(),
+        target.total_memory_source
+    )
 }
