@@ -307,6 +307,73 @@ mod tests {
         assert_eq!(name("Some Future GPU"), None);
     }
 
+    /// Issue 42, item 4: CUDA's total as public logs printed it, kept as printed, with its
+    /// precision; the lowest reading is the card's capacity, and says so.
+    #[test]
+    fn cuda_totals_are_read_as_printed_and_the_lowest_is_used() {
+        let reading = |printed: &str| CudaReading {
+            printed: printed.into(),
+            read_in: "test".into(),
+            source: "test".into(),
+        };
+        assert_eq!(
+            reading("23.58 GiB").bytes(),
+            Some((25_318_832_210, GIB_2DP_HALF_STEP))
+        );
+        assert_eq!(
+            reading("42298834944 bytes").bytes(),
+            Some((42_298_834_944, 0))
+        );
+        // Only two decimals, as vLLM and PyTorch print them; anything else is not a reading.
+        for bad in ["23.5 GiB", "23.580 GiB", "24259 MB", "23.58GiB", "x.yz GiB"] {
+            assert_eq!(reading(bad).bytes(), None, "{bad}");
+        }
+        let rtx3090 = find("RTX 3090").unwrap();
+        let (cap, source) = rtx3090.device_capacity();
+        assert_eq!(
+            (cap.get(), source),
+            (25_297_357_373, CapacitySource::CudaTotalPublic)
+        );
+        // Below the driver's 24,576 MiB, within the readings' range.
+        let cuda = rtx3090.cuda_total.as_ref().unwrap();
+        assert_eq!(cuda.range(), Some((25_297_357_373, 25_447_681_229)));
+        assert!(cap.get() < rtx3090.reported_bytes.unwrap());
+        let words = rtx3090.capacity_words();
+        assert!(
+            words.starts_with("CUDA's total as public logs printed it: 23.56 GiB (±0.005 GiB as printed) in PyTorch's out-of-memory message")
+                && words.contains("the lowest of 5 public readings, 23.56–23.70 GiB"),
+            "{words}"
+        );
+        // An exact reading says so; a card without readings keeps the driver's figure.
+        assert!(
+            find("RTX 5090")
+                .unwrap()
+                .capacity_words()
+                .contains("33677180928 bytes (exact)")
+        );
+        assert_eq!(
+            find("L4").unwrap().capacity_words(),
+            "as the driver reports it"
+        );
+        // PyTorch's total_memory read by iteragpu on the card comes first.
+        assert_eq!(
+            find("H200").unwrap().capacity_words(),
+            "PyTorch's total_memory"
+        );
+        // Every reading of the catalog parses, says what printed it and where, and lies below
+        // the driver's total of its card.
+        for card in catalog() {
+            for r in card.cuda_total.iter().flat_map(|t| &t.readings) {
+                let (b, _) = r.bytes().unwrap_or_else(|| panic!("{}: {r:?}", card.name));
+                assert!(
+                    !r.read_in.is_empty() && r.source.starts_with("https://"),
+                    "{r:?}"
+                );
+                assert!(b < card.reported_bytes.unwrap(), "{}: {r:?}", card.name);
+            }
+        }
+    }
+
     #[test]
     fn catalog_loads_and_finds() {
         let cards = catalog();
