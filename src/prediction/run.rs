@@ -469,6 +469,18 @@ fn allocator_model(backend: &str) -> String {
     }
 }
 
+/// Which total the script's `get_device_properties().total_memory` and `mem_get_info()[1]`
+/// were answered with: CUDA's total as public logs printed it, PyTorch's read on the card or the
+/// driver's when CUDA's is unknown (the target's `total_memory_source`).
+pub fn total_memory_note(target: &Target) -> String {
+    format!(
+        "the script's torch.cuda.get_device_properties().total_memory and torch.cuda.mem_get_info()[1] were answered with {} bytes ({}): {}",
+        crate::units::Bytes(target.total_memory).grouped(),
+        crate::units::Bytes(target.total_memory).both(),
+        target.total_memory_source
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,16 +708,4 @@ mod tests {
         let j = judged(&[start("a", 0)], error, Exit::Timeout);
         assert_eq!(j.failure_detail, None);
     }
-}
-
-/// Which total the script's `get_device_properties().total_memory` and `mem_get_info()[1]`
-/// were answered with: CUDA's total as public logs printed it, PyTorch's read on the card or the
-/// driver's when CUDA's is unknown (the target's `total_memory_source`).
-pub fn total_memory_note(target: &Target) -> String {
-    format!(
-        "the script's torch.cuda.get_device_properties().total_memory and torch.cuda.mem_get_info()[1] were answered with {} bytes ({}): {}",
-        crate::units::Bytes(target.total_memory).grouped(),
-        crate::units::Bytes(target.total_memory).both(),
-        target.total_memory_source
-    )
 }
