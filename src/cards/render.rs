@@ -13,6 +13,7 @@ pub fn catalog(catalog: &[Card]) -> String {
         Column::left("label").min(32),
         Column::right("reported (driver)").min(18),
         Column::right("torch total_memory").min(18),
+        Column::right("CUDA total (public)").min(19),
         Column::left("source").gap(2),
     ]);
     let b = |v: Option<u64>| v.map_or("unknown".into(), |x| Bytes(x).grouped());
@@ -24,6 +25,10 @@ pub fn catalog(catalog: &[Card]) -> String {
             c.label.clone(),
             b(c.reported_bytes),
             b(c.torch_total_bytes),
+            c.cuda_total
+                .as_ref()
+                .and_then(|t| t.lowest())
+                .map_or("unknown".into(), |r| r.printed.clone()),
             c.source.to_string(),
         ]);
     }

@@ -646,8 +646,8 @@ pub fn serve<E: From<EstimateError>>(
     let (device_total, device_total_source) = match s.device_total {
         Some(b) => (b, "--device-total".to_string()),
         None => {
-            let (b, src) = card.device_capacity();
-            (b, format!("{}, {}", card.name, src.label()))
+            let (b, _) = card.device_capacity();
+            (b, format!("{}, {}", card.name, card.capacity_words()))
         }
     };
     // TP against the heads is one of the engine's refusal rules (serving/refusal.rs).

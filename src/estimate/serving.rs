@@ -1112,11 +1112,25 @@ fn vllm(
     if r.activation_peak.is_none() && r.kv_cache_memory.is_none() {
         notes.push("the activation peak is a stated rule: read it from the engine's log (--activation-peak SIZE) or predict it by running the model's forward at max_num_batched_tokens on data-less tensors (--activation-peak predict)".into());
     }
-    notes.push(format!(
-        "the device total is {} ({}); vLLM reads torch.cuda.mem_get_info()[1], a little below the driver's figure: pass the log's total_gpu_memory with --device-total",
-        Bytes(total).both(),
-        r.device_total_source
-    ));
+    // The driver's figure or the label is not what vLLM reads; CUDA's total (a catalog reading,
+    // PyTorch's total_memory or --device-total) is.
+    use crate::cards::CapacitySource;
+    let not_cuda = [CapacitySource::DriverReported, CapacitySource::VendorLabel]
+        .iter()
+        .any(|s| r.device_total_source.contains(s.label()));
+    notes.push(if not_cuda {
+        format!(
+            "the device total is {} ({}); vLLM reads torch.cuda.mem_get_info()[1], a little below the driver's figure: pass the log's total_gpu_memory with --device-total",
+            Bytes(total).both(),
+            r.device_total_source
+        )
+    } else {
+        format!(
+            "the device total is {} ({}): CUDA's total, the torch.cuda.mem_get_info()[1] vLLM reads; a log's total_gpu_memory given with --device-total replaces it",
+            Bytes(total).both(),
+            r.device_total_source
+        )
+    });
     // A given budget is not carved out of total × gpu_memory_utilization: no headroom to state.
     if !graphs_charged && !r.enforce_eager && r.kv_cache_memory.is_none() {
         let headroom = total as i128 - requested;

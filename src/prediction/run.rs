@@ -285,6 +285,7 @@ pub fn predict_served(
         crate::units::Bytes(process::predict_memory_cap().unwrap_or(process::PREDICT_MEMORY_CAP)).both(),
         process::MEMORY_CAP_ENV
     ));
+    notes.push(total_memory_note(target));
     if torch_version.as_deref().is_some_and(|v| v.contains("fake")) {
         notes.push(
             "predicted with the test suite's fake torch: not a prediction of real PyTorch".into(),
@@ -469,6 +470,18 @@ fn allocator_model(backend: &str) -> String {
         "cudaMallocAsync" => "cudaMallocAsync approximated: requested bytes counted, the driver's pool as the highest allocated level rounded up to 32 MiB (one H200 reading agrees); fragmentation inside the pool not modelled".into(),
         _ => "PyTorch's caching allocator replayed (512-byte rounding, 2 MiB small-pool and 20 MiB large-pool segments, ≥ 10 MiB requests rounded to 2 MiB, best fit, splitting, merging; one stream)".into(),
     }
+}
+
+/// Which total the script's `get_device_properties().total_memory` and `mem_get_info()[1]`
+/// were answered with: CUDA's total as public logs printed it, PyTorch's read on the card or the
+/// driver's when CUDA's is unknown (the target's `total_memory_source`).
+pub fn total_memory_note(target: &Target) -> String {
+    format!(
+        "the script's torch.cuda.get_device_properties().total_memory and torch.cuda.mem_get_info()[1] were answered with {} bytes ({}): {}",
+        crate::units::Bytes(target.total_memory).grouped(),
+        crate::units::Bytes(target.total_memory).both(),
+        target.total_memory_source
+    )
 }
 
 #[cfg(test)]

@@ -79,7 +79,7 @@ impl Target {
                 vendor: card.vendor.to_string(),
             });
         };
-        let (total, source) = card.device_capacity();
+        let (total, _) = card.device_capacity();
         let measured_h200 = card.name.starts_with("H200");
         // One H200 reading per backend, said measured only on an H200.
         let asynchronous = allocator_backend == "cudaMallocAsync";
@@ -126,7 +126,7 @@ impl Target {
             name: card.name.clone(),
             capability,
             total_memory: total.get(),
-            total_memory_source: source.label().to_string(),
+            total_memory_source: card.capacity_words(),
             context_bytes,
             context_source,
             workspaces,
