@@ -397,6 +397,7 @@ fn serving_refuses_what_it_cannot_plan() {
     let out = iteragpu()
         .args(["estimate", "serve", "vllm", "--model", &llama])
         .args(["--card", "H100 80GB", "--tensor-parallel-size", "3"])
+        .args(["--engine-version", "0.11.0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
@@ -1710,6 +1711,86 @@ fn later_logs_start_or_refuse_as_logged() {
         .0
     };
     assert_eq!((shared("79GiB"), shared("60GiB")), (0, 3));
+}
+
+/// Logs 25–26, releases after 0.11 (issue 42 item 3): each fed the log's own total or budget,
+/// blocks or tokens within 3%.
+#[test]
+fn logs_after_0_11_match_within_3_percent_given_their_own_budget() {
+    // 25: MiniMax-M2.7 AWQ, 2 × DGX Spark, 0.29.1rc1, TP 2. No device total or weights are
+    // printed, so the KV budget the log states is given; the GB10 is not in the catalog and
+    // the card plays no part once the budget is given (GB200 stands in).
+    let minimax = |u: &str, kv: &str| {
+        serve_status(&[
+            "--model",
+            &model("minimax-m2-layout"),
+            "--card",
+            "GB200",
+            "--engine-version",
+            "0.29.1",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            u,
+            "--max-model-len",
+            "196608",
+            "--kv-cache-memory",
+            kv,
+        ])
+    };
+    let logged = log("25-minimax-m27-awq-2xgb10-tp2-v0291-196k");
+    // gmu 0.8: 22.5 GiB, refused in the engine's words; the largest length within 3%.
+    let (code, doc) = minimax("0.8", "22.5GiB");
+    assert_eq!(code, 3);
+    let r = first_refusal(&doc);
+    assert_eq!(r["rule"], "max_model_len_above_kv_capacity");
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.contains("(23.25 GiB KV cache is needed, which is larger than the available KV cache memory (22.5 GiB)"),
+        "25: {message}"
+    );
+    let largest = doc["serving"]["start"]["largest_max_model_len"]
+        .as_f64()
+        .unwrap();
+    let est = logged["figures"]["estimated_max_model_len"]
+        .as_f64()
+        .unwrap();
+    assert!(err(largest, est).abs() < 3.0, "25: {largest} vs {est}");
+    // gmu 0.85: the reporter's 28.74 GiB → 240,816 tokens.
+    let (code, doc) = minimax("0.85", "28.74GiB");
+    assert_eq!(code, 0);
+    let tokens = doc["serving"]["kv_tokens"].as_f64().unwrap();
+    let want = logged["figures"]["kv_cache_tokens"].as_f64().unwrap();
+    assert!(err(tokens, want).abs() < 3.0, "25: {tokens} vs {want}");
+    // 26: SGLang (main, July 2026, PR 18263's branch), Qwen3-30B-A3B on an AMD card of 287.18
+    // GB free: the upstream budget the PR prints (204.63 GB) from the log's own total, weights
+    // and mem_fraction_static; the allocated pool (the PR's smaller budget) from its K + V.
+    let logged = log("26-qwen3-30b-a3b-sglang-amd-mfs0911-pr18263");
+    let sglang = |extra: &[&str]| {
+        let mut args = vec!["serve", "sglang", "--model"];
+        let m = model("qwen3-30b-a3b");
+        args.push(&m);
+        args.extend_from_slice(&["--card", "MI325X", "--device-total", "287.18GiB"]);
+        args.extend_from_slice(extra);
+        estimate_json(&args)
+    };
+    let doc = sglang(&[
+        "--weights-memory",
+        "56.98GiB",
+        "--non-torch",
+        "0GiB",
+        "--gpu-memory-utilization",
+        "0.911",
+    ]);
+    let budget = doc["serving"]["kv_budget_bytes"].as_f64().unwrap();
+    assert!(
+        err(budget, 219_721_119_039.0).abs() < 3.0,
+        "26: budget {budget}"
+    );
+    let doc = sglang(&["--kv-cache-memory", "152.88GiB"]);
+    let tokens = doc["serving"]["kv_tokens"].as_f64().unwrap();
+    let want = logged["figures"]["kv_cache_tokens"].as_f64().unwrap();
+    assert!(err(tokens, want).abs() < 3.0, "26: {tokens} vs {want}");
 }
 
 /// V1's profile run of a multimodal model (Gemma 3) sends its dummy images through the vision
