@@ -312,3 +312,29 @@ fn a_library_newer_than_the_newest_tested_is_said() {
         "99.0.0"
     );
 }
+
+/// The `kernels` package's own `kernelize` with its default fallback (which would raise on a
+/// kernel that cannot load): the layer runs its own forward, predicted to the byte.
+#[test]
+#[ignore = "needs torch and kernels"]
+fn kernelize_with_the_default_fallback_runs_the_layers_own_forward() {
+    let python = python_with(&["torch", "kernels"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::predict()
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["--python", &python, "--card", "H200"])
+        .output(dir.path().join("k.json"))
+        .arg("--script")
+        .arg(fixture("scripts/predict/kernelize.py"))
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    assert!(said.contains("out (64, 1024)"), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    assert!(
+        notes(&doc).contains("Hub kernel kernels-community/activation (version 1) left out: layer SiluAndMul (1 module)"),
+        "{}",
+        notes(&doc)
+    );
+}
