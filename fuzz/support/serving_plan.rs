@@ -75,6 +75,7 @@ pub fn case(b: &[u8]) -> (ServeModel, ServeRequest) {
             intermediate: pick(b, 103, 4304),
             tokens_per_item: pick(b, 106, 256),
         }),
+        runner: Default::default(),
     };
     let opt = |k: usize, sane: u64| (byte(k) % 2 == 1).then(|| pick(b, k + 1, sane));
     let utilization = match byte(39) % 8 {

@@ -88,6 +88,8 @@ pub struct ServeModel {
     pub rotary: Result<Rotary, String>,
     /// A multimodal model's vision tower, which V1's profile run exercises with a dummy batch.
     pub encoder: Option<VisionEncoder>,
+    /// What picks vLLM's model runner (0.22–0.28: `releases::v2_runner_graphs_zero`).
+    pub runner: releases::RunnerModel,
 }
 
 /// The vision tower of a multimodal model as vLLM V1's profile run exercises it: a dummy batch of
@@ -943,10 +945,12 @@ fn vllm(
         };
         Term::new(TermId::CudaGraphs, Bytes(bytes), Kind::Assumed, what)
     };
-    let graphs = if graphs_charged {
-        graphs
-    } else {
-        graphs.info()
+    let graphs = match releases::v2_runner_graphs_zero(version, &m.runner) {
+        Some(why) if graphs_charged && !extensible => {
+            Term::new(TermId::CudaGraphs, Bytes(0), Kind::Calculated, why)
+        }
+        _ if graphs_charged => graphs,
+        _ => graphs.info(),
     };
 
     let requested = (total as f64 * u) as i128;
@@ -1352,6 +1356,7 @@ mod tests {
                 dim: 128,
             }),
             encoder: None,
+            runner: Default::default(),
         }
     }
 

@@ -145,6 +145,21 @@ pub fn read(g: &ReadRequest<'_>) -> Result<Read, EstimateError> {
         weights,
         rotary: rotary_cache(arch, mla, rope_type, rope, position_limit, &text, &fields),
         encoder: vision_encoder(arch, &fields)?,
+        runner: super::releases::RunnerModel {
+            architectures: fields
+                .raw("architectures")
+                .and_then(|a| a.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            moe: arch.moe.is_some(),
+            quantized: fields
+                .raw("quantization_config")
+                .is_some_and(|q| !q.is_null()),
+        },
     };
     Ok(Read {
         attention_heads: d.num_heads,

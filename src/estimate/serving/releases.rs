@@ -34,6 +34,78 @@ pub fn graphs_estimated(v: Version) -> bool {
     v >= Version(0, 20, 0) && !extensible_kv_cache(v)
 }
 
+/// What vLLM reads of a model to choose its model runner (config/vllm.py
+/// `_is_default_v2_model_runner_model`): the config's `architectures`, whether it is a mixture of
+/// experts, whether it is quantized (a `quantization_config`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunnerModel {
+    pub architectures: Vec<String>,
+    pub moe: bool,
+    pub quantized: bool,
+}
+
+/// The architectures Model Runner V2 serves by default, by release (config/vllm.py
+/// `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`, read in each `.0` wheel).
+fn v2_default_architectures(v: Version) -> &'static [&'static str] {
+    match (v.0, v.1) {
+        (0, 22) => &["Qwen3ForCausalLM"],
+        (0, 23) => &["LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"],
+        (0, 24) => &[
+            "Qwen3ForCausalLM",
+            "DeepseekV2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "GraniteMoeForCausalLM",
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+        ],
+        (0, 25..=27) => &[
+            "DeepseekV2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "GraniteMoeForCausalLM",
+        ],
+        (0, 28) => &[
+            "DeepseekV2ForCausalLM",
+            "DeepseekV4ForCausalLM",
+            "GraniteMoeForCausalLM",
+            "InklingForCausalLM",
+            "InklingForConditionalGeneration",
+            "KimiK3ForConditionalGeneration",
+            "LongcatFlashNgramForCausalLM",
+            "Qwen2MoeForCausalLM",
+        ],
+        _ => &[],
+    }
+}
+
+/// Why the CUDA graphs' charge is 0 in 0.22–0.28 for a model that runs on Model Runner V2 by
+/// default: its `profile_cudagraph_memory` returns 0 until 0.29.0 implements it
+/// (v1/worker/gpu/model_runner.py 0.22.0:620-622, 0.28.0:843-845; 0.29.0:896-898), so nothing is
+/// taken from the pool for them (the graphs are then captured in the headroom). The runner is
+/// V2 by default (config/vllm.py `_is_default_v2_model_runner_model`) for: 0.22–0.23 a listed
+/// architecture, dense and not quantized; 0.24 a listed architecture; 0.25–0.28 a listed
+/// architecture or any dense model. V2's unsupported features (`_get_v2_model_runner_unsupported_features`:
+/// LoRA, speculative decoding…) are not modelled. None when the V1 runner's estimate applies.
+pub fn v2_runner_graphs_zero(v: Version, m: &RunnerModel) -> Option<String> {
+    if !(Version(0, 22, 0)..Version(0, 29, 0)).contains(&v) {
+        return None;
+    }
+    let listed = m
+        .architectures
+        .iter()
+        .any(|a| v2_default_architectures(v).contains(&a.as_str()));
+    let v2 = match v.1 {
+        22 | 23 => listed && !m.moe && !m.quantized,
+        24 => listed,
+        _ => listed || !m.moe,
+    };
+    v2.then(|| {
+        format!(
+            "0 B: vLLM {v} runs {} on Model Runner V2 by default (config/vllm.py _is_default_v2_model_runner_model), whose profile_cudagraph_memory returns 0 until 0.29.0 (v1/worker/gpu/model_runner.py): no graph memory is charged to the pool; the graphs are captured after it, in the headroom",
+            m.architectures.first().map_or("this model", String::as_str)
+        )
+    })
+}
+
 /// 0.34.0 sizes the pool after warm-up and capture (v1/worker/extensible_kv_cache.py
 /// measure_kv_cache_bytes), unless `--kv-cache-memory` is given.
 pub fn extensible_kv_cache(v: Version) -> bool {
@@ -363,5 +435,44 @@ mod tests {
             f,
             ((81920.0 - 14976.0) / 81920.0 * 1000.0_f64).round() / 1000.0
         );
+    }
+
+    #[test]
+    fn model_runner_v2_charges_no_graphs_from_0_22_to_0_28() {
+        let m = |arch: &str, moe: bool, quantized: bool| RunnerModel {
+            architectures: vec![arch.to_string()],
+            moe,
+            quantized,
+        };
+        let v = |s: &str| Version::parse(s).unwrap();
+        let llama = m("LlamaForCausalLM", false, false);
+        assert!(v2_runner_graphs_zero(v("0.21.0"), &llama).is_none());
+        assert!(
+            v2_runner_graphs_zero(v("0.22.0"), &llama).is_none(),
+            "0.22: Qwen3 only"
+        );
+        assert!(v2_runner_graphs_zero(v("0.22.0"), &m("Qwen3ForCausalLM", false, false)).is_some());
+        assert!(v2_runner_graphs_zero(v("0.23.1"), &llama).is_some());
+        assert!(
+            v2_runner_graphs_zero(v("0.23.0"), &m("LlamaForCausalLM", false, true)).is_none(),
+            "quantized"
+        );
+        assert!(
+            v2_runner_graphs_zero(v("0.24.0"), &m("Qwen2MoeForCausalLM", true, false)).is_some()
+        );
+        // 0.25–0.28: every dense model, and the listed MoE.
+        assert!(v2_runner_graphs_zero(v("0.25.0"), &m("GemmaForCausalLM", false, false)).is_some());
+        assert!(
+            v2_runner_graphs_zero(v("0.26.0"), &m("MixtralForCausalLM", true, false)).is_none()
+        );
+        assert!(
+            v2_runner_graphs_zero(v("0.28.0"), &m("DeepseekV2ForCausalLM", true, false)).is_some()
+        );
+        assert!(
+            v2_runner_graphs_zero(v("0.29.0"), &llama).is_none(),
+            "0.29 implements the estimate"
+        );
+        let why = v2_runner_graphs_zero(v("0.24.0"), &llama).unwrap();
+        assert!(why.contains("LlamaForCausalLM on Model Runner V2"), "{why}");
     }
 }
