@@ -72,6 +72,11 @@ class Recorder:
         # Phases open now, innermost last: a phase opened inside another nests in it.
         self._open: list[Record] = []
         self._standalone = emit is None
+        # Whether an automatic phase (one the tool opens where the script marks none) reads and
+        # resets torch.cuda's counters; a prediction's do not: the replay computes their figures,
+        # and what the script reads stays what PyTorch would answer in a run without the tool.
+        # A phase the script marks itself resets them under measure and predict alike.
+        self.automatic_reads_counters = True
         # The allocator's recording (iteragpu.history), when the CLI asked for one.
         self.history: Any = None
         self._emit: Emit = emit or (lambda type_, data: None)
@@ -213,6 +218,22 @@ class Recorder:
             self.history.phase_start(index, name)
         started_at = time.time_ns() // 1000
         start_reasons: Reasons = {}
+        if automatic and not self.automatic_reads_counters:
+            unread: Record = {
+                "name": name,
+                "index": index,
+                "inputs": inputs,
+                "parent": parent,
+                "automatic": automatic,
+                "started_at": started_at,
+                "starts": [{"allocated": None, "reserved": None} for _ in self.devices],
+                "start_reasons": {"predicted": "the replay computes this phase's figures"},
+                "carried": [{} for _ in self.devices],
+                "began": time.perf_counter(),
+                "unread": True,
+            }
+            self._open.append(unread)
+            return unread
         self._sync(start_reasons)
         starts = [self._levels(d, start_reasons) for d in self.devices]
         # The enclosing phases' peaks so far, before the counters are reset for this one.
@@ -253,13 +274,18 @@ class Recorder:
         if self._open and self._open[-1] is state:
             self._open.pop()
         end_reasons: Reasons = {}
-        self._sync(end_reasons)
+        unread = bool(state.get("unread"))
+        if not unread:
+            self._sync(end_reasons)
         duration = time.perf_counter() - state["began"]
         ended_at = time.time_ns() // 1000
         if self.history is not None:
             self.history.phase_end()
         devices = []
         for k, (device, start) in enumerate(zip(self.devices, state["starts"])):
+            if unread:
+                devices.append(_unread(device, state["start_reasons"]))
+                continue
             reasons = dict(state["start_reasons"])
             end = self._levels(device, reasons)
             info = None
@@ -329,6 +355,12 @@ _STATS: dict[str, str] = {
     "requested_bytes": "requested_bytes.all",
     "segments": "segment.all",
 }
+
+
+def _unread(device: Any, reasons: Reasons) -> dict[str, Any]:
+    """A device's record with no reading (a prediction's phase: the replay computes them)."""
+    keys = ("start_allocated_bytes", "start_reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "end_allocated_bytes", "end_reserved_bytes")
+    return {"device": str(device), **dict.fromkeys(keys), "mem_get_info": None, "allocator": None, "null_reasons": dict(reasons)}
 
 
 def _peaks(cuda: Any, device: Any, reasons: Reasons) -> tuple[int | None, int | None]:

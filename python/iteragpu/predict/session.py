@@ -22,6 +22,12 @@ def fake_mode_class(torch: Any) -> type:
     class FakeCudaMode(FakeTensorMode):
         avoid_device_init = property(lambda self: True)
 
+        def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+            # A deep-copied fake tensor copies its `__dict__`, where its mode is: the copy must
+            # stay in this mode (as on a GPU it stays on the device), else every later op on it
+            # (a `detach()` in `state_dict()`) converts it again, allocating a copy for a view.
+            return self
+
     return FakeCudaMode
 
 
@@ -44,9 +50,11 @@ class Session:
         self.fake = mode_class(allow_non_fake_inputs=True)
         self.tracker.fake_mode = self.fake
         self.tracker.memo = memo.Memo(self.fake, check=memo.checking()) if memo.enabled() else None
-        self.modules: dict[int, Any] = {}  # id(root module) -> module, for re-tagging at phase ends
-        self.names: dict[int, str] = {}  # id(module) -> qualified name
-        self.optimizers: list[Any] = []
+        # Weak references only, as the caches below: a module or optimizer the script deletes is
+        # freed with its parameters, gradients and states, as on a GPU (`del optimizer`).
+        self.modules: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # id(root) -> root, re-tagged at phase ends
+        self.names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # module -> qualified name
+        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.caches: list[weakref.ref[Any]] = []  # weak references: a cache the workload drops is freed, as on a GPU
         self.fake_modes = [self.fake]
         self.notes: list[str] = []
@@ -90,7 +98,17 @@ class Session:
                         lookup.pop(t, None)
             for t in (t1, t2):
                 _drop_weak_entries(t)
-            return original_swap(t1, t2)
+            result = original_swap(t1, t2)
+            # On a GPU `.cuda()` keeps each parameter's tensor (`param.data = …`), so the hooks
+            # registered on it before the move still fire; a swap moves the tensor under the
+            # Python object, but a post-accumulate-grad hook is registered on the tensor itself:
+            # set again on the tensor each object now holds, every hook (the script's
+            # optimizer-in-backward, the gradients' tagging) fires after the move as on a GPU.
+            for t in (t1, t2):
+                hooks = getattr(t, "_post_accumulate_grad_hooks", None)
+                if hooks is not None:
+                    t._post_accumulate_grad_hooks = hooks
+            return result
 
         torch.utils.swap_tensors = swap_tensors
         # `torch.tensor(data, device="cuda")` builds on the CPU, then moves (as under FakeTensorMode):
@@ -260,8 +278,7 @@ class Session:
 
         def step_pre(opt: Any, args: Any, kwargs: Any) -> None:
             tr.in_optimizer += 1
-            if opt not in self.optimizers:
-                self.optimizers.append(opt)
+            self.optimizers.add(opt)
 
         def step_post(opt: Any, args: Any, kwargs: Any) -> None:
             tr.in_optimizer -= 1
@@ -273,13 +290,17 @@ class Session:
     def name_of(self, module: Any) -> str:
         """The module's qualified name; a module seen for the first time is a root: its whole
         tree is named, and it is re-tagged at each phase's end."""
-        name = self.names.get(id(module))
+        try:
+            name = self.names.get(module)
+        except TypeError:  # a module that cannot be weakly referenced (__slots__): named, not kept
+            return type(module).__name__
         if name is None:
             root = type(module).__name__
             self.modules[id(module)] = module
             for sub_name, sub in module.named_modules():
-                self.names.setdefault(id(sub), f"{root}.{sub_name}" if sub_name else root)
-            name = self.names[id(module)]
+                if sub not in self.names:
+                    self.names[sub] = f"{root}.{sub_name}" if sub_name else root
+            name = self.names[module]
         return name
 
     def _saved_tensors(self) -> Any:
@@ -323,7 +344,7 @@ class Session:
     def retag(self) -> None:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
-        for module in self.modules.values():
+        for module in list(self.modules.values()):
             for b in getattr(module, "_iteragpu_ddp_buckets", ()):
                 tr.tag(b, tracking.Category.COMMUNICATION)
             for p in module.parameters():
@@ -332,7 +353,7 @@ class Session:
                     tr.tag(p.grad, tracking.Category.GRADIENT)
             for b in module.buffers():
                 tr.tag(b, tracking.Category.BUFFER)
-        for opt in self.optimizers:
+        for opt in list(self.optimizers):
             self._tag_optimizer(opt)
         self.caches = [r for r in self.caches if r() is not None]
         for ref in self.caches:
@@ -354,6 +375,10 @@ class Session:
             events(kind, data)
 
         rec = recorder.Recorder(torch, list(self.spec.devices), emit)
+        # The replay computes every phase's figures: the automatic phases never read or reset the
+        # counters the script reads (its peaks stay PyTorch's, since the process began or its own
+        # reset); a phase the script marks resets them, as under measure.
+        rec.automatic_reads_counters = False
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
