@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+use super::releases::{py_float, py2};
 use super::{Engine, ServeModel, ServeRequest, ServingSummary, Version, defaults};
 use crate::units::{Bytes, GIB};
 
@@ -78,26 +79,6 @@ fn signed(b: i128) -> String {
 
 fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
-}
-
-/// A float as Python's `str(round(x, 2))` prints it: 3.25, 23.4, 22.0.
-pub(super) fn py2(x: f64) -> String {
-    let s = format!("{:.2}", (x * 100.0).round() / 100.0);
-    let s = s.trim_end_matches('0');
-    if s.ends_with('.') {
-        format!("{s}0")
-    } else {
-        s.to_string()
-    }
-}
-
-/// A float as Python's `str()` prints a setting such as gpu_memory_utilization: 0.9, 1.0.
-pub(super) fn py_float(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
 }
 
 /// vLLM V1's `estimate_max_model_len` (v1/core/kv_cache_utils.py, 0.8.4–0.11.0), step by step:

@@ -168,7 +168,7 @@ fn hint(v: Version, u: f64) -> String {
         if u < 1.0 {
             format!(
                 "The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={}; increase it (with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`.{graphs}",
-                super::refusal::py_float(u)
+                py_float(u)
             )
         } else {
             format!(
@@ -218,11 +218,7 @@ pub fn kv_capacity_message(
     };
     // 0.11–0.13 print "{:.2f}"; 0.14 on format_gib: str(round(x, 2)).
     let gib = |x: f64| {
-        if old {
-            format!("{x:.2}")
-        } else {
-            super::refusal::py2(x)
-        }
+        if old { format!("{x:.2}") } else { py2(x) }
     };
     let (needed, available) = (gib(needed_gib), gib(available_gib));
     let models = if v >= Version(0, 22, 0) {
@@ -346,6 +342,26 @@ fn prefill_graph_sizes(max_bs: u64) -> usize {
         .flat_map(|&(a, b, s)| (a..=b).step_by(s as usize))
         .filter(|&x| x <= max_bs)
         .count()
+}
+
+/// A float as Python's `str(round(x, 2))` prints it: 3.25, 23.4, 22.0.
+pub(super) fn py2(x: f64) -> String {
+    let s = format!("{:.2}", (x * 100.0).round() / 100.0);
+    let s = s.trim_end_matches('0');
+    if s.ends_with('.') {
+        format!("{s}0")
+    } else {
+        s.to_string()
+    }
+}
+
+/// A float as Python's `str()` prints a setting such as gpu_memory_utilization: 0.9, 1.0.
+pub(super) fn py_float(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
 }
 
 #[cfg(test)]
