@@ -14,6 +14,15 @@ use std::collections::BTreeMap;
 /// `predict --script fixtures/scripts/lifetimes/NAME -- ARGS` on the H200: the `COUNTER name v…`
 /// lines the script printed, by name.
 fn counters(python: &str, name: &str, args: &[&str]) -> BTreeMap<String, Vec<u64>> {
+    counters_and_document(python, name, args).0
+}
+
+/// The same, with the prediction file.
+fn counters_and_document(
+    python: &str,
+    name: &str,
+    args: &[&str],
+) -> (BTreeMap<String, Vec<u64>>, crate::common::PredictionDoc) {
     let dir = tempfile::tempdir().unwrap();
     let run = Run::predict()
         .args(["--python", python, "--card", "H200"])
@@ -45,10 +54,17 @@ const LINEAR_4096: u64 = 4096 * 4096 * 4 + 4096 * 4; // weight and bias, float32
 #[test]
 #[ignore = "needs torch"]
 fn predict_leaves_the_scripts_peak_counters_to_the_script() {
-    let c = counters(&python_with(&["torch"]), "counters.py", &[]);
+    let (c, doc) = counters_and_document(&python_with(&["torch"]), "counters.py", &[]);
     // 1e9 bytes rounded to the 2 MiB of a large block: the peak since the process began.
     assert_eq!(c["before_backward"], [1_000_341_504]);
     assert_eq!(c["after_backward"], [1_000_341_504]);
+    // The file's own figure at that point: the whole run's peak (its phase opened first).
+    let run = doc
+        .phases
+        .iter()
+        .find(|p| p.name.starts_with("run counters.py"))
+        .unwrap();
+    assert_eq!(run.peak_allocated_bytes, Some(1_000_341_504));
     // After the script's own reset, the peak restarts at the level then.
     assert_eq!(c["after_reset"][0], c["after_reset"][1]);
 }
