@@ -122,3 +122,24 @@ fn optimizer_in_backward_tutorial_peaks_near_its_published_4_gb() {
         "the usual step peaks higher"
     );
 }
+
+/// The Trainer's own memory metrics (`skip_memory_metrics=False`), as users log them, are the
+/// file's figures: its peak over training (start + alloc delta + peaked delta) is the highest
+/// predicted phase peak, and the script's `max_memory_allocated()` after `train()` equals it.
+#[test]
+#[ignore = "needs torch, transformers and accelerate"]
+fn trainer_memory_metrics_are_the_files_figures() {
+    let python = python_with(&["torch", "transformers", "accelerate"]);
+    let tiny = fixture("tiny/llama").display().to_string();
+    let (c, doc) = counters_and_document(&python, "trainer_metrics.py", &[&tiny]);
+    let trainer_peak = c["before_train"][0] + c["alloc_delta"][0] + c["peaked_delta"][0];
+    let file_peak = doc
+        .phases
+        .iter()
+        .filter(|p| !p.name.starts_with("run "))
+        .filter_map(|p| p.peak_allocated_bytes)
+        .max()
+        .unwrap();
+    assert_eq!(trainer_peak, file_peak);
+    assert_eq!(c["max_allocated"], [file_peak]);
+}
