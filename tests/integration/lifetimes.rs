@@ -34,19 +34,19 @@ fn counters_and_document(
         .finish();
     let said = format!("{}{}", run.stdout(), run.stderr());
     assert_eq!(run.code(), Some(0), "{name}: {said}");
-    assert_eq!(
-        run.prediction().status,
-        PredictionStatus::Complete,
-        "{name}: {said}"
-    );
-    said.lines()
-        .filter_map(|l| l.strip_prefix("COUNTER "))
-        .map(|l| {
-            let mut words = l.split_whitespace();
-            let key = words.next().unwrap().to_string();
-            (key, words.map(|w| w.parse().unwrap()).collect())
-        })
-        .collect()
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{name}: {said}");
+    // A key printed again (once a step) keeps every value, in order.
+    let mut printed: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for line in said.lines().filter_map(|l| l.strip_prefix("COUNTER ")) {
+        let mut words = line.split_whitespace();
+        let key = words.next().unwrap().to_string();
+        printed
+            .entry(key)
+            .or_default()
+            .extend(words.map(|w| w.parse::<u64>().unwrap()));
+    }
+    (printed, doc)
 }
 
 const LINEAR_4096: u64 = 4096 * 4096 * 4 + 4096 * 4; // weight and bias, float32, 512-byte rounded
@@ -142,4 +142,30 @@ fn trainer_memory_metrics_are_the_files_figures() {
         .unwrap();
     assert_eq!(trainer_peak, file_peak);
     assert_eq!(c["max_allocated"], [file_peak]);
+}
+
+/// torchtune's `get_memory_stats` after each step (it resets the peak) and LitGPT's "Memory
+/// used" line, as their code reads the counters: each figure is the file's at that point (the
+/// highest phase peak of that step; after the last reset, the final forward's peak).
+#[test]
+#[ignore = "needs torch"]
+fn predict_gives_recipe_memory_logs_the_files_figures() {
+    let (c, doc) = counters_and_document(&python_with(&["torch"]), "recipe_logs.py", &[]);
+    let peak_of = |suffix: &str| {
+        doc.phases
+            .iter()
+            .filter(|p| p.name.ends_with(suffix))
+            .filter_map(|p| p.peak_allocated_bytes)
+            .max()
+            .unwrap()
+    };
+    // Each step's line: (peak allocated, active_bytes.all.peak), the step's highest phase peak.
+    let lines = &c["step_peak_alloc"];
+    assert_eq!(lines.len(), 6);
+    for k in 1..=3 {
+        let (alloc, active) = (lines[2 * (k - 1)], lines[2 * (k - 1) + 1]);
+        assert_eq!(alloc, peak_of(&format!("#{k}")), "step {k}");
+        assert_eq!(active, alloc, "step {k}: active_bytes.all.peak");
+    }
+    assert_eq!(c["litgpt_memory_used"], [peak_of("#4")]);
 }
