@@ -40,6 +40,8 @@ mod predict_speed;
 mod predicted_documents;
 #[path = "integration/properties.rs"]
 mod properties;
+#[path = "integration/published.rs"]
+mod published;
 #[path = "integration/quantized.rs"]
 mod quantized;
 #[path = "integration/quantized_scripts.rs"]

@@ -272,7 +272,8 @@ fn the_trackers_categories_are_the_schemas() {
 }
 
 /// A prediction's storage events are valid too: a loop on data (placeholders, an unpredictable
-/// op) and mixed precision with a GradScaler (a note), on fake CUDA tensors with real torch.
+/// op), mixed precision with a GradScaler (a note) and a script's own peak reset, on fake CUDA
+/// tensors with real torch.
 #[test]
 #[ignore = "needs torch"]
 fn the_predicting_workers_events_follow_the_events_schema() {
@@ -284,7 +285,8 @@ fn the_predicting_workers_events_follow_the_events_schema() {
         "workspaces": iteragpu::schema::target::SM90_WORKSPACES, "workspaces_source": "measured",
         "allocator_backend": "native", "cudnn_version": null});
     let mut lines = Vec::new();
-    for name in ["data_loop.py", "amp_scaler.py"] {
+    // reset_peaks.py resets the peaks itself (the automatic phases never do).
+    for name in ["data_loop.py", "amp_scaler.py", "reset_peaks.py"] {
         let spec = serde_json::json!({"workload": "script", "devices": ["cuda:0"], "seed": 0,
             "script": fixture(&format!("scripts/predict/{name}")), "script_args": [],
             "predict": target});
@@ -304,7 +306,7 @@ fn the_predicting_workers_events_follow_the_events_schema() {
             "phase_start",
             "placeholder",
             "placeholder_count",
-            // Each phase's protocol resets the peaks the script reads (an event of the trace).
+            // The script's own reset of the peaks (an event of the trace).
             "reset_peaks",
             "tag",
             "unpredictable",

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
 from .. import frames
-from . import sizes
+from . import collectives, sizes
 from . import values as known_values
 
 aten: Any = torch.ops.aten
@@ -629,6 +629,8 @@ class Tracker(TorchDispatchMode):
         outs = [o for o in out_flat if isinstance(o, FakeTensor)]
         mutated = []
         name = _base_name(func)
+        if getattr(func, "namespace", None) in collectives.NAMESPACES and self._follow_collective(name, args, kwargs, out):
+            return
         keeps = known_values.KEEPS.get(name)
         for i, name in _written(func):
             value = kwargs.get(name) if i is None or i >= len(args) else args[i]
@@ -716,6 +718,29 @@ class Tracker(TorchDispatchMode):
                         self.values.drop(o)
         else:
             forget()
+
+    def _follow_collective(self, name: str, args: Any, kwargs: Any, out: Any) -> bool:
+        """A collective's outputs as identical ranks would make them (collectives.py)."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if name.startswith("all_gather_into_tensor") and len(args) > 1 and isinstance(args[1], int):
+            world = args[1]  # the functional op's group size
+
+        def known(t: Any) -> Any:
+            got = self.values.get(t) if isinstance(t, FakeTensor) else None
+            return got[0] if got is not None and got[1] is None else None
+
+        def set_known(t: Any, value: Any) -> None:
+            if isinstance(t, FakeTensor):
+                self.values.set(t, value)
+
+        def forget(t: Any) -> None:
+            if isinstance(t, FakeTensor):
+                self.values.drop(t)
+
+        with _disable_current_modes():
+            return collectives.follow(torch, name, args, kwargs, out, known, set_known, forget, world)
 
     def _tag_all(self, values: Iterable[Any], category: Category) -> None:
         for t in tree_flatten(values)[0]:

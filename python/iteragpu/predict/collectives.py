@@ -1,0 +1,116 @@
+"""The values a collective gives when every rank holds the same data, as in a prediction (rank 0
+stands for all): PyTorch's fake process group moves no data, so without this the outputs of an
+all-gather are unknown and a check that reads them (DDP's `_verify_params_across_processes`,
+which all-gathers each rank's parameter count and shapes) gets a placeholder and fails, where a
+real run of identical ranks passes.
+
+For identical ranks: an all-gather's outputs are the input repeated once per rank; a broadcast
+leaves the tensor as it is; an all-reduce gives N × the input for SUM, the input itself for AVG,
+MAX, MIN and the bitwise ops, input^N for PRODUCT; a reduce-scatter gives the rank's chunk
+reduced the same way; an all-to-all gives chunk 0 (what every rank sends rank 0) repeated. An op
+whose values cannot be told this way forgets them (the tracker's placeholder rule then applies).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional"}
+# c10d's eager ops and the functional ones (`torch.distributed._functional_collectives`).
+GATHERS = {"allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_", "all_gather_into_tensor", "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced"}
+REDUCES = {"allreduce_", "allreduce_coalesced_", "all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"}
+SCATTERS = {"_reduce_scatter_base_", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced_", "reduce_scatter_tensor_coalesced"}
+KEEPS = {"broadcast_", "broadcast", "wait_tensor", "barrier", "monitored_barrier_"}
+
+
+def _reduce_name(op: Any) -> str | None:
+    """SUM, AVG, MAX… from a ReduceOp (eager ops), a string (functional ops), or None."""
+    if isinstance(op, str):
+        return op.upper()
+    for candidate in (op, getattr(op, "op", None)):
+        text = str(candidate).rsplit(".", 1)[-1].upper() if candidate is not None else ""
+        if text in {"SUM", "AVG", "MAX", "MIN", "PRODUCT", "BAND", "BOR", "BXOR", "PREMUL_SUM"}:
+            return text
+    return None
+
+
+def _reduced(torch: Any, value: Any, op: str | None, world: int) -> Any:
+    if op == "SUM":
+        return value * world
+    if op in ("AVG", "MAX", "MIN", "BAND", "BOR"):
+        return value.clone()
+    if op == "PRODUCT":
+        return value**world
+    if op == "BXOR":
+        return value if world % 2 else torch.zeros_like(value)
+    return None
+
+
+def follow(torch: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, known: Callable[[Any], Any], set_known: Callable[[Any, Any], None], forget: Callable[[Any], None], world: int) -> bool:
+    """Sets the known values of a collective's outputs (`name` without namespace or overload);
+    False when `name` is not a collective this module knows."""
+
+    def tensors(x: Any) -> list[Any]:
+        if isinstance(x, torch.Tensor):
+            return [x]
+        if isinstance(x, (list, tuple)):
+            return [t for item in x for t in tensors(item)]
+        return []
+
+    def give(target: Any, value: Any) -> None:
+        if value is None or tuple(value.shape) != tuple(target.shape):
+            forget(target)
+        else:
+            set_known(target, value.to(target.dtype))
+
+    if name in KEEPS:
+        return True
+    if name in GATHERS:
+        if name in ("allgather_",):
+            outputs, inputs = args[0], args[1]
+            for outs, inp in zip(outputs, inputs):
+                value = known(inp)
+                for o in outs:
+                    give(o, value)
+        elif name in ("all_gather_into_tensor",):
+            value = known(args[0])
+            for o in tensors(out):
+                give(o, None if value is None else torch.cat([value] * world))
+        elif name in ("all_gather_into_tensor_out",):
+            value = known(args[0])
+            for o in tensors(kwargs.get("out", out)):
+                give(o, None if value is None else torch.cat([value] * world))
+        else:
+            # (outputs, inputs, …): each output is its input gathered from every rank.
+            outs, ins = tensors(args[0]), tensors(args[1])
+            for o, i in zip(outs, ins):
+                value = known(i)
+                give(o, None if value is None else torch.cat([value.reshape(-1)] * world).reshape(o.shape))
+        return True
+    if name in REDUCES:
+        if name.startswith("allreduce"):
+            targets, op = tensors(args[0]), (args[2] if len(args) > 2 else kwargs.get("reduce_op"))
+        elif name.endswith("_"):
+            targets, op = tensors(args[0]), (args[1] if len(args) > 1 else None)
+        else:
+            targets, op = tensors(out), (args[1] if len(args) > 1 else None)
+            sources = tensors(args[0])
+            for t, s in zip(targets, sources):
+                value = known(s)
+                give(t, None if value is None else _reduced(torch, value, _reduce_name(op), world))
+            return True
+        for t in targets:
+            value = known(t)
+            give(t, None if value is None else _reduced(torch, value, _reduce_name(op), world))
+        return True
+    if name in SCATTERS:
+        if name.endswith("_"):
+            outs, ins, op = tensors(args[0]), tensors(args[1]), (args[3] if len(args) > 3 else None)
+        else:
+            outs, ins, op = tensors(out), tensors(args[0]), (args[1] if len(args) > 1 else None)
+        for o, i in zip(outs, ins):
+            value = known(i)
+            chunk = None if value is None else value.reshape(-1)[: o.numel()].reshape(o.shape)
+            give(o, None if chunk is None else _reduced(torch, chunk, _reduce_name(op), world))
+        return True
+    return False
