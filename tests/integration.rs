@@ -66,6 +66,8 @@ mod sweep;
 mod torchrun;
 #[path = "integration/trainers.rs"]
 mod trainers;
+#[path = "integration/user_ddp.rs"]
+mod user_ddp;
 #[path = "integration/vision.rs"]
 mod vision;
 #[path = "integration/vlm.rs"]

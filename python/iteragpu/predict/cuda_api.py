@@ -241,6 +241,17 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
             f"Reserved memory: {got['reserved_bytes.all.current']} bytes (peak {got['reserved_bytes.all.peak']})\n"
         )
 
+    def visible_devices() -> int:
+        """The GPUs a rank sees: CUDA_VISIBLE_DEVICES's list when set, else the node's ranks
+        under `--world-size` (torchrun gives every rank the whole node), else the one card."""
+        import os
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and visible.strip():
+            return len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")])
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        return int(local) if local.isdigit() and int(local) > 0 else 1
+
     def nested(device: Any = None) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key, value in stats(device).items():
@@ -254,7 +265,7 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
     return {
         # the device
         "is_available": lambda: True,
-        "device_count": lambda: 1,
+        "device_count": visible_devices,
         "is_initialized": lambda: True,
         "_lazy_init": idle(),
         "init": idle(),

@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, idioms, memo, quantized, steady
+from . import compat, cuda_api, cudnn_rnn, ddp, idioms, memo, quantized, steady
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -189,6 +189,7 @@ class Session:
             cls._propagate_tensor_meta_non_cached = propagate
         except (ImportError, AttributeError) as exc:
             notes.append(f"DTensor's sharding propagation could not be set apart ({type(exc).__name__}: {exc}): global-shape temporaries may be counted")
+        ddp.install(torch, lambda text: None if text in notes else notes.append(text))
         self.notes.append(
             f"predicted for rank 0 of {world_size} ranks on PyTorch's fake process group: collectives move no data, "
             "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"

@@ -120,7 +120,7 @@ def wrap_ddp(torch: Any, model: Any, device: Any) -> Any:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def emulate_ddp(torch: Any, model: Any) -> Any:
+def emulate_ddp(torch: Any, model: Any, bucket_cap_bytes: int = 25 << 20, holder: Any = None) -> Any:
     """What DDP allocates at construction, on fake tensors: one flat buffer per gradient bucket
     (the bucket assignment is PyTorch's own function), kept alive with the model. The all-reduce
     moves no data on the fake group; the grads stay separate tensors, as with
@@ -133,7 +133,7 @@ def emulate_ddp(torch: Any, model: Any) -> Any:
     reversed_params = list(reversed(params))
     first_cap = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
     indices, _ = dist._compute_bucket_assignment_by_size(
-        reversed_params, [first_cap, 25 << 20], [False] * len(reversed_params)
+        reversed_params, [first_cap, bucket_cap_bytes], [False] * len(reversed_params)
     )
     buckets = []
     for bucket in indices:
@@ -141,7 +141,7 @@ def emulate_ddp(torch: Any, model: Any) -> Any:
         numel = sum(p.numel() for p in members)
         buckets.append(torch.empty(numel, dtype=members[0].dtype, device=members[0].device))
     # The prediction's session tags them as communication buffers.
-    model._iteragpu_ddp_buckets = buckets
+    (model if holder is None else holder)._iteragpu_ddp_buckets = buckets
     return model
 
 
