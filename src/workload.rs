@@ -4,6 +4,7 @@
 //! stream) are shared here, so neither runner imports the other.
 
 mod kinds;
+pub mod launch;
 mod options;
 pub mod plan;
 pub mod process;

@@ -16,6 +16,8 @@ mod honesty;
 mod hub;
 #[path = "integration/hub_server.rs"]
 mod hub_server;
+#[path = "integration/launch.rs"]
+mod launch;
 #[path = "integration/lifetimes.rs"]
 mod lifetimes;
 #[path = "integration/limits.rs"]

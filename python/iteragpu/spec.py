@@ -150,6 +150,9 @@ class Script:
     seed: int
     script: str
     script_args: Tuple[str, ...] = field(default_factory=tuple)
+    # What runs when it is not the file itself: {"kind": "module"|"console", "name", "program"}
+    # (a command line as typed: `python -m MODULE`, a console script; iteragpu.launch).
+    entry: Optional[dict] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None

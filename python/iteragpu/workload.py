@@ -93,10 +93,28 @@ def run_script(spec: Script) -> int:
     import runpy
 
     script = spec.script
-    sys.argv = [script] + list(spec.script_args)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    entry = spec.entry or {}
     try:
-        runpy.run_path(script, run_name="__main__")
+        if entry.get("kind") == "module":
+            # `python -m MODULE`: the working directory first on the path, as Python puts it.
+            sys.argv = [script] + list(spec.script_args)
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(str(entry["name"]), run_name="__main__", alter_sys=True)
+        elif entry.get("kind") == "console":
+            # A console script: its `module:attr` called as the installed wrapper calls it.
+            import importlib
+
+            sys.argv = [str(entry.get("program", script))] + list(spec.script_args)
+            module_name, _, attrs = str(entry["name"]).partition(":")
+            target: Any = importlib.import_module(module_name.strip())
+            for attr in attrs.strip().split(".") if attrs.strip() else ():
+                target = getattr(target, attr)
+            result = target()
+            return result if isinstance(result, int) else (0 if result is None else 1)
+        else:
+            sys.argv = [script] + list(spec.script_args)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
         if code is None:

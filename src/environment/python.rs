@@ -169,6 +169,15 @@ pub fn probe_seeing(
     })
 }
 
+/// Waits for `child` at most `timeout`, then kills its group: its output, or why it has none
+/// (a short phrase: "timed out after 120 s", "was stopped by SIGINT").
+pub fn wait_bounded(child: Child, timeout: Duration) -> Result<Output, String> {
+    wait_or_kill(child, timeout, None).map_err(|why| match why {
+        Ended::Timeout => format!("timed out after {} s", timeout.as_secs()),
+        Ended::Stopped(signal) => format!("was stopped by {}", signal.name()),
+    })
+}
+
 /// Why a probe was killed.
 enum Ended {
     Timeout,

@@ -271,6 +271,7 @@ pub fn predict_served(
     if let Some(env) = env {
         notes.extend(crate::environment::tested::untested_notes(&env.libraries));
     }
+    notes.extend(plan.launch_notes.iter().cloned());
     notes.extend(judged.notes);
     notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));

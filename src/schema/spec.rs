@@ -173,6 +173,21 @@ pub struct ScriptSpec {
     pub script: PathBuf,
     /// With `{batch}`, `{context}`, … already replaced by this trial's values.
     pub script_args: Vec<String>,
+    /// What runs when it is not `script` itself (a command line as typed, `workload::launch`):
+    /// a module run as `__main__` or a console script's `module:attr`; `script` is then the
+    /// module's file (the code the run's hash covers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<ScriptEntry>,
+}
+
+/// A module or a console entry point, as `python -m` and the installed wrapper run them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ScriptEntry {
+    /// `module` (`python -m NAME`) or `console` (NAME is `module:attr`).
+    pub kind: String,
+    pub name: String,
+    /// `sys.argv[0]` as the launcher gives it.
+    pub program: String,
 }
 
 /// The training loop's settings (`task` is always `train` when present).

@@ -119,6 +119,8 @@ pub struct ScriptPlan {
     pub path: PathBuf,
     /// Its arguments, with `{batch}`, `{context}`, … still to be replaced by each trial's values.
     pub args_template: Vec<String>,
+    /// A module or console script run instead of the file (`-- COMMAND`, `workload::launch`).
+    pub entry: Option<crate::schema::spec::ScriptEntry>,
 }
 
 /// The training loop (measured with AdamW or SGD, in fp32, bf16-mixed, fp16-mixed or bf16).

@@ -50,6 +50,9 @@ pub struct RunPlan {
     pub torchrun: Option<Torchrun>,
     /// `predict --world-size N`: rank 0 of N ranks on PyTorch's fake process group.
     pub predicted_world_size: Option<u64>,
+    /// `-- COMMAND`: the ranks its launcher starts (more than one) and what was resolved.
+    pub launch_world_size: Option<u64>,
+    pub launch_notes: Vec<String>,
     /// What the allocator records: live allocations' frames for the post-mortem (the default),
     /// the whole timeline (`--timeline`), or nothing (`--no-history`).
     pub history: Option<HistorySpec>,
@@ -58,7 +61,18 @@ pub struct RunPlan {
 impl RunPlan {
     /// Validates the options of `measure` (and of the base configuration of a sweep).
     pub fn new(args: &RunOptions) -> Result<RunPlan> {
-        Self::build(args, None)
+        let plan = Self::build(args, None)?;
+        if let Some(n) = plan.launch_world_size
+            && plan.torchrun.is_none()
+        {
+            bail!(
+                "-- {}: its launcher starts {n} ranks, which measure runs through torchrun itself: give --nproc-per-node {n} with --script (the path the command runs: {})",
+                args.script_args.join(" "),
+                plan.script_path()
+                    .map_or(String::from("?"), |p| p.display().to_string())
+            );
+        }
+        Ok(plan)
     }
 
     /// Validates the options of `predict`, for rank 0 of `world_size` ranks when given (at most
@@ -88,6 +102,14 @@ impl RunPlan {
         Ok(plan)
     }
 
+    /// The file a script workload runs (a module's or an entry point's for `-- COMMAND`).
+    pub fn script_path(&self) -> Option<&std::path::Path> {
+        match &self.workload {
+            WorkloadPlan::Script(p) => Some(&p.path),
+            _ => None,
+        }
+    }
+
     /// The world size the workload's ranks see: torchrun's, or the predicted one.
     pub fn world_size(&self) -> Option<u64> {
         self.torchrun
@@ -100,6 +122,8 @@ impl RunPlan {
         // ITERAGPU_WORKER_MEMORY is checked here, before anything runs, for both kinds of worker.
         crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
         let torchrun = torchrun(args)?;
+        let mut launched_world = None;
+        let mut launch_notes = Vec::new();
         let devices = match (&torchrun, args.device.is_empty()) {
             (None, true) => vec!["cuda:0".to_string()],
             (Some(t), true) => (0..t.nproc_per_node).map(|k| format!("cuda:{k}")).collect(),
@@ -150,11 +174,21 @@ impl RunPlan {
             WorkloadPlan::Script(ScriptPlan {
                 path: std::fs::canonicalize(script)?,
                 args_template: args.script_args.clone(),
+                entry: None,
+            })
+        } else if !args.script_args.is_empty() {
+            // A command line as typed: `-- python -m pkg.train`, `-- torchrun … train.py`.
+            let python = crate::python_side::interpreter(args.python.as_deref());
+            let launched = super::launch::resolve(&python, &args.script_args)
+                .map_err(|why| anyhow::anyhow!(why))?;
+            launched_world = launched.world_size.filter(|n| *n > 1);
+            launch_notes = launched.notes.clone();
+            WorkloadPlan::Script(ScriptPlan {
+                path: launched.script,
+                args_template: launched.args,
+                entry: launched.entry,
             })
         } else {
-            if !args.script_args.is_empty() {
-                bail!("arguments after `--` are for --script; give --script PATH or drop them");
-            }
             match args.workload {
                 Workload::Dense => WorkloadPlan::Dense(dense(args)?),
                 Workload::CausalLm => WorkloadPlan::CausalLm(Box::new(causal_lm(args)?)),
@@ -187,7 +221,9 @@ impl RunPlan {
             alloc_conf: args.alloc_conf,
             torchrun,
             keep_children: args.keep_children,
-            predicted_world_size,
+            predicted_world_size: predicted_world_size.or(launched_world),
+            launch_world_size: launched_world,
+            launch_notes,
             history: (!args.no_history).then(|| HistorySpec {
                 mode: if args.timeline {
                     HistoryMode::Timeline
@@ -721,6 +757,7 @@ impl RunPlan {
                 })
             }
             WorkloadPlan::Script(p) => WorkloadSpec::Script(ScriptSpec {
+                entry: p.entry.clone(),
                 script: p.path.clone(),
                 script_args: p
                     .args_template

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from .. import names
+from . import launchers
 from .hub_kernels import HubKernels
 
 # What CUDA events answer for a duration that was never timed.
@@ -70,6 +71,7 @@ class Idioms:
         after_import("triton.runtime.autotuner", self._triton)
         after_import("kernels", self.hub_kernels.install)
         after_import("transformers.integrations.hub_kernels", self.hub_kernels.install_transformers)
+        after_import("accelerate.commands.launch", lambda module: launchers.install_accelerate(module, self.note))
         for name in ("transformers.pytorch_utils", "accelerate.utils.modeling", "peft.utils.other", "safetensors.torch"):
             after_import(name, self._transformers_storage)
 
