@@ -172,12 +172,14 @@ pub(super) fn falcon(f: &Fields) -> Result<Architecture, ModelError> {
         tied,
     );
     if new_arch && kv_heads < heads {
-        // modeling_falcon.py `_split_heads`: with the new decoder architecture, K and V are
-        // broadcast to every query head (and flattened) before the cache update, so the cache
-        // holds `num_attention_heads` heads although the model computes `num_kv_heads`.
-        arch.kv = kv_from_windows(vec![None; layers as usize], heads, head_dim);
+        // transformers 5.25 (modeling_falcon.py with repeat_kv in the attention) caches the
+        // `num_kv_heads` heads the model computes; 5.24 and earlier broadcast K and V to every
+        // query head before the cache update (`_split_heads`), caching heads ÷ num_kv_heads
+        // times more. The newest tested release is followed (docs/tested-versions.md).
         arch.kv.description = format!(
-            "{layers} layers × {heads} heads × {head_dim} head_dim (transformers broadcasts the {kv_heads} KV heads to the {heads} query heads before caching)"
+            "{} (transformers ≥ 5.25; up to 5.24 the {kv_heads} KV heads were broadcast to the {heads} query heads before caching: {}× these bytes)",
+            arch.kv.description,
+            heads / kv_heads
         );
     }
     Ok(arch)
