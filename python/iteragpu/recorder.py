@@ -219,19 +219,9 @@ class Recorder:
         started_at = time.time_ns() // 1000
         start_reasons: Reasons = {}
         if automatic and not self.automatic_reads_counters:
-            unread: Record = {
-                "name": name,
-                "index": index,
-                "inputs": inputs,
-                "parent": parent,
-                "automatic": automatic,
-                "started_at": started_at,
-                "starts": [{"allocated": None, "reserved": None} for _ in self.devices],
-                "start_reasons": {"predicted": "the replay computes this phase's figures"},
-                "carried": [{} for _ in self.devices],
-                "began": time.perf_counter(),
-                "unread": True,
-            }
+            reasons: Reasons = {"predicted": "the replay computes this phase's figures"}
+            unread = self._state(name, index, inputs, parent, automatic, started_at, [{"allocated": None, "reserved": None} for _ in self.devices], reasons)
+            unread["unread"] = True
             self._open.append(unread)
             return unread
         self._sync(start_reasons)
@@ -251,7 +241,13 @@ class Recorder:
                 cuda.reset_peak_memory_stats(device)
             except Exception as exc:  # this torch's counters may raise anything (a backend without the call): a reason, never fatal
                 start_reasons["reset_peak_memory_stats"] = f"{type(exc).__name__}: {exc}"
-        state: Record = {
+        state = self._state(name, index, inputs, parent, automatic, started_at, starts, start_reasons)
+        self._open.append(state)
+        return state
+
+    def _state(self, name: str, index: int, inputs: dict[str, Any], parent: Any, automatic: bool, started_at: int, starts: list[Any], reasons: Reasons) -> Record:
+        """An open phase's record (`end` completes it)."""
+        return {
             "name": name,
             "index": index,
             "inputs": inputs,
@@ -259,12 +255,10 @@ class Recorder:
             "automatic": automatic,
             "started_at": started_at,
             "starts": starts,
-            "start_reasons": start_reasons,
+            "start_reasons": reasons,
             "carried": [{} for _ in self.devices],
             "began": time.perf_counter(),
         }
-        self._open.append(state)
-        return state
 
     def end(self, state: Record, error: BaseException | None = None) -> Record:
         """Closes a phase (steps 4 and 5); phases opened inside it and still open close first."""

@@ -81,19 +81,7 @@ fn predict_python_dash_m_runs_the_module_as_main() {
 fn trl_console_script_as_typed_is_predicted() {
     let python = python_with(&["torch", "transformers", "trl", "datasets"]);
     let dir = tempfile::tempdir().unwrap();
-    let made = std::process::Command::new(&python)
-        .arg(fixture("scripts/setup/sft_inputs.py"))
-        .arg(fixture("tiny/llama"))
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let model = dir.path().join("model").display().to_string();
-    let data = dir.path().join("data").display().to_string();
+    let (model, data) = crate::newest::sft_inputs(&python, dir.path());
     let out = dir.path().join("out").display().to_string();
     let (said, code, doc) = launched(
         &python,

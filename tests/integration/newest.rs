@@ -27,7 +27,7 @@ fn notes(doc: &PredictionDoc) -> String {
 
 /// The inputs sft.py needs, made without a download: a tiny Llama checkpoint with a word-level
 /// tokenizer, and a local JSON Lines dataset folder.
-fn sft_inputs(python: &str, dir: &Path) -> (String, String) {
+pub(crate) fn sft_inputs(python: &str, dir: &Path) -> (String, String) {
     let made = std::process::Command::new(python)
         .arg(fixture("scripts/setup/sft_inputs.py"))
         .arg(fixture("tiny/llama"))
