@@ -248,9 +248,16 @@ def answers(torch: Any, target: dict[str, Any], tracker: Any) -> dict[str, Any]:
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None and visible.strip():
-            return len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")])
+            return with_generators(len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
         local = os.environ.get("LOCAL_WORLD_SIZE", "")
-        return int(local) if local.isdigit() and int(local) > 0 else 1
+        return with_generators(int(local) if local.isdigit() and int(local) > 0 else 1)
+
+    def with_generators(n: int) -> int:
+        """`n` devices, each with its default generator (`manual_seed_all` seeds one per device)."""
+        have = torch.cuda.default_generators
+        if isinstance(have, tuple) and have and isinstance(have[0], CudaGenerator) and len(have) < n:
+            torch.cuda.default_generators = have + tuple(CudaGenerator(torch, i) for i in range(len(have), n))
+        return n
 
     def nested(device: Any = None) -> dict[str, Any]:
         result: dict[str, Any] = {}
