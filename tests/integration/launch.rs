@@ -78,7 +78,7 @@ fn predict_python_dash_m_runs_the_module_as_main() {
 /// `accelerate launch` of `trl/scripts/sft.py`; that child runs in the predicted process.
 #[test]
 #[ignore = "needs torch, transformers, trl and datasets"]
-fn trl_console_script_as_typed_is_predicted() {
+fn trl_console_script_as_typed_gets_its_figures() {
     let python = python_with(&["torch", "transformers", "trl", "datasets"]);
     let dir = tempfile::tempdir().unwrap();
     let (model, data) = crate::newest::sft_inputs(&python, dir.path());
