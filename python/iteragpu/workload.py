@@ -101,14 +101,17 @@ def run_script(spec: Script) -> int:
             sys.path.insert(0, os.getcwd())
             runpy.run_module(str(entry["name"]), run_name="__main__", alter_sys=True)
         elif entry.get("kind") == "console":
-            # A console script: its `module:attr` called as the installed wrapper calls it.
+            # A console script: its `module:attr` called as the installed wrapper calls it. The
+            # user typed the command (`trl sft …`); `entry` is the one console script of that name
+            # that the interpreter's own installed metadata declares (launch.py found it there,
+            # as the shell's wrapper would): the only names looked up are that target's.
             import importlib
 
             sys.argv = [str(entry.get("program", script))] + list(spec.script_args)
             module_name, _, attrs = str(entry["name"]).partition(":")
             target: Any = importlib.import_module(module_name.strip())
             for attr in attrs.strip().split(".") if attrs.strip() else ():
-                target = getattr(target, attr)
+                target = getattr(target, attr)  # allowlisted: the installed console script's own target
             result = target()
             return result if isinstance(result, int) else (0 if result is None else 1)
         else:
