@@ -23,20 +23,35 @@ fn counters_and_document(
     name: &str,
     args: &[&str],
 ) -> (BTreeMap<String, Vec<u64>>, crate::common::PredictionDoc) {
+    predicted_counters(python, "H200", &format!("lifetimes/{name}"), args)
+}
+
+/// `predict --card CARD --script fixtures/scripts/SCRIPT -- ARGS`, which must complete: the
+/// `COUNTER name v…` lines the script printed (a key printed again keeps every value, in
+/// order) and the prediction file. Shared with published.rs.
+pub(crate) fn predicted_counters(
+    python: &str,
+    card: &str,
+    script: &str,
+    args: &[&str],
+) -> (BTreeMap<String, Vec<u64>>, crate::common::PredictionDoc) {
     let dir = tempfile::tempdir().unwrap();
     let run = Run::predict()
-        .args(["--python", python, "--card", "H200"])
+        .args(["--python", python, "--card", card])
         .output(dir.path().join("p.json"))
         .arg("--script")
-        .arg(fixture(&format!("scripts/lifetimes/{name}")))
+        .arg(fixture(&format!("scripts/{script}")))
         .arg("--")
         .args(args)
         .finish();
     let said = format!("{}{}", run.stdout(), run.stderr());
-    assert_eq!(run.code(), Some(0), "{name}: {said}");
+    assert_eq!(run.code(), Some(0), "{script} {args:?}: {said}");
     let doc = run.prediction();
-    assert_eq!(doc.status, PredictionStatus::Complete, "{name}: {said}");
-    // A key printed again (once a step) keeps every value, in order.
+    assert_eq!(
+        doc.status,
+        PredictionStatus::Complete,
+        "{script} {args:?}: {said}"
+    );
     let mut printed: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for line in said.lines().filter_map(|l| l.strip_prefix("COUNTER ")) {
         let mut words = line.split_whitespace();

@@ -12,36 +12,13 @@
 //! it printed changed between lit-gpt versions), and torchao's "ao (offload gradients)" 4.01 GB
 //! (its gradient hook calls `record_stream` with its own stream: the prediction stops there).
 
-use crate::common::{PredictionStatus, Run, fixture, python_with, torch_python};
+use crate::common::{fixture, python_with, torch_python};
 use std::collections::BTreeMap;
 
 /// `predict --card CARD --script fixtures/scripts/published/NAME -- ARGS`: the `COUNTER name v…`
 /// lines the script printed, by name.
 fn counters(python: &str, card: &str, name: &str, args: &[&str]) -> BTreeMap<String, Vec<u64>> {
-    let dir = tempfile::tempdir().unwrap();
-    let run = Run::predict()
-        .args(["--python", python, "--card", card])
-        .output(dir.path().join("p.json"))
-        .arg("--script")
-        .arg(fixture(&format!("scripts/published/{name}")))
-        .arg("--")
-        .args(args)
-        .finish();
-    let said = format!("{}{}", run.stdout(), run.stderr());
-    assert_eq!(run.code(), Some(0), "{name} {args:?}: {said}");
-    assert_eq!(
-        run.prediction().status,
-        PredictionStatus::Complete,
-        "{name} {args:?}: {said}"
-    );
-    said.lines()
-        .filter_map(|l| l.strip_prefix("COUNTER "))
-        .map(|l| {
-            let mut words = l.split_whitespace();
-            let key = words.next().unwrap().to_string();
-            (key, words.map(|w| w.parse().unwrap()).collect())
-        })
-        .collect()
+    crate::lifetimes::predicted_counters(python, card, &format!("published/{name}"), args).0
 }
 
 /// The predicted figure within 1% of the published one.
