@@ -14,6 +14,8 @@ mod explain;
 mod honesty;
 #[path = "integration/hub.rs"]
 mod hub;
+#[path = "integration/hub_scripts.rs"]
+mod hub_scripts;
 #[path = "integration/hub_server.rs"]
 mod hub_server;
 #[path = "integration/launch.rs"]

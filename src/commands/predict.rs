@@ -130,7 +130,12 @@ fn status_of(doc: &crate::schema::prediction::PredictionDoc) -> ExitStatus {
     if doc.stopped() || doc.status == crate::schema::prediction::PredictionStatus::OutOfMemory {
         ExitStatus::WorkloadFailed
     } else if doc.status == crate::schema::prediction::PredictionStatus::Failed {
-        ExitStatus::BadInput
+        // The Hub out of reach for a Hub id in the script: the network's failure, as for --model.
+        if doc.hub.iter().any(|h| h.network_failure) {
+            ExitStatus::Network
+        } else {
+            ExitStatus::BadInput
+        }
     } else {
         ExitStatus::Ok
     }

@@ -191,6 +191,7 @@ impl Source {
                 | Event::ResetPeaks {}
                 | Event::ResetAccumulated {}
                 | Event::MemoryQuery { .. }
+                | Event::HubQuery(_)
                 | Event::Placeholder { .. }
                 | Event::PlaceholderCount { .. },
             ) => {}

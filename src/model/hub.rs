@@ -18,6 +18,7 @@
 //! an ETag a git or LFS hash (40 or 64), a file one of the names asked for, a shard a plain name.
 
 mod http;
+pub mod overlay;
 mod proxy;
 
 use std::collections::BTreeSet;
@@ -525,7 +526,7 @@ fn encode(text: &str) -> String {
 }
 
 /// One small file of the repository at `commit`, into the cache; its commit and ETag are checked
-/// before a byte is written.
+/// before a byte is written. Returns the bytes received.
 fn download(
     s: &Settings,
     id: &HubId,
@@ -533,7 +534,7 @@ fn download(
     commit: &str,
     file: &str,
     repo_dir: &Path,
-) -> Result<(), Attempt> {
+) -> Result<u64, Attempt> {
     let url = format!("{}/{}/resolve/{commit}/{file}", s.endpoint, id.repo);
     let reply = client
         .get(&url, None)
@@ -568,7 +569,7 @@ fn download(
             reason,
         })
     })?;
-    Ok(())
+    Ok(bytes.len() as u64)
 }
 
 /// The repository's commit and files, its small files in the cache, its shards' headers in the
@@ -606,7 +607,7 @@ fn fetch(s: &Settings, id: &HubId, needs: Needs) -> Result<PathBuf, HubError> {
             continue;
         }
         tried(s, id, &format!("downloading {file}"), || {
-            download(s, id, &client, &commit, file, &repo_dir)
+            download(s, id, &client, &commit, file, &repo_dir).map(|_| ())
         })?;
         fetched += 1;
     }

@@ -68,10 +68,24 @@ pub fn blob_name(etag: &str) -> Option<String> {
     (hex && (name.len() == 40 || name.len() == 64)).then(|| name.to_string())
 }
 
+/// Whether `file` is a path inside a repository that may name a file of the cache: names
+/// separated by `/` (a subfolder, as diffusers' `unet/config.json`), none empty, `.`, `..` or
+/// hidden, without `\\` or control characters, at most 512 bytes.
+pub fn repo_path_ok(file: &str) -> bool {
+    !file.is_empty()
+        && file.len() <= 512
+        && !file.contains('\\')
+        && !file.chars().any(char::is_control)
+        && file
+            .split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('.'))
+}
+
 /// Keeps `bytes` as huggingface_hub does: the blob `blobs/BLOB` of `repo_dir`, and
 /// `snapshots/COMMIT/FILE` a relative link to it, each written whole or not at all (a temporary
 /// name in the same folder, renamed into place). `blob` and `commit` must be checked names
-/// ([`blob_name`], [`is_commit`]) and `file` a plain file name; anything else is refused here too.
+/// ([`blob_name`], [`is_commit`]) and `file` a path [`repo_path_ok`] accepts; anything else is
+/// refused here too.
 pub fn store_file(
     repo_dir: &Path,
     commit: &str,
@@ -79,8 +93,7 @@ pub fn store_file(
     blob: &str,
     bytes: &[u8],
 ) -> std::io::Result<PathBuf> {
-    let plain = !file.is_empty() && !file.contains(['/', '\\']) && !file.starts_with('.');
-    if blob_name(blob).as_deref() != Some(blob) || !is_commit(commit) || !plain {
+    if blob_name(blob).as_deref() != Some(blob) || !is_commit(commit) || !repo_path_ok(file) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("refused cache names: blob {blob:?}, commit {commit:?}, file {file:?}"),
@@ -95,18 +108,21 @@ pub fn store_file(
         tmp.as_file().sync_all()?;
         tmp.persist(&blob_path).map_err(|e| e.error)?;
     }
-    let snapshot = repo_dir.join("snapshots").join(commit);
-    std::fs::create_dir_all(&snapshot)?;
-    let path = snapshot.join(file);
-    let tmp_name = snapshot.join(format!(
-        ".{file}.{}.{}.tmp",
+    let path = repo_dir.join("snapshots").join(commit).join(file);
+    let folder = path.parent().unwrap_or(repo_dir);
+    std::fs::create_dir_all(folder)?;
+    let base = file.rsplit('/').next().unwrap_or(file);
+    // `../../blobs` from `snapshots/COMMIT/`, one `..` more for each subfolder.
+    let up = "../".repeat(file.matches('/').count());
+    let tmp_name = folder.join(format!(
+        ".{base}.{}.{}.tmp",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
     #[cfg(unix)]
-    std::os::unix::fs::symlink(Path::new("../../blobs").join(blob), &tmp_name)?;
+    std::os::unix::fs::symlink(Path::new(&format!("{up}../../blobs")).join(blob), &tmp_name)?;
     #[cfg(not(unix))]
     std::fs::copy(&blob_path, &tmp_name)?;
     if let Err(e) = std::fs::rename(&tmp_name, &path) {
@@ -228,12 +244,13 @@ pub fn read_header(path: &Path, cap: u64) -> Result<(u64, Vec<u8>), FileError> {
 /// Keeps a shard's first bytes (`head`: the 8-byte length and the header) and its length, written
 /// whole or not at all (a temporary file renamed into place).
 pub fn write_header(dir: &Path, name: &str, file_len: u64, head: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = temporary(dir)?;
+    let path = dir.join(format!("{name}{SUFFIX}"));
+    let folder = path.parent().unwrap_or(dir);
+    std::fs::create_dir_all(folder)?;
+    let mut tmp = temporary(folder)?;
     tmp.write_all(&file_len.to_le_bytes())?;
     tmp.write_all(head)?;
-    tmp.persist(dir.join(format!("{name}{SUFFIX}")))
-        .map_err(|e| e.error)?;
+    tmp.persist(&path).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -302,6 +319,27 @@ mod tests {
         );
         assert!(store_file(dir.path(), COMMIT, "config.json", "../x", b"{}").is_err());
         assert!(store_file(dir.path(), "../x", "config.json", blob, b"{}").is_err());
+        for bad in [
+            "../config.json",
+            "unet/../../x",
+            "/etc/x",
+            "a//b",
+            ".hidden",
+            "a\\b",
+            "",
+        ] {
+            assert!(
+                store_file(dir.path(), COMMIT, bad, blob, b"{}").is_err(),
+                "{bad}"
+            );
+        }
+        // A subfolder's file links to the same blob, one `..` further up.
+        let sub = store_file(dir.path(), COMMIT, "unet/config.json", blob, b"{}").unwrap();
+        assert_eq!(
+            std::fs::read_link(&sub).unwrap(),
+            Path::new("../../../blobs").join(blob)
+        );
+        assert_eq!(std::fs::read(&sub).unwrap(), b"{}");
         write_ref(dir.path(), "refs/pr/1", COMMIT).unwrap();
         let refs = dir.path().join("refs/refs/pr/1");
         assert_eq!(std::fs::read_to_string(refs).unwrap(), COMMIT);

@@ -104,6 +104,9 @@ pub fn predict_served(
     spec.world_size = plan.world_size();
     let backend = crate::prediction::replay::backend(&target.allocator_backend);
     let pipe = process::AnswerPipe::default();
+    // Hub ids in the script are served here, without their weights, into the worker's overlay
+    // (removed when this function returns, whatever ended the run).
+    let mut overlay = crate::model::hub::overlay::Overlay::new().map_err(StartError::Files)?;
     let cmd = WorkerCommand {
         python: plan.python.clone(),
         spec: serde_json::to_value(&spec)
@@ -116,6 +119,10 @@ pub fn predict_served(
             ("CUDA_VISIBLE_DEVICES".into(), Some(String::new())),
             // The worker's standard input carries the allocator's answers (predict/memory.py).
             ("ITERAGPU_ANSWERS".into(), Some("stdin".into())),
+            (
+                crate::model::hub::overlay::OVERLAY_VARIABLE.into(),
+                Some(overlay.path().display().to_string()),
+            ),
         ],
         launch: process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
@@ -172,6 +179,10 @@ pub fn predict_served(
         Line::Event(Event::EmptyCache {}) => c.events.push(TraceEvent::EmptyCache),
         Line::Event(Event::ResetPeaks {}) => c.events.push(TraceEvent::ResetPeaks),
         Line::Event(Event::ResetAccumulated {}) => c.events.push(TraceEvent::ResetAccumulated),
+        Line::Event(Event::HubQuery(query)) => {
+            progress.set_stage(&format!("reading {} from the Hub (no weights)", query.repo));
+            pipe.send(&overlay.answer(&query));
+        }
         Line::Event(Event::MemoryQuery { id }) => {
             // A worker gone meanwhile needs no answer.
             pipe.send(&answers.answer(id, &c.events));
@@ -272,6 +283,7 @@ pub fn predict_served(
         notes.extend(crate::environment::tested::untested_notes(&env.libraries));
     }
     notes.extend(plan.launch_notes.iter().cloned());
+    notes.extend(overlay.notes());
     notes.extend(judged.notes);
     notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));
@@ -328,6 +340,7 @@ pub fn predict_served(
         failure: judged.failure,
         failure_detail: judged.failure_detail,
         like: None,
+        hub: overlay.served(),
         notes,
     })))
 }

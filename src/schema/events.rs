@@ -259,6 +259,10 @@ pub enum Event {
     MemoryQuery {
         id: u64,
     },
+    /// Prediction only: the script reached the Hub (`from_pretrained("ORG/NAME")`,
+    /// `snapshot_download`); the CLI's Hub client answers on the answer pipe with files in the
+    /// worker's overlay (`model::hub::overlay`).
+    HubQuery(crate::model::hub::overlay::HubQuery),
     /// Prediction only: a value read from data (`.item()`) answered with a placeholder.
     Placeholder {
         op: String,

@@ -183,6 +183,9 @@ impl Drop for Hub {
 }
 
 struct Request {
+    /// `GET`, or `HEAD` (huggingface_hub's own client asks a file's metadata so): answered with
+    /// the same status and headers, no body.
+    method: String,
     path: String,
     headers: BTreeMap<String, String>,
 }
@@ -192,7 +195,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
     let mut parts = line.split_whitespace();
-    let (_method, path) = (parts.next()?, parts.next()?.to_string());
+    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
     let mut headers = BTreeMap::new();
     loop {
         let mut h = String::new();
@@ -203,7 +206,11 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
             headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
         }
     }
-    Some(Request { path, headers })
+    Some(Request {
+        method,
+        path,
+        headers,
+    })
 }
 
 struct Answer {
@@ -237,7 +244,7 @@ fn serve(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         .requests
         .lock()
         .unwrap()
-        .push(format!("GET {} {range}", request.path));
+        .push(format!("{} {} {range}", request.method, request.path));
     state.seen.lock().unwrap().push(Seen {
         host: request.headers.get("host").cloned().unwrap_or_default(),
         path: request.path.clone(),
@@ -267,7 +274,9 @@ fn serve(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         answer.body.len()
     ));
     let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(&answer.body);
+    if request.method != "HEAD" {
+        bytes.extend_from_slice(&answer.body);
+    }
     state
         .bytes_sent
         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -282,7 +291,8 @@ fn authorized(request: &Request) -> bool {
 fn route(state: &State, request: &Request) -> Option<Answer> {
     let path = request.path.split('?').next().unwrap_or("");
     if let Some(rest) = path.strip_prefix("/api/models/") {
-        let (repo_id, rev) = rest.split_once("/revision/")?;
+        // huggingface_hub's `repo_info` without a revision asks `/api/models/ORG/NAME`.
+        let (repo_id, rev) = rest.split_once("/revision/").unwrap_or((rest, "main"));
         return Some(api(state, request, repo_id, &rev.replace("%2F", "/")));
     }
     if let Some(rest) = path.strip_prefix("/cdn/") {
@@ -299,7 +309,10 @@ fn route(state: &State, request: &Request) -> Option<Answer> {
             ));
         }
         let f = repo.files.get(file)?;
-        return Some(content(request, f, vec![]));
+        // On the same host as the Hub here, huggingface_hub's own client follows the redirect
+        // and reads the file's metadata from this answer: it carries the commit too.
+        let commit = vec![("X-Repo-Commit".to_string(), repo.commit.clone())];
+        return Some(content(request, f, commit));
     }
     let mut parts = path.trim_start_matches('/').splitn(5, '/');
     let (org, name, resolve, rev, file) = (

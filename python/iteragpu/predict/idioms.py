@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 from .. import names
 from . import launchers
+from .hub_files import HubFiles
 from .hub_kernels import HubKernels
 
 # What CUDA events answer for a duration that was never timed.
@@ -52,7 +53,17 @@ class Idioms:
         # (size, mtime_ns, {name: (shape, dtype, known values or None)}, metadata).
         self.written: dict[tuple[int, int], tuple[int, int, dict[str, Any], Any]] = {}
         self._written_file: Callable[[Any], Any] = lambda filename: None
+        # Weight files the Hub client hole-filled in the overlay (hub_files.py): (st_dev, st_ino)
+        # -> path; read back data-less, as the files this run wrote.
+        self.holes: dict[tuple[int, int], str] = {}
         self.hub_kernels = HubKernels(self.note)
+        self.hub_files = HubFiles(tracker.memory.ask, self.note, self.hole_filled)
+
+    def hole_filled(self, path: str) -> None:
+        """`path` is a weight file the Hub client materialised from its header: its tensors are
+        read back data-less."""
+        st = os.stat(path)
+        self.holes[(st.st_dev, st.st_ino)] = path
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -66,7 +77,10 @@ class Idioms:
         self._formatting()
         self._compile()
         self._files()
-        after_import("safetensors.torch", self._safetensors)
+        # On the package's import, before anything binds `from safetensors import safe_open`
+        # (transformers' modeling_utils does, before it imports safetensors.torch).
+        after_import("safetensors", lambda package: self._safetensors(importlib.import_module("safetensors.torch")))
+        self.hub_files.install()
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
         after_import("kernels", self.hub_kernels.install)
@@ -380,6 +394,11 @@ class Idioms:
             def __getattr__(self, name: str) -> Any:
                 return getattr(self._inner, name)
 
+        # Every module that bound the reader by name before now reads through this one.
+        for bound in list(sys.modules.values()):
+            names = getattr(bound, "__dict__", None)
+            if isinstance(names, dict) and names.get("safe_open") is original_open:
+                names["safe_open"] = safe_open
         safetensors.safe_open = safe_open
         module.safe_open = safe_open
         original_save_file: Any = getattr(module, "save_file", None)
@@ -400,12 +419,18 @@ class Idioms:
         if original_save_file is not None:
             module.save_file = save_file
 
+        types: dict[str, Any] = dict(getattr(module, "_TYPES", {}))
+        holes = self.holes
+
         def written_file(filename: Any) -> Any:
             try:
                 st = os.stat(filename)
             except (OSError, TypeError, ValueError):
                 return None
-            entry = written.get((st.st_dev, st.st_ino))
+            key = (st.st_dev, st.st_ino)
+            if key in holes and key not in written:
+                written[key] = (st.st_size, st.st_mtime_ns, *_hole_filled_refs(holes[key], types))
+            entry = written.get(key)
             if entry is None or entry[:2] != (st.st_size, st.st_mtime_ns):
                 return None  # not written by this run, or rewritten since
             return entry
@@ -506,6 +531,22 @@ def _numpy_dtype(dtype: Any) -> Any:
     import torch
 
     return {torch.bool: np.bool_, torch.bfloat16: np.float32}.get(dtype) or torch.empty((), dtype=dtype).numpy().dtype
+
+
+def _hole_filled_refs(path: str, types: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """A hole-filled weight file's tensors (name -> (shape, dtype, None): data-less) and
+    metadata, from its header."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    metadata = header.pop("__metadata__", None)
+    refs: dict[str, Any] = {}
+    for name, info in header.items():
+        dtype = types.get(str(info.get("dtype")))
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name} has dtype {info.get('dtype')!r}, which this safetensors cannot read")
+        refs[name] = (tuple(int(d) for d in info.get("shape", [])), dtype, None)
+    return refs, metadata
 
 
 def _write_sparse_safetensors(torch: Any, tensors: dict[str, Any], filename: Any, metadata: Any, names: dict[Any, str], tracker: Any) -> dict[str, Any]:

@@ -71,18 +71,29 @@ class Memory:
                 return dict(self._answered[1])
             if self._answers is None:
                 raise NoModel("no allocator model answers in this process: torch.cuda's memory counters are answered only under `iteragpu predict`")
-            ident = self._next
-            self._next += 1
-            self._emit("memory_query", {"id": ident})
-            line = self._answers.readline()
-            if not line:
-                raise NoModel("the CLI stopped answering torch.cuda's memory counters")
-            got = json.loads(line)
-            if got.get("id") != ident:
-                raise NoModel(f"the CLI answered question {got.get('id')} for question {ident}")
+            got = self.ask("memory_query", {}, "torch.cuda's memory counters")
             stats = {str(k): int(v) for k, v in got["stats"].items()}
             self._answered = (version, stats)
             return dict(stats)
+
+    def ask(self, kind: str, data: dict[str, Any], what: str) -> dict[str, Any]:
+        """One question to the CLI (`kind`, with `data` and a fresh `id`), its answer line read
+        from the answer pipe; `what` names the question in errors."""
+        if os.getpid() != self._owner:
+            raise RuntimeError(f"{what}: only the predicting process asks the CLI (this is a forked child)")
+        with self._lock:
+            if self._answers is None:
+                raise NoModel(f"{what}: nothing answers in this process (only `iteragpu predict` does)")
+            ident = self._next
+            self._next += 1
+            self._emit(kind, {**data, "id": ident})
+            line = self._answers.readline()
+            if not line:
+                raise NoModel(f"the CLI stopped answering ({what})")
+            got: dict[str, Any] = json.loads(line)
+            if got.get("id") != ident:
+                raise NoModel(f"the CLI answered question {got.get('id')} for question {ident} ({what})")
+            return got
 
     def stat(self, key: str) -> int:
         return self.stats()[key]

@@ -1,0 +1,265 @@
+//! Hub ids inside a predicted script (issue 44, item 3): `from_pretrained("ORG/NAME")` served by
+//! the tool's Hub client against a Hub on 127.0.0.1 (`hub_server.rs`), the weights materialised
+//! from their safetensors headers in the worker's overlay, never downloaded, never left where a
+//! real run could load them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::common::{Run, fixture, python_with};
+use super::hub_server::{Behaviour, File, Hub, Repo, commit_of, shard};
+
+const REPO: &str = "org/tiny-llama-train";
+
+/// A Llama of 2 layers (hidden 256, vocabulary 32,000) in bfloat16: its config, and one
+/// `model.safetensors` whose tensors follow from it (about 36 MB, nearly all of it data).
+fn tiny_llama() -> (Vec<u8>, Vec<(String, &'static str, Vec<u64>)>) {
+    let (vocab, hidden, inter, kv) = (32_000u64, 256u64, 512u64, 128u64);
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+        "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+        "tie_word_embeddings": false, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5,
+    });
+    let mut t = vec![(
+        "model.embed_tokens.weight".to_string(),
+        "BF16",
+        vec![vocab, hidden],
+    )];
+    for l in 0..2 {
+        for (n, shape) in [
+            ("self_attn.q_proj.weight", vec![hidden, hidden]),
+            ("self_attn.k_proj.weight", vec![kv, hidden]),
+            ("self_attn.v_proj.weight", vec![kv, hidden]),
+            ("self_attn.o_proj.weight", vec![hidden, hidden]),
+            ("mlp.gate_proj.weight", vec![inter, hidden]),
+            ("mlp.up_proj.weight", vec![inter, hidden]),
+            ("mlp.down_proj.weight", vec![hidden, inter]),
+            ("input_layernorm.weight", vec![hidden]),
+            ("post_attention_layernorm.weight", vec![hidden]),
+        ] {
+            t.push((format!("model.layers.{l}.{n}"), "BF16", shape));
+        }
+    }
+    t.push(("model.norm.weight".into(), "BF16", vec![hidden]));
+    t.push(("lm_head.weight".into(), "BF16", vec![vocab, hidden]));
+    (serde_json::to_vec_pretty(&config).unwrap(), t)
+}
+
+/// The whole repository's files, and the weight file's length.
+fn repository() -> (Repo, u64) {
+    let (config, tensors) = tiny_llama();
+    let weights = shard(&tensors);
+    let File::Shard { len, .. } = &weights else {
+        unreachable!()
+    };
+    let len = *len;
+    let mut files = BTreeMap::new();
+    files.insert("config.json".to_string(), File::Bytes(config));
+    files.insert(
+        "generation_config.json".into(),
+        File::Bytes(br#"{"bos_token_id": 1, "eos_token_id": 2}"#.to_vec()),
+    );
+    files.insert("model.safetensors".into(), weights);
+    (
+        Repo {
+            commit: commit_of(REPO),
+            files,
+            behaviour: Behaviour::Normal,
+        },
+        len,
+    )
+}
+
+/// A local copy of the same model: its config and the weight file written whole (header, then
+/// every data byte, zeros: what the Hub serves), as `hf download --local-dir` would leave it.
+fn local_copy(dir: &Path) {
+    let (config, tensors) = tiny_llama();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let File::Shard { head, len } = shard(&tensors) else {
+        unreachable!()
+    };
+    let mut bytes = head;
+    bytes.resize(len as usize, 0);
+    std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+}
+
+fn predict(
+    python: &str,
+    home: &Path,
+    tmp: &Path,
+    hub: &Hub,
+    model: &str,
+    out: &Path,
+) -> super::common::Ran {
+    Run::predict()
+        .output(out)
+        .args(["--python", python, "--card", "H100 80GB", "--script"])
+        .arg(fixture("scripts/hub/from_pretrained_train.py"))
+        .args(["--", model])
+        .env("HF_HOME", home)
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("TMPDIR", tmp)
+        .env("HF_HUB_DISABLE_XET", "1")
+        .finish()
+}
+
+/// The files under `dir` whose name ends with `suffix`.
+fn files_ending(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            found.extend(files_ending(&path, suffix));
+        } else if path.to_string_lossy().ends_with(suffix) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_a_scripts_hub_id_without_its_weights_equals_a_local_copy() {
+    let python = python_with(&["torch", "transformers"]);
+    let (repo, weight_len) = repository();
+    let hub = Hub::start(BTreeMap::from([(REPO.to_string(), repo)]));
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+
+    let by_id = predict(
+        &python,
+        home.path(),
+        tmp.path(),
+        &hub,
+        REPO,
+        &out.path().join("hub.json"),
+    );
+    let said = format!("{}{}", by_id.stdout(), by_id.stderr());
+    assert_eq!(by_id.code(), Some(0), "{said}");
+    let sent = hub.bytes_sent();
+    let doc = by_id.prediction();
+    assert_eq!(
+        doc.status,
+        iteragpu::schema::prediction::PredictionStatus::Complete,
+        "{said}"
+    );
+
+    // Less than 1% of the weight file's bytes crossed the network (configs and the header only).
+    assert!(
+        sent * 100 < weight_len,
+        "{sent} bytes sent for a {weight_len}-byte weight file"
+    );
+    let [served] = doc.hub.as_slice() else {
+        panic!("one repository served: {:?}", doc.hub)
+    };
+    assert_eq!(served.repo, REPO);
+    assert_eq!(served.commit.as_deref(), Some(commit_of(REPO).as_str()));
+    assert_eq!(served.hole_filled, ["model.safetensors"]);
+    assert_eq!(served.hole_filled_bytes, weight_len);
+    assert!(
+        served.files.contains(&"config.json".to_string()),
+        "{served:?}"
+    );
+    assert!(
+        doc.notes.iter().any(|n| n.contains(&commit_of(REPO))),
+        "{:?}",
+        doc.notes
+    );
+
+    // Nothing hole-filled in the user's cache: its config is there, no weight file; the overlay
+    // is gone with the run.
+    let cache = home.path().join("hub");
+    assert!(
+        files_ending(&cache, "config.json")
+            .iter()
+            .any(|p| p.to_string_lossy().contains("tiny-llama-train"))
+    );
+    assert_eq!(
+        files_ending(&cache, ".safetensors"),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("iteragpu-hub-overlay"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // The same script on a local copy of the same model: the same figures, phase by phase.
+    let copy = tempfile::tempdir().unwrap();
+    local_copy(copy.path());
+    let by_path = predict(
+        &python,
+        home.path(),
+        tmp.path(),
+        &hub,
+        copy.path().to_str().unwrap(),
+        &out.path().join("local.json"),
+    );
+    assert_eq!(
+        by_path.code(),
+        Some(0),
+        "{}{}",
+        by_path.stdout(),
+        by_path.stderr()
+    );
+    let local = by_path.prediction();
+    assert!(local.hub.is_empty());
+    let peaks = |d: &iteragpu::schema::prediction::PredictionDoc| -> Vec<(String, Option<u64>)> {
+        d.phases
+            .iter()
+            .map(|p| (p.name.clone(), p.peak_allocated_bytes))
+            .collect()
+    };
+    assert!(peaks(&doc).len() >= 3, "{:?}", peaks(&doc));
+    assert_eq!(peaks(&doc), peaks(&local));
+
+    // A real run afterwards: offline, transformers finds no weights (never zeros of ours);
+    // online, it downloads the real file whole.
+    let real = |offline: bool| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.env("HF_HOME", home.path())
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("HF_HUB_DISABLE_XET", "1")
+            .env_remove("HF_HUB_CACHE")
+            .args(["-c", &format!("from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained({REPO:?})\nprint('loaded', sum(p.numel() for p in m.parameters()))")]);
+        if offline {
+            cmd.env("HF_HUB_OFFLINE", "1");
+        }
+        cmd.output().unwrap()
+    };
+    let offline = real(true);
+    let text = String::from_utf8_lossy(&offline.stderr);
+    assert!(!offline.status.success(), "loaded offline: {text}");
+    assert!(
+        text.contains("model.safetensors")
+            || text.contains("does not appear to have")
+            || text.contains("couldn't connect")
+            || text.contains("cannot find"),
+        "{text}"
+    );
+    let online = real(false);
+    assert!(
+        online.status.success(),
+        "{}",
+        String::from_utf8_lossy(&online.stderr)
+    );
+    let found = files_ending(&cache, "model.safetensors");
+    let [weights] = found.as_slice() else {
+        panic!("one weight file in the cache: {found:?}")
+    };
+    let meta = std::fs::metadata(weights).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.len(), weight_len);
+    assert!(
+        meta.blocks() * 512 >= weight_len,
+        "the real download is whole, not a hole: {} blocks",
+        meta.blocks()
+    );
+}
