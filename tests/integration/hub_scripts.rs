@@ -211,6 +211,25 @@ fn predict_a_scripts_hub_id_without_its_weights_equals_a_local_copy() {
     );
     let local = by_path.prediction();
     assert!(local.hub.is_empty());
+    // `snapshot_download` first, then the folder it returns: the overlay's snapshot folder.
+    let snapshot = predict(
+        &python,
+        home.path(),
+        tmp.path(),
+        &hub,
+        &format!("snapshot:{REPO}"),
+        &out.path().join("snapshot.json"),
+    );
+    assert_eq!(
+        snapshot.code(),
+        Some(0),
+        "{}{}",
+        snapshot.stdout(),
+        snapshot.stderr()
+    );
+    let snapshot = snapshot.prediction();
+    assert_eq!(snapshot.hub.len(), 1, "{:?}", snapshot.hub);
+    assert_eq!(snapshot.hub[0].hole_filled, ["model.safetensors"]);
     let peaks = |d: &iteragpu::schema::prediction::PredictionDoc| -> Vec<(String, Option<u64>)> {
         d.phases
             .iter()
@@ -219,6 +238,7 @@ fn predict_a_scripts_hub_id_without_its_weights_equals_a_local_copy() {
     };
     assert!(peaks(&doc).len() >= 3, "{:?}", peaks(&doc));
     assert_eq!(peaks(&doc), peaks(&local));
+    assert_eq!(peaks(&snapshot), peaks(&local));
 
     // A real run afterwards: offline, transformers finds no weights (never zeros of ours);
     // online, it downloads the real file whole.
@@ -261,5 +281,109 @@ fn predict_a_scripts_hub_id_without_its_weights_equals_a_local_copy() {
         meta.blocks() * 512 >= weight_len,
         "the real download is whole, not a hole: {} blocks",
         meta.blocks()
+    );
+}
+
+/// What the Hub refuses, a checkpoint without a header and a Hub out of reach: the prediction
+/// fails with the reason and the fix, as `--model ORG/NAME` does (exit 4 for the network).
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_a_scripts_hub_failures_say_the_reason_and_the_fix() {
+    let python = python_with(&["torch", "transformers"]);
+    let (config, _) = tiny_llama();
+    let mut bin_only = BTreeMap::new();
+    bin_only.insert("config.json".to_string(), File::Bytes(config));
+    bin_only.insert(
+        "pytorch_model.bin".into(),
+        File::Shard {
+            head: Vec::new(),
+            len: 16_000_000_000,
+        },
+    );
+    let repos = BTreeMap::from([
+        (
+            "org/gated".to_string(),
+            super::hub_server::small_repo("org/gated", "gpt2", Behaviour::Gated),
+        ),
+        (
+            "org/bin-only".to_string(),
+            Repo {
+                commit: commit_of("org/bin-only"),
+                files: bin_only,
+                behaviour: Behaviour::Normal,
+            },
+        ),
+    ]);
+    let hub = Hub::start(repos);
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+
+    let gated = predict(
+        &python,
+        home.path(),
+        tmp.path(),
+        &hub,
+        "org/gated",
+        &out.path().join("g.json"),
+    );
+    let said = format!("{}{}", gated.stdout(), gated.stderr());
+    assert_eq!(gated.code(), Some(1), "{said}");
+    let doc = gated.prediction();
+    let failure = doc.failure.clone().unwrap_or_default();
+    assert!(
+        failure.contains("gated") && failure.contains("HF_TOKEN"),
+        "{failure}"
+    );
+    assert!(
+        doc.hub[0]
+            .failure
+            .as_deref()
+            .is_some_and(|f| f.contains("gated")),
+        "{:?}",
+        doc.hub
+    );
+
+    hub.reset_counts();
+    let bin = predict(
+        &python,
+        home.path(),
+        tmp.path(),
+        &hub,
+        "org/bin-only",
+        &out.path().join("b.json"),
+    );
+    let said = format!("{}{}", bin.stdout(), bin.stderr());
+    assert_eq!(bin.code(), Some(1), "{said}");
+    let failure = bin.prediction().failure.unwrap_or_default();
+    assert!(
+        failure.contains("pytorch_model.bin")
+            && failure.contains("without a header")
+            && failure.contains("--model org/bin-only"),
+        "{failure}"
+    );
+    assert!(
+        hub.bytes_sent() < 1 << 20,
+        "{} bytes sent",
+        hub.bytes_sent()
+    );
+
+    let unreachable = Run::predict()
+        .output(out.path().join("u.json"))
+        .args(["--python", &python, "--card", "H100 80GB", "--script"])
+        .arg(fixture("scripts/hub/from_pretrained_train.py"))
+        .args(["--", "org/anything"])
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env("HF_HUB_DOWNLOAD_TIMEOUT", "2")
+        .env("TMPDIR", tmp.path())
+        .finish();
+    let said = format!("{}{}", unreachable.stdout(), unreachable.stderr());
+    assert_eq!(unreachable.code(), Some(4), "{said}");
+    let doc = unreachable.prediction();
+    assert!(doc.hub.iter().any(|h| h.network_failure), "{:?}", doc.hub);
+    assert!(
+        doc.failure.unwrap_or_default().contains("network"),
+        "{said}"
     );
 }

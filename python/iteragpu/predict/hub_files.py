@@ -44,6 +44,9 @@ class HubFiles:
         self.hole_filled = hole_filled
         self.root = os.environ.get(OVERLAY_VARIABLE) or None
         self.originals: dict[str, Any] = {}
+        # Said with a refusal when the script gave a token in code: the Hub client reads the
+        # environment's (HF_TOKEN, the token file), never a value from the script's arguments.
+        self._token_hint = ""
 
     def install(self) -> None:
         """The worker's `HF_HUB_CACHE` becomes the overlay; huggingface_hub is patched now if
@@ -145,7 +148,10 @@ class HubFiles:
         return patched
 
     # ------------------------------------------------------------ the answers
-    def _query(self, repo: str, revision: Any, files: list[str], cache_dir: Any, local_only: bool, listing: bool = False) -> dict[str, Any]:
+    def _query(self, repo: str, revision: Any, files: list[str], cache_dir: Any, local_only: bool, listing: bool = False, token: Any = None) -> dict[str, Any]:
+        self._token_hint = (
+            " (the token the script passes in code is not used by a prediction: give it in HF_TOKEN, or `hf auth login`)" if isinstance(token, str) else ""
+        )
         user_cache, overlay = self._overlay_cache(cache_dir)
         answer = self.ask(
             "hub_query",
@@ -162,7 +168,7 @@ class HubFiles:
         )
         error = answer.get("error")
         if error:
-            raise HubUnavailable(str(error.get("message")))
+            raise HubUnavailable(str(error.get("message")) + self._token_hint)
         for file, path in (answer.get("files") or {}).items():
             if path is not None and file.endswith(".safetensors"):
                 self.hole_filled(path)
@@ -174,7 +180,7 @@ class HubFiles:
         filename = str(a["filename"])
         subfolder = a.get("subfolder")
         full = f"{subfolder}/{filename}" if subfolder else filename
-        answer = self._query(a["repo_id"], a.get("revision"), [full], a.get("cache_dir"), a.get("local_files_only", False))
+        answer = self._query(a["repo_id"], a.get("revision"), [full], a.get("cache_dir"), a.get("local_files_only", False), token=a.get("token"))
         path = (answer.get("files") or {}).get(full)
         if path is None:
             raise _entry_not_found(f"{a['repo_id']} has no file {full} at commit {answer.get('commit')} (iteragpu's Hub client)")
@@ -186,11 +192,11 @@ class HubFiles:
             return original(*args, **kwargs)
         repo, revision, cache_dir = a["repo_id"], a.get("revision"), a.get("cache_dir")
         local_only = a.get("local_files_only", False)
-        listed = self._query(repo, revision, [], cache_dir, local_only, listing=True)
+        listed = self._query(repo, revision, [], cache_dir, local_only, listing=True, token=a.get("token"))
         from huggingface_hub.utils import filter_repo_objects
 
         files = list(filter_repo_objects(listed.get("listing") or [], allow_patterns=a.get("allow_patterns"), ignore_patterns=a.get("ignore_patterns")))
-        answer = self._query(repo, revision, files, cache_dir, local_only) if files else listed
+        answer = self._query(repo, revision, files, cache_dir, local_only, token=a.get("token")) if files else listed
         self._local_dir(a, "snapshot_download")
         return answer["snapshot"]
 
