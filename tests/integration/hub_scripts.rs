@@ -387,3 +387,58 @@ fn predict_a_scripts_hub_failures_say_the_reason_and_the_fix() {
         "{said}"
     );
 }
+
+/// `datasets.load_dataset` of a Hub data set too large to fetch: refused with its size and the
+/// fix before a byte of its data is fetched (data are never invented).
+#[test]
+#[ignore = "needs torch and datasets"]
+fn a_data_set_too_large_to_fetch_is_refused_with_its_size() {
+    let python = python_with(&["torch", "datasets"]);
+    let mut files = BTreeMap::new();
+    files.insert("README.md".to_string(), File::Bytes(b"# data".to_vec()));
+    for i in 0..3 {
+        files.insert(
+            format!("data/train-0000{i}-of-00003.parquet"),
+            File::Shard {
+                head: b"PAR1".to_vec(),
+                len: 5_000_000_000,
+            },
+        );
+    }
+    let repos = BTreeMap::from([(
+        "datasets/org/big-corpus".to_string(),
+        Repo {
+            commit: commit_of("org/big-corpus"),
+            files,
+            behaviour: Behaviour::Normal,
+        },
+    )]);
+    let hub = Hub::start(repos);
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("data.py");
+    std::fs::write(
+        &script,
+        "import torch\nfrom datasets import load_dataset\nx = torch.zeros(1024, device='cuda')\nds = load_dataset('org/big-corpus', split='train')\n",
+    )
+    .unwrap();
+    let run = Run::predict()
+        .output(dir.path().join("d.json"))
+        .args(["--python", &python, "--card", "H100 80GB", "--script"])
+        .arg(&script)
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(1), "{said}");
+    let failure = run.prediction().failure.unwrap_or_default();
+    assert!(
+        failure.contains("15,000,000,000 bytes") && failure.contains("streaming=True"),
+        "{failure}"
+    );
+    assert!(
+        !hub.requests().iter().any(|r| r.contains(".parquet")),
+        "{:?}",
+        hub.requests()
+    );
+}

@@ -295,6 +295,12 @@ fn route(state: &State, request: &Request) -> Option<Answer> {
         let (repo_id, rev) = rest.split_once("/revision/").unwrap_or((rest, "main"));
         return Some(api(state, request, repo_id, &rev.replace("%2F", "/")));
     }
+    if let Some(rest) = path.strip_prefix("/api/datasets/") {
+        // A data set's description (its files and their sizes), kept under `datasets/ORG/NAME`.
+        let (repo_id, rev) = rest.split_once("/revision/").unwrap_or((rest, "main"));
+        let key = format!("datasets/{repo_id}");
+        return Some(api(state, request, &key, &rev.replace("%2F", "/")));
+    }
     if let Some(rest) = path.strip_prefix("/cdn/") {
         // /cdn/ORG/NAME/COMMIT/FILE: what the Hub's storage serves after the redirect.
         let mut parts = rest.splitn(4, '/');
@@ -433,10 +439,12 @@ fn api(state: &State, request: &Request, repo_id: &str, rev: &str) -> Answer {
     }
     let siblings: Vec<_> = repo
         .files
-        .keys()
-        .map(|f| serde_json::json!({"rfilename": f}))
+        .iter()
+        .map(|(f, file)| serde_json::json!({"rfilename": f, "size": file.len()}))
         .collect();
-    let body = serde_json::json!({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "siblings": siblings});
+    let id = repo_id.strip_prefix("datasets/").unwrap_or(repo_id);
+    let body =
+        serde_json::json!({"id": id, "modelId": id, "sha": repo.commit, "siblings": siblings});
     Answer {
         status: 200,
         headers: vec![("Content-Type".into(), "application/json".into())],

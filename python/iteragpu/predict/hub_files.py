@@ -60,6 +60,7 @@ class HubFiles:
         os.environ["HF_HUB_CACHE"] = default
         os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
         after_import("huggingface_hub", self._patch)
+        after_import("datasets", self._patch_datasets)
 
     # ------------------------------------------------------------ the cache folders
     def _overlay_cache(self, cache_dir: Any) -> tuple[str | None, str]:
@@ -227,6 +228,81 @@ class HubFiles:
                 f"{name}(local_dir={os.fspath(a['local_dir'])!r}): the prediction returned the files' place in its own overlay "
                 "and wrote nothing in that folder (a hole-filled weight file never lands where a real run could load it)"
             )
+
+
+    # ------------------------------------------------------------ data sets
+    def _patch_datasets(self, package: Any) -> None:
+        """`datasets.load_dataset` of a Hub data set: its data are real (a prediction reads the
+        lengths of real rows), fetched by `datasets` itself, but one above [`DATA_CAP`] bytes is
+        refused before a byte of it is fetched, with its size and the fix. Streaming reads rows
+        as they come: left alone."""
+        load = package.__dict__.get("load_dataset")
+        if load is None or getattr(load, "_iteragpu", False):
+            return
+        replacement = self._wrap(load, self.load_dataset)
+        for module in list(sys.modules.values()):
+            names = getattr(module, "__dict__", None)
+            if isinstance(names, dict) and names.get("load_dataset") is load:
+                names["load_dataset"] = replacement
+
+    def load_dataset(self, original: Any, a: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        path = a.get("path")
+        if not isinstance(path, str) or a.get("streaming") or os.path.exists(path) or path in _packaged_builders():
+            return original(*args, **kwargs)
+        size = _data_set_bytes(path, a.get("revision"), a.get("data_files"), a.get("data_dir"))
+        if size is not None and size > DATA_CAP:
+            raise HubUnavailable(
+                f"load_dataset({path!r}): its data files on the Hub hold {size:,} bytes ({size / 1e9:.2f} GB), above the "
+                f"{DATA_CAP / 1e9:.0f} GB a prediction fetches: data are never invented, so give a local sample "
+                "(load_dataset('json', data_files='sample.jsonl')), a smaller part (data_files=… or split='train[:1000]' with "
+                "data_files naming one shard), or streaming=True"
+            )
+        return original(*args, **kwargs)
+
+
+# The most bytes of a data set's files a prediction lets `datasets` fetch.
+DATA_CAP = 2_000_000_000
+
+
+def _packaged_builders() -> set[str]:
+    """`datasets`' own builders (`json`, `csv`, `parquet`, …): names that are no Hub id."""
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+    except ImportError:
+        return set()
+    return set(_PACKAGED_DATASETS_MODULES)
+
+
+def _data_set_bytes(path: str, revision: Any, data_files: Any, data_dir: Any) -> int | None:
+    """The bytes of the data files `load_dataset` would fetch, from the Hub's file list (None
+    when it cannot be read: `datasets` then answers as it would)."""
+    import fnmatch
+
+    try:
+        from huggingface_hub import HfApi
+
+        info = HfApi().dataset_info(path, revision=None if revision is None else str(revision), files_metadata=True)
+    except Exception:  # offline, missing, refused: datasets' own call says so
+        return None
+    patterns: list[str] = []
+    if isinstance(data_files, str):
+        patterns = [data_files]
+    elif isinstance(data_files, dict):
+        for value in data_files.values():
+            patterns += [value] if isinstance(value, str) else list(value)
+    elif data_files is not None:
+        patterns = [str(f) for f in data_files]
+    total = 0
+    for sibling in info.siblings or []:
+        name = sibling.rfilename
+        if name.endswith((".md", ".gitattributes", ".py")) or name.startswith("."):
+            continue
+        if data_dir is not None and not name.startswith(str(data_dir).rstrip("/") + "/"):
+            continue
+        if patterns and not any(fnmatch.fnmatch(name, p) or name == p for p in patterns):
+            continue
+        total += int(sibling.size or 0)
+    return total
 
 
 def _offline() -> bool:
