@@ -249,7 +249,7 @@ fn the_worker_emits_every_event_of_the_schema_and_no_other() {
         "",
         &[repo("python")],
     );
-    assert_eq!(out.lines().count(), 21, "{out}");
+    assert_eq!(out.lines().count(), 22, "{out}");
 }
 
 /// The Python tracker's `Category` enum and Rust's `schema::trace::Category` name the same

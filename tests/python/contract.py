@@ -271,8 +271,8 @@ def check_events(schema: dict[str, Any], lines: list[str]) -> list[str]:
     return sorted(seen)
 
 
-# An event sent by name in the worker's source: `channel.emit("note", …)`, `self._emit(\n "alloc"`.
-EMIT = re.compile(r'\b_?(?:emit|events)\(\s*"([a-z_]+)"')
+# An event sent by name in the worker's source: `channel.emit("note", …)`, `self._emit(\n "alloc"`, a question `ask("hub_query", …)`.
+EMIT = re.compile(r'\b_?(?:emit|events|ask)\(\s*"([a-z_]+)"')
 
 
 def check_emitted(schema: dict[str, Any], lines: list[str]) -> list[str]:

@@ -510,3 +510,53 @@ fn write_hole_filled(path: &Path, len: u64, head: &[u8]) -> std::io::Result<()> 
     f.set_len(len.max(head.len() as u64))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_names_only_caches_inside_the_overlay() {
+        let overlay = Overlay::new().unwrap();
+        let root = overlay.path().to_path_buf();
+        assert_eq!(overlay.cache_for(None), Some(root.join("default")));
+        assert_eq!(
+            overlay.cache_for(Some("cache-0123456789abcdef")),
+            Some(root.join("cache-0123456789abcdef"))
+        );
+        for bad in [
+            "../x",
+            "cache-../../etc",
+            "cache-0123",
+            "/tmp",
+            "cache-0123456789ABCDEF",
+        ] {
+            assert_eq!(overlay.cache_for(Some(bad)), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_hole_filled_shard_has_its_true_size_and_no_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let head = [
+            16u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ', b' ', b' ', b' ', b' ', b' ', b' ', b' ',
+            b' ', b' ', b' ', b' ', b' ', b' ',
+        ];
+        write_hole_filled(&path, 1 << 30, &head).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), 1 << 30);
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+        assert_eq!(&std::fs::read(&path).unwrap()[..head.len()], &head);
+    }
+
+    #[test]
+    fn an_overlay_is_removed_with_its_prediction() {
+        let overlay = Overlay::new().unwrap();
+        let root = overlay.path().to_path_buf();
+        std::fs::create_dir_all(root.join("default/models--a--b/snapshots")).unwrap();
+        drop(overlay);
+        assert!(!root.exists());
+    }
+}
