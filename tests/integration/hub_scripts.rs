@@ -11,9 +11,12 @@ use super::hub_server::{Behaviour, File, Hub, Repo, commit_of, shard};
 
 const REPO: &str = "org/tiny-llama-train";
 
+/// A shard's tensors: name, safetensors dtype, shape.
+type Tensors = Vec<(String, &'static str, Vec<u64>)>;
+
 /// A Llama of 2 layers (hidden 256, vocabulary 32,000) in bfloat16: its config, and one
 /// `model.safetensors` whose tensors follow from it (about 36 MB, nearly all of it data).
-fn tiny_llama() -> (Vec<u8>, Vec<(String, &'static str, Vec<u64>)>) {
+fn tiny_llama() -> (Vec<u8>, Tensors) {
     let (vocab, hidden, inter, kv) = (32_000u64, 256u64, 512u64, 128u64);
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,

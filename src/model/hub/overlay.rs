@@ -69,6 +69,9 @@ pub struct HubQuery {
     pub local_only: bool,
 }
 
+/// Why a query was refused, with the repository and revision it was for (when they were read).
+type Refusal = (HubError, Option<(String, String)>);
+
 /// A repository at a revision, as resolved once per prediction.
 struct Resolved {
     commit: String,
@@ -149,7 +152,8 @@ impl Overlay {
                 v["id"] = serde_json::json!(query.id);
                 v
             }
-            Err((e, repo_rev)) => {
+            Err(refusal) => {
+                let (e, repo_rev) = *refusal;
                 let network = matches!(e, HubError::Unreachable { .. });
                 let message = e.to_string();
                 if let Some(key) = repo_rev {
@@ -178,27 +182,23 @@ impl Overlay {
             })
     }
 
-    #[allow(clippy::type_complexity)]
-    fn serve(
-        &mut self,
-        query: &HubQuery,
-    ) -> Result<serde_json::Value, (HubError, Option<(String, String)>)> {
+    fn serve(&mut self, query: &HubQuery) -> Result<serde_json::Value, Box<Refusal>> {
         let text = match &query.revision {
             Some(rev) => format!("{}@{rev}", query.repo),
             None => query.repo.clone(),
         };
         let Some(id) = HubId::parse(&text) else {
-            return Err((
+            return Err(Box::new((
                 HubError::Failed {
                     id: crate::output::terminal_safe(&text).into_owned(),
                     what: "reading the repository id".into(),
                     reason: "not an id of the Hub (ORG/NAME[@REVISION])".into(),
                 },
                 None,
-            ));
+            )));
         };
         let key = (id.repo.clone(), id.revision().to_string());
-        let fail = |e: HubError| (e, Some(key.clone()));
+        let fail = |e: HubError| Box::new((e, Some(key.clone())));
         let mut s = Settings::from_env().map_err(fail)?;
         s.offline |= query.local_only;
         if let Some(dir) = &query.cache_dir {
