@@ -18,6 +18,8 @@ mod hub;
 mod hub_server;
 #[path = "integration/launch.rs"]
 mod launch;
+#[path = "integration/launch_ranks.rs"]
+mod launch_ranks;
 #[path = "integration/lifetimes.rs"]
 mod lifetimes;
 #[path = "integration/limits.rs"]
