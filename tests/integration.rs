@@ -20,6 +20,8 @@ mod hub_scripts;
 mod hub_server;
 #[path = "integration/launch.rs"]
 mod launch;
+#[path = "integration/launch_ranks.rs"]
+mod launch_ranks;
 #[path = "integration/lifetimes.rs"]
 mod lifetimes;
 #[path = "integration/limits.rs"]

@@ -31,6 +31,7 @@ LIBRARIES: tuple[str, ...] = (
     "peft",
     "accelerate",
     "trl",
+    "deepspeed",
     "bitsandbytes",
     "torchao",
     "lightning",

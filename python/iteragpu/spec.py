@@ -153,6 +153,10 @@ class Script:
     # What runs when it is not the file itself: {"kind": "module"|"console", "name", "program"}
     # (a command line as typed: `python -m MODULE`, a console script; iteragpu.launch).
     entry: Optional[dict] = None
+    # What the command's launcher sets for a rank (accelerate's, DeepSpeed's variables), and
+    # whether DeepSpeed's `--local_rank=N` comes before the arguments (iteragpu.launch).
+    env: Optional[dict] = None
+    local_rank_arg: bool = False
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None

@@ -94,10 +94,11 @@ def run_script(spec: Script) -> int:
 
     script = spec.script
     entry = spec.entry or {}
+    args = launcher_rank(spec)
     try:
         if entry.get("kind") == "module":
             # `python -m MODULE`: the working directory first on the path, as Python puts it.
-            sys.argv = [script] + list(spec.script_args)
+            sys.argv = [script] + args
             sys.path.insert(0, os.getcwd())
             runpy.run_module(str(entry["name"]), run_name="__main__", alter_sys=True)
         elif entry.get("kind") == "console":
@@ -107,7 +108,7 @@ def run_script(spec: Script) -> int:
             # as the shell's wrapper would): the only names looked up are that target's.
             import importlib
 
-            sys.argv = [str(entry.get("program", script))] + list(spec.script_args)
+            sys.argv = [str(entry.get("program", script))] + args
             module_name, _, attrs = str(entry["name"]).partition(":")
             target: Any = importlib.import_module(module_name.strip())
             for attr in attrs.strip().split(".") if attrs.strip() else ():
@@ -115,7 +116,7 @@ def run_script(spec: Script) -> int:
             result = target()
             return result if isinstance(result, int) else (0 if result is None else 1)
         else:
-            sys.argv = [script] + list(spec.script_args)
+            sys.argv = [script] + args
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
@@ -124,6 +125,26 @@ def run_script(spec: Script) -> int:
             return 0
         return code if isinstance(code, int) else 1
     return 0
+
+
+# What a rank's own launch gives it (torchrun's under `measure`, the prediction's fake process
+# group): a launcher's value for these is rank 0's, and stands only where the rank has none.
+_RANK_OWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_rank(spec: Script) -> list[str]:
+    """The environment the command's launcher gives a rank, set in this process (`spec.env`:
+    computed by the launcher's own code in iteragpu.launch), and the script's arguments as the
+    launcher passes them: DeepSpeed's `--local_rank=N` first, N this rank's LOCAL_RANK."""
+    for key, value in (spec.env or {}).items():
+        if key in _RANK_OWN or key.startswith("TORCHELASTIC_"):
+            os.environ.setdefault(key, str(value))
+        else:
+            os.environ[key] = str(value)
+    args = list(spec.script_args)
+    if spec.local_rank_arg:
+        args.insert(0, f"--local_rank={os.environ.get('LOCAL_RANK', '0')}")
+    return args
 
 
 _LIBRARIES: tuple[str, ...] = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)

@@ -48,6 +48,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         TrialOutcome::Measured(result) => result,
     };
     check::kv_cache(&mut result, &kv_estimates);
+    result.notes.extend(plan.launch_notes.iter().cloned());
     result.notes.extend(plan.precision_note());
     result.notes.extend(plan.requests_note());
     if let Some(staged) = snapshot {

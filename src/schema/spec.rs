@@ -23,6 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::estimate::kv_cache::CacheKind;
@@ -178,6 +179,14 @@ pub struct ScriptSpec {
     /// module's file (the code the run's hash covers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<ScriptEntry>,
+    /// What the command's launcher sets for a rank (accelerate's ACCELERATE_*/FSDP_*, DeepSpeed's
+    /// RANK, MASTER_*, …): set before the script runs; a rank's own RANK, LOCAL_RANK,
+    /// WORLD_SIZE, MASTER_* and TORCHELASTIC_* (torchrun's, or the prediction's) stand.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// DeepSpeed's launcher passes `--local_rank=N` (the rank's LOCAL_RANK) before the arguments.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local_rank_arg: bool,
 }
 
 /// A module or a console entry point, as `python -m` and the installed wrapper run them.

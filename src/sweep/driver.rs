@@ -167,6 +167,8 @@ fn new_series(plan: &SweepPlan, runner: &dyn Runner) -> Series {
                 )
             })
             .into_iter()
+            // `-- COMMAND`: what its launcher was resolved to.
+            .chain(plan.base.launch_notes.iter().cloned())
             .collect(),
         devices,
         trials: Vec::new(),

@@ -175,13 +175,15 @@ impl SweepPlan {
             }
         }
         check_trial_count(&vary)?;
-        if m.script.is_some() && mode != SweepMode::Loads {
+        // A script, or a command line as typed (`-- torchrun … train.py`).
+        let script = m.script.is_some() || !m.script_args.is_empty();
+        if script && mode != SweepMode::Loads {
             // A script only sees what its arguments say: each varied dimension must appear there.
             for v in &vary {
                 let placeholder = format!("{{{}}}", v.variable);
                 if !m.script_args.iter().any(|a| a.contains(&placeholder)) {
                     bail!(
-                        "--vary {0} with --script: the script never receives the value; write {{{0}}} in its arguments, e.g. -- --{0} {{{0}}}",
+                        "--vary {0} with a script: the script never receives the value; write {{{0}}} in its arguments, e.g. -- --{0} {{{0}}}",
                         v.variable
                     );
                 }
@@ -205,7 +207,11 @@ impl SweepPlan {
         }
         let limit = limit(args)?;
         // Validate the base configuration before anything runs (bad input exits 1).
-        let base = RunPlan::new(m)?;
+        let base = if args.predict {
+            RunPlan::for_predicted_sweep(m)?
+        } else {
+            RunPlan::new(m)?
+        };
         crate::prediction::kv_estimates(&base)?;
         let target = if args.predict {
             Some(prediction_target(args, &base)?)
@@ -222,7 +228,7 @@ impl SweepPlan {
             .map(|v| v.variable)
             .chain(loads.iter().flat_map(|l| l.values.iter().map(|(v, _)| *v)));
         for variable in varied {
-            if !base.uses(variable) && m.script.is_none() {
+            if !base.uses(variable) && !script {
                 bail!(
                     "{variable} has no effect on {}: varying it would run the same workload again; vary one of {}",
                     base.describe(),

@@ -121,6 +121,10 @@ pub struct ScriptPlan {
     pub args_template: Vec<String>,
     /// A module or console script run instead of the file (`-- COMMAND`, `workload::launch`).
     pub entry: Option<crate::schema::spec::ScriptEntry>,
+    /// What the command's launcher sets for a rank (`ScriptSpec::env`).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// DeepSpeed's `--local_rank=N` before the arguments.
+    pub local_rank_arg: bool,
 }
 
 /// The training loop (measured with AdamW or SGD, in fp32, bf16-mixed, fp16-mixed or bf16).

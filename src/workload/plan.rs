@@ -50,8 +50,7 @@ pub struct RunPlan {
     pub torchrun: Option<Torchrun>,
     /// `predict --world-size N`: rank 0 of N ranks on PyTorch's fake process group.
     pub predicted_world_size: Option<u64>,
-    /// `-- COMMAND`: the ranks its launcher starts (more than one) and what was resolved.
-    pub launch_world_size: Option<u64>,
+    /// `-- COMMAND`: what its launcher was resolved to, said in the result's notes.
     pub launch_notes: Vec<String>,
     /// What the allocator records: live allocations' frames for the post-mortem (the default),
     /// the whole timeline (`--timeline`), or nothing (`--no-history`).
@@ -60,19 +59,16 @@ pub struct RunPlan {
 
 impl RunPlan {
     /// Validates the options of `measure` (and of the base configuration of a sweep).
+    /// A command's ranks (`-- torchrun --nproc-per-node 2 …`, `-- accelerate launch …`) run for
+    /// real, under torchrun itself, as `--nproc-per-node` runs them.
     pub fn new(args: &RunOptions) -> Result<RunPlan> {
-        let plan = Self::build(args, None)?;
-        if let Some(n) = plan.launch_world_size
-            && plan.torchrun.is_none()
-        {
-            bail!(
-                "-- {}: its launcher starts {n} ranks, which measure runs through torchrun itself: give --nproc-per-node {n} with --script (the path the command runs: {})",
-                args.script_args.join(" "),
-                plan.script_path()
-                    .map_or(String::from("?"), |p| p.display().to_string())
-            );
-        }
-        Ok(plan)
+        Self::build(args, None, Ranks::Measured)
+    }
+
+    /// The options of `sweep --predict`: a command's ranks are the predicted world, as in
+    /// `predict` (each trial's prediction checks the rest).
+    pub fn for_predicted_sweep(args: &RunOptions) -> Result<RunPlan> {
+        Self::build(args, None, Ranks::Predicted)
     }
 
     /// Validates the options of `predict`, for rank 0 of `world_size` ranks when given (at most
@@ -90,7 +86,7 @@ impl RunPlan {
                 "--world-size {n} is above the {MAX_PREDICTED_WORLD_SIZE} ranks predict follows: PyTorch's fake process group costs time per rank (16,384 ranks took 229 s on 2 cores); for a larger job, `iteragpu estimate --train --shard … --world-size {n}` gives one rank's memory by arithmetic"
             );
         }
-        let plan = Self::build(args, world_size)?;
+        let plan = Self::build(args, world_size, Ranks::Predicted)?;
         let cap = crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
         if let WorkloadPlan::Vlm(v) = &plan.workload {
             plan.check_vlm_images(
@@ -118,12 +114,32 @@ impl RunPlan {
             .or(self.predicted_world_size)
     }
 
-    fn build(args: &RunOptions, predicted_world_size: Option<u64>) -> Result<RunPlan> {
+    fn build(
+        args: &RunOptions,
+        predicted_world_size: Option<u64>,
+        ranks: Ranks,
+    ) -> Result<RunPlan> {
         // ITERAGPU_WORKER_MEMORY is checked here, before anything runs, for both kinds of worker.
         crate::workload::process::predict_memory_cap().map_err(anyhow::Error::msg)?;
-        let torchrun = torchrun(args)?;
-        let mut launched_world = None;
-        let mut launch_notes = Vec::new();
+        // A command line as typed: `-- python -m pkg.train`, `-- torchrun … train.py`.
+        let launched = match (&args.script, args.script_args.is_empty()) {
+            (None, false) => {
+                let python = crate::python_side::interpreter(args.python.as_deref());
+                Some(
+                    super::launch::resolve(&python, &args.script_args)
+                        .map_err(|why| anyhow::anyhow!(why))?,
+                )
+            }
+            _ => None,
+        };
+        let launched_world = launched
+            .as_ref()
+            .and_then(|l| l.world_size)
+            .filter(|n| *n > 1);
+        let torchrun = match (ranks, &launched) {
+            (Ranks::Measured, Some(l)) => launched_torchrun(args, l)?,
+            _ => torchrun(args)?,
+        };
         let devices = match (&torchrun, args.device.is_empty()) {
             (None, true) => vec!["cuda:0".to_string()],
             (Some(t), true) => (0..t.nproc_per_node).map(|k| format!("cuda:{k}")).collect(),
@@ -175,18 +191,16 @@ impl RunPlan {
                 path: std::fs::canonicalize(script)?,
                 args_template: args.script_args.clone(),
                 entry: None,
+                env: Default::default(),
+                local_rank_arg: false,
             })
-        } else if !args.script_args.is_empty() {
-            // A command line as typed: `-- python -m pkg.train`, `-- torchrun … train.py`.
-            let python = crate::python_side::interpreter(args.python.as_deref());
-            let launched = super::launch::resolve(&python, &args.script_args)
-                .map_err(|why| anyhow::anyhow!(why))?;
-            launched_world = launched.world_size.filter(|n| *n > 1);
-            launch_notes = launched.notes.clone();
+        } else if let Some(launched) = &launched {
             WorkloadPlan::Script(ScriptPlan {
-                path: launched.script,
-                args_template: launched.args,
-                entry: launched.entry,
+                path: launched.script.clone(),
+                args_template: launched.args.clone(),
+                entry: launched.entry.clone(),
+                env: launched.env.clone(),
+                local_rank_arg: launched.local_rank_arg,
             })
         } else {
             match args.workload {
@@ -211,6 +225,20 @@ impl RunPlan {
             dims.resolution = h;
             dims.resolution_width = w;
         }
+        let launch_notes = launched
+            .map(|l| {
+                let mut notes = l.notes;
+                if let (Ranks::Measured, Some(t), Some(_)) = (ranks, &torchrun, launched_world)
+                    && l.launcher != "torchrun"
+                {
+                    notes.push(format!(
+                        "the {} command's {} ranks of this node ran under torchrun (PyTorch's launcher, as measure runs ranks), each with the environment {} gives a rank",
+                        l.launcher, t.nproc_per_node, l.launcher
+                    ));
+                }
+                notes
+            })
+            .unwrap_or_default();
         let plan = RunPlan {
             workload,
             dims,
@@ -221,8 +249,10 @@ impl RunPlan {
             alloc_conf: args.alloc_conf,
             torchrun,
             keep_children: args.keep_children,
-            predicted_world_size: predicted_world_size.or(launched_world),
-            launch_world_size: launched_world,
+            predicted_world_size: match ranks {
+                Ranks::Predicted => predicted_world_size.or(launched_world),
+                Ranks::Measured => predicted_world_size,
+            },
             launch_notes,
             history: (!args.no_history).then(|| HistorySpec {
                 mode: if args.timeline {
@@ -758,6 +788,8 @@ impl RunPlan {
             }
             WorkloadPlan::Script(p) => WorkloadSpec::Script(ScriptSpec {
                 entry: p.entry.clone(),
+                env: p.env.clone(),
+                local_rank_arg: p.local_rank_arg,
                 script: p.path.clone(),
                 script_args: p
                     .args_template
@@ -987,6 +1019,29 @@ const DEFAULTS: Dimensions = Dimensions {
     requests: 1,
     images_per_request: 1,
 };
+
+/// How the ranks a command's launcher starts are followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ranks {
+    /// For real, under torchrun (`measure`, a measured sweep).
+    Measured,
+    /// As the world of a prediction of rank 0 (`predict`, `sweep --predict`).
+    Predicted,
+}
+
+/// The torchrun job that runs a command's ranks for real, validated as `--nproc-per-node` and
+/// the multi-node options are (`launch::node_options`).
+fn launched_torchrun(args: &RunOptions, l: &super::launch::Launched) -> Result<Option<Torchrun>> {
+    match super::launch::node_options(args, l).map_err(anyhow::Error::msg)? {
+        None => torchrun(args),
+        Some(node) => torchrun(&node).map_err(|e| {
+            anyhow::anyhow!(
+                "-- {}: its ranks run under torchrun on this node: {e}",
+                args.script_args.join(" ")
+            )
+        }),
+    }
+}
 
 /// `--nproc-per-node` and the multi-node options, validated.
 fn torchrun(args: &RunOptions) -> Result<Option<Torchrun>> {

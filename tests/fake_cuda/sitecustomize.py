@@ -2,7 +2,7 @@
 CUDA device whose memory counters the test scripts drive. Never a product mode: it lives under
 tests/ and is active only when this folder is on PYTHONPATH and FAKE_CUDA_DEVICES is set.
 
-torch.__version__ gains "+fakecuda", so every result recorded with it says that it is not a GPU
+torch.__version__ gains "+fakecuda" (".fakecuda" after a local part such as "+cu132"), so every result recorded with it says that it is not a GPU
 measurement. A script allocates fake device memory with `torch.cuda._fake_allocate(nbytes)` and
 frees it with `torch.cuda._fake_free(nbytes)`; tensors themselves stay on the CPU.
 """
@@ -71,7 +71,9 @@ def _patch(torch):
 
     global _OOM
     _OOM = getattr(torch, "OutOfMemoryError", _OOM)
-    torch.__version__ = str(torch.__version__) + "+fakecuda"
+    # A valid PEP 440 version still (libraries such as DeepSpeed parse it): a local part, or one more segment of it.
+    version = str(torch.__version__)
+    torch.__version__ = version + (".fakecuda" if "+" in version else "+fakecuda")
     cuda.is_available = lambda: True
     cuda.device_count = lambda: devices
     cuda.get_device_properties = props

@@ -135,27 +135,113 @@ fn predict_refuses_a_command_it_cannot_resolve_naming_it() {
     assert!(said.contains("missing.py: no such file"), "{said}");
 }
 
-/// measure runs ranks through torchrun itself (`--nproc-per-node`): a multi-rank command is
-/// refused with that fix, naming the file it runs (torchrun's parser is torch's).
+/// `accelerate launch --config_file fsdp.yaml` (2 processes, the FSDP plugin): the variables
+/// accelerate's own launcher code prepares from the config reach the script, whose rank 0 of 2
+/// gets per-phase figures.
 #[test]
-#[ignore = "needs torch"]
-fn measure_refuses_a_multi_rank_command_with_the_fix() {
-    let python = python_with(&["torch"]);
+#[ignore = "needs torch and accelerate"]
+fn predict_accelerate_launch_with_an_fsdp_config_gives_the_ranks_its_variables() {
+    let python = python_with(&["torch", "accelerate"]);
     let dir = tempfile::tempdir().unwrap();
-    let script = fixture("scripts/distributed/ddp_train.py")
-        .display()
-        .to_string();
-    let run = Run::measure()
-        .args(["--python", &python])
-        .output(dir.path().join("m.json"))
-        .arg("--")
-        .args(["torchrun", "--nproc-per-node", "2", &script])
-        .finish();
-    let said = format!("{}{}", run.stdout(), run.stderr());
-    assert_eq!(run.code(), Some(1), "{said}");
+    let (said, code, doc) = launched(
+        &python,
+        &[
+            "accelerate",
+            "launch",
+            "--config_file",
+            "fsdp.yaml",
+            "accelerate_env.py",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, Some(0), "{said}");
+    for seen in [
+        "ACCELERATE_USE_FSDP=true",
+        "FSDP_VERSION=2",
+        "FSDP_RESHARD_AFTER_FORWARD=true",
+        "ACCELERATE_MIXED_PRECISION=bf16",
+        "ACCELERATE_DYNAMO_BACKEND=NO",
+    ] {
+        assert!(said.contains(seen), "{seen} not seen by the script: {said}");
+    }
     assert!(
-        said.contains("give --nproc-per-node 2 with --script"),
+        said.contains("COUNTER accelerate_ranks WORLD_SIZE=2 LOCAL_WORLD_SIZE=2"),
         "{said}"
     );
-    assert!(said.contains("ddp_train.py"), "{said}");
+    let doc = doc.unwrap();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    assert_eq!(
+        doc.phases
+            .iter()
+            .filter(|p| p.name.starts_with("backward"))
+            .count(),
+        2,
+        "{said}"
+    );
+    assert!(
+        doc.notes
+            .iter()
+            .any(|n| n.contains("accelerate launch: 2 process(es), FSDP (config fsdp.yaml")),
+        "{:?}",
+        doc.notes
+    );
+    assert!(
+        doc.notes
+            .iter()
+            .any(|n| n.contains("rank 0 of 2 ranks on PyTorch's fake process group")),
+        "{:?}",
+        doc.notes
+    );
+}
+
+/// `deepspeed --num_gpus 2 ds_train.py --deepspeed ds.json`: DeepSpeed's own runner picks the
+/// ranks; the script gets `--local_rank=0` first and DeepSpeed's launcher variables (rank 0 of
+/// 2), and per-phase figures. Not named for the oldest environment, which has no DeepSpeed.
+#[test]
+#[ignore = "needs torch and deepspeed"]
+fn deepspeed_launcher_as_typed_passes_local_rank_and_its_variables() {
+    let python = python_with(&["torch", "deepspeed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (said, code, doc) = launched(
+        &python,
+        &[
+            "deepspeed",
+            "--num_gpus",
+            "2",
+            "ds_train.py",
+            "--deepspeed",
+            "ds.json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("COUNTER ds_local_rank 0 config ds.json"),
+        "{said}"
+    );
+    for seen in [
+        "CROSS_SIZE=1",
+        "LOCAL_RANK=0",
+        "LOCAL_SIZE=2",
+        "RANK=0",
+        "WORLD_SIZE=2",
+    ] {
+        assert!(said.contains(seen), "{seen} not seen by the script: {said}");
+    }
+    let doc = doc.unwrap();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    let phases = |prefix: &str| {
+        doc.phases
+            .iter()
+            .filter(|p| p.name.starts_with(prefix))
+            .count()
+    };
+    assert_eq!((phases("backward"), phases("AdamW.step")), (2, 2), "{said}");
+    assert!(
+        doc.notes
+            .iter()
+            .any(|n| n.contains("deepspeed: 1 node(s) × 2 GPU(s) = 2 ranks")),
+        "{:?}",
+        doc.notes
+    );
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// timeout case needs its ranks to reach their last phase within its limit on 2 cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
