@@ -119,37 +119,8 @@ pub struct PredictionDoc {
     /// `snapshot_download`, `hf_hub_download`), served by the tool's Hub client without their
     /// weights (`model::hub::overlay`); empty when it reached none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hub: Vec<HubServed>,
+    pub hub: Vec<crate::model::hub::overlay::HubServed>,
     pub notes: Vec<String>,
-}
-
-/// One Hub repository (at one revision) as a prediction served it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HubServed {
-    /// `ORG/NAME`.
-    pub repo: String,
-    /// The revision the code asked for (`main` when it named none).
-    pub revision: String,
-    /// The commit it resolved to (40 hexadecimal digits); null when the Hub refused before one
-    /// was known.
-    pub commit: Option<String>,
-    /// Small files read (configs, tokenizers, indexes), real, in the Hugging Face cache as
-    /// huggingface_hub lays it out.
-    pub files: Vec<String>,
-    /// Weight files materialised from their safetensors headers at their true size, their data a
-    /// hole, in the worker's own overlay (removed when the run ended; never in the user's cache).
-    pub hole_filled: Vec<String>,
-    /// The bytes those weight files stand for (none of them crossed the network).
-    pub hole_filled_bytes: u64,
-    /// Bytes received from the Hub for this repository (small files and headers).
-    pub bytes_fetched: u64,
-    /// Why a request was refused or failed (gated, missing, unreachable, a checkpoint without a
-    /// header); null when every request was served.
-    pub failure: Option<String>,
-    /// Whether that failure was the network's (the Hub out of reach): the prediction then exits 4,
-    /// as `--model ORG/NAME` does.
-    #[serde(default)]
-    pub network_failure: bool,
 }
 
 /// The card's memory as a prediction applies it: PyTorch's allocator may reserve

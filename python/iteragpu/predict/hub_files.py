@@ -48,13 +48,11 @@ class HubFiles:
         # environment's (HF_TOKEN, the token file), never a value from the script's arguments.
         self._token_hint = ""
 
-    def install(self) -> None:
+    def install(self, after_import: Callable[[str, Callable[[Any], None]], None]) -> None:
         """The worker's `HF_HUB_CACHE` becomes the overlay; huggingface_hub is patched now if
-        imported, else right after its import."""
+        imported, else right after its import (`after_import`: idioms.py's hook)."""
         if self.root is None:
             return
-        from .idioms import after_import
-
         default = os.path.join(self.root, "default")
         os.makedirs(default, exist_ok=True)
         os.environ["HF_HUB_CACHE"] = default

@@ -80,7 +80,7 @@ class Idioms:
         # On the package's import, before anything binds `from safetensors import safe_open`
         # (transformers' modeling_utils does, before it imports safetensors.torch).
         after_import("safetensors", lambda package: self._safetensors(importlib.import_module("safetensors.torch")))
-        self.hub_files.install()
+        self.hub_files.install(after_import)
         after_import("triton.runtime.jit", self._triton)
         after_import("triton.runtime.autotuner", self._triton)
         after_import("kernels", self.hub_kernels.install)

@@ -29,7 +29,6 @@ use super::http::Client;
 use super::{HubError, HubId, Settings, display, download, header_of, repo_info, tried};
 use crate::model::hub_cache::{self, is_commit, repo_folder, repo_path_ok};
 use crate::model::safetensors::HEADER_CAP;
-use crate::schema::prediction::HubServed;
 
 /// A checkpoint without a header at most this large is fetched whole (a tokenizer's
 /// `tokenizer.model`, a small `training_args.bin`); above it, it is refused with the fix.
@@ -67,6 +66,35 @@ pub struct HubQuery {
     /// The script asked for the cache only (`local_files_only=True`, `HF_HUB_OFFLINE`).
     #[serde(default)]
     pub local_only: bool,
+}
+
+/// One Hub repository (at one revision) as a prediction served it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HubServed {
+    /// `ORG/NAME`.
+    pub repo: String,
+    /// The revision the code asked for (`main` when it named none).
+    pub revision: String,
+    /// The commit it resolved to (40 hexadecimal digits); null when the Hub refused before one
+    /// was known.
+    pub commit: Option<String>,
+    /// Small files read (configs, tokenizers, indexes), real, in the Hugging Face cache as
+    /// huggingface_hub lays it out.
+    pub files: Vec<String>,
+    /// Weight files materialised from their safetensors headers at their true size, their data a
+    /// hole, in the worker's own overlay (removed when the run ended; never in the user's cache).
+    pub hole_filled: Vec<String>,
+    /// The bytes those weight files stand for (none of them crossed the network).
+    pub hole_filled_bytes: u64,
+    /// Bytes received from the Hub for this repository (small files and headers).
+    pub bytes_fetched: u64,
+    /// Why a request was refused or failed (gated, missing, unreachable, a checkpoint without a
+    /// header); null when every request was served.
+    pub failure: Option<String>,
+    /// Whether that failure was the network's (the Hub out of reach): the prediction then exits 4,
+    /// as `--model ORG/NAME` does.
+    #[serde(default)]
+    pub network_failure: bool,
 }
 
 /// Why a query was refused, with the repository and revision it was for (when they were read).
