@@ -346,14 +346,15 @@ class Session:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
         for module in list(self.modules.values()):
-            for b in getattr(module, "_iteragpu_ddp_buckets", ()):
-                tr.tag(b, tracking.Category.COMMUNICATION)
             for p in module.parameters():
                 tr.tag(p, tracking.Category.PARAMETER)
                 if p.grad is not None:
                     tr.tag(p.grad, tracking.Category.GRADIENT)
             for b in module.buffers():
                 tr.tag(b, tracking.Category.BUFFER)
+            # After the gradients: DDP's gradients as views of its buckets stay communication buffers.
+            for b in getattr(module, "_iteragpu_ddp_buckets", ()):
+                tr.tag(b, tracking.Category.COMMUNICATION)
         for opt in list(self.optimizers):
             self._tag_optimizer(opt)
         self.caches = [r for r in self.caches if r() is not None]
