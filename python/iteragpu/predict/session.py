@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, ddp, idioms, memo, quantized, steady
+from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, steady
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -190,6 +190,8 @@ class Session:
         except (ImportError, AttributeError) as exc:
             notes.append(f"DTensor's sharding propagation could not be set apart ({type(exc).__name__}: {exc}): global-shape temporaries may be counted")
         ddp.install(torch, lambda text: None if text in notes else notes.append(text))
+        collectives.install(torch)
+        fsdp1.install(torch)
         self.notes.append(
             f"predicted for rank 0 of {world_size} ranks on PyTorch's fake process group: collectives move no data, "
             "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"
@@ -348,7 +350,8 @@ class Session:
         for module in list(self.modules.values()):
             for p in module.parameters():
                 tr.tag(p, tracking.Category.PARAMETER)
-                if p.grad is not None:
+                # A parameter that is a view (FSDP1's `use_orig_params`) has no .grad of its own to read.
+                if p.is_leaf and p.grad is not None:
                     tr.tag(p.grad, tracking.Category.GRADIENT)
             for b in module.buffers():
                 tr.tag(b, tracking.Category.BUFFER)
