@@ -74,6 +74,8 @@ mod torchrun;
 mod trainers;
 #[path = "integration/user_ddp.rs"]
 mod user_ddp;
+#[path = "integration/user_fsdp.rs"]
+mod user_fsdp;
 #[path = "integration/vision.rs"]
 mod vision;
 #[path = "integration/vlm.rs"]

@@ -428,6 +428,25 @@ def install(torch: Any, target: dict[str, Any], tracker: Any) -> None:
                 namespace[key] = answer
     del keep
     install_accelerator(torch)
+    _record_stream(torch)
+
+
+def _record_stream(torch: Any) -> None:
+    """`tensor.record_stream(stream)` with one of these streams (FSDP1 records its unsharded
+    parameters' and its gradients' streams) is accepted and does nothing: C++ refuses a stream it
+    did not make, and the replay has one stream, so a block's reuse held back until another
+    stream's work ends is not followed."""
+    original = torch.Tensor.record_stream
+    if getattr(original, "_iteragpu", False):
+        return
+
+    def record_stream(self: Any, stream: Any) -> Any:
+        if isinstance(stream, _Stream):
+            return None
+        return original(self, stream)
+
+    record_stream._iteragpu = True  # type: ignore[attr-defined]
+    torch.Tensor.record_stream = record_stream
 
 
 def install_accelerator(torch: Any) -> None:

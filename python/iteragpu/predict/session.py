@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import compat, cuda_api, cudnn_rnn, ddp, idioms, memo, quantized, steady
+from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, steady
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -190,6 +190,8 @@ class Session:
         except (ImportError, AttributeError) as exc:
             notes.append(f"DTensor's sharding propagation could not be set apart ({type(exc).__name__}: {exc}): global-shape temporaries may be counted")
         ddp.install(torch, lambda text: None if text in notes else notes.append(text))
+        collectives.install(torch)
+        fsdp1.install(torch)
         self.notes.append(
             f"predicted for rank 0 of {world_size} ranks on PyTorch's fake process group: collectives move no data, "
             "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"
@@ -346,14 +348,16 @@ class Session:
         """At a phase end, every known role is re-read (a swap or a .to() may have hidden one)."""
         tr = self.tracker
         for module in list(self.modules.values()):
-            for b in getattr(module, "_iteragpu_ddp_buckets", ()):
-                tr.tag(b, tracking.Category.COMMUNICATION)
             for p in module.parameters():
                 tr.tag(p, tracking.Category.PARAMETER)
-                if p.grad is not None:
+                # A parameter that is a view (FSDP1's `use_orig_params`) has no .grad of its own to read.
+                if p.is_leaf and p.grad is not None:
                     tr.tag(p.grad, tracking.Category.GRADIENT)
             for b in module.buffers():
                 tr.tag(b, tracking.Category.BUFFER)
+            # After the gradients: DDP's gradients as views of its buckets stay communication buffers.
+            for b in getattr(module, "_iteragpu_ddp_buckets", ()):
+                tr.tag(b, tracking.Category.COMMUNICATION)
         for opt in list(self.optimizers):
             self._tag_optimizer(opt)
         self.caches = [r for r in self.caches if r() is not None]

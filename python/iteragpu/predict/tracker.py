@@ -724,8 +724,11 @@ class Tracker(TorchDispatchMode):
         import torch.distributed as dist
 
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        if name.startswith("all_gather_into_tensor") and len(args) > 1 and isinstance(args[1], int):
-            world = args[1]  # the functional op's group size
+        if name.startswith(("all_gather_into_tensor", "reduce_scatter_tensor")) and any(isinstance(a, int) and not isinstance(a, bool) for a in args[1:3]):
+            world = next(a for a in args[1:3] if isinstance(a, int) and not isinstance(a, bool))  # the functional op's group size
+        else:
+            with _disable_current_modes():
+                world = collectives.group_size(torch, tuple(args), world)
 
         def known(t: Any) -> Any:
             got = self.values.get(t) if isinstance(t, FakeTensor) else None
@@ -758,6 +761,10 @@ class Tracker(TorchDispatchMode):
         """`.item()`, `bool(t)`, `float(t)`, `format(t)`: the real value when it is known (values
         followed from known inputs, a constant), else a placeholder per the stated policy,
         counted per call site: False for a condition (nothing stops early), 1 for a number."""
+        # A functional collective's pending result (AsyncCollectiveTensor): read as the tensor it
+        # wraps (the collective's output, whose values were followed), as its own dispatch does
+        # once waited for; the wait itself moves nothing on the fake process group.
+        args = tuple(a.elem if type(a).__name__ == "AsyncCollectiveTensor" and isinstance(getattr(a, "elem", None), torch.Tensor) else a for a in args)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not any(isinstance(a, FakeTensor) for a in tensors):
             return func(*args, **kwargs)

@@ -11,8 +11,8 @@
 
 Under `iteragpu predict --world-size N` the process group is already PyTorch's fake one (the
 phase still runs its first collective, so that predicted and measured phases match). DDP's C++
-reducer cannot run on fake tensors (it reads their data pointers): there, its gradient buckets
-are laid out by PyTorch's own bucketing function and allocated as DDP does at construction.
+reducer cannot run on fake tensors (it reads their data pointers): there, the prediction's own
+reducer (`predict/ddp.py`, shared with a script's own DDP) lays out and rebuilds its buckets.
 """
 
 from __future__ import annotations
@@ -120,28 +120,13 @@ def wrap_ddp(torch: Any, model: Any, device: Any) -> Any:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def emulate_ddp(torch: Any, model: Any, bucket_cap_bytes: int = 25 << 20, holder: Any = None) -> Any:
-    """What DDP allocates at construction, on fake tensors: one flat buffer per gradient bucket
-    (the bucket assignment is PyTorch's own function), kept alive with the model. The all-reduce
-    moves no data on the fake group; the grads stay separate tensors, as with
-    gradient_as_bucket_view=False. The second iteration's bucket rebuild (the same bytes, the old
-    and new sets briefly together) is not followed."""
-    import torch.distributed as dist
+def emulate_ddp(torch: Any, model: Any) -> Any:
+    """What DDP does to memory, on fake tensors, with PyTorch's defaults (bucket_cap_mb 25,
+    gradient_as_bucket_view=False): the prediction's own reducer (`predict/ddp.py`), its buckets
+    held with the model."""
+    from ..predict.ddp import Reducer, first_bucket_cap
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    # DDP assigns buckets in reverse order of the parameters (gradients arrive from the end).
-    reversed_params = list(reversed(params))
-    first_cap = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
-    indices, _ = dist._compute_bucket_assignment_by_size(
-        reversed_params, [first_cap, bucket_cap_bytes], [False] * len(reversed_params)
-    )
-    buckets = []
-    for bucket in indices:
-        members = [reversed_params[i] for i in bucket]
-        numel = sum(p.numel() for p in members)
-        buckets.append(torch.empty(numel, dtype=members[0].dtype, device=members[0].device))
-    # The prediction's session tags them as communication buffers.
-    (model if holder is None else holder)._iteragpu_ddp_buckets = buckets
+    model._iteragpu_reducer = Reducer(torch, model, model, 25 << 20, first_bucket_cap(None))
     return model
 
 
