@@ -32,6 +32,8 @@ mod measure;
 mod newest;
 #[path = "integration/notebook.rs"]
 mod notebook;
+#[path = "integration/optimizers.rs"]
+mod optimizers;
 #[path = "integration/outputs.rs"]
 mod outputs;
 #[path = "integration/predict.rs"]

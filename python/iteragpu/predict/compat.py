@@ -14,6 +14,7 @@ def install(torch: Any) -> None:
     _collectives_on_fake_tensors(torch)
     _conv_backend_without_a_driver(torch)
     _fused_gru_cell_on_fake_tensors(torch)
+    _fused_optimizers_on_fake_tensors(torch)
     after_import("torch.distributed.tensor._random", _dtensor_rng)
 
 
@@ -135,6 +136,38 @@ def _fused_gru_cell_on_fake_tensors(torch: Any) -> None:
             lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901
             _LIBRARIES.append(lib)
         lib.impl(op.name().split("::", 1)[1], kernel, "Meta")
+
+
+# The fused optimizer kernels of torch.optim (`fused=True`): in-place on the parameters, their
+# gradients and their states, returning nothing.
+FUSED_OPTIMIZERS = ("_fused_sgd_", "_fused_adagrad_", "_fused_adam_", "_fused_adamw_")
+
+
+def _fused_optimizers_on_fake_tensors(torch: Any) -> None:
+    """`torch.optim.SGD(..., fused=True)` and Adagrad's fused step have no Meta kernel in any
+    torch from 2.6 to 2.15 (Adam's and AdamW's have one, for a float `lr` only), so FakeTensorMode
+    falls back to the CUDA kernel and asks the driver ("Found no NVIDIA driver"). Each of these
+    kernels updates its tensor lists in place through `multi_tensor_apply`, which hands the
+    tensors' addresses to the kernel as arguments: it allocates no device memory of its own (its
+    states, `momentum_buffer` and `step` tensors included, are allocated by torch.optim's Python
+    before the call, where the prediction sees them). Its Meta kernel is therefore empty: every
+    overload (`.default`, `.tensor_lr`) without one gets it, checked on the installed torch."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = [n for n in torch._C._dispatch_get_all_op_names() if n.split(".", 1)[0] in {f"aten::{f}" for f in FUSED_OPTIMIZERS}]
+    lib = None
+    for name in sorted(names):
+        if has(name, "Meta"):
+            continue
+        if lib is None:
+            lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901
+            _LIBRARIES.append(lib)
+        lib.impl(name.split("::", 1)[1], _in_place_without_allocations, "Meta")
+
+
+def _in_place_without_allocations(*args: Any, **kwargs: Any) -> None:
+    """A kernel that updates its arguments in place and allocates nothing (a fake tensor's data
+    are not there to update)."""
+    return None
 
 
 def _conv_backend_without_a_driver(torch: Any) -> None:

@@ -54,6 +54,14 @@ LOOP_BUDGET: int = 1_000
 LARGE_CPU: int = 64 << 20
 # What a read of an unknown value answers: never zero (no division by zero, no empty structure),
 # never True for a condition (no sequence stops early: the longest case).
+
+def _storage_key(t: Any) -> int:
+    """The identity of `t`'s storage, or -1 for a tensor without one (a sparse layout)."""
+    try:
+        return id(t.untyped_storage())
+    except (NotImplementedError, RuntimeError):
+        return -1
+
 class Category(str, enum.Enum):
     """What a storage holds (MemTracker's `_MemRefType`). The value is the word the event stream
     carries: src/schema/trace.rs `Category` reads it, and a test compares the two lists."""
@@ -356,6 +364,16 @@ class Tracker(TorchDispatchMode):
         if type(t) is not FakeTensor and is_traceable_wrapper_subclass(t):
             ids = [self.register(inner, category, tainted) for inner in _inner(t)]
             return next((i for i in ids if i is not None), None)
+        if getattr(t, "layout", None) is torch.sparse_coo:
+            # A sparse COO tensor (an `Embedding(sparse=True)`'s gradient) has no storage of its
+            # own: its indices and values are what the device holds.
+            self.note(
+                "a sparse COO tensor was met (an Embedding(sparse=True)'s gradient, SparseAdam): its indices and values are "
+                "followed where FakeTensorMode makes them as tensors of their own; the sparse ops' own temporaries "
+                "(coalesce) are not, and were never checked on a GPU: the figures may be low by about the sparse gradient's size"
+            )
+            ids = [self.register(inner, category, tainted) for inner in (t._indices(), t._values())]
+            return next((i for i in ids if i is not None), None)
         st = self._storage(t)
         if st is None:
             return None
@@ -654,7 +672,7 @@ class Tracker(TorchDispatchMode):
         fake_inputs = [a for a in flat if isinstance(a, FakeTensor)]
         partial_op = name in known_values.PARTIAL
         # A factory (no fake input: `full`, `arange`) is followed even before any value is known.
-        if fake_inputs and (not bases or (not partial_op and not all(id(a.untyped_storage()) in bases for a in fake_inputs))):
+        if fake_inputs and (not bases or (not partial_op and not all(_storage_key(a) in bases for a in fake_inputs))):
             forget()
             return
         if getattr(func, "namespace", None) not in ("aten", "prims") or any(t.numel() > known_values.SMALL for t in targets):
