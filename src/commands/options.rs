@@ -366,6 +366,13 @@ mod tests {
         let doc = spec(&qlora);
         assert_eq!(doc["quantize"], "nf4", "{doc}");
         assert_eq!(doc["double_quant"], true, "{doc}");
+        // The prediction's dimensions (and its fiche) name the quantization.
+        let dims = plan(&qlora).unwrap().trial().dimensions;
+        assert_eq!(dims["quantization"], "bitsandbytes nf4", "{dims:?}");
+        assert_eq!(dims["double_quant"], true);
+        assert_eq!(dims["quantization_source"], "--quantize");
+        assert!(dims["quantization_storage"].as_str().unwrap().contains("4-bit"));
+        assert!(dims.contains_key("quantization_compute_dtype"), "{dims:?}");
         let doc = spec(&[
             "--workload",
             "causal-lm",

@@ -105,6 +105,45 @@ pub struct QuantizePlan {
     pub from_checkpoint: bool,
 }
 
+impl QuantizePlan {
+    /// The quantization as a prediction's dimensions (and the fiche's): the method, how the weights
+    /// are stored, the dtype the matmuls compute in, double quantization, and where it was read.
+    pub fn dimensions(&self, dtype: &str) -> serde_json::Map<String, serde_json::Value> {
+        use crate::model::quantization::QuantizeMethod;
+        let (method, storage) = match self.method {
+            QuantizeMethod::Nf4 => (
+                "bitsandbytes nf4",
+                "uint8, two 4-bit values a byte, a float32 absmax per block of 64",
+            ),
+            QuantizeMethod::Fp4 => (
+                "bitsandbytes fp4",
+                "uint8, two 4-bit values a byte, a float32 absmax per block of 64",
+            ),
+            QuantizeMethod::Int8 => (
+                "bitsandbytes LLM.int8",
+                "int8, a float32 scale per row (outlier columns in the compute dtype)",
+            ),
+        };
+        let mut dims = serde_json::Map::new();
+        dims.insert("quantization".into(), serde_json::json!(method));
+        dims.insert("quantization_storage".into(), serde_json::json!(storage));
+        dims.insert(
+            "quantization_compute_dtype".into(),
+            serde_json::json!(dtype),
+        );
+        dims.insert("double_quant".into(), serde_json::json!(self.double_quant));
+        dims.insert(
+            "quantization_source".into(),
+            serde_json::json!(if self.from_checkpoint {
+                "the checkpoint's quantization_config"
+            } else {
+                "--quantize"
+            }),
+        );
+        dims
+    }
+}
+
 /// The lengths of concurrent requests, cycled over them; an empty list takes the one value of
 /// `--prompt-tokens` / `--new-tokens` for every request.
 #[derive(Clone, Debug, Default)]

@@ -730,6 +730,13 @@ impl RunPlan {
                 };
                 dims.insert("model".into(), json!(p.config.display().to_string()));
                 dims.extend(pick(&training_keys));
+                if let Some(q) = &p.quantize {
+                    let dtype = map
+                        .get("dtype")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the model's");
+                    dims.extend(q.dimensions(dtype));
+                }
                 let first = if train { "forward (step 0)" } else { "prefill" };
                 let repeats = if train { self.dims.steps } else { 1 };
                 (dims, Some(self.seed), first.to_string(), 0, repeats)
