@@ -7,6 +7,7 @@
 //! `versions` and `like`; where a failed workload raised, in `failure`.
 
 pub mod answers;
+pub mod bounds;
 pub mod fork_server;
 pub mod like;
 pub mod oom;

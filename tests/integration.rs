@@ -2,6 +2,8 @@
 
 #[path = "integration/agreement.rs"]
 mod agreement;
+#[path = "integration/bounds.rs"]
+mod bounds;
 #[path = "integration/common.rs"]
 mod common;
 #[path = "integration/contract.rs"]

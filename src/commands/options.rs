@@ -371,7 +371,12 @@ mod tests {
         assert_eq!(dims["quantization"], "bitsandbytes nf4", "{dims:?}");
         assert_eq!(dims["double_quant"], true);
         assert_eq!(dims["quantization_source"], "--quantize");
-        assert!(dims["quantization_storage"].as_str().unwrap().contains("4-bit"));
+        assert!(
+            dims["quantization_storage"]
+                .as_str()
+                .unwrap()
+                .contains("4-bit")
+        );
         assert!(dims.contains_key("quantization_compute_dtype"), "{dims:?}");
         let doc = spec(&[
             "--workload",

@@ -61,6 +61,34 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             gib(ph.driver_view_bytes),
             largest,
         ]);
+        if ph.status == PhaseStatus::Bounded {
+            // The row above is the upper bound; the lower one, and the op, beneath it.
+            match &ph.lower {
+                Some(l) => table.row([
+                    String::new(),
+                    "  lower bound".into(),
+                    String::new(),
+                    gib(l.peak_allocated_bytes),
+                    gib(l.peak_reserved_bytes),
+                    gib(l.end_allocated_bytes),
+                    gib(l.driver_view_bytes),
+                    String::new(),
+                ]),
+                None => table.row([String::new(), "  lower bound: not reached".into()]),
+            }
+            for u in ph.unpredictable.iter().filter(|u| u.bound.is_some()) {
+                table.row([
+                    String::new(),
+                    format!(
+                        "bounded: {} ({}) at {}:{}: above, at its largest outputs",
+                        u.op,
+                        u.reason,
+                        u.file.as_deref().unwrap_or("?"),
+                        u.line.map_or("?".into(), |l| l.to_string())
+                    ),
+                ]);
+            }
+        }
         if ph.status == PhaseStatus::Unpredictable {
             for u in &ph.unpredictable {
                 table.row([

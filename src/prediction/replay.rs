@@ -136,6 +136,9 @@ struct Open {
     peak_at: Option<usize>,
     unpredictable: Vec<Unpredictable>,
     tainted: bool,
+    /// Its taint may come from an op with no bound (a guessed output), not only from a
+    /// data-dependent size taken at a bound: unpredictable rather than bounded.
+    taint_unbounded: bool,
 }
 
 /// How a phase was closed.
@@ -255,6 +258,9 @@ pub fn replay_until(
     let mut refused: Option<(usize, Refused)> = None;
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut tainted_live = 0usize;
+    // An op with no bound (`Unpredictable::bound` absent) was met: a taint from then on may be
+    // its guess.
+    let mut unbounded_seen = false;
     // Live tensor bytes (rounded to 512, workspaces left out).
     let mut tensors = 0u64;
     // Live unified memory outside the allocator (`Alloc::managed`).
@@ -297,6 +303,7 @@ pub fn replay_until(
                     peak_at: None,
                     unpredictable: Vec::new(),
                     tainted: tainted_live > 0,
+                    taint_unbounded: tainted_live > 0 && unbounded_seen,
                 });
             }
             TraceEvent::Alloc(alloc) => {
@@ -326,6 +333,7 @@ pub fn replay_until(
                     tainted_live += 1;
                     for o in &mut open {
                         o.tainted = true;
+                        o.taint_unbounded |= unbounded_seen;
                     }
                 }
                 if alloc.managed {
@@ -360,7 +368,8 @@ pub fn replay_until(
                 }
             }
             TraceEvent::Unpredictable(u) => {
-                // The op ran inside every open phase: none of their peaks is known.
+                // The op ran inside every open phase: their peaks are known at a bound at best.
+                unbounded_seen |= u.bound.is_none();
                 for o in &mut open {
                     o.unpredictable.push(u.clone());
                 }
@@ -461,6 +470,7 @@ fn not_reached(events: &[TraceEvent]) -> Vec<PredictedPhase> {
                     peak_managed_bytes: None,
                     at_peak: None,
                     unpredictable: Vec::new(),
+                    lower: None,
                 });
                 open.push(*index);
             }
@@ -515,13 +525,18 @@ fn close(
     context_bytes: u64,
     end_inputs: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> (PredictedPhase, Option<usize>) {
-    let unpredictable = o.tainted || !o.unpredictable.is_empty();
-    let status = if unpredictable {
+    let unbounded = o.unpredictable.iter().any(|u| u.bound.is_none()) || o.taint_unbounded;
+    let bounded = !unbounded && (o.tainted || !o.unpredictable.is_empty());
+    let status = if unbounded {
         PhaseStatus::Unpredictable
     } else if how == Closed::OutOfMemory {
         PhaseStatus::OutOfMemory
     } else if how == (Closed::Ended { failed: false }) {
-        PhaseStatus::Predicted
+        if bounded {
+            PhaseStatus::Bounded
+        } else {
+            PhaseStatus::Predicted
+        }
     } else {
         PhaseStatus::Failed
     };
@@ -554,6 +569,7 @@ fn close(
                 .and_then(figure),
             at_peak: None,
             unpredictable: o.unpredictable,
+            lower: None,
         },
         // No allocation in the phase: its peak is its start level.
         known.then(|| o.peak_at.unwrap_or(o.start_at)),
@@ -1024,6 +1040,7 @@ pub(crate) mod tests {
                 file: None,
                 line: None,
                 reason: "data".into(),
+                bound: None,
             }),
             end(2),
             nested("sibling", 3, Some(1), false),

@@ -22,6 +22,9 @@ use crate::signals::{Stop, StopRequest};
 use crate::workload::plan::RunPlan;
 use crate::workload::process::{self, Exit, StartError, WorkerCommand};
 
+/// The worker's variable for the bound its data-dependent sizes take (`predict/tracker.py`).
+const BOUND_VARIABLE: &str = "ITERAGPU_PREDICT_BOUND";
+
 /// How a prediction ended.
 pub enum Outcome {
     /// A prediction file, whatever became of the workload: its `status` says whether it ran to
@@ -85,6 +88,37 @@ pub fn predict_served(
     progress: &dyn Progress,
     server: Option<&crate::prediction::fork_server::Shared>,
 ) -> Result<Outcome, StartError> {
+    let upper = predict_once(plan, target, capacity, stop, progress, server, None)?;
+    let Outcome::Predicted(mut doc) = upper else {
+        return Ok(upper);
+    };
+    if doc.phases.iter().any(|p| p.status == PhaseStatus::Bounded) && stop.get().is_none() {
+        progress.set_stage("predicting again at the lower bound of the data-dependent sizes");
+        let lower = predict_once(
+            plan,
+            target,
+            capacity,
+            stop,
+            progress,
+            server,
+            Some("lower"),
+        )?;
+        super::bounds::merge_lower(&mut doc, lower);
+    }
+    Ok(Outcome::Predicted(doc))
+}
+
+/// One run of the predicting worker; `bound` `lower` takes each data-dependent size at its
+/// smallest (`ITERAGPU_PREDICT_BOUND`), else at its largest.
+fn predict_once(
+    plan: &RunPlan,
+    target: &Target,
+    capacity: &Capacity,
+    stop: &StopRequest,
+    progress: &dyn Progress,
+    server: Option<&crate::prediction::fork_server::Shared>,
+    bound: Option<&str>,
+) -> Result<Outcome, StartError> {
     let (forker, not_served) = match server.and_then(|s| s.get(plan)) {
         None => (None, None),
         Some(Ok(forker)) => (Some(forker), None),
@@ -112,7 +146,8 @@ pub fn predict_served(
         spec: serde_json::to_value(&spec)
             .map_err(|e| StartError::Files(std::io::Error::other(e)))?,
         timeout: Some(plan.timeout),
-        forward_output: trial.forward_output,
+        // The run at the lower bound is the same workload again: its output was shown once.
+        forward_output: trial.forward_output && bound.is_none(),
         progress: progress.forwarder(),
         // The predicting process never touches a GPU, even on a machine that has one.
         env: vec![
@@ -123,6 +158,7 @@ pub fn predict_served(
                 crate::model::hub::overlay::OVERLAY_VARIABLE.into(),
                 Some(overlay.path().display().to_string()),
             ),
+            (BOUND_VARIABLE.into(), bound.map(str::to_string)),
         ],
         launch: process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
@@ -419,7 +455,10 @@ fn judge(
             }
         )),
     };
-    let all_predicted = phases.iter().all(|p| p.status == PhaseStatus::Predicted);
+    // A bounded phase has figures (at the largest outputs): the prediction is complete.
+    let all_predicted = phases
+        .iter()
+        .all(|p| matches!(p.status, PhaseStatus::Predicted | PhaseStatus::Bounded));
     // The workload met something a prediction cannot follow (a loop only data would end): not a
     // failure of the workload, a prediction that stops there.
     let cannot_follow = done

@@ -427,7 +427,7 @@ fn gaps(m: &MeasureResult, p: &PredictionDoc) -> Vec<PhaseGap> {
             .and_then(|o| o.phase.as_deref())
             .unwrap_or("(outside any phase)");
         let reason = match status {
-            PhaseStatus::Predicted => continue,
+            PhaseStatus::Predicted | PhaseStatus::Bounded => continue,
             PhaseStatus::NotReached => format!(
                 "not reached: the prediction ran out of memory in {oom_phase} before it — no predicted figure, a gap, not an error"
             ),

@@ -19,7 +19,12 @@ pub const SCHEMA: &str = "iteragpu.prediction/1";
 #[strum(serialize_all = "snake_case")]
 pub enum PhaseStatus {
     Predicted,
-    /// Something in it depends on data (or an op has no fake implementation): no figure.
+    /// An op in it (or before it, whose outputs it holds) has an output size that depends on the
+    /// data, within bounds its inputs' shapes give: its figures are those at the largest outputs
+    /// (what a verdict reads), `lower` those at the smallest.
+    Bounded,
+    /// Something in it depends on data with no bound known (or an op has no fake
+    /// implementation): no figure.
     Unpredictable,
     /// The workload raised an exception in it (other than an unpredictable op).
     Failed,
@@ -247,6 +252,21 @@ pub struct PredictedPhase {
     /// What was alive at the peak allocated.
     pub at_peak: Option<AtPeak>,
     pub unpredictable: Vec<Unpredictable>,
+    /// A `bounded` phase's figures at the smallest outputs (the same workload predicted again,
+    /// each data-dependent op at its lower bound); null otherwise, or when that run did not reach
+    /// the phase (a note says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower: Option<LowerFigures>,
+}
+
+/// A bounded phase's figures at the lower bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LowerFigures {
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub end_allocated_bytes: Option<u64>,
+    pub end_reserved_bytes: Option<u64>,
+    pub driver_view_bytes: Option<u64>,
 }
 
 /// The live storages at a peak, summed by category and by module, and the largest of them.

@@ -71,11 +71,16 @@ pub struct Alloc {
     pub managed: bool,
 }
 
-/// An op the fake tensors could not follow.
+/// An op the fake tensors could not follow, or one whose output size depends on the data and
+/// was taken at a bound.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Unpredictable {
     pub op: String,
     pub file: Option<String>,
     pub line: Option<u64>,
     pub reason: String,
+    /// `upper` (the largest outputs its inputs' shapes allow) or `lower` (the smallest): the run
+    /// went on with that size and its phases are `bounded`; absent when no bound is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
 }

@@ -71,8 +71,9 @@ def _outlier_bounds(torch: Any) -> None:
     the K input columns an outlier, as bitsandbytes' CUDA kernels shape them
     (`backends/cuda/ops.py`: `int8_vectorwise_quant`, `int8_double_quant`; the mixed matmul's
     `subA = A[:, outlier_cols]` in `backends/default/ops.py`, which CUDA runs): the run goes on,
-    the phase is unpredictable (tracker.py's `_upper_bound` says the op)."""
-    from .tracker import LARGEST
+    the phase is bounded (tracker.py's `_upper_bound` says the op); the smallest, with no
+    outlier column, when the CLI predicts the lower bound."""
+    from .tracker import LARGEST, SMALLEST
 
     def vectorwise_quant(A: Any, threshold: float = 0.0) -> Any:
         rows, cols = A.numel() // A.shape[-1], A.shape[-1]
@@ -100,6 +101,19 @@ def _outlier_bounds(torch: Any) -> None:
     LARGEST["bitsandbytes.int8_vectorwise_quant.default"] = vectorwise_quant
     LARGEST["bitsandbytes.int8_double_quant.default"] = double_quant
     LARGEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
+
+    # The smallest: no outlier column at all (every activation under the threshold).
+    def vectorwise_quant_none(A: Any, threshold: float = 0.0) -> Any:
+        out = vectorwise_quant(A, threshold)
+        return out[0], out[1], torch.empty(0, dtype=torch.int64, device=A.device)
+
+    def double_quant_none(A: Any, threshold: float = 0.0) -> Any:
+        out = double_quant(A, threshold)
+        return (*out[:4], torch.empty(0, dtype=torch.int64, device=A.device))
+
+    SMALLEST["bitsandbytes.int8_vectorwise_quant.default"] = vectorwise_quant_none
+    SMALLEST["bitsandbytes.int8_double_quant.default"] = double_quant_none
+    SMALLEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
 
 
 def _subclass_over_fake(torch: Any, tracker: Any) -> None:

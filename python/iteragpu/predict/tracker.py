@@ -114,9 +114,14 @@ def _internal(file: str) -> bool:
 
 
 # A library's op whose output size depends on the data (str(op) -> its largest outputs from its
-# arguments), registered by the library's own support (quantized.py: bitsandbytes' LLM.int8
-# outlier columns): the run goes on with them, tainted, the phase unpredictable.
+# arguments; SMALLEST: its smallest), registered by the library's own support (quantized.py:
+# bitsandbytes' LLM.int8 outlier columns): the run goes on with them, tainted, the phase bounded.
 LARGEST: dict[str, Callable[..., Any]] = {}
+SMALLEST: dict[str, Callable[..., Any]] = {}
+
+# Which end of a data-dependent size this run takes: the CLI predicts the largest outputs first
+# (the verdict's figures), then, when a phase was bounded, the same workload at the smallest.
+BOUND_VARIABLE = "ITERAGPU_PREDICT_BOUND"
 
 
 class Unpredictable(RuntimeError):
@@ -823,12 +828,41 @@ class Tracker(TorchDispatchMode):
         return sizes.known_size(self, func, args, kwargs, flat, spec, held)
 
     def _upper_bound(self, func: Any, name: str, args: Any, kwargs: Any) -> Any:
-        """A data-dependent output size: marked unpredictable, then the largest possible output
-        so that the run can go on (tainted: never counted as predicted)."""
+        """A data-dependent output size: said (the op, its place, the bound this run takes),
+        then the largest possible output, or the smallest when the CLI asks for the lower bound
+        (`ITERAGPU_PREDICT_BOUND=lower`), so that the run goes on (tainted: the phase is bounded,
+        its figures those of this end)."""
         file, line = user_frame()
-        self._emit("unpredictable", {"op": str(func), "file": file, "line": line, "reason": "its output size depends on the data"})
+        lower = os.environ.get(BOUND_VARIABLE) == "lower"
+        event = {"op": str(func), "file": file, "line": line, "reason": "its output size depends on the data", "bound": "lower" if lower else "upper"}
         with self.fake_lock, self.fake_mode:
-            return self._largest(func, name, args, file, line)
+            try:
+                out = self._smallest(func, name, args, file, line) if lower else self._largest(func, name, args, file, line)
+            except Unpredictable:
+                del event["bound"]  # no bound known: unpredictable
+                self._emit("unpredictable", event)
+                raise
+        self._emit("unpredictable", event)
+        return out
+
+    def _smallest(self, func: Any, name: str, args: Any, file: str | None, line: int | None) -> Any:
+        bound = SMALLEST.get(str(func))
+        if bound is not None:
+            return bound(*args)
+        x = args[0]
+        if name == "nonzero":
+            return torch.empty((0, x.dim()), dtype=torch.long, device=x.device)
+        if name == "masked_select":
+            return torch.empty((0,), dtype=x.dtype, device=x.device)
+        if name == "index":
+            indices = []
+            for i in args[1]:
+                if i is not None and i.dtype in (torch.bool, torch.uint8):
+                    indices += [torch.zeros(0, dtype=torch.long, device=i.device)] * i.dim()
+                else:
+                    indices.append(i)
+            return func(x, indices)
+        raise Unpredictable(f"{func} has an output size that depends on the data ({file}:{line})")
 
     def _largest(self, func: Any, name: str, args: Any, file: str | None, line: int | None) -> Any:
         bound = LARGEST.get(str(func))

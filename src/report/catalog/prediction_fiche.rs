@@ -21,6 +21,9 @@ catalog! {
         Created =>
             "created",
             "créée";
+        LowerBound =>
+            "lower bound (the data-dependent sizes at their smallest)",
+            "borne basse (tailles dépendant des données au plus petit)";
         PredictedPeakAllocated =>
             "predicted peak allocated",
             "pic alloué prédit";

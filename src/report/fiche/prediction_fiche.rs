@@ -522,7 +522,7 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
         rows: p
             .phases
             .iter()
-            .map(|ph| {
+            .flat_map(|ph| {
                 // A phase never reached has no figure: said so, never an empty or 0 cell.
                 let figure = |v: Option<u64>| {
                     if ph.status == PhaseStatus::NotReached {
@@ -531,7 +531,7 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
                         Cell::size(v)
                     }
                 };
-                vec![
+                let mut rows = vec![vec![
                     Cell::Code(format!("{}{}", "  ".repeat(p.depth(ph)), ph.name)),
                     Cell::Code(ph.status.to_string()),
                     figure(ph.peak_allocated_bytes),
@@ -539,7 +539,25 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
                     figure(ph.end_allocated_bytes),
                     figure(ph.end_reserved_bytes),
                     figure(ph.driver_view_bytes),
-                ]
+                ]];
+                // A bounded phase: the row above at the largest data-dependent sizes, this one
+                // at the smallest.
+                if let Some(l) = &ph.lower {
+                    rows.push(vec![
+                        Cell::Code(format!(
+                            "{}  {}",
+                            "  ".repeat(p.depth(ph)),
+                            lang.say(PredictedText::LowerBound)
+                        )),
+                        Cell::Code(String::new()),
+                        Cell::size(l.peak_allocated_bytes),
+                        Cell::size(l.peak_reserved_bytes),
+                        Cell::size(l.end_allocated_bytes),
+                        Cell::size(l.end_reserved_bytes),
+                        Cell::size(l.driver_view_bytes),
+                    ]);
+                }
+                rows
             })
             .collect(),
     });

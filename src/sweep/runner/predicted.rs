@@ -414,6 +414,7 @@ mod tests {
                         file: None,
                         line: None,
                         reason: "its output's size depends on data".into(),
+                        bound: None,
                     });
                 }
                 Mock::Unavailable => return Ok(Outcome::Unavailable("no torch here".into())),
