@@ -849,20 +849,21 @@ fn data_dependent_ops_get_their_true_size_from_the_inputs_that_decide_it() {
 }
 
 /// A mask computed from a model's outputs is truly unknown: only the phase whose size it decides
-/// is unpredictable, at its line; a count over it (a fixed size) and a selection decided by the
+/// is bounded, at its line; a count over it (a fixed size) and a selection decided by the
 /// labels stay predicted, and so does a later phase that holds nothing it made.
 #[test]
 #[ignore = "needs torch"]
-fn a_mask_from_the_model_outputs_is_unpredictable_only_where_it_decides_a_size() {
+fn a_mask_from_the_model_outputs_is_bounded_only_where_it_decides_a_size() {
     let python = python_with(&["torch"]);
     let dir = tempfile::tempdir().unwrap();
     let p = predict(&python, dir.path(), "unknown_mask.py", &[], &[]);
     assert_eq!(p.code, 0, "{}", p.stderr);
-    assert_eq!(p.doc.status, PredictionStatus::Partial);
+    assert_eq!(p.doc.status, PredictionStatus::Complete);
     assert_eq!(p.phase("fixed size").status, PhaseStatus::Predicted);
     assert!(p.stderr.contains("known (128, 1024)"), "{}", p.stderr);
     let unknown = p.phase("data-dependent size");
-    assert_eq!(unknown.status, PhaseStatus::Unpredictable);
+    assert_eq!(unknown.status, PhaseStatus::Bounded);
+    assert!(unknown.lower.is_some(), "{unknown:?}");
     assert_eq!(
         unknown.unpredictable.len(),
         1,
