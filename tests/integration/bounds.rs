@@ -61,3 +61,54 @@ fn predict_a_nonzero_on_unknown_data_gives_a_bounded_phase_with_both_figures() {
         "{text}"
     );
 }
+
+/// transformers' LLM optimization guide loads bigcode/octocoder in 8-bit (`load_in_8bit=True`,
+/// the default threshold 6.0) and generates: the built-in workload predicts it for an A100 with
+/// figures in every phase (the generation's phases bounded by the outlier columns: none to
+/// every one) and a verdict.
+#[test]
+#[ignore = "needs torch, transformers and bitsandbytes"]
+fn octocoder_in_8bit_has_figures_in_every_phase_and_a_verdict() {
+    let python = python_with(&["torch", "transformers", "bitsandbytes"]);
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("models/octocoder");
+    let run = Run::predict()
+        .output(dir.path().join("octocoder-int8.json"))
+        .args(["--workload", "causal-lm", "--model"])
+        .arg(&model)
+        .args([
+            "--quantize",
+            "int8",
+            "--batch",
+            "1",
+            "--prompt-tokens",
+            "21",
+            "--new-tokens",
+            "60",
+        ])
+        .args(["--card", "A100 40GB", "--python", &python])
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    assert!(said.contains("predicted to fit"), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    for p in &doc.phases {
+        assert!(p.peak_allocated_bytes.is_some(), "{} has no figure", p.name);
+        if p.status == PhaseStatus::Bounded {
+            let lower = p.lower.as_ref().and_then(|l| l.peak_allocated_bytes);
+            assert!(
+                lower.is_some_and(|l| l <= p.peak_allocated_bytes.unwrap()),
+                "{}",
+                p.name
+            );
+        }
+    }
+    assert!(
+        doc.phases
+            .iter()
+            .any(|p| p.name == "decode" && p.status == PhaseStatus::Bounded),
+        "{said}"
+    );
+    assert_eq!(doc.dimensions["quantization"], "bitsandbytes LLM.int8");
+}
