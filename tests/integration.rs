@@ -38,6 +38,8 @@ mod notebook;
 mod optimizers;
 #[path = "integration/outputs.rs"]
 mod outputs;
+#[path = "integration/packed.rs"]
+mod packed;
 #[path = "integration/predict.rs"]
 mod predict;
 #[path = "integration/predict_fork.rs"]

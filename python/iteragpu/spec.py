@@ -74,6 +74,16 @@ class Dense:
 
 
 @dataclass(frozen=True)
+class Packed:
+    """A GPTQ or AWQ checkpoint's packed linear layers (its config's quantization_config)."""
+
+    packed_format: str
+    packed_bits: int
+    packed_group_size: Optional[int] = None
+    packed_skip_modules: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CausalLm:
     workload: ClassVar[str] = "causal-lm"
     devices: Tuple[str, ...]
@@ -93,6 +103,7 @@ class CausalLm:
     training: Optional[Training] = None
     concurrent: Optional[Requests] = None
     quantization: Optional[Quantize] = None
+    packed: Optional[Packed] = None
     memory_limit_bytes: Optional[int] = None
     predict: Optional[dict] = None
     history: Optional[dict] = None
@@ -172,6 +183,7 @@ _NESTED: Dict[str, Tuple[type, Tuple[str, ...]]] = {
     "quantized_cache": (QuantizedCache, ()),
     "concurrent": (Requests, ()),
     "quantization": (Quantize, ()),
+    "packed": (Packed, ()),
 }
 
 

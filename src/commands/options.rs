@@ -397,10 +397,27 @@ mod tests {
         assert_eq!(doc["quantize"], "nf4", "{doc}");
         assert_eq!(doc["double_quant"], true, "{doc}");
         let gptq = model("llama-2-7b-gptq");
+        // A GPTQ checkpoint is built packed (its own layout), for inference.
+        let doc = spec(&["--workload", "causal-lm", "--model", &gptq]);
+        assert_eq!(doc["packed_format"], "gptq", "{doc}");
+        assert_eq!(doc["packed_bits"], 4, "{doc}");
+        assert_eq!(doc["packed_group_size"], 128, "{doc}");
+        assert!(doc.get("quantize").is_none(), "{doc}");
         for (args, words) in [
             (
-                vec!["--workload", "causal-lm", "--model", gptq.as_str()],
-                "GPTQ 4-bit, group 128, which the causal-lm workload does not build",
+                vec![
+                    "--workload",
+                    "causal-lm",
+                    "--model",
+                    gptq.as_str(),
+                    "--task",
+                    "train",
+                    "--lora-rank",
+                    "8",
+                    "--lora-targets",
+                    "q_proj",
+                ],
+                "training on a GPTQ 4-bit, group 128 checkpoint is not built",
             ),
             (
                 vec![

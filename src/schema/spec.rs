@@ -107,6 +107,10 @@ pub struct CausalLmSpec {
     /// `--quantize`: the linear layers loaded quantized by bitsandbytes (absent: in `dtype`).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<QuantizeSpec>,
+    /// A checkpoint stored packed by GPTQ or AWQ (its config's `quantization_config`): the linear
+    /// layers are built in that layout, data-less (`workloads/packed.py`).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub packed: Option<PackedSpec>,
 }
 
 /// transformers' `BitsAndBytesConfig` for the model's load: `load_in_4bit` with
@@ -116,6 +120,17 @@ pub struct CausalLmSpec {
 pub struct QuantizeSpec {
     pub quantize: QuantizeMethod,
     pub double_quant: bool,
+}
+
+/// A GPTQ or AWQ checkpoint's packed linear layers: the format, its bits and group size, and the
+/// modules its config keeps unquantized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PackedSpec {
+    /// `gptq` or `awq`.
+    pub packed_format: String,
+    pub packed_bits: u64,
+    pub packed_group_size: Option<u64>,
+    pub packed_skip_modules: Vec<String>,
 }
 
 /// N generation requests alive together, each with its own dynamic cache: prefilled one after

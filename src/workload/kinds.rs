@@ -94,6 +94,8 @@ pub struct CausalLmPlan {
     /// The linear layers loaded quantized by bitsandbytes (`--quantize`, or the checkpoint's own
     /// bitsandbytes `quantization_config`).
     pub quantize: Option<QuantizePlan>,
+    /// A GPTQ or AWQ checkpoint's packed layers (its own `quantization_config`).
+    pub packed: Option<crate::schema::spec::PackedSpec>,
 }
 
 /// bitsandbytes' load of the model, as transformers' `BitsAndBytesConfig` asks it.
@@ -296,7 +298,12 @@ pub(super) fn causal_lm(args: &RunOptions) -> Result<CausalLmPlan> {
         bail!("--window applies to --cache sliding; add --cache sliding or drop --window");
     }
     let training = training(args)?;
-    let quantize = quantize(args, architecture.as_ref())?;
+    let packed = packed(args, architecture.as_ref())?;
+    let quantize = if packed.is_some() {
+        None
+    } else {
+        quantize(args, architecture.as_ref())?
+    };
     let requests = requests(args)?;
     if requests.is_some() && training.is_none() {
         if cache != CacheKind::Dynamic {
@@ -324,7 +331,49 @@ pub(super) fn causal_lm(args: &RunOptions) -> Result<CausalLmPlan> {
         }),
         training,
         quantize,
+        packed,
     })
+}
+
+/// A GPTQ or AWQ checkpoint (its config's `quantization_config`): its packed layers, for
+/// inference; training on them is refused with the fix (peft's LoRA needs the format's library).
+fn packed(
+    args: &RunOptions,
+    arch: Option<&Architecture>,
+) -> Result<Option<crate::schema::spec::PackedSpec>> {
+    use crate::model::quantization::Format;
+    let Some(q) = arch.and_then(|a| a.quantization.as_ref()) else {
+        return Ok(None);
+    };
+    let (format, bits, group_size) = match q.format {
+        Format::Gptq { bits, group_size } => ("gptq", bits, group_size),
+        Format::Awq { bits, group_size } => ("awq", bits, group_size),
+        _ => return Ok(None),
+    };
+    if let Some(method) = args.quantize {
+        bail!(
+            "the config's quantization_config says the checkpoint is stored quantized already ({}): drop --quantize {method}",
+            q.label()
+        );
+    }
+    if args.task == Task::Train {
+        bail!(
+            "training on a {} checkpoint is not built by the causal-lm workload (LoRA on its packed layers needs the format's own library under peft): predict your training script with --script, or give a config without quantization_config",
+            q.label()
+        );
+    }
+    if args.shard.is_some() {
+        bail!(
+            "--shard with a {} checkpoint is not supported: drop --shard",
+            q.label()
+        );
+    }
+    Ok(Some(crate::schema::spec::PackedSpec {
+        packed_format: format.into(),
+        packed_bits: bits,
+        packed_group_size: group_size,
+        packed_skip_modules: q.skip_modules.clone(),
+    }))
 }
 
 /// `--quantize` and `--double-quant`, or the checkpoint's own bitsandbytes `quantization_config`.

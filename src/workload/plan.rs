@@ -615,6 +615,7 @@ impl RunPlan {
                     quantize: q.method,
                     double_quant: q.double_quant,
                 }),
+                packed: p.packed.clone(),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();
@@ -730,6 +731,17 @@ impl RunPlan {
                 };
                 dims.insert("model".into(), json!(p.config.display().to_string()));
                 dims.extend(pick(&training_keys));
+                if let Some(k) = &p.packed {
+                    dims.insert(
+                        "quantization".into(),
+                        json!(format!(
+                            "{} {}-bit (the checkpoint's quantization_config)",
+                            k.packed_format.to_uppercase(),
+                            k.packed_bits
+                        )),
+                    );
+                    dims.insert("quantization_group_size".into(), json!(k.packed_group_size));
+                }
                 if let Some(q) = &p.quantize {
                     let dtype = map
                         .get("dtype")

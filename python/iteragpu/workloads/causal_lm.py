@@ -24,7 +24,7 @@ from typing import Any
 from .. import names
 from ..recorder import Recorder
 from ..spec import CausalLm, Quantize
-from . import Missing, sharding, training
+from . import Missing, packed, sharding, training
 
 
 def _config(spec: CausalLm) -> tuple[Any, Any]:
@@ -270,6 +270,9 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
             checkpointing_done = checkpointing
         elif spec.quantization is not None:
             model, details = build_quantized(torch, transformers, config, dtype, device, spec.quantization)
+            info.update(details)
+        elif spec.packed is not None:
+            model, details = packed.build_packed(torch, transformers, config, dtype, device, spec.packed)
             info.update(details)
         else:
             with torch.device(device):
