@@ -346,10 +346,10 @@ fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
     );
 }
 
-/// GPTQ, AWQ, compressed-tensors and FP8 checkpoints whose library (optimum/gptqmodel, autoawq,
-/// compressed-tensors, the `kernels` package) the predicting Python lacks: the phase loading
-/// them is unpredictable, the quantization and the library's own message said; never a crash,
-/// never an empty answer.
+/// Compressed-tensors and FP8 checkpoints whose library (compressed-tensors, the `kernels`
+/// package) the predicting Python lacks: the phase loading them is unpredictable, the
+/// quantization and the library's own message said; never a crash, never an empty answer. GPTQ
+/// and AWQ without theirs are built packed and predicted.
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
 fn quantized_checkpoints_without_their_library_say_which() {
@@ -364,9 +364,22 @@ fn quantized_checkpoints_without_their_library_say_which() {
     let tiny = fixture("tiny/llama").display().to_string();
     let gptq = fixture("models/llama-2-7b-gptq").display().to_string();
     let awq = fixture("models/mistral-7b-awq").display().to_string();
+    // GPTQ and AWQ without their library are built packed (tests/integration/packed.rs); the
+    // fixtures still load here, predicted.
+    for model in [&gptq, &awq] {
+        let (doc, stderr, _) = run(
+            &python,
+            dir.path(),
+            "quantized_checkpoint.py",
+            &[model.as_str()],
+        );
+        assert_eq!(
+            doc.phase("weights").status,
+            PhaseStatus::Predicted,
+            "{model}: {stderr}"
+        );
+    }
     for (args, module, phase, said) in [
-        (vec![gptq.as_str()], "gptqmodel", "weights", "gptq"),
-        (vec![awq.as_str()], "awq", "weights", "awq"),
         (
             vec![tiny.as_str(), "compressed-tensors"],
             "compressed_tensors",

@@ -266,6 +266,12 @@ def _checkpoint_formats(tracker: Any, auto: Any) -> None:
     classes = [(method, cls, _QUANTIZER_STEPS) for method, cls in getattr(auto, "AUTO_QUANTIZER_MAPPING", {}).items()]
     # Its config may check for the library first (compressed-tensors' `CompressedTensorsConfig`).
     classes += [(method, cls, ("__init__", "post_init")) for method, cls in getattr(auto, "AUTO_QUANTIZATION_CONFIG_MAPPING", {}).items()]
+    mapping = getattr(auto, "AUTO_QUANTIZER_MAPPING", {})
+    for method in ("gptq", "awq"):
+        cls = mapping.get(method)
+        if cls is not None and "_iteragpu_checked" not in vars(cls) and not _format_library(method):
+            mapping[method] = _packed_quantizer(cls, method, tracker)
+    classes = [(m, c, s) for m, c, s in classes if mapping.get(m) is c or s != _QUANTIZER_STEPS]
     for method, cls, steps in classes:
         if method.startswith("bitsandbytes") or "_iteragpu_checked" in vars(cls):
             continue
@@ -282,6 +288,68 @@ def _checkpoint_formats(tracker: Any, auto: Any) -> None:
                     raise _missing_library(tracker, _what, exc) from exc
 
             setattr(cls, step, checked)
+
+
+def _format_library(method: str) -> bool:
+    """Whether the library transformers loads `method` with is installed (GPTQ: optimum and
+    gptqmodel; AWQ: gptqmodel)."""
+    import importlib.util
+
+    needed = ("optimum", "gptqmodel") if method == "gptq" else ("gptqmodel",)
+    return all(importlib.util.find_spec(name) is not None for name in needed)
+
+
+def _packed_quantizer(cls: Any, method: str, tracker: Any) -> Any:
+    """transformers' quantizer for a GPTQ or AWQ checkpoint when the format's library is missing:
+    its linear layers become the format's packed layout (`workloads/packed.py`'s `PackedLinear`,
+    `qweight`/`qzeros`/`scales` (and GPTQ's `g_idx`) as buffers that the checkpoint's tensors fill,
+    data-less), the forward the formats' reference path (a dequantized weight per matmul). Said in
+    the notes; inference only (peft's LoRA needs the library's own layer)."""
+    from transformers.quantizers.base import HfQuantizer
+
+    from ..spec import Packed
+    from ..workloads.packed import replace_linear
+
+    class PackedFallback(cls):
+        requires_calibration = False
+        _iteragpu_checked = True
+
+        def __init__(self, quantization_config: Any, **kwargs: Any) -> None:
+            HfQuantizer.__init__(self, quantization_config, **kwargs)
+
+        def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+            tracker.note(
+                f"a {method.upper()} checkpoint loaded without its library ({'optimum and gptqmodel' if method == 'gptq' else 'gptqmodel'} not installed): "
+                "its linear layers were built in the format's packed layout (qweight, qzeros, scales"
+                + (", g_idx" if method == "gptq" else "")
+                + "), the forward the format's reference path (each weight dequantized to the compute dtype for its matmul: assumed; the fused kernels hold less)"
+            )
+
+        def update_dtype(self, dtype: Any) -> Any:
+            return dtype
+
+        def _process_model_before_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+            import torch
+
+            config = self.quantization_config
+            skip = list(getattr(config, "modules_to_not_convert", None) or [])
+            packed = Packed(method, int(config.bits), getattr(config, "group_size", None), tuple(skip))
+            dtype = getattr(model.config, "dtype", None) or torch.float16
+            replace_linear(torch, model, packed, dtype, torch.device("meta"))
+            return model
+
+        def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+            return model
+
+        @property
+        def is_trainable(self) -> bool:
+            return False
+
+        def is_serializable(self, *args: Any, **kwargs: Any) -> bool:
+            return False
+
+    PackedFallback.__name__ = f"{cls.__name__}WithoutItsLibrary"
+    return PackedFallback
 
 
 def _kernel_loaders(tracker: Any, module: Any, kernel: str) -> None:

@@ -26,20 +26,9 @@ from ..spec import Packed
 
 def build_packed(torch: Any, transformers: Any, config: Any, dtype: Any, device: Any, packed: Packed) -> tuple[Any, dict[str, Any]]:
     """The model with its linear layers packed as `packed` says; details for the phase."""
-    from transformers.quantizers.base import get_keys_to_not_convert
-
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    skipped = sorted(set(get_keys_to_not_convert(model)) | set(packed.packed_skip_modules))
-    layer = _packed_linear_class(torch)
-    replaced = 0
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            full = f"{name}.{child_name}" if name else child_name
-            if type(child) is not torch.nn.Linear or any(full == s or full.endswith("." + s) or child_name == s for s in skipped):
-                continue
-            setattr(module, child_name, layer(child.in_features, child.out_features, child.bias is not None, packed, dtype, device))
-            replaced += 1
+    skipped, replaced = replace_linear(torch, model, packed, dtype, device)
     for module in model.modules():
         for pname, p in list(module.named_parameters(recurse=False)):
             if p.device.type == "meta":
@@ -57,6 +46,24 @@ def build_packed(torch: Any, transformers: Any, config: Any, dtype: Any, device:
         "forward": "the format's reference path: each weight dequantized to the compute dtype, then the matmul (assumed; fused kernels hold less)",
     }
     return model, details
+
+
+def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: Any) -> tuple[list[str], int]:
+    """Every `nn.Linear` of `model` but the output head and `packed`'s skipped modules made a
+    `PackedLinear` on `device`; returns the names kept and how many were replaced."""
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    skipped = sorted(set(get_keys_to_not_convert(model)) | set(packed.packed_skip_modules))
+    layer = _packed_linear_class(torch)
+    replaced = 0
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if type(child) is not torch.nn.Linear or any(full == s or full.endswith("." + s) or child_name == s for s in skipped):
+                continue
+            setattr(module, child_name, layer(child.in_features, child.out_features, child.bias is not None, packed, dtype, device))
+            replaced += 1
+    return skipped, replaced
 
 
 _CLASS: list[Any] = []
