@@ -523,7 +523,7 @@ fn predicted_phase<'a>(p: &'a PredictionDoc, name: &str, nth: usize) -> Option<&
         .iter()
         .filter(|ph| ph.name == name)
         .nth(nth)
-        .filter(|ph| ph.status == crate::schema::prediction::PhaseStatus::Predicted)
+        .filter(|ph| ph.status.has_figures())
 }
 
 /// Why a result has no ledger.

@@ -86,7 +86,7 @@ pub fn of_prediction(
     let unpredictable = p
         .phases
         .iter()
-        .filter(|ph| ph.status != PhaseStatus::Predicted)
+        .filter(|ph| !ph.status.has_figures())
         .count();
     if unpredictable > 0 {
         notes.push(format!(

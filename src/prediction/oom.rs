@@ -143,11 +143,7 @@ pub fn predicted(
     target: &Target,
     unlimited: &[PredictedPhase],
 ) -> PredictedOom {
-    let predicted = || {
-        unlimited
-            .iter()
-            .filter(|p| p.status == PhaseStatus::Predicted)
-    };
+    let predicted = || unlimited.iter().filter(|p| p.status.has_figures());
     let mut post_mortem = post_mortem(r, capacity, target);
     let run_peak = predicted()
         .filter_map(|p| p.peak_allocated_bytes.map(|b| (b, p.name.as_str())))

@@ -106,7 +106,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
             let unpredictable = p
                 .phases
                 .iter()
-                .filter(|ph| ph.status != crate::schema::prediction::PhaseStatus::Predicted)
+                .filter(|ph| !ph.status.has_figures())
                 .count();
             Need {
                 bytes: Bytes(peak),

@@ -27,7 +27,7 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
         };
         let p = &predicted[k];
         // A failed phase's figures stop where it failed: not a prediction of the whole phase.
-        if p.status != crate::schema::prediction::PhaseStatus::Predicted {
+        if !p.status.has_figures() {
             continue;
         }
         let (Some(p_alloc), Some(p_resv)) = (p.peak_allocated_bytes, p.peak_reserved_bytes) else {

@@ -35,6 +35,14 @@ pub enum PhaseStatus {
     NotReached,
 }
 
+impl PhaseStatus {
+    /// Predicted or bounded: a phase whose figures a verdict reads (a bounded one's are those at
+    /// the largest data-dependent sizes: they hold whatever the data).
+    pub fn has_figures(self) -> bool {
+        matches!(self, PhaseStatus::Predicted | PhaseStatus::Bounded)
+    }
+}
+
 /// How a whole prediction ended. `timeout`, `interrupted` and `terminated` are `measure`'s words
 /// (`RunStatus`) for a prediction stopped before the workload ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -314,7 +322,7 @@ impl PredictionDoc {
         self.phases
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.status == PhaseStatus::Predicted)
+            .filter(|(_, p)| p.status.has_figures())
             .filter_map(|(k, p)| Some((k, p, p.peak_allocated_bytes?)))
             .max_by_key(|(k, _, allocated)| (*allocated, std::cmp::Reverse(*k)))
             .map(|(k, p, _)| (k, p))
@@ -333,9 +341,7 @@ impl PredictionDoc {
     }
 
     fn predicted(&self) -> impl Iterator<Item = &PredictedPhase> {
-        self.phases
-            .iter()
-            .filter(|p| p.status == PhaseStatus::Predicted)
+        self.phases.iter().filter(|p| p.status.has_figures())
     }
 
     /// Stopped before the workload ended (`timeout`, `interrupted`, `terminated`): the phases are

@@ -132,7 +132,7 @@ impl<'a> RunDoc<'a> {
                         index: ph.index,
                         device,
                         status: ph.status.to_string(),
-                        complete: ph.status == PhaseStatus::Predicted,
+                        complete: ph.status.has_figures(),
                         start_allocated_bytes: ph.start_allocated_bytes,
                         start_reserved_bytes: ph.start_reserved_bytes,
                         peak_allocated_bytes: ph.peak_allocated_bytes,

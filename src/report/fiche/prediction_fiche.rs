@@ -627,7 +627,7 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
     let bars: Vec<(String, Vec<Option<u64>>)> = p
         .phases
         .iter()
-        .filter(|ph| ph.status == PhaseStatus::Predicted)
+        .filter(|ph| ph.status.has_figures())
         .map(|ph| {
             (
                 format!("{} #{}", ph.name, ph.index),

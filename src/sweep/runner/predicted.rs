@@ -171,7 +171,7 @@ fn summarize(cell: &Cell, doc: Box<PredictionDoc>, capacity: u64) -> TrialRecord
     let predicted: Vec<&PredictedPhase> = doc
         .phases
         .iter()
-        .filter(|p| p.status == PhaseStatus::Predicted)
+        .filter(|p| p.status.has_figures())
         .collect();
     let over = first_over(&doc, capacity);
     if let Some(oom) = &doc.out_of_memory {
@@ -261,7 +261,7 @@ fn unpredictable_reason(doc: &PredictionDoc) -> String {
     let phases: Vec<String> = doc
         .phases
         .iter()
-        .filter(|p| p.status != PhaseStatus::Predicted)
+        .filter(|p| !p.status.has_figures())
         .map(|p| match p.unpredictable.first() {
             Some(u) => format!("{} ({}: {})", p.name, u.op, u.reason),
             None => format!("{} ({})", p.name, p.status),
@@ -281,7 +281,7 @@ fn unpredictable_reason(doc: &PredictionDoc) -> String {
 /// view exceeds `capacity`, and within it the innermost phase that does too.
 fn first_over(doc: &PredictionDoc, capacity: u64) -> Option<&PredictedPhase> {
     let over = |p: &&PredictedPhase| {
-        p.status == PhaseStatus::Predicted && p.driver_view_bytes.is_some_and(|b| b > capacity)
+        p.status.has_figures() && p.driver_view_bytes.is_some_and(|b| b > capacity)
     };
     let mut chosen = doc.phases.iter().find(over)?;
     while let Some(inner) = doc
