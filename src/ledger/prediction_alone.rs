@@ -8,7 +8,7 @@ use super::{
 };
 use crate::estimate::Kind;
 use crate::schema::load::EstimateDoc;
-use crate::schema::prediction::{AtPeak, PhaseStatus, PredictedOom, PredictionDoc};
+use crate::schema::prediction::{AtPeak, PredictedOom, PredictionDoc};
 use crate::units::Bytes;
 
 /// The storage categories (`schema::trace::Category`'s words) summed on each line; what no line

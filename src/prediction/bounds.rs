@@ -5,13 +5,12 @@
 //! predicted again with every such op at its smallest size; each bounded phase gets that run's
 //! figures as `lower`. A phase the second run does not reach keeps its upper figures alone, said.
 
-use crate::prediction::run::Outcome;
 use crate::schema::prediction::{LowerFigures, PhaseStatus, PredictionDoc};
 
 /// Fills each bounded phase of `doc` (the run at the largest sizes) with its figures in `lower`
-/// (the run at the smallest), matched by index and name; says what was bounded, by which ops,
+/// (the run at the smallest, or why it could not run), matched by index and name; says what was bounded, by which ops,
 /// and what could not be matched.
-pub fn merge_lower(doc: &mut PredictionDoc, lower: Outcome) {
+pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, String>) {
     let mut ops: Vec<String> = Vec::new();
     for p in doc
         .phases
@@ -29,8 +28,8 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Outcome) {
         }
     }
     let lower_doc = match lower {
-        Outcome::Predicted(d) => Some(d),
-        Outcome::Unavailable(why) => {
+        Ok(d) => Some(d),
+        Err(why) => {
             doc.notes.push(format!(
                 "the prediction at the lower bound could not run ({why}): the bounded phases have their upper figures only"
             ));

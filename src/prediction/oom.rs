@@ -9,7 +9,7 @@ use crate::explain::oom::{
     PostMortem, PrintedSize, classify,
 };
 use crate::prediction::replay::Refused;
-use crate::schema::prediction::{Capacity, PhaseStatus, PredictedOom, PredictedPhase};
+use crate::schema::prediction::{Capacity, PredictedOom, PredictedPhase};
 use crate::schema::target::Target;
 use crate::units::Bytes;
 
@@ -219,6 +219,7 @@ mod tests {
     use crate::explain::oom::{OomClass, OomRule};
     use crate::prediction::replay::tests::{alloc, end, start};
     use crate::prediction::replay::{TraceEvent, replay, replay_within};
+    use crate::schema::prediction::PhaseStatus;
     use crate::schema::trace::{Alloc, Category};
 
     const MIB: u64 = 1 << 20;

@@ -261,6 +261,8 @@ pub fn replay_until(
     // An op with no bound (`Unpredictable::bound` absent) was met: a taint from then on may be
     // its guess.
     let mut unbounded_seen = false;
+    // An op taken at a bound was met: a taint is that bound's only when no op without one was.
+    let mut bounded_seen = false;
     // Live tensor bytes (rounded to 512, workspaces left out).
     let mut tensors = 0u64;
     // Live unified memory outside the allocator (`Alloc::managed`).
@@ -303,7 +305,7 @@ pub fn replay_until(
                     peak_at: None,
                     unpredictable: Vec::new(),
                     tainted: tainted_live > 0,
-                    taint_unbounded: tainted_live > 0 && unbounded_seen,
+                    taint_unbounded: tainted_live > 0 && (unbounded_seen || !bounded_seen),
                 });
             }
             TraceEvent::Alloc(alloc) => {
@@ -333,7 +335,7 @@ pub fn replay_until(
                     tainted_live += 1;
                     for o in &mut open {
                         o.tainted = true;
-                        o.taint_unbounded |= unbounded_seen;
+                        o.taint_unbounded |= unbounded_seen || !bounded_seen;
                     }
                 }
                 if alloc.managed {
@@ -370,6 +372,7 @@ pub fn replay_until(
             TraceEvent::Unpredictable(u) => {
                 // The op ran inside every open phase: their peaks are known at a bound at best.
                 unbounded_seen |= u.bound.is_none();
+                bounded_seen |= u.bound.is_some();
                 for o in &mut open {
                     o.unpredictable.push(u.clone());
                 }
@@ -812,6 +815,60 @@ pub(crate) mod tests {
         assert_eq!(after.peak_reserved_bytes, Some(22 * mib));
         assert_eq!(after.peak_allocated_bytes, Some(20 * mib + 1024));
         assert_eq!(after.end_allocated_bytes, Some(4 * mib + 1024));
+    }
+
+    /// An op taken at a bound (`Unpredictable::bound`): its phase and those holding its
+    /// outputs are bounded, with figures; an op without one makes its phase unpredictable.
+    #[test]
+    fn a_bounded_op_keeps_figures_and_an_unbounded_one_does_not() {
+        let op = |bound: Option<&str>| {
+            TraceEvent::Unpredictable(Unpredictable {
+                op: "aten.nonzero.default".into(),
+                file: None,
+                line: None,
+                reason: "its output size depends on the data".into(),
+                bound: bound.map(str::to_string),
+            })
+        };
+        let tainted = |id| {
+            TraceEvent::Alloc(Box::new(Alloc {
+                id,
+                bytes: 1 << 20,
+                category: Category::Temporary,
+                module: None,
+                shape: vec![1 << 20],
+                dtype: "uint8".into(),
+                tainted: true,
+                file: None,
+                line: None,
+                managed: false,
+            }))
+        };
+        let events = vec![
+            start("select", 0),
+            op(Some("upper")),
+            tainted(1),
+            end(0),
+            start("holds it", 1),
+            end(1),
+            start("custom", 2),
+            op(None),
+            tainted(2),
+            end(2),
+        ];
+        let r = replay(&events, 0, Backend::Native);
+        let status: Vec<_> = r.phases.iter().map(|p| p.status).collect();
+        assert_eq!(
+            status,
+            [
+                PhaseStatus::Bounded,
+                PhaseStatus::Bounded,
+                PhaseStatus::Unpredictable
+            ]
+        );
+        assert_eq!(r.phases[0].peak_allocated_bytes, Some(1 << 20));
+        assert!(r.phases[1].end_allocated_bytes.is_some());
+        assert!(r.phases[2].peak_allocated_bytes.is_none());
     }
 
     #[test]

@@ -103,6 +103,10 @@ pub fn predict_served(
             server,
             Some("lower"),
         )?;
+        let lower = match lower {
+            Outcome::Predicted(d) => Ok(d),
+            Outcome::Unavailable(why) => Err(why),
+        };
         super::bounds::merge_lower(&mut doc, lower);
     }
     Ok(Outcome::Predicted(doc))

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::schema::load::InputFile;
 use crate::schema::measure::MeasureResult;
-use crate::schema::prediction::{PhaseStatus, PredictionDoc};
+use crate::schema::prediction::PredictionDoc;
 
 /// Where a run's figures come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
