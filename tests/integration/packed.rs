@@ -189,3 +189,33 @@ fn predict_a_scripts_gptq_and_awq_load_without_their_library() {
         assert!(by["parameter"] >= float, "{format}: {by:?}");
     }
 }
+
+/// A fine-grained FP8 checkpoint (`quant_method: fp8`, 128 x 128 blocks) loaded through
+/// transformers: its linear layers predicted through transformers' own dequantization (the Hub
+/// kernels DeepGEMM and finegrained-fp8 are never run by a prediction), said.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_an_fp8_checkpoint_through_transformers_reference() {
+    let python = python_with(&["torch", "transformers"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::predict()
+        .output(dir.path().join("fp8.json"))
+        .args(["--python", &python, "--card", "H100 80GB", "--script"])
+        .arg(fixture("scripts/predict/quantized_checkpoint.py"))
+        .arg("--")
+        .arg(fixture("tiny/llama"))
+        .arg("fp8")
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    let generate = doc.phases.iter().find(|p| p.name == "generate").unwrap();
+    assert_eq!(generate.status, PhaseStatus::Predicted);
+    assert!(generate.peak_allocated_bytes.is_some());
+    assert!(
+        doc.notes.iter().any(|n| n.contains("FP8 linear layers")),
+        "{:?}",
+        doc.notes
+    );
+}

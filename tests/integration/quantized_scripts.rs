@@ -346,10 +346,10 @@ fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
     );
 }
 
-/// Compressed-tensors and FP8 checkpoints whose library (compressed-tensors, the `kernels`
-/// package) the predicting Python lacks: the phase loading them is unpredictable, the
-/// quantization and the library's own message said; never a crash, never an empty answer. GPTQ
-/// and AWQ without theirs are built packed and predicted.
+/// Compressed-tensors checkpoints whose library the predicting Python lacks: the phase loading
+/// them is unpredictable, the quantization and the library's own message said; never a crash,
+/// never an empty answer. GPTQ and AWQ without theirs are built packed and predicted
+/// (packed.rs), FP8 through transformers' reference (packed.rs).
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
 fn quantized_checkpoints_without_their_library_say_which() {
@@ -379,20 +379,12 @@ fn quantized_checkpoints_without_their_library_say_which() {
             "{model}: {stderr}"
         );
     }
-    for (args, module, phase, said) in [
-        (
-            vec![tiny.as_str(), "compressed-tensors"],
-            "compressed_tensors",
-            "weights",
-            "compressed-tensors",
-        ),
-        (
-            vec![tiny.as_str(), "fp8"],
-            "kernels",
-            "generate",
-            "finegrained-fp8",
-        ),
-    ] {
+    for (args, module, phase, said) in [(
+        vec![tiny.as_str(), "compressed-tensors"],
+        "compressed_tensors",
+        "weights",
+        "compressed-tensors",
+    )] {
         if installed(module) {
             eprintln!("{module} is installed: {said} is not checked as missing");
             continue;

@@ -38,7 +38,7 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
     after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
     after_import("bitsandbytes.nn.modules", lambda module: _quantized_roles(tracker, module))
-    after_import("transformers.integrations.finegrained_fp8", lambda module: _kernel_loaders(tracker, module, "finegrained-fp8"))
+    after_import("transformers.integrations.finegrained_fp8", lambda module: _fp8_reference(torch, tracker, module))
 
 
 def fake_twin(cls: type) -> type:
@@ -350,6 +350,36 @@ def _packed_quantizer(cls: Any, method: str, tracker: Any) -> Any:
 
     PackedFallback.__name__ = f"{cls.__name__}WithoutItsLibrary"
     return PackedFallback
+
+
+def _fp8_reference(torch: Any, tracker: Any, module: Any) -> None:
+    """transformers' fine-grained FP8 linear layers (`quant_method: fp8`) under a prediction.
+    Their forward runs DeepGEMM or the `finegrained-fp8` Triton kernel, both Hub kernels that a
+    prediction never fetches or runs (`hub_kernels.py`). The linear is predicted through
+    transformers' own reference, the dequantization its backward uses (`_dequantize_fp8_weight`:
+    the weight in the activations' dtype, scaled per block, for this matmul only), then the matmul:
+    a transient of one layer's weight that the fused kernels do not hold (they quantize the
+    activations instead): assumed, and said. FP4 weights and the experts' grouped matmul keep
+    the kernel loaders' own refusal (unpredictable, said)."""
+    _kernel_loaders(tracker, module, "finegrained-fp8")
+    original = getattr(module, "fp8_linear", None)
+    dequantize = getattr(module, "_dequantize_fp8_weight", None)
+    if original is None or dequantize is None or getattr(original, "_iteragpu", False):
+        return
+
+    def fp8_linear(input: Any, weight: Any, weight_scale_inv: Any, block_size: Any = None, bias: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if weight.dtype == torch.int8:  # FP4-packed: no reference dequantization in transformers
+            return original(input, weight, weight_scale_inv, block_size, bias, *args, **kwargs)
+        tracker.note(
+            "FP8 linear layers (transformers' fine-grained FP8) predicted through transformers' own reference: each weight "
+            "dequantized to the activations' dtype for its matmul (_dequantize_fp8_weight), where DeepGEMM and the Triton "
+            "kernel quantize the activations instead: one layer's weight-sized transient per matmul (assumed; the kernels hold less)"
+        )
+        w = dequantize(weight, weight_scale_inv, block_size, input.dtype)
+        return torch.nn.functional.linear(input, w, bias)
+
+    fp8_linear._iteragpu = True  # type: ignore[attr-defined]
+    module.fp8_linear = fp8_linear
 
 
 def _kernel_loaders(tracker: Any, module: Any, kernel: str) -> None:
