@@ -445,3 +445,76 @@ fn a_data_set_too_large_to_fetch_is_refused_with_its_size() {
         hub.requests()
     );
 }
+
+/// A LoRA adapter by Hub id on a base model by Hub id (peft's `PeftModel.from_pretrained`):
+/// both repositories served without their weights, the adapter's tensors data-less.
+#[test]
+#[ignore = "needs torch, transformers and peft"]
+fn predict_a_peft_adapter_from_the_hub_on_a_hub_base_model() {
+    let python = python_with(&["torch", "transformers", "peft"]);
+    let (base, _) = repository();
+    let (rank, hidden, kv) = (8u64, 256u64, 128u64);
+    let mut tensors: Tensors = Vec::new();
+    for l in 0..2 {
+        for (m, out) in [("q_proj", hidden), ("v_proj", kv)] {
+            let p = format!("base_model.model.model.layers.{l}.self_attn.{m}");
+            tensors.push((format!("{p}.lora_A.weight"), "BF16", vec![rank, hidden]));
+            tensors.push((format!("{p}.lora_B.weight"), "BF16", vec![out, rank]));
+        }
+    }
+    let adapter_config = serde_json::json!({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": REPO,
+        "r": rank, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"],
+        "bias": "none", "inference_mode": true,
+    });
+    let mut files = BTreeMap::new();
+    files.insert(
+        "adapter_config.json".to_string(),
+        File::Bytes(serde_json::to_vec(&adapter_config).unwrap()),
+    );
+    files.insert("adapter_model.safetensors".into(), shard(&tensors));
+    let adapter = "org/tiny-lora";
+    let hub = Hub::start(BTreeMap::from([
+        (REPO.to_string(), base),
+        (
+            adapter.to_string(),
+            Repo {
+                commit: commit_of(adapter),
+                files,
+                behaviour: Behaviour::Normal,
+            },
+        ),
+    ]));
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = Run::predict()
+        .output(tmp.path().join("lora.json"))
+        .args(["--python", &python, "--card", "H100 80GB", "--script"])
+        .arg(fixture("scripts/hub/peft_adapter.py"))
+        .args(["--", REPO, adapter])
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HUB_DISABLE_XET", "1")
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    // peft counts the adapter's parameters: 2 layers x (q: 8x256 + 256x8 = 4,096; v: 8x256 + 128x8 = 3,072).
+    assert!(said.contains("lora parameters 14336"), "{said}");
+    let doc = run.prediction();
+    let served: Vec<&str> = doc.hub.iter().map(|h| h.repo.as_str()).collect();
+    assert!(
+        served.contains(&REPO) && served.contains(&adapter),
+        "{:?}",
+        doc.hub
+    );
+    let lora = doc.hub.iter().find(|h| h.repo == adapter).unwrap();
+    assert_eq!(lora.hole_filled, ["adapter_model.safetensors"]);
+    assert!(
+        lora.files.contains(&"adapter_config.json".to_string()),
+        "{lora:?}"
+    );
+    assert!(
+        doc.phases.iter().all(|p| p.peak_allocated_bytes.is_some()),
+        "{said}"
+    );
+}
