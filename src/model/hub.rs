@@ -297,6 +297,29 @@ fn display(id: &HubId) -> String {
     }
 }
 
+/// The commit the cache knows for `id`, without the network: its `refs/REVISION`, or the
+/// revision itself when it is a commit.
+fn cached_commit(s: &Settings, id: &HubId) -> Result<String, HubError> {
+    let repo_dir = s.cache.join(repo_folder(&id.repo));
+    let not_cached = |missing: String| HubError::NotCached {
+        id: display(id),
+        cache: s.cache.clone(),
+        missing,
+    };
+    let rev = id.revision();
+    if is_commit(rev) {
+        return Ok(rev.to_string());
+    }
+    let path = repo_dir.join("refs").join(rev);
+    let text =
+        std::fs::read_to_string(&path).map_err(|_| not_cached(format!("no {}", path.display())))?;
+    let commit = text.trim().to_string();
+    if !is_commit(&commit) {
+        return Err(not_cached(format!("{} names no commit", path.display())));
+    }
+    Ok(commit)
+}
+
 /// The snapshot the cache holds for `id`, without the network.
 fn cached(s: &Settings, id: &HubId) -> Result<PathBuf, HubError> {
     let repo_dir = s.cache.join(repo_folder(&id.repo));
@@ -305,19 +328,7 @@ fn cached(s: &Settings, id: &HubId) -> Result<PathBuf, HubError> {
         cache: s.cache.clone(),
         missing,
     };
-    let rev = id.revision();
-    let commit = if is_commit(rev) {
-        rev.to_string()
-    } else {
-        let path = repo_dir.join("refs").join(rev);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|_| not_cached(format!("no {}", path.display())))?;
-        let commit = text.trim().to_string();
-        if !is_commit(&commit) {
-            return Err(not_cached(format!("{} names no commit", path.display())));
-        }
-        commit
-    };
+    let commit = cached_commit(s, id)?;
     let dir = repo_dir.join("snapshots").join(&commit);
     if !dir.join("config.json").is_file() {
         return Err(not_cached(format!(

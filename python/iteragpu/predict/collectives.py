@@ -43,7 +43,7 @@ def install(torch: Any) -> None:
     if hasattr(dist.ReduceOp, "unbox"):
         return
     for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter"):
-        original = getattr(c10d, name, None)
+        original = getattr(c10d, name, None)  # allowlisted: the three names above
         if original is None or getattr(original, "_iteragpu", False):
             continue
 
@@ -59,7 +59,7 @@ def install(torch: Any) -> None:
         wrapped = functools.wraps(original)(wrapper)
         wrapped._iteragpu = True  # type: ignore[attr-defined]
         for module in (c10d, dist):
-            if getattr(module, name, None) is original:
+            if getattr(module, name, None) is original:  # allowlisted: the three names above
                 setattr(module, name, wrapped)
 
 

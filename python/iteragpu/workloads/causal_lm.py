@@ -98,15 +98,7 @@ def build_quantized(torch: Any, transformers: Any, config: Any, dtype: Any, devi
             module.bias = torch.nn.Parameter(torch.zeros(module.bias.shape, dtype=dtype, device=device), requires_grad=False)
         module._is_hf_initialized = True
         quantized += 1
-    for module in model.modules():
-        for name, p in list(module.named_parameters(recurse=False)):
-            if p.device.type == "meta":
-                setattr(module, name, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
-        for name, b in list(module.named_buffers(recurse=False)):
-            if b.device.type == "meta":
-                module._buffers[name] = torch.empty_like(b, device=device)
-    model.initialize_weights()
-    model.tie_weights()
+    materialize(torch, model, device)
     model.is_loaded_in_4bit = quantize.quantize != "int8"
     model.is_loaded_in_8bit = quantize.quantize == "int8"
     model.is_quantized = True
@@ -118,6 +110,20 @@ def build_quantized(torch: Any, transformers: Any, config: Any, dtype: Any, devi
         "kept_unquantized": skipped,
     }
     return model, details
+
+
+def materialize(torch: Any, model: Any, device: Any) -> None:
+    """Every parameter and buffer still on the meta device made on `device` (the layers already
+    built there are left as they are), then the model's own initialisation and tying."""
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if p.device.type == "meta":
+                setattr(module, name, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
+        for name, b in list(module.named_buffers(recurse=False)):
+            if b.device.type == "meta":
+                module._buffers[name] = torch.empty_like(b, device=device)
+    model.initialize_weights()
+    model.tie_weights()
 
 
 def cache_tensors(cache: Any, device_type: str = "cuda") -> list[Any]:
@@ -272,7 +278,7 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
             model, details = build_quantized(torch, transformers, config, dtype, device, spec.quantization)
             info.update(details)
         elif spec.packed is not None:
-            model, details = packed.build_packed(torch, transformers, config, dtype, device, spec.packed)
+            model, details = packed.build_packed(torch, transformers, config, dtype, device, spec.packed, materialize)
             info.update(details)
         else:
             with torch.device(device):

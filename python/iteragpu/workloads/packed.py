@@ -19,25 +19,20 @@ assumed, and said in the notes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..spec import Packed
 
 
-def build_packed(torch: Any, transformers: Any, config: Any, dtype: Any, device: Any, packed: Packed) -> tuple[Any, dict[str, Any]]:
-    """The model with its linear layers packed as `packed` says; details for the phase."""
+def build_packed(
+    torch: Any, transformers: Any, config: Any, dtype: Any, device: Any, packed: Packed, materialize: Callable[[Any, Any, Any], None]
+) -> tuple[Any, dict[str, Any]]:
+    """The model with its linear layers packed as `packed` says (the rest made on the device by
+    `materialize`, causal_lm.py's); details for the phase."""
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     skipped, replaced = replace_linear(torch, model, packed, dtype, device)
-    for module in model.modules():
-        for pname, p in list(module.named_parameters(recurse=False)):
-            if p.device.type == "meta":
-                setattr(module, pname, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
-        for bname, b in list(module.named_buffers(recurse=False)):
-            if b.device.type == "meta":
-                module._buffers[bname] = torch.empty_like(b, device=device)
-    model.initialize_weights()
-    model.tie_weights()
+    materialize(torch, model, device)
     model.eval()
     details = {
         "quantization": {"format": packed.packed_format, "bits": packed.packed_bits, "group_size": packed.packed_group_size},

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::http::Client;
 use super::{HubError, HubId, Settings, display, download, header_of, repo_info, tried};
-use crate::model::hub_cache::{self, is_commit, repo_folder, repo_path_ok};
+use crate::model::hub_cache::{self, repo_folder, repo_path_ok};
 use crate::model::safetensors::HEADER_CAP;
 
 /// A checkpoint without a header at most this large is fetched whole (a tokenizer's
@@ -293,7 +293,7 @@ impl Overlay {
         let key = (s.cache.clone(), id.repo.clone(), id.revision().to_string());
         if !self.resolved.contains_key(&key) {
             let resolved = if s.offline {
-                cached_commit(s, id)?
+                resolved_from_cache(s, id)?
             } else {
                 let client = self.client(s, id)?;
                 match tried(s, id, "reading the repository's file list", || {
@@ -304,7 +304,9 @@ impl Overlay {
                         files: Some(files.into_iter().collect()),
                     },
                     // Out of reach: the cache answers, as huggingface_hub's does.
-                    Err(e @ HubError::Unreachable { .. }) => cached_commit(s, id).map_err(|_| e)?,
+                    Err(e @ HubError::Unreachable { .. }) => {
+                        resolved_from_cache(s, id).map_err(|_| e)?
+                    }
                     Err(e) => return Err(e),
                 }
             };
@@ -480,30 +482,10 @@ impl Overlay {
     }
 }
 
-/// The commit the user's cache knows for `id` (its `refs/REVISION`, or the revision itself when
-/// it is a commit with a snapshot).
-fn cached_commit(s: &Settings, id: &HubId) -> Result<Resolved, HubError> {
-    let repo_dir = s.cache.join(repo_folder(&id.repo));
-    let not_cached = |missing: String| HubError::NotCached {
-        id: display(id),
-        cache: s.cache.clone(),
-        missing,
-    };
-    let rev = id.revision();
-    let commit = if is_commit(rev) {
-        rev.to_string()
-    } else {
-        let path = repo_dir.join("refs").join(rev);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|_| not_cached(format!("no {}", path.display())))?;
-        let commit = text.trim().to_string();
-        if !is_commit(&commit) {
-            return Err(not_cached(format!("{} names no commit", path.display())));
-        }
-        commit
-    };
+/// `id` resolved from the user's cache alone (offline): its commit, its files unknown.
+fn resolved_from_cache(s: &Settings, id: &HubId) -> Result<Resolved, HubError> {
     Ok(Resolved {
-        commit,
+        commit: super::cached_commit(s, id)?,
         files: None,
     })
 }
