@@ -79,28 +79,13 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             for u in ph.unpredictable.iter().filter(|u| u.bound.is_some()) {
                 table.row([
                     String::new(),
-                    format!(
-                        "bounded: {} ({}) at {}:{}: above, at its largest outputs",
-                        u.op,
-                        u.reason,
-                        u.file.as_deref().unwrap_or("?"),
-                        u.line.map_or("?".into(), |l| l.to_string())
-                    ),
+                    format!("bounded: {}: above, at its largest outputs", op_at(u)),
                 ]);
             }
         }
         if ph.status == PhaseStatus::Unpredictable {
             for u in &ph.unpredictable {
-                table.row([
-                    String::new(),
-                    format!(
-                        "unpredictable: {} ({}) at {}:{}",
-                        u.op,
-                        u.reason,
-                        u.file.as_deref().unwrap_or("?"),
-                        u.line.map_or("?".into(), |l| l.to_string())
-                    ),
-                ]);
+                table.row([String::new(), format!("unpredictable: {}", op_at(u))]);
             }
             if ph.unpredictable.is_empty() {
                 table.row([
@@ -284,6 +269,17 @@ fn source_line<'a>(tail: &'a [String], file: &str, line: u64) -> Option<&'a str>
     let raw = tail.get(at + 1)?;
     let next = raw.trim();
     (raw.starts_with("    ") && !next.is_empty() && !next.starts_with(['^', '~'])).then_some(next)
+}
+
+/// An op a prediction could not follow exactly, its reason and its place: `OP (REASON) at FILE:LINE`.
+fn op_at(u: &crate::schema::trace::Unpredictable) -> String {
+    format!(
+        "{} ({}) at {}:{}",
+        u.op,
+        u.reason,
+        u.file.as_deref().unwrap_or("?"),
+        u.line.map_or("?".into(), |l| l.to_string())
+    )
 }
 
 #[cfg(test)]

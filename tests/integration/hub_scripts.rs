@@ -24,28 +24,7 @@ fn tiny_llama() -> (Vec<u8>, Tensors) {
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
         "tie_word_embeddings": false, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5,
     });
-    let mut t = vec![(
-        "model.embed_tokens.weight".to_string(),
-        "BF16",
-        vec![vocab, hidden],
-    )];
-    for l in 0..2 {
-        for (n, shape) in [
-            ("self_attn.q_proj.weight", vec![hidden, hidden]),
-            ("self_attn.k_proj.weight", vec![kv, hidden]),
-            ("self_attn.v_proj.weight", vec![kv, hidden]),
-            ("self_attn.o_proj.weight", vec![hidden, hidden]),
-            ("mlp.gate_proj.weight", vec![inter, hidden]),
-            ("mlp.up_proj.weight", vec![inter, hidden]),
-            ("mlp.down_proj.weight", vec![hidden, inter]),
-            ("input_layernorm.weight", vec![hidden]),
-            ("post_attention_layernorm.weight", vec![hidden]),
-        ] {
-            t.push((format!("model.layers.{l}.{n}"), "BF16", shape));
-        }
-    }
-    t.push(("model.norm.weight".into(), "BF16", vec![hidden]));
-    t.push(("lm_head.weight".into(), "BF16", vec![vocab, hidden]));
+    let t = super::hub_server::llama_tensors_of(vocab, hidden, inter, kv, 2);
     (serde_json::to_vec_pretty(&config).unwrap(), t)
 }
 

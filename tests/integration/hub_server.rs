@@ -521,13 +521,24 @@ pub fn shard(tensors: &[(String, &str, Vec<u64>)]) -> File {
 
 /// Llama-3.1-8B's tensors in bfloat16, from its config: 8,030,261,248 parameters.
 pub fn llama_tensors() -> Vec<(String, &'static str, Vec<u64>)> {
-    let (vocab, hidden, inter, kv) = (128_256u64, 4096u64, 14_336u64, 1024u64);
+    llama_tensors_of(128_256, 4096, 14_336, 1024, 32)
+}
+
+/// A Llama's tensors in bfloat16 (untied head): vocabulary, hidden size, MLP size, the keys' and
+/// values' width, layers.
+pub fn llama_tensors_of(
+    vocab: u64,
+    hidden: u64,
+    inter: u64,
+    kv: u64,
+    layers: u64,
+) -> Vec<(String, &'static str, Vec<u64>)> {
     let mut t = vec![(
         "model.embed_tokens.weight".to_string(),
         "BF16",
         vec![vocab, hidden],
     )];
-    for l in 0..32 {
+    for l in 0..layers {
         let p = format!("model.layers.{l}");
         for (n, shape) in [
             ("self_attn.q_proj.weight", vec![hidden, hidden]),
