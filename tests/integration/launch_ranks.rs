@@ -119,10 +119,18 @@ fn measure_runs_an_accelerate_command_s_ranks_with_its_variables() {
     both_ranks_measured(&ran);
     let said = format!("{}{}", ran.stdout(), ran.stderr());
     for rank in ["0", "1"] {
-        let line = said
-            .lines()
-            .find(|l| l.starts_with(&format!("COUNTER rank {rank} of 2")))
+        // Up to the next rank's line or the end of the line: two ranks share one pipe.
+        let start = said
+            .find(&format!("COUNTER rank {rank} of 2"))
             .unwrap_or_else(|| panic!("rank {rank} said nothing: {said}"));
+        let rest = &said[start..];
+        let end = rest[1..]
+            .find('\n')
+            .into_iter()
+            .chain(rest[1..].find("COUNTER"))
+            .min()
+            .map_or(rest.len(), |i| i + 1);
+        let line = &rest[..end];
         for seen in [
             "ACCELERATE_USE_FSDP=true",
             "FSDP_VERSION=2",
