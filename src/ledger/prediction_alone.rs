@@ -78,6 +78,7 @@ pub fn of_prediction(
         ..Line::new(LineId::DriverView, Checkpoint::PredictedPeak(name.clone()))
     });
     let mut notes = vec![not_measured(p)];
+    notes.extend(bounded_note(phase));
     if phase.at_peak.is_none() {
         notes.push(format!(
             "the prediction holds no storages at {name}'s peak: no category to place"
@@ -103,6 +104,47 @@ pub fn of_prediction(
         notes,
         ..frame(p)
     })
+}
+
+/// A bounded deciding phase: its lines are at the upper bound (the largest data-dependent
+/// sizes); its figures at the lower bound, and at an assumed typical size where one is
+/// published, said beside them.
+fn bounded_note(phase: &crate::schema::prediction::PredictedPhase) -> Option<String> {
+    if phase.status != crate::schema::prediction::PhaseStatus::Bounded {
+        return None;
+    }
+    let ops: Vec<&str> = phase
+        .unpredictable
+        .iter()
+        .filter(|u| u.bound.is_some())
+        .map(|u| u.op.as_str())
+        .collect();
+    let both = |a: Option<u64>| {
+        a.map_or("not reached".into(), |b| {
+            format!("{b} bytes ({})", Bytes(b).both())
+        })
+    };
+    let mut note = format!(
+        "{} is bounded{}: the lines above are at the largest data-dependent sizes (what holds whatever the data); at the smallest, peak allocated {} and peak reserved {}",
+        phase.name,
+        if ops.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", ops.join(", "))
+        },
+        both(phase.lower.as_ref().and_then(|l| l.peak_allocated_bytes)),
+        both(phase.lower.as_ref().and_then(|l| l.peak_reserved_bytes)),
+    );
+    if let Some(a) = &phase.assumed {
+        note.push_str(&format!(
+            "; assumed at {}% ({}): peak allocated {}, peak reserved {}",
+            a.fraction * 100.0,
+            a.basis,
+            both(Some(a.peak_allocated_bytes)),
+            both(Some(a.peak_reserved_bytes))
+        ));
+    }
+    Some(note)
 }
 
 /// The ledger at a predicted out-of-memory: the categories alive when the allocation failed,

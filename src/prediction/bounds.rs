@@ -5,7 +5,20 @@
 //! predicted again with every such op at its smallest size; each bounded phase gets that run's
 //! figures as `lower`. A phase the second run does not reach keeps its upper figures alone, said.
 
-use crate::schema::prediction::{LowerFigures, PhaseStatus, PredictionDoc};
+use crate::schema::prediction::{
+    AssumedFigures, LowerFigures, PhaseStatus, PredictedPhase, PredictionDoc,
+};
+
+/// LLM.int8's typical share of outlier columns: "more than 99.9% of values are multiplied in
+/// 8-bit" (Dettmers et al., LLM.int8(), arXiv:2208.07339, abstract), so at most 0.1% go through
+/// the 16-bit matmul.
+const INT8_OUTLIER_SHARE: f64 = 0.001;
+
+/// bitsandbytes' ops whose outputs grow with LLM.int8's outlier columns (`quantized.py`'s
+/// `LARGEST`/`SMALLEST`).
+fn is_int8_outlier_op(op: &str) -> bool {
+    op.starts_with("bitsandbytes.int8_")
+}
 
 /// Fills each bounded phase of `doc` (the run at the largest sizes) with its figures in `lower`
 /// (the run at the smallest, or why it could not run), matched by index and name; says what was bounded, by which ops,
@@ -69,6 +82,23 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, St
         "{bounded} phase(s) bounded: an op's output size depends on data the prediction does not know ({}); their figures are at the largest outputs the inputs' shapes allow (what the verdict reads: it holds whatever the data), `lower` at the smallest (the same workload predicted again)",
         ops.join(", ")
     ));
+    // A phase may be bounded by what an earlier one made: its ops are then the document's.
+    let only_int8 = doc
+        .phases
+        .iter()
+        .flat_map(|p| &p.unpredictable)
+        .filter(|u| u.bound.is_some())
+        .all(|u| is_int8_outlier_op(&u.op));
+    let mut assumed = 0;
+    for p in doc.phases.iter_mut() {
+        p.assumed = assumed_int8(p, only_int8);
+        assumed += usize::from(p.assumed.is_some());
+    }
+    if assumed > 0 {
+        doc.notes.push(format!(
+            "{assumed} bounded phase(s) also have an assumed figure at LLM.int8's published share of outlier columns (0.1%: \"more than 99.9% of values are multiplied in 8-bit\", arXiv:2208.07339), interpolated between the two bounds; assumed, not predicted"
+        ));
+    }
     if let Some(d) = &lower_doc
         && let Some(failure) = &d.failure
     {
@@ -82,6 +112,36 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, St
             unmatched.join(", ")
         ));
     }
+}
+
+/// A bounded phase whose only data-dependent ops are LLM.int8's outlier columns: its peaks at
+/// the published share, on the straight line from the lower to the upper figures. Every storage
+/// the outliers make grows linearly with their count, so the peak allocated (the highest sum of
+/// live storages) is a maximum of linear functions of it, convex: the line lies on or above it,
+/// and the figure is not below a replay at that count (allocator rounding aside). Reserved is
+/// taken the same way, rounded up to the allocator's 2 MiB segments.
+/// `only_int8`: every bounded op of the document is one of LLM.int8's.
+fn assumed_int8(p: &PredictedPhase, only_int8: bool) -> Option<AssumedFigures> {
+    let lower = p.lower.as_ref()?;
+    if p.status != PhaseStatus::Bounded || !only_int8 {
+        return None;
+    }
+    let between = |lo: Option<u64>, hi: Option<u64>, grain: u64| -> Option<u64> {
+        let (lo, hi) = (lo?, hi?);
+        let hi = hi.max(lo);
+        let at = lo as f64 + (hi - lo) as f64 * INT8_OUTLIER_SHARE;
+        Some(((at.ceil() as u64).div_ceil(grain) * grain).clamp(lo, hi))
+    };
+    Some(AssumedFigures {
+        peak_allocated_bytes: between(lower.peak_allocated_bytes, p.peak_allocated_bytes, 512)?,
+        peak_reserved_bytes: between(
+            lower.peak_reserved_bytes,
+            p.peak_reserved_bytes,
+            2 << 20,
+        )?,
+        fraction: INT8_OUTLIER_SHARE,
+        basis: "LLM.int8's outlier columns at 0.1% of each layer's input columns (arXiv:2208.07339: \"more than 99.9% of values are multiplied in 8-bit\"), interpolated between the bounds (the peak is convex in the outlier count: not below a replay at that count)".into(),
+    })
 }
 
 #[cfg(test)]
@@ -154,5 +214,49 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("could not run (no torch)"))
         );
+    }
+
+    /// Phases bounded by LLM.int8's outlier columns alone get the assumed figure at 0.1% of the
+    /// way from the lower to the upper figures (a phase bounded by what an earlier one made
+    /// too); where `nonzero` bounds a phase as well, none gets one.
+    #[test]
+    fn int8_outliers_get_an_assumed_figure_at_the_published_share() {
+        let int8 = |name: &str, index: u64, peak: u64| {
+            let mut p = phase(name, index, "bounded", Some(peak));
+            p["unpredictable"][0]["op"] = "bitsandbytes.int8_vectorwise_quant.default".into();
+            p
+        };
+        let mut carried = phase("after", 1, "bounded", Some(2_000_000_000));
+        carried["unpredictable"] = serde_json::json!([]);
+        let base = 1_000_000_000u64;
+        let mut upper = doc(serde_json::json!([
+            int8("decode", 0, base + (100 << 20)),
+            carried
+        ]));
+        let lower = || {
+            doc(serde_json::json!([
+                phase("decode", 0, "bounded", Some(base)),
+                phase("after", 1, "bounded", Some(2_000_000_000)),
+                phase("select", 2, "bounded", Some(300)),
+            ]))
+        };
+        merge_lower(&mut upper, Ok(Box::new(lower())));
+        let a = upper.phases[0].assumed.as_ref().expect("an assumed figure");
+        // 0.1% of 100 MiB above the lower peak, rounded up to 512 bytes.
+        assert_eq!(a.peak_allocated_bytes, base + 104_960);
+        // Reserved: the same share, rounded up to a 2 MiB segment.
+        assert_eq!(
+            a.peak_reserved_bytes,
+            (base + 104_858).div_ceil(2 << 20) * (2 << 20)
+        );
+        assert!(a.basis.contains("arXiv:2208.07339"));
+        assert!(upper.phases[1].assumed.is_some());
+        assert!(upper.notes.iter().any(|n| n.contains("assumed figure")));
+        let mut mixed = doc(serde_json::json!([
+            int8("decode", 0, base + (100 << 20)),
+            phase("select", 2, "bounded", Some(900))
+        ]));
+        merge_lower(&mut mixed, Ok(Box::new(lower())));
+        assert!(mixed.phases.iter().all(|p| p.assumed.is_none()));
     }
 }

@@ -76,6 +76,18 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
                 ]),
                 None => table.row([String::new(), "  lower bound: not reached".into()]),
             }
+            if let Some(a) = &ph.assumed {
+                table.row([
+                    String::new(),
+                    format!("  assumed ({}%)", a.fraction * 100.0),
+                    String::new(),
+                    gib(Some(a.peak_allocated_bytes)),
+                    gib(Some(a.peak_reserved_bytes)),
+                    String::new(),
+                    String::new(),
+                    "published typical share: see notes".into(),
+                ]);
+            }
             for u in ph.unpredictable.iter().filter(|u| u.bound.is_some()) {
                 table.row([
                     String::new(),

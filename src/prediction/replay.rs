@@ -474,6 +474,7 @@ fn not_reached(events: &[TraceEvent]) -> Vec<PredictedPhase> {
                     at_peak: None,
                     unpredictable: Vec::new(),
                     lower: None,
+                    assumed: None,
                 });
                 open.push(*index);
             }
@@ -573,6 +574,7 @@ fn close(
             at_peak: None,
             unpredictable: o.unpredictable,
             lower: None,
+            assumed: None,
         },
         // No allocation in the phase: its peak is its start level.
         known.then(|| o.peak_at.unwrap_or(o.start_at)),

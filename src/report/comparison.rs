@@ -91,6 +91,14 @@ pub struct PhaseError {
     pub measured_peak_reserved_bytes: Option<u64>,
     pub error_reserved_bytes: Option<i128>,
     pub error_reserved_pct: Option<f64>,
+    /// A bounded phase: the predicted figures above are its upper bound, these its lower.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_lower_peak_allocated_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_lower_peak_reserved_bytes: Option<u64>,
+    /// A bounded phase measured: whether its measured peak allocated lies between the bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub within_bounds: Option<bool>,
 }
 
 impl PhaseError {
@@ -113,6 +121,12 @@ impl PhaseError {
             predicted_peak_reserved_bytes: c.predicted_peak_reserved_bytes,
             measured_peak_reserved_bytes: c.observed_peak_reserved_bytes,
             error_reserved_pct: c.error_reserved_pct,
+            within_bounds: c
+                .predicted_lower_peak_allocated_bytes
+                .zip(c.observed_peak_allocated_bytes)
+                .map(|(lo, m)| (lo..=c.predicted_peak_allocated_bytes).contains(&m)),
+            predicted_lower_peak_allocated_bytes: c.predicted_lower_peak_allocated_bytes,
+            predicted_lower_peak_reserved_bytes: c.predicted_lower_peak_reserved_bytes,
         }
     }
 }
@@ -639,6 +653,23 @@ fn errors_table(o: &mut String, e: &PredictionErrors) {
             error(p.error_reserved_bytes, p.error_reserved_pct),
             String::new(),
         ]);
+        // A bounded phase: the row above is its upper bound; its lower bound beneath it.
+        if let Some(lo) = p.predicted_lower_peak_allocated_bytes {
+            phases.row([
+                "  lower bound".into(),
+                gib(Some(lo)),
+                String::new(),
+                String::new(),
+                gib(p.predicted_lower_peak_reserved_bytes),
+                String::new(),
+                String::new(),
+                match p.within_bounds {
+                    Some(true) => "measured between the bounds".into(),
+                    Some(false) => "measured OUTSIDE the bounds".into(),
+                    None => String::new(),
+                },
+            ]);
+        }
     }
     o.push_str(&phases.terminal());
     gaps(o);

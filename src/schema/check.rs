@@ -52,6 +52,11 @@ pub fn predictions(result: &mut MeasureResult, prediction: &PredictionDoc, devic
                 "the workload's own code on data-less CUDA tensors for {}, replayed through the caching-allocator model",
                 prediction.target.name
             ),
+            predicted_lower_peak_allocated_bytes: p
+                .lower
+                .as_ref()
+                .and_then(|l| l.peak_allocated_bytes),
+            predicted_lower_peak_reserved_bytes: p.lower.as_ref().and_then(|l| l.peak_reserved_bytes),
         });
     }
 }

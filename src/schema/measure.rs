@@ -364,6 +364,13 @@ pub struct PhaseCheck {
     pub observed_peak_reserved_bytes: Option<u64>,
     pub error_reserved_pct: Option<f64>,
     pub basis: String,
+    /// A bounded predicted phase (its sizes depend on data the prediction did not know): the
+    /// predicted figures above are its upper bound, these its lower; the observed peak should
+    /// lie between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_lower_peak_allocated_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_lower_peak_reserved_bytes: Option<u64>,
 }
 
 /// Observed KV-cache bytes next to the estimate for the same load.

@@ -265,6 +265,12 @@ pub struct PredictedPhase {
     /// the phase (a note says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower: Option<LowerFigures>,
+    /// A `bounded` phase's figures at a published typical size of its data-dependent outputs,
+    /// between `lower` and the upper figures: *assumed*, never predicted (`basis` says the
+    /// source and how it was computed). Only where a typical size is published (LLM.int8's
+    /// outlier columns); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assumed: Option<AssumedFigures>,
 }
 
 /// A bounded phase's figures at the lower bound.
@@ -275,6 +281,17 @@ pub struct LowerFigures {
     pub end_allocated_bytes: Option<u64>,
     pub end_reserved_bytes: Option<u64>,
     pub driver_view_bytes: Option<u64>,
+}
+
+/// A bounded phase's peaks at an assumed, published typical size of its data-dependent outputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssumedFigures {
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// The share of the largest data-dependent size assumed (0.001: 0.1% of the columns).
+    pub fraction: f64,
+    /// Where the share comes from and how the figures were computed.
+    pub basis: String,
 }
 
 /// The live storages at a peak, summed by category and by module, and the largest of them.

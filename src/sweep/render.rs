@@ -261,9 +261,52 @@ pub fn table(s: &Series, path: &std::path::Path) -> String {
     for n in &s.notes {
         let _ = writeln!(o, "note: {n}");
     }
+    for n in bounded_trials(s) {
+        let _ = writeln!(o, "note: {n}");
+    }
     let _ = writeln!(o, "series: {}", path.display());
     // Names, notes and errors come from files and workloads: shown, never obeyed.
     crate::output::terminal_safe(&o).into_owned()
+}
+
+/// Each predicted trial with bounded phases (sizes that depend on data the prediction did not
+/// know): the frontier and the fit read their upper figures; the lower ones are in the trial's
+/// prediction.
+fn bounded_trials(s: &Series) -> Vec<String> {
+    use crate::schema::prediction::PhaseStatus;
+    s.trials
+        .iter()
+        .filter_map(|t| {
+            let doc = t.prediction.as_ref()?;
+            let bounded: Vec<_> = doc
+                .phases
+                .iter()
+                .filter(|p| p.status == PhaseStatus::Bounded)
+                .collect();
+            let lowest = bounded
+                .iter()
+                .filter_map(|p| p.lower.as_ref()?.peak_allocated_bytes)
+                .max();
+            if bounded.is_empty() {
+                return None;
+            }
+            let mut ops: Vec<&str> = bounded
+                .iter()
+                .flat_map(|p| &p.unpredictable)
+                .filter(|u| u.bound.is_some())
+                .map(|u| u.op.as_str())
+                .collect();
+            ops.sort_unstable();
+            ops.dedup();
+            Some(format!(
+                "trial {}: {} phase(s) bounded ({}): read at their upper figures (the largest data-dependent sizes), so its verdict holds whatever the data; at the smallest its highest peak allocated is {}",
+                t.index,
+                bounded.len(),
+                ops.join(", "),
+                lowest.map_or("not predicted (the run at the lower bound did not reach them)".into(), |b| Bytes(b).both())
+            ))
+        })
+        .collect()
 }
 
 /// The allocator A/B: each setting's peak reserved at each value, and its change against the

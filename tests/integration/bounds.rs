@@ -91,6 +91,7 @@ fn octocoder_in_8bit_has_figures_in_every_phase_and_a_verdict() {
     let said = format!("{}{}", run.stdout(), run.stderr());
     assert_eq!(run.code(), Some(0), "{said}");
     assert!(said.contains("predicted to fit"), "{said}");
+    assert!(said.contains("assumed (0.1%)"), "{said}");
     let doc = run.prediction();
     assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
     for p in &doc.phases {
@@ -102,6 +103,15 @@ fn octocoder_in_8bit_has_figures_in_every_phase_and_a_verdict() {
                 "{}",
                 p.name
             );
+            // The third, assumed figure at the LLM.int8 paper's share of outlier columns.
+            let assumed = p.assumed.as_ref().expect("an assumed figure");
+            assert!(
+                (lower.unwrap()..=p.peak_allocated_bytes.unwrap())
+                    .contains(&assumed.peak_allocated_bytes),
+                "{}: {assumed:?}",
+                p.name
+            );
+            assert!(assumed.basis.contains("arXiv:2208.07339"));
         }
     }
     assert!(
@@ -111,4 +121,84 @@ fn octocoder_in_8bit_has_figures_in_every_phase_and_a_verdict() {
         "{said}"
     );
     assert_eq!(doc.dimensions["quantization"], "bitsandbytes LLM.int8");
+}
+
+/// A bounded phase beside a measurement: `compare` gives its lower bound under the upper one and
+/// whether the measured peak lies between them; `explain` names the ops and the lower figures.
+#[test]
+fn compare_and_explain_read_a_bounded_phase_s_both_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = fixture("fiche");
+    let measured: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("result.json")).unwrap()).unwrap();
+    let mut pred: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("prediction.json")).unwrap()).unwrap();
+    let got = measured["phases"][2]["devices"][0]["peak_allocated_bytes"]
+        .as_u64()
+        .unwrap();
+    let phase = &mut pred["phases"][2];
+    assert_eq!(phase["name"], "cold_forward");
+    // The measured peak between the bounds: upper above it, lower below it.
+    phase["status"] = "bounded".into();
+    phase["peak_allocated_bytes"] = (got + (64 << 20)).into();
+    phase["lower"] = serde_json::json!({"peak_allocated_bytes": got - (8 << 20),
+        "peak_reserved_bytes": phase["peak_reserved_bytes"].as_u64().unwrap() - (8 << 20)});
+    phase["unpredictable"] = serde_json::json!([{"op": "aten.nonzero.default", "file": "w.py",
+        "line": 7, "reason": "its output size depends on the data", "bound": "upper"}]);
+    let path = dir.path().join("bounded.json");
+    std::fs::write(&path, serde_json::to_vec(&pred).unwrap()).unwrap();
+    let out = crate::common::iteragpu()
+        .arg("compare")
+        .arg(&path)
+        .arg(fixtures.join("result.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &c["prediction_errors"][0]["phases"][2];
+    assert_eq!(row["phase"], "cold_forward");
+    assert_eq!(row["predicted_lower_peak_allocated_bytes"], got - (8 << 20));
+    assert_eq!(row["within_bounds"], true);
+    let table = crate::common::iteragpu()
+        .arg("compare")
+        .arg(&path)
+        .arg(fixtures.join("result.json"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("lower bound"), "{table}");
+    assert!(table.contains("measured between the bounds"), "{table}");
+    // explain: the bounded phase decides when its peak is the highest.
+    for (k, p) in pred["phases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        if k != 2 {
+            p["peak_allocated_bytes"] = 1.into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&pred).unwrap()).unwrap();
+    let explained = crate::common::iteragpu()
+        .arg("explain")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
+    assert!(
+        said.contains("cold_forward is bounded by aten.nonzero.default")
+            && said.contains(&format!("{} bytes", got - (8 << 20))),
+        "{said}"
+    );
 }

@@ -24,6 +24,9 @@ catalog! {
         LowerBound =>
             "lower bound (the data-dependent sizes at their smallest)",
             "borne basse (tailles dépendant des données au plus petit)";
+        AssumedTypical =>
+            "assumed, at a published typical share of the data-dependent sizes",
+            "supposé, à une part typique publiée des tailles dépendant des données";
         PredictedPeakAllocated =>
             "predicted peak allocated",
             "pic alloué prédit";

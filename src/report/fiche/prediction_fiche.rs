@@ -557,6 +557,23 @@ fn predicted_section(b: &mut Vec<Block>, p: &PredictionDoc, f: &PredictedFacts, 
                         Cell::size(l.driver_view_bytes),
                     ]);
                 }
+                // At a published typical size: assumed, between the two bounds.
+                if let Some(a) = &ph.assumed {
+                    rows.push(vec![
+                        Cell::Code(format!(
+                            "{}  {} ({}%)",
+                            "  ".repeat(p.depth(ph)),
+                            lang.say(PredictedText::AssumedTypical),
+                            a.fraction * 100.0
+                        )),
+                        Cell::Code(String::new()),
+                        Cell::size(Some(a.peak_allocated_bytes)),
+                        Cell::size(Some(a.peak_reserved_bytes)),
+                        Cell::Text(String::new()),
+                        Cell::Text(String::new()),
+                        Cell::Text(String::new()),
+                    ]);
+                }
                 rows
             })
             .collect(),

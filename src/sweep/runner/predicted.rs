@@ -136,7 +136,8 @@ impl Runner for Predicted<'_> {
     }
 
     fn protocol(&self, plan: &SweepPlan) -> String {
-        match plan.mode {
+        let bounded = "; a phase bounded by a data-dependent size is read at its upper figures (the largest sizes), so a fit holds whatever the data";
+        let how = match plan.mode {
             SweepMode::Frontier => format!(
                 "each trial predicted in {} on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other",
                 worker()
@@ -151,7 +152,8 @@ impl Runner for Predicted<'_> {
                 )
                 .both()
             ),
-        }
+        };
+        how + bounded
     }
 }
 
