@@ -202,3 +202,38 @@ fn compare_and_explain_read_a_bounded_phase_s_both_figures() {
         "{said}"
     );
 }
+
+/// `sweep --predict` over a script with a bounded phase: each trial's verdict reads the upper
+/// figures, and the summary says so with the trial's lower peak.
+#[test]
+#[ignore = "needs torch"]
+fn a_predicted_sweep_says_its_bounded_trials_read_the_upper_figures() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::sweep()
+        .args(["--predict", "--python", &python, "--card", "H100 80GB"])
+        .args(["--vary", "context=1,2", "--script"])
+        .arg(fixture("scripts/predict/data_dependent_sizes.py"))
+        .output(dir.path().join("series.json"))
+        .args(["--", "{context}"])
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    for trial in ["trial 0", "trial 1"] {
+        assert!(
+            said.contains(&format!("{trial}: ")) && said.contains("read at their upper figures"),
+            "{said}"
+        );
+    }
+    assert!(said.contains("aten.nonzero.default"), "{said}");
+    let series = run.series();
+    assert!(
+        series.protocol.contains("read at its upper figures"),
+        "{}",
+        series.protocol
+    );
+    for t in &series.trials {
+        let doc = t.prediction.as_ref().unwrap();
+        assert!(doc.phases.iter().any(|p| p.lower.is_some()), "{doc:?}");
+    }
+}
