@@ -8,6 +8,7 @@
 
 pub mod answers;
 pub mod bounds;
+pub mod dequantized;
 pub mod fork_server;
 pub mod like;
 pub mod oom;

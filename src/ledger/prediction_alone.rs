@@ -18,7 +18,10 @@ const CATEGORY_LINES: [(LineId, &[&str]); 6] = [
     (LineId::Weights, &["parameter", "buffer"]),
     (LineId::Gradients, &["gradient"]),
     (LineId::OptimizerStates, &["optimizer state"]),
-    (LineId::Activations, &["activation", "temporary"]),
+    (
+        LineId::Activations,
+        &["activation", "temporary", "dequantized weight"],
+    ),
     (LineId::KvCache, &["kv cache"]),
     (LineId::Workspaces, &["workspace"]),
 ];

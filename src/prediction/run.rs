@@ -381,6 +381,7 @@ fn predict_once(
         failure_detail: judged.failure_detail,
         like: None,
         hub: overlay.served(),
+        dequantized: super::dequantized::seen(&c.events),
         notes,
     })))
 }

@@ -133,6 +133,10 @@ pub struct PredictionDoc {
     /// weights (`model::hub::overlay`); empty when it reached none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub: Vec<crate::model::hub::overlay::HubServed>,
+    /// The quantized weights the replay saw dequantized to the compute dtype (bitsandbytes'
+    /// `dequantize_4bit`): what the estimate assumes, seen. Absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dequantized: Option<DequantizedSeen>,
     pub notes: Vec<String>,
 }
 
@@ -281,6 +285,13 @@ pub struct LowerFigures {
     pub end_allocated_bytes: Option<u64>,
     pub end_reserved_bytes: Option<u64>,
     pub driver_view_bytes: Option<u64>,
+}
+
+/// The dequantized weights a prediction saw: the largest one and how many were made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DequantizedSeen {
+    pub largest_bytes: u64,
+    pub count: u64,
 }
 
 /// A bounded phase's peaks at an assumed, published typical size of its data-dependent outputs.

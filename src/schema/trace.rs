@@ -40,6 +40,11 @@ pub enum Category {
     /// A collective's buffer: DDP's gradient buckets, FSDP2's all-gather outputs and
     /// reduce-scatter inputs.
     Communication,
+    /// A quantized weight dequantized to the compute dtype for one matmul (bitsandbytes'
+    /// `dequantize_4bit`): the estimate's assumed "dequantized weight", seen by the replay.
+    #[serde(rename = "dequantized weight")]
+    #[strum(serialize = "dequantized weight")]
+    DequantizedWeight,
     Other,
 }
 

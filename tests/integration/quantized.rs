@@ -399,3 +399,68 @@ fn the_fiche_keeps_storage_and_compute_formats_apart() {
     }
     assert!(id_bytes(&doc, "quantized_weights") > 0);
 }
+
+/// bitsandbytes' 4-bit forward dequantizes each weight for its matmul (`dequantize_4bit`): the
+/// replay tags those storages `dequantized weight`, and the fiche beside the estimate says that
+/// term is predicted, not assumed.
+#[test]
+#[ignore = "needs torch, transformers and bitsandbytes"]
+fn the_dequantized_weight_is_seen_by_the_replay_and_no_longer_assumed() {
+    let python = python_with(&["torch", "transformers", "bitsandbytes"]);
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixture("tiny/llama").display().to_string();
+    let common = [
+        "--model",
+        tiny.as_str(),
+        "--dtype",
+        "bfloat16",
+        "--quantize",
+        "nf4",
+        "--batch",
+        "4",
+        "--prompt-tokens",
+        "500",
+        "--new-tokens",
+        "2",
+    ];
+    let pred = dir.path().join("pred.json");
+    Run::predict()
+        .args([
+            "--python",
+            &python,
+            "--workload",
+            "causal-lm",
+            "--card",
+            "L4",
+        ])
+        .args(common)
+        .output(&pred)
+        .succeeds();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&pred).unwrap()).unwrap();
+    // 4 × 500 prompt tokens are more rows than bitsandbytes' fused 4-bit kernel takes (1,536 on
+    // CUDA): each quantized layer's prefill dequantizes its weight (the tiny model's largest,
+    // 128 × 64 in bfloat16: 16 KiB); a decode step's 4 rows take the fused kernel.
+    let seen = &doc["dequantized"];
+    assert_eq!(seen["largest_bytes"], 128 * 64 * 2, "{doc}");
+    assert!(seen["count"].as_u64().unwrap() >= 21, "{seen}");
+    let est = crate::common::iteragpu()
+        .arg("estimate")
+        .args(&common[..6])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        est.status.success(),
+        "{}",
+        String::from_utf8_lossy(&est.stderr)
+    );
+    std::fs::write(dir.path().join("est.json"), &est.stdout).unwrap();
+    let out = dir.path().join("fiche.md");
+    Run::report()
+        .arg(&pred)
+        .args(["--estimate", dir.path().join("est.json").to_str().unwrap()])
+        .output(&out)
+        .succeeds();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("predicted, not assumed"), "{text}");
+}

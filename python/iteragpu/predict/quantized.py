@@ -35,6 +35,7 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
 
     _subclass_over_fake(torch, tracker)
     _outlier_bounds(torch)
+    _gemm_4bit_inside(torch)
     after_import("bitsandbytes.functional", lambda module: _paged(torch, tracker, note, module))
     after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
     after_import("bitsandbytes.nn.modules", lambda module: _quantized_roles(tracker, module))
@@ -114,6 +115,49 @@ def _outlier_bounds(torch: Any) -> None:
     SMALLEST["bitsandbytes.int8_vectorwise_quant.default"] = vectorwise_quant_none
     SMALLEST["bitsandbytes.int8_double_quant.default"] = double_quant_none
     SMALLEST["bitsandbytes.int8_mixed_scaled_mm.default"] = mixed_scaled_mm
+
+
+def _gemm_4bit_inside(torch: Any) -> None:
+    """bitsandbytes' 4-bit matmul (`gemm_4bit`, 0.49 on) runs its fused kernel for few rows, and
+    past bitsandbytes' own threshold (`backends/cuda/ops.py`: more than 1,536 rows on CUDA, a
+    per-architecture heuristic below, K not a multiple of the block size) dequantizes the whole
+    weight to the activations' dtype, then `F.linear` (`_dequant_linear_fallback`): one weight
+    [N, K] alive beside the output, and, with nested absmax, its float32 absmax. The fake kernel
+    gives the output alone; this adds what the fallback makes, chosen by bitsandbytes' own
+    heuristic on the target's properties (`cuda_api.py` answers them)."""
+    from .tracker import INSIDE, Category
+
+    def inside(A: Any, B: Any, shapeB: Any, absmax: Any, blocksize: int, quant_type: str, bias: Any = None, absmax_8bit: Any = None, *rest: Any, **kw: Any) -> list[Any]:
+        K = A.shape[-1]
+        M = A.numel() // K if K else 0
+        N = shapeB[0]
+        if M == 0 or not _gemm_4bit_falls_back(torch, A, M, N, K, blocksize):
+            return []
+        made = [(tuple(int(d) for d in shapeB), A.dtype, Category.DEQUANTIZED_WEIGHT)]
+        if absmax_8bit is not None:
+            # `absmax_dq` (float32), then `absmax_dq + absmax_offset` (another).
+            made += [(tuple(absmax_8bit.shape), torch.float32, Category.TEMPORARY)] * 2
+        return made
+
+    INSIDE["bitsandbytes.gemm_4bit.default"] = inside
+
+
+def _gemm_4bit_falls_back(torch: Any, A: Any, M: int, N: int, K: int, blocksize: int) -> bool:
+    """bitsandbytes' own choice between its fused kernel and dequantize-then-linear (its
+    `gemm_4bit` CUDA kernel's first lines); the fallback where its heuristic cannot be asked."""
+    try:
+        from bitsandbytes.backends.cuda import ops
+    except Exception:  # noqa: BLE001 (an older release: no gemm_4bit op at all)
+        return True
+    if M > getattr(ops, "_gemm_4bit_custom_max_m", 0) or K % blocksize:  # allowlisted
+        return True
+    use_custom = getattr(ops, "_gemm_4bit_use_custom_fn", None)  # allowlisted
+    if use_custom is None:
+        return True
+    try:
+        return not use_custom(A.device.index or 0, A.dtype, M, N, K)
+    except Exception:  # noqa: BLE001 (the heuristic asked what the fake device cannot say)
+        return True
 
 
 def _subclass_over_fake(torch: Any, tracker: Any) -> None:

@@ -76,8 +76,17 @@ class Category(str, enum.Enum):
     KV_CACHE = "kv cache"
     WORKSPACE = "workspace"  # held by a library (cuBLAS, cuDNN), not by a tensor of the program
     COMMUNICATION = "communication"  # a collective's buffer
+    DEQUANTIZED_WEIGHT = "dequantized weight"  # a quantized weight in the compute dtype, for one matmul
     OTHER = "other"
 
+
+# Ops whose output is a quantized weight dequantized to the compute dtype (bitsandbytes' 4-bit
+# path: `MatMul4Bit` and `Linear4bit`'s forward without a fused GEMV; its backward).
+DEQUANTIZING: frozenset[str] = frozenset({"bitsandbytes.dequantize_4bit.default"})
+
+# Ops whose CUDA implementation allocates inside itself what their fake kernel does not: op ->
+# (its args) -> [(shape, dtype, category)], allocated before the output (quantized.py fills it).
+INSIDE: dict[str, Callable[..., list[tuple[tuple[int, ...], Any, Category]]]] = {}
 
 # What a later tag may turn into an activation, an input or a known kind: a storage nobody named.
 UNNAMED: frozenset[Category] = frozenset({Category.TEMPORARY, Category.OTHER})
@@ -532,6 +541,9 @@ class Tracker(TorchDispatchMode):
             args, kwargs = tree_unflatten(flat, spec)
         inputs = [a for a in flat if isinstance(a, torch.Tensor)]
         tainted = bool(self.tainted) and any(self._is_tainted(a) for a in inputs)
+        # What the op's CUDA implementation allocates inside itself (its fake kernel gives the
+        # output alone): alive until the output is counted, freed when this call returns.
+        inside = self._inside(func, args, kwargs, inputs)  # noqa: F841 (held alive on purpose)
         try:
             # FakeTensorMode keeps its entries on a list: threads enter it one at a time.
             with self.fake_lock:
@@ -573,6 +585,8 @@ class Tracker(TorchDispatchMode):
             self._tag_all(args[:1], Category.COMMUNICATION)
         elif "reduce_scatter" in name:
             self._tag_all(args[1:2], Category.COMMUNICATION)
+        elif str(func) in DEQUANTIZING:
+            self._tag_all(out_flat, Category.DEQUANTIZED_WEIGHT)
         self._follow_values(func, args, kwargs, out, flat, spec, out_flat)
         return out
 
@@ -767,6 +781,18 @@ class Tracker(TorchDispatchMode):
 
         with _disable_current_modes():
             return collectives.follow(torch, name, args, kwargs, out, known, set_known, forget, world)
+
+    def _inside(self, func: Any, args: Any, kwargs: Any, inputs: list[Any]) -> list[Any]:
+        """The storages `func`'s own CUDA code makes before its output (`INSIDE`), registered
+        with their category on the device of its first tensor input; [] for every other op."""
+        plan = INSIDE.get(str(func))
+        if plan is None or not inputs:
+            return []
+        held: list[Any] = []
+        for shape, dtype, category in plan(*args, **kwargs):
+            t = sizes._fake(self, shape, dtype, inputs[0].device, register=True, held=held)
+            self.tag(t, category, only_from=UNNAMED)
+        return held
 
     def _tag_all(self, values: Iterable[Any], category: Category) -> None:
         for t in tree_flatten(values)[0]:

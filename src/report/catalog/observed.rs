@@ -91,6 +91,7 @@ pub fn storage_category(c: &str, lang: Style) -> String {
         "kv cache" => "cache KV",
         "workspace" => "espaces de travail",
         "communication" => "communication",
+        "dequantized weight" => "poids déquantifié",
         "allocator rounding" => "arrondi de l’allocateur",
         "other" => "autres",
         other => other,

@@ -27,6 +27,15 @@ catalog! {
         AssumedTypical =>
             "assumed, at a published typical share of the data-dependent sizes",
             "supposé, à une part typique publiée des tailles dépendant des données";
+        DequantizedPredicted =>
+            "predicted, not assumed (the replay ran the library's own dequantization)",
+            "prédit, pas supposé (le rejeu a exécuté la déquantification de la bibliothèque)";
+        DequantizedMade =>
+            "dequantized weights made, the largest",
+            "poids déquantifiés créés, le plus grand";
+        DequantizedAtPeak =>
+            "alive at the predicted peak",
+            "vivants au pic prédit";
         PredictedPeakAllocated =>
             "predicted peak allocated",
             "pic alloué prédit";

@@ -754,7 +754,13 @@ fn assumed(b: &mut Vec<Block>, p: &PredictionDoc, e: Option<&EstimateDoc>, lang:
     }
     if let Some(e) = e {
         for t in e.terms.iter().filter(|t| t.kind == Kind::Assumed) {
-            let size = format!("{} — `{}`", lang.size(Some(t.bytes)), t.formula);
+            let mut size = format!("{} — `{}`", lang.size(Some(t.bytes)), t.formula);
+            if let (crate::estimate::TermId::DequantizedWeight { .. }, Some(seen)) =
+                (&t.id, dequantized_seen(p, lang))
+            {
+                // The replay saw bitsandbytes' own dequantization: predicted, not assumed.
+                size = format!("{seen}; {size}");
+            }
             items.push(labelled(&names::term(t, lang), lang, size));
         }
     }
@@ -762,4 +768,24 @@ fn assumed(b: &mut Vec<Block>, p: &PredictionDoc, e: Option<&EstimateDoc>, lang:
         items.push(labelled(lang.say(PredictedText::Notes), lang, n));
     }
     b.push(Block::List(items));
+}
+
+/// The dequantized weights the replay saw (bitsandbytes' `dequantize_4bit` outputs): the
+/// largest and how many, and how much of them was alive at the predicted peak.
+fn dequantized_seen(p: &PredictionDoc, lang: Style) -> Option<String> {
+    let seen = p.dequantized.as_ref()?;
+    let at_peak = p
+        .peak_phase()
+        .and_then(|(_, ph)| ph.at_peak.as_ref())
+        .and_then(|a| a.by_category.get("dequantized weight").copied())
+        .unwrap_or(0);
+    Some(format!(
+        "{}: {} {} {}, {} {}",
+        lang.say(PredictedText::DequantizedPredicted),
+        lang.integer(u128::from(seen.count)),
+        lang.say(PredictedText::DequantizedMade),
+        lang.size(Some(seen.largest_bytes)),
+        lang.say(PredictedText::DequantizedAtPeak),
+        lang.size(Some(at_peak)),
+    ))
 }
