@@ -114,6 +114,17 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, St
     }
 }
 
+/// Each phase's data-dependent ops once per op, place and bound: the same op at the same line
+/// runs in every layer and at every generated token (19,200 times in one decode), and saying it
+/// once is what tells the user where to look.
+pub fn once_per_place(phases: &mut [PredictedPhase]) {
+    for p in phases {
+        let mut seen = std::collections::HashSet::new();
+        p.unpredictable
+            .retain(|u| seen.insert((u.op.clone(), u.file.clone(), u.line, u.bound.clone())));
+    }
+}
+
 /// A bounded phase whose only data-dependent ops are LLM.int8's outlier columns: its peaks at
 /// the published share, on the straight line from the lower to the upper figures. Every storage
 /// the outliers make grows linearly with their count, so the peak allocated (the highest sum of
@@ -258,5 +269,19 @@ mod tests {
         ]));
         merge_lower(&mut mixed, Ok(Box::new(lower())));
         assert!(mixed.phases.iter().all(|p| p.assumed.is_none()));
+    }
+
+    /// The same op at the same place is said once per phase; another place or bound stays.
+    #[test]
+    fn an_op_is_said_once_per_place_and_bound() {
+        let mut d = doc(serde_json::json!([phase("decode", 0, "bounded", Some(9))]));
+        let u = d.phases[0].unpredictable[0].clone();
+        let mut elsewhere = u.clone();
+        elsewhere.line = Some(6);
+        let mut lower = u.clone();
+        lower.bound = Some("lower".into());
+        d.phases[0].unpredictable = vec![u.clone(), elsewhere, u.clone(), lower, u];
+        once_per_place(&mut d.phases);
+        assert_eq!(d.phases[0].unpredictable.len(), 3);
     }
 }

@@ -345,6 +345,8 @@ fn predict_once(
         );
     }
     let hash = spec.code_hash();
+    let mut phases = judged.phases;
+    super::bounds::once_per_place(&mut phases);
     Ok(Outcome::Predicted(Box::new(PredictionDoc {
         schema: SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -374,7 +376,7 @@ fn predict_once(
                 "memory of other processes on the card".into(),
             ],
         },
-        phases: judged.phases,
+        phases,
         capacity: Some(capacity.clone()),
         out_of_memory,
         failure: judged.failure,

@@ -114,11 +114,17 @@ def build_quantized(torch: Any, transformers: Any, config: Any, dtype: Any, devi
 
 def materialize(torch: Any, model: Any, device: Any) -> None:
     """Every parameter and buffer still on the meta device made on `device` (the layers already
-    built there are left as they are), then the model's own initialisation and tying."""
+    built there are left as they are), then the model's own initialisation and tying. A
+    parameter already tied on the meta device (an output head sharing the embeddings) is made
+    once, as `from_pretrained` loads it once: made twice, the second copy would be a transient of
+    the embeddings' size until `tie_weights`."""
+    made: dict[int, tuple[Any, Any]] = {}  # id of the meta parameter -> (it, kept alive; its twin)
     for module in model.modules():
         for name, p in list(module.named_parameters(recurse=False)):
             if p.device.type == "meta":
-                setattr(module, name, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
+                if id(p) not in made:
+                    made[id(p)] = (p, torch.nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
+                setattr(module, name, made[id(p)][1])
         for name, b in list(module.named_buffers(recurse=False)):
             if b.device.type == "meta":
                 module._buffers[name] = torch.empty_like(b, device=device)
