@@ -122,15 +122,36 @@ pub struct QuantizeSpec {
     pub double_quant: bool,
 }
 
-/// A GPTQ or AWQ checkpoint's packed linear layers: the format, its bits and group size, and the
-/// modules its config keeps unquantized.
+/// A GPTQ, AWQ, compressed-tensors or HQQ checkpoint's quantized linear layers: the format, its
+/// bits and group size, and the modules its config keeps unquantized; compressed-tensors and HQQ
+/// add their scheme (the tensors differ with it: `workloads/packed.py`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PackedSpec {
-    /// `gptq` or `awq`.
+    /// `gptq`, `awq`, `compressed-tensors` or `hqq`.
     pub packed_format: String,
     pub packed_bits: u64,
     pub packed_group_size: Option<u64>,
     pub packed_skip_modules: Vec<String>,
+    /// compressed-tensors: `pack-quantized`, `int-quantized` or `float-quantized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_storage: Option<String>,
+    /// compressed-tensors: `tensor`, `channel` or `group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_strategy: Option<String>,
+    /// compressed-tensors: symmetric weights (no zero point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_symmetric: Option<bool>,
+    /// compressed-tensors: input activations quantized (a static scale when `packed_static_input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_input_quantized: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_static_input: Option<bool>,
+    /// The scales' dtype (compressed-tensors), or the compute dtype of scale and zero (HQQ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_scale_dtype: Option<String>,
+    /// HQQ: the axis its groups run along (0 or 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_axis: Option<u64>,
 }
 
 /// N generation requests alive together, each with its own dynamic cache: prefilled one after

@@ -51,6 +51,9 @@ pub struct Scheme {
     /// The scales' dtype: the checkpoint's `torch_dtype` (compressed-tensors makes them in the
     /// weights' dtype).
     pub scale_dtype: Dtype,
+    /// Input activations quantized too (W8A8): compressed-tensors' forward quantizes and
+    /// dequantizes them (a transient the size of the input).
+    pub input_quantized: bool,
     /// Input activations quantized with a static (calibrated) scale: one `input_scale` a layer.
     pub static_input: bool,
     pub static_input_symmetric: bool,
@@ -140,7 +143,8 @@ pub fn parse(
             ));
         }
     };
-    let (static_input, static_input_symmetric) = match group.section("input_activations")? {
+    let input = group.section("input_activations")?;
+    let (static_input, static_input_symmetric) = match &input {
         Some(a) => (!a.bool_or("dynamic", false)?, a.bool_or("symmetric", true)?),
         None => (false, true),
     };
@@ -158,6 +162,7 @@ pub fn parse(
             scale_dtype: weights_dtype
                 .filter(|d| matches!(d, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32))
                 .unwrap_or(Dtype::Float16),
+            input_quantized: input.is_some(),
             static_input,
             static_input_symmetric,
         },
@@ -319,6 +324,7 @@ mod tests {
             strategy,
             symmetric: true,
             scale_dtype: Dtype::Bfloat16,
+            input_quantized: false,
             static_input: false,
             static_input_symmetric: true,
         }
@@ -347,6 +353,7 @@ mod tests {
         assert_eq!(fp8.linear_bytes(4096, 14336), 58_720_256 + 28_672);
         // int8 W8A8 with a static per-tensor input scale.
         let int8 = Scheme {
+            input_quantized: true,
             static_input: true,
             ..scheme(Storage::IntQuantized, 8, Strategy::Channel)
         };
