@@ -154,6 +154,33 @@ pub struct PackedSpec {
     pub packed_axis: Option<u64>,
 }
 
+impl PackedSpec {
+    /// The fiche's dimensions: `GPTQ 4-bit`, `HQQ 4-bit`, `compressed-tensors pack-quantized
+    /// 4-bit`, the group size, and the scales' dtype where the format names one.
+    pub fn dimensions(&self) -> serde_json::Map<String, serde_json::Value> {
+        let name = match &self.packed_storage {
+            Some(storage) => format!("{} {storage}", self.packed_format),
+            None => self.packed_format.to_uppercase(),
+        };
+        let mut dims = serde_json::Map::new();
+        dims.insert(
+            "quantization".into(),
+            serde_json::json!(format!(
+                "{name} {}-bit (the checkpoint's quantization_config)",
+                self.packed_bits
+            )),
+        );
+        dims.insert(
+            "quantization_group_size".into(),
+            serde_json::json!(self.packed_group_size),
+        );
+        if let Some(dtype) = &self.packed_scale_dtype {
+            dims.insert("quantization_scale_dtype".into(), serde_json::json!(dtype));
+        }
+        dims
+    }
+}
+
 /// N generation requests alive together, each with its own dynamic cache: prefilled one after
 /// another, then decoded in turn. Both lists hold one length per request (already cycled).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

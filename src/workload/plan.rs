@@ -732,15 +732,7 @@ impl RunPlan {
                 dims.insert("model".into(), json!(p.config.display().to_string()));
                 dims.extend(pick(&training_keys));
                 if let Some(k) = &p.packed {
-                    dims.insert(
-                        "quantization".into(),
-                        json!(format!(
-                            "{} {}-bit (the checkpoint's quantization_config)",
-                            k.packed_format.to_uppercase(),
-                            k.packed_bits
-                        )),
-                    );
-                    dims.insert("quantization_group_size".into(), json!(k.packed_group_size));
+                    dims.extend(k.dimensions());
                 }
                 if let Some(q) = &p.quantize {
                     let dtype = map
