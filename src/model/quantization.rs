@@ -478,6 +478,62 @@ mod tests {
         );
     }
 
+    fn parsed(quantization: serde_json::Value) -> Result<Option<Quantization>, ModelError> {
+        let text = serde_json::json!({"model_type": "llama", "torch_dtype": "bfloat16", "quantization_config": quantization});
+        let config = super::super::config::Config::parse(
+            std::path::Path::new("config.json"),
+            &text.to_string(),
+        )
+        .unwrap();
+        Quantization::from_config(&config.fields())
+    }
+
+    #[test]
+    fn compressed_tensors_and_hqq_configs_parse() {
+        let w4a16 = parsed(serde_json::json!({
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "ignore": ["lm_head", "re:.*mlp.gate$"],
+            "config_groups": {"group_0": {"targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128}}},
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(w4a16.skip_modules, ["lm_head", "mlp.gate"]);
+        assert!(!w4a16.quantize_lm_head);
+        // The scales take the checkpoint's dtype: bfloat16 here.
+        assert_eq!(w4a16.linear_bytes(4096, 4096), 8_388_608 + 16 + 262_144);
+        assert_eq!(w4a16.short_label(), "CT int4 g128");
+        // An expression that names no module is refused, named.
+        let err = parsed(serde_json::json!({
+            "quant_method": "compressed-tensors", "ignore": ["re:model.layers.[0-3].*"],
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}},
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("re:model.layers.[0-3].*"), "{err}");
+        let err = parsed(
+            serde_json::json!({"quant_method": "compressed-tensors", "format": "marlin-24",
+            "config_groups": {"g": {"weights": {"num_bits": 4}}}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("marlin-24"), "{err}");
+        // HQQ as transformers saves it: the compute dtype (bfloat16) holds scale and zero.
+        let hqq = parsed(serde_json::json!({
+            "quant_method": "hqq", "skip_modules": ["lm_head"],
+            "quant_config": {"offload_meta": false, "scale_quant_params": null, "zero_quant_params": null,
+                "weight_quant_params": {"nbits": 4, "group_size": 64, "axis": 1, "view_as_float": false}},
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(hqq.linear_bytes(4096, 4096), 8_388_608 + 2 * 262_144 * 2);
+        assert_eq!(hqq.label(), "HQQ 4-bit, group 64, axis 1");
+        let err = parsed(serde_json::json!({"quant_method": "hqq", "quant_config": {"weight_quant_params": {"nbits": 7}}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is 7"), "{err}");
+    }
+
     #[test]
     fn gptq_and_awq_bytes() {
         let gptq = q(Format::Gptq {
