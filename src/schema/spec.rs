@@ -107,10 +107,11 @@ pub struct CausalLmSpec {
     /// `--quantize`: the linear layers loaded quantized by bitsandbytes (absent: in `dtype`).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<QuantizeSpec>,
-    /// A checkpoint stored packed by GPTQ or AWQ (its config's `quantization_config`): the linear
-    /// layers are built in that layout, data-less (`workloads/packed.py`).
+    /// A checkpoint stored quantized by GPTQ, AWQ, compressed-tensors or HQQ (its config's
+    /// `quantization_config`): the linear layers are built in that layout, data-less
+    /// (`workloads/packed.py`). Boxed: the spec's variants stay of like sizes.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub packed: Option<PackedSpec>,
+    pub packed: Option<Box<PackedSpec>>,
 }
 
 /// transformers' `BitsAndBytesConfig` for the model's load: `load_in_4bit` with

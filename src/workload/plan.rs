@@ -615,7 +615,7 @@ impl RunPlan {
                     quantize: q.method,
                     double_quant: q.double_quant,
                 }),
-                packed: p.packed.clone(),
+                packed: p.packed.clone().map(Box::new),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();
