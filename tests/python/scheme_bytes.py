@@ -31,7 +31,8 @@ def main(folder: str) -> None:
     config = transformers.AutoConfig.from_pretrained(folder)
     raw = json.load(open(f"{folder}/config.json"))
     q = raw["quantization_config"]
-    dtype = getattr(torch, raw.get("torch_dtype", "float16"))  # a fixture's own dtype name
+    dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    dtype = dtypes[raw.get("torch_dtype", "float16")]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     quantized = parameters = unquantized = 0

@@ -35,26 +35,35 @@ def packed_of(raw: dict[str, Any], scale_dtype: str) -> Any:
     if not isinstance(groups, dict) or len(groups) != 1:
         raise ValueError(f"config_groups holds {len(groups) if isinstance(groups, dict) else 'no'} groups; one scheme over every Linear is modelled")
     group = next(iter(groups.values()))
+    weights = group.get("weights") if isinstance(group, dict) else None
+    if not isinstance(weights, dict):
+        raise ValueError("config_groups' group has no `weights` object")
     if group.get("targets", ["Linear"]) != ["Linear"]:
         raise ValueError(f"targets {group.get('targets')!r}: only [\"Linear\"] is modelled")
-    weights = group.get("weights") or {}
+    ignore = raw.get("ignore") or ()
+    if not isinstance(ignore, (list, tuple)) or not all(isinstance(p, str) for p in ignore):
+        raise ValueError("ignore is not a list of module names")
     storage = raw.get("format") or "pack-quantized"
     if storage == "naive-quantized":
         storage = "int-quantized"
     if storage not in ("pack-quantized", "int-quantized", "float-quantized"):
         raise ValueError(f"format {storage!r} is not modelled (pack-quantized, int-quantized, naive-quantized, float-quantized)")
-    bits = int(weights.get("num_bits", 8))
+    bits = weights.get("num_bits", 8)
+    if not isinstance(bits, int) or not 1 <= bits <= 8:
+        raise ValueError(f"num_bits {bits!r} is not 1 to 8")
     size = weights.get("group_size")
     size = int(size) if isinstance(size, int) and size > 0 else None
     strategy = weights.get("strategy") or ("group" if size else "tensor")
     if strategy not in ("tensor", "channel", "group"):
         raise ValueError(f"strategy {strategy!r} is not modelled (tensor, channel, group)")
     inputs = group.get("input_activations")
+    if inputs is not None and not isinstance(inputs, dict):
+        raise ValueError("input_activations is not an object")
     return Packed(
         "compressed-tensors",
         bits,
         size if strategy == "group" else None,
-        tuple(_ignored(p) for p in raw.get("ignore") or ()),
+        tuple(_ignored(p) for p in ignore),
         packed_storage=storage,
         packed_strategy=strategy,
         packed_symmetric=weights.get("symmetric", True) is not False,
@@ -126,7 +135,9 @@ def quantizer_class(cls: Any, method: str, tracker: Any, refuse: Any) -> Any:
                     "a compressed-tensors checkpoint loaded without its library (compressed-tensors not installed): its linear "
                     "layers were built in compressed-tensors' own tensors (weight_packed and weight_shape, or the int8/FP8 "
                     "weight, with weight_scale), then decompressed at the model's first forward to dense weights in the scales' "
-                    "dtype, as compressed-tensors' decompression hook does under transformers (assumed from compressed-tensors 0.20)"
+                    "dtype, as compressed-tensors' decompression hook does under transformers (assumed from compressed-tensors 0.20); "
+                    "a scheme that quantizes the inputs too (W8A8) holds one input-sized transient per layer for their "
+                    "quantize-dequantize (assumed; compressed-tensors' own makes a few)"
                 )
 
         def update_dtype(self, dtype: Any) -> Any:
