@@ -497,3 +497,37 @@ fn predict_a_scripts_hqq_load_as_transformers_builds_it() {
     let load = doc.phase("weights");
     assert_eq!(load.end_allocated_bytes, Some(params * 2 + 1024), "{said}");
 }
+
+/// hqq's own `HQQLinear` (hqq installed) quantizing a float16 4096 x 4096 layer on data-less
+/// tensors: once quantized, the layer holds what `estimate` computes for HQQ 4-bit, group 64
+/// (`W_q` 8,388,608 bytes, scale and zero 524,288 each); its forward runs its own dequantization.
+/// Needs hqq (the oldest environment lacks it: no "predict" in the name).
+#[test]
+#[ignore = "needs torch and hqq"]
+fn hqq_own_linear_runs_data_less_at_estimates_bytes() {
+    let python = python_with(&["torch", "hqq"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::predict()
+        .output(dir.path().join("p.json"))
+        .args(["--python", &python, "--card", "L4", "--script"])
+        .arg(fixture("scripts/predict/hqq_linear.py"))
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    assert!(said.contains("forward (8, 4096)"), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    let hqq = iteragpu::model::quantization::hqq::Scheme {
+        bits: 4,
+        group_size: Some(64),
+        axis: 1,
+        compute_dtype: iteragpu::dtype::Dtype::Float16,
+    };
+    assert_eq!(hqq.linear_bytes(4096, 4096), 9_437_184);
+    assert_eq!(
+        doc.phase("quantize").end_allocated_bytes,
+        Some(9_437_184),
+        "{said}"
+    );
+    assert_eq!(doc.phase("forward").status, PhaseStatus::Predicted);
+}
