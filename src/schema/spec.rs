@@ -156,6 +156,27 @@ pub struct PackedSpec {
 }
 
 impl PackedSpec {
+    /// What the built layers' forward is, said in the notes: the format's reference path
+    /// (assumed), or compressed-tensors' decompression at the first forward (transformers').
+    pub fn note(&self) -> String {
+        let format = self.packed_storage.as_ref().map_or_else(
+            || self.packed_format.to_uppercase(),
+            |s| format!("{} {s}", self.packed_format),
+        );
+        match self.packed_format.as_str() {
+            "compressed-tensors" => format!(
+                "{format} checkpoint: its layers built in compressed-tensors' own tensors (at estimate's bytes), then decompressed to dense {} weights at the model's first forward, as compressed-tensors' decompression hook does under transformers; vLLM would run them compressed",
+                self.packed_scale_dtype.as_deref().unwrap_or("float16")
+            ),
+            "hqq" => format!(
+                "{format} checkpoint: its layers built as hqq's HQQLinear holds them (W_q, scale, zero; hqq's own loader), the forward its reference path: each weight dequantized to the compute dtype for its matmul (assumed; HQQ's fused backends hold less); transformers' from_pretrained builds no HQQ layer from a checkpoint"
+            ),
+            _ => format!(
+                "{format} checkpoint: its layers built in the format's packed tensors (at estimate's bytes), the forward the format's reference path: each weight dequantized to the compute dtype for its matmul (assumed; the fused kernels hold less)"
+            ),
+        }
+    }
+
     /// The fiche's dimensions: `GPTQ 4-bit`, `HQQ 4-bit`, `compressed-tensors pack-quantized
     /// 4-bit`, the group size, and the scales' dtype where the format names one.
     pub fn dimensions(&self) -> serde_json::Map<String, serde_json::Value> {

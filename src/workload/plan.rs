@@ -430,6 +430,14 @@ impl RunPlan {
         }
     }
 
+    /// The quantized checkpoint the causal-lm workload builds in its format's tensors, if any.
+    pub fn packed(&self) -> Option<&crate::schema::spec::PackedSpec> {
+        match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.packed.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The training precision as assumed and what it means (estimate's `Precision::meaning`,
     /// the same table), for the notes of a measurement or a prediction; `None` without training.
     pub fn precision_note(&self) -> Option<String> {

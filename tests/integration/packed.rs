@@ -293,6 +293,16 @@ fn predict_compressed_tensors_and_hqq_checkpoints_with_estimates_weight_bytes() 
         // 1,024 bytes.
         let weights = by["parameter"] + by.get("buffer").copied().unwrap_or(0) - 1024;
         assert_eq!(weights, quantized + float + rounding, "{name}: {by:?}");
+        let said_how = if name.contains("hqq") {
+            "as hqq's HQQLinear holds them"
+        } else {
+            "decompressed to dense bfloat16 weights at the model's first forward"
+        };
+        assert!(
+            doc.notes.iter().any(|n| n.contains(said_how)),
+            "{name}: {:?}",
+            doc.notes
+        );
         if name.contains("w4a16") {
             // After the first forward: the dense bfloat16 weights (8,030,261,248 parameters
             // less the unquantized 1,050,939,392), beside the scales kept.
