@@ -33,6 +33,8 @@ LIBRARIES: tuple[str, ...] = (
     "trl",
     "deepspeed",
     "bitsandbytes",
+    "compressed-tensors",
+    "hqq",
     "torchao",
     "lightning",
     "timm",

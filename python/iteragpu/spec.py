@@ -75,12 +75,20 @@ class Dense:
 
 @dataclass(frozen=True)
 class Packed:
-    """A GPTQ or AWQ checkpoint's packed linear layers (its config's quantization_config)."""
+    """A GPTQ, AWQ, compressed-tensors or HQQ checkpoint's quantized linear layers (its config's
+    quantization_config); compressed-tensors and HQQ name their scheme too."""
 
     packed_format: str
     packed_bits: int
     packed_group_size: Optional[int] = None
     packed_skip_modules: Tuple[str, ...] = ()
+    packed_storage: Optional[str] = None
+    packed_strategy: Optional[str] = None
+    packed_symmetric: Optional[bool] = None
+    packed_input_quantized: Optional[bool] = None
+    packed_static_input: Optional[bool] = None
+    packed_scale_dtype: Optional[str] = None
+    packed_axis: Optional[int] = None
 
 
 @dataclass(frozen=True)

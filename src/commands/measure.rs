@@ -51,6 +51,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     result.notes.extend(plan.launch_notes.iter().cloned());
     result.notes.extend(plan.precision_note());
     result.notes.extend(plan.requests_note());
+    result.notes.extend(plan.packed().map(|p| p.note()));
     if let Some(staged) = snapshot {
         timeline::keep(staged, &mut result);
     }

@@ -75,6 +75,7 @@ pub fn run(args: &PredictArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
     };
     doc.notes.extend(plan.precision_note());
     doc.notes.extend(plan.requests_note());
+    doc.notes.extend(plan.packed().map(|p| p.note()));
     doc.notes.extend(note);
     match &like {
         Some(like) => {

@@ -278,6 +278,9 @@ fn model_terms(
                     m.compute_dtype
                 ));
             }
+            if let Some(note) = loading_note(q, quantized_params) {
+                notes.push(note);
+            }
             let compute = match &q.format {
                 Format::Bnb4 {
                     compute_dtype: Some(d),
@@ -355,6 +358,23 @@ fn model_terms(
         }
     }
     Ok(terms)
+}
+
+/// What transformers does with a checkpoint format beyond loading its stored tensors, said
+/// beside the figure (which is the format's own layout).
+fn loading_note(q: &crate::model::quantization::Quantization, params: u128) -> Option<String> {
+    match &q.format {
+        Format::CompressedTensors(s) => Some(format!(
+            "compressed-tensors through transformers: the weights load compressed (this figure), then the model's first forward decompresses every quantized layer to {} (compressed-tensors' decompression hook, `dequantize=False`): {} bytes of dense weights from then on; vLLM runs them compressed",
+            s.scale_dtype,
+            g(params * s.scale_dtype.bytes() as u128)
+        )),
+        Format::Hqq(s) => Some(format!(
+            "HQQ: this figure is HQQLinear's layout as hqq's own loader holds it (hqq 0.2.8); transformers 5.24 and 5.25 build no HQQ layer from a checkpoint (their HQQ quantizer has no load operation): `from_pretrained` leaves float nn.Linear layers, newly initialized, {} bytes",
+            g(params * s.compute_dtype.bytes() as u128)
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

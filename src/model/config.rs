@@ -169,6 +169,11 @@ impl<'a> Fields<'a> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
+    /// Whether the key is present with the value `null` (HQQ's `group_size: null`: one group).
+    pub fn is_null(&self, key: &str) -> bool {
+        matches!(self.map.get(key), Some(Value::Null))
+    }
+
     pub fn has(&self, key: &str) -> bool {
         self.raw(key).is_some()
     }

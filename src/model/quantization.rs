@@ -10,6 +10,9 @@ use super::config::Fields;
 use super::inventory::{Role, TensorGroup};
 use crate::dtype::Dtype;
 
+pub mod compressed_tensors;
+pub mod hqq;
+
 /// A supported storage format and its settings.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "method", rename_all = "snake_case")]
@@ -31,6 +34,10 @@ pub enum Format {
     Awq { bits: u64, group_size: Option<u64> },
     /// Fine-grained FP8 (DeepSeek-V3 style): 8-bit weights with fp32 inverse scales per block.
     Fp8 { block: Option<(u64, u64)> },
+    /// compressed-tensors (llm-compressor, vLLM): packed int, int8 or FP8 weights and scales.
+    CompressedTensors(compressed_tensors::Scheme),
+    /// HQQ: packed codes with a scale and a zero per group.
+    Hqq(hqq::Scheme),
 }
 
 /// `--quantize`: what transformers' `BitsAndBytesConfig` is asked to load a float checkpoint as.
@@ -119,6 +126,28 @@ impl Quantization {
             return Ok(None);
         };
         let method = q.opt_str("quant_method")?.unwrap_or("bitsandbytes");
+        // The weights' dtype, which the scales of compressed-tensors and HQQ take.
+        let weights_dtype = ["torch_dtype", "dtype"]
+            .iter()
+            .find_map(|k| root.opt_str(k).ok().flatten())
+            .and_then(|name| name.parse::<Dtype>().ok());
+        let checkpoint = match method {
+            "compressed-tensors" => Some(
+                compressed_tensors::parse(&q, weights_dtype)
+                    .map(|(s, skip)| (Format::CompressedTensors(s), skip))?,
+            ),
+            "hqq" => Some(hqq::parse(&q, weights_dtype).map(|(s, skip)| (Format::Hqq(s), skip))?),
+            _ => None,
+        };
+        if let Some((format, skip_modules)) = checkpoint {
+            // Both convert every `nn.Linear` not listed, the output head included.
+            let quantize_lm_head = !skip_modules.iter().any(|m| m == "lm_head");
+            return Ok(Some(Quantization {
+                format,
+                skip_modules,
+                quantize_lm_head,
+            }));
+        }
         let mut skip: Vec<String> = Vec::new();
         for key in ["modules_to_not_convert", "llm_int8_skip_modules"] {
             if let Some(list) = q.opt_strings(key)? {
@@ -205,7 +234,7 @@ impl Quantization {
                 return Err(q.invalid(
                     "quant_method",
                     &format!(
-                        "is `{other}`, which iteragpu does not model (supported: bitsandbytes, gptq, awq, fp8); estimate with --parameters N --bits B instead"
+                        "is `{other}`, which iteragpu does not model (supported: bitsandbytes, gptq, awq, fp8, compressed-tensors, hqq); estimate with --parameters N --bits B instead"
                     ),
                 ));
             }
@@ -242,6 +271,8 @@ impl Quantization {
                 Some((r, c)) => format!("FP8 e4m3, {r}×{c} block scales"),
                 None => "FP8 e4m3, per-tensor scale".to_string(),
             },
+            Format::CompressedTensors(s) => s.label(),
+            Format::Hqq(s) => s.label(),
         }
     }
 
@@ -266,6 +297,8 @@ impl Quantization {
                 block: Some((r, c)),
             } => format!("FP8 {r}×{c} blocks"),
             Format::Fp8 { block: None } => "FP8".into(),
+            Format::CompressedTensors(s) => s.short_label(),
+            Format::Hqq(s) => s.short_label(),
         }
     }
 
@@ -278,7 +311,12 @@ impl Quantization {
         }
         match group.role {
             Role::Linear | Role::Experts => true,
-            Role::Router => matches!(self.format, Format::Bnb4 { .. } | Format::Bnb8),
+            // bitsandbytes, compressed-tensors (targets `Linear`) and HQQ convert every
+            // `nn.Linear` they are not told to skip.
+            Role::Router => matches!(
+                self.format,
+                Format::Bnb4 { .. } | Format::Bnb8 | Format::CompressedTensors(_) | Format::Hqq(_)
+            ),
             Role::LmHead => self.quantize_lm_head,
             _ => false,
         }
@@ -339,6 +377,8 @@ impl Quantization {
                 };
                 n + scales * 4
             }
+            Format::CompressedTensors(s) => s.linear_bytes(inp, out),
+            Format::Hqq(s) => s.linear_bytes(inp, out),
         }
     }
 
@@ -378,6 +418,8 @@ impl Quantization {
             Format::Fp8 { block: None } => {
                 "per weight [out, in]: out·in (fp8) + 4 (one fp32 scale)".into()
             }
+            Format::CompressedTensors(s) => s.formula(),
+            Format::Hqq(s) => s.formula(),
         }
     }
 }
@@ -434,6 +476,62 @@ mod tests {
             nested.linear_bytes(4096, 4096),
             8_388_608 + 64 + 262_144 + 1024 * 4 + 1024 + 4
         );
+    }
+
+    fn parsed(quantization: serde_json::Value) -> Result<Option<Quantization>, ModelError> {
+        let text = serde_json::json!({"model_type": "llama", "torch_dtype": "bfloat16", "quantization_config": quantization});
+        let config = super::super::config::Config::parse(
+            std::path::Path::new("config.json"),
+            &text.to_string(),
+        )
+        .unwrap();
+        Quantization::from_config(&config.fields())
+    }
+
+    #[test]
+    fn compressed_tensors_and_hqq_configs_parse() {
+        let w4a16 = parsed(serde_json::json!({
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "ignore": ["lm_head", "re:.*mlp.gate$"],
+            "config_groups": {"group_0": {"targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128}}},
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(w4a16.skip_modules, ["lm_head", "mlp.gate"]);
+        assert!(!w4a16.quantize_lm_head);
+        // The scales take the checkpoint's dtype: bfloat16 here.
+        assert_eq!(w4a16.linear_bytes(4096, 4096), 8_388_608 + 16 + 262_144);
+        assert_eq!(w4a16.short_label(), "CT int4 g128");
+        // An expression that names no module is refused, named.
+        let err = parsed(serde_json::json!({
+            "quant_method": "compressed-tensors", "ignore": ["re:model.layers.[0-3].*"],
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}},
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("re:model.layers.[0-3].*"), "{err}");
+        let err = parsed(
+            serde_json::json!({"quant_method": "compressed-tensors", "format": "marlin-24",
+            "config_groups": {"g": {"weights": {"num_bits": 4}}}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("marlin-24"), "{err}");
+        // HQQ as transformers saves it: the compute dtype (bfloat16) holds scale and zero.
+        let hqq = parsed(serde_json::json!({
+            "quant_method": "hqq", "skip_modules": ["lm_head"],
+            "quant_config": {"offload_meta": false, "scale_quant_params": null, "zero_quant_params": null,
+                "weight_quant_params": {"nbits": 4, "group_size": 64, "axis": 1, "view_as_float": false}},
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(hqq.linear_bytes(4096, 4096), 8_388_608 + 2 * 262_144 * 2);
+        assert_eq!(hqq.label(), "HQQ 4-bit, group 64, axis 1");
+        let err = parsed(serde_json::json!({"quant_method": "hqq", "quant_config": {"weight_quant_params": {"nbits": 7}}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is 7"), "{err}");
     }
 
     #[test]

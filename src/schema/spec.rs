@@ -107,10 +107,11 @@ pub struct CausalLmSpec {
     /// `--quantize`: the linear layers loaded quantized by bitsandbytes (absent: in `dtype`).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<QuantizeSpec>,
-    /// A checkpoint stored packed by GPTQ or AWQ (its config's `quantization_config`): the linear
-    /// layers are built in that layout, data-less (`workloads/packed.py`).
+    /// A checkpoint stored quantized by GPTQ, AWQ, compressed-tensors or HQQ (its config's
+    /// `quantization_config`): the linear layers are built in that layout, data-less
+    /// (`workloads/packed.py`). Boxed: the spec's variants stay of like sizes.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub packed: Option<PackedSpec>,
+    pub packed: Option<Box<PackedSpec>>,
 }
 
 /// transformers' `BitsAndBytesConfig` for the model's load: `load_in_4bit` with
@@ -122,15 +123,84 @@ pub struct QuantizeSpec {
     pub double_quant: bool,
 }
 
-/// A GPTQ or AWQ checkpoint's packed linear layers: the format, its bits and group size, and the
-/// modules its config keeps unquantized.
+/// A GPTQ, AWQ, compressed-tensors or HQQ checkpoint's quantized linear layers: the format, its
+/// bits and group size, and the modules its config keeps unquantized; compressed-tensors and HQQ
+/// add their scheme (the tensors differ with it: `workloads/packed.py`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PackedSpec {
-    /// `gptq` or `awq`.
+    /// `gptq`, `awq`, `compressed-tensors` or `hqq`.
     pub packed_format: String,
     pub packed_bits: u64,
     pub packed_group_size: Option<u64>,
     pub packed_skip_modules: Vec<String>,
+    /// compressed-tensors: `pack-quantized`, `int-quantized` or `float-quantized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_storage: Option<String>,
+    /// compressed-tensors: `tensor`, `channel` or `group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_strategy: Option<String>,
+    /// compressed-tensors: symmetric weights (no zero point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_symmetric: Option<bool>,
+    /// compressed-tensors: input activations quantized (a static scale when `packed_static_input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_input_quantized: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_static_input: Option<bool>,
+    /// The scales' dtype (compressed-tensors), or the compute dtype of scale and zero (HQQ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_scale_dtype: Option<String>,
+    /// HQQ: the axis its groups run along (0 or 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_axis: Option<u64>,
+}
+
+impl PackedSpec {
+    /// What the built layers' forward is, said in the notes: the format's reference path
+    /// (assumed), or compressed-tensors' decompression at the first forward (transformers').
+    pub fn note(&self) -> String {
+        let format = self.packed_storage.as_ref().map_or_else(
+            || self.packed_format.to_uppercase(),
+            |s| format!("{} {s}", self.packed_format),
+        );
+        match self.packed_format.as_str() {
+            "compressed-tensors" => format!(
+                "{format} checkpoint: its layers built in compressed-tensors' own tensors (at estimate's bytes), then decompressed to dense {} weights at the model's first forward, as compressed-tensors' decompression hook does under transformers; vLLM would run them compressed",
+                self.packed_scale_dtype.as_deref().unwrap_or("float16")
+            ),
+            "hqq" => format!(
+                "{format} checkpoint: its layers built as hqq's HQQLinear holds them (W_q, scale, zero; hqq's own loader), the forward its reference path: each weight dequantized to the compute dtype for its matmul (assumed; HQQ's fused backends hold less); transformers' from_pretrained builds no HQQ layer from a checkpoint"
+            ),
+            _ => format!(
+                "{format} checkpoint: its layers built in the format's packed tensors (at estimate's bytes), the forward the format's reference path: each weight dequantized to the compute dtype for its matmul (assumed; the fused kernels hold less)"
+            ),
+        }
+    }
+
+    /// The fiche's dimensions: `GPTQ 4-bit`, `HQQ 4-bit`, `compressed-tensors pack-quantized
+    /// 4-bit`, the group size, and the scales' dtype where the format names one.
+    pub fn dimensions(&self) -> serde_json::Map<String, serde_json::Value> {
+        let name = match &self.packed_storage {
+            Some(storage) => format!("{} {storage}", self.packed_format),
+            None => self.packed_format.to_uppercase(),
+        };
+        let mut dims = serde_json::Map::new();
+        dims.insert(
+            "quantization".into(),
+            serde_json::json!(format!(
+                "{name} {}-bit (the checkpoint's quantization_config)",
+                self.packed_bits
+            )),
+        );
+        dims.insert(
+            "quantization_group_size".into(),
+            serde_json::json!(self.packed_group_size),
+        );
+        if let Some(dtype) = &self.packed_scale_dtype {
+            dims.insert("quantization_scale_dtype".into(), serde_json::json!(dtype));
+        }
+        dims
+    }
 }
 
 /// N generation requests alive together, each with its own dynamic cache: prefilled one after

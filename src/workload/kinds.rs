@@ -335,8 +335,8 @@ pub(super) fn causal_lm(args: &RunOptions) -> Result<CausalLmPlan> {
     })
 }
 
-/// A GPTQ or AWQ checkpoint (its config's `quantization_config`): its packed layers, for
-/// inference; training on them is refused with the fix (peft's LoRA needs the format's library).
+/// A GPTQ, AWQ, compressed-tensors or HQQ checkpoint (its config's `quantization_config`): its
+/// quantized layers in the format's own tensors, for inference; training on them is refused with the fix (peft's LoRA needs the format's library).
 fn packed(
     args: &RunOptions,
     arch: Option<&Architecture>,
@@ -345,9 +345,49 @@ fn packed(
     let Some(q) = arch.and_then(|a| a.quantization.as_ref()) else {
         return Ok(None);
     };
-    let (format, bits, group_size) = match q.format {
-        Format::Gptq { bits, group_size } => ("gptq", bits, group_size),
-        Format::Awq { bits, group_size } => ("awq", bits, group_size),
+    let mut spec = crate::schema::spec::PackedSpec {
+        packed_format: String::new(),
+        packed_bits: 0,
+        packed_group_size: None,
+        packed_skip_modules: q.skip_modules.clone(),
+        packed_storage: None,
+        packed_strategy: None,
+        packed_symmetric: None,
+        packed_input_quantized: None,
+        packed_static_input: None,
+        packed_scale_dtype: None,
+        packed_axis: None,
+    };
+    let (format, bits, group_size) = match &q.format {
+        Format::Gptq { bits, group_size } => ("gptq", *bits, *group_size),
+        Format::Awq { bits, group_size } => ("awq", *bits, *group_size),
+        Format::CompressedTensors(s) => {
+            use crate::model::quantization::compressed_tensors::{Storage, Strategy};
+            spec.packed_storage = Some(
+                match s.storage {
+                    Storage::PackQuantized => "pack-quantized",
+                    Storage::IntQuantized => "int-quantized",
+                    Storage::FloatQuantized => "float-quantized",
+                }
+                .into(),
+            );
+            let (strategy, group) = match s.strategy {
+                Strategy::Tensor => ("tensor", None),
+                Strategy::Channel => ("channel", None),
+                Strategy::Group(g) => ("group", Some(g)),
+            };
+            spec.packed_strategy = Some(strategy.into());
+            spec.packed_symmetric = Some(s.symmetric);
+            spec.packed_input_quantized = Some(s.input_quantized);
+            spec.packed_static_input = Some(s.static_input);
+            spec.packed_scale_dtype = Some(s.scale_dtype.torch_name().to_string());
+            ("compressed-tensors", s.bits, group)
+        }
+        Format::Hqq(s) => {
+            spec.packed_axis = Some(s.axis);
+            spec.packed_scale_dtype = Some(s.compute_dtype.torch_name().to_string());
+            ("hqq", s.bits, s.group_size)
+        }
         _ => return Ok(None),
     };
     if let Some(method) = args.quantize {
@@ -368,12 +408,10 @@ fn packed(
             q.label()
         );
     }
-    Ok(Some(crate::schema::spec::PackedSpec {
-        packed_format: format.into(),
-        packed_bits: bits,
-        packed_group_size: group_size,
-        packed_skip_modules: q.skip_modules.clone(),
-    }))
+    spec.packed_format = format.into();
+    spec.packed_bits = bits;
+    spec.packed_group_size = group_size;
+    Ok(Some(spec))
 }
 
 /// `--quantize` and `--double-quant`, or the checkpoint's own bitsandbytes `quantization_config`.

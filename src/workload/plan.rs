@@ -430,6 +430,14 @@ impl RunPlan {
         }
     }
 
+    /// The quantized checkpoint the causal-lm workload builds in its format's tensors, if any.
+    pub fn packed(&self) -> Option<&crate::schema::spec::PackedSpec> {
+        match &self.workload {
+            WorkloadPlan::CausalLm(c) => c.packed.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The training precision as assumed and what it means (estimate's `Precision::meaning`,
     /// the same table), for the notes of a measurement or a prediction; `None` without training.
     pub fn precision_note(&self) -> Option<String> {
@@ -615,7 +623,7 @@ impl RunPlan {
                     quantize: q.method,
                     double_quant: q.double_quant,
                 }),
-                packed: p.packed.clone(),
+                packed: p.packed.clone().map(Box::new),
             }),
             WorkloadPlan::Vision(p) => {
                 let (height, width) = d.image_size();
@@ -732,15 +740,7 @@ impl RunPlan {
                 dims.insert("model".into(), json!(p.config.display().to_string()));
                 dims.extend(pick(&training_keys));
                 if let Some(k) = &p.packed {
-                    dims.insert(
-                        "quantization".into(),
-                        json!(format!(
-                            "{} {}-bit (the checkpoint's quantization_config)",
-                            k.packed_format.to_uppercase(),
-                            k.packed_bits
-                        )),
-                    );
-                    dims.insert("quantization_group_size".into(), json!(k.packed_group_size));
+                    dims.extend(k.dimensions());
                 }
                 if let Some(q) = &p.quantize {
                     let dtype = map

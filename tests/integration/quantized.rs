@@ -463,4 +463,35 @@ fn the_dequantized_weight_is_seen_by_the_replay_and_no_longer_assumed() {
         .succeeds();
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains("predicted, not assumed"), "{text}");
+
+/// Llama-3-8B stored as compressed-tensors W4A16 (pack-quantized, group 128) and FP8
+/// (float-quantized, per channel), and HQQ 4-bit (group 64): `estimate`'s quantized and
+/// unquantized weights equal, to the byte, what compressed-tensors 0.20's own
+/// `apply_quantization_config` and `compress_model` leave on the modules and what hqq's own
+/// `HQQLinear` stores (`tests/python/scheme_bytes.py`). Needs both libraries.
+#[test]
+#[ignore = "needs torch, transformers, compressed-tensors and hqq"]
+fn compressed_tensors_and_hqq_storage_agrees_with_the_estimate() {
+    let python = python_with(&["torch", "transformers", "compressed_tensors", "hqq"]);
+    for model in [
+        "llama-3-8b-w4a16",
+        "llama-3-8b-fp8-dynamic",
+        "llama-3-8b-hqq-4bit",
+    ] {
+        let out = std::process::Command::new(&python)
+            .arg(fixture("../python/scheme_bytes.py"))
+            .arg(fixture(&format!("models/{model}")))
+            .output()
+            .expect("python runs");
+        assert!(
+            out.status.success(),
+            "scheme_bytes.py {model}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let truth: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("scheme_bytes.py prints JSON");
+        let path = fixture(&format!("models/{model}")).display().to_string();
+        let estimate = estimate_json(&["--model", &path]);
+        agrees(&estimate, &truth, model);
+    }
 }

@@ -315,6 +315,7 @@ def _checkpoint_formats(tracker: Any, auto: Any) -> None:
         cls = mapping.get(method)
         if cls is not None and "_iteragpu_checked" not in vars(cls) and not _format_library(method):
             mapping[method] = _packed_quantizer(cls, method, tracker)
+    _without_library(tracker, auto, mapping)
     classes = [(m, c, s) for m, c, s in classes if mapping.get(m) is c or s != _QUANTIZER_STEPS]
     for method, cls, steps in classes:
         if method.startswith("bitsandbytes") or "_iteragpu_checked" in vars(cls):
@@ -336,11 +337,31 @@ def _checkpoint_formats(tracker: Any, auto: Any) -> None:
 
 def _format_library(method: str) -> bool:
     """Whether the library transformers loads `method` with is installed (GPTQ: optimum and
-    gptqmodel; AWQ: gptqmodel)."""
+    gptqmodel; AWQ: gptqmodel; compressed-tensors; hqq)."""
     import importlib.util
 
-    needed = ("optimum", "gptqmodel") if method == "gptq" else ("gptqmodel",)
+    needed = {"gptq": ("optimum", "gptqmodel"), "compressed-tensors": ("compressed_tensors",), "hqq": ("hqq",)}.get(method, ("gptqmodel",))
     return all(importlib.util.find_spec(name) is not None for name in needed)
+
+
+def _without_library(tracker: Any, auto: Any, mapping: dict[str, Any]) -> None:
+    """compressed-tensors and HQQ: without their library, transformers' config and quantizer
+    replaced by ones that build the checkpoint's layers (`formats_without_library.py`); with
+    hqq, what transformers builds of an HQQ checkpoint said."""
+    from . import formats_without_library as fallback
+
+    configs = getattr(auto, "AUTO_QUANTIZATION_CONFIG_MAPPING", {})
+    for method in ("compressed-tensors", "hqq"):
+        cls, config = mapping.get(method), configs.get(method)
+        if cls is None or config is None or "_iteragpu_checked" in vars(cls):
+            continue
+        if _format_library(method):
+            if method == "hqq":
+                fallback.hqq_note(cls, tracker)
+            continue
+        what = f"transformers' {method} quantization ({cls.__name__})"
+        mapping[method] = fallback.quantizer_class(cls, method, tracker, lambda exc, _what=what: _missing_library(tracker, _what, exc))
+        configs[method] = fallback.config_class(config, method)
 
 
 def _packed_quantizer(cls: Any, method: str, tracker: Any) -> Any:

@@ -1,20 +1,29 @@
-"""GPTQ and AWQ checkpoints built in their packed layout, for the causal-lm workload.
+"""GPTQ, AWQ, compressed-tensors and HQQ checkpoints built in their own layout, for the causal-lm
+workload (and a script's load without the format's library, `predict/quantized.py`).
 
 The model is built from its config on the meta device; every linear layer its format quantizes
-(all but the output head and the config's `modules_to_not_convert`) becomes a `PackedLinear`
-holding the format's own tensors, at their shapes and dtypes, on the device:
+becomes a layer holding the format's own tensors, at their shapes and dtypes, on the device:
 
 * GPTQ (AutoGPTQ/GPTQModel `QuantLinear`): `qweight` int32 [in·bits/32, out], `qzeros` int32
   [groups, out·bits/32], `scales` float16 [groups, out], `g_idx` int32 [in];
 * AWQ (AutoAWQ `WQLinear_GEMM`): `qweight` int32 [in, out·bits/32], `qzeros` int32
   [groups, out·bits/32], `scales` float16 [groups, out];
+* compressed-tensors (0.20's compressors, as transformers' quantizer leaves the module before the
+  checkpoint fills it): `weight_packed` int32 [out, ⌈in·bits/32⌉] and `weight_shape` int64 [2]
+  (pack-quantized) or `weight` int8/float8_e4m3fn [out, in], `weight_scale` [1], [out, 1] or
+  [out, groups] in the scales' dtype, the zero point when asymmetric, `input_scale` [1] for static
+  input activations: parameters, as compressed-tensors registers them;
+* HQQ (hqq 0.2.8's `HQQLinear`): `W_q` uint8 (int32 for 3 bits) packed along the groups, `scale`
+  and `zero` [groups, 1] in the compute dtype;
 
 the bytes `estimate` computes for the same layers (`src/model/quantization.rs`). Their values are
-zeros (nothing is read from a checkpoint). The forward is the formats' documented reference path,
-which the libraries' own torch kernels follow when no fused CUDA kernel applies: the weight
-dequantized to the compute dtype ([out, in], one layer at a time, freed after the matmul), then
-the matmul. The fused kernels (Marlin, ExLlama, AWQ's GEMM/GEMV) hold less than that one transient:
-assumed, and said in the notes.
+zeros (nothing is read from a checkpoint). The forward: GPTQ, AWQ and HQQ the formats' documented
+reference path, which the libraries' own torch kernels follow when no fused CUDA kernel applies:
+the weight dequantized to the compute dtype ([out, in], one layer at a time, freed after the
+matmul), then the matmul; the fused kernels (Marlin, ExLlama, AWQ's GEMM/GEMV, HQQ's backends) hold
+less than that one transient: assumed, and said in the notes. compressed-tensors as transformers
+runs it: the model's first forward decompresses every quantized layer to a dense weight in the
+scales' dtype (compressed-tensors' decompression hook), kept from then on.
 """
 
 from __future__ import annotations
@@ -38,9 +47,22 @@ def build_packed(
         "quantization": {"format": packed.packed_format, "bits": packed.packed_bits, "group_size": packed.packed_group_size},
         "quantized_linear_layers": replaced,
         "kept_unquantized": skipped,
-        "forward": "the format's reference path: each weight dequantized to the compute dtype, then the matmul (assumed; fused kernels hold less)",
+        "forward": forward_words(packed),
     }
     return model, details
+
+
+def forward_words(packed: Packed) -> str:
+    """What the forward of `packed`'s layers does, in words (the phase's details, the notes)."""
+    if packed.packed_format == "compressed-tensors":
+        return (
+            "as transformers runs compressed-tensors: the first forward decompresses every quantized layer to a dense "
+            f"{packed.packed_scale_dtype} weight (compressed-tensors' decompression hook), kept from then on"
+        )
+    words = "the format's reference path: each weight dequantized to the compute dtype, then the matmul (assumed; fused kernels hold less)"
+    if packed.packed_format == "hqq":
+        words += "; HQQLinear's layout as hqq's own loader holds it (transformers' from_pretrained builds no HQQ layer)"
+    return words
 
 
 def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: Any) -> tuple[list[str], int]:
@@ -48,8 +70,15 @@ def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: A
     `PackedLinear` on `device`; returns the names kept and how many were replaced."""
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    skipped = sorted(set(get_keys_to_not_convert(model)) | set(packed.packed_skip_modules))
+    skipped = set(packed.packed_skip_modules)
+    if packed.packed_format in ("gptq", "awq"):
+        # compressed-tensors and HQQ convert every Linear not listed (their lists name the head).
+        skipped |= set(get_keys_to_not_convert(model))
     layer = _packed_linear_class(torch)
+    if packed.packed_format in ("compressed-tensors", "hqq"):
+        from .packed_schemes import scheme_linear_class
+
+        layer = scheme_linear_class(torch)
     replaced = 0
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
@@ -58,7 +87,11 @@ def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: A
                 continue
             setattr(module, child_name, layer(child.in_features, child.out_features, child.bias is not None, packed, dtype, device))
             replaced += 1
-    return skipped, replaced
+    if packed.packed_format == "compressed-tensors":
+        from .packed_schemes import decompress_on_first_forward
+
+        decompress_on_first_forward(torch, model)
+    return sorted(skipped), replaced
 
 
 _CLASS: list[Any] = []
