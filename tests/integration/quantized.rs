@@ -463,6 +463,7 @@ fn the_dequantized_weight_is_seen_by_the_replay_and_no_longer_assumed() {
         .succeeds();
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains("predicted, not assumed"), "{text}");
+}
 
 /// Llama-3-8B stored as compressed-tensors W4A16 (pack-quantized, group 128) and FP8
 /// (float-quantized, per channel), and HQQ 4-bit (group 64): `estimate`'s quantized and
