@@ -172,7 +172,7 @@ impl PackedSpec {
                 "{format} checkpoint: its layers built as hqq's HQQLinear holds them (W_q, scale, zero; hqq's own loader), the forward its reference path: each weight dequantized to the compute dtype for its matmul (assumed; HQQ's fused backends hold less); transformers' from_pretrained builds no HQQ layer from a checkpoint"
             ),
             _ => format!(
-                "{format} checkpoint: its layers built in the format's packed tensors (at estimate's bytes), the forward the format's reference path: each weight dequantized to the compute dtype for its matmul (assumed; the fused kernels hold less)"
+                "{format} checkpoint: its layers built in the format's packed tensors (at estimate's bytes), the forward the format's reference path: each weight dequantized to the compute dtype for its matmul (assumed; the fused kernels hold less); in LoRA training, peft's own GPTQLoraLinear over them, the weight dequantized again for the backward pass and never kept between the two (assumed, as bitsandbytes and the formats' Triton kernels do)"
             ),
         }
     }

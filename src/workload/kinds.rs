@@ -336,7 +336,8 @@ pub(super) fn causal_lm(args: &RunOptions) -> Result<CausalLmPlan> {
 }
 
 /// A GPTQ, AWQ, compressed-tensors or HQQ checkpoint (its config's `quantization_config`): its
-/// quantized layers in the format's own tensors, for inference; training on them is refused with the fix (peft's LoRA needs the format's library).
+/// quantized layers in the format's own tensors, for inference, and for LoRA training on GPTQ and
+/// AWQ (the others are refused with the fix).
 fn packed(
     args: &RunOptions,
     arch: Option<&Architecture>,
@@ -396,9 +397,18 @@ fn packed(
             q.label()
         );
     }
-    if args.task == Task::Train {
+    // peft trains LoRA on GPTQ and AWQ layers (its GPTQLoraLinear, `packed_lora.py`); the
+    // packed weights themselves are never trained.
+    let lora_on_it = matches!(format, "gptq" | "awq");
+    if args.task == Task::Train && !lora_on_it {
         bail!(
-            "training on a {} checkpoint is not built by the causal-lm workload (LoRA on its packed layers needs the format's own library under peft): predict your training script with --script, or give a config without quantization_config",
+            "training on a {} checkpoint is not built by the causal-lm workload (peft has no LoRA layer for its packed layers here): predict your training script with --script, or give a config without quantization_config",
+            q.label()
+        );
+    }
+    if args.task == Task::Train && args.lora_rank.is_none() {
+        bail!(
+            "a {} checkpoint's packed weights cannot be trained: add --lora-rank R (LoRA adapters on its packed layers, as peft trains them)",
             q.label()
         );
     }

@@ -541,3 +541,55 @@ fn hqq_own_linear_runs_data_less_at_estimates_bytes() {
     );
     assert_eq!(doc.phase("forward").status, PhaseStatus::Predicted);
 }
+
+/// LoRA on a GPTQ checkpoint (issue 45): peft's own `GPTQLoraLinear` over the packed layers,
+/// every linear layer with `all-linear`; the adapters, their gradients and AdamW's states equal
+/// `estimate`'s for the same config, and training without adapters is refused with the fix.
+#[test]
+#[ignore = "needs torch, transformers and peft"]
+fn predict_lora_on_a_gptq_checkpoint_trains_peft_s_adapters_over_its_packed_layers() {
+    let python = python_with(&["torch", "transformers", "peft"]);
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("models/llama-2-7b-gptq");
+    let lora = ["--lora-rank", "16", "--lora-targets", "all-linear"];
+    let run = Run::predict()
+        .output(dir.path().join("gptq-lora.json"))
+        .args(["--workload", "causal-lm", "--model"])
+        .arg(&model)
+        .args(["--task", "train", "--context", "512", "--batch", "1"])
+        .args(lora)
+        .args(["--card", "RTX 4090", "--python", &python])
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    assert!(said.contains("GPTQLoraLinear"), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    let load = &doc.phases[0];
+    // Llama-2-7B, r = 16 on its seven projections: 32 × 16 × (4 × 8,192 + 3 × 15,104).
+    assert_eq!(load.inputs["trainable_parameters"], 39_976_960, "{said}");
+    let estimate =
+        estimate_json(&[&["--model", model.to_str().unwrap(), "--train"][..], &lora].concat());
+    let adapters = term_by_id(&estimate, "lora_adapters")["bytes"]
+        .as_u64()
+        .unwrap();
+    let step = doc
+        .phases
+        .iter()
+        .find(|p| p.name == "optimizer_step")
+        .expect("an optimizer step");
+    let by = &step.at_peak.as_ref().unwrap().by_category;
+    assert_eq!(by["gradient"], adapters, "the adapters' float32 gradients");
+    assert_eq!(by["optimizer state"], 2 * adapters, "AdamW's two states");
+    // The packed weights stay the checkpoint's buffers, never trained.
+    let packed = term_by_id(&estimate, "quantized_weights")["bytes"]
+        .as_u64()
+        .unwrap();
+    assert!((packed..packed + 2048).contains(&by["buffer"]), "{by:?}");
+    Run::predict()
+        .args(["--workload", "causal-lm", "--model"])
+        .arg(&model)
+        .args(["--task", "train", "--python", &python])
+        .expect_status(1)
+        .stderr_has("add --lora-rank");
+}

@@ -24,7 +24,7 @@ from typing import Any
 from .. import names
 from ..recorder import Recorder
 from ..spec import CausalLm, Quantize
-from . import Missing, packed, sharding, training
+from . import Missing, packed, packed_lora, sharding, training
 
 
 def _config(spec: CausalLm) -> tuple[Any, Any]:
@@ -305,7 +305,11 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
                 model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing)
             # "all-linear" is peft's own value (every linear layer but the output head), passed as is.
             targets = "all-linear" if list(spec.lora_targets) == ["all-linear"] else list(spec.lora_targets)
-            lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=targets)
+            if spec.packed is not None:
+                lora, said = packed_lora.lora_config(peft, model, spec.lora_rank, targets, packed.packed_linear_class(torch))
+                info["lora"] = said
+            else:
+                lora = peft.LoraConfig(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, target_modules=targets)
             model = peft.get_peft_model(model, lora)
         if shard == "ddp":
             if checkpointing:

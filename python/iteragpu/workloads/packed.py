@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..spec import Packed
+from .packed_lora import dequantized_matmul
 
 
 def build_packed(
@@ -74,7 +75,7 @@ def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: A
     if packed.packed_format in ("gptq", "awq"):
         # compressed-tensors and HQQ convert every Linear not listed (their lists name the head).
         skipped |= set(get_keys_to_not_convert(model))
-    layer = _packed_linear_class(torch)
+    layer = packed_linear_class(torch)
     if packed.packed_format in ("compressed-tensors", "hqq"):
         from .packed_schemes import scheme_linear_class
 
@@ -97,7 +98,7 @@ def replace_linear(torch: Any, model: Any, packed: Packed, dtype: Any, device: A
 _CLASS: list[Any] = []
 
 
-def _packed_linear_class(torch: Any) -> Any:
+def packed_linear_class(torch: Any) -> Any:
     """`PackedLinear`, made once per torch (the module imports torch lazily, as every workload)."""
     if _CLASS:
         return _CLASS[0]
@@ -124,11 +125,10 @@ def _packed_linear_class(torch: Any) -> Any:
             self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=torch.float16, **kw), requires_grad=False) if bias else None
 
         def forward(self, x: Any) -> Any:
-            # The reference path: the weight in the compute dtype, for this matmul only.
-            weight = torch.empty((self.out_features, self.in_features), dtype=x.dtype, device=x.device)
-            out = torch.nn.functional.linear(x, weight, None if self.bias is None else self.bias.to(x.dtype))
-            del weight
-            return out
+            # The reference path: the weight in the compute dtype, for this matmul only (and
+            # again for a backward's input gradient, never kept between them).
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return dequantized_matmul(torch).apply(x, self.out_features, bias)
 
     _CLASS.append(PackedLinear)
     return PackedLinear
