@@ -24,22 +24,6 @@ fn is_int8_outlier_op(op: &str) -> bool {
 /// (the run at the smallest, or why it could not run), matched by index and name; says what was bounded, by which ops,
 /// and what could not be matched.
 pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, String>) {
-    let mut ops: Vec<String> = Vec::new();
-    for p in doc
-        .phases
-        .iter()
-        .filter(|p| p.status == PhaseStatus::Bounded)
-    {
-        for u in &p.unpredictable {
-            let at = match (&u.file, u.line) {
-                (Some(f), Some(l)) => format!("{} at {f}:{l}", u.op),
-                _ => u.op.clone(),
-            };
-            if !ops.contains(&at) {
-                ops.push(at);
-            }
-        }
-    }
     let lower_doc = match lower {
         Ok(d) => Some(d),
         Err(why) => {
@@ -65,6 +49,22 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, St
                 q.index == p.index && q.name == p.name && q.peak_allocated_bytes.is_some()
             })
         });
+        // Each bounded op's shapes at the smallest, from the same op at the same place.
+        if let Some(q) = lower_doc.as_ref().and_then(|d| {
+            d.phases
+                .iter()
+                .find(|q| q.index == p.index && q.name == p.name)
+        }) {
+            for u in p.unpredictable.iter_mut().filter(|u| u.bound.is_some()) {
+                if let Some(l) = q
+                    .unpredictable
+                    .iter()
+                    .find(|l| l.op == u.op && l.file == u.file && l.line == u.line)
+                {
+                    u.lower_shapes = l.shapes.clone();
+                }
+            }
+        }
         match twin {
             Some(q) => {
                 p.lower = Some(LowerFigures {
@@ -76,6 +76,29 @@ pub fn merge_lower(doc: &mut PredictionDoc, lower: Result<Box<PredictionDoc>, St
                 })
             }
             None => unmatched.push(p.name.clone()),
+        }
+    }
+    // Each op once, with its place and its outputs at both ends where known.
+    let mut ops: Vec<String> = Vec::new();
+    for p in doc
+        .phases
+        .iter()
+        .filter(|p| p.status == PhaseStatus::Bounded)
+    {
+        for u in p.unpredictable.iter().filter(|u| u.bound.is_some()) {
+            let mut at = match (&u.file, u.line) {
+                (Some(f), Some(l)) => format!("{} at {f}:{l}", u.op),
+                _ => u.op.clone(),
+            };
+            if !u.shapes.is_empty() && !u.lower_shapes.is_empty() {
+                at.push_str(&format!(
+                    ": {:?} at the largest, {:?} at the smallest",
+                    u.shapes, u.lower_shapes
+                ));
+            }
+            if !ops.contains(&at) {
+                ops.push(at);
+            }
         }
     }
     doc.notes.push(format!(

@@ -40,14 +40,10 @@ pub fn seen(events: &[TraceEvent]) -> Option<DequantizedSeen> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::trace::Alloc;
+    use crate::prediction::replay::tests::alloc as made;
 
     fn alloc(id: u64, bytes: u64) -> TraceEvent {
-        TraceEvent::Alloc(Box::new(
-            serde_json::from_value::<Alloc>(serde_json::json!({"id": id, "bytes": bytes,
-                "category": "temporary", "module": "m"}))
-            .unwrap(),
-        ))
+        made(id, bytes, Category::Temporary, "m")
     }
 
     /// Each storage tagged once counts once; the largest is kept; none tagged is `None`.

@@ -91,7 +91,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             for u in ph.unpredictable.iter().filter(|u| u.bound.is_some()) {
                 table.row([
                     String::new(),
-                    format!("bounded: {}: above, at its largest outputs", op_at(u)),
+                    format!("bounded: {}: {}", op_at(u), sizes(u)),
                 ]);
             }
         }
@@ -121,6 +121,7 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
                 format!("{} ({})", p.target.name, p.target.total_memory_source),
             ),
         };
+        let bounded = p.phases.iter().any(|ph| ph.status == PhaseStatus::Bounded);
         let _ = writeln!(
             o,
             "\n  highest driver's view {} ({} bytes) against {} ({}): {}",
@@ -129,11 +130,13 @@ pub fn table(p: &PredictionDoc, path: &Path) -> String {
             Bytes(limit).both(),
             of,
             if max <= limit && p.status != PredictionStatus::Complete {
-                "the phases predicted fit, but not every phase was predicted (a measurement on the card is the proof)"
+                "the phases predicted fit, but not every phase was predicted (a measurement on the card is the proof)".into()
+            } else if max <= limit && bounded {
+                "predicted to fit whatever the data (at the largest data-dependent sizes; a measurement on the card is the proof)".into()
             } else if max <= limit {
-                "predicted to fit (a measurement on the card is the proof)"
+                "predicted to fit (a measurement on the card is the proof)".into()
             } else {
-                "predicted NOT to fit"
+                not_fit(p, limit)
             }
         );
     }
@@ -284,6 +287,57 @@ fn source_line<'a>(tail: &'a [String], file: &str, line: u64) -> Option<&'a str>
 }
 
 /// An op a prediction could not follow exactly, its reason and its place: `OP (REASON) at FILE:LINE`.
+/// "predicted NOT to fit", and where bounded phases decide it, whether it fits at their
+/// smallest data-dependent sizes: then whether it fits depends on the data.
+fn not_fit(p: &PredictionDoc, limit: u64) -> String {
+    let bounded = p.phases.iter().any(|ph| ph.status == PhaseStatus::Bounded);
+    // Each phase at its lower figures where it has them, else its own.
+    let lowest = p
+        .phases
+        .iter()
+        .filter(|ph| ph.status.has_figures())
+        .filter_map(|ph| {
+            ph.lower
+                .as_ref()
+                .and_then(|l| l.driver_view_bytes)
+                .or(ph.driver_view_bytes)
+        })
+        .max();
+    match lowest {
+        Some(low) if bounded && low <= limit => format!(
+            "predicted NOT to fit at the largest data-dependent sizes, but to fit at the smallest ({}): whether it fits depends on the data",
+            Bytes(low).both()
+        ),
+        Some(_) if bounded => {
+            "predicted NOT to fit, even at the smallest data-dependent sizes".into()
+        }
+        _ => "predicted NOT to fit".into(),
+    }
+}
+
+/// A bounded op's outputs at both ends: `outputs 2097152×2 at the largest (the row above), 0×2 at
+/// the smallest`.
+fn sizes(u: &crate::schema::trace::Unpredictable) -> String {
+    let shapes = |s: &[Vec<u64>]| {
+        s.iter()
+            .map(|d| d.iter().map(u64::to_string).collect::<Vec<_>>().join("×"))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    match (u.shapes.is_empty(), u.lower_shapes.is_empty()) {
+        (true, _) => "above, at its largest outputs".into(),
+        (false, true) => format!(
+            "outputs {} at the largest (the row above)",
+            shapes(&u.shapes)
+        ),
+        (false, false) => format!(
+            "outputs {} at the largest (the row above), {} at the smallest",
+            shapes(&u.shapes),
+            shapes(&u.lower_shapes)
+        ),
+    }
+}
+
 fn op_at(u: &crate::schema::trace::Unpredictable) -> String {
     format!(
         "{} ({}) at {}:{}",
@@ -318,6 +372,30 @@ mod tests {
             "peak_allocated_bytes": 1u64 << 30, "peak_reserved_bytes": 1u64 << 30, "peak_tensor_bytes": 0,
             "end_allocated_bytes": 0, "end_reserved_bytes": 0, "driver_view_bytes": 1u64 << 30,
             "at_peak": null, "unpredictable": []})
+    }
+
+    /// A bounded phase over the card decides "not to fit" at the largest sizes; when its lower
+    /// figures fit, the verdict says it depends on the data, and when they do not, that it
+    /// does not fit even at the smallest.
+    #[test]
+    fn a_bounded_phase_over_the_card_fits_or_not_by_its_lower_figures() {
+        let bounded = |lower_view: u64| {
+            let mut ph = phase("select", 0, None, false);
+            ph["status"] = "bounded".into();
+            ph["driver_view_bytes"] = (3u64 << 30).into();
+            ph["lower"] = serde_json::json!({"driver_view_bytes": lower_view});
+            doc(serde_json::json!([ph]), "complete")
+        };
+        let limit = 2u64 << 30;
+        assert!(not_fit(&bounded(1 << 30), limit).contains("depends on the data"));
+        assert!(not_fit(&bounded(5 << 30), limit).contains("even at the smallest"));
+        assert_eq!(
+            not_fit(
+                &doc(serde_json::json!([phase("p", 0, None, false)]), "complete"),
+                0
+            ),
+            "predicted NOT to fit"
+        );
     }
 
     /// Inner phases are indented two spaces per level, automatic ones say so, and every column

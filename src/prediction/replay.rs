@@ -824,13 +824,11 @@ pub(crate) mod tests {
     #[test]
     fn a_bounded_op_keeps_figures_and_an_unbounded_one_does_not() {
         let op = |bound: Option<&str>| {
-            TraceEvent::Unpredictable(Unpredictable {
-                op: "aten.nonzero.default".into(),
-                file: None,
-                line: None,
-                reason: "its output size depends on the data".into(),
-                bound: bound.map(str::to_string),
-            })
+            TraceEvent::Unpredictable(Unpredictable::op(
+                "aten.nonzero.default",
+                "its output size depends on the data",
+                bound,
+            ))
         };
         let tainted = |id| {
             TraceEvent::Alloc(Box::new(Alloc {
@@ -1094,13 +1092,7 @@ pub(crate) mod tests {
             failed(0),
             start("outer", 1),
             nested("inner", 2, Some(1), false),
-            TraceEvent::Unpredictable(Unpredictable {
-                op: "aten.nonzero.default".into(),
-                file: None,
-                line: None,
-                reason: "data".into(),
-                bound: None,
-            }),
+            TraceEvent::Unpredictable(Unpredictable::op("aten.nonzero.default", "data", None)),
             end(2),
             nested("sibling", 3, Some(1), false),
             end(3),

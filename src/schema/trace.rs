@@ -88,4 +88,26 @@ pub struct Unpredictable {
     /// went on with that size and its phases are `bounded`; absent when no bound is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<String>,
+    /// The op's output shapes at that bound (the first call at this place, when it runs often).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<Vec<u64>>,
+    /// A bounded op's output shapes at the other end, from the run at the lower bound (set when
+    /// the two runs are merged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lower_shapes: Vec<Vec<u64>>,
+}
+
+impl Unpredictable {
+    /// An op said without a place or shapes (the tests' events).
+    pub fn op(op: &str, reason: &str, bound: Option<&str>) -> Unpredictable {
+        Unpredictable {
+            op: op.into(),
+            file: None,
+            line: None,
+            reason: reason.into(),
+            bound: bound.map(str::to_string),
+            shapes: Vec::new(),
+            lower_shapes: Vec::new(),
+        }
+    }
 }

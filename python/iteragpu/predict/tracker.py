@@ -868,6 +868,7 @@ class Tracker(TorchDispatchMode):
                 del event["bound"]  # no bound known: unpredictable
                 self._emit("unpredictable", event)
                 raise
+        event["shapes"] = [[int(d) for d in t.shape] for t in _flatten_out(out) if isinstance(t, torch.Tensor)]
         self._emit("unpredictable", event)
         return out
 

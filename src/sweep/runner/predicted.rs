@@ -411,13 +411,11 @@ mod tests {
                     let p = &mut doc.phases[2];
                     p.status = PhaseStatus::Unpredictable;
                     p.peak_reserved_bytes = None;
-                    p.unpredictable.push(Unpredictable {
-                        op: "aten::nonzero".into(),
-                        file: None,
-                        line: None,
-                        reason: "its output's size depends on data".into(),
-                        bound: None,
-                    });
+                    p.unpredictable.push(Unpredictable::op(
+                        "aten::nonzero",
+                        "its output's size depends on data",
+                        None,
+                    ));
                 }
                 Mock::Unavailable => return Ok(Outcome::Unavailable("no torch here".into())),
             }
