@@ -25,6 +25,11 @@ fn predict_a_nonzero_on_unknown_data_gives_a_bounded_phase_with_both_figures() {
         "{said}"
     );
     assert!(said.contains("aten.nonzero.default"), "{said}");
+    // The op's outputs at both ends: every one of 2,097,152 elements positive, or none.
+    assert!(
+        said.contains("outputs 2097152×2 at the largest (the row above), 0×2 at the smallest"),
+        "{said}"
+    );
     let doc = run.prediction();
     assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
     let whole = doc
