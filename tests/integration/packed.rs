@@ -11,9 +11,11 @@ use crate::common::{
 fn predict_gptq_and_awq_checkpoints_with_estimates_weight_bytes() {
     let python = python_with(&["torch", "transformers"]);
     let dir = tempfile::tempdir().unwrap();
-    // Llama-2-7B GPTQ at its 4,096 positions; Mistral-7B AWQ at 8,192 tokens of context.
+    // Llama-2-7B GPTQ at its 4,096 positions; Llama-3-8B GPTQ and Mistral-7B AWQ at 8,192
+    // tokens of context.
     for (name, prompt, format) in [
         ("llama-2-7b-gptq", "4092", "GPTQ"),
+        ("llama-3-8b-gptq", "8188", "GPTQ"),
         ("mistral-7b-awq", "8188", "AWQ"),
     ] {
         let model = fixture(&format!("models/{name}"));
