@@ -120,7 +120,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
                         )
                     } else {
                         String::new()
-                    }
+                    } + &bounded_words(&p)
                 ),
                 overhead: Some((
                     p.target.context_bytes,
@@ -314,4 +314,28 @@ pub fn render_fits(
         "\nSeveral GPUs are never one pool of memory: each device must hold its own share, and a failure on one is not fixed by free memory on another."
     );
     o
+}
+
+/// A prediction with bounded phases: the need is at the largest data-dependent sizes; the one at
+/// the smallest, said beside it.
+fn bounded_words(p: &crate::schema::prediction::PredictionDoc) -> String {
+    use crate::schema::prediction::PhaseStatus;
+    if !p.phases.iter().any(|ph| ph.status == PhaseStatus::Bounded) {
+        return String::new();
+    }
+    let lowest = p
+        .phases
+        .iter()
+        .filter(|ph| ph.status.has_figures())
+        .filter_map(|ph| {
+            ph.lower
+                .as_ref()
+                .and_then(|l| l.peak_reserved_bytes)
+                .or(ph.peak_reserved_bytes)
+        })
+        .max();
+    format!(
+        "; bounded by data-dependent sizes: this is the need at the largest, {} at the smallest",
+        lowest.map_or("not predicted".into(), |b| Bytes(b).both())
+    )
 }

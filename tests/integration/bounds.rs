@@ -57,6 +57,17 @@ fn predict_a_nonzero_on_unknown_data_gives_a_bounded_phase_with_both_figures() {
         "{:?}",
         doc.notes
     );
+    // `cards` ranks by the need at the largest sizes and says the smallest beside it.
+    let cards = crate::common::iteragpu()
+        .args(["cards", "--from"])
+        .arg(&doc_path)
+        .output()
+        .unwrap();
+    let ranked = String::from_utf8_lossy(&cards.stdout);
+    assert!(
+        ranked.contains("bounded by data-dependent sizes: this is the need at the largest"),
+        "{ranked}"
+    );
     // The fiche shows both rows.
     let fiche = dir.path().join("fiche.md");
     Run::report().arg(&doc_path).output(&fiche).succeeds();
