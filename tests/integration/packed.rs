@@ -595,3 +595,45 @@ fn predict_lora_on_a_gptq_checkpoint_trains_peft_s_adapters_over_its_packed_laye
         .expect_status(1)
         .stderr_has("add --lora-rank");
 }
+
+/// A user's LoRA fine-tune of a GPTQ checkpoint, as peft documents it (`from_pretrained`,
+/// `prepare_model_for_kbit_training`, `get_peft_model`, AdamW), without optimum/gptqmodel:
+/// peft's own `GPTQLoraLinear` over the packed layers built in their place, every phase
+/// predicted, the adapters' gradients and AdamW's states at their float32 bytes.
+#[test]
+#[ignore = "needs torch, transformers and peft"]
+fn predict_a_scripts_lora_on_a_gptq_load_without_its_library() {
+    let python = python_with(&["torch", "transformers", "peft"]);
+    let has_library = std::process::Command::new(&python)
+        .args(["-c", "import gptqmodel"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_library {
+        eprintln!("gptqmodel is installed: the library's own layers run instead");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    tiny_packed_checkpoint(dir.path(), "gptq");
+    let run = Run::predict()
+        .output(dir.path().join("p.json"))
+        .args(["--python", &python, "--card", "L4", "--script"])
+        .arg(fixture("scripts/predict/packed_lora_train.py"))
+        .arg("--")
+        .arg(dir.path())
+        .finish();
+    let said = format!("{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0), "{said}");
+    // r = 8 on q_proj (256 → 256) and v_proj (256 → 128) of 2 layers.
+    let adapters = 2 * 8 * ((256 + 256) + (256 + 128));
+    assert!(said.contains(&format!("trainable {adapters}")), "{said}");
+    assert!(said.contains("steps 2"), "{said}");
+    let doc = run.prediction();
+    assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
+    assert!(
+        doc.notes.iter().any(|n| n.contains("GPTQLoraLinear")),
+        "{:?}",
+        doc.notes
+    );
+    assert!(doc.phases.iter().all(|p| p.peak_allocated_bytes.is_some()));
+    assert!(said.contains("predicted to fit"), "{said}");
+}

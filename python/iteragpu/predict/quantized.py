@@ -40,6 +40,39 @@ def install(torch: Any, tracker: Any, note: Callable[[str], None]) -> None:
     after_import("transformers.quantizers.auto", lambda module: _checkpoint_formats(tracker, module))
     after_import("bitsandbytes.nn.modules", lambda module: _quantized_roles(tracker, module))
     after_import("transformers.integrations.finegrained_fp8", lambda module: _fp8_reference(torch, tracker, module))
+    after_import("peft.tuners.lora.model", lambda module: _lora_on_packed(torch, tracker, module))
+
+
+def _lora_on_packed(torch: Any, tracker: Any, module: Any) -> None:
+    """peft's `get_peft_model` on a packed layer built in place of a missing GPTQ/AWQ library
+    (`_packed_quantizer`): peft dispatches its `GPTQLoraLinear` for the libraries' own
+    `QuantLinear` only; it is registered for the packed layer with peft's documented hook
+    (`LoraConfig._register_custom_module`), so the adapters are peft's own, said once."""
+    model_class = getattr(module, "LoraModel", None)  # allowlisted
+    original = getattr(model_class, "_create_new_module", None)  # allowlisted
+    if original is None or getattr(original, "_iteragpu", False):
+        return
+    from ..workloads.packed import packed_linear_class
+
+    said: list[bool] = []
+
+    def create(lora_config: Any, adapter_name: Any, target: Any, **kwargs: Any) -> Any:
+        packed = packed_linear_class(torch)
+        base = target.get_base_layer() if hasattr(target, "get_base_layer") else target
+        if isinstance(base, packed) and packed not in (getattr(lora_config, "_custom_modules", None) or {}):
+            from peft.tuners.lora.gptq import GPTQLoraLinear
+
+            lora_config._register_custom_module({packed: GPTQLoraLinear})
+            if not said:
+                said.append(True)
+                tracker.note(
+                    "peft's LoRA on the packed layers built without the format's library: peft's own GPTQLoraLinear over them "
+                    "(registered with LoraConfig._register_custom_module), each weight dequantized for the forward and again for the backward (assumed)"
+                )
+        return original(lora_config, adapter_name, target, **kwargs)
+
+    create._iteragpu = True  # type: ignore[attr-defined]
+    model_class._create_new_module = staticmethod(create)
 
 
 def fake_twin(cls: type) -> type:
@@ -369,7 +402,7 @@ def _packed_quantizer(cls: Any, method: str, tracker: Any) -> Any:
     its linear layers become the format's packed layout (`workloads/packed.py`'s `PackedLinear`,
     `qweight`/`qzeros`/`scales` (and GPTQ's `g_idx`) as buffers that the checkpoint's tensors fill,
     data-less), the forward the formats' reference path (a dequantized weight per matmul). Said in
-    the notes; inference only (peft's LoRA needs the library's own layer)."""
+    the notes; peft's LoRA over them is peft's own GPTQLoraLinear (`_lora_on_packed`)."""
     from transformers.quantizers.base import HfQuantizer
 
     from ..spec import Packed
