@@ -50,7 +50,7 @@ def _lora_on_packed(torch: Any, tracker: Any, module: Any) -> None:
     (`LoraConfig._register_custom_module`), so the adapters are peft's own, said once."""
     model_class = getattr(module, "LoraModel", None)  # allowlisted
     original = getattr(model_class, "_create_new_module", None)  # allowlisted
-    if original is None or getattr(original, "_iteragpu", False):
+    if model_class is None or original is None or getattr(original, "_iteragpu", False):
         return
     from ..workloads.packed import packed_linear_class
 

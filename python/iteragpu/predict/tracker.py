@@ -860,7 +860,7 @@ class Tracker(TorchDispatchMode):
         its figures those of this end)."""
         file, line = user_frame()
         lower = os.environ.get(BOUND_VARIABLE) == "lower"
-        event = {"op": str(func), "file": file, "line": line, "reason": "its output size depends on the data", "bound": "lower" if lower else "upper"}
+        event: dict[str, Any] = {"op": str(func), "file": file, "line": line, "reason": "its output size depends on the data", "bound": "lower" if lower else "upper"}
         with self.fake_lock, self.fake_mode:
             try:
                 out = self._smallest(func, name, args, file, line) if lower else self._largest(func, name, args, file, line)
