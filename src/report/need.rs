@@ -120,7 +120,7 @@ pub fn from_file(path: &Path) -> Result<Need> {
                         )
                     } else {
                         String::new()
-                    } + &bounded_words(&p)
+                    } + &bounded_words(p)
                 ),
                 overhead: Some((
                     p.target.context_bytes,
