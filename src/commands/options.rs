@@ -403,6 +403,21 @@ mod tests {
         assert_eq!(doc["packed_bits"], 4, "{doc}");
         assert_eq!(doc["packed_group_size"], 128, "{doc}");
         assert!(doc.get("quantize").is_none(), "{doc}");
+        // LoRA over its packed layers is trained, as peft trains it.
+        let doc = spec(&[
+            "--workload",
+            "causal-lm",
+            "--model",
+            &gptq,
+            "--task",
+            "train",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "all-linear",
+        ]);
+        assert_eq!(doc["packed_format"], "gptq", "{doc}");
+        assert_eq!(doc["lora_rank"], 8, "{doc}");
         for (args, words) in [
             (
                 vec![
@@ -412,12 +427,8 @@ mod tests {
                     gptq.as_str(),
                     "--task",
                     "train",
-                    "--lora-rank",
-                    "8",
-                    "--lora-targets",
-                    "q_proj",
                 ],
-                "training on a GPTQ 4-bit, group 128 checkpoint is not built",
+                "packed weights cannot be trained: add --lora-rank R",
             ),
             (
                 vec![
