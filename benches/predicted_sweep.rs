@@ -11,6 +11,10 @@
 //!   reference: each cell then runs 66 forward passes (≈ 48,000 fake-tensor dispatches, 6 CPU
 //!   seconds of the workload itself, which no fork saves), 389 s for the 64 cells on 2 loaded cores.
 //!
+//! Issue 46's: the QLoRA frontier of docs/estimate.md (Llama-3-8B, batch 1..16, RTX 4090) under
+//! 20 s, with its model built once per sweep (`python/iteragpu/built_once.py`), beside the same
+//! search with a build per trial.
+//!
 //! The load average is printed before and after each case, and the CPU seconds (the CLI, the
 //! server and every child) after it: other work on the machine slows the wall-clock figures.
 //! `PREDICTED_SWEEP_CASE=TEXT` runs only the cases whose name contains TEXT.
@@ -45,6 +49,8 @@ struct Case {
     name: &'static str,
     args: Vec<String>,
     fork: bool,
+    /// The model built once per sweep (`ITERAGPU_BUILD_ONCE`, python/iteragpu/built_once.py).
+    built_once: bool,
     /// Seconds; `None`: a reference, no target.
     target: Option<f64>,
 }
@@ -88,29 +94,80 @@ fn main() {
             new_tokens.into(),
         ]
     };
+    // Issue 46's first question: "at which batch does Llama-3-8B QLoRA fit my RTX 4090?" (nf4 with
+    // double quantization, LoRA r 16 on all linear layers, gradient checkpointing, bf16-mixed,
+    // paged AdamW 8-bit, 2,048 tokens; docs/estimate.md).
+    let qlora: Vec<String> = [
+        "--card",
+        "RTX 4090",
+        "--workload",
+        "causal-lm",
+        "--model",
+        &format!("{root}/tests/fixtures/models/llama-3-8b"),
+        "--task",
+        "train",
+        "--quantize",
+        "nf4",
+        "--double-quant",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "all-linear",
+        "--gradient-checkpointing",
+        "--precision",
+        "bf16-mixed",
+        "--optimizer",
+        "paged-adamw-8bit",
+        "--context",
+        "2048",
+        "--vary",
+        "batch=1..16",
+        "--search",
+        "frontier",
+    ]
+    .map(String::from)
+    .to_vec();
     let cases = [
         Case {
             name: "dense 10-trial frontier, fork server",
             args: dense.clone(),
             fork: true,
+            built_once: true,
             target: Some(15.0),
         },
         Case {
             name: "dense 10-trial frontier, fresh processes",
             args: dense,
             fork: false,
+            built_once: false,
             target: None,
         },
         Case {
             name: "GPT-2 64-cell grid (4 new tokens), fork server",
             args: grid("4"),
             fork: true,
+            built_once: true,
             target: Some(120.0),
         },
         Case {
             name: "GPT-2 64-cell grid (32 new tokens), fork server",
             args: grid("32"),
             fork: true,
+            built_once: true,
+            target: None,
+        },
+        Case {
+            name: "QLoRA 8B frontier batch 1..16, RTX 4090, built once",
+            args: qlora.clone(),
+            fork: true,
+            built_once: true,
+            target: Some(20.0),
+        },
+        Case {
+            name: "QLoRA 8B frontier batch 1..16, RTX 4090, built per trial",
+            args: qlora,
+            fork: true,
+            built_once: false,
             target: None,
         },
     ];
@@ -133,6 +190,7 @@ fn main() {
             .args(["sweep", "--predict", "--python", &python, "--output"])
             .arg(&out)
             .env("ITERAGPU_FORK_SERVER", if case.fork { "1" } else { "0" })
+            .env("ITERAGPU_BUILD_ONCE", if case.built_once { "1" } else { "0" })
             .args(&case.args)
             .output()
             .expect("iteragpu runs");
@@ -164,8 +222,24 @@ fn main() {
             (true, Some(t)) if seconds <= t => "met".into(),
             (true, Some(_)) => "NOT met".into(),
         };
+        let frontier = series
+            .as_ref()
+            .filter(|s| !s["frontier"].is_null())
+            .map(|s| {
+                format!(
+                    "(fits {} / not {}; decided {})",
+                    s["frontier"]["last_success"],
+                    s["frontier"]["first_failure"],
+                    s["frontier"]["deciding"]
+                        .to_string()
+                        .chars()
+                        .take(160)
+                        .collect::<String>()
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "{:<48} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {verdict}",
+            "{:<48} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {verdict} {frontier}",
             case.name,
             case.target.map_or("-".into(), |t| format!("{t:.0}s")),
             format!("{load_before}→{}", load_average()),

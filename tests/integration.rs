@@ -42,6 +42,8 @@ mod outputs;
 mod packed;
 #[path = "integration/predict.rs"]
 mod predict;
+#[path = "integration/predict_built_once.rs"]
+mod predict_built_once;
 #[path = "integration/predict_fork.rs"]
 mod predict_fork;
 #[path = "integration/predict_scripts.rs"]

@@ -74,6 +74,18 @@ class Channel:
             {"text": f"the workload forked a child process{where} (a DataLoader worker, a pool): its events are ignored, so no phase is recorded twice"},
         )
 
+    def adopt(self) -> None:
+        """In a trial forked from a builder (built_once.py), once the trial's streams are on the
+        standard descriptors: this process speaks on the trial's standard output, with the
+        trial's token, and the workload's own fork is said again."""
+        token = os.environ.pop(TOKEN_ENV, None)
+        self._prefix = "{" + f'"token": {json.dumps(token)}, ' if token else "{"
+        self._owner = os.getpid()
+        self._said_fork = False
+        sys.stdout.flush()
+        os.dup2(1, self._stream.fileno())
+        os.dup2(2, 1)
+
     def _mine(self) -> bool:
         return os.getpid() == self._owner
 

@@ -77,6 +77,9 @@ class Recorder:
         # and what the script reads stays what PyTorch would answer in a run without the tool.
         # A phase the script marks itself resets them under measure and predict alike.
         self.automatic_reads_counters = True
+        # Off: no phase reads or resets the counters (a prediction's built-in workload: the
+        # replay computes every figure).
+        self.reads_counters = True
         # The allocator's recording (iteragpu.history), when the CLI asked for one.
         self.history: Any = None
         self._emit: Emit = emit or (lambda type_, data: None)
@@ -218,7 +221,7 @@ class Recorder:
             self.history.phase_start(index, name)
         started_at = time.time_ns() // 1000
         start_reasons: Reasons = {}
-        if automatic and not self.automatic_reads_counters:
+        if not self.reads_counters or (automatic and not self.automatic_reads_counters):
             reasons: Reasons = {"predicted": "the replay computes this phase's figures"}
             unread = self._state(name, index, inputs, parent, automatic, started_at, [{"allocated": None, "reserved": None} for _ in self.devices], reasons)
             unread["unread"] = True

@@ -120,13 +120,14 @@ def main() -> int:
     return run_spec(channel, doc, rank)
 
 
-def run_spec(channel: Channel, doc: Any, rank: dict[str, Any] | None = None) -> int:
-    """The worker on a spec already read (a fork server's child gets it in its request)."""
+def run_spec(channel: Channel, doc: Any, rank: dict[str, Any] | None = None, end: bool = True) -> int:
+    """The worker on a spec already read (a fork server's child gets it in its request);
+    `end=False` returns instead of ending a predicting process (a builder: built_once.py)."""
     spec = specs.parse(doc)
     if rank is not None:
         spec = ranks.for_rank(spec, rank)
     code = run(channel, spec, rank)
-    if spec.predict is not None:
+    if spec.predict is not None and end:
         from .predict import finish
 
         finish(code)

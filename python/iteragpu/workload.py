@@ -166,11 +166,14 @@ def script_frame() -> tuple[str, int] | tuple[None, None]:
 def explain_hard_exit(rec: Recorder, emit: Emit, note: Callable[[str], None], finish: Callable[[], object] | None = None) -> None:
     """`os._exit()` in a script ends the process without unwinding: the phases open then end there,
     the run says where it happened (`note`), and `finish` sends what must still go out."""
+    from . import built_once
+
     original = os._exit
-    parent = os.getpid()
+    parent = [os.getpid()]  # the worker (a trial forked from a builder adopts it)
+    built_once.on_adopt(lambda: parent.__setitem__(0, os.getpid()))
 
     def _exit(code: int) -> NoReturn:
-        if os.getpid() == parent:
+        if os.getpid() == parent[0]:
             os._exit = original  # once: what follows must not come back here
             file, line = script_frame()
             note(f"os._exit({code}) at {file}:{line} ended the script at once (no unwinding): the phases open then end there")

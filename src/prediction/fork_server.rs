@@ -35,8 +35,9 @@ pub const ENV: &str = "ITERAGPU_FORK_SERVER";
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the server may take to end by itself once its requests end.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-/// How long a fork request may wait for its child's pid.
-const FORK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a fork request may wait for its child's pid: a trial that shares a build
+/// (`python/iteragpu/built_once.py`) starts once the model is built (minutes for the largest).
+const FORK_TIMEOUT: Duration = Duration::from_secs(300);
 
 type Waiting = HashMap<u64, (Option<mpsc::Sender<Result<u32, String>>>, mpsc::Sender<i32>)>;
 
@@ -154,7 +155,9 @@ impl ForkServer {
                 format!("{what}: {said}")
             }
         };
-        let preload = json!({"type": "preload", "spec": spec}).to_string();
+        // A builder (built_once.py) is no trial the run loop watches: it caps its own memory.
+        let cap = crate::workload::process::predict_memory_cap().ok();
+        let preload = json!({"type": "preload", "spec": spec, "memory_cap": cap}).to_string();
         server
             .control
             .send(preload.as_bytes())

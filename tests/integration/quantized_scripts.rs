@@ -351,7 +351,7 @@ fn qlora_llama_3_8b_nf4_paged_adamw_8bit() {
 /// transformers' reference (packed.rs): the fixtures load here, predicted, never a crash.
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
-fn quantized_checkpoints_without_their_library_are_predicted() {
+fn quantized_checkpoints_without_their_library_load_packed_with_figures() {
     let python = bnb_python();
     let dir = tempfile::tempdir().unwrap();
     let gptq = fixture("models/llama-2-7b-gptq").display().to_string();

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Unavailable", "run"]
 
+# The running prediction's flush of its pending events (a builder's build point: built_once.py).
+FLUSH: Callable[[], None] | None = None
+
 
 def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
     """Runs `spec`'s workload on fake CUDA tensors for `target`; returns the worker's exit code."""
@@ -46,7 +49,12 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
 
         native.enable(torch)
         fake_mode_class = session.fake_mode_class(torch)
-        native.self_test(torch, fake_mode_class)
+        from .. import built_once
+
+        if built_once.building():
+            built_once.check_apart(lambda: native.self_test(torch, fake_mode_class))
+        else:
+            native.self_test(torch, fake_mode_class)
     except Unavailable as exc:
         channel.emit("unavailable", {"reason": str(exc)})
         return 2
@@ -61,13 +69,13 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
 
     lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
     pending: list[str] = []
-    parent = os.getpid()
+    owner = [os.getpid()]  # the predicting process (a trial forked from a builder adopts it)
     answers = allocator.take_answers()
     changes = allocator.CHANGES
     model: list[allocator.Memory] = []  # the session's, once made
 
     def emit(kind: str, data: Any) -> None:
-        if os.getpid() != parent:
+        if os.getpid() != owner[0]:
             return  # a forked child (a DataLoader worker): only the predicting process reports
         # Storage events are many (one per tensor): written in batches; anything else flushes
         # (a memory_query first sends every event before it, so the model's answer covers them).
@@ -84,7 +92,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
 
     def emit_encoded(kind: str, line: str) -> None:
         # A storage event already encoded by the tracker (the same characters json.dumps writes).
-        if os.getpid() != parent:
+        if os.getpid() != owner[0]:
             return
         with lock:
             if kind in changes and model:
@@ -98,7 +106,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
 
     def emit_many(lines: list[str], changes_model: bool) -> None:
         # Storage events already encoded, in order (a steady state's replayed steps: steady.py).
-        if os.getpid() != parent:
+        if os.getpid() != owner[0]:
             return
         with lock:
             if changes_model and model:
@@ -126,6 +134,21 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         with lock:
             channel.write_lines(pending)
             pending.clear()
+
+    def adopt() -> None:
+        # A trial forked from a builder: it predicts now, and answers come on its own pipe.
+        owner[0] = os.getpid()
+        if model:
+            model[0].adopt()
+        if answers is not None and os.environ.pop(allocator.ANSWERS_VARIABLE, None) == "stdin":
+            os.dup2(0, answers.fileno())
+            empty = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(empty, 0)
+            os.close(empty)
+
+    global FLUSH
+    FLUSH = flush
+    built_once.on_adopt(adopt)
 
     try:
         run = session.Session(torch, emit, spec, target, fake_mode_class, answers)

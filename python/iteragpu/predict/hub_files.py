@@ -59,6 +59,23 @@ class HubFiles:
         os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
         after_import("huggingface_hub", self._patch)
         after_import("datasets", self._patch_datasets)
+        from .. import built_once
+
+        built_once.on_adopt(self._follow_trial)
+
+    def _follow_trial(self) -> None:
+        """A trial forked from a builder (built_once.py) has an overlay of its own."""
+        root = os.environ.get(OVERLAY_VARIABLE) or None
+        if root is None or self.root is None:
+            return
+        self.root = root
+        default = os.path.join(root, "default")
+        os.makedirs(default, exist_ok=True)
+        os.environ["HF_HUB_CACHE"] = default
+        constants = sys.modules.get("huggingface_hub.constants")
+        for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+            if constants is not None and hasattr(constants, name):
+                setattr(constants, name, default)
 
     # ------------------------------------------------------------ the cache folders
     def _overlay_cache(self, cache_dir: Any) -> tuple[str | None, str]:

@@ -57,6 +57,10 @@ class Memory:
         self._total = int(target["total_memory"])
         self._outside = int(target.get("context_bytes", 0))
 
+    def adopt(self) -> None:
+        """A trial forked from a builder (built_once.py) asks as the predicting process."""
+        self._owner = os.getpid()
+
     def changed(self) -> None:
         self.version += 1
 
@@ -81,6 +85,10 @@ class Memory:
         from the answer pipe; `what` names the question in errors."""
         if os.getpid() != self._owner:
             raise RuntimeError(f"{what}: only the predicting process asks the CLI (this is a forked child)")
+        from .. import built_once
+
+        if built_once.building():
+            built_once.abandon(f"the build asked the CLI ({what}), and no CLI answers a builder")
         with self._lock:
             if self._answers is None:
                 raise NoModel(f"{what}: nothing answers in this process (only `iteragpu predict` does)")

@@ -384,6 +384,10 @@ class Session:
         # counters the script reads (its peaks stay PyTorch's, since the process began or its own
         # reset); a phase the script marks resets them, as under measure.
         rec.automatic_reads_counters = False
+        # A built-in workload reads no counter itself: its phases skip the recorder's readings (two
+        # questions to the CLI per phase, whose answers the replay computes anyway), which also
+        # lets a sweep's trials share the model's build (built_once.py).
+        rec.reads_counters = self.spec.workload == "script"
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()

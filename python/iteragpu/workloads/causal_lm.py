@@ -21,7 +21,7 @@ import importlib
 import json
 from typing import Any
 
-from .. import names
+from .. import built_once, names
 from ..recorder import Recorder
 from ..spec import CausalLm, Quantize
 from . import Missing, packed, packed_lora, sharding, training
@@ -321,6 +321,8 @@ def run(rec: Recorder, torch: Any, spec: CausalLm) -> None:
             model = sharding.wrap_ddp(torch, model, device)
             info["shard"] = "ddp"
         info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # A predicted sweep's trials share the build (built_once.py): only AFTER_BUILD's keys are read below.
+    spec = built_once.resume(spec)
     vocab = config.get_text_config(decoder=True).vocab_size
     if spec.concurrent is not None and not train:
         lengths = list(spec.concurrent.prompt_lengths)

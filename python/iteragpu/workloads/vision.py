@@ -19,7 +19,7 @@ import inspect
 import json
 from typing import Any, Callable
 
-from .. import names
+from .. import built_once, names
 from ..recorder import Recorder
 from ..spec import Vision
 from . import Missing, training
@@ -131,6 +131,8 @@ def run(rec: Recorder, torch: Any, spec: Vision) -> None:
             model = _transformers_model(torch, spec, dtype, device, info)
         info["parameters"] = sum(p.numel() for p in model.parameters())
         info["attention_implementation"] = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    # A predicted sweep's trials share the build (built_once.py): only AFTER_BUILD's keys are read below.
+    spec = built_once.resume(spec)
     rec.describe(
         workload="vision",
         model=spec.model_config or f"timm:{spec.timm_model}",
