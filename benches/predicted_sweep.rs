@@ -190,7 +190,10 @@ fn main() {
             .args(["sweep", "--predict", "--python", &python, "--output"])
             .arg(&out)
             .env("ITERAGPU_FORK_SERVER", if case.fork { "1" } else { "0" })
-            .env("ITERAGPU_BUILD_ONCE", if case.built_once { "1" } else { "0" })
+            .env(
+                "ITERAGPU_BUILD_ONCE",
+                if case.built_once { "1" } else { "0" },
+            )
             .args(&case.args)
             .output()
             .expect("iteragpu runs");

@@ -43,6 +43,9 @@ from typing import Any, Callable
 # The variable that turns builders off (`0`): every trial builds its own model.
 ENV: str = "ITERAGPU_BUILD_ONCE"
 
+# Set in a trial whose sweep could not share its build: why (the prediction says it in a note).
+NOT_SHARED: str = "ITERAGPU_BUILD_NOT_SHARED"
+
 # Per built-in workload, the spec's keys read only after its build point (`resume`).
 AFTER_BUILD: dict[str, frozenset[str]] = {
     "causal-lm": frozenset({"batch", "context", "prompt_tokens", "new_tokens", "steps", "whole_loop"}),
@@ -67,6 +70,7 @@ MEMORY_CAP: int | None = None
 _BUILDER: _Builder | None = None
 _ADOPT: list[Callable[[], None]] = []
 _IN_TRIAL: bool = False
+_FLUSH: Callable[[], None] | None = None
 
 
 def key(doc: Any, env: list[Any]) -> str | None:
@@ -88,13 +92,11 @@ def on_adopt(hook: Callable[[], None]) -> None:
     _ADOPT.append(hook)
 
 
-def check_apart(check: Callable[[], None]) -> None:
-    """In a builder: `check()` run in a throwaway forked copy of this process, its exception
-    raised here (`predict.Unavailable` with its reason). A check that runs a backward starts
+def check_apart(check: Callable[[], None]) -> str | None:
+    """In a builder: `check()` run in a throwaway forked copy of this process; what it raised, or
+    None when it passed. A check that runs a backward starts
     autograd's device threads, and no process forked after that can run one: the builder's
     trials could not."""
-    from . import predict
-
     builder = _BUILDER
     assert builder is not None  # called by a builder only
     reading, writing = os.pipe()
@@ -117,8 +119,7 @@ def check_apart(check: Callable[[], None]) -> None:
     with os.fdopen(reading, "rb") as f:
         reason = f.read().decode("utf-8", "replace")
     _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise predict.Unavailable(reason or f"the check ended with wait status {status}")
+    return None if status == 0 else (reason or f"the check ended with wait status {status}")
 
 
 def in_trial() -> bool:
@@ -152,19 +153,19 @@ def resume(spec: Any) -> Any:
 
 
 class _Builder:
-    def __init__(self, control: socket.socket, events_fd: int, stderr_fd: int, channel: Any, flush: Callable[[], None]) -> None:
+    def __init__(self, control: socket.socket, events_fd: int, stderr_fd: int, channel: Any) -> None:
         self.control = control
         self.events_fd = events_fd
         self.stderr_fd = stderr_fd
         self.channel = channel
-        self.flush = flush
         self.data_limit: int | None = None  # the soft RLIMIT_DATA a trial gets back
         self.threads: int | None = None  # torch's intra-op threads a trial gets back
 
     def serve(self) -> Any:
         """Says `built`, then forks a trial per request; returns only in a trial."""
         global _BUILDER, _IN_TRIAL
-        self.flush()
+        if _FLUSH is not None:
+            _FLUSH()
         sys.stdout.flush()
         sys.stderr.flush()
         others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -258,18 +259,11 @@ class _Builder:
         return specs.parse(request["spec"])
 
 
-def start(control: socket.socket, request: dict[str, Any], channel: Any, events_fd: int, stderr_fd: int) -> None:
-    """In a new builder process (`fork_server`): runs the worker for `request`'s spec; returns only
-    when the worker ended before its build point (said to the server as `unbuildable`)."""
+def become_builder(control: socket.socket, channel: Any, events_fd: int, stderr_fd: int) -> None:
+    """Makes this new process a builder (`fork_server` then runs the worker in it): `resume`
+    serves from it at the build point."""
     global _BUILDER
-    from . import predict, worker
-
-    def flush() -> None:
-        hook = predict.FLUSH
-        if hook is not None:
-            hook()
-
-    _BUILDER = _Builder(control, events_fd, stderr_fd, channel, flush)
+    _BUILDER = _Builder(control, events_fd, stderr_fd, channel)
     # OpenMP's thread pool (torch's CPU ops on known values during the build) does not survive a
     # fork: a copy that uses it hangs. The build runs on one thread; each trial gets the count a
     # fresh worker has back.
@@ -284,10 +278,33 @@ def start(control: socket.socket, request: dict[str, Any], channel: Any, events_
         _BUILDER.data_limit = soft
         capped = 2 * MEMORY_CAP if hard == resource.RLIM_INFINITY else min(2 * MEMORY_CAP, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (capped, hard))
-    code = worker.run_spec(channel, request["spec"], end=False)
-    if _IN_TRIAL:  # a trial forked at the build point: it ends as a predicting worker ends
-        predict.finish(code)
-    abandon(f"the workload ended before its build point (exit code {code})")
+
+
+def ended_early(code: int) -> str:
+    """Why a builder's worker ended before its build point: its `done` event's error, if any."""
+    builder = _BUILDER
+    why = f"the workload ended before its build point (exit code {code})"
+    if builder is None:
+        return why
+    if _FLUSH is not None:
+        _FLUSH()
+    for line in reversed(_read_all(builder.events_fd).decode("utf-8", "replace").splitlines()):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") in ("done", "unavailable"):
+            data = event.get("data") or {}
+            error = data.get("error") or {}
+            said = f"{error.get('type')}: {error.get('message')}" if error else data.get("reason")
+            return f"{why}: {str(said)[:600]}" if said else why
+    return why
+
+
+def set_flush(flush: Callable[[], None]) -> None:
+    """The running prediction's flush of its pending events, called at the build point."""
+    global _FLUSH
+    _FLUSH = flush
 
 
 def _read_all(fd: int) -> bytes:

@@ -211,7 +211,15 @@ def _builder(control: socket.socket, own: socket.socket, request: dict[str, Any]
 
         sys.argv = [worker.__file__]
         own.setblocking(True)
-        built_once.start(own, request, Channel.take_stdout(), *kept)
+        channel = Channel.take_stdout()
+        built_once.become_builder(own, channel, *kept)
+        code = worker.run_spec(channel, request["spec"], end=False)
+        if built_once.in_trial():  # a trial forked at the build point ends as a predicting worker ends
+            from .predict import finish
+
+            finish(code)
+        built_once.abandon(built_once.ended_early(code))
+        built_once._EXIT(1)
     except SystemExit as exc:
         if built_once.in_trial():  # a trial forked at the build point ends as `_child` ends
             sys.stdout.flush()
@@ -247,11 +255,17 @@ class _Build:
         return request
 
 
+def _said(request: dict[str, Any], why: str) -> dict[str, Any]:
+    """`request` with why its model could not be built once (`built_once.NOT_SHARED`): its
+    prediction says so in a note."""
+    return {**request, "env": [*request.get("env", []), (built_once.NOT_SHARED, why)]}
+
+
 def serve(control: socket.socket) -> int:
     server = os.getpid()
     children: dict[int, tuple[Any, int]] = {}  # pidfd -> (request id, pid)
     builds: dict[str, _Build] = {}  # built_once.key -> its builder
-    abandoned: set[str] = set()  # keys whose build could not be shared
+    abandoned: dict[str, str] = {}  # keys whose build could not be shared, and why
 
     def own_fds() -> list[int]:
         return [*children, *(fd for b in builds.values() for fd in (b.pidfd, b.control.fileno()))]
@@ -315,7 +329,7 @@ def serve(control: socket.socket) -> int:
             reply = json.loads(message)
             kind, ident = reply.get("type"), reply.get("id")
             if kind == "unbuildable":
-                abandoned.add(key)
+                abandoned[key] = str(reply.get("reason"))
             elif kind == "started":
                 build.close_streams(ident)
                 build.running[ident] = int(reply["pid"])
@@ -329,18 +343,18 @@ def serve(control: socket.socket) -> int:
 
     def builder_ended(key: str, build: _Build) -> None:
         from_builder(key, build)
-        os.waitpid(build.pid, 0)
+        _, status = os.waitpid(build.pid, 0)
         os.close(build.pidfd)
         build.control.close()
         del builds[key]
-        abandoned.add(key)
+        abandoned.setdefault(key, f"the builder ended (wait status {status})")
         # Trials it started died with it (PR_SET_PDEATHSIG: SIGKILL); those it had not, the
         # server forks as it forks any other.
         for ident, pid in build.running.items():
             _send(control, {"type": "exit", "id": ident, "pid": pid, "status": signal.SIGKILL})
         for ident in list(build.sent):
             request, fds = build.sent.pop(ident)
-            fork_child(request, fds)
+            fork_child(_said(request, abandoned[key]), fds)
 
     try:
         while True:
@@ -373,7 +387,7 @@ def serve(control: socket.socket) -> int:
             shared = built_once.key(request.get("spec"), request.get("env", []))
             if shared is not None and shared not in abandoned and to_builder(shared, request, fds):
                 continue
-            fork_child(request, fds)
+            fork_child(_said(request, abandoned[shared]) if shared in abandoned else request, fds)
     finally:
         for _, pid in children.values():
             try:

@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Unavailable", "run"]
 
-# The running prediction's flush of its pending events (a builder's build point: built_once.py).
-FLUSH: Callable[[], None] | None = None
-
 
 def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
     """Runs `spec`'s workload on fake CUDA tensors for `target`; returns the worker's exit code."""
@@ -51,8 +48,14 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         fake_mode_class = session.fake_mode_class(torch)
         from .. import built_once
 
+        not_shared = os.environ.pop(built_once.NOT_SHARED, None)
+        if not_shared:
+            channel.emit("note", {"text": f"this trial built its own model: its sweep's could not be built once and shared ({not_shared})"})
         if built_once.building():
-            built_once.check_apart(lambda: native.self_test(torch, fake_mode_class))
+            failed = built_once.check_apart(lambda: native.self_test(torch, fake_mode_class))
+            if failed is not None:
+                raise Unavailable(failed)
+            native.self_test(torch, fake_mode_class, backward=False)
         else:
             native.self_test(torch, fake_mode_class)
     except Unavailable as exc:
@@ -146,8 +149,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
             os.dup2(empty, 0)
             os.close(empty)
 
-    global FLUSH
-    FLUSH = flush
+    built_once.set_flush(flush)
     built_once.on_adopt(adopt)
 
     try:

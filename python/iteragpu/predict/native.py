@@ -162,13 +162,18 @@ def enable(torch: Any) -> None:
     _ENABLED = True
 
 
-def self_test(torch: Any, mode_class: type) -> None:
-    """A backward on fake CUDA tensors: raises Unavailable with the reason if it does not work."""
+def self_test(torch: Any, mode_class: type, backward: bool = True) -> None:
+    """A backward on fake CUDA tensors: raises Unavailable with the reason if it does not work.
+    `backward=False`: the same up to the backward (a builder's own, built_once.py: what the
+    first fake CUDA tensors set up, without autograd's threads)."""
     try:
         with mode_class(allow_non_fake_inputs=True):
             p = torch.empty(4, 2, device="cuda", requires_grad=True)
             x = torch.empty(8, 4, device="cuda")
-            (x @ p).sum().backward()
+            loss = (x @ p).sum()
+            if not backward:
+                return
+            loss.backward()
             ok = p.grad is not None and p.grad.device.type == "cuda"
     except Exception as exc:  # whatever this torch raises on fake CUDA is the reason: reported, never hidden
         raise Unavailable(
