@@ -475,3 +475,44 @@ pub fn documented_specs() -> Vec<String> {
     );
     examples
 }
+
+/// Every process whose parent chain leads to `root` (from /proc), with its depth below it.
+pub fn descendants_with_depth(root: u32) -> Vec<(u32, usize)> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut found = vec![(root, 0)];
+    let mut i = 0;
+    while i < found.len() {
+        let (p, depth) = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == p)
+                .map(|(c, _)| (*c, depth + 1)),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Whether `pid` runs (exists and is no zombie).
+pub fn process_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.split_whitespace().next() != Some("Z"))
+    })
+}

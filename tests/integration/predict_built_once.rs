@@ -4,7 +4,7 @@
 //! leaves no builder or copy behind. Named `predict_…` so that the torch 2.6 pass of `.ci/run`
 //! runs them too.
 
-use crate::common::{Run, fixture, torch_python};
+use crate::common::{Run, descendants_with_depth, fixture, process_running, torch_python};
 use iteragpu::schema::series::{Series, TrialStatus};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -129,46 +129,6 @@ fn predict_built_once_gives_the_documents_of_per_trial_builds() {
     );
 }
 
-/// Every process whose parent chain leads to `root` (from /proc), with its depth below it.
-fn descendants(root: u32) -> Vec<(u32, usize)> {
-    let mut parents = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut found = vec![(root, 0)];
-    let mut i = 0;
-    while i < found.len() {
-        let (p, depth) = found[i];
-        found.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == p)
-                .map(|(c, _)| (*c, depth + 1)),
-        );
-        i += 1;
-    }
-    found.remove(0);
-    found
-}
-
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| r.split_whitespace().next() != Some("Z"))
-    })
-}
-
 /// Ctrl-C while trials run as copies of a builder (the CLI, its fork server, the builder, a
 /// copy: three levels below the CLI): the CLI ends, and with it every process it started.
 #[test]
@@ -194,7 +154,7 @@ fn predict_built_once_sigint_leaves_no_process_behind() {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut seen: Vec<u32> = Vec::new();
     loop {
-        let now = descendants(cli.id());
+        let now = descendants_with_depth(cli.id());
         for (p, _) in &now {
             if !seen.contains(p) {
                 seen.push(*p);
@@ -224,7 +184,11 @@ fn predict_built_once_sigint_leaves_no_process_behind() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left: Vec<u32> = seen.iter().copied().filter(|p| running(*p)).collect();
+        let left: Vec<u32> = seen
+            .iter()
+            .copied()
+            .filter(|p| process_running(*p))
+            .collect();
         if left.is_empty() {
             break;
         }

@@ -3,7 +3,7 @@
 //! from the others (global state, a crash), and nothing left running after a Ctrl-C. Named
 //! `predict_…` so that the torch 2.6 pass of `.ci/run` runs them too.
 
-use crate::common::{Run, torch_python};
+use crate::common::{Run, descendants_with_depth, process_running, torch_python};
 use iteragpu::schema::series::{Series, TrialStatus};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -166,39 +166,12 @@ fn predict_fork_children_are_isolated_and_a_crash_is_one_failed_trial() {
     assert!(!format!("{errors:?}").contains("leaked"), "{errors:?}");
 }
 
-/// Every process whose parent chain leads to `root` (from /proc), `root` excluded.
+/// Every process whose parent chain leads to `root`, `root` excluded.
 fn descendants(root: u32) -> Vec<u32> {
-    let mut parents = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    found.remove(0);
-    found
-}
-
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| r.split_whitespace().next() != Some("Z"))
-    })
+    descendants_with_depth(root)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Ctrl-C while two forked trials run: the CLI ends, and with it the server and every child (by
@@ -272,7 +245,11 @@ fn predict_fork_sigint_leaves_no_process_behind() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left: Vec<u32> = seen.iter().copied().filter(|p| running(*p)).collect();
+        let left: Vec<u32> = seen
+            .iter()
+            .copied()
+            .filter(|p| process_running(*p))
+            .collect();
         if left.is_empty() {
             break;
         }
