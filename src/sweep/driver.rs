@@ -342,12 +342,9 @@ impl Sweep<'_> {
         // A search stops when it has closed the frontier: its trial count is not known ahead,
         // only its bound (the guided bisection costs at most twice a bisection's steps), so the
         // display says that bound, never "of N" as if N were planned. Measured on k GPUs
-        // (`--gpus`), each round tries k values at once. A predicted frontier keeps one
-        // prediction after the other: its rounds would depend on the machine's cores.
-        let k = match kind {
-            PointKind::Measured => self.runner.parallelism().unwrap_or(1).max(1),
-            PointKind::Predicted => 1,
-        };
+        // (`--gpus`), each round tries k values at once; predicted, k cores do (the values tried
+        // then depend on the machine, the frontier does not).
+        let k = self.runner.parallelism().unwrap_or(1).max(1);
         let rounds_bound = search::round_bound(&bounds, k);
         let at_most = (k * rounds_bound).min(bounds.max_trials);
         let mut ended: Option<Result<Option<String>>> = None;
@@ -386,9 +383,12 @@ impl Sweep<'_> {
             resolution: bounds.resolution,
             trials,
             strategy: match (kind, hint, capacity, k) {
-                (PointKind::Predicted, _, _, _) => {
+                (PointKind::Predicted, _, _, 1) => {
                     "predicted-peak curve: bisection guided by the predicted peaks".into()
                 }
+                (PointKind::Predicted, _, _, k) => format!(
+                    "predicted-peak curve alternating with equal splits, {k} predictions at once; {trials} trial(s) in {rounds} round(s) (at most {at_most} in {rounds_bound})"
+                ),
                 (_, Some(_), _, 1) => format!(
                     "prediction hint ({predictions} prediction(s) of the workload), then measured-peak curve"
                 ),

@@ -44,6 +44,26 @@ pub fn parallelism() -> usize {
     cores.min(MAX_PARALLEL).min(memory).max(1)
 }
 
+/// The variable that sets how many predictions a predicted sweep runs at once (`1`: one after
+/// the other, a frontier's trials then the same on every machine).
+pub const JOBS_ENV: &str = "ITERAGPU_PREDICT_JOBS";
+
+/// [`JOBS_ENV`] when it is set to a count from 1 to 64, else [`parallelism`]. A value that is
+/// not such a count is an error naming it and the fix.
+pub fn jobs() -> Result<usize> {
+    match std::env::var(JOBS_ENV) {
+        Err(_) => Ok(parallelism()),
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if (1..=64).contains(&n) => Ok(n),
+            _ => bail!(
+                "{JOBS_ENV}={:?} is not a count of predictions at once: give a whole number from 1 to 64 (1: one after the other), or unset it (this machine then runs {} at once)",
+                crate::output::terminal_safe(&text),
+                parallelism()
+            ),
+        },
+    }
+}
+
 /// How one plan is predicted: the worker for a card (a mock in tests).
 pub type Predict<'a> =
     Box<dyn Fn(&RunPlan, &dyn Progress) -> Result<Outcome, StartError> + Sync + 'a>;
@@ -54,6 +74,8 @@ pub struct Predicted<'a> {
     /// The capacity each trial is held against (the hint's: none, it reads the peak alone).
     capacity: u64,
     stop: &'static StopRequest,
+    /// Predictions at once: a grid's cells, a frontier's values a round.
+    jobs: usize,
 }
 
 impl<'a> Predicted<'a> {
@@ -62,6 +84,7 @@ impl<'a> Predicted<'a> {
             predict,
             capacity,
             stop,
+            jobs: parallelism(),
         }
     }
 
@@ -77,7 +100,10 @@ impl<'a> Predicted<'a> {
         let predict: Predict = Box::new(move |plan, progress| {
             predict_served(plan, &target, &applied, stop, progress, Some(&server))
         });
-        Ok(Predicted::new(predict, limit.bytes, stop))
+        Ok(Predicted {
+            jobs: jobs()?,
+            ..Predicted::new(predict, limit.bytes, stop)
+        })
     }
 
     /// The measured frontier's hint: each cell predicted for the card of its first device, read
@@ -132,20 +158,24 @@ impl Runner for Predicted<'_> {
     }
 
     fn parallelism(&self) -> Option<usize> {
-        Some(parallelism())
+        Some(self.jobs)
     }
 
     fn protocol(&self, plan: &SweepPlan) -> String {
         let bounded = "; a phase bounded by a data-dependent size is read at its upper figures (the largest sizes), so a fit holds whatever the data";
         let how = match plan.mode {
             SweepMode::Frontier => format!(
-                "each trial predicted in {} on data-less CUDA tensors (no GPU); the frontier search is a bisection, so one prediction after the other",
-                worker()
+                "each trial predicted in {} on data-less CUDA tensors (no GPU); the frontier search guided by the predicted peaks, {}",
+                worker(),
+                match self.jobs {
+                    1 => "one prediction after the other".to_string(),
+                    k => format!("in rounds of up to {k} predictions at once (the cores; which values are tried depends on it, the frontier does not; {JOBS_ENV}=1 tries them one after the other)"),
+                }
             ),
             _ => format!(
                 "each trial predicted in {} on data-less CUDA tensors (no GPU), up to {} at a time (the cores, at most {MAX_PARALLEL}, and 1.5 GiB of available memory each, the expected peak; each worker stopped above {} of its own resident memory); identical configurations predicted once",
                 worker(),
-                parallelism(),
+                self.jobs,
                 Bytes(
                     crate::workload::process::predict_memory_cap()
                         .unwrap_or(crate::workload::process::PREDICT_MEMORY_CAP)
