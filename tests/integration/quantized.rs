@@ -496,3 +496,71 @@ fn compressed_tensors_and_hqq_storage_agrees_with_the_estimate() {
         agrees(&estimate, &truth, model);
     }
 }
+
+/// bitsandbytes' ops are custom ops, whose fake kernels FakeTensorMode runs on every call: the
+/// memo keeps what they made (`memo.py`'s `_custom_entry`). A QLoRA step with a paged 8-bit AdamW
+/// (nf4 `gemm_4bit`, `dequantize_4bit`, the blockwise quantizers, the optimizer's in-place update)
+/// predicts the same document with the memo, without it, and with every reuse checked against
+/// the fake kernel itself (`ITERAGPU_PREDICT_MEMO=check`), but for the steps' durations.
+#[test]
+#[ignore = "needs torch, transformers, peft and bitsandbytes"]
+fn quantized_ops_memoised_predict_the_same_document() {
+    let python = python_with(&["torch", "transformers", "peft", "bitsandbytes"]);
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("tiny/llama").display().to_string();
+    let document = |memo: &str| {
+        let out = dir.path().join(format!("memo-{memo}.json"));
+        let run = Run::predict()
+            .args(["--python", &python, "--card", "RTX 4090"])
+            .args([
+                "--workload",
+                "causal-lm",
+                "--model",
+                &model,
+                "--task",
+                "train",
+            ])
+            .args(["--quantize", "nf4", "--double-quant", "--lora-rank", "4"])
+            .args(["--lora-targets", "all-linear", "--gradient-checkpointing"])
+            .args([
+                "--precision",
+                "bf16-mixed",
+                "--optimizer",
+                "paged-adamw-8bit",
+            ])
+            .args(["--batch", "2", "--context", "64"])
+            .env("ITERAGPU_PREDICT_MEMO", memo)
+            .output(&out)
+            .finish();
+        assert!(out.exists(), "memo {memo}: no prediction: {}", run.stderr());
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        fn timeless(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    m.remove("created_at");
+                    m.remove("step_duration_s");
+                    m.values_mut().for_each(timeless);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(timeless),
+                _ => {}
+            }
+        }
+        timeless(&mut doc);
+        doc
+    };
+    let without = document("0");
+    assert_eq!(without["status"], "complete", "{without}");
+    let text = without.to_string();
+    assert!(
+        text.contains("quantized_linear_layers") && text.contains("optimizer_step"),
+        "nf4 layers and an optimizer step: {text}"
+    );
+    for memo in ["1", "check"] {
+        let with = document(memo);
+        assert!(
+            with == without,
+            "memo {memo} changed the prediction:\n--- without\n{without}\n--- with\n{with}"
+        );
+    }
+}

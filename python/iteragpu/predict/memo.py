@@ -17,8 +17,10 @@ entry as FakeTensorMode's `_get_output_tensor_from_cache_entry` does (a new meta
 cached sizes and strides, or the input's storage set under a view, or the input itself for an
 in-place op), wrapped as `FakeTensor.__new__` wraps it (the same subclass call, the same attributes,
 copied from one it made). An output with a conjugate or negative bit goes through FakeTensorMode's
-own function. What FakeTensorMode would not cache (data-dependent ops, in-place views, custom ops,
-symbolic shapes, another mode's tensors, sparse layouts) is never memoised.
+own function. A custom op (bitsandbytes' kernels), which FakeTensorMode never caches, is memoised
+when its schema and what its fake kernel made show fresh outputs or none (`_custom_entry`). What
+else FakeTensorMode would not cache (data-dependent ops, in-place views, symbolic shapes, another
+mode's tensors, sparse layouts) is never memoised.
 
 `ITERAGPU_PREDICT_MEMO=0` turns it off; `ITERAGPU_PREDICT_MEMO=check` keeps it on and checks every
 reuse against FakeTensorMode itself (its key computed afresh equals the one the entry was found
@@ -108,7 +110,7 @@ class _Made:
 class _Entry:
     """FakeTensorMode's cache entry and how its outputs are made."""
 
-    __slots__ = ("entry", "made", "tuple", "list", "blind", "theirs", "composite")
+    __slots__ = ("entry", "made", "tuple", "list", "blind", "theirs", "composite", "custom")
 
     def __init__(self, entry: Any, theirs: Any, as_list: bool = False, blind: bool = False) -> None:
         self.entry = entry
@@ -118,6 +120,7 @@ class _Entry:
         self.blind = blind  # returns None whatever its floats' values
         self.theirs = theirs  # FakeTensorMode's key (kept for the check)
         self.composite = False  # made from a composite view's own output (`Memo._composite`)
+        self.custom = False  # a custom op's outputs, read from what its fake kernel made (`_custom_entry`)
 
 
 class Memo:
@@ -254,7 +257,15 @@ class Memo:
             # Shapes that keep changing (a growing KV cache): the oldest keys are the least likely again.
             self.entries.clear()
         if not isinstance(entry, fake_tensor._DispatchCacheValidEntry):
-            self.entries[key] = _BYPASS
+            if self._attributes is None:
+                self._learn(out)
+            custom = _custom_entry(self, func, args, out, key, self.key(func, args, kwargs))
+            if custom is not None and custom.blind and func not in self.blind:
+                # Its floats (a learning rate, a step) change every call: keyed without them.
+                self.blind.add(func)
+                key = self.key(func, args, kwargs)
+            if key is not None:
+                self.entries[key] = _BYPASS if custom is None else custom
         elif self._blind(func, entry, key):
             if func not in self.blind:
                 # Keyed again without the float values: later calls with other values hit this entry.
@@ -346,9 +357,10 @@ class Memo:
 
     def _outputs(self, found: _Entry, args: tuple[Any, ...]) -> Any:
         if found.tuple:
-            outs = [self._output(found, made, info, args) for made, info in zip(found.made, found.entry.output_infos)]
+            infos = found.entry.output_infos if found.entry is not None else [None] * len(found.made)
+            outs = [self._output(found, made, info, args) for made, info in zip(found.made, infos)]
             return outs if found.list else tuple(outs)
-        return self._output(found, found.made[0], None if found.composite else found.entry.output_infos[0], args)
+        return self._output(found, found.made[0], None if found.composite or found.entry is None else found.entry.output_infos[0], args)
 
     def _output(self, found: _Entry, made: _Made, info: Any, args: tuple[Any, ...]) -> Any:
         kind = made.kind
@@ -380,6 +392,15 @@ class Memo:
 
     # ---------------------------------------------------------------- ITERAGPU_PREDICT_MEMO=check
     def _checked(self, found: _Entry, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if found.custom:
+            ours = self._outputs(found, args)
+            with self.mode:
+                reference = func(*args, **kwargs)
+            for a, b in zip(ours if found.tuple else (ours,), reference if found.tuple else (reference,)):
+                difference = _difference(a, b, args)
+                if difference:
+                    raise AssertionError(f"memo: {func}'s output differs from its fake kernel's: {difference}")
+            return ours
         if found.composite:
             ours = self._outputs(found, args)
             with self.mode:
@@ -431,3 +452,58 @@ def _difference(a: Any, b: Any, args: tuple[Any, ...]) -> str | None:
         if x != y:
             return f"{name}: {x} != {y}"
     return None
+
+
+def _custom_entry(memo: Memo, func: Any, args: tuple[Any, ...], out: Any, before: tuple[Any, ...], after: tuple[Any, ...] | None) -> _Entry | None:
+    """A custom op's answer (bitsandbytes' `gemm_4bit`, `dequantize_4bit`, its 8-bit optimizer
+    update), which FakeTensorMode never caches: its fake kernel runs in Python on every call,
+    though what it makes depends only on the key. Kept when its schema says it returns new
+    tensors (no alias annotation on any return) or nothing, and what it made bears that out: each
+    output a fresh dense tensor of this mode (offset 0, a storage of exactly its own extent,
+    shared with no input nor other output, plain attributes), or None from an op that left its
+    inputs' metadata as they were (its key unchanged after the call). Later calls make the same
+    outputs as a "new" cache entry does; `ITERAGPU_PREDICT_MEMO=check` runs its fake kernel on
+    every reuse and compares."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or getattr(func, "namespace", None) in (None, "aten", "prims", "prim") or not memo._attributes:
+        return None
+    if any(getattr(r, "alias_info", None) is not None for r in schema.returns):
+        return None
+    entry = _Entry(None, None)
+    entry.custom = True
+    if out is None:
+        if len(schema.returns) != 0 or after != before:
+            return None
+        entry.blind = True
+        return entry
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(schema.returns) or not outs:
+        return None
+    inputs = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
+    seen: set[int] = set()
+    for t in outs:
+        if type(t) is not FakeTensor or t.fake_mode is not memo.mode or t.constant is not None or t.layout is not torch.strided or t.is_conj() or t.is_neg():
+            return None
+        storage = t.untyped_storage()
+        if storage._cdata in inputs or storage._cdata in seen or t.storage_offset() != 0:
+            return None
+        seen.add(storage._cdata)
+        size, stride = tuple(t.size()), tuple(t.stride())
+        if not all(type(v) is int for v in (*size, *stride)):
+            return None
+        extent = 0 if 0 in size else 1 + sum((n - 1) * st for n, st in zip(size, stride))
+        if storage.nbytes() != extent * t.element_size():
+            return None
+        attributes = dict(vars(t))
+        device = attributes.pop("_fake_device", None)
+        attributes.pop("fake_mode", None)
+        if not isinstance(device, torch.device) or device.index is None or any(v is not None for v in attributes.values()):
+            return None
+        made = _Made.__new__(_Made)
+        made.kind, made.index, made.value = "new", None, None
+        made.size, made.stride, made.offset = size, stride, 0
+        made.dtype, made.requires_grad, made.device = t.dtype, t.requires_grad, device
+        entry.made.append(made)
+    entry.tuple = isinstance(out, (tuple, list))
+    entry.list = type(out) is list
+    return entry

@@ -169,7 +169,9 @@ impl Runner for Predicted<'_> {
                 worker(),
                 match self.jobs {
                     1 => "one prediction after the other".to_string(),
-                    k => format!("in rounds of up to {k} predictions at once (the cores; which values are tried depends on it, the frontier does not; {JOBS_ENV}=1 tries them one after the other)"),
+                    k => format!(
+                        "in rounds of up to {k} predictions at once (the cores; which values are tried depends on it, the frontier does not; {JOBS_ENV}=1 tries them one after the other)"
+                    ),
                 }
             ),
             _ => format!(
@@ -420,9 +422,18 @@ mod tests {
     impl<F: Fn(&WorkerSpec) -> Mock + Sync> MockPredictor<F> {
         /// The predicting runner with this mock for its worker, held against the plan's capacity.
         fn runner(&self, plan: &SweepPlan) -> Predicted<'_> {
-            static NEVER: StopRequest = StopRequest::never();
             let capacity = plan.limit.as_ref().unwrap().bytes;
-            Predicted::new(Box::new(|p, _| self.predict(p)), capacity, &NEVER)
+            // One at a time, as ITERAGPU_PREDICT_JOBS=1: a frontier's trials then the same on
+            // every machine (`runner_with` sets another count).
+            self.runner_with(capacity, 1)
+        }
+
+        fn runner_with(&self, capacity: u64, jobs: usize) -> Predicted<'_> {
+            static NEVER: StopRequest = StopRequest::never();
+            Predicted {
+                jobs,
+                ..Predicted::new(Box::new(|p, _| self.predict(p)), capacity, &NEVER)
+            }
         }
 
         fn predict(&self, plan: &RunPlan) -> Result<Outcome, StartError> {
@@ -676,6 +687,72 @@ mod tests {
             let err = plan_of(&argv).unwrap_err().to_string();
             assert!(err.contains(says), "{err}");
         }
+    }
+
+    /// With k predictions at once, a frontier tries its values in rounds and ends at the same
+    /// frontier, decided by the same value and phase, as one prediction after the other.
+    #[test]
+    fn a_predicted_frontier_in_rounds_ends_where_one_after_the_other_does() {
+        let mock = MockPredictor::new(|s| Mock::Peak(10_000_000 * dense(s).context));
+        let argv = |out: &str| {
+            [
+                "--predict",
+                "--vary",
+                "context=1..1000",
+                "--search",
+                "frontier",
+                "--memory-limit",
+                "2000000000",
+                "--output",
+                out,
+            ]
+            .map(String::from)
+            .to_vec()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut ends = Vec::new();
+        for jobs in [1, 2, 3] {
+            let out = dir.path().join(format!("s{jobs}.json"));
+            let args = argv(out.to_str().unwrap());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let plan = plan_of(&args).unwrap();
+            let runner = mock.runner_with(plan.limit.as_ref().unwrap().bytes, jobs);
+            let series = done(run(
+                &plan,
+                &runner,
+                None,
+                Writer::new(&out).unwrap(),
+                &NoProgress,
+            ));
+            let f = series.frontier.clone().unwrap();
+            let d = f.deciding.clone().expect("what decides");
+            assert!(
+                series.protocol.contains(
+                    match jobs {
+                        1 => "one prediction after the other".to_string(),
+                        k => format!("rounds of up to {k} predictions at once"),
+                    }
+                    .as_str()
+                ),
+                "{}",
+                series.protocol
+            );
+            if jobs > 1 {
+                assert!(
+                    f.strategy.contains(&format!("{jobs} predictions at once")),
+                    "{}",
+                    f.strategy
+                );
+            }
+            ends.push((
+                f.last_success,
+                f.first_failure,
+                d.value,
+                d.phase,
+                d.driver_view_bytes,
+            ));
+        }
+        assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
     }
 
     #[test]
