@@ -1,13 +1,16 @@
 //! How long `iteragpu predict` takes on this machine, and how much memory its worker holds.
 //!
-//! Issue 28's targets on a 2-core machine, the first three cases:
+//! Issue 28's targets on a 2-core machine, the first three cases, with issue 46's where it asks
+//! for less:
 //! - transformers' documentation page "Model training anatomy" as written there: BERT-large from
 //!   its config, the `Trainer`, batch 4 × 512 tokens, one epoch of 512 samples (128 steps):
-//!   under 60 s;
+//!   under 20 s (issue 46; 60 s before);
 //! - a bf16-mixed training step of Llama-3-8B (its real config, batch 1 × 4096; the workload runs
 //!   its minimum of 2 steps, then an evaluation pass): under 10 s;
 //! - a script's `model.generate()` of 128 tokens after a 4096-token prompt on Llama-3-8B (no
-//!   markers): under 30 s.
+//!   markers): under 10 s (issue 46; 30 s before);
+//! - a hand-written decode loop as torchtune's `generate` writes it (a static KV cache, 300 new
+//!   tokens after 16, `decode_loop.py`) on Llama-3-8B: under 20 s (issue 46).
 //!
 //! Then issue 11's and 18's cases: a 4096-token prefill plus 128 decoded tokens of the same model
 //! (one generation, `--whole-loop`), Llama-3-8B built in fp32 on the CPU then moved to the GPU
@@ -20,8 +23,9 @@
 //! worker) after it: other work on the machine slows the wall-clock figures. `PREDICT_SPEED_CASE=TEXT`
 //! runs only the cases whose name contains TEXT (`PREDICT_SPEED_CASE=anatomy`).
 //!
-//! Needs an interpreter with torch and transformers (ITERAGPU_TEST_PYTHON, else python3); run with
-//! `cargo bench --bench predict_speed` (minutes).
+//! `ITERAGPU_BENCH_BASELINE=BINARY` runs each case with the previous release too and prints the
+//! ratio (`support/baseline.rs`). Needs an interpreter with torch and transformers
+//! (ITERAGPU_TEST_PYTHON, else python3); run with `cargo bench --bench predict_speed` (minutes).
 
 use std::process::Command;
 use std::time::Instant;
@@ -47,6 +51,7 @@ fn cpu_children_seconds() -> f64 {
 }
 
 mod support {
+    pub mod baseline;
     pub mod python;
 }
 
@@ -66,7 +71,7 @@ fn main() {
                 "--".into(),
                 bert,
             ],
-            60.0,
+            20.0,
         ),
         (
             "Llama-3-8B bf16-mixed training, 1×4096",
@@ -99,7 +104,20 @@ fn main() {
                 "1".into(),
                 "bfloat16".into(),
             ],
-            30.0,
+            10.0,
+        ),
+        (
+            "a hand-written decode loop, 8B, static cache, 300 tokens",
+            vec![
+                "--script".into(),
+                format!("{root}/tests/fixtures/scripts/predict/decode_loop.py"),
+                "--".into(),
+                llama.clone(),
+                "300".into(),
+                "16".into(),
+                "bfloat16".into(),
+            ],
+            20.0,
         ),
         (
             "guide dense (2×128×1024, fp32)",
@@ -146,9 +164,13 @@ fn main() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     // PREDICT_SPEED_CASE=TEXT: only the cases whose name contains TEXT.
     let only = std::env::var("PREDICT_SPEED_CASE").unwrap_or_default();
+    let baseline = support::baseline::binary();
+    if let Err(why) = &baseline {
+        println!("({why})");
+    }
     println!(
-        "{:<42} {:>10} {:>9} {:>14} {:>8}  result",
-        "case", "seconds", "CPU s", "worker RSS", "target"
+        "{:<42} {:>10} {:>9} {:>14} {:>8}  {:<22} result",
+        "case", "seconds", "CPU s", "worker RSS", "target", "vs previous release"
     );
     // (case, ITERAGPU_PREDICT_MEMO, ITERAGPU_PREDICT_STEADY): every case with both shortcuts, the
     // first three again without the memo, the first (a Trainer epoch) without the steady state.
@@ -181,19 +203,29 @@ fn main() {
             (_, "0") => format!("{name} (steady off)"),
             _ => name.to_string(),
         };
+        // Options first: a script's own arguments follow `--`.
+        let predict = |binary: &std::path::Path, out: &std::path::Path| {
+            let _ = std::fs::remove_file(out);
+            Command::new(binary)
+                .arg("predict")
+                .args(["--python", &python, "--output"])
+                .arg(out)
+                .env("ITERAGPU_PREDICT_MEMO", memo)
+                .env("ITERAGPU_PREDICT_STEADY", steady)
+                .args(args)
+                .output()
+                .expect("iteragpu runs")
+        };
+        // The previous release first, then this one (whose figures the columns print).
+        let previous = baseline.as_ref().ok().map(|bin| {
+            let began = Instant::now();
+            predict(bin, &out.with_extension("previous.json"));
+            began.elapsed().as_secs_f64()
+        });
         let before = max_rss_children_kib();
         let cpu_before = cpu_children_seconds();
         let began = Instant::now();
-        // Options first: a script's own arguments follow `--`.
-        let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
-            .arg("predict")
-            .args(["--python", &python, "--output"])
-            .arg(&out)
-            .env("ITERAGPU_PREDICT_MEMO", memo)
-            .env("ITERAGPU_PREDICT_STEADY", steady)
-            .args(args)
-            .output()
-            .expect("iteragpu runs");
+        let run = predict(std::path::Path::new(env!("CARGO_BIN_EXE_iteragpu")), &out);
         let seconds = began.elapsed().as_secs_f64();
         let cpu = cpu_children_seconds() - cpu_before;
         // The largest resident set of any process waited for so far (the worker dominates).
@@ -213,8 +245,10 @@ fn main() {
             format!("{verdict} (the workload failed after its steps: see the file)")
         };
         println!(
-            "{name:<42} {seconds:>10.1} {cpu:>9.1} {:>10.2} GiB {:>7.0}s  {verdict}",
-            rss, target
+            "{name:<42} {seconds:>10.1} {cpu:>9.1} {:>10.2} GiB {:>7.0}s  {:<22} {verdict}",
+            rss,
+            target,
+            support::baseline::ratio(seconds, previous)
         );
     }
     println!(

@@ -60,6 +60,7 @@ struct Case {
 }
 
 mod support {
+    pub mod baseline;
     pub mod python;
 }
 
@@ -151,7 +152,7 @@ fn main() {
             args: grid("4"),
             fork: true,
             built_once: true,
-            target: Some(120.0),
+            target: Some(30.0),
         },
         Case {
             name: "GPT-2 64-cell grid (4 new tokens), built per trial",
@@ -184,9 +185,13 @@ fn main() {
     ];
     let dir = tempfile::tempdir().expect("a temporary folder");
     let only = std::env::var("PREDICTED_SWEEP_CASE").unwrap_or_default();
+    let baseline = support::baseline::binary();
+    if let Err(why) = &baseline {
+        println!("({why})");
+    }
     println!(
-        "{:<48} {:>7} {:>9} {:>9} {:>8}  {:<11} result",
-        "case", "trials", "seconds", "CPU s", "target", "load"
+        "{:<48} {:>7} {:>9} {:>9} {:>8}  {:<11} {:<22} result",
+        "case", "trials", "seconds", "CPU s", "target", "load", "vs previous release"
     );
     for (k, case) in cases
         .iter()
@@ -194,20 +199,30 @@ fn main() {
         .filter(|(_, c)| c.name.contains(only.as_str()))
     {
         let out = dir.path().join(format!("s{k}.json"));
+        let sweep = |binary: &std::path::Path, out: &std::path::Path| {
+            let _ = std::fs::remove_file(out);
+            Command::new(binary)
+                .args(["sweep", "--predict", "--python", &python, "--output"])
+                .arg(out)
+                .env("ITERAGPU_FORK_SERVER", if case.fork { "1" } else { "0" })
+                .env(
+                    "ITERAGPU_BUILD_ONCE",
+                    if case.built_once { "1" } else { "0" },
+                )
+                .args(&case.args)
+                .output()
+                .expect("iteragpu runs")
+        };
+        // The previous release first, then this one (whose figures the columns print).
+        let previous = baseline.as_ref().ok().map(|bin| {
+            let began = Instant::now();
+            sweep(bin, &out.with_extension("previous.json"));
+            began.elapsed().as_secs_f64()
+        });
         let load_before = load_average();
         let cpu_before = cpu_children_seconds();
         let began = Instant::now();
-        let run = Command::new(env!("CARGO_BIN_EXE_iteragpu"))
-            .args(["sweep", "--predict", "--python", &python, "--output"])
-            .arg(&out)
-            .env("ITERAGPU_FORK_SERVER", if case.fork { "1" } else { "0" })
-            .env(
-                "ITERAGPU_BUILD_ONCE",
-                if case.built_once { "1" } else { "0" },
-            )
-            .args(&case.args)
-            .output()
-            .expect("iteragpu runs");
+        let run = sweep(std::path::Path::new(env!("CARGO_BIN_EXE_iteragpu")), &out);
         let seconds = began.elapsed().as_secs_f64();
         let cpu = cpu_children_seconds() - cpu_before;
         let series: Option<serde_json::Value> = std::fs::read(&out)
@@ -253,10 +268,11 @@ fn main() {
             })
             .unwrap_or_default();
         println!(
-            "{:<48} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {verdict} {frontier}",
+            "{:<48} {trials:>7} {seconds:>9.1} {cpu:>9.1} {:>8}  {:<11} {:<22} {verdict} {frontier}",
             case.name,
             case.target.map_or("-".into(), |t| format!("{t:.0}s")),
             format!("{load_before}→{}", load_average()),
+            support::baseline::ratio(seconds, previous),
         );
     }
     println!(
