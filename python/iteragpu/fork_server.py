@@ -100,6 +100,12 @@ def preload(spec: dict[str, Any]) -> str:
     # What each child must set up itself, as a fresh worker does: checked, never assumed.
     if native._ENABLED or torch.cuda.is_initialized():
         raise RuntimeError("importing the workload's libraries set up CUDA state (the shims or a CUDA context) before any fork")
+    # The children's collector as a fresh worker's (predict/collector.py), the imports frozen once
+    # here: their pages then stay shared with every child.
+    from .predict import collector
+
+    collector.tune()
+    collector.freeze_imports()
     return str(torch.__version__)
 
 

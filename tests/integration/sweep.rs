@@ -819,3 +819,28 @@ fn trials_spread_over_two_gpus_two_at_a_time() {
     .stderr_has("PyTorch sees 1 of these 2 GPUs")
     .wrote_nothing();
 }
+
+/// `ITERAGPU_PREDICT_JOBS` sets how many predictions a predicted sweep runs at once; a value that
+/// is not a count from 1 to 64 is refused, naming it and the fix, and nothing is written.
+#[test]
+fn a_predicted_sweep_refuses_a_count_of_jobs_that_is_not_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["0", "two", "65", "-1", ""] {
+        let out = dir.path().join("frontier.json");
+        let ran = Run::sweep()
+            .args(["--predict", "--memory-limit", "1GB", "--width", "64"])
+            .args(["--vary", "context=8..64", "--search", "frontier"])
+            .env("ITERAGPU_PREDICT_JOBS", bad)
+            .output(&out)
+            .finish();
+        assert_ne!(ran.code(), Some(0), "{bad:?}");
+        assert!(
+            ran.stderr()
+                .contains(&format!("ITERAGPU_PREDICT_JOBS={bad:?} is not a count"))
+                && ran.stderr().contains("from 1 to 64"),
+            "{bad:?}: {}",
+            ran.stderr()
+        );
+        assert!(!out.exists(), "{bad:?}: nothing written");
+    }
+}

@@ -41,6 +41,9 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
     if getattr(torch, "IS_ITERAGPU_FAKE", False):
         channel.emit("unavailable", {"reason": "the test suite's fake torch has no FakeTensorMode: nothing can be predicted with it"})
         return 2
+    from . import collector
+
+    collector.tune()
     try:
         from . import native, session
 
@@ -69,6 +72,8 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         return 2
     from . import memory as allocator
     from . import steady
+
+    collector.freeze_imports()  # before any workload code: what the imports made
 
     lock = threading.RLock()  # re-entered by the stop handler below, on the same thread
     pending: list[str] = []

@@ -259,7 +259,7 @@ class Memo:
         if not isinstance(entry, fake_tensor._DispatchCacheValidEntry):
             if self._attributes is None:
                 self._learn(out)
-            custom = _custom_entry(self, func, args, out, key, self.key(func, args, kwargs))
+            custom = _custom_entry(self, func, args, kwargs, out, key)
             if custom is not None and custom.blind and func not in self.blind:
                 # Its floats (a learning rate, a step) change every call: keyed without them.
                 self.blind.add(func)
@@ -454,7 +454,7 @@ def _difference(a: Any, b: Any, args: tuple[Any, ...]) -> str | None:
     return None
 
 
-def _custom_entry(memo: Memo, func: Any, args: tuple[Any, ...], out: Any, before: tuple[Any, ...], after: tuple[Any, ...] | None) -> _Entry | None:
+def _custom_entry(memo: Memo, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, before: tuple[Any, ...]) -> _Entry | None:
     """A custom op's answer (bitsandbytes' `gemm_4bit`, `dequantize_4bit`, its 8-bit optimizer
     update), which FakeTensorMode never caches: its fake kernel runs in Python on every call,
     though what it makes depends only on the key. Kept when its schema says it returns new
@@ -472,7 +472,7 @@ def _custom_entry(memo: Memo, func: Any, args: tuple[Any, ...], out: Any, before
     entry = _Entry(None, None)
     entry.custom = True
     if out is None:
-        if len(schema.returns) != 0 or after != before:
+        if len(schema.returns) != 0 or memo.key(func, args, kwargs) != before:
             return None
         entry.blind = True
         return entry
