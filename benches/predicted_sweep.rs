@@ -15,8 +15,11 @@
 //! 20 s, with its model built once per sweep (`python/iteragpu/built_once.py`), beside the same
 //! search with a build per trial; the GPT-2 grid both ways. Read on 2 loaded cores (2026-12-07):
 //! QLoRA 39.4 s built once, 45.6 s per trial (4 predictions each, the same frontier: fits 2, not
-//! 3); the grid 41.9 s built once, 57.8 s per trial. Neither meets issue 46's targets (20 s, 30 s):
-//! what is left is each trial's own steps, which only a trace shared by every value removes.
+//! 3); the grid 41.9 s built once, 57.8 s per trial. Then with the frontier in rounds of the
+//! cores' count (2 here), bitsandbytes' kernels memoised and rarer full garbage collections: QLoRA
+//! 24 s quiet, 28 s beside the previous release's run (0.74× of its 38 s; the same frontier and
+//! deciding allocation). Neither meets issue 46's targets (20 s, 30 s): what is left is each
+//! trial's own steps, which only a trace shared by every value removes.
 //! (CPU s counts the processes the CLI waited for: a trial forked from a builder is not one.)
 //!
 //! The load average is printed before and after each case, and the CPU seconds (the CLI, the
