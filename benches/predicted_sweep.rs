@@ -18,7 +18,8 @@
 //! 3); the grid 41.9 s built once, 57.8 s per trial. Then with the frontier in rounds of the
 //! cores' count (2 here), bitsandbytes' kernels memoised and rarer full garbage collections: QLoRA
 //! 24 s quiet, 28 s beside the previous release's run (0.74× of its 38 s; the same frontier and
-//! deciding allocation). Neither meets issue 46's targets (20 s, 30 s): what is left is each
+//! deciding allocation); the grid 30.8 s (the previous release 31.6 s, one after the other on a
+//! quiet machine). Neither meets issue 46's targets (20 s, 30 s): what is left is each
 //! trial's own steps, which only a trace shared by every value removes.
 //! (CPU s counts the processes the CLI waited for: a trial forked from a builder is not one.)
 //!
