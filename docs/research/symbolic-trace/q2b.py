@@ -1,0 +1,16 @@
+import functools, json, numpy as np
+from h import *
+run("bool(x.sum().item() > 0)", lambda x: bool(x.sum().item() > 0))
+run("u=x.long().sum().item(); empty(u)+if u>3", lambda x: (lambda u: torch.empty(u).shape[0] > 3 and 1)(x.long().sum().item()))
+run("torch.tensor([s])", lambda x: torch.tensor([x.shape[0]]))
+run("torch.full((1,), s)", lambda x: torch.full((1,), x.shape[0]))
+run("scalar_tensor(s)", lambda x: torch.scalar_tensor(x.shape[0]))
+run("x / s (python num)", lambda x: x / x.shape[0])
+run("np.zeros(s)", lambda x: np.zeros(x.shape[0]).shape)
+run("f'{s}'", lambda x: f"{x.shape[0]}")
+run("json.dumps(s)", lambda x: json.dumps(x.shape[0]))
+run("lru_cache(f)(s)", lambda x: functools.lru_cache(lambda n: n)(x.shape[0]))
+run("s % 8 == 0", lambda x: bool(x.shape[0] % 8 == 0))
+run("torch._check(s <= 64)", lambda x: torch._check(x.shape[0] <= 64))
+run("guard_or_false(s==1)", lambda x: torch.fx.experimental.symbolic_shapes.guard_or_false(x.shape[0] == 1))
+run("statically_known_true(s>=0)", lambda x: torch.fx.experimental.symbolic_shapes.statically_known_true(x.shape[0] >= 0))
