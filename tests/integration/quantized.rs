@@ -504,7 +504,7 @@ fn compressed_tensors_and_hqq_storage_agrees_with_the_estimate() {
 /// the fake kernel itself (`ITERAGPU_PREDICT_MEMO=check`), but for the steps' durations.
 #[test]
 #[ignore = "needs torch, transformers, peft and bitsandbytes"]
-fn quantized_ops_memoised_predict_the_same_document() {
+fn quantized_ops_memoised_give_the_same_document() {
     let python = python_with(&["torch", "transformers", "peft", "bitsandbytes"]);
     let dir = tempfile::tempdir().unwrap();
     let model = fixture("tiny/llama").display().to_string();
