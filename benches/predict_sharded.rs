@@ -54,10 +54,8 @@ fn main() {
                 .expect("iteragpu runs")
         };
         // The previous release first, then this one (whose figures the row prints).
-        let previous = baseline.as_ref().ok().map(|bin| {
-            let began = Instant::now();
-            predict(bin, &out.with_extension("previous.json"));
-            began.elapsed().as_secs_f64()
+        let previous = support::baseline::seconds(&baseline, &out, |bin, out| {
+            predict(bin, out);
         });
         let began = Instant::now();
         let run = predict(std::path::Path::new(env!("CARGO_BIN_EXE_iteragpu")), &out);

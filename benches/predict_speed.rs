@@ -217,10 +217,8 @@ fn main() {
                 .expect("iteragpu runs")
         };
         // The previous release first, then this one (whose figures the columns print).
-        let previous = baseline.as_ref().ok().map(|bin| {
-            let began = Instant::now();
-            predict(bin, &out.with_extension("previous.json"));
-            began.elapsed().as_secs_f64()
+        let previous = support::baseline::seconds(&baseline, &out, |bin, out| {
+            predict(bin, out);
         });
         let before = max_rss_children_kib();
         let cpu_before = cpu_children_seconds();

@@ -218,10 +218,8 @@ fn main() {
                 .expect("iteragpu runs")
         };
         // The previous release first, then this one (whose figures the columns print).
-        let previous = baseline.as_ref().ok().map(|bin| {
-            let began = Instant::now();
-            sweep(bin, &out.with_extension("previous.json"));
-            began.elapsed().as_secs_f64()
+        let previous = support::baseline::seconds(&baseline, &out, |bin, out| {
+            sweep(bin, out);
         });
         let load_before = load_average();
         let cpu_before = cpu_children_seconds();

@@ -3,7 +3,8 @@
 //! COMMIT && cargo build --release --manifest-path /tmp/prev/Cargo.toml`), and each case also runs
 //! with it; the bench prints both figures and their ratio. Unset, it says so and prints one figure.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// The variable that names the previous release's binary.
 pub const ENV: &str = "ITERAGPU_BENCH_BASELINE";
@@ -32,4 +33,17 @@ pub fn ratio(this: f64, previous: Option<f64>) -> String {
         Some(p) if p > 0.0 => format!("{:.2}× of {p:.1} s", this / p),
         _ => "-".into(),
     }
+}
+
+/// The seconds `run` takes with the previous release's binary (`None` without one). Each bench
+/// runs it first, then this release: `run(binary, out)` writes to `out` with `.previous.json`.
+pub fn seconds(
+    previous: &Result<PathBuf, String>,
+    out: &Path,
+    run: impl FnOnce(&Path, &Path),
+) -> Option<f64> {
+    let binary = previous.as_ref().ok()?;
+    let began = Instant::now();
+    run(binary, &out.with_extension("previous.json"));
+    Some(began.elapsed().as_secs_f64())
 }

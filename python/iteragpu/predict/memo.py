@@ -479,7 +479,8 @@ def _custom_entry(memo: Memo, func: Any, args: tuple[Any, ...], kwargs: dict[str
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != len(schema.returns) or not outs:
         return None
-    inputs = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
+    leaves = [x for a in (*args, *kwargs.values()) for x in (a if isinstance(a, (list, tuple)) else (a,))]
+    inputs = {a.untyped_storage()._cdata for a in leaves if isinstance(a, torch.Tensor)}
     seen: set[int] = set()
     for t in outs:
         if type(t) is not FakeTensor or t.fake_mode is not memo.mode or t.constant is not None or t.layout is not torch.strided or t.is_conj() or t.is_neg():

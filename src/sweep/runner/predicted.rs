@@ -477,15 +477,25 @@ mod tests {
         args: &[&str],
         mock: &MockPredictor<F>,
     ) -> (tempfile::TempDir, std::path::PathBuf, Result<Finish>) {
+        sweep_with_jobs(args, mock, 1)
+    }
+
+    /// [`sweep`] with `jobs` predictions at once.
+    fn sweep_with_jobs<F: Fn(&WorkerSpec) -> Mock + Sync>(
+        args: &[&str],
+        mock: &MockPredictor<F>,
+        jobs: usize,
+    ) -> (tempfile::TempDir, std::path::PathBuf, Result<Finish>) {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("series.json");
         let mut argv = vec!["--predict"];
         argv.extend(args);
         argv.extend(["--output", out.to_str().unwrap()]);
         let plan = plan_of(&argv).unwrap();
+        let runner = mock.runner_with(plan.limit.as_ref().unwrap().bytes, jobs);
         let finish = run(
             &plan,
-            &mock.runner(&plan),
+            &runner,
             None,
             Writer::new(&out).unwrap(),
             &NoProgress,
@@ -694,49 +704,24 @@ mod tests {
     #[test]
     fn a_predicted_frontier_in_rounds_ends_where_one_after_the_other_does() {
         let mock = MockPredictor::new(|s| Mock::Peak(10_000_000 * dense(s).context));
-        let argv = |out: &str| {
-            [
-                "--predict",
+        let mut ends = Vec::new();
+        for jobs in [1, 2, 3] {
+            let args = [
                 "--vary",
                 "context=1..1000",
                 "--search",
                 "frontier",
                 "--memory-limit",
                 "2000000000",
-                "--output",
-                out,
-            ]
-            .map(String::from)
-            .to_vec()
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let mut ends = Vec::new();
-        for jobs in [1, 2, 3] {
-            let out = dir.path().join(format!("s{jobs}.json"));
-            let args = argv(out.to_str().unwrap());
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let plan = plan_of(&args).unwrap();
-            let runner = mock.runner_with(plan.limit.as_ref().unwrap().bytes, jobs);
-            let series = done(run(
-                &plan,
-                &runner,
-                None,
-                Writer::new(&out).unwrap(),
-                &NoProgress,
-            ));
+            ];
+            let series = done(sweep_with_jobs(&args, &mock, jobs).2);
             let f = series.frontier.clone().unwrap();
             let d = f.deciding.clone().expect("what decides");
-            assert!(
-                series.protocol.contains(
-                    match jobs {
-                        1 => "one prediction after the other".to_string(),
-                        k => format!("rounds of up to {k} predictions at once"),
-                    }
-                    .as_str()
-                ),
-                "{}",
-                series.protocol
-            );
+            let said = match jobs {
+                1 => "one prediction after the other".to_string(),
+                k => format!("rounds of up to {k} predictions at once"),
+            };
+            assert!(series.protocol.contains(&said), "{}", series.protocol);
             if jobs > 1 {
                 assert!(
                     f.strategy.contains(&format!("{jobs} predictions at once")),
