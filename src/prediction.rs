@@ -16,6 +16,7 @@ pub mod render;
 pub mod replay;
 pub mod run;
 pub mod serve_profile;
+pub mod symbolic;
 
 use anyhow::Result;
 

@@ -54,7 +54,8 @@ AFTER_BUILD: dict[str, frozenset[str]] = {
 
 # Environment variables that differ between trials without changing what is built.
 # (The Hub overlay is each prediction's own folder: hub_files.py follows the trial's.)
-_PER_TRIAL_ENV: frozenset[str] = frozenset({"ITERAGPU_CHANNEL_TOKEN", "ITERAGPU_HUB_OVERLAY"})
+# A sweep's symbolic trace is asked at the build point (`on_resume`), the build itself unchanged.
+_PER_TRIAL_ENV: frozenset[str] = frozenset({"ITERAGPU_CHANNEL_TOKEN", "ITERAGPU_HUB_OVERLAY", "ITERAGPU_PREDICT_SYMBOLIC_TRACE"})
 
 MESSAGE_BYTES: int = 1 << 20
 
@@ -69,6 +70,7 @@ MEMORY_CAP: int | None = None
 # Set in a builder process: the state `resume` serves from (None elsewhere).
 _BUILDER: _Builder | None = None
 _ADOPT: list[Callable[[], None]] = []
+_RESUME: list[Callable[[Any], Any]] = []
 _IN_TRIAL: bool = False
 _FLUSH: Callable[[], None] | None = None
 
@@ -147,9 +149,17 @@ def resume(spec: Any) -> Any:
     """The build point of a built-in workload: `spec` itself in a worker; in a builder, it returns
     in each trial's process with that trial's spec."""
     builder = _BUILDER
-    if builder is None:
-        return spec
-    return builder.serve()
+    if builder is not None:
+        spec = builder.serve()
+    for hook in _RESUME:
+        spec = hook(spec)
+    return spec
+
+
+def on_resume(hook: Callable[[Any], Any]) -> None:
+    """`hook(spec)` runs at the build point, in the trial, and returns the spec the workload goes
+    on with (a sweep's symbolic trace: `predict/symbolic.py`)."""
+    _RESUME.append(hook)
 
 
 class _Builder:

@@ -190,6 +190,8 @@ impl Source {
                 | Event::EmptyCache {}
                 | Event::ResetPeaks {}
                 | Event::ResetAccumulated {}
+                | Event::Expr { .. }
+                | Event::Domain(_)
                 | Event::MemoryQuery { .. }
                 | Event::HubQuery(_)
                 | Event::Placeholder { .. }

@@ -487,6 +487,7 @@ mod tests {
                 file: None,
                 line: None,
                 managed: false,
+                exprs: None,
             },
             phase: None,
             growth: 2 << 30,

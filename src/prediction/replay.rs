@@ -12,7 +12,7 @@ use crate::schema::prediction::{AtPeak, ModuleBytes, PhaseStatus, PredictedPhase
 use crate::schema::trace::{Alloc, Category, Unpredictable};
 
 /// One event of the trace, in the order the worker sent it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum TraceEvent {
     PhaseStart {
         name: String,
@@ -703,6 +703,7 @@ pub(crate) mod tests {
             file: Some("train.py".into()),
             line: Some(id + 10),
             managed: false,
+            exprs: None,
         }))
     }
 
@@ -842,6 +843,7 @@ pub(crate) mod tests {
                 file: None,
                 line: None,
                 managed: false,
+                exprs: None,
             }))
         };
         let events = vec![
@@ -884,6 +886,7 @@ pub(crate) mod tests {
             file: None,
             line: None,
             managed: false,
+            exprs: None,
         }));
         let events = vec![
             start("a", 0),
@@ -1074,6 +1077,7 @@ pub(crate) mod tests {
             file: None,
             line: None,
             managed: false,
+            exprs: None,
         }));
         let r = replay(&[start("select", 0), tainted], 0, Backend::Native);
         assert_eq!(r.phases[0].status, PhaseStatus::Unpredictable);

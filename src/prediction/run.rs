@@ -2,6 +2,7 @@
 //! CUDA tensors, every GPU hidden from it) and turns its storage events into a prediction.
 
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -18,12 +19,16 @@ use crate::schema::prediction::{
     PredictionDoc, PredictionStatus, SCHEMA,
 };
 use crate::schema::target::Target;
+use crate::schema::trace::Domain;
 use crate::signals::{Stop, StopRequest};
 use crate::workload::plan::RunPlan;
-use crate::workload::process::{self, Exit, StartError, WorkerCommand};
+use crate::workload::process::{self, Exit, StartError, WorkerCommand, WorkerRun};
 
 /// The worker's variable for the bound its data-dependent sizes take (`predict/tracker.py`).
 const BOUND_VARIABLE: &str = "ITERAGPU_PREDICT_BOUND";
+
+/// The worker's variable that asks a symbolic trace of fields (`predict/symbolic.py`).
+const SYMBOLIC_VARIABLE: &str = "ITERAGPU_PREDICT_SYMBOLIC_TRACE";
 
 /// How a prediction ended.
 pub enum Outcome {
@@ -37,7 +42,7 @@ pub enum Outcome {
     Unavailable(String),
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Collected {
     events: Vec<TraceEvent>,
     environment: Option<PythonEnvironment>,
@@ -51,6 +56,11 @@ struct Collected {
     notes: Vec<String>,
     /// Lines without the run's channel token, ignored.
     forged: u64,
+    /// A symbolic trace's expressions and what it holds for (`prediction::symbolic`).
+    exprs: HashMap<u64, Value>,
+    domain: Option<Domain>,
+    /// The script read the allocator's counters: their answers hold for this run's values only.
+    queried: bool,
 }
 
 /// Predicts `plan` for `target`, within the card's whole memory (`oom::of_card`). A torch
@@ -123,6 +133,51 @@ fn predict_once(
     server: Option<&crate::prediction::fork_server::Shared>,
     bound: Option<&str>,
 ) -> Result<Outcome, StartError> {
+    let worked = work(plan, target, capacity, stop, progress, server, bound, None)?;
+    Ok(match worked {
+        Err(outcome) => outcome,
+        Ok(w) => conclude(plan, target, capacity, stop, &w, &w.c.events),
+    })
+}
+
+/// What one run of the predicting worker said, collected: [`conclude`] makes the prediction of
+/// it, or of another value of a symbolic trace's fields from its events made concrete
+/// (`prediction::symbolic`).
+#[derive(Clone)]
+pub struct Worked {
+    c: Collected,
+    run: WorkerRun,
+    hub_notes: Vec<String>,
+    hub: Vec<crate::model::hub::overlay::HubServed>,
+    not_served: Option<String>,
+}
+
+impl Worked {
+    /// A symbolic trace's expressions, its domain (absent: no trace), and its events.
+    pub fn traced(&self) -> (&HashMap<u64, Value>, Option<&Domain>, &[TraceEvent]) {
+        (&self.c.exprs, self.c.domain.as_ref(), &self.c.events)
+    }
+
+    /// The script read the allocator's counters (answered for this run's values).
+    pub fn queried(&self) -> bool {
+        self.c.queried
+    }
+}
+
+/// Runs the predicting worker once (`symbolic`: the fields it traces symbolically and their
+/// ranges, `predict/symbolic.py`); Err: an outcome without events to conclude from (a torch
+/// refused, a worker that could not start).
+#[allow(clippy::too_many_arguments)]
+pub fn work(
+    plan: &RunPlan,
+    target: &Target,
+    capacity: &Capacity,
+    stop: &StopRequest,
+    progress: &dyn Progress,
+    server: Option<&crate::prediction::fork_server::Shared>,
+    bound: Option<&str>,
+    symbolic: Option<&str>,
+) -> Result<Result<Worked, Outcome>, StartError> {
     let (forker, not_served) = match server.and_then(|s| s.get(plan)) {
         None => (None, None),
         Some(Ok(forker)) => (Some(forker), None),
@@ -163,6 +218,7 @@ fn predict_once(
                 Some(overlay.path().display().to_string()),
             ),
             (BOUND_VARIABLE.into(), bound.map(str::to_string)),
+            (SYMBOLIC_VARIABLE.into(), symbolic.map(str::to_string)),
         ],
         launch: process::Launch::Worker,
         abandon: Some(Arc::new(AtomicBool::new(false))),
@@ -224,6 +280,7 @@ fn predict_once(
             pipe.send(&overlay.answer(&query));
         }
         Line::Event(Event::MemoryQuery { id }) => {
+            c.queried = true;
             // A worker gone meanwhile needs no answer.
             pipe.send(&answers.answer(id, &c.events));
         }
@@ -252,33 +309,64 @@ fn predict_once(
             });
         }
         Line::Event(Event::Note { text }) => c.notes.push(text),
+        Line::Event(Event::Expr { id, tree }) => {
+            c.exprs.insert(id, tree);
+        }
+        Line::Event(Event::Domain(domain)) => c.domain = Some(*domain),
         Line::Forged => c.forged += 1,
         Line::Event(Event::Unavailable { reason }) => c.unavailable = Some(reason),
         Line::Event(Event::Done { status, error }) => c.done = Some((status, error)),
         _ => {}
     })?;
     if let Some(why) = c.refused {
-        return Ok(Outcome::Unavailable(why));
+        return Ok(Err(Outcome::Unavailable(why)));
     }
     let stopped = matches!(run.exit, Exit::Timeout | Exit::Stopped(_));
     if !stopped {
         if let Some(reason) = c.unavailable {
-            return Ok(Outcome::Unavailable(reason));
+            return Ok(Err(Outcome::Unavailable(reason)));
         }
         if c.environment.is_none() {
-            return Ok(Outcome::Unavailable(format!(
+            return Ok(Err(Outcome::Unavailable(format!(
                 "`{}` did not start iteragpu's predicting worker ({}){}",
                 plan.python.display(),
                 run.exit,
                 run.stderr_said()
-            )));
+            ))));
         }
     }
+    Ok(Ok(Worked {
+        c,
+        run,
+        hub_notes: overlay.notes(),
+        hub: overlay.served(),
+        not_served,
+    }))
+}
+
+/// The prediction of `plan` from a worker's run and `events` (its own, or a symbolic trace's
+/// made concrete for `plan`'s values).
+pub fn conclude(
+    plan: &RunPlan,
+    target: &Target,
+    capacity: &Capacity,
+    stop: &StopRequest,
+    w: &Worked,
+    events: &[TraceEvent],
+) -> Outcome {
+    let (c, run) = (&w.c, &w.run);
+    let trial = plan.trial();
+    let mut spec = trial.spec.clone();
+    spec.devices.truncate(1);
+    spec.predict = Some(target.clone());
+    spec.history = None;
+    spec.world_size = plan.world_size();
+    let backend = crate::prediction::replay::backend(&target.allocator_backend);
     // A stop request (Ctrl-C, SIGTERM) during the replay of a long run ends it at once: what was
     // replayed so far is judged as a prediction stopped there.
     let stopping = || stop.get().is_some();
     let replayed = replay_until(
-        &c.events,
+        events,
         target.context_bytes,
         backend,
         Some(capacity.allocator_bytes),
@@ -291,7 +379,7 @@ fn predict_once(
         replay_notes.push(format!(
             "{} arrived while the events were replayed: the figures cover the first {done} of {} events",
             signal.name(),
-            c.events.len()
+            events.len()
         ));
     }
     let judged = judge(
@@ -303,19 +391,19 @@ fn predict_once(
     );
     // A larger card's need: the same events without the capacity.
     let out_of_memory = judged.refused.as_ref().map(|r| {
-        let unlimited = replay_until(&c.events, target.context_bytes, backend, None, &stopping);
+        let unlimited = replay_until(events, target.context_bytes, backend, None, &stopping);
         if let (Some(done), Some(signal)) = (unlimited.cut, stop.get()) {
             replay_notes.push(format!(
                 "{} arrived while the events were replayed without the card's capacity: the need on a larger card covers the first {done} of {} events",
                 signal.name(),
-                c.events.len()
+                events.len()
             ));
         }
         oom::predicted(r, capacity, target, &unlimited.phases)
     });
     let env = c.environment.as_ref();
     let torch_version = env.and_then(|e| e.torch_str("version")).map(String::from);
-    let mut notes = c.notes;
+    let mut notes = c.notes.clone();
     if c.forged > 0 {
         notes.push(crate::schema::events::forged_note(c.forged));
     }
@@ -323,11 +411,11 @@ fn predict_once(
         notes.extend(crate::environment::tested::untested_notes(&env.libraries));
     }
     notes.extend(plan.launch_notes.iter().cloned());
-    notes.extend(overlay.notes());
+    notes.extend(w.hub_notes.iter().cloned());
     notes.extend(judged.notes);
     notes.extend(replay_notes);
     notes.extend(run.left_running_notes(trial.keep_children));
-    notes.extend(not_served);
+    notes.extend(w.not_served.clone());
     if let Some(why) = &run.not_forked {
         notes.push(format!(
             "the fork server could not start this prediction ({why}): it ran in a fresh process"
@@ -347,7 +435,7 @@ fn predict_once(
     let hash = spec.code_hash();
     let mut phases = judged.phases;
     super::bounds::once_per_place(&mut phases);
-    Ok(Outcome::Predicted(Box::new(PredictionDoc {
+    Outcome::Predicted(Box::new(PredictionDoc {
         schema: SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
         kind: DocumentKind::Prediction,
@@ -358,7 +446,7 @@ fn predict_once(
             code_hash: hash.code_hash,
             script_sha256: hash.script_sha256,
             seed: trial.seed,
-            declared: c.declared,
+            declared: c.declared.clone(),
         },
         dimensions: trial.dimensions.clone(),
         target: target.clone(),
@@ -369,7 +457,7 @@ fn predict_once(
             cuda_version: env.and_then(crate::schema::versions::cuda_version),
             torch_version,
             allocator_model: allocator_model(&target.allocator_backend),
-            placeholder_reads: c.placeholders,
+            placeholder_reads: c.placeholders.clone(),
             not_modelled: vec![
                 "attention kernels' internal workspaces (flash-attention backward's dq accumulator, cuDNN's workspace)".into(),
                 "cuDNN convolution workspaces".into(),
@@ -382,10 +470,10 @@ fn predict_once(
         failure: judged.failure,
         failure_detail: judged.failure_detail,
         like: None,
-        hub: overlay.served(),
-        dequantized: super::dequantized::seen(&c.events),
+        hub: w.hub.clone(),
+        dequantized: super::dequantized::seen(events),
         notes,
-    })))
+    }))
 }
 
 /// What the events and the worker's end say: the phases, the file's status, the failure and the
@@ -580,6 +668,7 @@ mod tests {
             file: None,
             line: None,
             managed: false,
+            exprs: None,
         }))
     }
 

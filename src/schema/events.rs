@@ -236,6 +236,14 @@ pub enum Event {
     },
     /// Prediction only: a storage appeared on the target device.
     Alloc(Box<crate::schema::trace::Alloc>),
+    /// Prediction only, a symbolic trace: expression `id` (a JSON tree of the traced fields,
+    /// `prediction::symbolic`) that allocations and phase inputs (`{"$expr": id}`) refer to.
+    Expr {
+        id: u64,
+        tree: Value,
+    },
+    /// Prediction only, a symbolic trace: what it holds for, sent after a run that ended normally.
+    Domain(Box<crate::schema::trace::Domain>),
     /// Prediction only: a storage's last reference died.
     Free {
         id: u64,

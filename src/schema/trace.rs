@@ -74,6 +74,11 @@ pub struct Alloc {
     /// `peak_managed_bytes`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub managed: bool,
+    /// A symbolic trace's allocation (`predict/symbolic.py`): the ids of the expressions of its
+    /// bytes and of each dimension of its shape (null: the number above); `bytes` and `shape`
+    /// are then their values at the trace's hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exprs: Option<Vec<Option<u64>>>,
 }
 
 /// An op the fake tensors could not follow, or one whose output size depends on the data and
@@ -110,4 +115,25 @@ impl Unpredictable {
             lower_shapes: Vec::new(),
         }
     }
+}
+
+/// What a symbolic trace of a sweep's dimensions holds for (`predict/symbolic.py`): each traced
+/// field's hint and range, the guards the run took on them (JSON expression trees,
+/// `prediction::symbolic`), and why it counts for its hint alone (`pinned`, empty when it counts
+/// for every value that passes the guards).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Domain {
+    pub fields: std::collections::BTreeMap<String, FieldDomain>,
+    #[serde(default)]
+    pub guards: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub pinned: Vec<String>,
+}
+
+/// One traced field: its value in the traced run and the range PyTorch kept for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FieldDomain {
+    pub hint: u64,
+    pub lo: Option<u64>,
+    pub hi: Option<u64>,
 }

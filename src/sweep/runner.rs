@@ -4,6 +4,7 @@
 //! driver owns the order, the parallelism, the stops and the failures.
 
 pub(crate) mod measured;
+pub(crate) mod one_trace;
 pub(crate) mod predicted;
 pub(crate) mod slurm;
 

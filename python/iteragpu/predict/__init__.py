@@ -71,7 +71,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         )
         return 2
     from . import memory as allocator
-    from . import steady
+    from . import steady, symbolic
 
     collector.freeze_imports()  # before any workload code: what the imports made
 
@@ -90,7 +90,7 @@ def run(channel: Channel, spec: WorkerSpec, target: dict[str, Any]) -> int:
         with lock:
             if kind in changes and model:
                 model[0].changed()
-            line = json.dumps({"type": kind, "data": data}, allow_nan=False, default=str)
+            line = json.dumps({"type": kind, "data": data}, allow_nan=False, default=symbolic.json_default)
             pending.append(line)
             if steady.TAP is not None:
                 steady.TAP(kind, line)

@@ -6,10 +6,10 @@ import contextlib
 import weakref
 from typing import IO, Any, Callable
 
-from .. import recorder
+from .. import built_once, recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, steady
+from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, steady, symbolic
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -390,6 +390,8 @@ class Session:
         rec.reads_counters = self.spec.workload == "script"
         recorder._set_current(rec)
         rec.describe(prediction_target=self.target["name"])
+        # A sweep's trial asked to trace its dimension symbolically begins at the build point.
+        built_once.on_resume(lambda spec: symbolic.begin(torch, self.fake, self.emit, self.tracker, self.notes, spec))
         self.phases = auto_phases.AutoPhases(torch, rec, self.tracker, self.notes).install()
         def finish() -> None:
             self._summary(events)
@@ -409,6 +411,8 @@ class Session:
         finally:
             self.phases.close_all(None if code == 0 else RuntimeError("the workload stopped inside this phase"))
             modes.close()
+        if code == 0:
+            symbolic.finish(events)
         self._summary(events)
         return code
 

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
 from .. import frames
-from . import collectives, sizes
+from . import collectives, sizes, symbolic
 from . import values as known_values
 
 aten: Any = torch.ops.aten
@@ -247,6 +247,8 @@ class Tracker(TorchDispatchMode):
         self._emit_line: Callable[[str, str], None] | None = getattr(emit, "encoded", None)
         # The FakeTensorMode every op on the target device runs under (set by the session).
         self.fake_mode: Any = None
+        # The symbolic trace of a sweep's dimension, once it began (symbolic.py).
+        self.symbolic: symbolic.Trace | None = None
         # FakeTensorMode's cached answers reused without entering it (memo.py; set by the session).
         self.memo: Any = None
         self.fake_lock = threading.RLock()
@@ -392,7 +394,10 @@ class Tracker(TorchDispatchMode):
         if st is None:
             return None
         key = id(st)
-        nbytes = int(st.nbytes())
+        raw = st.nbytes()
+        # A size that depends on a traced symbol (symbolic.py) is kept as its expression; its
+        # value at the hint serves every comparison, which takes no guard.
+        nbytes = raw if type(raw) is int else symbolic.hint(raw)
         with self.lock:
             known = self.live.get(key)
             if known is not None:
@@ -407,7 +412,7 @@ class Tracker(TorchDispatchMode):
             self.live[key] = Live(ident, nbytes, category, ident)
             if tainted:
                 self.tainted.add(ident)
-            self._alloc(ident, nbytes, category, self.module(), list(t.size()), _dtype_name(t.dtype), tainted)
+            self._alloc(ident, raw, category, self.module(), list(t.size()), _dtype_name(t.dtype), tainted)
         weakref.finalize(st, self._finalized, key, ident)
         return ident
 
@@ -431,6 +436,9 @@ class Tracker(TorchDispatchMode):
             )
             return
         file, line = site
+        exprs = None
+        if self.symbolic is not None:
+            nbytes, shape, exprs = self.symbolic.alloc(nbytes, shape)
         self._emit(
             "alloc",
             {
@@ -442,6 +450,7 @@ class Tracker(TorchDispatchMode):
                 "dtype": dtype,
                 "tainted": tainted,
                 **({} if file is None else {"file": file, "line": line}),
+                **({} if exprs is None else {"exprs": exprs}),
             },
         )
 
@@ -592,6 +601,15 @@ class Tracker(TorchDispatchMode):
 
     def _fake_dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The op under FakeTensorMode, or its answer reused from FakeTensorMode's cache (memo.py)."""
+        if self.symbolic is not None:
+            if func is _PAD[0] and args[0]._has_symbolic_sizes_strides:
+                # Its C++ kernel would make the symbol concrete; its Python meta keeps it.
+                with self.fake_mode:
+                    return _PAD[1](*args, **kwargs)
+            if func is aten.cat.default and any(type(t.shape[0]) is int and t.shape == (0,) for t in args[0][:-1]):
+                # The C++ cat skips legacy empty 1-d tensors (a DynamicCache's first layer
+                # state); the decomposition a symbolic run takes refuses them.
+                args = ([t for t in args[0] if not (type(t.shape[0]) is int and t.shape == (0,))] or args[0][:1], *args[1:])
         if self.memo is not None:
             return self.memo.call(func, args, kwargs)
         with self.fake_mode:
@@ -695,6 +713,10 @@ class Tracker(TorchDispatchMode):
             forget()
             return
         if getattr(func, "namespace", None) not in ("aten", "prims") or any(t.numel() > known_values.SMALL for t in targets):
+            forget()
+            return
+        if self.symbolic is not None and any(type(a) is torch.SymInt or (isinstance(a, FakeTensor) and a._has_symbolic_sizes_strides) for a in flat):
+            # Run on the CPU, the op would make a traced symbol concrete: its values are unknown.
             forget()
             return
         got = {}
@@ -824,7 +846,10 @@ class Tracker(TorchDispatchMode):
                 return func(*known, **kwargs)
         try:
             with self.fake_lock, self.fake_mode:
-                return func(*args, **kwargs)
+                got = func(*args, **kwargs)
+            # Under a symbolic trace's ShapeEnv, FakeTensorMode answers with an unbacked symbol.
+            if self.symbolic is None or type(got) in (bool, int, float):
+                return got
         except fake_tensor.DataDependentOutputException:
             pass
         file, line = user_frame()
@@ -868,7 +893,7 @@ class Tracker(TorchDispatchMode):
                 del event["bound"]  # no bound known: unpredictable
                 self._emit("unpredictable", event)
                 raise
-        event["shapes"] = [[int(d) for d in t.shape] for t in _flatten_out(out) if isinstance(t, torch.Tensor)]
+        event["shapes"] = [[symbolic.hint(d) for d in t.shape] for t in _flatten_out(out) if isinstance(t, torch.Tensor)]
         self._emit("unpredictable", event)
         return out
 
@@ -921,6 +946,12 @@ _READS: set[Any] = {aten._local_scalar_dense.default, aten.item.default, aten.is
 
 # Ops that may read a fake tensor back into a real CPU one.
 _READ_BACK: set[Any] = {aten._to_copy, aten.to, aten.copy_}
+
+# constant_pad_nd and the Python meta a symbolic trace runs instead (symbolic.py).
+try:
+    _PAD: tuple[Any, Any] = symbolic.constant_pad_nd(torch)
+except ImportError:  # an older torch, which traces no symbol
+    _PAD = (None, None)
 
 # op -> the arguments it writes to, computed once from its schema.
 _WRITTEN: dict[Any, list[tuple[int | None, str]]] = {}

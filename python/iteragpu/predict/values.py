@@ -105,11 +105,13 @@ class Values:
         key, st = self._entry(t)
         if key is None:
             return
-        nbytes = int(st.nbytes())
+        nbytes = st.nbytes()
         itemsize = t.element_size()
+        # On a symbolic size (symbolic.py) these tests are guards the trace records.
         if nbytes == 0 or nbytes // itemsize > SMALL:
             self.drop(t)
             return
+        nbytes = int(nbytes)
         with _disable_current_modes():
             entry = self.bases.get(key)
             if entry is None or entry[0].dtype != t.dtype or entry[0].numel() != nbytes // itemsize:

@@ -216,7 +216,9 @@ def _generate(rec: Recorder, torch: Any, transformers: Any, model: Any, ids: Any
             token = out.logits[:, -1:].argmax(-1)
             del out
         info["cache_bytes"] = cache_bytes(cache, model.device.type)
-        info["cache_tokens"] = int(cache.get_seq_length())
+        tokens = cache.get_seq_length()
+        # A number, or a tensor (a static cache's count); a sweep's symbolic trace keeps its symbol.
+        info["cache_tokens"] = tokens if isinstance(tokens, torch.SymInt) else int(tokens)
     del cache, token
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import names
+from .. import built_once, names
 from ..recorder import Recorder
 from ..spec import Dense
 from . import training
@@ -59,7 +59,6 @@ class DenseNet:
 
 def run(rec: Recorder, torch: Any, spec: Dense) -> None:
     width, depth = spec.width, spec.depth
-    batch, context = spec.batch, spec.context
     dtype = names.torch_dtype(torch, spec.dtype, "the worker spec")
     devices = [torch.device(d) for d in spec.devices]
     torch.manual_seed(spec.seed)
@@ -71,6 +70,10 @@ def run(rec: Recorder, torch: Any, spec: Dense) -> None:
     )
     with rec.phase("model_load", parameters=parameters(width, depth)):
         net = DenseNet(torch, width, depth, dtype, devices)
+    # The build point (built_once.py): a predicted sweep's trial may trace the batch and context
+    # symbolically from here (predict/symbolic.py).
+    spec = built_once.resume(spec)
+    batch, context = spec.batch, spec.context
     with rec.phase("inputs", requested_shape=[batch, context, width]) as inputs:
         x = torch.randn(batch, context, width, device=devices[0], dtype=dtype)
         inputs["processed_shape"] = list(x.shape)

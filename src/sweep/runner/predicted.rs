@@ -18,6 +18,7 @@ use crate::schema::series::{
 use crate::schema::target::Target;
 use crate::signals::{Stop, StopRequest};
 use crate::sweep::plan::{Cell, SweepPlan};
+use crate::sweep::runner::one_trace::{Ask, OneTrace};
 use crate::sweep::runner::{Ran, Runner, blank};
 use crate::units::Bytes;
 use crate::workload::plan::RunPlan;
@@ -97,7 +98,20 @@ impl<'a> Predicted<'a> {
         let (target, applied) = (target.clone(), applied.clone());
         // One fork server for the sweep: torch imported once (`prediction::fork_server`).
         let server = Shared::default();
+        // One symbolic trace per configuration where the varied dimensions allow it.
+        let traces = OneTrace::new(&plan.base, &plan.vary, plan.resolution);
         let predict: Predict = Box::new(move |plan, progress| {
+            let ask = Ask {
+                plan,
+                target: &target,
+                capacity: &applied,
+                stop,
+                progress,
+                server: Some(&server),
+            };
+            if let Some(outcome) = traces.as_ref().and_then(|t| t.predict(&ask)) {
+                return outcome;
+            }
             predict_served(plan, &target, &applied, stop, progress, Some(&server))
         });
         Ok(Predicted {
