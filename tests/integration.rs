@@ -46,6 +46,8 @@ mod predict;
 mod predict_built_once;
 #[path = "integration/predict_fork.rs"]
 mod predict_fork;
+#[path = "integration/predict_one_trace.rs"]
+mod predict_one_trace;
 #[path = "integration/predict_scripts.rs"]
 mod predict_scripts;
 #[path = "integration/predict_speed.rs"]

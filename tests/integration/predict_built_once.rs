@@ -25,7 +25,7 @@ fn sweep(python: &str, args: &[&str], out: &Path, built_once: bool) -> Series {
 }
 
 /// Every figure of each trial and its whole prediction but its notes, times and code hash.
-fn figures(series: &Series) -> Vec<serde_json::Value> {
+pub(crate) fn figures(series: &Series) -> Vec<serde_json::Value> {
     series
         .trials
         .iter()

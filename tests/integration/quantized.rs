@@ -564,3 +564,40 @@ fn quantized_ops_memoised_give_the_same_document() {
         );
     }
 }
+
+/// The README's QLoRA question on the tiny Llama (nf4 with double quantization, LoRA on every
+/// linear layer, gradient checkpointing, paged AdamW 8-bit): bitsandbytes' fake kernels keep the
+/// symbol, and every batch made concrete equals its own run.
+#[test]
+#[ignore = "needs torch and bitsandbytes"]
+fn one_trace_of_a_qlora_sweep_gives_the_documents_of_per_value_runs() {
+    let python = crate::common::torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixture("tiny/llama");
+    crate::predict_one_trace::check_equal(
+        &python,
+        dir.path(),
+        "qlora",
+        &[
+            "--workload",
+            "causal-lm",
+            "--model",
+            tiny.to_str().unwrap(),
+            "--task",
+            "train",
+        ]
+        .into_iter()
+        .chain(["--quantize", "nf4", "--double-quant", "--lora-rank", "4"])
+        .chain(["--lora-targets", "all-linear", "--gradient-checkpointing"])
+        .chain([
+            "--precision",
+            "bf16-mixed",
+            "--optimizer",
+            "paged-adamw-8bit",
+        ])
+        .chain(["--context", "64", "--vary", "batch=1,2,3,4,6"])
+        .collect::<Vec<_>>(),
+        "",
+        2,
+    );
+}

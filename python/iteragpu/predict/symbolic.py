@@ -40,6 +40,8 @@ OLDEST: tuple[int, int] = (2, 15)
 
 # The trace of this process (None when no symbolic trace was asked or began).
 ACTIVE: Trace | None = None
+# Why a trace was asked and not made (this torch, a field that is not a number).
+REFUSED: str | None = None
 
 
 class Unsupported(Exception):
@@ -195,7 +197,8 @@ def begin(torch: Any, mode: Any, emit: Callable[[str, Any], None], tracker: Any,
     if why is None and bad:
         why = f"{', '.join(bad)} cannot be traced symbolically"
     if why is not None:
-        notes.append(f"one trace for every value of the sweep was not made ({why}): this trial was predicted at its own values only")
+        global REFUSED
+        REFUSED = why
         return spec
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
@@ -221,9 +224,13 @@ def begin(torch: Any, mode: Any, emit: Callable[[str, Any], None], tracker: Any,
 
 def finish(emit: Callable[[str, Any], None]) -> None:
     """Sends the trace's domain (once), after a run that ended normally."""
-    global ACTIVE
+    global ACTIVE, REFUSED
     trace = ACTIVE
     if trace is None:
+        if REFUSED is not None:
+            # A run of the values as given: a domain without fields, pinned to them.
+            emit("domain", {"fields": {}, "guards": [], "pinned": [REFUSED]})
+            REFUSED = None
         return
     ACTIVE = None
     emit("domain", trace.domain())

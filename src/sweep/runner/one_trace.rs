@@ -72,6 +72,8 @@ struct Traced {
     worked: Worked,
     /// None: not checked yet; Some(Ok): a concrete run agreed; Some(Err): why it is not used.
     checked: Mutex<Option<Result<(), String>>>,
+    /// Held while a concrete run checks it.
+    checking: Mutex<()>,
 }
 
 /// One configuration's traces.
@@ -186,16 +188,32 @@ impl OneTrace {
                 }
             }
         };
+        if trace_hints(covered.worked.traced().1) == values {
+            return Some(Ok(self.made_concrete(ask, &covered.worked, &values)));
+        }
+        // One check at a time per trace: a value that finds one running waits for its verdict
+        // (a replay then) rather than run a concrete prediction of its own beside it.
+        let checking = match covered.checking.try_lock() {
+            // `check` runs every value both ways: nothing to wait for.
+            _ if self.mode == Mode::Check => None,
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                drop(lock(&covered.checking));
+                covered.checking.try_lock().ok()
+            }
+        };
         let checked = lock(&covered.checked).clone();
         match checked {
-            _ if trace_hints(covered.worked.traced().1) == values => {
-                Some(Ok(self.made_concrete(ask, &covered.worked, &values)))
-            }
             Some(Ok(())) if self.mode != Mode::Check => {
                 Some(Ok(self.made_concrete(ask, &covered.worked, &values)))
             }
             Some(Err(why)) => Some(ask.alone(Some(why))),
-            _ => Some(self.check(ask, &slot, &values, Some(covered))),
+            _ => {
+                let outcome = self.check(ask, &slot, &values, Some(covered.clone()));
+                drop(checking);
+                Some(outcome)
+            }
         }
     }
 
@@ -226,10 +244,28 @@ impl OneTrace {
             // Another trace would make the same field concrete at the same place.
             *tried = MAX_TRACES;
         }
+        if domain.fields.is_empty() {
+            // Nothing was traced (this torch cannot): a run of its own values all the same.
+            let why = domain.pinned.join("; ");
+            let mut outcome = ask.conclude(&w, w.traced().2);
+            if let Outcome::Predicted(doc) = &mut outcome {
+                doc.notes.push(format!(
+                    "one symbolic trace for every value of the sweep was not made ({why}): each value is predicted on its own"
+                ));
+            }
+            // Kept for the reason the other values give.
+            lock(&slot.traces).push(Arc::new(Traced {
+                worked: w,
+                checked: Mutex::new(None),
+                checking: Mutex::new(()),
+            }));
+            return Ok(outcome);
+        }
         let outcome = self.made_concrete(ask, &w, values);
         lock(&slot.traces).push(Arc::new(Traced {
             worked: w,
             checked: Mutex::new(None),
+            checking: Mutex::new(()),
         }));
         Ok(outcome)
     }
@@ -247,8 +283,21 @@ impl OneTrace {
             Err(outcome) => return Ok(outcome),
             Ok(w) => w,
         };
-        let Some(covered) = covered.or_else(|| slot.covering(values).ok()) else {
-            return Ok(ask.conclude(&w, w.traced().2));
+        if covered.is_none() {
+            // The trace made beside this run: its end is waited for, to check it here.
+            drop(lock(&slot.tracing));
+        }
+        let covered = match covered.map_or_else(|| slot.covering(values), Ok) {
+            Ok(covered) => covered,
+            Err(why) => {
+                let mut outcome = ask.conclude(&w, w.traced().2);
+                if let Outcome::Predicted(doc) = &mut outcome {
+                    doc.notes.push(format!(
+                        "predicted on its own while its configuration was traced, not from that trace: {why}"
+                    ));
+                }
+                return Ok(outcome);
+            }
         };
         let trace = &covered.worked;
         let (exprs, domain, events) = trace.traced();
