@@ -162,6 +162,11 @@ impl Worked {
     pub fn queried(&self) -> bool {
         self.c.queried
     }
+
+    /// The run was stopped by a signal to the CLI (Ctrl-C, SIGTERM).
+    pub fn interrupted(&self) -> bool {
+        matches!(self.run.exit, Exit::Stopped(_))
+    }
 }
 
 /// Runs the predicting worker once (`symbolic`: the fields it traces symbolically and their

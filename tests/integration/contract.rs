@@ -249,7 +249,7 @@ fn the_worker_emits_every_event_of_the_schema_and_no_other() {
         "",
         &[repo("python")],
     );
-    assert_eq!(out.lines().count(), 22, "{out}");
+    assert_eq!(out.lines().count(), 24, "{out}");
 }
 
 /// The Python tracker's `Category` enum and Rust's `schema::trace::Category` name the same
@@ -313,4 +313,16 @@ fn the_predicting_workers_events_follow_the_events_schema() {
         ],
         "the event types seen, all valid"
     );
+    // A sweep's symbolic trace (predict/symbolic.py): its expressions and its domain, valid too.
+    let spec = serde_json::json!({"workload": "dense", "devices": ["cuda:0"], "seed": 0,
+        "batch": 4, "context": 64, "width": 256, "depth": 1, "dtype": "float32", "warmup": 0,
+        "repeats": 1, "empty_cache": "never", "whole_loop": false, "predict": target});
+    let traced = worker_events(
+        &python,
+        spec,
+        &[("ITERAGPU_PREDICT_SYMBOLIC_TRACE", r#"{"batch": [2, 64]}"#)],
+        dir.path(),
+    );
+    let types = valid_event_types(&traced);
+    assert!(types.iter().any(|t| t == "domain"), "{types:?}");
 }

@@ -244,8 +244,24 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
-def constant_pad_nd(torch: Any) -> tuple[Any, Callable[..., Any]]:
-    """aten.constant_pad_nd and its Python meta (which keeps symbols)."""
-    from torch._meta_registrations import _constant_pad_nd_meta
+def adjust(func: Any, args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, tuple[Any, ...]]:
+    """What a symbolic trace runs for `func(*args)`: a Python function to call instead (None: the
+    op itself), and the arguments.
 
-    return torch.ops.aten.constant_pad_nd.default, _constant_pad_nd_meta
+    * `constant_pad_nd`'s C++ kernel reads the sizes as numbers, making the symbol concrete: its
+      Python meta keeps it;
+    * the C++ `cat` skips legacy empty 1-d tensors (a DynamicCache's first layer state), which the
+      decomposition a symbolic run takes refuses: they are left out, as the kernel does.
+    """
+    import torch
+
+    aten = torch.ops.aten
+    if func is aten.constant_pad_nd.default and args[0]._has_symbolic_sizes_strides:
+        from torch._meta_registrations import _constant_pad_nd_meta
+
+        return _constant_pad_nd_meta, args
+    if func is aten.cat.default:
+        kept = [t for t in args[0] if not (t.dim() == 1 and type(t.shape[0]) is int and t.shape[0] == 0)]
+        if kept and len(kept) < len(args[0]):
+            return None, (kept, *args[1:])
+    return None, args

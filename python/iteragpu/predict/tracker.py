@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
-import json
 import os
 import sys
 import threading
@@ -36,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
 from .. import frames
-from . import collectives, sizes, symbolic
+from . import collectives, encoded, sizes, symbolic
 from . import values as known_values
 
 aten: Any = torch.ops.aten
@@ -207,33 +206,6 @@ def alloc_site() -> tuple[str, int] | tuple[None, None]:
             return name, frame.f_lineno
         frame = frame.f_back
     return None, None
-
-
-# A string as json.dumps writes it (categories, module names, dtypes: few), and an allocation
-# site's fields as they end an encoded alloc event, each made once (kept up to a bound).
-_JSON_STRINGS: dict[str, str] = {}
-_SITE_TEXTS: dict[tuple[str | None, int | None], str] = {}
-_ENCODED_LIMIT: int = 100_000
-
-
-def _json_string(text: str) -> str:
-    encoded = _JSON_STRINGS.get(text)
-    if encoded is None:
-        encoded = json.dumps(text)
-        if len(_JSON_STRINGS) < _ENCODED_LIMIT:
-            _JSON_STRINGS[text] = encoded
-    return encoded
-
-
-def _site_text(site: tuple[str, int] | tuple[None, None]) -> str:
-    """`, "file": …, "line": …` (nothing for no site), as json.dumps writes them."""
-    text = _SITE_TEXTS.get(site)
-    if text is None:
-        file, line = site
-        text = "" if file is None else f', "file": {json.dumps(file)}, "line": {json.dumps(line)}'
-        if len(_SITE_TEXTS) < _ENCODED_LIMIT:
-            _SITE_TEXTS[site] = text
-    return text
 
 
 class Tracker(TorchDispatchMode):
@@ -430,9 +402,9 @@ class Tracker(TorchDispatchMode):
             # json.dumps's own characters (default separators, ASCII escapes), written directly.
             self._emit_line(
                 "alloc",
-                f'{{"type": "alloc", "data": {{"id": {ident}, "bytes": {nbytes}, "category": {_json_string(word)}, '
-                f'"module": {"null" if module is None else _json_string(module)}, "shape": [{", ".join(map(int.__repr__, shape))}], '
-                f'"dtype": {_json_string(dtype)}, "tainted": {"true" if tainted else "false"}{_site_text(site)}}}}}',
+                f'{{"type": "alloc", "data": {{"id": {ident}, "bytes": {nbytes}, "category": {encoded.json_string(word)}, '
+                f'"module": {"null" if module is None else encoded.json_string(module)}, "shape": [{", ".join(map(int.__repr__, shape))}], '
+                f'"dtype": {encoded.json_string(dtype)}, "tainted": {"true" if tainted else "false"}{encoded.site_text(site)}}}}}',
             )
             return
         file, line = site
@@ -482,7 +454,7 @@ class Tracker(TorchDispatchMode):
             known.category = category
             if known.event is not None:
                 if self._emit_line is not None:
-                    self._emit_line("tag", f'{{"type": "tag", "data": {{"id": {known.event}, "category": {_json_string(category.value)}}}}}')
+                    self._emit_line("tag", f'{{"type": "tag", "data": {{"id": {known.event}, "category": {encoded.json_string(category.value)}}}}}')
                 else:
                     self._emit("tag", {"id": known.event, "category": category.value})
 
@@ -602,14 +574,11 @@ class Tracker(TorchDispatchMode):
     def _fake_dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         """The op under FakeTensorMode, or its answer reused from FakeTensorMode's cache (memo.py)."""
         if self.symbolic is not None:
-            if func is _PAD[0] and args[0]._has_symbolic_sizes_strides:
-                # Its C++ kernel would make the symbol concrete; its Python meta keeps it.
+            # What a symbolic trace runs instead (symbolic.py).
+            direct, args = symbolic.adjust(func, args)
+            if direct is not None:
                 with self.fake_mode:
-                    return _PAD[1](*args, **kwargs)
-            if func is aten.cat.default and any(type(t.shape[0]) is int and t.shape == (0,) for t in args[0][:-1]):
-                # The C++ cat skips legacy empty 1-d tensors (a DynamicCache's first layer
-                # state); the decomposition a symbolic run takes refuses them.
-                args = ([t for t in args[0] if not (type(t.shape[0]) is int and t.shape == (0,))] or args[0][:1], *args[1:])
+                    return direct(*args, **kwargs)
         if self.memo is not None:
             return self.memo.call(func, args, kwargs)
         with self.fake_mode:
@@ -946,12 +915,6 @@ _READS: set[Any] = {aten._local_scalar_dense.default, aten.item.default, aten.is
 
 # Ops that may read a fake tensor back into a real CPU one.
 _READ_BACK: set[Any] = {aten._to_copy, aten.to, aten.copy_}
-
-# constant_pad_nd and the Python meta a symbolic trace runs instead (symbolic.py).
-try:
-    _PAD: tuple[Any, Any] = symbolic.constant_pad_nd(torch)
-except ImportError:  # an older torch, which traces no symbol
-    _PAD = (None, None)
 
 # op -> the arguments it writes to, computed once from its schema.
 _WRITTEN: dict[Any, list[tuple[int | None, str]]] = {}

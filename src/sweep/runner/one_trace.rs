@@ -143,6 +143,18 @@ impl OneTrace {
         })
     }
 
+    /// What the series' protocol says of the traces.
+    pub fn protocol(&self) -> String {
+        format!(
+            "; {} traced symbolically once per configuration (PyTorch symbols under the fake tensors), each other value made concrete from the trace once a concrete prediction agreed with it, every value a trace cannot serve predicted on its own, each trial's notes saying which ({ENV}=0: every value on its own)",
+            self.fields
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )
+    }
+
     /// `plan`'s values of the traced fields and the key of the rest of its configuration; None
     /// when a value is below the traced range (1).
     fn place(&self, plan: &RunPlan) -> Option<(Values, String)> {
@@ -233,8 +245,13 @@ impl OneTrace {
             Ok(w) => w,
         };
         let Some(domain) = w.traced().1 else {
-            // A run that did not end normally: this value's own run says why.
             *tried = MAX_TRACES;
+            if w.interrupted() {
+                // Ctrl-C or SIGTERM: this value's prediction, stopped there. (A trace that ran
+                // past the timeout, slower than a concrete run, gives way to one.)
+                return Ok(ask.conclude(&w, w.traced().2));
+            }
+            // A run that did not end normally: this value's own run says why.
             return ask.alone(Some(
                 "its symbolic trace did not run to its end (this run on its own says what happened)"
                     .into(),

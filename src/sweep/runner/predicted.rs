@@ -77,6 +77,8 @@ pub struct Predicted<'a> {
     stop: &'static StopRequest,
     /// Predictions at once: a grid's cells, a frontier's values a round.
     jobs: usize,
+    /// What the protocol says of the symbolic traces (`one_trace`), when the sweep makes them.
+    traced: Option<String>,
 }
 
 impl<'a> Predicted<'a> {
@@ -86,6 +88,7 @@ impl<'a> Predicted<'a> {
             capacity,
             stop,
             jobs: parallelism(),
+            traced: None,
         }
     }
 
@@ -100,6 +103,7 @@ impl<'a> Predicted<'a> {
         let server = Shared::default();
         // One symbolic trace per configuration where the varied dimensions allow it.
         let traces = OneTrace::new(&plan.base, &plan.vary, plan.resolution);
+        let traced = traces.as_ref().map(OneTrace::protocol);
         let predict: Predict = Box::new(move |plan, progress| {
             let ask = Ask {
                 plan,
@@ -116,6 +120,7 @@ impl<'a> Predicted<'a> {
         });
         Ok(Predicted {
             jobs: jobs()?,
+            traced,
             ..Predicted::new(predict, limit.bytes, stop)
         })
     }
@@ -199,7 +204,7 @@ impl Runner for Predicted<'_> {
                 .both()
             ),
         };
-        how + bounded
+        how + self.traced.as_deref().unwrap_or("") + bounded
     }
 }
 
