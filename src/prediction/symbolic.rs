@@ -232,6 +232,48 @@ fn size(tree: &Value, values: &Values) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("a size of {n}"))
 }
 
+/// `tree` as a reader writes it: `context**2 <= 262144`, `(batch + 2) // 3`.
+pub fn show(tree: &Value) -> String {
+    let Value::Object(map) = tree else {
+        return tree.to_string();
+    };
+    if let Some(field) = map.get("sym").and_then(Value::as_str) {
+        return field.to_string();
+    }
+    let op = map.get("op").and_then(Value::as_str).unwrap_or("?");
+    let args: Vec<String> = map
+        .get("args")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|x| match x {
+                    Value::Object(m) if m.contains_key("op") => format!("({})", show(x)),
+                    _ => show(x),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let infix = |sep: &str| args.join(sep);
+    match op {
+        "add" => infix(" + "),
+        "mul" => infix("*"),
+        "pow" => infix("**"),
+        "floordiv" => infix(" // "),
+        "mod" => infix(" % "),
+        "truediv" | "rational" => infix("/"),
+        "eq" => infix(" == "),
+        "ne" => infix(" != "),
+        "lt" => infix(" < "),
+        "le" => infix(" <= "),
+        "gt" => infix(" > "),
+        "ge" => infix(" >= "),
+        "and" => infix(" and "),
+        "or" => infix(" or "),
+        "not" => format!("not {}", infix("")),
+        other => format!("{other}({})", infix(", ")),
+    }
+}
+
 /// Why `values` are outside what the trace holds for, or None when they are inside: a field not
 /// traced or outside its range, a guard false there, or the trace pinned to its hint.
 pub fn outside(domain: &Domain, values: &Values) -> Option<String> {
@@ -256,7 +298,12 @@ pub fn outside(domain: &Domain, values: &Values) -> Option<String> {
     for guard in &domain.guards {
         match eval(guard, values).and_then(truth) {
             Ok(true) => {}
-            Ok(false) => return Some(format!("the run took a branch that {guard} decides")),
+            Ok(false) => {
+                return Some(format!(
+                    "the traced run took a branch that depends on `{}`, false here",
+                    show(guard)
+                ));
+            }
             Err(why) => return Some(format!("a guard could not be evaluated ({why})")),
         }
     }
@@ -408,6 +455,19 @@ mod tests {
                 assert_eq!(at(tree.clone(), v), Ok(Num::Int(want)), "{tree} at {v}");
             }
         }
+    }
+
+    #[test]
+    fn guards_read_as_written() {
+        let guard =
+            json!({"op": "le", "args": [{"op": "pow", "args": [{"sym": "context"}, 2]}, 262144]});
+        assert_eq!(show(&guard), "(context**2) <= 262144");
+        let size = json!({"op": "mul", "args": [32, {"op": "floordiv", "args": [{"op": "add", "args": [s(), 2]}, 3]}]});
+        assert_eq!(show(&size), "32*((batch + 2) // 3)");
+        assert_eq!(
+            show(&json!({"op": "max", "args": [8, s()]})),
+            "max(8, batch)"
+        );
     }
 
     #[test]

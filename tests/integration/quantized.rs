@@ -597,7 +597,7 @@ fn one_trace_of_a_qlora_sweep_gives_the_documents_of_per_value_runs() {
         ])
         .chain(["--context", "64", "--vary", "batch=1,2,3,4,6"])
         .collect::<Vec<_>>(),
-        "",
+        "1",
         2,
     );
 }

@@ -57,11 +57,11 @@ enum Mode {
 }
 
 /// A list sweep is traced when each configuration has at least this many values of 2 or more.
-const SERVED_AT_LEAST: u64 = 4;
+const SERVED_AT_LEAST: u64 = 10;
 
 /// A frontier is traced when its range holds at least this many candidate values (its search
 /// then predicts several rounds of them).
-const LONG_SEARCH: u64 = 32;
+const LONG_SEARCH: u64 = 64;
 
 /// At most this many symbolic traces per configuration: a value outside every trace's range
 /// and guards starts another, until then (a branch each value takes apart runs value by value).
@@ -82,6 +82,8 @@ struct Slot {
     traces: Mutex<Vec<Arc<Traced>>>,
     /// Held while a trace runs; the count of traces tried (at MAX_TRACES: no more).
     tracing: Mutex<usize>,
+    /// Held by the concrete run made while a trace is made, which checks that trace.
+    beside: Mutex<()>,
 }
 
 /// The traces of one predicted sweep.
@@ -133,8 +135,9 @@ impl OneTrace {
                 Some((name.to_string(), (lo, hi)))
             })
             .collect();
-        // A trace costs about two of the workload's runs (symbolic sizes, then the concrete run
-        // that checks it): on its own, it pays only where it serves more values than that.
+        // A trace costs 1.5 to 4.5 of the workload's concrete runs (no reuse of fake-tensor
+        // results, sympy on every size; an 8B LoRA step is the slow end), then the run that
+        // checks it: by default only a sweep that asks many values of a configuration pays.
         let pays = long_search || served >= SERVED_AT_LEAST;
         (!fields.is_empty() && (mode != Mode::Auto || pays)).then(|| OneTrace {
             fields,
@@ -184,7 +187,10 @@ impl OneTrace {
                     // Another value is being traced: this one runs concretely, and checks that
                     // trace if it covers this value once it ends.
                     Err(std::sync::TryLockError::WouldBlock) => {
-                        return Some(self.check(ask, &slot, &values, None));
+                        let beside = slot.beside.try_lock().ok();
+                        let outcome = self.check(ask, &slot, &values, None);
+                        drop(beside);
+                        return Some(outcome);
                     }
                 };
                 match slot.covering(&values) {
@@ -193,9 +199,10 @@ impl OneTrace {
                         drop(tried);
                         return Some(ask.alone(Some(why)));
                     }
-                    Err(_) => {
+                    Err(why) => {
                         *tried += 1;
-                        return Some(self.trace(ask, &slot, &values, &mut tried));
+                        let why = (*tried > 1).then_some(why);
+                        return Some(self.trace(ask, &slot, &values, &mut tried, why));
                     }
                 }
             }
@@ -205,6 +212,8 @@ impl OneTrace {
         }
         // One check at a time per trace: a value that finds one running waits for its verdict
         // (a replay then) rather than run a concrete prediction of its own beside it.
+        // The run made beside the trace, when there is one, checks it first.
+        drop(lock(&slot.beside));
         let checking = match covered.checking.try_lock() {
             // `check` runs every value both ways: nothing to wait for.
             _ if self.mode == Mode::Check => None,
@@ -236,6 +245,7 @@ impl OneTrace {
         slot: &Slot,
         values: &Values,
         tried: &mut usize,
+        again: Option<String>,
     ) -> Result<Outcome, StartError> {
         ask.progress
             .set_stage("tracing the varied dimensions symbolically (one trace for every value)");
@@ -278,7 +288,12 @@ impl OneTrace {
             }));
             return Ok(outcome);
         }
-        let outcome = self.made_concrete(ask, &w, values);
+        let mut outcome = self.made_concrete(ask, &w, values);
+        if let (Outcome::Predicted(doc), Some(why)) = (&mut outcome, again) {
+            doc.notes.push(format!(
+                "a new symbolic trace of its configuration, the earlier one not holding here: {why}"
+            ));
+        }
         lock(&slot.traces).push(Arc::new(Traced {
             worked: w,
             checked: Mutex::new(None),
@@ -310,7 +325,7 @@ impl OneTrace {
                 let mut outcome = ask.conclude(&w, w.traced().2);
                 if let Outcome::Predicted(doc) = &mut outcome {
                     doc.notes.push(format!(
-                        "predicted on its own while its configuration was traced, not from that trace: {why}"
+                        "predicted on its own while its configuration was traced symbolically, not from that trace: {why}"
                     ));
                 }
                 return Ok(outcome);
