@@ -129,7 +129,7 @@ fn predict_one_trace_gives_the_documents_of_per_value_runs() {
         .into_iter()
         .chain(["--task", "train", "--vary", "batch=1,2,3,4,5,6,7,8,9,10,12"])
         .collect::<Vec<_>>(),
-        "",
+        "auto",
         2,
     );
     check_equal(

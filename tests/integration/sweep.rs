@@ -844,3 +844,28 @@ fn a_predicted_sweep_refuses_a_count_of_jobs_that_is_not_one() {
         assert!(!out.exists(), "{bad:?}: nothing written");
     }
 }
+
+/// `ITERAGPU_PREDICT_SYMBOLIC` is auto, 0, 1 or check; anything else is refused, naming it and
+/// the values, and nothing is written.
+#[test]
+fn a_predicted_sweep_refuses_an_unknown_symbolic_trace_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["yes", "2", ""] {
+        let out = dir.path().join("grid.json");
+        let ran = Run::sweep()
+            .args(["--predict", "--memory-limit", "1GB", "--width", "64"])
+            .args(["--vary", "batch=1,2,3"])
+            .env("ITERAGPU_PREDICT_SYMBOLIC", bad)
+            .output(&out)
+            .finish();
+        assert_ne!(ran.code(), Some(0), "{bad:?}");
+        assert!(
+            ran.stderr().contains(&format!(
+                "ITERAGPU_PREDICT_SYMBOLIC={bad:?} is not one of auto, 0, 1 or check"
+            )),
+            "{bad:?}: {}",
+            ran.stderr()
+        );
+        assert!(!out.exists(), "{bad:?}: nothing written");
+    }
+}

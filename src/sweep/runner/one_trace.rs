@@ -12,8 +12,9 @@
 //! * a value outside the range or a guard, a trace that ended abnormally, made a field concrete,
 //!   or read the allocator's counters runs on its own, as without this module.
 //!
-//! `ITERAGPU_PREDICT_SYMBOLIC=0` turns it off; `check` runs every value concretely as well and
-//! refuses a difference (the tests' reference).
+//! `ITERAGPU_PREDICT_SYMBOLIC`: `auto` (or unset) traces where it pays, `1` wherever the fields
+//! allow, `0` never; `check` runs every value concretely as well and refuses a difference (the
+//! tests' reference). Any other value is refused, naming it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -96,13 +97,27 @@ pub struct OneTrace {
 
 impl OneTrace {
     /// For a sweep of `base` over `vary` (each variable's values), when one of them can be traced.
-    pub fn new(base: &RunPlan, vary: &[Vary], step: u64) -> Option<OneTrace> {
-        let mode = match std::env::var(ENV).as_deref() {
-            Ok("0") => return None,
-            Ok("check") => Mode::Check,
-            Ok("1") => Mode::On,
-            _ => Mode::Auto,
+    pub fn new(base: &RunPlan, vary: &[Vary], step: u64) -> anyhow::Result<Option<OneTrace>> {
+        let mode = match std::env::var(ENV) {
+            Err(std::env::VarError::NotPresent) => Mode::Auto,
+            Ok(text) => match text.trim() {
+                "auto" => Mode::Auto,
+                "0" => return Ok(None),
+                "1" => Mode::On,
+                "check" => Mode::Check,
+                _ => anyhow::bail!(
+                    "{ENV}={:?} is not one of auto, 0, 1 or check: give auto (trace where it pays, the default), 0 (every value on its own), 1 (trace wherever the varied fields allow) or check (trace and also run every value on its own), or unset it",
+                    crate::output::terminal_safe(&text)
+                ),
+            },
+            Err(std::env::VarError::NotUnicode(_)) => {
+                anyhow::bail!("{ENV} is not text: give auto, 0, 1 or check, or unset it")
+            }
         };
+        Ok(Self::for_mode(base, vary, step, mode))
+    }
+
+    fn for_mode(base: &RunPlan, vary: &[Vary], step: u64, mode: Mode) -> Option<OneTrace> {
         let spec = base.trial().spec.to_map();
         let workload = spec.get("workload").and_then(Value::as_str);
         if !matches!(workload, Some("dense" | "causal-lm"))

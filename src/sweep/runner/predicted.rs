@@ -102,7 +102,7 @@ impl<'a> Predicted<'a> {
         // One fork server for the sweep: torch imported once (`prediction::fork_server`).
         let server = Shared::default();
         // One symbolic trace per configuration where the varied dimensions allow it.
-        let traces = OneTrace::new(&plan.base, &plan.vary, plan.resolution);
+        let traces = OneTrace::new(&plan.base, &plan.vary, plan.resolution)?;
         let traced = traces.as_ref().map(OneTrace::protocol);
         let predict: Predict = Box::new(move |plan, progress| {
             let ask = Ask {
