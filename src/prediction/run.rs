@@ -194,12 +194,7 @@ pub fn work(
         ),
     };
     let trial = plan.trial();
-    let mut spec = trial.spec.clone();
-    spec.devices.truncate(1);
-    spec.predict = Some(target.clone());
-    // Fake tensors have no allocator to record.
-    spec.history = None;
-    spec.world_size = plan.world_size();
+    let spec = predicted_spec(plan, target);
     let backend = crate::prediction::replay::backend(&target.allocator_backend);
     let pipe = process::AnswerPipe::default();
     // Hub ids in the script are served here, without their weights, into the worker's overlay
@@ -349,6 +344,17 @@ pub fn work(
     }))
 }
 
+/// The spec the predicting worker runs for `plan` on `target`: one device, the card, no
+/// allocator history (fake tensors have no allocator to record), the plan's ranks.
+fn predicted_spec(plan: &RunPlan, target: &Target) -> crate::schema::spec::WorkerSpec {
+    let mut spec = plan.trial().spec;
+    spec.devices.truncate(1);
+    spec.predict = Some(target.clone());
+    spec.history = None;
+    spec.world_size = plan.world_size();
+    spec
+}
+
 /// The prediction of `plan` from a worker's run and `events` (its own, or a symbolic trace's
 /// made concrete for `plan`'s values).
 pub fn conclude(
@@ -361,11 +367,7 @@ pub fn conclude(
 ) -> Outcome {
     let (c, run) = (&w.c, &w.run);
     let trial = plan.trial();
-    let mut spec = trial.spec.clone();
-    spec.devices.truncate(1);
-    spec.predict = Some(target.clone());
-    spec.history = None;
-    spec.world_size = plan.world_size();
+    let spec = predicted_spec(plan, target);
     let backend = crate::prediction::replay::backend(&target.allocator_backend);
     // A stop request (Ctrl-C, SIGTERM) during the replay of a long run ends it at once: what was
     // replayed so far is judged as a prediction stopped there.

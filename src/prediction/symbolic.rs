@@ -348,32 +348,43 @@ pub fn instantiate(
                     }
                     TraceEvent::Alloc(a)
                 }
-                TraceEvent::PhaseStart {
-                    name,
-                    index,
-                    parent,
-                    automatic,
-                    inputs,
-                } => TraceEvent::PhaseStart {
-                    name: name.clone(),
-                    index: *index,
-                    parent: *parent,
-                    automatic: *automatic,
-                    inputs: substitute_map(inputs, &at)?,
-                },
-                TraceEvent::PhaseEnd {
-                    index,
-                    failed,
-                    inputs,
-                } => TraceEvent::PhaseEnd {
-                    index: *index,
-                    failed: *failed,
-                    inputs: substitute_map(inputs, &at)?,
-                },
-                other => other.clone(),
+                other => with_inputs(other, |inputs| substitute_map(inputs, &at))?
+                    .unwrap_or_else(|| other.clone()),
             })
         })
         .collect()
+}
+
+/// A phase's start or end with `f` of its inputs in place of them; None for any other event.
+pub fn with_inputs<E>(
+    e: &TraceEvent,
+    f: impl FnOnce(&Map<String, Value>) -> Result<Map<String, Value>, E>,
+) -> Result<Option<TraceEvent>, E> {
+    Ok(match e {
+        TraceEvent::PhaseStart {
+            name,
+            index,
+            parent,
+            automatic,
+            inputs,
+        } => Some(TraceEvent::PhaseStart {
+            name: name.clone(),
+            index: *index,
+            parent: *parent,
+            automatic: *automatic,
+            inputs: f(inputs)?,
+        }),
+        TraceEvent::PhaseEnd {
+            index,
+            failed,
+            inputs,
+        } => Some(TraceEvent::PhaseEnd {
+            index: *index,
+            failed: *failed,
+            inputs: f(inputs)?,
+        }),
+        _ => None,
+    })
 }
 
 /// `{"$expr": id}` replaced by the expression's value, everywhere in `map`.

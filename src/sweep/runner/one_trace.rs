@@ -77,6 +77,16 @@ struct Traced {
     checking: Mutex<()>,
 }
 
+impl Traced {
+    fn new(worked: Worked) -> Arc<Traced> {
+        Arc::new(Traced {
+            worked,
+            checked: Mutex::new(None),
+            checking: Mutex::new(()),
+        })
+    }
+}
+
 /// One configuration's traces.
 #[derive(Default)]
 struct Slot {
@@ -289,31 +299,26 @@ impl OneTrace {
         if domain.fields.is_empty() {
             // Nothing was traced (this torch cannot): a run of its own values all the same.
             let why = domain.pinned.join("; ");
-            let mut outcome = ask.conclude(&w, w.traced().2);
-            if let Outcome::Predicted(doc) = &mut outcome {
-                doc.notes.push(format!(
+            let outcome = noted(
+                ask.conclude(&w, w.traced().2),
+                format!(
                     "one symbolic trace for every value of the sweep was not made ({why}): each value is predicted on its own"
-                ));
-            }
+                ),
+            );
             // Kept for the reason the other values give.
-            lock(&slot.traces).push(Arc::new(Traced {
-                worked: w,
-                checked: Mutex::new(None),
-                checking: Mutex::new(()),
-            }));
+            lock(&slot.traces).push(Traced::new(w));
             return Ok(outcome);
         }
         let mut outcome = self.made_concrete(ask, &w, values);
-        if let (Outcome::Predicted(doc), Some(why)) = (&mut outcome, again) {
-            doc.notes.push(format!(
-                "a new symbolic trace of its configuration, the earlier one not holding here: {why}"
-            ));
+        if let Some(why) = again {
+            outcome = noted(
+                outcome,
+                format!(
+                    "a new symbolic trace of its configuration, the earlier one not holding here: {why}"
+                ),
+            );
         }
-        lock(&slot.traces).push(Arc::new(Traced {
-            worked: w,
-            checked: Mutex::new(None),
-            checking: Mutex::new(()),
-        }));
+        lock(&slot.traces).push(Traced::new(w));
         Ok(outcome)
     }
 
@@ -337,13 +342,12 @@ impl OneTrace {
         let covered = match covered.map_or_else(|| slot.covering(values), Ok) {
             Ok(covered) => covered,
             Err(why) => {
-                let mut outcome = ask.conclude(&w, w.traced().2);
-                if let Outcome::Predicted(doc) = &mut outcome {
-                    doc.notes.push(format!(
+                return Ok(noted(
+                    ask.conclude(&w, w.traced().2),
+                    format!(
                         "predicted on its own while its configuration was traced symbolically, not from that trace: {why}"
-                    ));
-                }
-                return Ok(outcome);
+                    ),
+                ));
             }
         };
         let trace = &covered.worked;
@@ -372,12 +376,15 @@ impl OneTrace {
             )));
         }
         let mut outcome = ask.conclude(&w, w.traced().2);
-        if let (Outcome::Predicted(doc), Ok(())) = (&mut outcome, &verdict) {
-            doc.notes.push(format!(
-                "predicted on its own to check its sweep's symbolic trace at {}: the trace made concrete at {} gave the same events",
-                show(&trace_hints(domain)),
-                show(values)
-            ));
+        if verdict.is_ok() {
+            outcome = noted(
+                outcome,
+                format!(
+                    "predicted on its own to check its sweep's symbolic trace at {}: the trace made concrete at {} gave the same events",
+                    show(&trace_hints(domain)),
+                    show(values)
+                ),
+            );
         }
         Ok(outcome)
     }
@@ -394,18 +401,19 @@ impl OneTrace {
             }
         });
         match made {
-            Ok(made) => {
-                let mut outcome = ask.conclude(trace, &made);
-                if let Outcome::Predicted(doc) = &mut outcome {
-                    doc.notes.push(format!(
-                        "predicted from its sweep's symbolic trace at {} (one run of the workload with {} as PyTorch symbols, made concrete at {}; {ENV}=0 runs every value)",
-                        show(&trace_hints(domain)),
-                        self.fields.keys().cloned().collect::<Vec<_>>().join(" and "),
-                        show(values)
-                    ));
-                }
-                outcome
-            }
+            Ok(made) => noted(
+                ask.conclude(trace, &made),
+                format!(
+                    "predicted from its sweep's symbolic trace at {} (one run of the workload with {} as PyTorch symbols, made concrete at {}; {ENV}=0 runs every value)",
+                    show(&trace_hints(domain)),
+                    self.fields
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(" and "),
+                    show(values)
+                ),
+            ),
             Err(why) => Outcome::Unavailable(format!(
                 "internal: the symbolic trace could not be made concrete ({why})"
             )),
@@ -451,14 +459,12 @@ impl Ask<'_> {
             self.progress,
             self.server,
         )?;
-        Ok(match (outcome, why) {
-            (Outcome::Predicted(mut doc), Some(why)) => {
-                doc.notes.push(format!(
-                    "predicted on its own, not from its sweep's symbolic trace: {why}"
-                ));
-                Outcome::Predicted(doc)
-            }
-            (o, _) => o,
+        Ok(match why {
+            Some(why) => noted(
+                outcome,
+                format!("predicted on its own, not from its sweep's symbolic trace: {why}"),
+            ),
+            None => outcome,
         })
     }
 }
@@ -475,6 +481,14 @@ impl Slot {
         }
         Err(why)
     }
+}
+
+/// `outcome` with `note` among its prediction's notes (an outcome without one unchanged).
+fn noted(mut outcome: Outcome, note: String) -> Outcome {
+    if let Outcome::Predicted(doc) = &mut outcome {
+        doc.notes.push(note);
+    }
+    outcome
 }
 
 /// `mutex` locked, whatever a panicking holder left.
@@ -536,36 +550,17 @@ fn agree(made: &[TraceEvent], concrete: &[TraceEvent]) -> Result<(), String> {
 /// `e` without the phases' durations, which differ between any two runs.
 fn untimed(e: &TraceEvent) -> std::borrow::Cow<'_, TraceEvent> {
     let strip = |inputs: &serde_json::Map<String, Value>| {
-        inputs
-            .iter()
-            .filter(|(k, v)| !(k.ends_with("_s") && v.is_f64()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        Ok::<_, std::convert::Infallible>(
+            inputs
+                .iter()
+                .filter(|(k, v)| !(k.ends_with("_s") && v.is_f64()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
     };
-    match e {
-        TraceEvent::PhaseStart {
-            name,
-            index,
-            parent,
-            automatic,
-            inputs,
-        } => std::borrow::Cow::Owned(TraceEvent::PhaseStart {
-            name: name.clone(),
-            index: *index,
-            parent: *parent,
-            automatic: *automatic,
-            inputs: strip(inputs),
-        }),
-        TraceEvent::PhaseEnd {
-            index,
-            failed,
-            inputs,
-        } => std::borrow::Cow::Owned(TraceEvent::PhaseEnd {
-            index: *index,
-            failed: *failed,
-            inputs: strip(inputs),
-        }),
-        other => std::borrow::Cow::Borrowed(other),
+    match symbolic::with_inputs(e, strip) {
+        Ok(Some(phase)) => std::borrow::Cow::Owned(phase),
+        _ => std::borrow::Cow::Borrowed(e),
     }
 }
 
