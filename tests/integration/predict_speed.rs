@@ -337,3 +337,98 @@ fn predict_steady_state_changes_nothing() {
         );
     }
 }
+
+/// A repeated call without gradients fast-forwarded (`python/iteragpu/predict/repeat.py`, off
+/// with `ITERAGPU_PREDICT_STEADY=0`) changes nothing but the note that says so: a hand-written
+/// decode loop on a static KV cache (its `cumulative_length` advanced by each skipped step, as the
+/// real steps advance it) and four modules called alike, of which two repeat exactly (one of them
+/// advancing a counter buffer whose value sizes a last allocation) and two do not (a Python count
+/// that changes what a later call allocates; a list passed in that grows). The same documents and
+/// the same worker event streams, event for event; the notes name the modules fast-forwarded.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn predict_repeated_calls_change_nothing() {
+    let python = torch_python();
+    let dir = tempfile::tempdir().unwrap();
+    let llama = fixture("tiny/llama").display().to_string();
+    let decode = fixture("scripts/predict/decode_loop.py")
+        .display()
+        .to_string();
+    let (without, none) = steady_document(
+        &python,
+        dir.path(),
+        "decode",
+        "0",
+        &["--script", &decode, "--", &llama, "40"],
+    );
+    let (with, notes) = steady_document(
+        &python,
+        dir.path(),
+        "decode",
+        "1",
+        &["--script", &decode, "--", &llama, "40"],
+    );
+    assert!(none.is_empty(), "fast-forwarded when off: {none:?}");
+    assert!(
+        notes.len() == 1 && notes[0].contains("LlamaForCausalLM's calls without gradients"),
+        "the decode steps are fast-forwarded: {notes:?}"
+    );
+    assert!(
+        without.to_string().contains("peak_reserved_bytes"),
+        "a document with phases: {without}"
+    );
+    assert!(
+        without == with,
+        "the fast-forward changed the prediction:\n--- without\n{without:#}\n--- with\n{with:#}"
+    );
+    for (script, args, fast) in [
+        (
+            "decode_loop.py",
+            vec![llama.as_str(), "40"],
+            vec!["LlamaForCausalLM"],
+        ),
+        ("repeated_calls.py", vec!["40"], vec!["Advancing", "Plain"]),
+    ] {
+        let without = events_with(
+            &python,
+            dir.path(),
+            script,
+            &args,
+            ("ITERAGPU_PREDICT_STEADY", "0"),
+        );
+        let (notes, with): (Vec<String>, Vec<String>) = events_with(
+            &python,
+            dir.path(),
+            script,
+            &args,
+            ("ITERAGPU_PREDICT_STEADY", "1"),
+        )
+        .into_iter()
+        .partition(|line| line.contains("\"steady state:"));
+        let named: Vec<&str> = [
+            "LlamaForCausalLM",
+            "Counted",
+            "Remembering",
+            "Advancing",
+            "Plain",
+        ]
+        .into_iter()
+        .filter(|name| {
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("steady state: {name}'s")))
+        })
+        .collect();
+        assert_eq!(
+            named, fast,
+            "{script}: the modules fast-forwarded: {notes:?}"
+        );
+        let allocs = counts(&without).get("alloc").copied().unwrap_or(0);
+        assert!(allocs > 300, "{script}: storages allocated: {allocs}");
+        assert_eq!(counts(&without), counts(&with), "{script}: event counts");
+        assert!(
+            without == with,
+            "{script}: the fast-forward changed the event stream"
+        );
+    }
+}

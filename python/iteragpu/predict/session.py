@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import built_once, recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, steady, symbolic
+from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, repeat, steady, symbolic
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -125,7 +125,9 @@ class Session:
         self._hooks()
         self.idioms = idioms.Idioms(torch, self.tracker, self.notes)
         self.idioms.install()
-        steady.Steadiness(self.tracker, self.tracker.note).install()
+        steadiness = steady.Steadiness(self.tracker, self.tracker.note)
+        steadiness.install()
+        repeat.install(steadiness)
         cudnn_rnn.install(torch, self.tracker, self.notes, self.target)
         _route_sdpa(torch, self.target)
         if self.spec.world_size:

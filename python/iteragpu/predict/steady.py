@@ -391,19 +391,21 @@ class Steadiness:
         self.emit_many: Callable[[list[str], bool], None] | None = getattr(tracker._emit, "encoded_many", None)
         self.watches: weakref.WeakKeyDictionary[Any, Watch] = weakref.WeakKeyDictionary()
         self.handlers: weakref.WeakKeyDictionary[Any, Watch] = weakref.WeakKeyDictionary()
+        # The windows of root calls being watched (repeat.py), inside the Trainer's or not.
+        self.calls: list[_Window] = []
 
     def tap(self, kind: str, line: str) -> None:
-        window = self.current
-        if window is not None and not window.overflow:
-            window.lines.append((kind, line))
-            if len(window.lines) > WINDOW_LIMIT:
-                window.lines.clear()
-                window.overflow = True
+        for window in (self.current, *self.calls) if self.calls else (self.current,):
+            if window is not None and not window.overflow:
+                window.lines.append((kind, line))
+                if len(window.lines) > WINDOW_LIMIT:
+                    window.lines.clear()
+                    window.overflow = True
 
     def read(self) -> None:
-        window = self.current
-        if window is not None:
-            window.reads += 1
+        for window in (self.current, *self.calls):
+            if window is not None:
+                window.reads += 1
 
     def install(self) -> None:
         if not enabled() or self.emit_line is None:
