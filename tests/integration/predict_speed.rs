@@ -338,54 +338,99 @@ fn predict_steady_state_changes_nothing() {
     }
 }
 
-/// A repeated call without gradients fast-forwarded (`python/iteragpu/predict/repeat.py`, off
-/// with `ITERAGPU_PREDICT_STEADY=0`) changes nothing but the note that says so: a hand-written
-/// decode loop on a static KV cache (its `cumulative_length` advanced by each skipped step, as the
-/// real steps advance it) and four modules called alike, of which two repeat exactly (one of them
-/// advancing a counter buffer whose value sizes a last allocation) and two do not (a Python count
-/// that changes what a later call allocates; a list passed in that grows). The same documents and
-/// the same worker event streams, event for event; the notes name the modules fast-forwarded.
+/// A tiny model's config from the fixtures with `layers` decoder layers (a stack of at least
+/// four blocks is what `repeat.py` compares block by block), written into `dir`.
+fn with_layers(dir: &Path, tiny: &str, layers: u64) -> String {
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture(&format!("tiny/{tiny}/config.json"))).unwrap(),
+    )
+    .unwrap();
+    config["num_hidden_layers"] = layers.into();
+    let folder = dir.join(format!("{tiny}-{layers}-layers"));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("config.json"), config.to_string()).unwrap();
+    folder.display().to_string()
+}
+
+/// Calls without gradients fast-forwarded (`python/iteragpu/predict/repeat.py`, off with
+/// `ITERAGPU_PREDICT_STEADY=0`) change nothing but the note that says so:
+/// - a hand-written decode loop on a static KV cache (its `cumulative_length` advanced by each
+///   skipped step, as the real steps advance it): the model's calls;
+/// - `generate()` with a dynamic cache on an 8-layer Llama: each step's decoder layers after the
+///   third, their cache slots given new storages of the grown length;
+/// - `generate()` on an 8-layer Mistral whose sliding window (8) the cache outgrows: the layers'
+///   counters and their cache slots, views of the last tokens, once the window is full;
+/// - four modules called alike, of which two repeat exactly (one advancing a counter buffer whose
+///   value sizes a last allocation) and two do not (a Python count that changes what a later call
+///   allocates; a list passed in that grows).
+///
+/// The same documents and the same worker event streams, event for event; the notes name the
+/// modules fast-forwarded.
 #[test]
 #[ignore = "needs torch and transformers"]
 fn predict_repeated_calls_change_nothing() {
     let python = torch_python();
     let dir = tempfile::tempdir().unwrap();
     let llama = fixture("tiny/llama").display().to_string();
+    let llama8 = with_layers(dir.path(), "llama", 8);
+    let mistral8 = with_layers(dir.path(), "mistral-sliding", 8);
     let decode = fixture("scripts/predict/decode_loop.py")
         .display()
         .to_string();
-    let (without, none) = steady_document(
-        &python,
-        dir.path(),
-        "decode",
-        "0",
-        &["--script", &decode, "--", &llama, "40"],
-    );
-    let (with, notes) = steady_document(
-        &python,
-        dir.path(),
-        "decode",
-        "1",
-        &["--script", &decode, "--", &llama, "40"],
-    );
-    assert!(none.is_empty(), "fast-forwarded when off: {none:?}");
-    assert!(
-        notes.len() == 1 && notes[0].contains("LlamaForCausalLM's calls without gradients"),
-        "the decode steps are fast-forwarded: {notes:?}"
-    );
-    assert!(
-        without.to_string().contains("peak_reserved_bytes"),
-        "a document with phases: {without}"
-    );
-    assert!(
-        without == with,
-        "the fast-forward changed the prediction:\n--- without\n{without:#}\n--- with\n{with:#}"
-    );
+    let generate = fixture("scripts/predict/generate.py").display().to_string();
+    for (name, args, fast) in [
+        (
+            "decode",
+            vec!["--script", &decode, "--", &llama, "40"],
+            "LlamaForCausalLM's calls without gradients",
+        ),
+        (
+            "sliding",
+            vec!["--script", &generate, "--", &mistral8, "40", "4", "2"],
+            "MistralDecoderLayer's calls without gradients",
+        ),
+    ] {
+        let (without, none) = steady_document(&python, dir.path(), name, "0", &args);
+        let (with, notes) = steady_document(&python, dir.path(), name, "1", &args);
+        assert!(none.is_empty(), "{name}: fast-forwarded when off: {none:?}");
+        assert!(
+            notes.iter().any(|n| n.contains(fast)),
+            "{name}: `{fast}` fast-forwarded: {notes:?}"
+        );
+        assert!(
+            without.to_string().contains("peak_reserved_bytes"),
+            "{name}: a document with phases: {without}"
+        );
+        assert!(
+            without == with,
+            "{name}: the fast-forward changed the prediction:\n--- without\n{without:#}\n--- with\n{with:#}"
+        );
+    }
+    let modules = [
+        "LlamaForCausalLM",
+        "LlamaDecoderLayer",
+        "MistralForCausalLM",
+        "MistralDecoderLayer",
+        "Counted",
+        "Remembering",
+        "Advancing",
+        "Plain",
+    ];
     for (script, args, fast) in [
         (
             "decode_loop.py",
             vec![llama.as_str(), "40"],
             vec!["LlamaForCausalLM"],
+        ),
+        (
+            "generate.py",
+            vec![llama8.as_str(), "12", "4", "2"],
+            vec!["LlamaDecoderLayer"],
+        ),
+        (
+            "generate.py",
+            vec![mistral8.as_str(), "40", "4", "2"],
+            vec!["MistralForCausalLM", "MistralDecoderLayer"],
         ),
         ("repeated_calls.py", vec!["40"], vec!["Advancing", "Plain"]),
     ] {
@@ -405,30 +450,24 @@ fn predict_repeated_calls_change_nothing() {
         )
         .into_iter()
         .partition(|line| line.contains("\"steady state:"));
-        let named: Vec<&str> = [
-            "LlamaForCausalLM",
-            "Counted",
-            "Remembering",
-            "Advancing",
-            "Plain",
-        ]
-        .into_iter()
-        .filter(|name| {
-            notes
-                .iter()
-                .any(|n| n.contains(&format!("steady state: {name}'s")))
-        })
-        .collect();
+        let named: Vec<&str> = modules
+            .into_iter()
+            .filter(|name| {
+                notes
+                    .iter()
+                    .any(|n| n.contains(&format!("steady state: {name}'s")))
+            })
+            .collect();
         assert_eq!(
             named, fast,
-            "{script}: the modules fast-forwarded: {notes:?}"
+            "{script} {args:?}: the modules fast-forwarded: {notes:?}"
         );
         let allocs = counts(&without).get("alloc").copied().unwrap_or(0);
         assert!(allocs > 300, "{script}: storages allocated: {allocs}");
         assert_eq!(counts(&without), counts(&with), "{script}: event counts");
         assert!(
             without == with,
-            "{script}: the fast-forward changed the event stream"
+            "{script} {args:?}: the fast-forward changed the event stream"
         );
     }
 }

@@ -127,7 +127,7 @@ class Session:
         self.idioms.install()
         steadiness = steady.Steadiness(self.tracker, self.tracker.note)
         steadiness.install()
-        repeat.install(steadiness)
+        repeat.install(steadiness, self.name_of)
         cudnn_rnn.install(torch, self.tracker, self.notes, self.target)
         _route_sdpa(torch, self.target)
         if self.spec.world_size:
