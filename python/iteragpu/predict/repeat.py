@@ -44,6 +44,7 @@ fast-forwarded (a note). `ITERAGPU_PREDICT_STEADY=0` runs every call (the refere
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import types
@@ -290,7 +291,7 @@ class Repeats:
             finally:
                 local.depth = depth
 
-        if tracker.symbolic is not None or tracker.local.suspended or torch._C._current_graph_task_id() != -1:
+        if tracker.symbolic is not None or tracker.local.suspended or torch._C._current_graph_task_id() != -1 or not _only_our_global_hooks():
             return run()
         records = self.records.get(scope)
         try:
@@ -472,6 +473,10 @@ class Repeats:
         state = _State()
         items = state.items
         for qualified, sub in module.named_modules():
+            if sub._forward_hooks or sub._forward_pre_hooks or "forward" in sub.__dict__:
+                # A hook or a forward of its own (accelerate's) may keep or change what a replay
+                # would not: such a call always runs.
+                raise _Unwatched
             items[(("module", qualified), ("attr", "training"))] = sub.training
             for kind, tensors in (("param", sub._parameters), ("buffer", sub._buffers)):
                 for name, t in tensors.items():
@@ -846,6 +851,22 @@ def _category(rest: str, current: Any) -> Any:
         return Category(rest[start : rest.index('"', start)])
     except ValueError:
         return current
+
+
+_HERE: str = os.path.dirname(os.path.abspath(__file__))
+
+
+def _only_our_global_hooks() -> bool:
+    """Whether every global module hook is the worker's own (its module names and phases): a
+    script's global hook runs on every call, which a replay would skip."""
+    from torch.nn.modules import module
+
+    for hooks in (module._global_forward_hooks, module._global_forward_pre_hooks):
+        for hook in hooks.values():
+            code = getattr(hook, "__code__", None)
+            if code is None or not code.co_filename.startswith(_HERE):
+                return False
+    return True
 
 
 def _no_modes() -> Any:
