@@ -69,6 +69,7 @@ INDEX: str = "<index>"
 _NAME: str = "\x00"  # never in json.dumps's output (escaped as \\u0000)
 
 _PLAIN: tuple[type, ...] = (bool, int, float, str, bytes, type(None))
+_PLAIN_TYPES: frozenset[type] = frozenset(_PLAIN)
 _OPAQUE: tuple[type, ...] = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
 
 Path = tuple[Any, ...]
@@ -310,16 +311,19 @@ class Repeats:
                 # elements of the lists walked (the cache's other layers) are left out.
                 state = self._state(module, args, kwargs, index)
                 key, inputs = self._key(module, args, kwargs, state, index, indexes)
-        except _Unwatched:
+        except Exception:  # any object the walk cannot read (a tensor without sizes): the call runs
             return run()
         if records is not None and len(records) >= IDENTICAL and records[-1].key == key:
-            replayed = self._replay(module, records[-1], inputs, state, index)
+            try:
+                replayed = self._replay(module, records[-1], inputs, state, index)
+            except Exception:  # raised before the tracker was touched: the call runs instead
+                replayed = None
             if replayed is not None:
                 return replayed
         if index is not None:
             try:
                 state = self._state(module, args, kwargs)
-            except _Unwatched:
+            except Exception:  # as above
                 return run()
         state.release()
         window = steadiness._Window(tracker.next_id, tracker)
@@ -346,7 +350,7 @@ class Repeats:
             window.end = tracker.next_id
         try:
             record = self._close(module, watched, output, args, kwargs, index)
-        except _Unwatched:
+        except Exception:  # the state after the call cannot be read: not steady
             record = None
         kept = self.records.get(scope, [])
         if record is None or (kept and not kept[-1].same(record)):
@@ -472,22 +476,29 @@ class Repeats:
 
         state = _State()
         items = state.items
+        internals = _module_internals()
+        seen: dict[int, Path] = {}
         for qualified, sub in module.named_modules():
             if sub._forward_hooks or sub._forward_pre_hooks or "forward" in sub.__dict__:
                 # A hook or a forward of its own (accelerate's) may keep or change what a replay
                 # would not: such a call always runs.
                 raise _Unwatched
-            items[(("module", qualified), ("attr", "training"))] = sub.training
+            place = ("module", qualified)
+            items[(place, ("attr", "training"))] = sub.training
+            items[(place, ("attr", "__class__"))] = ("object", id(sub), type(sub).__qualname__, None)
             for kind, tensors in (("param", sub._parameters), ("buffer", sub._buffers)):
                 for name, t in tensors.items():
                     if t is not None:
-                        state.tensor((("module", qualified), (kind, name)), t)
+                        state.tensor((place, (kind, name)), t)
             for name, value in sub.__dict__.items():
-                if isinstance(value, _PLAIN):
-                    items[(("module", qualified), ("attr", name))] = value
+                if name in internals:
+                    continue  # torch's own bookkeeping (hooks, parameters, submodules: seen above)
+                if type(value) in _PLAIN_TYPES or isinstance(value, _PLAIN):
+                    items[(place, ("attr", name))] = value
                 elif isinstance(value, torch.Tensor):
-                    state.tensor((("module", qualified), ("attr", name)), value)
-        seen: dict[int, Path] = {}
+                    state.tensor((place, ("attr", name)), value)
+                elif isinstance(value, (list, dict)) and not isinstance(value, torch.nn.Module):
+                    self._walk(value, (place, ("attr", name)), state, seen, 1, None)
         state.limit = len(items) + _STATE_WIDTH
         for position, leaf in enumerate(tree_flatten((args, kwargs))[0]):
             path = (("input", position),)
@@ -741,6 +752,26 @@ class Repeats:
             advanced.append(value + delta)
         steady = self.steady
         name = None if index is None else encoded.json_string(self.name_of(module))[:-1]
+        # Everything that may fail comes first, before the tracker is touched: the fresh tensors.
+        leaves: list[Any] = []
+        made: list[tuple[Any, int, Any]] = []  # (tensor, window-relative id, category)
+        fresh: list[Any] = []
+        with tracker.suspended():
+            for leaf in record.leaves:
+                if leaf[0] == "own":
+                    t = _fresh(tracker.fake_mode, *leaf[1:])
+                    made.append((t, leaf[1], leaf[-1]))
+                    leaves.append(t)
+                elif leaf[0] == "plain":
+                    leaves.append(leaf[2])
+                else:
+                    leaves.append(leaf[1].obj)  # alive: checked above
+            for _, *own in record.slots:
+                t = _fresh(tracker.fake_mode, *own)
+                made.append((t, own[0], own[-1]))
+                fresh.append(t)
+        fresh.extend(advanced)
+        output = tree_unflatten(leaves, record.spec)
         lines: list[tuple[str, str]] = []
         with tracker.lock:
             base = tracker.next_id
@@ -772,29 +803,11 @@ class Repeats:
                 tracker.placeholders[site] += n
             for site, n in record.loop_hits.items():
                 tracker.loop_hits[site] += n
-            leaves: list[Any] = []
-            made: list[tuple[Any, int, Any]] = []
-            fresh: list[Any] = []
-            with tracker.suspended():
-                for leaf in record.leaves:
-                    if leaf[0] == "own":
-                        t = _fresh(*leaf[1:])
-                        made.append((t, base + leaf[1], leaf[-1]))
-                        leaves.append(t)
-                    elif leaf[0] == "plain":
-                        leaves.append(leaf[2])
-                    else:
-                        leaves.append(leaf[1].obj)  # alive: checked above
-                for _, *own in record.slots:
-                    t = _fresh(*own)
-                    made.append((t, base + own[0], own[-1]))
-                    fresh.append(t)
-                fresh.extend(advanced)
-            for t, ident, category in made:
+            for t, rel, category in made:
                 storage = t.untyped_storage()
                 key = id(storage)
-                live[key] = Live(ident, int(storage.nbytes()), category, ident)
-                weakref.finalize(storage, tracker._finalized, key, ident)
+                live[key] = Live(base + rel, int(storage.nbytes()), category, base + rel)
+                weakref.finalize(storage, tracker._finalized, key, base + rel)
             many = steady.emit_many
             if many is not None:
                 many([line for _, line in lines], record.changes)
@@ -803,11 +816,11 @@ class Repeats:
                     steady.emit_line(kind, line)
             for kind, line in lines:
                 steady.tap(kind, line)  # an enclosing call or Trainer step holds these events too
-            for (container, kind, name_or_index), t in zip(setters, fresh, strict=True):
+            for (container, kind, name_or_index), value in zip(setters, fresh, strict=True):
                 if kind == "attr":
-                    setattr(container, name_or_index, t)
+                    setattr(container, name_or_index, value)
                 else:
-                    container[name_or_index] = t
+                    container[name_or_index] = value
         what = type(module).__name__
         if what not in self.noted:
             self.noted.add(what)
@@ -818,11 +831,12 @@ class Repeats:
                 f"given new storages) were not run: each repeats the last call's events in the replay and returns a data-less output "
                 f"of the same shapes (ITERAGPU_PREDICT_STEADY=0 runs every call)"
             )
-        return tree_unflatten(leaves, record.spec)
+        return output
 
 
-def _fresh(rel: int, nbytes: int, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, dtype: Any, device: str, category: Any) -> Any:
-    """A data-less tensor with its own storage of `nbytes`, viewed as the recorded one was."""
+def _fresh(fake_mode: Any, rel: int, nbytes: int, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, dtype: Any, device: str, category: Any) -> Any:
+    """A data-less tensor with its own storage of `nbytes`, viewed as the recorded one was: made
+    on the meta device and wrapped as FakeTensorMode wraps its own (no op dispatched for it)."""
     import torch
 
     itemsize = dtype.itemsize
@@ -834,9 +848,13 @@ def _fresh(rel: int, nbytes: int, shape: tuple[int, ...], stride: tuple[int, ...
     for n in reversed(shape):
         contiguous.append(expected)
         expected *= max(n, 1)
-    if offset == 0 and numel * itemsize == nbytes and tuple(reversed(contiguous)) == stride:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.empty(nbytes // itemsize, dtype=dtype, device=device).as_strided(shape, stride, offset)
+    with _no_modes():
+        meta = torch.empty(nbytes // itemsize, dtype=dtype, device="meta")
+        if not (offset == 0 and numel * itemsize == nbytes and tuple(reversed(contiguous)) == stride):
+            meta = meta.as_strided(shape, stride, offset)
+        elif meta.shape != shape:
+            meta = meta.view(shape)
+        return fake_mode.fake_tensor_converter.from_meta_and_device(fake_mode, meta, torch.device(device))
 
 
 def _category(rest: str, current: Any) -> Any:
@@ -854,6 +872,17 @@ def _category(rest: str, current: Any) -> Any:
 
 
 _HERE: str = os.path.dirname(os.path.abspath(__file__))
+_INTERNALS: list[frozenset[str]] = []
+
+
+def _module_internals() -> frozenset[str]:
+    """The attributes every `nn.Module` has (its hooks, parameters, buffers, submodules)."""
+    if not _INTERNALS:
+        import torch
+
+        with _no_modes():
+            _INTERNALS.append(frozenset(torch.nn.Module().__dict__))
+    return _INTERNALS[0]
 
 
 def _only_our_global_hooks() -> bool:
