@@ -16,9 +16,11 @@
 //! (one generation, `--whole-loop`), Llama-3-8B built in fp32 on the CPU then moved to the GPU
 //! (under 15 s), and the guide's dense case (under 5 s). Every case under 2 GiB of resident memory.
 //!
-//! Each case runs with FakeTensorMode's answers memoised and a `Trainer` epoch's steady state
-//! fast-forwarded (the defaults), the first three again with `ITERAGPU_PREDICT_MEMO=0` and the first
-//! with `ITERAGPU_PREDICT_STEADY=0` for comparison (same documents: `tests/integration/predict_speed.rs`).
+//! Each case runs with FakeTensorMode's answers memoised, a `Trainer` epoch's steady state and
+//! repeated calls without gradients (decode steps, decoder layers: `predict/repeat.py`)
+//! fast-forwarded (the defaults), the first three again with `ITERAGPU_PREDICT_MEMO=0` and the
+//! Trainer epoch and the two decode loops with `ITERAGPU_PREDICT_STEADY=0` for comparison (same
+//! documents: `tests/integration/predict_speed.rs`).
 //! The load average is printed before each case, the CPU seconds (user and system, the CLI and its
 //! worker) after it: other work on the machine slows the wall-clock figures. `PREDICT_SPEED_CASE=TEXT`
 //! runs only the cases whose name contains TEXT (`PREDICT_SPEED_CASE=anatomy`).
@@ -173,7 +175,8 @@ fn main() {
         "case", "seconds", "CPU s", "worker RSS", "target", "vs previous release"
     );
     // (case, ITERAGPU_PREDICT_MEMO, ITERAGPU_PREDICT_STEADY): every case with both shortcuts, the
-    // first three again without the memo, the first (a Trainer epoch) without the steady state.
+    // first three again without the memo, the Trainer epoch and the two decode loops without the
+    // steady state (the steps and the calls fast-forwarded).
     let runs = cases
         .iter()
         .enumerate()
@@ -188,8 +191,8 @@ fn main() {
         .chain(
             cases
                 .iter()
-                .take(1)
                 .enumerate()
+                .filter(|(k, _)| matches!(k, 0 | 2 | 3))
                 .map(|(k, c)| (k, c, "1", "0")),
         )
         .filter(|(_, (name, _, _), _, _)| name.contains(only.as_str()));
