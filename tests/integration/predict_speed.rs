@@ -229,6 +229,21 @@ fn steady_document(
     (doc, steady_notes)
 }
 
+/// A script's worker events without the fast-forwards (`ITERAGPU_PREDICT_STEADY=0`), then with
+/// them, split into the notes that say what was fast-forwarded and every other event.
+fn steady_events(
+    python: &str,
+    dir: &Path,
+    script: &str,
+    args: &[&str],
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let without = events_with(python, dir, script, args, ("ITERAGPU_PREDICT_STEADY", "0"));
+    let (notes, with) = events_with(python, dir, script, args, ("ITERAGPU_PREDICT_STEADY", "1"))
+        .into_iter()
+        .partition(|line| line.contains("\"steady state:"));
+    (without, notes, with)
+}
+
 /// The steady state of a `Trainer` epoch fast-forwarded (`python/iteragpu/predict/steady.py`,
 /// off with `ITERAGPU_PREDICT_STEADY=0`) changes nothing but the note that says so, on three
 /// workloads: the "Model training anatomy" epoch on BERT-large (24 steps, the last 5 not run), two
@@ -308,22 +323,8 @@ fn predict_steady_state_changes_nothing() {
         );
     }
     for (name, _, script_args, skipped) in &workloads[1..] {
-        let without = events_with(
-            &python,
-            dir.path(),
-            "trainer_epochs.py",
-            script_args,
-            ("ITERAGPU_PREDICT_STEADY", "0"),
-        );
-        let (notes, with): (Vec<String>, Vec<String>) = events_with(
-            &python,
-            dir.path(),
-            "trainer_epochs.py",
-            script_args,
-            ("ITERAGPU_PREDICT_STEADY", "1"),
-        )
-        .into_iter()
-        .partition(|line| line.contains("\"steady state:"));
+        let (without, notes, with) =
+            steady_events(&python, dir.path(), "trainer_epochs.py", script_args);
         assert!(
             notes.len() <= usize::from(skipped.is_some()),
             "{name}: fast-forwarded at most as in its document: {notes:?}"
@@ -434,22 +435,7 @@ fn predict_repeated_calls_change_nothing() {
         ),
         ("repeated_calls.py", vec!["40"], vec!["Advancing", "Plain"]),
     ] {
-        let without = events_with(
-            &python,
-            dir.path(),
-            script,
-            &args,
-            ("ITERAGPU_PREDICT_STEADY", "0"),
-        );
-        let (notes, with): (Vec<String>, Vec<String>) = events_with(
-            &python,
-            dir.path(),
-            script,
-            &args,
-            ("ITERAGPU_PREDICT_STEADY", "1"),
-        )
-        .into_iter()
-        .partition(|line| line.contains("\"steady state:"));
+        let (without, notes, with) = steady_events(&python, dir.path(), script, &args);
         let named: Vec<&str> = modules
             .into_iter()
             .filter(|name| {

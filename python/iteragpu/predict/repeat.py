@@ -904,14 +904,20 @@ def _no_modes() -> Any:
     return _disable_current_modes()
 
 
-def _autocast_takes_device() -> bool:
-    import torch
+_AUTOCAST_TAKES_DEVICE: list[bool] = []
 
-    try:
-        torch.is_autocast_enabled("cuda")
-    except TypeError:
-        return False
-    return True
+
+def _autocast_takes_device() -> bool:
+    """Whether `torch.is_autocast_enabled` takes a device (newer torch): asked once."""
+    if not _AUTOCAST_TAKES_DEVICE:
+        import torch
+
+        try:
+            torch.is_autocast_enabled("cuda")
+            _AUTOCAST_TAKES_DEVICE.append(True)
+        except TypeError:
+            _AUTOCAST_TAKES_DEVICE.append(False)
+    return _AUTOCAST_TAKES_DEVICE[0]
 
 
 def install(steady: steadiness.Steadiness, name_of: Callable[[Any], str]) -> None:
