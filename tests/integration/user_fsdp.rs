@@ -38,10 +38,26 @@ fn small_llama() -> Llama {
 }
 
 fn predict_script(python: &str, dir: &std::path::Path, script: &str) -> (PredictionDoc, String) {
+    let (doc, said, _) = predict_script_with(python, dir, script, &[]);
+    (doc, said)
+}
+
+/// The script's prediction under `env`, its output and its document as written.
+fn predict_script_with(
+    python: &str,
+    dir: &std::path::Path,
+    script: &str,
+    env: &[(&str, &str)],
+) -> (PredictionDoc, String, serde_json::Value) {
     let llama = small_llama();
-    let run = Run::predict()
+    let tag: String = env.iter().map(|(k, v)| format!("-{k}{v}")).collect();
+    let mut run = Run::predict()
         .args(["--python", python, "--card", "H200", "--world-size", "4"])
-        .output(dir.join(format!("{script}.json")))
+        .output(dir.join(format!("{script}{tag}.json")));
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let run = run
         .arg("--script")
         .arg(fixture(&format!("scripts/distributed/{script}")))
         .args(["--", &llama.folder, "2", "64"])
@@ -50,7 +66,7 @@ fn predict_script(python: &str, dir: &std::path::Path, script: &str) -> (Predict
     assert_eq!(run.code(), Some(0), "{said}");
     let doc = run.prediction();
     assert_eq!(doc.status, PredictionStatus::Complete, "{said}");
-    (doc, said)
+    (doc, said, run.json())
 }
 
 fn phase<'a>(doc: &'a PredictionDoc, name: &str) -> &'a PredictedPhase {
@@ -163,4 +179,56 @@ fn predict_users_fsdp1_over_4_ranks() {
         category(step, "optimizer state"),
         2 * per_rank,
     );
+}
+
+/// predict/dtensor_foreach.py on real DTensors: an optimizer's elementwise foreach ops over
+/// parameters sharded alike (FSDP2's Shard(0), FSDP2 + TP's 2-D mesh) run on the local shards
+/// with DTensor's own values, placements, shapes and strides, without DTensor's dispatch; what
+/// DTensor must decide (Partial, unlike shardings, a scalar tensor, two meshes) still reaches it.
+#[test]
+#[ignore = "needs torch"]
+fn predict_dtensor_foreach_on_local_shards_as_dtensor_answers() {
+    let python = python_with(&["torch"]);
+    let out = std::process::Command::new(&python)
+        .arg(fixture("../python/dtensor_foreach_check.py"))
+        .env("PYTHONPATH", fixture("../../python"))
+        .output()
+        .expect("python runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("OK 22"), "{said}");
+}
+
+/// The same prediction with the foreach ops on local shards and with every one through DTensor
+/// (`ITERAGPU_PREDICT_DTENSOR_FOREACH=0`): every phase's figures equal, on FSDP2 + TP.
+#[test]
+#[ignore = "needs torch"]
+fn predict_dtensor_foreach_changes_no_figure() {
+    let python = python_with(&["torch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, local) = predict_script_with(&python, dir.path(), "fsdp_tp_llama.py", &[]);
+    let (_, _, dtensor) = predict_script_with(
+        &python,
+        dir.path(),
+        "fsdp_tp_llama.py",
+        &[("ITERAGPU_PREDICT_DTENSOR_FOREACH", "0")],
+    );
+    let figures = |doc: &serde_json::Value| -> Vec<serde_json::Value> {
+        let mut phases = doc["phases"].as_array().expect("phases").clone();
+        for p in &mut phases {
+            // Timings are the only figures allowed to differ.
+            if let Some(inputs) = p.get_mut("inputs").and_then(|i| i.as_object_mut()) {
+                inputs.retain(|k, _| !k.ends_with("_s"));
+            }
+        }
+        phases
+    };
+    let (a, b) = (figures(&local), figures(&dtensor));
+    assert!(a.len() >= 4, "{a:?}");
+    assert!(a.iter().any(|p| p["name"] == "AdamW.step #1"), "{a:?}");
+    assert_eq!(a, b);
 }

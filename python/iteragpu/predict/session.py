@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 from .. import built_once, recorder
 from ..recorder import Emit
 from ..spec import WorkerSpec
-from . import collectives, compat, cuda_api, cudnn_rnn, ddp, fsdp1, idioms, memo, quantized, repeat, steady, symbolic
+from . import collectives, compat, cuda_api, cudnn_rnn, ddp, dtensor_foreach, fsdp1, idioms, memo, quantized, repeat, steady, symbolic
 from . import memory as allocator
 from . import phases as auto_phases
 from . import tracker as tracking
@@ -194,6 +194,7 @@ class Session:
         ddp.install(torch, lambda text: None if text in notes else notes.append(text))
         collectives.install(torch)
         fsdp1.install(torch)
+        dtensor_foreach.install(torch)
         self.notes.append(
             f"predicted for rank 0 of {world_size} ranks on PyTorch's fake process group: collectives move no data, "
             "and NCCL's own buffers (outside PyTorch's allocator) are not predicted"
