@@ -122,6 +122,30 @@ fn main() {
             20.0,
         ),
         (
+            // docs/predict.md's "Predicting ranks a machine does not have".
+            "Llama-3-70B FSDP2 training, rank 0 of 64",
+            vec![
+                "--world-size".into(),
+                "64".into(),
+                "--shard".into(),
+                "fsdp".into(),
+                "--workload".into(),
+                "causal-lm".into(),
+                "--model".into(),
+                format!("{root}/tests/fixtures/models/llama-3-70b"),
+                "--task".into(),
+                "train".into(),
+                "--precision".into(),
+                "bf16-mixed".into(),
+                "--batch".into(),
+                "1".into(),
+                "--context".into(),
+                "4096".into(),
+                "--gradient-checkpointing".into(),
+            ],
+            15.0,
+        ),
+        (
             "guide dense (2×128×1024, fp32)",
             [
                 "--batch",
