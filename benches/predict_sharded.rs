@@ -60,7 +60,10 @@ fn main() {
         let began = Instant::now();
         let run = predict(std::path::Path::new(env!("CARGO_BIN_EXE_iteragpu")), &out);
         let seconds = began.elapsed().as_secs_f64();
-        if !run.status.success() {
+        // Exit 3: the prediction ran out of the H200's memory (8 ranks do): its document holds the
+        // phases up to there, and the row says where.
+        let out_of_memory = run.status.code() == Some(3);
+        if !run.status.success() && !out_of_memory {
             println!(
                 "{world:>6} {seconds:>10.1}  FAILED: {}",
                 String::from_utf8_lossy(&run.stderr).trim()
@@ -84,13 +87,25 @@ fn main() {
             .and_then(|p| p["start_allocated_bytes"].as_u64())
             .unwrap_or(0);
         // Issue 46's target: the 64-rank prediction under 15 s on 2 cores.
+        let oom = if out_of_memory {
+            format!(
+                "  (out of the H200's memory in {})",
+                phases
+                    .iter()
+                    .find(|p| p["status"] == "out_of_memory")
+                    .and_then(|p| p["name"].as_str())
+                    .unwrap_or("a phase")
+            )
+        } else {
+            String::new()
+        };
         let target = match world {
             64 if seconds <= 15.0 => "  (target 15 s: met)",
             64 => "  (target 15 s: NOT met)",
             _ => "",
         };
         println!(
-            "{world:>6} {seconds:>10.1} {:>12.2} GiB {:>12.2} GiB {:>12.2} GiB {:>10.2} GiB  {}{target}",
+            "{world:>6} {seconds:>10.1} {:>12.2} GiB {:>12.2} GiB {:>12.2} GiB {:>10.2} GiB  {}{oom}{target}",
             gib(states),
             gib(max("peak_allocated_bytes")),
             gib(max("peak_reserved_bytes")),
