@@ -250,8 +250,10 @@ fn steady_events(
 /// epochs of a small causal LM that logs every 15 steps and saves at each epoch's end (epoch 1's
 /// last 6 steps not run, after its last log; epoch 2, logged late, runs whole), and an epoch
 /// whose last batch is smaller (its batches drawn for a fast-forward, found unlike and given back:
-/// every step run). The same documents; for the last two, the same worker event streams, event
-/// for event (every alloc, free and tag, the placeholder counts), but the note.
+/// every step run), and two epochs with gradient accumulation (2 micro-batches a step: 24 steps,
+/// the last 5 not run; 49 micro-batches, whose last step of 1 must run: every step run). The same
+/// documents; for all but the first, the same worker event streams, event for event (every
+/// alloc, free and tag, the placeholder counts), but the note.
 #[test]
 #[ignore = "needs torch and transformers"]
 fn predict_steady_state_changes_nothing() {
@@ -265,7 +267,7 @@ fn predict_steady_state_changes_nothing() {
     let epochs = fixture("scripts/predict/trainer_epochs.py")
         .display()
         .to_string();
-    let workloads: [(&str, &str, Vec<&str>, Option<&str>); 3] = [
+    let workloads: [(&str, &str, Vec<&str>, Option<&str>); 5] = [
         (
             "anatomy",
             &anatomy,
@@ -282,6 +284,18 @@ fn predict_steady_state_changes_nothing() {
             "smaller_last_batch",
             &epochs,
             vec![&llama, "41", "2", "100", "1"],
+            None,
+        ),
+        (
+            "accumulated",
+            &epochs,
+            vec![&llama, "96", "2", "100", "1", "2"],
+            Some("steps 20 to 24 of epoch 1 (5 steps, 2 micro-batches each) were not run"),
+        ),
+        (
+            "accumulated_shorter_last_step",
+            &epochs,
+            vec![&llama, "98", "2", "100", "1", "2"],
             None,
         ),
     ];

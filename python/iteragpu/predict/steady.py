@@ -19,7 +19,10 @@ makes the repetition checkable:
   shapes, dtypes and sites, with storage ids relative to each window's first), in which every id
   referred to is the window's own or the previous window's, and what a window leaves alive is
   exactly what the next one frees (nothing accumulates);
-* the remaining steps of the epoch (bounded by `max_steps`) are fast-forwarded only if each of
+* the remaining steps of the epoch (bounded by `max_steps`; with gradient accumulation a step
+  is its micro-batches, and an epoch whose last step holds fewer of them is not fast-forwarded,
+  since that step must run and the loop's micro-batch count cannot be advanced from here) are
+  fast-forwarded only if each of
   their batches has the same structure, shapes and dtypes as the batches of those windows (the
   batches are drawn from the epoch's iterator as the loop would draw them, and given back to it if
   they do not), if transformers' own flow callback would not log, evaluate or save at any of them
@@ -272,15 +275,20 @@ class Watch:
             per_epoch = len(loader)
         except TypeError:
             raise _Refuse from None
+        # With gradient accumulation a step is `accumulate` micro-batches (the loader's batches):
+        # each window drew that many, and the epoch's progress counts micro-batches.
         accumulate = max(1, int(args.gradient_accumulation_steps))
-        if accumulate != 1 or per_epoch <= 0:
+        if per_epoch <= 0 or len(last.batches) != accumulate:
             raise _Refuse
         epoch = math.floor(state.epoch)
         done = round((state.epoch - epoch) * per_epoch)
         if not 0 < done < per_epoch or not math.isclose(epoch + done / per_epoch, state.epoch):
             raise _Refuse
-        remaining = min(per_epoch - done, state.max_steps - state.global_step)
-        if remaining < 2:
+        left = per_epoch - done
+        remaining = min(left // accumulate, state.max_steps - state.global_step)
+        # An epoch whose last step has fewer micro-batches: that step must run, which the loop
+        # (its micro-batch count a local of its own) cannot be made to do after a fast-forward.
+        if remaining < 2 or (remaining == left // accumulate and left % accumulate):
             raise _Refuse
         # transformers' flow callback: nothing logged, evaluated or saved at this step (its flags
         # are set after this hook) nor at any of them but the last.
@@ -292,10 +300,10 @@ class Watch:
             flow.on_step_end(args, probe, flags)
             if flags.should_log or flags.should_evaluate or flags.should_save or flags.should_training_stop or flags.should_epoch_stop:
                 raise _Refuse
-        return trainer, iterator, last, epoch, done, remaining, per_epoch
+        return trainer, iterator, last, epoch, done, remaining, per_epoch, accumulate
 
     def _run(self, plan: tuple[Any, ...], handler: Any, state: Any, control: Any) -> None:
-        trainer, iterator, last, epoch, done, remaining, per_epoch = plan
+        trainer, iterator, last, epoch, done, remaining, per_epoch, accumulate = plan
         tracker = self.steady.tracker
         # Their batches, drawn as the loop would draw them (a loader that moves them to the device
         # does it untracked: each replayed step holds its own batch's storages); given back unless
@@ -303,7 +311,7 @@ class Watch:
         drawn: list[Any] = []
         alike = True
         with tracker.suspended():
-            for _ in range(remaining):
+            for _ in range(remaining * accumulate):
                 try:
                     batch = next(iterator)
                 except StopIteration:
@@ -335,11 +343,12 @@ class Watch:
             for _ in range(remaining):
                 scheduler.step()
         state.global_step += remaining
-        state.epoch = epoch + (done + remaining) / per_epoch
+        state.epoch = epoch + (done + remaining * accumulate) / per_epoch
         control.should_epoch_stop = True
         self.closed = []
+        micro = f", {accumulate} micro-batches each" if accumulate > 1 else ""
         self.steady.note(
-            f"steady state: steps {state.global_step - remaining + 1} to {state.global_step} of epoch {epoch + 1} ({remaining} steps) were not run: "
+            f"steady state: steps {state.global_step - remaining + 1} to {state.global_step} of epoch {epoch + 1} ({remaining} steps{micro}) were not run: "
             f"the last {IDENTICAL} steps run were identical (the same storage events, in the same order, no value read from data) and these steps' batches have "
             f"the same shapes; each repeats step {state.global_step - remaining}'s events in the replay (values they would have changed, such as the loss and "
             f"the optimizer's step count, are those of the last step run; ITERAGPU_PREDICT_STEADY=0 runs every step)"
