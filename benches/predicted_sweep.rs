@@ -26,6 +26,8 @@
 //! (`ITERAGPU_PREDICT_SYMBOLIC=0`), 53 of 64 trials made concrete from 2 traces, every document
 //! equal; the dense frontier 3.7 s against 5.0 s. The QLoRA frontier is not traced by default
 //! (4 predictions: a trace and its check cost more than they spare; forced, 46 s against 36 s).
+//! On 2026-12-08 (release builds one after the other on 2 quiet cores): the QLoRA frontier 30.6 s
+//! against 35.0 s for session 11's head (`6658019`), the same frontier (fits 2, not 3, 4 trials).
 //! (CPU s counts the processes the CLI waited for: a trial forked from a builder is not one.)
 //!
 //! The load average is printed before and after each case, and the CPU seconds (the CLI, the
