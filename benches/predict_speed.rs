@@ -64,6 +64,25 @@ fn main() {
     let root = env!("CARGO_MANIFEST_DIR");
     let llama = format!("{root}/tests/fixtures/models/llama-3-8b");
     let bert = format!("{root}/tests/fixtures/models/bert-large-uncased");
+    // A causal LM's bf16-mixed training at 1 × 4096, as docs/predict.md predicts it.
+    let training = |model: String| -> Vec<String> {
+        [
+            "--workload",
+            "causal-lm",
+            "--model",
+            &model,
+            "--task",
+            "train",
+            "--precision",
+            "bf16-mixed",
+            "--batch",
+            "1",
+            "--context",
+            "4096",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
     let cases: Vec<(&str, Vec<String>, f64)> = vec![
         (
             "training anatomy: BERT-large Trainer, 128 steps",
@@ -77,21 +96,7 @@ fn main() {
         ),
         (
             "Llama-3-8B bf16-mixed training, 1×4096",
-            vec![
-                "--workload".into(),
-                "causal-lm".into(),
-                "--model".into(),
-                llama.clone(),
-                "--task".into(),
-                "train".into(),
-                "--precision".into(),
-                "bf16-mixed".into(),
-                "--batch".into(),
-                "1".into(),
-                "--context".into(),
-                "4096".into(),
-                "--whole-loop".into(),
-            ],
+            [training(llama.clone()), vec!["--whole-loop".into()]].concat(),
             10.0,
         ),
         (
@@ -124,25 +129,19 @@ fn main() {
         (
             // docs/predict.md's "Predicting ranks a machine does not have".
             "Llama-3-70B FSDP2 training, rank 0 of 64",
-            vec![
-                "--world-size".into(),
-                "64".into(),
-                "--shard".into(),
-                "fsdp".into(),
-                "--workload".into(),
-                "causal-lm".into(),
-                "--model".into(),
-                format!("{root}/tests/fixtures/models/llama-3-70b"),
-                "--task".into(),
-                "train".into(),
-                "--precision".into(),
-                "bf16-mixed".into(),
-                "--batch".into(),
-                "1".into(),
-                "--context".into(),
-                "4096".into(),
-                "--gradient-checkpointing".into(),
-            ],
+            [
+                training(format!("{root}/tests/fixtures/models/llama-3-70b")),
+                [
+                    "--world-size",
+                    "64",
+                    "--shard",
+                    "fsdp",
+                    "--gradient-checkpointing",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ]
+            .concat(),
             15.0,
         ),
         (

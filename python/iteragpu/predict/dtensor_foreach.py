@@ -55,6 +55,7 @@ def install(torch: Any) -> None:
     if os.environ.get(ENV, "1") == "0":
         return
     try:
+        from torch._prims_common import make_contiguous_strides_for
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor.placement_types import Partial
     except ImportError:
@@ -64,14 +65,14 @@ def install(torch: Any) -> None:
             original = getattr(torch, name, None)  # allowlisted: the names of ELEMENTWISE above
             if original is None or getattr(original, "_iteragpu", False):
                 continue
-            wrapper = _local_first(torch, original, name.endswith("_"), DTensor, Partial)
+            wrapper = _local_first(torch, original, name.endswith("_"), DTensor, Partial, make_contiguous_strides_for)
             wrapper._iteragpu = True  # type: ignore[attr-defined]
             setattr(torch, name, wrapper)
 
 
-def _local_first(torch: Any, original: Callable[..., Any], in_place: bool, dtensor: Any, partial: Any) -> Callable[..., Any]:
+def _local_first(torch: Any, original: Callable[..., Any], in_place: bool, dtensor: Any, partial: Any, contiguous: Callable[..., Any]) -> Callable[..., Any]:
     def foreach(*args: Any, **kwargs: Any) -> Any:
-        lists = _sharded_alike(torch, args, kwargs, dtensor, partial)
+        lists = _sharded_alike(torch, args, kwargs, dtensor, partial, contiguous)
         if lists is None:
             return original(*args, **kwargs)
 
@@ -93,7 +94,7 @@ def _local_first(torch: Any, original: Callable[..., Any], in_place: bool, dtens
     return foreach
 
 
-def _sharded_alike(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtensor: Any, partial: Any) -> list[Any] | None:
+def _sharded_alike(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtensor: Any, partial: Any, contiguous: Callable[..., Any]) -> list[Any] | None:
     """The call's lists of DTensors when all are on one mesh, every list's element i is sharded
     as the first list's (same placements and global shape), none `Partial`, the first list's
     globally contiguous, and nothing else in the call is a tensor; else None (DTensor decides)."""
@@ -118,7 +119,7 @@ def _sharded_alike(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dt
         if not isinstance(t, dtensor) or (grads and t.requires_grad) or t.device_mesh != mesh:
             return None
         placements, shape = t.placements, t.shape
-        if any(isinstance(p, partial) for p in placements) or t.stride() != _contiguous(shape):
+        if any(isinstance(p, partial) for p in placements) or t.stride() != contiguous(shape):
             return None
         for other in lists[1:]:
             u = other[i]
@@ -126,11 +127,3 @@ def _sharded_alike(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dt
                 return None
     return lists
 
-
-def _contiguous(shape: Any) -> tuple[int, ...]:
-    strides: list[int] = []
-    step = 1
-    for size in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return tuple(reversed(strides))
